@@ -1,0 +1,108 @@
+//! One call's context: who, through which front door, under which deadline.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::{AuthContext, CallId, RunId};
+
+/// The front door a call came through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Adapter {
+    Rest,
+    Mcp,
+    Agent,
+}
+
+impl Adapter {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Adapter::Rest => "rest",
+            Adapter::Mcp => "mcp",
+            Adapter::Agent => "agent",
+        }
+    }
+}
+
+/// The agent run and step a call belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunStep {
+    pub run_id: RunId,
+    pub step: u32,
+}
+
+/// What the client said about itself (MCP `clientInfo`, or an HTTP user agent).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientInfo {
+    pub name: String,
+    pub version: Option<String>,
+}
+
+/// One call. Adapters build it with [`CallContext::new`] and the `with_*` methods; the
+/// executor sets the deadline.
+#[derive(Clone, Debug)]
+pub struct CallContext {
+    pub auth: Arc<AuthContext>,
+    pub call_id: CallId,
+    pub adapter: Adapter,
+    pub request_id: Option<String>,
+    /// W3C trace id, when the request carried or started a trace.
+    pub trace_id: Option<String>,
+    pub run: Option<RunStep>,
+    pub client: Option<ClientInfo>,
+    /// The deadline the caller asked for; the executor clamps it to the tool's maximum.
+    pub requested_timeout: Option<Duration>,
+    /// Cancelled when the caller goes away or cancels; tools should stop promptly.
+    pub cancel: CancellationToken,
+    deadline: Option<Instant>,
+}
+
+impl CallContext {
+    pub fn new(auth: Arc<AuthContext>, adapter: Adapter) -> Self {
+        Self {
+            auth,
+            call_id: CallId::new(),
+            adapter,
+            request_id: None,
+            trace_id: None,
+            run: None,
+            client: None,
+            requested_timeout: None,
+            cancel: CancellationToken::new(),
+            deadline: None,
+        }
+    }
+
+    pub fn with_request_id(mut self, request_id: impl Into<String>) -> Self {
+        self.request_id = Some(request_id.into());
+        self
+    }
+
+    pub fn with_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.requested_timeout = timeout;
+        self
+    }
+
+    pub fn with_client(mut self, client: Option<ClientInfo>) -> Self {
+        self.client = client;
+        self
+    }
+
+    pub fn with_run(mut self, run: RunStep) -> Self {
+        self.run = Some(run);
+        self
+    }
+
+    /// When the call must be finished. Set by the executor before the tool runs.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    pub(crate) fn set_deadline(&mut self, deadline: Instant) {
+        self.deadline = Some(deadline);
+    }
+}

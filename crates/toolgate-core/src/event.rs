@@ -1,0 +1,101 @@
+//! Events the executor emits on every call path, and the sink seam they flow into.
+//!
+//! Sinks are synchronous and must not block: a sink that needs I/O (the SSE bus, a
+//! metrics exporter) copies what it needs and hands it to its own task. The audit record
+//! is not an event sink: it is awaited by the executor, because it must be durable before
+//! the caller sees the result.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::{CallContext, ErrorKind};
+
+/// How a call ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Ok,
+    Error(ErrorKind),
+}
+
+impl Outcome {
+    /// `ok`, or the error kind's name (`timeout`, `cancelled`, `denied`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Error(kind) => kind.as_str(),
+        }
+    }
+}
+
+/// Something that happened to a call. Borrowed from the call's context: sinks copy what
+/// they keep.
+#[derive(Clone, Copy, Debug)]
+pub enum Event<'a> {
+    /// `call.started`: the executor accepted the call (before resolving the tool).
+    CallStarted { ctx: &'a CallContext, tool: &'a str },
+    /// `call.finished`: emitted exactly once per started call, on every path.
+    CallFinished {
+        ctx: &'a CallContext,
+        tool: &'a str,
+        outcome: Outcome,
+        duration: Duration,
+    },
+}
+
+impl Event<'_> {
+    /// The stable event name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::CallStarted { .. } => "call.started",
+            Event::CallFinished { .. } => "call.finished",
+        }
+    }
+}
+
+/// Receives every event. Must return quickly and never block.
+pub trait EventSink: Send + Sync {
+    fn emit(&self, event: &Event<'_>);
+}
+
+/// Several sinks, each given every event in order.
+impl EventSink for Vec<Arc<dyn EventSink>> {
+    fn emit(&self, event: &Event<'_>) {
+        for sink in self {
+            sink.emit(event);
+        }
+    }
+}
+
+/// Writes events to `tracing` (target `toolgate::call`), inside the `tool_call` span the
+/// executor opens, so they carry tenant, tool, call id, adapter and request id.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TracingSink;
+
+impl EventSink for TracingSink {
+    fn emit(&self, event: &Event<'_>) {
+        match *event {
+            Event::CallStarted { .. } => {
+                tracing::debug!(target: "toolgate::call", event = "call.started");
+            }
+            Event::CallFinished {
+                outcome, duration, ..
+            } => {
+                let duration_ms = duration.as_secs_f64() * 1000.0;
+                match outcome {
+                    Outcome::Ok => tracing::info!(
+                        target: "toolgate::call",
+                        event = "call.finished",
+                        outcome = outcome.as_str(),
+                        duration_ms,
+                    ),
+                    Outcome::Error(_) => tracing::warn!(
+                        target: "toolgate::call",
+                        event = "call.finished",
+                        outcome = outcome.as_str(),
+                        duration_ms,
+                    ),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! The one path every tool call takes.
+//!
+//! resolve in toolset → validate arguments → authorize → run under deadline and
+//! cancellation → truncate → emit events → return.
+//!
+//! Policy (approval), rate limits and the audit record join this path in their own
+//! issues; they will be steps here, never in an adapter.
+//!
+//! The tool runs in its own task. If the caller goes away (an HTTP client disconnects, an
+//! MCP client cancels) the call's cancellation token fires, the tool's future is dropped,
+//! and the task still emits `call.finished{cancelled}`. A tool that panics yields an
+//! `internal` error; the gateway keeps serving.
+
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use serde_json::Value;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::auth::scopes;
+use crate::{
+    CallContext, CallId, ErrorKind, Event, EventSink, Outcome, RegisteredTool, Risk, ScopedToolset,
+    ToolError, ToolOutput,
+};
+
+/// A successful call.
+#[derive(Debug)]
+pub struct Completed {
+    pub call_id: CallId,
+    pub output: ToolOutput,
+    /// Whether text output was cut to the tool's limit.
+    pub truncated: bool,
+    pub duration: Duration,
+}
+
+/// Gateway-wide limits applied on top of each tool's own.
+#[derive(Clone, Copy, Debug)]
+pub struct ExecutorLimits {
+    /// Text output beyond this many characters is cut even if a tool allows more.
+    pub max_output_chars: usize,
+}
+
+impl Default for ExecutorLimits {
+    fn default() -> Self {
+        Self {
+            max_output_chars: crate::spec::DEFAULT_MAX_OUTPUT_CHARS,
+        }
+    }
+}
+
+/// Runs tool calls. Cheap to clone.
+#[derive(Clone)]
+pub struct Executor {
+    events: Arc<dyn EventSink>,
+    limits: ExecutorLimits,
+}
+
+impl Executor {
+    pub fn new(events: Arc<dyn EventSink>, limits: ExecutorLimits) -> Self {
+        Self { events, limits }
+    }
+
+    /// Calls `name` from `tools` with `args`, as the caller in `ctx`.
+    pub async fn call(
+        &self,
+        tools: &ScopedToolset,
+        ctx: CallContext,
+        name: &str,
+        args: Value,
+    ) -> Result<Completed, ToolError> {
+        let span = tracing::info_span!(
+            "tool_call",
+            tenant = %ctx.auth.tenant,
+            principal = %ctx.auth.principal.id,
+            tool = name,
+            call_id = %ctx.call_id,
+            adapter = ctx.adapter.as_str(),
+            request_id = ctx.request_id.as_deref().unwrap_or(""),
+        );
+        let started = Instant::now();
+        let prepared = {
+            let _enter = span.enter();
+            self.events.emit(&Event::CallStarted {
+                ctx: &ctx,
+                tool: name,
+            });
+            self.prepare(tools, &ctx, name, &args)
+        };
+        let tool = match prepared {
+            Ok(tool) => tool,
+            Err(err) => {
+                let _enter = span.enter();
+                self.finish(&ctx, name, started, Outcome::Error(err.kind), &err);
+                return Err(err);
+            }
+        };
+
+        // From here the call runs in its own task, so that it finishes (and is recorded)
+        // even when the caller is dropped; dropping the caller cancels it.
+        let cancel_on_drop = ctx.cancel.clone().drop_guard();
+        let this = self.clone();
+        let name = name.to_owned();
+        let task = tokio::spawn(
+            async move {
+                let mut ctx = ctx;
+                let timeout = tool.spec().effective_timeout(ctx.requested_timeout);
+                let deadline = started + timeout;
+                ctx.set_deadline(deadline);
+                let result = run(&tool, &ctx, args, deadline, timeout).await;
+                let limit = tool
+                    .spec()
+                    .max_output_chars
+                    .min(this.limits.max_output_chars);
+                match result {
+                    Ok(mut output) => {
+                        let truncated = output.truncate_text(limit);
+                        let duration = started.elapsed();
+                        this.events.emit(&Event::CallFinished {
+                            ctx: &ctx,
+                            tool: &name,
+                            outcome: Outcome::Ok,
+                            duration,
+                        });
+                        Ok(Completed {
+                            call_id: ctx.call_id,
+                            output,
+                            truncated,
+                            duration,
+                        })
+                    }
+                    Err(err) => {
+                        this.finish(&ctx, &name, started, Outcome::Error(err.kind), &err);
+                        Err(err)
+                    }
+                }
+            }
+            .instrument(span),
+        );
+        let joined = task.await;
+        cancel_on_drop.disarm();
+        joined.unwrap_or_else(|join_err| Err(ToolError::internal(join_err)))
+    }
+
+    /// Resolution, validation and authorization: everything decided before the tool runs.
+    fn prepare(
+        &self,
+        tools: &ScopedToolset,
+        ctx: &CallContext,
+        name: &str,
+        args: &Value,
+    ) -> Result<Arc<RegisteredTool>, ToolError> {
+        if tools.tenant() != ctx.auth.tenant {
+            return Err(ToolError::internal(
+                "BUG: toolset scoped for another tenant than the caller's",
+            ));
+        }
+        let tool = tools.get(name).ok_or_else(|| {
+            ToolError::not_found(format!("no tool named {name:?} is available to you"))
+                .with_suggestion("list the available tools with GET /v1/tools or tools/list")
+        })?;
+        tool.validate(args)?;
+        authorize(ctx, &tool)?;
+        Ok(tool)
+    }
+
+    fn finish(
+        &self,
+        ctx: &CallContext,
+        tool: &str,
+        started: Instant,
+        outcome: Outcome,
+        err: &ToolError,
+    ) {
+        if let Some(cause) = &err.cause {
+            tracing::error!(error = %cause, "tool call failed internally");
+        }
+        self.events.emit(&Event::CallFinished {
+            ctx,
+            tool,
+            outcome,
+            duration: started.elapsed(),
+        });
+    }
+}
+
+/// The caller needs `tools:invoke`, the tool's own required scope, and
+/// `tools:high_risk` for high-risk tools.
+fn authorize(ctx: &CallContext, tool: &RegisteredTool) -> Result<(), ToolError> {
+    let spec = tool.spec();
+    let high_risk = (spec.risk == Risk::High).then_some(scopes::TOOLS_HIGH_RISK);
+    let needed = [
+        Some(scopes::TOOLS_INVOKE),
+        spec.required_scope.as_deref(),
+        high_risk,
+    ];
+    for scope in needed.into_iter().flatten() {
+        if !ctx.auth.has_scope(scope) {
+            return Err(ToolError::forbidden(format!(
+                "calling {} needs the scope {scope:?}, which your credentials lack",
+                spec.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Runs the tool until it returns, panics, passes its deadline or is cancelled.
+async fn run(
+    tool: &RegisteredTool,
+    ctx: &CallContext,
+    args: Value,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<ToolOutput, ToolError> {
+    let call = AssertUnwindSafe(tool.tool.call(ctx, args)).catch_unwind();
+    let result = tokio::select! {
+        biased;
+        () = ctx.cancel.cancelled() => {
+            Err(ToolError::new(ErrorKind::Cancelled, "the call was cancelled"))
+        }
+        outcome = tokio::time::timeout_at(deadline, call) => match outcome {
+            Ok(Ok(result)) => result,
+            Ok(Err(panic)) => Err(ToolError::internal(format!(
+                "tool {} panicked: {}",
+                tool.spec().name,
+                panic_message(panic.as_ref())
+            ))),
+            Err(_elapsed) => Err(ToolError::new(
+                ErrorKind::Timeout,
+                format!("{} did not finish within {} ms", tool.spec().name, timeout.as_millis()),
+            )
+            .with_details(serde_json::json!({
+                "timeout_ms": u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+                "max_timeout_ms": u64::try_from(tool.spec().max_timeout.as_millis()).unwrap_or(u64::MAX),
+            }))
+            .with_suggestion("narrow the request, or ask for a longer timeout up to the tool's maximum")),
+        },
+    };
+    // Whatever the tool spawned should stop too.
+    ctx.cancel.cancel();
+    result
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("non-string panic payload")
+}
+
+#[cfg(test)]
+#[path = "executor_tests.rs"]
+mod tests;

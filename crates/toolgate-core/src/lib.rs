@@ -1,0 +1,50 @@
+//! # toolgate-core
+//!
+//! The tool model and the one path every tool call takes. **No HTTP, no SQL**: this crate
+//! knows no adapter (REST, MCP, agent), no database and no web framework. Adapters depend
+//! on it; it depends on none of them.
+//!
+//! The entry point is [`Executor::call`]: an adapter builds a [`CallContext`] from its
+//! request, scopes the [`Registry`] to the caller with [`Toolset::scope`], and hands both
+//! to the executor, which resolves, validates, authorizes, runs under a deadline and a
+//! cancellation token, truncates, emits [`Event`]s and returns a [`ToolOutput`] or a
+//! [`ToolError`].
+//!
+//! # Layout
+//!
+//! - [`ids`]: newtypes for tenant, principal, call and run ids.
+//! - [`error`]: [`ToolError`], the one error taxonomy every adapter maps.
+//! - [`spec`]: [`ToolSpec`], what a tool declares (schema, risk, effects, timeouts…).
+//! - [`tool`]: the [`Tool`] trait and [`ToolOutput`].
+//! - [`auth`]: [`AuthContext`], who calls.
+//! - [`context`]: [`CallContext`], one call.
+//! - [`registry`]: [`Registry`], every tool by unique name, schemas compiled once.
+//! - [`toolset`]: [`Toolset`] filters and the [`ScopedToolset`] capability.
+//! - [`executor`]: [`Executor`], the one path.
+//! - [`event`]: [`Event`] and the [`EventSink`] seam (tracing now; audit and SSE later).
+//! - [`declarations`]: a toolset rendered as OpenAI, Anthropic, Gemini or MCP tool
+//!   declarations, generated from the specs.
+
+pub mod auth;
+pub mod context;
+pub mod declarations;
+pub mod error;
+pub mod event;
+pub mod executor;
+pub mod ids;
+pub mod registry;
+pub mod spec;
+pub mod tool;
+pub mod toolset;
+
+pub use auth::{AuthContext, Principal, PrincipalKind};
+pub use context::{Adapter, CallContext, ClientInfo, RunStep};
+pub use declarations::DeclarationFormat;
+pub use error::{ErrorKind, ToolError, Violation};
+pub use event::{Event, EventSink, Outcome, TracingSink};
+pub use executor::{Completed, Executor, ExecutorLimits};
+pub use ids::{CallId, PrincipalId, RunId, TenantId};
+pub use registry::{RegisteredTool, Registry, RegistryError};
+pub use spec::{Effects, Risk, ToolSpec};
+pub use tool::{Content, Tool, ToolOutput};
+pub use toolset::{ScopedToolset, Toolset};

@@ -1,0 +1,217 @@
+//! Every tool the gateway knows, by unique name.
+//!
+//! Sources (built-ins, upstream MCP servers) register and unregister tools at any time.
+//! Each tool's input schema is compiled once, at registration, so the per-call path only
+//! runs the compiled validator.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use serde_json::Value;
+
+use crate::spec::is_valid_tool_name;
+use crate::{Tool, ToolError, ToolSpec, Violation};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("tool name {0:?} is invalid: names match ^[A-Za-z0-9_.-]{{1,64}}$")]
+    InvalidName(String),
+    #[error("a tool named {0:?} is already registered")]
+    Duplicate(String),
+    #[error("tool {name:?} has an invalid input schema: {reason}")]
+    InvalidSchema { name: String, reason: String },
+}
+
+/// A tool in the registry, with its compiled input validator.
+pub struct RegisteredTool {
+    pub tool: Arc<dyn Tool>,
+    validator: jsonschema::Validator,
+}
+
+impl RegisteredTool {
+    pub fn spec(&self) -> &ToolSpec {
+        self.tool.spec()
+    }
+
+    /// Checks `args` against the input schema, listing every violation with its JSON
+    /// pointer. Messages never echo the offending value (it may be a secret).
+    pub fn validate(&self, args: &Value) -> Result<(), ToolError> {
+        if self.validator.is_valid(args) {
+            return Ok(());
+        }
+        let violations: Vec<Violation> = self
+            .validator
+            .iter_errors(args)
+            .map(|e| Violation {
+                pointer: e.instance_path().to_string(),
+                message: e.masked().to_string(),
+            })
+            .collect();
+        let summary = match violations.as_slice() {
+            [one] => format!(
+                "arguments do not match the input schema of {}: {} at \"{}\"",
+                self.spec().name,
+                one.message,
+                one.pointer
+            ),
+            many => format!(
+                "arguments do not match the input schema of {}: {} violations",
+                self.spec().name,
+                many.len()
+            ),
+        };
+        Err(ToolError::invalid_arguments(summary)
+            .with_violations(violations)
+            .with_suggestion(
+                "fix the listed fields and call again; the tool's input schema is in its listing",
+            ))
+    }
+}
+
+impl std::fmt::Debug for RegisteredTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegisteredTool")
+            .field("name", &self.spec().name)
+            .finish()
+    }
+}
+
+/// The set of all registered tools. Cheap to share behind an `Arc`; reads take a short
+/// read lock and clone an `Arc`.
+#[derive(Default)]
+pub struct Registry {
+    tools: RwLock<BTreeMap<String, Arc<RegisteredTool>>>,
+}
+
+impl Registry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a tool. Fails on an invalid name, a name already taken, or an input schema
+    /// that does not compile. Compiling is CPU work: call from `spawn_blocking` when
+    /// registering many tools from async code.
+    pub fn register(&self, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
+        let spec = tool.spec();
+        if !is_valid_tool_name(&spec.name) {
+            return Err(RegistryError::InvalidName(spec.name.clone()));
+        }
+        let validator = jsonschema::validator_for(&spec.input_schema).map_err(|e| {
+            RegistryError::InvalidSchema {
+                name: spec.name.clone(),
+                reason: e.to_string(),
+            }
+        })?;
+        let name = spec.name.clone();
+        let mut tools = self
+            .tools
+            .write()
+            .unwrap_or_else(|poison| poison.into_inner());
+        if tools.contains_key(&name) {
+            return Err(RegistryError::Duplicate(name));
+        }
+        tools.insert(name, Arc::new(RegisteredTool { tool, validator }));
+        Ok(())
+    }
+
+    /// Removes a tool; returns whether it was there. Calls already running finish.
+    pub fn unregister(&self, name: &str) -> bool {
+        let mut tools = self
+            .tools
+            .write()
+            .unwrap_or_else(|poison| poison.into_inner());
+        tools.remove(name).is_some()
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<RegisteredTool>> {
+        let tools = self
+            .tools
+            .read()
+            .unwrap_or_else(|poison| poison.into_inner());
+        tools.get(name).cloned()
+    }
+
+    /// Every tool, sorted by name.
+    pub fn list(&self) -> Vec<Arc<RegisteredTool>> {
+        let tools = self
+            .tools
+            .read()
+            .unwrap_or_else(|poison| poison.into_inner());
+        tools.values().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use async_trait::async_trait;
+    use serde_json::json;
+
+    use super::*;
+    use crate::{CallContext, ToolOutput};
+
+    struct Named(ToolSpec);
+
+    #[async_trait]
+    impl Tool for Named {
+        fn spec(&self) -> &ToolSpec {
+            &self.0
+        }
+        async fn call(&self, _: &CallContext, _: Value) -> Result<ToolOutput, ToolError> {
+            Ok(ToolOutput::default())
+        }
+    }
+
+    fn tool(name: &str, schema: Value) -> Arc<dyn Tool> {
+        Arc::new(Named(ToolSpec::new(name, "test tool", schema)))
+    }
+
+    #[test]
+    fn duplicate_names_are_refused() {
+        let reg = Registry::new();
+        reg.register(tool("a", json!({"type": "object"})))
+            .expect("first registration");
+        let err = reg
+            .register(tool("a", json!({"type": "object"})))
+            .expect_err("duplicate");
+        assert!(matches!(err, RegistryError::Duplicate(n) if n == "a"));
+    }
+
+    #[test]
+    fn invalid_names_and_schemas_are_refused() {
+        let reg = Registry::new();
+        assert!(matches!(
+            reg.register(tool("bad name", json!({}))),
+            Err(RegistryError::InvalidName(_))
+        ));
+        assert!(matches!(
+            reg.register(tool("t", json!({"type": "no-such-type"}))),
+            Err(RegistryError::InvalidSchema { .. })
+        ));
+        assert!(reg.list().is_empty());
+    }
+
+    #[test]
+    fn validation_lists_every_violation_with_its_pointer() {
+        let reg = Registry::new();
+        let schema = json!({
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "limit": {"type": "integer", "minimum": 1}},
+            "required": ["path"],
+            "additionalProperties": false
+        });
+        reg.register(tool("t", schema)).expect("register");
+        let t = reg.get("t").expect("registered");
+        let err = t
+            .validate(&json!({"limit": 0, "extra": "s3cret-value"}))
+            .expect_err("invalid");
+        let pointers: Vec<&str> = err.violations.iter().map(|v| v.pointer.as_str()).collect();
+        assert_eq!(err.violations.len(), 3, "{:?}", err.violations);
+        assert!(pointers.contains(&"/limit"), "{pointers:?}");
+        assert!(pointers.contains(&""), "{pointers:?}");
+        let text = serde_json::to_string(&err).expect("serializes");
+        assert!(
+            !text.contains("s3cret-value"),
+            "values must not be echoed: {text}"
+        );
+    }
+}

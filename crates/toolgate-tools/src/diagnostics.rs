@@ -1,0 +1,114 @@
+//! `echo` and `sleep`: tools with no side effects for checking a deployment end to end,
+//! exercising deadlines, and benchmarking the gateway's own overhead.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use toolgate_core::{CallContext, Tool, ToolError, ToolOutput, ToolSpec};
+
+use crate::parse_args;
+
+pub struct Echo {
+    spec: ToolSpec,
+}
+
+impl Echo {
+    pub fn new() -> Self {
+        let spec = ToolSpec::new(
+            "echo",
+            "Return the given message unchanged. Useful to check that calls reach the gateway.",
+            json!({
+                "type": "object",
+                "properties": {"message": {"type": "string", "maxLength": 100000}},
+                "required": ["message"],
+                "additionalProperties": false
+            }),
+        )
+        .with_title("Echo")
+        .with_category("diagnostics")
+        .with_output_schema(json!({
+            "type": "object",
+            "properties": {"message": {"type": "string"}},
+            "required": ["message"]
+        }));
+        Self { spec }
+    }
+}
+
+impl Default for Echo {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[derive(Deserialize)]
+struct EchoArgs {
+    message: String,
+}
+
+#[async_trait]
+impl Tool for Echo {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, _ctx: &CallContext, args: Value) -> Result<ToolOutput, ToolError> {
+        let EchoArgs { message } = parse_args(args)?;
+        let structured = json!({ "message": message });
+        Ok(ToolOutput::text(message).with_structured(structured))
+    }
+}
+
+pub struct Sleep {
+    spec: ToolSpec,
+}
+
+impl Sleep {
+    pub fn new() -> Self {
+        let spec = ToolSpec::new(
+            "sleep",
+            "Wait the given number of seconds, then return. Useful to check deadlines and \
+             cancellation: the default deadline is 30 s, callers may ask for up to 600 s.",
+            json!({
+                "type": "object",
+                "properties": {"seconds": {"type": "number", "minimum": 0, "maximum": 3600}},
+                "required": ["seconds"],
+                "additionalProperties": false
+            }),
+        )
+        .with_title("Sleep")
+        .with_category("diagnostics")
+        .with_timeouts(Duration::from_secs(30), Duration::from_secs(600));
+        Self { spec }
+    }
+}
+
+impl Default for Sleep {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[derive(Deserialize)]
+struct SleepArgs {
+    seconds: f64,
+}
+
+#[async_trait]
+impl Tool for Sleep {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, ctx: &CallContext, args: Value) -> Result<ToolOutput, ToolError> {
+        let SleepArgs { seconds } = parse_args(args)?;
+        let wait = Duration::try_from_secs_f64(seconds)
+            .map_err(|e| ToolError::invalid_arguments(format!("seconds: {e}")))?;
+        tokio::select! {
+            () = tokio::time::sleep(wait) => Ok(ToolOutput::text(format!("slept {seconds} s"))),
+            () = ctx.cancel.cancelled() => Err(ToolError::new(toolgate_core::ErrorKind::Cancelled, "the call was cancelled")),
+        }
+    }
+}

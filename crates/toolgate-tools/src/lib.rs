@@ -1,0 +1,68 @@
+//! # toolgate-tools
+//!
+//! Built-in tools. Each implements [`toolgate_core::Tool`] and is called only by the
+//! executor, which has already validated its arguments against the tool's schema.
+//! Depends on `toolgate-core` only (no HTTP framework, no database).
+//!
+//! # Layout
+//!
+//! - [`workspace`]: the workspace root every file tool is confined to. Files are opened
+//!   through a `cap_std` directory handle, so absolute paths, `..` escapes and symlinks
+//!   that leave the root are refused by the kernel (`openat2(RESOLVE_BENEATH)`), not by
+//!   string checks alone.
+//! - [`list_files`], [`read_file`], [`search_files`]: read-only workspace tools.
+//! - [`diagnostics`]: `echo` and `sleep`, for checking a deployment end to end (and
+//!   for benchmarks); off with `tools.diagnostics = false`.
+//!
+//! The entry point is [`builtin_tools`].
+
+use std::sync::Arc;
+
+use toolgate_core::Tool;
+
+pub mod diagnostics;
+pub mod list_files;
+pub mod read_file;
+pub mod search_files;
+pub mod workspace;
+
+pub use workspace::Workspace;
+
+/// Which built-ins to offer.
+#[derive(Clone, Debug)]
+pub struct BuiltinOptions {
+    /// Register `echo` and `sleep`.
+    pub diagnostics: bool,
+}
+
+/// The built-in tools for one workspace.
+pub fn builtin_tools(workspace: Arc<Workspace>, options: &BuiltinOptions) -> Vec<Arc<dyn Tool>> {
+    let mut tools: Vec<Arc<dyn Tool>> = vec![
+        Arc::new(list_files::ListFiles::new(workspace.clone())),
+        Arc::new(read_file::ReadFile::new(workspace.clone())),
+        Arc::new(search_files::SearchFiles::new(workspace)),
+    ];
+    if options.diagnostics {
+        tools.push(Arc::new(diagnostics::Echo::new()));
+        tools.push(Arc::new(diagnostics::Sleep::new()));
+    }
+    tools
+}
+
+/// Parses validated arguments into a tool's typed argument struct. The schema has already
+/// been checked, so a failure here means the schema and the struct disagree.
+pub(crate) fn parse_args<T: serde::de::DeserializeOwned>(
+    args: serde_json::Value,
+) -> Result<T, toolgate_core::ToolError> {
+    serde_json::from_value(args)
+        .map_err(|e| toolgate_core::ToolError::invalid_arguments(e.to_string()))
+}
+
+/// Runs blocking file work off the async runtime.
+pub(crate) async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, toolgate_core::ToolError> + Send + 'static,
+) -> Result<T, toolgate_core::ToolError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|e| Err(toolgate_core::ToolError::internal(e)))
+}

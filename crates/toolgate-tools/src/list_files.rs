@@ -1,0 +1,167 @@
+//! `list_files`: the entries of one workspace directory.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use toolgate_core::{CallContext, Tool, ToolError, ToolOutput, ToolSpec};
+
+use crate::workspace::{display_path, io_error};
+use crate::{Workspace, blocking, parse_args};
+
+/// Most entries returned; the rest are counted.
+pub const MAX_ENTRIES: usize = 1000;
+
+pub struct ListFiles {
+    spec: ToolSpec,
+    workspace: Arc<Workspace>,
+}
+
+#[derive(Deserialize)]
+struct Args {
+    #[serde(default)]
+    path: String,
+    #[serde(default)]
+    include_hidden: bool,
+}
+
+impl ListFiles {
+    pub fn new(workspace: Arc<Workspace>) -> Self {
+        let spec = ToolSpec::new(
+            "list_files",
+            "List the entries of a directory in the workspace, sorted by name. Directories end \
+             with '/', symbolic links with '@'. Paths are relative to the workspace root.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "Directory relative to the workspace root; the root when omitted", "default": "."},
+                    "include_hidden": {"type": "boolean", "description": "Include names starting with '.'", "default": false}
+                },
+                "additionalProperties": false
+            }),
+        )
+        .with_title("List files")
+        .with_category("workspace")
+        .with_output_schema(json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "entries": {"type": "array", "items": {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string"},
+                        "type": {"enum": ["file", "dir", "symlink", "other"]},
+                        "size": {"type": "integer"}
+                    },
+                    "required": ["name", "type"]
+                }},
+                "omitted": {"type": "integer", "description": "Entries beyond the listing limit"}
+            },
+            "required": ["path", "entries", "omitted"]
+        }));
+        Self { spec, workspace }
+    }
+}
+
+#[async_trait]
+impl Tool for ListFiles {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, _ctx: &CallContext, args: Value) -> Result<ToolOutput, ToolError> {
+        let args: Args = parse_args(args)?;
+        let rel = self.workspace.relative(&args.path)?;
+        let ws = self.workspace.clone();
+        blocking(move || {
+            let entries = ws.dir().read_dir(&rel).map_err(|e| io_error(&rel, e))?;
+            let mut listed = Vec::new();
+            for entry in entries {
+                let entry = entry.map_err(|e| io_error(&rel, e))?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if !args.include_hidden && name.starts_with('.') {
+                    continue;
+                }
+                let file_type = entry.file_type().map_err(|e| io_error(&rel, e))?;
+                let (kind, size) = if file_type.is_symlink() {
+                    ("symlink", None)
+                } else if file_type.is_dir() {
+                    ("dir", None)
+                } else if file_type.is_file() {
+                    ("file", entry.metadata().ok().map(|m| m.len()))
+                } else {
+                    ("other", None)
+                };
+                listed.push((name, kind, size));
+            }
+            listed.sort_by(|a, b| a.0.cmp(&b.0));
+            let omitted = listed.len().saturating_sub(MAX_ENTRIES);
+            listed.truncate(MAX_ENTRIES);
+            let mut text = String::new();
+            for (name, kind, _) in &listed {
+                text.push_str(name);
+                text.push_str(match *kind {
+                    "dir" => "/",
+                    "symlink" => "@",
+                    _ => "",
+                });
+                text.push('\n');
+            }
+            if omitted > 0 {
+                text.push_str(&format!("[{omitted} more entries not shown]\n"));
+            }
+            let entries: Vec<Value> = listed
+                .into_iter()
+                .map(|(name, kind, size)| match size {
+                    Some(size) => json!({"name": name, "type": kind, "size": size}),
+                    None => json!({"name": name, "type": kind}),
+                })
+                .collect();
+            Ok(ToolOutput::text(text).with_structured(json!({
+                "path": display_path(&rel),
+                "entries": entries,
+                "omitted": omitted,
+            })))
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolgate_core::ErrorKind;
+
+    #[tokio::test]
+    async fn lists_sorted_with_kinds_and_hides_dotfiles() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let ws = Arc::new(Workspace::open(tmp.path()).expect("ws"));
+        std::fs::create_dir(tmp.path().join("src")).expect("mkdir");
+        std::fs::write(tmp.path().join("b.txt"), "bb").expect("write");
+        std::fs::write(tmp.path().join(".env"), "x").expect("write");
+        std::os::unix::fs::symlink("b.txt", tmp.path().join("a-link")).expect("symlink");
+        let tool = ListFiles::new(ws);
+        let out = tool
+            .call(&crate::read_file::tests::ctx(), json!({}))
+            .await
+            .expect("list");
+        assert_eq!(
+            out,
+            ToolOutput::text("a-link@\nb.txt\nsrc/\n").with_structured(json!({
+                "path": ".",
+                "entries": [
+                    {"name": "a-link", "type": "symlink"},
+                    {"name": "b.txt", "type": "file", "size": 2},
+                    {"name": "src", "type": "dir"}
+                ],
+                "omitted": 0
+            }))
+        );
+        let err = tool
+            .call(&crate::read_file::tests::ctx(), json!({"path": ".."}))
+            .await
+            .expect_err("escape");
+        assert_eq!(err.kind, ErrorKind::InvalidArguments);
+    }
+}

@@ -1,0 +1,242 @@
+//! `read_file`: a range of lines from a text file in the workspace.
+
+use std::io::{BufRead, BufReader};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use toolgate_core::{CallContext, Tool, ToolError, ToolOutput, ToolSpec};
+
+use crate::workspace::{display_path, io_error};
+use crate::{Workspace, blocking, parse_args};
+
+/// Lines returned when the caller gives no limit.
+pub const DEFAULT_LIMIT: u64 = 2000;
+/// Largest file read, in bytes; beyond it, search_files finds what is needed.
+pub const MAX_FILE_BYTES: u64 = 32 * 1024 * 1024;
+/// Bytes inspected for NUL to tell binary files from text.
+const SNIFF_BYTES: usize = 8192;
+
+pub struct ReadFile {
+    spec: ToolSpec,
+    workspace: Arc<Workspace>,
+}
+
+#[derive(Deserialize)]
+struct Args {
+    path: String,
+    #[serde(default = "one")]
+    offset: u64,
+    #[serde(default = "default_limit")]
+    limit: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+fn default_limit() -> u64 {
+    DEFAULT_LIMIT
+}
+
+impl ReadFile {
+    pub fn new(workspace: Arc<Workspace>) -> Self {
+        let spec = ToolSpec::new(
+            "read_file",
+            "Read a text file from the workspace. Returns lines `offset` .. `offset + limit - 1` \
+             (1-based; by default the first 2000 lines). Paths are relative to the workspace root.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "minLength": 1, "description": "File path relative to the workspace root"},
+                    "offset": {"type": "integer", "minimum": 1, "description": "First line to return (1-based)", "default": 1},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 100000, "description": "Most lines to return", "default": DEFAULT_LIMIT}
+                },
+                "required": ["path"],
+                "additionalProperties": false
+            }),
+        )
+        .with_title("Read file")
+        .with_category("workspace")
+        .with_output_schema(json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "start_line": {"type": "integer"},
+                "end_line": {"type": "integer", "description": "Last line returned; start_line - 1 when none"},
+                "total_lines": {"type": "integer"},
+                "has_more": {"type": "boolean"}
+            },
+            "required": ["path", "start_line", "end_line", "total_lines", "has_more"]
+        }));
+        Self { spec, workspace }
+    }
+}
+
+#[async_trait]
+impl Tool for ReadFile {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, ctx: &CallContext, args: Value) -> Result<ToolOutput, ToolError> {
+        let args: Args = parse_args(args)?;
+        let rel = self.workspace.relative(&args.path)?;
+        let ws = self.workspace.clone();
+        let cancel = ctx.cancel.clone();
+        blocking(move || {
+            let file = ws.dir().open(&rel).map_err(|e| io_error(&rel, e))?;
+            let meta = file.metadata().map_err(|e| io_error(&rel, e))?;
+            if meta.is_dir() {
+                return Err(ToolError::invalid_arguments(format!(
+                    "{:?} is a directory",
+                    display_path(&rel)
+                ))
+                .with_suggestion("use list_files to see a directory"));
+            }
+            if meta.len() > MAX_FILE_BYTES {
+                return Err(ToolError::invalid_arguments(format!(
+                    "{:?} is {} bytes, more than read_file reads ({MAX_FILE_BYTES})",
+                    display_path(&rel),
+                    meta.len()
+                ))
+                .with_suggestion("use search_files to find the lines you need"));
+            }
+            let mut reader = BufReader::new(file);
+            if reader
+                .fill_buf()
+                .map_err(|e| io_error(&rel, e))?
+                .iter()
+                .take(SNIFF_BYTES)
+                .any(|b| *b == 0)
+            {
+                return Err(ToolError::invalid_arguments(format!(
+                    "{:?} is a binary file",
+                    display_path(&rel)
+                )));
+            }
+            let last = args.offset.saturating_add(args.limit) - 1;
+            let mut text = String::new();
+            let mut total = 0u64;
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                let n = reader
+                    .read_until(b'\n', &mut line)
+                    .map_err(|e| io_error(&rel, e))?;
+                if n == 0 {
+                    break;
+                }
+                total += 1;
+                if (args.offset..=last).contains(&total) {
+                    text.push_str(&String::from_utf8_lossy(&line));
+                }
+                if total.is_multiple_of(4096) && cancel.is_cancelled() {
+                    return Err(ToolError::new(
+                        toolgate_core::ErrorKind::Cancelled,
+                        "the call was cancelled",
+                    ));
+                }
+            }
+            let end = last.min(total).max(args.offset - 1);
+            Ok(ToolOutput::text(text).with_structured(json!({
+                "path": display_path(&rel),
+                "start_line": args.offset,
+                "end_line": end,
+                "total_lines": total,
+                "has_more": end < total,
+            })))
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use toolgate_core::{
+        Adapter, AuthContext, Content, ErrorKind, Principal, PrincipalId, PrincipalKind, TenantId,
+    };
+
+    pub(crate) fn ctx() -> CallContext {
+        CallContext::new(
+            Arc::new(AuthContext {
+                tenant: TenantId::new(),
+                principal: Principal {
+                    id: PrincipalId::new(),
+                    kind: PrincipalKind::User,
+                    name: "t".into(),
+                },
+                roles: vec![],
+                scopes: vec![],
+            }),
+            Adapter::Rest,
+        )
+    }
+
+    fn text(out: &ToolOutput) -> &str {
+        match &out.content[0] {
+            Content::Text { text } => text,
+            Content::Image { .. } => panic!("text expected"),
+        }
+    }
+
+    #[tokio::test]
+    async fn reads_a_line_range() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let ws = Arc::new(Workspace::open(tmp.path()).expect("ws"));
+        std::fs::write(tmp.path().join("f.txt"), "one\ntwo\nthree\nfour\n").expect("write");
+        let tool = ReadFile::new(ws);
+        let out = tool
+            .call(&ctx(), json!({"path": "f.txt", "offset": 2, "limit": 2}))
+            .await
+            .expect("read");
+        assert_eq!(text(&out), "two\nthree\n");
+        let s = out.structured.expect("structured");
+        assert_eq!(
+            (
+                s["start_line"].as_u64(),
+                s["end_line"].as_u64(),
+                s["total_lines"].as_u64()
+            ),
+            (Some(2), Some(3), Some(4))
+        );
+        assert_eq!(s["has_more"], true);
+        let out = tool
+            .call(&ctx(), json!({"path": "./f.txt"}))
+            .await
+            .expect("read");
+        assert_eq!(text(&out), "one\ntwo\nthree\nfour\n");
+    }
+
+    #[tokio::test]
+    async fn refuses_escapes_binaries_and_directories() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        std::fs::write(tmp.path().join("secret"), "s").expect("write");
+        let ws = Arc::new(Workspace::open(tmp.path().join("ws")).expect("ws"));
+        std::fs::write(ws.root().join("bin"), b"\x00\x01").expect("write");
+        std::fs::create_dir(ws.root().join("d")).expect("mkdir");
+        std::os::unix::fs::symlink("../secret", ws.root().join("link")).expect("symlink");
+        let tool = ReadFile::new(ws);
+        for path in [
+            "../secret",
+            "/etc/passwd",
+            "link",
+            "bin",
+            "d",
+            "d/../../secret",
+        ] {
+            let err = tool
+                .call(&ctx(), json!({"path": path}))
+                .await
+                .expect_err(path);
+            assert_eq!(err.kind, ErrorKind::InvalidArguments, "{path}: {err}");
+        }
+        let err = tool
+            .call(&ctx(), json!({"path": "missing"}))
+            .await
+            .expect_err("missing");
+        assert_eq!(err.kind, ErrorKind::NotFound);
+    }
+}

@@ -1,0 +1,309 @@
+//! `search_files`: lines matching a regular expression (or a literal) across the
+//! workspace, honouring `.gitignore`, `.ignore` and hidden-file conventions as ripgrep does
+//! (the walk is ripgrep's own `ignore` crate).
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use ignore::WalkBuilder;
+use ignore::overrides::OverrideBuilder;
+use regex::RegexBuilder;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use toolgate_core::{CallContext, ErrorKind, Tool, ToolError, ToolOutput, ToolSpec};
+
+use crate::workspace::{display_path, io_error};
+use crate::{Workspace, blocking, parse_args};
+
+/// Files larger than this are skipped.
+pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+/// Matched lines are cut to this many characters in the output.
+const MAX_LINE_CHARS: usize = 400;
+
+pub struct SearchFiles {
+    spec: ToolSpec,
+    workspace: Arc<Workspace>,
+}
+
+#[derive(Deserialize)]
+struct Args {
+    pattern: String,
+    #[serde(default)]
+    literal: bool,
+    #[serde(default)]
+    path: String,
+    glob: Option<String>,
+    #[serde(default)]
+    case_insensitive: bool,
+    #[serde(default)]
+    include_hidden: bool,
+    #[serde(default = "default_max")]
+    max_results: usize,
+}
+
+fn default_max() -> usize {
+    100
+}
+
+impl SearchFiles {
+    pub fn new(workspace: Arc<Workspace>) -> Self {
+        let spec = ToolSpec::new(
+            "search_files",
+            "Search text files in the workspace for lines matching a regular expression (Rust \
+             regex syntax) or, with literal=true, a plain string. Respects .gitignore and skips \
+             hidden and binary files. Returns `path:line: text` per match.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "pattern": {"type": "string", "minLength": 1, "maxLength": 1000},
+                    "literal": {"type": "boolean", "default": false, "description": "Match the pattern as plain text"},
+                    "path": {"type": "string", "description": "Directory or file to search, relative to the workspace root", "default": "."},
+                    "glob": {"type": "string", "maxLength": 200, "description": "Only files matching this glob, e.g. \"*.rs\""},
+                    "case_insensitive": {"type": "boolean", "default": false},
+                    "include_hidden": {"type": "boolean", "default": false},
+                    "max_results": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}
+                },
+                "required": ["pattern"],
+                "additionalProperties": false
+            }),
+        )
+        .with_title("Search files")
+        .with_category("workspace")
+        .with_output_schema(json!({
+            "type": "object",
+            "properties": {
+                "matches": {"type": "array", "items": {
+                    "type": "object",
+                    "properties": {"path": {"type": "string"}, "line": {"type": "integer"}, "text": {"type": "string"}},
+                    "required": ["path", "line", "text"]
+                }},
+                "files_searched": {"type": "integer"},
+                "truncated": {"type": "boolean", "description": "max_results was reached"}
+            },
+            "required": ["matches", "files_searched", "truncated"]
+        }));
+        Self { spec, workspace }
+    }
+}
+
+#[async_trait]
+impl Tool for SearchFiles {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, ctx: &CallContext, args: Value) -> Result<ToolOutput, ToolError> {
+        let args: Args = parse_args(args)?;
+        let base = self.workspace.relative(&args.path)?;
+        let pattern = if args.literal {
+            regex::escape(&args.pattern)
+        } else {
+            args.pattern.clone()
+        };
+        let regex = RegexBuilder::new(&pattern)
+            .case_insensitive(args.case_insensitive)
+            .size_limit(1 << 20)
+            .build()
+            .map_err(|e| {
+                ToolError::invalid_arguments(format!("invalid pattern: {e}"))
+                    .with_suggestion("escape special characters, or set literal=true")
+            })?;
+        let ws = self.workspace.clone();
+        let cancel = ctx.cancel.clone();
+        blocking(move || {
+            // Checks the base through the capability handle first: it must exist and stay
+            // inside, and must not itself be a symlink (the walk below uses host paths).
+            let meta = ws
+                .dir()
+                .symlink_metadata(&base)
+                .map_err(|e| io_error(&base, e))?;
+            if meta.is_symlink() {
+                return Err(ToolError::invalid_arguments(format!(
+                    "{:?} is a symbolic link; search its target instead",
+                    display_path(&base)
+                )));
+            }
+            ws.dir().metadata(&base).map_err(|e| io_error(&base, e))?;
+            let mut walk = WalkBuilder::new(ws.root().join(&base));
+            walk.hidden(!args.include_hidden)
+                .require_git(false)
+                .follow_links(false)
+                .filter_entry(|e| e.file_name() != ".git");
+            if let Some(glob) = &args.glob {
+                let mut overrides = OverrideBuilder::new(ws.root());
+                overrides
+                    .add(glob)
+                    .map_err(|e| ToolError::invalid_arguments(format!("invalid glob: {e}")))?;
+                walk.overrides(
+                    overrides
+                        .build()
+                        .map_err(|e| ToolError::invalid_arguments(format!("invalid glob: {e}")))?,
+                );
+            }
+            let mut matches = Vec::new();
+            let mut files_searched = 0u64;
+            let mut truncated = false;
+            'files: for entry in walk.build() {
+                if cancel.is_cancelled() {
+                    return Err(ToolError::new(
+                        ErrorKind::Cancelled,
+                        "the call was cancelled",
+                    ));
+                }
+                let Ok(entry) = entry else { continue };
+                if !entry.file_type().is_some_and(|t| t.is_file()) {
+                    continue;
+                }
+                let Ok(rel) = entry.path().strip_prefix(ws.root()) else {
+                    continue;
+                };
+                let Some(lines) = open_text(&ws, rel) else {
+                    continue;
+                };
+                files_searched += 1;
+                for (idx, line) in lines.enumerate() {
+                    let Ok(line) = line else { break };
+                    let text = String::from_utf8_lossy(&line);
+                    if regex.is_match(&text) {
+                        if matches.len() == args.max_results {
+                            truncated = true;
+                            break 'files;
+                        }
+                        let shown: String = text
+                            .trim_end_matches(['\r', '\n'])
+                            .chars()
+                            .take(MAX_LINE_CHARS)
+                            .collect();
+                        matches.push((display_path(rel), idx + 1, shown));
+                    }
+                }
+            }
+            let mut text = String::new();
+            for (path, line, shown) in &matches {
+                text.push_str(&format!("{path}:{line}: {shown}\n"));
+            }
+            if matches.is_empty() {
+                text.push_str("no matches\n");
+            } else if truncated {
+                text.push_str(&format!(
+                    "[stopped at {} matches; narrow the search or raise max_results]\n",
+                    args.max_results
+                ));
+            }
+            let matches: Vec<Value> = matches
+                .into_iter()
+                .map(|(path, line, text)| json!({"path": path, "line": line, "text": text}))
+                .collect();
+            Ok(ToolOutput::text(text).with_structured(json!({
+                "matches": matches,
+                "files_searched": files_searched,
+                "truncated": truncated,
+            })))
+        })
+        .await
+    }
+}
+
+/// The file's lines, when it is a readable text file of acceptable size. Opened through
+/// the capability handle, so a file swapped for an escaping symlink mid-walk is refused.
+fn open_text(ws: &Workspace, rel: &Path) -> Option<std::io::Split<BufReader<cap_std::fs::File>>> {
+    let file = ws.dir().open(rel).ok()?;
+    if file.metadata().ok()?.len() > MAX_FILE_BYTES {
+        return None;
+    }
+    let mut reader = BufReader::new(file);
+    if reader.fill_buf().ok()?.contains(&0) {
+        return None;
+    }
+    Some(reader.split(b'\n'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::read_file::tests::ctx;
+
+    fn workspace() -> (tempfile::TempDir, Arc<Workspace>) {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let ws = Arc::new(Workspace::open(tmp.path().join("ws")).expect("ws"));
+        let root = ws.root().to_path_buf();
+        std::fs::create_dir_all(root.join("src")).expect("mkdir");
+        std::fs::create_dir_all(root.join("target")).expect("mkdir");
+        std::fs::write(root.join(".gitignore"), "target/\n").expect("write");
+        std::fs::write(
+            root.join("src/main.rs"),
+            "fn main() {\n    println!(\"needle\");\n}\n",
+        )
+        .expect("write");
+        std::fs::write(root.join("src/lib.rs"), "// Needle (a+b)\n").expect("write");
+        std::fs::write(root.join("target/gen.rs"), "needle\n").expect("write");
+        std::fs::write(root.join("notes.txt"), "needle in notes\n").expect("write");
+        std::fs::write(tmp.path().join("outside.txt"), "needle outside\n").expect("write");
+        std::os::unix::fs::symlink("../outside.txt", root.join("escape.txt")).expect("symlink");
+        (tmp, ws)
+    }
+
+    fn paths(out: &ToolOutput) -> Vec<String> {
+        let s = out.structured.as_ref().expect("structured");
+        s["matches"]
+            .as_array()
+            .expect("array")
+            .iter()
+            .map(|m| format!("{}:{}", m["path"].as_str().unwrap_or(""), m["line"]))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn finds_matches_respecting_gitignore_and_never_following_links_out() {
+        let (_tmp, ws) = workspace();
+        let tool = SearchFiles::new(ws);
+        let out = tool
+            .call(&ctx(), json!({"pattern": "needle"}))
+            .await
+            .expect("search");
+        let mut found = paths(&out);
+        found.sort();
+        assert_eq!(found, ["notes.txt:1", "src/main.rs:2"]);
+    }
+
+    #[tokio::test]
+    async fn literal_case_insensitive_glob_and_limits() {
+        let (_tmp, ws) = workspace();
+        let tool = SearchFiles::new(ws);
+        let out = tool
+            .call(
+                &ctx(),
+                json!({"pattern": "needle (a+b)", "literal": true, "case_insensitive": true}),
+            )
+            .await
+            .expect("search");
+        assert_eq!(paths(&out), ["src/lib.rs:1"]);
+        let out = tool
+            .call(&ctx(), json!({"pattern": "needle", "glob": "*.txt"}))
+            .await
+            .expect("search");
+        assert_eq!(paths(&out), ["notes.txt:1"]);
+        let out = tool
+            .call(&ctx(), json!({"pattern": "e", "max_results": 1}))
+            .await
+            .expect("search");
+        assert_eq!(out.structured.expect("structured")["truncated"], true);
+    }
+
+    #[tokio::test]
+    async fn bad_patterns_and_escaping_bases_are_invalid_arguments() {
+        let (_tmp, ws) = workspace();
+        let tool = SearchFiles::new(ws);
+        for args in [
+            json!({"pattern": "("}),
+            json!({"pattern": "x", "path": ".."}),
+            json!({"pattern": "x", "path": "escape.txt"}),
+            json!({"pattern": "x", "path": "/etc"}),
+        ] {
+            let err = tool.call(&ctx(), args.clone()).await.expect_err("refused");
+            assert_eq!(err.kind, ErrorKind::InvalidArguments, "{args}: {err}");
+        }
+    }
+}
