@@ -1,0 +1,356 @@
+//! Configuration: defaults → TOML file → `TOOLGATE_*` environment → command-line flags.
+//!
+//! Nested keys come from the environment with `__` between levels:
+//! `TOOLGATE_HTTP__MAX_BODY_BYTES=2097152` sets `http.max_body_bytes`. Values are read as
+//! TOML scalars (`true`, `42`, `["a", "b"]`) and fall back to plain strings. The
+//! environment arrives through a parameter, never read here, so tests pass their own.
+//! Every problem found is reported at once, each named by its key.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// The whole configuration. Unknown keys are errors, so typos do not pass silently.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address the HTTP listener binds.
+    pub listen: SocketAddr,
+    /// Where toolgate keeps its files (the workspace root by default).
+    pub data_dir: PathBuf,
+    pub http: HttpConfig,
+    pub tools: ToolsConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Largest request body accepted, in bytes; larger bodies get 413.
+    pub max_body_bytes: usize,
+    /// Origins allowed to call the API from a browser (`["*"]` for any); empty disables CORS.
+    pub cors_allowed_origins: Vec<String>,
+    /// On shutdown, how long in-flight requests may take to finish, in seconds.
+    pub shutdown_grace_secs: u64,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ToolsConfig {
+    /// Root every file tool is confined to; `<data_dir>/workspace` when unset.
+    pub workspace_root: Option<PathBuf>,
+    /// Offer the `echo` and `sleep` diagnostic tools.
+    pub diagnostics: bool,
+    /// Gateway-wide cap on a call's text output, in characters.
+    pub max_output_chars: usize,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// `tracing` filter directives, e.g. `info,toolgate=debug`. `RUST_LOG` overrides it.
+    pub filter: String,
+    pub format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            data_dir: PathBuf::from("toolgate-data"),
+            http: HttpConfig::default(),
+            tools: ToolsConfig::default(),
+            log: LogConfig::default(),
+        }
+    }
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 1024 * 1024,
+            cors_allowed_origins: Vec::new(),
+            shutdown_grace_secs: 10,
+        }
+    }
+}
+
+impl Default for ToolsConfig {
+    fn default() -> Self {
+        Self {
+            workspace_root: None,
+            diagnostics: true,
+            max_output_chars: toolgate_core::spec::DEFAULT_MAX_OUTPUT_CHARS,
+        }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            filter: "info".to_owned(),
+            format: LogFormat::Text,
+        }
+    }
+}
+
+/// Values given on the command line (each also readable from its own variable by clap).
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    pub config_file: Option<PathBuf>,
+    pub listen: Option<String>,
+    pub data_dir: Option<PathBuf>,
+}
+
+/// Every problem found in the configuration, each named by its key.
+#[derive(Debug)]
+pub struct ConfigError(pub Vec<(String, String)>);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "invalid configuration:")?;
+        for (key, problem) in &self.0 {
+            writeln!(f, "  {key}: {problem}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Variables that name command-line flags; clap reads them, the overlay skips them.
+const FLAG_VARIABLES: [&str; 3] = ["TOOLGATE_CONFIG", "TOOLGATE_LISTEN", "TOOLGATE_DATA_DIR"];
+
+impl Config {
+    /// Builds the configuration from a file (if named), the `TOOLGATE_*` entries of `env`,
+    /// and the flags in `overrides`.
+    pub fn load(
+        overrides: &Overrides,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let mut errors = Vec::new();
+        let mut table = toml::Table::new();
+        if let Some(path) = &overrides.config_file {
+            match std::fs::read_to_string(path) {
+                Ok(text) => match text.parse::<toml::Table>() {
+                    Ok(file) => table = file,
+                    Err(e) => errors.push((path.display().to_string(), e.message().to_owned())),
+                },
+                Err(e) => errors.push((path.display().to_string(), format!("cannot read: {e}"))),
+            }
+        }
+        let env: BTreeMap<String, String> = env.into_iter().collect();
+        for (name, value) in &env {
+            let Some(key) = name.strip_prefix("TOOLGATE_") else {
+                continue;
+            };
+            if FLAG_VARIABLES.contains(&name.as_str()) || key.is_empty() {
+                continue;
+            }
+            let path: Vec<String> = key.split("__").map(str::to_lowercase).collect();
+            if let Err(problem) = set_path(&mut table, &path, parse_scalar(value)) {
+                errors.push((name.clone(), problem));
+            }
+        }
+        if let Some(listen) = &overrides.listen {
+            table.insert("listen".into(), toml::Value::String(listen.clone()));
+        }
+        if let Some(dir) = &overrides.data_dir {
+            table.insert(
+                "data_dir".into(),
+                toml::Value::String(dir.display().to_string()),
+            );
+        }
+        let config = match serde_path_to_error::deserialize::<_, Config>(toml::Value::Table(table))
+        {
+            Ok(config) => Some(config),
+            Err(e) => {
+                let key = e.path().to_string();
+                errors.push((
+                    if key == "." { "(root)".into() } else { key },
+                    e.into_inner().to_string(),
+                ));
+                None
+            }
+        };
+        if let Some(config) = &config {
+            config.validate(&mut errors);
+        }
+        match config {
+            Some(config) if errors.is_empty() => Ok(config),
+            _ => Err(ConfigError(errors)),
+        }
+    }
+
+    fn validate(&self, errors: &mut Vec<(String, String)>) {
+        if !self.listen.ip().is_loopback() {
+            errors.push((
+                "listen".into(),
+                format!(
+                    "{} is not a loopback address; this version has no authentication yet, \
+                     so it only listens on loopback (127.0.0.1 or ::1)",
+                    self.listen
+                ),
+            ));
+        }
+        if self.http.max_body_bytes == 0 {
+            errors.push(("http.max_body_bytes".into(), "must be at least 1".into()));
+        }
+        for origin in &self.http.cors_allowed_origins {
+            if origin != "*" && axum::http::HeaderValue::from_str(origin).is_err() {
+                errors.push((
+                    "http.cors_allowed_origins".into(),
+                    format!("{origin:?} is not a valid origin"),
+                ));
+            }
+        }
+        if self.tools.max_output_chars == 0 {
+            errors.push(("tools.max_output_chars".into(), "must be at least 1".into()));
+        }
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log.filter) {
+            errors.push(("log.filter".into(), e.to_string()));
+        }
+    }
+
+    /// The workspace root: `tools.workspace_root`, or `<data_dir>/workspace`.
+    pub fn workspace_root(&self) -> PathBuf {
+        self.tools
+            .workspace_root
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("workspace"))
+    }
+}
+
+/// A TOML scalar when `raw` parses as one (`true`, `42`, `[1, 2]`), else the string.
+fn parse_scalar(raw: &str) -> toml::Value {
+    format!("v = {raw}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.to_owned()))
+}
+
+fn set_path(table: &mut toml::Table, path: &[String], value: toml::Value) -> Result<(), String> {
+    match path {
+        [] => Err("empty key".into()),
+        [last] => {
+            table.insert(last.clone(), value);
+            Ok(())
+        }
+        [first, rest @ ..] => {
+            let entry = table
+                .entry(first.clone())
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            match entry {
+                toml::Value::Table(inner) => set_path(inner, rest, value),
+                _ => Err(format!("{first} is not a section")),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_run_out_of_the_box_on_loopback_8080() {
+        let config =
+            Config::load(&Overrides::default(), env(&[("PATH", "/bin")])).expect("defaults");
+        assert_eq!(config.listen, SocketAddr::from(([127, 0, 0, 1], 8080)));
+        assert_eq!(
+            config.workspace_root(),
+            PathBuf::from("toolgate-data/workspace")
+        );
+        assert_eq!(config.http.max_body_bytes, 1024 * 1024);
+    }
+
+    #[test]
+    fn file_then_environment_then_flags() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("toolgate.toml");
+        std::fs::write(&file, "listen = \"127.0.0.1:9000\"\n[http]\nmax_body_bytes = 10\n[tools]\ndiagnostics = false\n").expect("write");
+        let overrides = Overrides {
+            config_file: Some(file),
+            listen: Some("127.0.0.1:9100".into()),
+            data_dir: None,
+        };
+        let config = Config::load(
+            &overrides,
+            env(&[
+                ("TOOLGATE_HTTP__MAX_BODY_BYTES", "20"),
+                (
+                    "TOOLGATE_HTTP__CORS_ALLOWED_ORIGINS",
+                    "[\"https://app.example\"]",
+                ),
+            ]),
+        )
+        .expect("valid");
+        assert_eq!(config.listen.port(), 9100, "flag wins");
+        assert_eq!(config.http.max_body_bytes, 20, "environment beats file");
+        assert_eq!(config.http.cors_allowed_origins, ["https://app.example"]);
+        assert!(!config.tools.diagnostics, "file beats default");
+    }
+
+    #[test]
+    fn bad_values_are_all_reported_by_key() {
+        let err = Config::load(
+            &Overrides::default(),
+            env(&[("TOOLGATE_HTTP__MAX_BODY_BYTES", "lots")]),
+        )
+        .expect_err("bad value");
+        assert_eq!(err.0[0].0, "http.max_body_bytes", "{err}");
+
+        let err = Config::load(
+            &Overrides::default(),
+            env(&[("TOOLGATE_HTTP__NO_SUCH_KEY", "1")]),
+        )
+        .expect_err("unknown key");
+        assert!(err.to_string().contains("no_such_key"), "{err}");
+
+        let err = Config::load(
+            &Overrides {
+                listen: Some("0.0.0.0:8080".into()),
+                ..Overrides::default()
+            },
+            env(&[
+                ("TOOLGATE_TOOLS__MAX_OUTPUT_CHARS", "0"),
+                ("TOOLGATE_LOG__FILTER", "[[["),
+            ]),
+        )
+        .expect_err("semantic errors");
+        let keys: Vec<&str> = err.0.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            ["listen", "tools.max_output_chars", "log.filter"],
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_missing_config_file_is_named() {
+        let overrides = Overrides {
+            config_file: Some("/no/such/toolgate.toml".into()),
+            ..Overrides::default()
+        };
+        let err = Config::load(&overrides, env(&[])).expect_err("missing file");
+        assert!(err.to_string().contains("/no/such/toolgate.toml"), "{err}");
+    }
+}

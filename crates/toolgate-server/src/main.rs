@@ -1,0 +1,101 @@
+//! The `toolgate` binary: parse flags, load configuration, install telemetry, serve.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use toolgate_server::config::{Config, Overrides};
+
+/// toolgate: one gateway for every tool call, from REST, MCP clients and agents.
+#[derive(Parser)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway.
+    ///
+    /// Configuration comes from defaults, then the TOML file given with --config, then
+    /// TOOLGATE_* environment variables (nested keys joined with "__", e.g.
+    /// TOOLGATE_HTTP__MAX_BODY_BYTES=2097152), then these flags.
+    Serve {
+        /// Address to listen on [default: 127.0.0.1:8080]
+        #[arg(long, env = "TOOLGATE_LISTEN", value_name = "ADDR")]
+        listen: Option<String>,
+        /// Directory for toolgate's data; the workspace defaults to DIR/workspace
+        /// [default: ./toolgate-data]
+        #[arg(long, env = "TOOLGATE_DATA_DIR", value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+        /// TOML configuration file
+        #[arg(long, env = "TOOLGATE_CONFIG", value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
+    /// Print the OpenAPI document of the REST API (what /openapi.json serves).
+    Openapi,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("toolgate: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Serve {
+            listen,
+            data_dir,
+            config,
+        } => {
+            let overrides = Overrides {
+                config_file: config,
+                listen,
+                data_dir,
+            };
+            let config = Config::load(&overrides, std::env::vars())?;
+            toolgate_server::telemetry::init(&config.log, std::env::var("RUST_LOG").ok())?;
+            let listener = tokio::net::TcpListener::bind(config.listen)
+                .await
+                .with_context(|| format!("binding {}", config.listen))?;
+            toolgate_server::serve(config, listener, shutdown_signal()).await
+        }
+        Command::Openapi => {
+            print!("{}", toolgate_server::openapi_json());
+            Ok(())
+        }
+    }
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(err) = tokio::signal::ctrl_c().await {
+            tracing::warn!(error = %err, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut sigterm) => {
+                sigterm.recv().await;
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
+}

@@ -1,0 +1,278 @@
+//! REST errors as RFC 9457 `application/problem+json`.
+//!
+//! [`ApiError`] is the one error type handlers return. Its mapping to a status is one
+//! exhaustive `match` over [`ErrorKind`]: a new kind does not compile until someone
+//! decides how REST shows it. Internal causes never reach the body; they ride in the
+//! response extensions to the observe middleware, which logs them inside the request span.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::Value;
+use toolgate_core::{ErrorKind, ToolError};
+use utoipa::ToSchema;
+
+use crate::request_id;
+
+/// Media type of every error body.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// An RFC 9457 problem details body.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({
+    "type": "urn:toolgate:error:invalid_arguments",
+    "title": "Invalid arguments",
+    "status": 400,
+    "detail": "arguments do not match the input schema of read_file: 2 violations",
+    "request_id": "01936f0e-8f1c-7a53-9d3e-5c0e0b7e4a21",
+    "recoverable": true,
+    "suggestion": "fix the listed fields and call again; the tool's input schema is in its listing",
+    "errors": [
+        {"pointer": "", "message": "\"path\" is a required property"},
+        {"pointer": "/limit", "message": "value is less than the minimum of 1"}
+    ]
+}))]
+pub struct Problem {
+    /// Stable URI naming the error category: `urn:toolgate:error:<category>`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Short, fixed summary of the category.
+    pub title: &'static str,
+    /// The HTTP status, repeated.
+    pub status: u16,
+    /// What went wrong with this request.
+    pub detail: String,
+    /// The request id (also in the `x-request-id` response header).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// Whether trying again (changed, or later) can succeed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recoverable: Option<bool>,
+    /// What to do about it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suggestion: Option<String>,
+    /// Each schema violation, with the JSON pointer into the arguments.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<ProblemViolation>,
+    /// Further facts (limits, timeouts).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub details: Option<Value>,
+}
+
+/// One violation of a tool's input schema.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProblemViolation {
+    /// JSON pointer into `arguments` (`""` is the arguments object itself).
+    pub pointer: String,
+    pub message: String,
+}
+
+/// Everything a REST handler can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// A tool call (or tool lookup) failed.
+    #[error(transparent)]
+    Tool(#[from] ToolError),
+    /// The request itself is malformed (bad JSON, bad query or path parameter).
+    #[error("malformed request: {0}")]
+    Malformed(String),
+    /// The body is not `application/json`.
+    #[error("unsupported media type")]
+    UnsupportedMediaType,
+    /// The body exceeds the configured limit.
+    #[error("payload too large")]
+    PayloadTooLarge,
+    /// No route matches the path.
+    #[error("no such route")]
+    NoRoute,
+    /// The route exists but not for this method.
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    /// A failure inside the gateway; logged, never shown.
+    #[error("internal error: {0:#}")]
+    Internal(anyhow::Error),
+}
+
+/// What the observe middleware logs for a 5xx: the internal cause.
+#[derive(Clone, Debug)]
+pub struct InternalCause(pub Arc<str>);
+
+impl ApiError {
+    fn parts(&self) -> (StatusCode, &'static str, &'static str) {
+        match self {
+            ApiError::Tool(err) => {
+                let (status, title) = tool_status(err.kind);
+                (status, err.kind.as_str(), title)
+            }
+            ApiError::Malformed(_) => (
+                StatusCode::BAD_REQUEST,
+                "malformed_request",
+                "Malformed request",
+            ),
+            ApiError::UnsupportedMediaType => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "Unsupported media type",
+            ),
+            ApiError::PayloadTooLarge => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                "Payload too large",
+            ),
+            ApiError::NoRoute => (StatusCode::NOT_FOUND, "no_route", "No such route"),
+            ApiError::MethodNotAllowed => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "Method not allowed",
+            ),
+            ApiError::Internal(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "Internal error",
+            ),
+        }
+    }
+}
+
+/// The REST status and title for each error category. Exhaustive on purpose.
+fn tool_status(kind: ErrorKind) -> (StatusCode, &'static str) {
+    match kind {
+        ErrorKind::InvalidArguments => (StatusCode::BAD_REQUEST, "Invalid arguments"),
+        ErrorKind::Unauthenticated => (StatusCode::UNAUTHORIZED, "Unauthenticated"),
+        ErrorKind::Forbidden => (StatusCode::FORBIDDEN, "Forbidden"),
+        ErrorKind::Denied => (StatusCode::FORBIDDEN, "Denied by policy"),
+        ErrorKind::NotFound => (StatusCode::NOT_FOUND, "Not found"),
+        ErrorKind::ApprovalRequired => (StatusCode::CONFLICT, "Approval required"),
+        ErrorKind::RateLimited => (StatusCode::TOO_MANY_REQUESTS, "Rate limited"),
+        ErrorKind::Upstream => (StatusCode::BAD_GATEWAY, "Upstream failed"),
+        ErrorKind::Timeout => (StatusCode::GATEWAY_TIMEOUT, "Timed out"),
+        // The caller went away or the gateway is shutting down: nobody is left to blame
+        // but the service's own availability.
+        ErrorKind::Cancelled => (StatusCode::SERVICE_UNAVAILABLE, "Cancelled"),
+        ErrorKind::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "Internal error"),
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, category, title) = self.parts();
+        let mut problem = Problem {
+            kind: format!("urn:toolgate:error:{category}"),
+            title,
+            status: status.as_u16(),
+            detail: String::new(),
+            request_id: request_id::current(),
+            recoverable: None,
+            suggestion: None,
+            errors: Vec::new(),
+            details: None,
+        };
+        let mut cause = None;
+        match self {
+            ApiError::Tool(err) => {
+                problem.detail = err.message;
+                problem.recoverable = Some(err.recoverable);
+                problem.suggestion = err.suggestion;
+                problem.errors = err
+                    .violations
+                    .into_iter()
+                    .map(|v| ProblemViolation {
+                        pointer: v.pointer,
+                        message: v.message,
+                    })
+                    .collect();
+                problem.details = err.details;
+                cause = err.cause;
+            }
+            ApiError::Malformed(detail) => problem.detail = detail,
+            ApiError::UnsupportedMediaType => {
+                problem.detail =
+                    "the body must be JSON, sent with Content-Type: application/json".into();
+            }
+            ApiError::PayloadTooLarge => {
+                problem.detail = "the request body is larger than this gateway accepts".into();
+            }
+            ApiError::NoRoute => problem.detail = "no route matches this path; see /docs".into(),
+            ApiError::MethodNotAllowed => {
+                problem.detail = "this route does not accept this method".into()
+            }
+            ApiError::Internal(err) => {
+                problem.detail = "internal error; quote the request id when reporting it".into();
+                cause = Some(format!("{err:#}"));
+            }
+        }
+        let mut response = (status, Json(problem)).into_response();
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if let Some(cause) = cause {
+            response
+                .extensions_mut()
+                .insert(InternalCause(cause.into()));
+        }
+        response
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        match rejection {
+            JsonRejection::MissingJsonContentType(_) => ApiError::UnsupportedMediaType,
+            JsonRejection::JsonDataError(e) => ApiError::Malformed(e.body_text()),
+            JsonRejection::JsonSyntaxError(e) => ApiError::Malformed(e.body_text()),
+            JsonRejection::BytesRejection(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                ApiError::PayloadTooLarge
+            }
+            other => ApiError::Malformed(other.body_text()),
+        }
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> Self {
+        ApiError::Malformed(rejection.body_text())
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(rejection: PathRejection) -> Self {
+        ApiError::Malformed(rejection.body_text())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_category_has_a_client_or_server_status() {
+        for kind in ErrorKind::ALL {
+            let (status, _) = tool_status(kind);
+            let expected_server_side = matches!(
+                kind,
+                ErrorKind::Upstream
+                    | ErrorKind::Timeout
+                    | ErrorKind::Internal
+                    | ErrorKind::Cancelled
+            );
+            assert_eq!(status.is_server_error(), expected_server_side, "{kind}");
+        }
+    }
+
+    #[test]
+    fn internal_causes_are_kept_out_of_the_body() {
+        let response =
+            ApiError::Tool(ToolError::internal("db password=hunter2 rejected")).into_response();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let cause = response
+            .extensions()
+            .get::<InternalCause>()
+            .expect("cause for the logs");
+        assert!(cause.0.contains("hunter2"));
+    }
+}

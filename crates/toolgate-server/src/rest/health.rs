@@ -1,0 +1,75 @@
+//! Liveness and readiness.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::extract::AppJson;
+use crate::state::AppState;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    /// `ok`, `ready` or `not_ready`.
+    #[schema(example = "ok")]
+    pub status: &'static str,
+    /// Each dependency checked, with `ok` or what is wrong.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<Check>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Check {
+    pub name: &'static str,
+    pub status: String,
+}
+
+/// The process is alive.
+#[utoipa::path(get, path = "/healthz", tag = "health", responses((status = 200, description = "Alive", body = Health)))]
+async fn healthz() -> AppJson<Health> {
+    AppJson(Health {
+        status: "ok",
+        checks: Vec::new(),
+    })
+}
+
+/// The gateway can serve calls: its dependencies answer.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "health",
+    responses(
+        (status = 200, description = "Ready", body = Health),
+        (status = 503, description = "A dependency is not ready", body = Health),
+    )
+)]
+async fn readyz(State(app): State<AppState>) -> (StatusCode, AppJson<Health>) {
+    // The path, not the open handle: a handle on a deleted directory still answers.
+    let workspace = match std::fs::metadata(app.workspace.root()) {
+        Ok(meta) if meta.is_dir() => "ok".to_owned(),
+        Ok(_) => "workspace root is not a directory".to_owned(),
+        Err(e) => format!("workspace root unavailable: {}", e.kind()),
+    };
+    let ready = workspace == "ok";
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let body = Health {
+        status: if ready { "ready" } else { "not_ready" },
+        checks: vec![Check {
+            name: "workspace",
+            status: workspace,
+        }],
+    };
+    (status, AppJson(body))
+}

@@ -1,0 +1,34 @@
+//! The REST adapter: one module per resource, each exporting `router()`, merged here
+//! together with the OpenAPI document they describe.
+
+pub mod error;
+pub mod extract;
+pub mod health;
+pub mod tools;
+
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+
+use crate::state::AppState;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "toolgate",
+        description = "A multi-tenant tool gateway: tools defined once, called from REST, MCP and agents through one executor, governed and recorded.\n\nErrors are RFC 9457 `application/problem+json` bodies whose `type` is `urn:toolgate:error:<category>`; every response carries `x-request-id`.",
+        license(name = "Apache-2.0", identifier = "Apache-2.0"),
+    ),
+    tags(
+        (name = "tools", description = "List, describe and invoke tools"),
+        (name = "health", description = "Liveness and readiness"),
+    ),
+    components(schemas(error::Problem, error::ProblemViolation, tools::Format))
+)]
+struct ApiDoc;
+
+/// Every documented route, with the OpenAPI document they make up.
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .merge(tools::router())
+        .merge(health::router())
+}

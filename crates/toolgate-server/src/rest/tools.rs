@@ -1,0 +1,359 @@
+//! `/v1/tools`: list, describe and invoke tools. Each handler turns its input into one
+//! typed call, hands it to the executor or the caller's toolset, and maps the result.
+
+use std::num::NonZeroU64;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::http::header::USER_AGENT;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use toolgate_core::declarations::{self, DeclarationFormat};
+use toolgate_core::{
+    Adapter, CallContext, ClientInfo, Completed, Content, Risk, ToolError, ToolSpec,
+};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::error::{ApiError, Problem};
+use super::extract::{AppJson, AppPath, AppQuery};
+use crate::auth::Caller;
+use crate::request_id::RequestId;
+use crate::state::AppState;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_tools))
+        .routes(routes!(get_tool))
+        .routes(routes!(invoke_tool))
+}
+
+/// Default and largest page size of `GET /v1/tools`.
+const DEFAULT_PAGE: usize = 100;
+const MAX_PAGE: usize = 500;
+
+/// A tool as listed to callers.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({
+    "name": "read_file",
+    "title": "Read file",
+    "description": "Read a text file from the workspace.",
+    "category": "workspace",
+    "risk": "low",
+    "effects": {"writes": false, "destructive": false, "idempotent": true, "open_world": false},
+    "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    "default_timeout_ms": 30000,
+    "max_timeout_ms": 120000
+}))]
+pub struct ToolInfo {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    pub description: String,
+    pub category: String,
+    pub risk: RiskLevel,
+    pub effects: EffectsInfo,
+    /// JSON Schema of the `arguments` object.
+    #[schema(value_type = Object)]
+    pub input_schema: Value,
+    /// JSON Schema of the `structured` result, when the tool returns one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub output_schema: Option<Value>,
+    /// Deadline when the caller asks for none.
+    pub default_timeout_ms: u64,
+    /// Longest deadline a caller may ask for; longer requests are clamped.
+    pub max_timeout_ms: u64,
+    /// Scope needed beyond `tools:invoke`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub required_scope: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RiskLevel {
+    Low,
+    Medium,
+    High,
+}
+
+/// What a call does to the world.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EffectsInfo {
+    pub writes: bool,
+    pub destructive: bool,
+    pub idempotent: bool,
+    pub open_world: bool,
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl From<&ToolSpec> for ToolInfo {
+    fn from(spec: &ToolSpec) -> Self {
+        Self {
+            name: spec.name.clone(),
+            title: spec.title.clone(),
+            description: spec.description.clone(),
+            category: spec.category.clone(),
+            risk: match spec.risk {
+                Risk::Low => RiskLevel::Low,
+                Risk::Medium => RiskLevel::Medium,
+                Risk::High => RiskLevel::High,
+            },
+            effects: EffectsInfo {
+                writes: spec.effects.writes,
+                destructive: spec.effects.destructive,
+                idempotent: spec.effects.idempotent,
+                open_world: spec.effects.open_world,
+            },
+            input_schema: spec.input_schema.clone(),
+            output_schema: spec.output_schema.clone(),
+            default_timeout_ms: millis(spec.default_timeout),
+            max_timeout_ms: millis(spec.max_timeout),
+            required_scope: spec.required_scope.clone(),
+        }
+    }
+}
+
+/// One page of the caller's tools.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ToolList {
+    pub tools: Vec<ToolInfo>,
+    /// Pass as `cursor` to get the next page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// A provider's tool-declaration format.
+#[derive(Clone, Copy, Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// `[{"type":"function","function":{name, description, parameters}}]` (also Ollama, OpenRouter, vLLM)
+    Openai,
+    /// `[{name, description, input_schema}]`
+    Anthropic,
+    /// `[{"functionDeclarations":[{name, description, parameters}]}]`
+    Gemini,
+    /// `[{name, title, description, inputSchema, outputSchema, annotations}]`
+    Mcp,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// Opaque cursor from a previous page's `next_cursor`.
+    cursor: Option<String>,
+    /// Page size, 1–500 (default 100). Ignored with `format`.
+    #[param(minimum = 1, maximum = 500)]
+    limit: Option<usize>,
+    /// Only tools of this category (e.g. `workspace`, `diagnostics`).
+    category: Option<String>,
+    /// Return the whole toolset as this provider's tool declarations instead of a page.
+    format: Option<Format>,
+}
+
+/// List the tools the caller may call.
+///
+/// Sorted by name and cursor-paginated. With `format`, returns the whole (category-
+/// filtered) toolset as that provider's tool declarations, ready to paste into a request.
+#[utoipa::path(
+    get,
+    path = "/v1/tools",
+    tag = "tools",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page of tools, or with `format` the provider's declarations (a JSON array)", body = ToolList),
+        (status = 400, description = "Bad query parameter", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn list_tools(
+    State(app): State<AppState>,
+    caller: Caller,
+    AppQuery(query): AppQuery<ListQuery>,
+) -> Result<Response, ApiError> {
+    let mut tools = caller.tools(&app.registry).list();
+    if let Some(category) = &query.category {
+        tools.retain(|t| &t.spec().category == category);
+    }
+    if let Some(format) = query.format {
+        let format = match format {
+            Format::Openai => DeclarationFormat::Openai,
+            Format::Anthropic => DeclarationFormat::Anthropic,
+            Format::Gemini => DeclarationFormat::Gemini,
+            Format::Mcp => DeclarationFormat::Mcp,
+        };
+        let rendered = declarations::render(format, tools.iter().map(|t| t.spec()));
+        return Ok(AppJson(rendered).into_response());
+    }
+    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::Malformed(format!(
+            "limit must be between 1 and {MAX_PAGE}"
+        )));
+    }
+    if let Some(cursor) = &query.cursor {
+        tools.retain(|t| t.spec().name.as_str() > cursor.as_str());
+    }
+    let next_cursor = (tools.len() > limit).then(|| tools[limit - 1].spec().name.clone());
+    tools.truncate(limit);
+    let page = ToolList {
+        tools: tools.iter().map(|t| ToolInfo::from(t.spec())).collect(),
+        next_cursor,
+    };
+    Ok(AppJson(page).into_response())
+}
+
+/// Describe one tool.
+#[utoipa::path(
+    get,
+    path = "/v1/tools/{name}",
+    tag = "tools",
+    params(("name" = String, Path, description = "Tool name", example = "read_file")),
+    responses(
+        (status = 200, description = "The tool", body = ToolInfo),
+        (status = 404, description = "No such tool in the caller's toolset", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn get_tool(
+    State(app): State<AppState>,
+    caller: Caller,
+    AppPath(name): AppPath<String>,
+) -> Result<AppJson<ToolInfo>, ApiError> {
+    let tool = caller.tools(&app.registry).get(&name).ok_or_else(|| {
+        ToolError::not_found(format!("no tool named {name:?} is available to you"))
+    })?;
+    Ok(AppJson(ToolInfo::from(tool.spec())))
+}
+
+/// A tool call.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"arguments": {"path": "README.md", "limit": 20}, "timeout_ms": 5000}))]
+pub struct InvokeRequest {
+    /// The tool's arguments, checked against its `input_schema`.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub arguments: serde_json::Map<String, Value>,
+    /// Deadline for this call in milliseconds; at most the tool's `max_timeout_ms`
+    /// (longer requests are clamped), the tool's default when absent.
+    #[schema(value_type = Option<u64>, minimum = 1)]
+    pub timeout_ms: Option<NonZeroU64>,
+}
+
+/// One piece of output.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentItem {
+    Text {
+        text: String,
+    },
+    Image {
+        /// Base64-encoded bytes.
+        data: String,
+        mime_type: String,
+    },
+}
+
+/// A successful call.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({
+    "call_id": "01936f0e-9b7a-7c11-8d2f-0a4b5c6d7e8f",
+    "content": [{"type": "text", "text": "# toolgate\n"}],
+    "structured": {"path": "README.md", "start_line": 1, "end_line": 1, "total_lines": 120, "has_more": true},
+    "duration_ms": 0.412,
+    "truncated": false
+}))]
+pub struct InvokeResponse {
+    /// Identifies this call in events and logs.
+    pub call_id: String,
+    /// Output for people and models.
+    pub content: Vec<ContentItem>,
+    /// Structured result matching the tool's `output_schema`, when it has one.
+    #[schema(value_type = Option<Object>)]
+    pub structured: Option<Value>,
+    /// Time spent in the gateway and the tool, in milliseconds.
+    pub duration_ms: f64,
+    /// Whether text output was cut to the tool's limit (a marker ends the text).
+    pub truncated: bool,
+}
+
+impl From<Completed> for InvokeResponse {
+    fn from(done: Completed) -> Self {
+        Self {
+            call_id: done.call_id.to_string(),
+            content: done
+                .output
+                .content
+                .into_iter()
+                .map(|c| match c {
+                    Content::Text { text } => ContentItem::Text { text },
+                    Content::Image { data, mime_type } => ContentItem::Image { data, mime_type },
+                })
+                .collect(),
+            structured: done.output.structured,
+            duration_ms: (done.duration.as_secs_f64() * 1_000_000.0).round() / 1000.0,
+            truncated: done.truncated,
+        }
+    }
+}
+
+/// Call a tool.
+///
+/// The call goes through the executor like every call from every front door: schema
+/// validation (every violation listed with its JSON pointer), authorization, the
+/// deadline, output truncation and events. Errors are `application/problem+json` with a
+/// stable `type` per category.
+#[utoipa::path(
+    post,
+    path = "/v1/tools/{name}/invoke",
+    tag = "tools",
+    params(("name" = String, Path, description = "Tool name", example = "read_file")),
+    request_body(content = InvokeRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The tool ran", body = InvokeResponse),
+        (status = 400, description = "Malformed body, or arguments violating the tool's schema (each violation listed), or a path outside the workspace", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or invalid credentials", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The caller lacks a needed scope, or policy denied the call", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such tool in the caller's toolset, or the tool found nothing at the given path", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The call needs approval first", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body larger than the configured limit", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body not sent as application/json", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Rate limited", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Internal error (the cause is logged under the request id)", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "An upstream the tool depends on failed", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The call was cancelled (the gateway is shutting down)", body = Problem, content_type = "application/problem+json"),
+        (status = 504, description = "The tool did not finish within its deadline", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn invoke_tool(
+    State(app): State<AppState>,
+    caller: Caller,
+    axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
+    headers: HeaderMap,
+    AppPath(name): AppPath<String>,
+    AppJson(body): AppJson<InvokeRequest>,
+) -> Result<AppJson<InvokeResponse>, ApiError> {
+    let client = headers
+        .get(USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .map(|ua| ClientInfo {
+            name: ua.chars().take(200).collect(),
+            version: None,
+        });
+    let ctx = CallContext::new(caller.auth.clone(), Adapter::Rest)
+        .with_request_id(request_id)
+        .with_timeout(body.timeout_ms.map(|ms| Duration::from_millis(ms.get())))
+        .with_client(client);
+    let tools = caller.tools(&app.registry);
+    let done = app
+        .executor
+        .call(&tools, ctx, &name, Value::Object(body.arguments))
+        .await?;
+    Ok(AppJson(done.into()))
+}

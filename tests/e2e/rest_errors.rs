@@ -1,0 +1,239 @@
+//! Bad input gets a clear, structured error: problem+json, the right status, never a 500.
+
+use serde_json::json;
+use toolgate_e2e::{Gateway, read};
+
+#[tokio::test]
+async fn schema_violations_are_400_listing_each_with_its_pointer() {
+    let gw = Gateway::start().await;
+    let (status, content_type, problem) = gw
+        .invoke(
+            "read_file",
+            json!({"arguments": {"offset": 0, "limit": "ten", "colour": "red"}}),
+        )
+        .await;
+    assert_eq!(
+        (status, content_type.as_str()),
+        (400, "application/problem+json")
+    );
+    assert_eq!(problem["type"], "urn:toolgate:error:invalid_arguments");
+    assert_eq!(problem["status"], 400);
+    let errors = problem["errors"].as_array().expect("errors");
+    let mut pointers: Vec<&str> = errors
+        .iter()
+        .map(|e| e["pointer"].as_str().expect("pointer"))
+        .collect();
+    pointers.sort();
+    // missing "path" and unknown "colour" at the root; bad offset; bad limit.
+    assert_eq!(pointers, ["", "", "/limit", "/offset"], "{problem}");
+    assert!(
+        errors
+            .iter()
+            .all(|e| e["message"].as_str().is_some_and(|m| !m.is_empty()))
+    );
+    assert_eq!(problem["recoverable"], true);
+}
+
+#[tokio::test]
+async fn unknown_tools_are_404() {
+    let gw = Gateway::start().await;
+    let (status, content_type, problem) = gw.invoke("no_such_tool", json!({"arguments": {}})).await;
+    assert_eq!(
+        (status, content_type.as_str()),
+        (404, "application/problem+json")
+    );
+    assert_eq!(problem["type"], "urn:toolgate:error:not_found");
+}
+
+#[tokio::test]
+async fn oversized_bodies_are_413() {
+    let gw = Gateway::start().await;
+    let message = "x".repeat(2 * 1024 * 1024);
+    let (status, content_type, problem) = gw
+        .invoke("echo", json!({"arguments": {"message": message}}))
+        .await;
+    assert_eq!(
+        (status, content_type.as_str()),
+        (413, "application/problem+json")
+    );
+    assert_eq!(problem["type"], "urn:toolgate:error:payload_too_large");
+}
+
+#[tokio::test]
+async fn malformed_json_wrong_content_type_and_unknown_fields_are_client_errors() {
+    let gw = Gateway::start().await;
+    let url = gw.url("/v1/tools/echo/invoke");
+    let cases = [
+        (
+            "application/json",
+            "{\"arguments\": ",
+            400,
+            "malformed_request",
+        ),
+        ("application/json", "[1, 2]", 400, "malformed_request"),
+        (
+            "application/json",
+            "{\"argumnets\": {}}",
+            400,
+            "malformed_request",
+        ),
+        (
+            "application/json",
+            "{\"arguments\": {}, \"timeout_ms\": 0}",
+            400,
+            "malformed_request",
+        ),
+        (
+            "text/plain",
+            "{\"arguments\": {}}",
+            415,
+            "unsupported_media_type",
+        ),
+    ];
+    for (content_type, body, expected, kind) in cases {
+        let response = gw
+            .http
+            .post(&url)
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .expect("request");
+        let (status, problem_type, problem) = read(response).await;
+        assert_eq!(
+            (status, problem_type.as_str()),
+            (expected, "application/problem+json"),
+            "{body}: {problem}"
+        );
+        assert_eq!(
+            problem["type"],
+            format!("urn:toolgate:error:{kind}"),
+            "{body}"
+        );
+        assert!(
+            problem["detail"].as_str().is_some_and(|d| !d.is_empty()),
+            "{body}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn unknown_routes_and_methods_are_problems_too() {
+    let gw = Gateway::start().await;
+    let (status, content_type, _) = gw.get("/v1/nothing-here").await;
+    assert_eq!(
+        (status, content_type.as_str()),
+        (404, "application/problem+json")
+    );
+    let response = gw
+        .http
+        .delete(gw.url("/v1/tools"))
+        .send()
+        .await
+        .expect("request");
+    let (status, content_type, _) = read(response).await;
+    assert_eq!(
+        (status, content_type.as_str()),
+        (405, "application/problem+json")
+    );
+}
+
+#[tokio::test]
+async fn request_ids_are_accepted_or_generated_and_returned() {
+    let gw = Gateway::start().await;
+    let response = gw
+        .http
+        .get(gw.url("/v1/tools/nope"))
+        .header("x-request-id", "trace-me-123")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.headers()["x-request-id"], "trace-me-123");
+    let (_, _, problem) = read(response).await;
+    assert_eq!(problem["request_id"], "trace-me-123");
+
+    let response = gw
+        .http
+        .get(gw.url("/healthz"))
+        .send()
+        .await
+        .expect("request");
+    let generated = response.headers()["x-request-id"]
+        .to_str()
+        .expect("ascii")
+        .to_owned();
+    assert_eq!(generated.len(), 36, "a UUID: {generated}");
+
+    let response = gw
+        .http
+        .get(gw.url("/healthz"))
+        .header("x-request-id", "has space")
+        .send()
+        .await
+        .expect("request");
+    assert_ne!(
+        response.headers()["x-request-id"],
+        "has space",
+        "unsafe ids are replaced"
+    );
+}
+
+#[tokio::test]
+async fn cors_is_off_by_default_and_follows_the_allow_list() {
+    let gw = Gateway::start().await;
+    let response = gw
+        .http
+        .get(gw.url("/v1/tools"))
+        .header("origin", "https://app.example")
+        .send()
+        .await
+        .expect("request");
+    assert!(
+        response
+            .headers()
+            .get("access-control-allow-origin")
+            .is_none()
+    );
+
+    let gw =
+        Gateway::start_with(|c| c.http.cors_allowed_origins = vec!["https://app.example".into()])
+            .await;
+    let preflight = gw
+        .http
+        .request(reqwest::Method::OPTIONS, gw.url("/v1/tools/echo/invoke"))
+        .header("origin", "https://app.example")
+        .header("access-control-request-method", "POST")
+        .header("access-control-request-headers", "content-type")
+        .send()
+        .await
+        .expect("request");
+    assert!(preflight.status().is_success());
+    assert_eq!(
+        preflight.headers()["access-control-allow-origin"],
+        "https://app.example"
+    );
+    let other = gw
+        .http
+        .get(gw.url("/v1/tools"))
+        .header("origin", "https://evil.example")
+        .send()
+        .await
+        .expect("request");
+    assert!(other.headers().get("access-control-allow-origin").is_none());
+}
+
+#[tokio::test]
+async fn health_and_readiness() {
+    let gw = Gateway::start().await;
+    let (status, _, body) = gw.get("/healthz").await;
+    assert_eq!((status, body["status"].as_str()), (200, Some("ok")));
+    let (status, _, body) = gw.get("/readyz").await;
+    assert_eq!((status, body["status"].as_str()), (200, Some("ready")));
+    std::fs::remove_dir_all(gw.workspace()).expect("remove workspace");
+    let (status, _, body) = gw.get("/readyz").await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (503, Some("not_ready")),
+        "{body}"
+    );
+}
