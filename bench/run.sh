@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # REST invoke benchmark: toolgate vs. a bare axum handler doing the same JSON echo.
 #
-#   bench/run.sh                 # 10 s per point, concurrency 1, 16, 64
-#   DURATION=5s bench/run.sh
+#   bench/run.sh                 # 3 rounds of 5 s per point, concurrency 1, 16, 64
+#   DURATION=10s ROUNDS=5 bench/run.sh
 #
 # Builds release binaries, installs the load generator (oha, pinned) into bench/.tools if
 # missing, starts both servers on loopback, drives POST .../echo/invoke on each, and
 # prints req/s, p50 and p99 per concurrency with the gateway/bare throughput ratio.
+# The two servers are measured alternately, ROUNDS times each, and the round with the
+# median throughput is reported, so drift on a shared machine hits both alike.
 # Results also land in bench/results/rest.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DURATION=${DURATION:-10s}
+DURATION=${DURATION:-5s}
+ROUNDS=${ROUNDS:-3}
 CONCURRENCY=${CONCURRENCY:-"1 16 64"}
 OHA_VERSION=1.16.0
 TOOLS=bench/.tools
@@ -45,10 +48,10 @@ for port in "$GW_PORT" "$BARE_PORT"; do
 done
 
 BODY='{"arguments":{"message":"hello, toolgate"}}'
-run() { # name port concurrency
+run() { # name port concurrency round
   "$OHA" --no-tui --output-format json -z "$DURATION" -c "$3" -m POST \
     -H 'content-type: application/json' -d "$BODY" \
-    "http://127.0.0.1:$2/v1/tools/echo/invoke" > "$DATA/$1-$3.json"
+    "http://127.0.0.1:$2/v1/tools/echo/invoke" > "$DATA/$1-$3-$4.json"
 }
 
 mkdir -p bench/results
@@ -56,10 +59,12 @@ mkdir -p bench/results
   echo "| concurrency | gateway req/s | gateway p50 ms | gateway p99 ms | bare req/s | bare p50 ms | bare p99 ms | ratio gateway/bare |"
   echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
   for c in $CONCURRENCY; do
-    run bare "$BARE_PORT" "$c"
-    run gateway "$GW_PORT" "$c"
-    python3 - "$DATA/gateway-$c.json" "$DATA/bare-$c.json" "$c" <<'PY'
-import json, sys
+    for r in $(seq "$ROUNDS"); do
+      run bare "$BARE_PORT" "$c" "$r"
+      run gateway "$GW_PORT" "$c" "$r"
+    done
+    python3 - "$DATA" "$c" <<'PY'
+import glob, json, sys
 def load(p):
     d = json.load(open(p))
     s, pct = d["summary"], d["latencyPercentiles"]
@@ -68,9 +73,12 @@ def load(p):
     if bad:
         sys.exit(f"{p}: {bad} non-200 responses: {codes}")
     return s["requestsPerSec"], pct["p50"] * 1000, pct["p99"] * 1000
-g, b, c = load(sys.argv[1]), load(sys.argv[2]), sys.argv[3]
+def median(name):
+    runs = sorted(load(p) for p in glob.glob(f"{sys.argv[1]}/{name}-{sys.argv[2]}-*.json"))
+    return runs[len(runs) // 2]
+g, b, c = median("gateway"), median("bare"), sys.argv[2]
 print(f"| {c} | {g[0]:.0f} | {g[1]:.3f} | {g[2]:.3f} | {b[0]:.0f} | {b[1]:.3f} | {b[2]:.3f} | {g[0]/b[0]:.2f} |")
 PY
   done
 } | tee bench/results/rest.md
-echo "(${DURATION} per point; $(nproc) cores shared by servers and load generator; $(date -u +%Y-%m-%d))" | tee -a bench/results/rest.md
+echo "(median of ${ROUNDS} alternating rounds of ${DURATION} per point; $(nproc) cores shared by servers and load generator; $(date -u +%Y-%m-%d))" | tee -a bench/results/rest.md

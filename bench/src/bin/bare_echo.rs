@@ -11,6 +11,10 @@ use axum::{Json, Router, routing::post};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+/// The same allocator as the gateway, so the ratio measures the gateway's work, not malloc.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Deserialize)]
 struct Request {
     arguments: Arguments,

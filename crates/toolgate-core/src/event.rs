@@ -66,8 +66,10 @@ impl EventSink for Vec<Arc<dyn EventSink>> {
     }
 }
 
-/// Writes events to `tracing` (target `toolgate::call`), inside the `tool_call` span the
-/// executor opens, so they carry tenant, tool, call id, adapter and request id.
+/// Writes events to `tracing` (target `toolgate::call`). `call.finished` is one line per
+/// call carrying its own context fields (tenant, principal, tool, call id, adapter,
+/// request id, outcome, duration), so the default `info` level needs no per-call span;
+/// the executor's `tool_call` span is at `debug` for deeper tracing.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct TracingSink;
 
@@ -78,22 +80,31 @@ impl EventSink for TracingSink {
                 tracing::debug!(target: "toolgate::call", event = "call.started");
             }
             Event::CallFinished {
-                outcome, duration, ..
+                ctx,
+                tool,
+                outcome,
+                duration,
             } => {
                 let duration_ms = duration.as_secs_f64() * 1000.0;
+                macro_rules! finished {
+                    ($level:ident) => {
+                        tracing::$level!(
+                            target: "toolgate::call",
+                            event = "call.finished",
+                            tenant = %ctx.auth.tenant,
+                            principal = %ctx.auth.principal.id,
+                            tool,
+                            call_id = %ctx.call_id,
+                            adapter = ctx.adapter.as_str(),
+                            request_id = ctx.request_id.as_deref().unwrap_or(""),
+                            outcome = outcome.as_str(),
+                            duration_ms,
+                        )
+                    };
+                }
                 match outcome {
-                    Outcome::Ok => tracing::info!(
-                        target: "toolgate::call",
-                        event = "call.finished",
-                        outcome = outcome.as_str(),
-                        duration_ms,
-                    ),
-                    Outcome::Error(_) => tracing::warn!(
-                        target: "toolgate::call",
-                        event = "call.finished",
-                        outcome = outcome.as_str(),
-                        duration_ms,
-                    ),
+                    Outcome::Ok => finished!(info),
+                    Outcome::Error(_) => finished!(warn),
                 }
             }
         }

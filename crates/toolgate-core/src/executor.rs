@@ -72,7 +72,9 @@ impl Executor {
         name: &str,
         args: Value,
     ) -> Result<Completed, ToolError> {
-        let span = tracing::info_span!(
+        // Debug level: `call.finished` carries these fields itself at `info`, so the
+        // default level pays for no per-call span.
+        let span = tracing::debug_span!(
             "tool_call",
             tenant = %ctx.auth.tenant,
             principal = %ctx.auth.principal.id,

@@ -62,12 +62,12 @@ pub fn build_state(config: &Config) -> anyhow::Result<AppState> {
     let limits = ExecutorLimits {
         max_output_chars: config.tools.max_output_chars,
     };
-    Ok(AppState {
+    Ok(AppState::new(state::Shared {
         registry,
         executor: Executor::new(Arc::new(TracingSink), limits),
         authenticator: Arc::new(auth::Authenticator::loopback_operator()),
         workspace,
-    })
+    }))
 }
 
 /// The OpenAPI document of the REST API, as served at `/openapi.json`.
@@ -96,7 +96,7 @@ pub fn app(state: AppState, config: &Config) -> Router {
         .fallback(|| async { ApiError::NoRoute })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(config.http.max_body_bytes))
-        .layer(axum::middleware::from_fn(request_id::observe));
+        .layer(request_id::ObserveLayer);
     if let Some(cors) = cors(config) {
         router = router.layer(cors);
     }

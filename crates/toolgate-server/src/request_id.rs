@@ -1,16 +1,22 @@
-//! Request ids and the per-request observe middleware.
+//! Request ids and the per-request observe layer.
 //!
 //! Every request gets an id: the caller's `x-request-id` when it is sane (1–128 visible
 //! ASCII characters), otherwise a new UUIDv7. The id is returned in `x-request-id`,
-//! carried in the `request` span (and so into every event below it), put in problem
-//! bodies, and handed to the executor in the call context.
+//! carried in the `request` span, put in problem bodies, and handed to the executor in the
+//! call context. A hand-written tower layer rather than `middleware::from_fn`: it runs on
+//! every request, and `from_fn` clones a boxed service per call.
 
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request};
 use axum::http::{HeaderName, HeaderValue};
-use axum::middleware::Next;
 use axum::response::Response;
+use tower::{Layer, Service};
 use tracing::Instrument;
 
 use crate::rest::error::InternalCause;
@@ -18,63 +24,100 @@ use crate::rest::error::InternalCause;
 pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 tokio::task_local! {
-    static REQUEST_ID: String;
+    static REQUEST_ID: RequestId;
 }
 
 /// The id of the request being served on this task, if any.
 pub fn current() -> Option<String> {
-    REQUEST_ID.try_with(Clone::clone).ok()
+    REQUEST_ID.try_with(|id| id.0.to_string()).ok()
 }
 
-/// The request's id, as an extractor-free extension.
+/// The request's id, in the request extensions. Cheap to clone.
 #[derive(Clone, Debug)]
-pub struct RequestId(pub String);
+pub struct RequestId(pub Arc<str>);
 
-fn accept(header: &HeaderValue) -> Option<String> {
+fn accept(header: &HeaderValue) -> Option<Arc<str>> {
     let s = header.to_str().ok()?;
-    ((1..=128).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_graphic())).then(|| s.to_owned())
+    ((1..=128).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_graphic())).then(|| s.into())
 }
 
 /// Assigns the request id, opens the request span, and logs the outcome: 5xx with their
 /// internal cause as errors, everything else at debug level (client mistakes are not
 /// the gateway's errors).
-pub async fn observe(mut req: Request, next: Next) -> Response {
-    let id = req
-        .headers()
-        .get(&X_REQUEST_ID)
-        .and_then(accept)
-        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_owned())
-        .unwrap_or_default();
-    let span = tracing::info_span!("request", method = %req.method(), route, request_id = %id);
-    req.extensions_mut().insert(RequestId(id.clone()));
-    let started = Instant::now();
-    let mut response = REQUEST_ID
-        .scope(id.clone(), next.run(req))
-        .instrument(span.clone())
-        .await;
-    let _enter = span.enter();
-    let status = response.status().as_u16();
-    let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
-    if response.status().is_server_error() {
-        let cause = response
-            .extensions()
-            .get::<InternalCause>()
-            .map(|c| c.0.clone());
-        tracing::error!(
-            status,
-            latency_ms,
-            error = cause.as_deref().unwrap_or(""),
-            "request failed"
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ObserveLayer;
+
+impl<S> Layer<S> for ObserveLayer {
+    type Service = Observe<S>;
+
+    fn layer(&self, inner: S) -> Observe<S> {
+        Observe { inner }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Observe<S> {
+    inner: S,
+}
+
+impl<S> Service<Request> for Observe<S>
+where
+    S: Service<Request, Response = Response, Error = Infallible> + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request) -> Self::Future {
+        let id = req
+            .headers()
+            .get(&X_REQUEST_ID)
+            .and_then(accept)
+            .unwrap_or_else(|| uuid::Uuid::now_v7().hyphenated().to_string().into());
+        // Debug level: at the default `info` the per-call `call.finished` line carries the
+        // request id itself, so plain requests cost no span bookkeeping.
+        let span = tracing::debug_span!(
+            "request",
+            method = %req.method(),
+            route = req.extensions().get::<MatchedPath>().map(MatchedPath::as_str),
+            request_id = %id,
         );
-    } else {
-        tracing::debug!(status, latency_ms, "request finished");
+        let id = RequestId(id);
+        req.extensions_mut().insert(id.clone());
+        let started = Instant::now();
+        let future = self.inner.call(req);
+        Box::pin(async move {
+            let header = HeaderValue::from_str(&id.0);
+            let mut response = match REQUEST_ID.scope(id, future).instrument(span.clone()).await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            };
+            let _enter = span.enter();
+            let status = response.status().as_u16();
+            let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
+            if response.status().is_server_error() {
+                let cause = response
+                    .extensions()
+                    .get::<InternalCause>()
+                    .map(|c| c.0.clone());
+                tracing::error!(
+                    status,
+                    latency_ms,
+                    error = cause.as_deref().unwrap_or(""),
+                    "request failed"
+                );
+            } else {
+                tracing::debug!(status, latency_ms, "request finished");
+            }
+            if let Ok(value) = header {
+                response.headers_mut().insert(X_REQUEST_ID.clone(), value);
+            }
+            Ok(response)
+        })
     }
-    if let Ok(value) = HeaderValue::from_str(&id) {
-        response.headers_mut().insert(X_REQUEST_ID.clone(), value);
-    }
-    response
 }

@@ -8,12 +8,29 @@ use toolgate_tools::Workspace;
 
 use crate::auth::Authenticator;
 
+/// Shared by every handler; one `Arc`, so the per-request clone is one increment.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+pub struct Shared {
     pub registry: Arc<Registry>,
     pub executor: Executor,
     pub authenticator: Arc<Authenticator>,
     pub workspace: Arc<Workspace>,
+}
+
+impl AppState {
+    pub fn new(shared: Shared) -> Self {
+        Self(Arc::new(shared))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
 }
 
 impl FromRef<AppState> for Arc<Authenticator> {

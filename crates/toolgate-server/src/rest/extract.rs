@@ -1,8 +1,13 @@
 //! Our own extractors, so every rejection speaks problem+json (a missing field becomes a
 //! 400 naming it, not axum's plain-text 422).
 
+use std::convert::Infallible;
+
 use axum::extract::{FromRequest, FromRequestParts};
+use axum::http::header::USER_AGENT;
+use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
+use toolgate_core::ClientInfo;
 
 use super::error::ApiError;
 
@@ -26,3 +31,22 @@ pub struct AppQuery<T>(pub T);
 #[derive(FromRequestParts)]
 #[from_request(via(axum::extract::Path), rejection(ApiError))]
 pub struct AppPath<T>(pub T);
+
+/// The `User-Agent` header as the call's client info (first 200 characters).
+pub struct UserAgent(pub Option<ClientInfo>);
+
+impl<S: Send + Sync> FromRequestParts<S> for UserAgent {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let client = parts
+            .headers
+            .get(USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .map(|ua| ClientInfo {
+                name: ua.chars().take(200).collect(),
+                version: None,
+            });
+        Ok(UserAgent(client))
+    }
+}

@@ -5,21 +5,17 @@ use std::num::NonZeroU64;
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::http::header::USER_AGENT;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolgate_core::declarations::{self, DeclarationFormat};
-use toolgate_core::{
-    Adapter, CallContext, ClientInfo, Completed, Content, Risk, ToolError, ToolSpec,
-};
+use toolgate_core::{Adapter, CallContext, Completed, Content, Risk, ToolError, ToolSpec};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::{ApiError, Problem};
-use super::extract::{AppJson, AppPath, AppQuery};
+use super::extract::{AppJson, AppPath, AppQuery, UserAgent};
 use crate::auth::Caller;
 use crate::request_id::RequestId;
 use crate::state::AppState;
@@ -335,19 +331,12 @@ async fn invoke_tool(
     State(app): State<AppState>,
     caller: Caller,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
-    headers: HeaderMap,
+    UserAgent(client): UserAgent,
     AppPath(name): AppPath<String>,
     AppJson(body): AppJson<InvokeRequest>,
 ) -> Result<AppJson<InvokeResponse>, ApiError> {
-    let client = headers
-        .get(USER_AGENT)
-        .and_then(|v| v.to_str().ok())
-        .map(|ua| ClientInfo {
-            name: ua.chars().take(200).collect(),
-            version: None,
-        });
     let ctx = CallContext::new(caller.auth.clone(), Adapter::Rest)
-        .with_request_id(request_id)
+        .with_request_id(&*request_id)
         .with_timeout(body.timeout_ms.map(|ms| Duration::from_millis(ms.get())))
         .with_client(client);
     let tools = caller.tools(&app.registry);
