@@ -41,9 +41,9 @@ fn accept(header: &HeaderValue) -> Option<Arc<str>> {
     ((1..=128).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_graphic())).then(|| s.into())
 }
 
-/// Assigns the request id, opens the request span, and logs the outcome: 5xx with their
-/// internal cause as errors, everything else at debug level (client mistakes are not
-/// the gateway's errors).
+/// Assigns the request id, opens the request span, and logs the outcome: internal
+/// failures with their cause as errors, everything else at debug level (client mistakes
+/// are not the gateway's errors).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ObserveLayer;
 
@@ -100,19 +100,13 @@ where
             let _enter = span.enter();
             let status = response.status().as_u16();
             let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
-            if response.status().is_server_error() {
-                let cause = response
-                    .extensions()
-                    .get::<InternalCause>()
-                    .map(|c| c.0.clone());
-                tracing::error!(
-                    status,
-                    latency_ms,
-                    error = cause.as_deref().unwrap_or(""),
-                    "request failed"
-                );
-            } else {
-                tracing::debug!(status, latency_ms, "request finished");
+            // Only a failure inside the gateway is an error; an upstream failure or a
+            // deadline is the call's outcome, already in its `call.finished` line.
+            match response.extensions().get::<InternalCause>() {
+                Some(cause) => {
+                    tracing::error!(status, latency_ms, error = %cause.0, "request failed")
+                }
+                None => tracing::debug!(status, latency_ms, "request finished"),
             }
             if let Ok(value) = header {
                 response.headers_mut().insert(X_REQUEST_ID.clone(), value);
