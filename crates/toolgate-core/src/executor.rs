@@ -1,10 +1,10 @@
 //! The one path every tool call takes.
 //!
-//! resolve in toolset → validate arguments → authorize → run under deadline and
-//! cancellation → truncate → emit events → return.
+//! resolve in toolset → validate arguments → authorize → (intent, for side effects) →
+//! run under deadline and cancellation → truncate → audit record → emit events → return.
 //!
-//! Policy (approval), rate limits and the audit record join this path in their own
-//! issues; they will be steps here, never in an adapter.
+//! Policy (approval) and rate limits join this path in their own issues; they will be
+//! steps here, never in an adapter.
 //!
 //! The tool runs in its own task. If the caller goes away (an HTTP client disconnects, an
 //! MCP client cancels) the call's cancellation token fires, the tool's future is dropped,
@@ -21,6 +21,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::audit::{AuditRecord, AuditSink};
 use crate::auth::scopes;
 use crate::{
     CallContext, CallId, ErrorKind, Event, EventSink, Outcome, RegisteredTool, Risk, ScopedToolset,
@@ -56,15 +57,28 @@ impl Default for ExecutorLimits {
 #[derive(Clone)]
 pub struct Executor {
     events: Arc<dyn EventSink>,
+    audit: Arc<dyn AuditSink>,
     limits: ExecutorLimits,
 }
 
 impl Executor {
-    pub fn new(events: Arc<dyn EventSink>, limits: ExecutorLimits) -> Self {
-        Self { events, limits }
+    pub fn new(
+        events: Arc<dyn EventSink>,
+        audit: Arc<dyn AuditSink>,
+        limits: ExecutorLimits,
+    ) -> Self {
+        Self {
+            events,
+            audit,
+            limits,
+        }
     }
 
     /// Calls `name` from `tools` with `args`, as the caller in `ctx`.
+    ///
+    /// Every call, whatever its outcome (unknown tool, invalid arguments, forbidden,
+    /// timeout, cancelled, panicked…), emits `call.started` and `call.finished` and leaves
+    /// one audit record, committed before this returns.
     pub async fn call(
         &self,
         tools: &ScopedToolset,
@@ -72,8 +86,6 @@ impl Executor {
         name: &str,
         args: Value,
     ) -> Result<Completed, ToolError> {
-        // Debug level: `call.finished` carries these fields itself at `info`, so the
-        // default level pays for no per-call span.
         let span = tracing::debug_span!(
             "tool_call",
             tenant = %ctx.auth.tenant,
@@ -92,59 +104,112 @@ impl Executor {
             });
             self.prepare(tools, &ctx, name, &args)
         };
-        let tool = match prepared {
-            Ok(tool) => tool,
-            Err(err) => {
-                let _enter = span.enter();
-                self.finish(&ctx, name, started, Outcome::Error(err.kind), &err);
-                return Err(err);
-            }
-        };
-
-        // From here the call runs in its own task, so that it finishes (and is recorded)
+        // From here the call runs in its own task, so that it finishes and is recorded
         // even when the caller is dropped; dropping the caller cancels it.
         let cancel_on_drop = ctx.cancel.clone().drop_guard();
         let this = self.clone();
         let name = name.to_owned();
         let task = tokio::spawn(
-            async move {
-                let mut ctx = ctx;
-                let timeout = tool.spec().effective_timeout(ctx.requested_timeout);
-                let deadline = started + timeout;
-                ctx.set_deadline(deadline);
-                let result = run(&tool, &ctx, args, deadline, timeout).await;
-                let limit = tool
-                    .spec()
-                    .max_output_chars
-                    .min(this.limits.max_output_chars);
-                match result {
-                    Ok(mut output) => {
-                        let truncated = output.truncate_text(limit);
-                        let duration = started.elapsed();
-                        this.events.emit(&Event::CallFinished {
-                            ctx: &ctx,
-                            tool: &name,
-                            outcome: Outcome::Ok,
-                            duration,
-                        });
-                        Ok(Completed {
-                            call_id: ctx.call_id,
-                            output,
-                            truncated,
-                            duration,
-                        })
-                    }
-                    Err(err) => {
-                        this.finish(&ctx, &name, started, Outcome::Error(err.kind), &err);
-                        Err(err)
-                    }
-                }
-            }
-            .instrument(span),
+            async move { this.run_prepared(prepared, ctx, name, args, started).await }
+                .instrument(span),
         );
         let joined = task.await;
         cancel_on_drop.disarm();
         joined.unwrap_or_else(|join_err| Err(ToolError::internal(join_err)))
+    }
+
+    async fn run_prepared(
+        &self,
+        prepared: Result<Arc<RegisteredTool>, ToolError>,
+        mut ctx: CallContext,
+        name: String,
+        args: Value,
+        started: Instant,
+    ) -> Result<Completed, ToolError> {
+        let (record, result) = match prepared {
+            // An unresolved tool has no declared secret fields: keep no arguments at all.
+            Err(err) => (AuditRecord::start(&ctx, &name, &Value::Null, &[]), Err(err)),
+            Ok(tool) => {
+                let spec = tool.spec();
+                let record = AuditRecord::start(&ctx, &name, &args, &spec.secret_fields);
+                let timeout = spec.effective_timeout(ctx.requested_timeout);
+                let deadline = started + timeout;
+                ctx.set_deadline(deadline);
+                let result = match self.begin(spec.effects.writes, &record).await {
+                    Err(err) => Err(err),
+                    Ok(()) => run(&tool, &ctx, args, deadline, timeout)
+                        .await
+                        .map(|mut output| {
+                            let limit = spec.max_output_chars.min(self.limits.max_output_chars);
+                            let truncated = output.truncate_text(limit);
+                            (output, truncated)
+                        }),
+                };
+                (record, result)
+            }
+        };
+        let duration = started.elapsed();
+        let outcome = match &result {
+            Ok(_) => Outcome::Ok,
+            Err(err) => Outcome::Error(err.kind),
+        };
+        let error = result.as_ref().err().map(|e| e.message.clone());
+        let result = match (
+            self.audit
+                .record(record.finish(outcome, error, duration))
+                .await,
+            result,
+        ) {
+            (Ok(()), result) => result,
+            (Err(audit_err), Ok(_)) => {
+                let mut err = ToolError::new(
+                    ErrorKind::Internal,
+                    "the audit log could not record this call, so its result is withheld",
+                );
+                err.cause = Some(audit_err.to_string());
+                Err(err)
+            }
+            (Err(audit_err), Err(err)) => {
+                tracing::error!(error = %audit_err, "failed call could not be audited");
+                Err(err)
+            }
+        };
+        let outcome = match &result {
+            Ok(_) => Outcome::Ok,
+            Err(err) => {
+                if let Some(cause) = &err.cause {
+                    tracing::error!(error = %cause, "tool call failed internally");
+                }
+                Outcome::Error(err.kind)
+            }
+        };
+        self.events.emit(&Event::CallFinished {
+            ctx: &ctx,
+            tool: &name,
+            outcome,
+            duration,
+        });
+        result.map(|(output, truncated)| Completed {
+            call_id: ctx.call_id,
+            output,
+            truncated,
+            duration,
+        })
+    }
+
+    /// For a tool with side effects, a durable intent before it runs; failing closed.
+    async fn begin(&self, side_effects: bool, record: &AuditRecord) -> Result<(), ToolError> {
+        if !side_effects {
+            return Ok(());
+        }
+        self.audit.begin(record).await.map_err(|audit_err| {
+            let mut err = ToolError::new(
+                ErrorKind::Internal,
+                "the audit log is unavailable, so this call was not run",
+            );
+            err.cause = Some(audit_err.to_string());
+            err
+        })
     }
 
     /// Resolution, validation and authorization: everything decided before the tool runs.
@@ -167,25 +232,6 @@ impl Executor {
         tool.validate(args)?;
         authorize(ctx, &tool)?;
         Ok(tool)
-    }
-
-    fn finish(
-        &self,
-        ctx: &CallContext,
-        tool: &str,
-        started: Instant,
-        outcome: Outcome,
-        err: &ToolError,
-    ) {
-        if let Some(cause) = &err.cause {
-            tracing::error!(error = %cause, "tool call failed internally");
-        }
-        self.events.emit(&Event::CallFinished {
-            ctx,
-            tool,
-            outcome,
-            duration: started.elapsed(),
-        });
     }
 }
 

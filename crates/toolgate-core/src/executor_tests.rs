@@ -4,6 +4,7 @@ use async_trait::async_trait;
 use serde_json::json;
 
 use super::*;
+use crate::audit::AuditError;
 use crate::{
     Adapter, AuthContext, Principal, PrincipalId, PrincipalKind, Registry, TenantId, Tool,
     ToolSpec, Toolset,
@@ -29,6 +30,43 @@ impl EventSink for Recorder {
 impl Recorder {
     fn take(&self) -> Vec<(&'static str, Option<&'static str>)> {
         std::mem::take(&mut *self.0.lock().expect("recorder lock"))
+    }
+}
+
+/// Keeps every record; fails on demand.
+#[derive(Default)]
+struct Audit {
+    records: Mutex<Vec<AuditRecord>>,
+    begun: Mutex<Vec<String>>,
+    fail: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait]
+impl AuditSink for Audit {
+    async fn begin(&self, record: &AuditRecord) -> Result<(), AuditError> {
+        if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(AuditError("disk full".into()));
+        }
+        self.begun.lock().expect("lock").push(record.tool.clone());
+        Ok(())
+    }
+    async fn record(&self, record: AuditRecord) -> Result<(), AuditError> {
+        if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(AuditError("disk full".into()));
+        }
+        self.records.lock().expect("lock").push(record);
+        Ok(())
+    }
+}
+
+impl Audit {
+    fn outcomes(&self) -> Vec<(String, &'static str)> {
+        self.records
+            .lock()
+            .expect("lock")
+            .iter()
+            .map(|r| (r.tool.clone(), r.outcome.as_str()))
+            .collect()
     }
 }
 
@@ -62,6 +100,7 @@ impl Tool for TestTool {
 struct Fixture {
     executor: Executor,
     events: Arc<Recorder>,
+    audit: Arc<Audit>,
     tools: ScopedToolset,
     auth: Arc<AuthContext>,
 }
@@ -77,7 +116,16 @@ fn fixture(scopes: &[&str]) -> Fixture {
         ToolSpec::new("long", "long output", object.clone()).with_max_output_chars(10),
         ToolSpec::new("risky", "high risk", object.clone())
             .with_risk(Risk::High, crate::Effects::default()),
-        ToolSpec::new("hidden", "outside the toolset", object),
+        ToolSpec::new("hidden", "outside the toolset", object.clone()),
+        ToolSpec::new("writer", "has side effects", object)
+            .with_risk(
+                Risk::Medium,
+                crate::Effects {
+                    writes: true,
+                    ..crate::Effects::default()
+                },
+            )
+            .with_secret_fields(["/n"]),
     ];
     for spec in tools {
         let behaviour = match spec.name.as_str() {
@@ -101,9 +149,12 @@ fn fixture(scopes: &[&str]) -> Fixture {
         scopes: scopes.iter().map(|s| s.to_string()).collect(),
     });
     let events = Arc::new(Recorder::default());
-    let toolset = Toolset::only(&["echo", "slow", "boom", "long", "risky"], &[]).expect("valid");
+    let toolset =
+        Toolset::only(&["echo", "slow", "boom", "long", "risky", "writer"], &[]).expect("valid");
+    let audit = Arc::new(Audit::default());
     Fixture {
-        executor: Executor::new(events.clone(), ExecutorLimits::default()),
+        executor: Executor::new(events.clone(), audit.clone(), ExecutorLimits::default()),
+        audit,
         tools: toolset.scope(Arc::new(registry), &auth),
         events,
         auth,
@@ -277,4 +328,75 @@ async fn a_dropped_caller_cancels_the_call_and_it_is_still_recorded() {
         tokio::task::yield_now().await;
     }
     assert_eq!(f.events.take(), finished("cancelled"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_call_leaves_exactly_one_audit_record_whatever_its_outcome() {
+    let f = fixture(INVOKE);
+    let _ = f.call(f.ctx(), "echo", json!({"n": 1})).await;
+    let _ = f
+        .call(f.ctx(), "no_such_tool", json!({"secret": "x"}))
+        .await;
+    let _ = f.call(f.ctx(), "echo", json!({"n": "bad"})).await;
+    let _ = f.call(f.ctx(), "risky", json!({})).await;
+    let _ = f.call(f.ctx(), "slow", json!({})).await;
+    let _ = f.call(f.ctx(), "boom", json!({})).await;
+    assert_eq!(
+        f.audit.outcomes(),
+        [
+            ("echo".to_string(), "ok"),
+            ("no_such_tool".to_string(), "not_found"),
+            ("echo".to_string(), "invalid_arguments"),
+            ("risky".to_string(), "forbidden"),
+            ("slow".to_string(), "timeout"),
+            ("boom".to_string(), "internal"),
+        ]
+    );
+    let records = f.audit.records.lock().expect("lock");
+    assert_eq!(
+        records[1].arguments,
+        Value::Null,
+        "unknown tools keep no arguments"
+    );
+    assert_eq!(records[0].arguments, json!({"n": 1}));
+    assert!(
+        records
+            .iter()
+            .all(|r| r.tenant == f.auth.tenant && r.adapter == Adapter::Rest)
+    );
+}
+
+#[tokio::test]
+async fn side_effect_tools_get_a_durable_intent_first_and_secrets_are_masked() {
+    let f = fixture(INVOKE);
+    f.call(f.ctx(), "writer", json!({"n": 42}))
+        .await
+        .expect("ok");
+    assert_eq!(*f.audit.begun.lock().expect("lock"), ["writer"]);
+    let records = f.audit.records.lock().expect("lock");
+    assert_eq!(records[0].arguments, json!({"n": "***"}));
+    assert_eq!(
+        records[0].arguments_hash,
+        crate::audit::hash_json(&json!({"n": 42}))
+    );
+}
+
+#[tokio::test]
+async fn when_the_audit_log_fails_the_call_fails_closed() {
+    let f = fixture(INVOKE);
+    f.audit
+        .fail
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let err = f
+        .call(f.ctx(), "echo", json!({}))
+        .await
+        .expect_err("result withheld");
+    assert_eq!(err.kind, ErrorKind::Internal);
+    assert!(err.message.contains("audit"), "{}", err.message);
+    let err = f
+        .call(f.ctx(), "writer", json!({}))
+        .await
+        .expect_err("not run");
+    assert!(err.message.contains("not run"), "{}", err.message);
+    assert!(f.audit.begun.lock().expect("lock").is_empty());
 }

@@ -21,10 +21,12 @@
 //! - [`registry`]: [`Registry`], every tool by unique name, schemas compiled once.
 //! - [`toolset`]: [`Toolset`] filters and the [`ScopedToolset`] capability.
 //! - [`executor`]: [`Executor`], the one path.
+//! - [`audit`]: [`audit::AuditRecord`] and the [`audit::AuditSink`] the executor awaits.
 //! - [`event`]: [`Event`] and the [`EventSink`] seam (tracing now; audit and SSE later).
 //! - [`declarations`]: a toolset rendered as OpenAI, Anthropic, Gemini or MCP tool
 //!   declarations, generated from the specs.
 
+pub mod audit;
 pub mod auth;
 pub mod context;
 pub mod declarations;

@@ -64,7 +64,11 @@ pub fn build_state(config: &Config) -> anyhow::Result<AppState> {
     };
     Ok(AppState::new(state::Shared {
         registry,
-        executor: Executor::new(Arc::new(TracingSink), limits),
+        executor: Executor::new(
+            Arc::new(TracingSink),
+            Arc::new(toolgate_core::audit::NoAudit),
+            limits,
+        ),
         authenticator: Arc::new(auth::Authenticator::loopback_operator()),
         workspace,
     }))

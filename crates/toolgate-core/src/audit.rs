@@ -1,0 +1,145 @@
+//! The audit seam: what the executor records for every call, and the trait a store
+//! implements to keep it durably.
+//!
+//! The executor awaits the sink before it returns a result, so a row is durable before
+//! the caller sees the outcome. For tools that declare side effects it first records an
+//! intent ([`AuditSink::begin`]) and runs the tool only once that is durable, so a crash
+//! mid-call still leaves a trace. If the sink fails, the call fails closed.
+
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::{Adapter, CallContext, CallId, Outcome, PrincipalId, RunStep, TenantId};
+
+/// What a masked argument value is replaced with.
+pub const MASK: &str = "***";
+
+/// One call, as recorded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AuditRecord {
+    pub call_id: CallId,
+    pub tenant: TenantId,
+    pub principal: PrincipalId,
+    pub adapter: Adapter,
+    pub tool: String,
+    /// The arguments with the tool's secret fields replaced by [`MASK`].
+    pub arguments: Value,
+    /// SHA-256 (hex) of the unmasked arguments' JSON: equal calls can be matched without
+    /// storing secrets.
+    pub arguments_hash: String,
+    pub outcome: Outcome,
+    /// The error message shown to the caller, when the call failed.
+    pub error: Option<String>,
+    pub duration: Duration,
+    pub request_id: Option<String>,
+    pub trace_id: Option<String>,
+    pub run: Option<RunStep>,
+    /// MCP clientInfo name (and version), or the HTTP user agent.
+    pub client: Option<String>,
+    pub started_at: SystemTime,
+    pub finished_at: SystemTime,
+}
+
+impl AuditRecord {
+    /// A record for `ctx`'s call of `tool` with `args`, masking `secret_fields` (JSON
+    /// pointers). Outcome and times are filled in by [`AuditRecord::finish`].
+    pub fn start(ctx: &CallContext, tool: &str, args: &Value, secret_fields: &[String]) -> Self {
+        let now = SystemTime::now();
+        Self {
+            call_id: ctx.call_id,
+            tenant: ctx.auth.tenant,
+            principal: ctx.auth.principal.id,
+            adapter: ctx.adapter,
+            tool: tool.chars().take(128).collect(),
+            arguments: mask(args, secret_fields),
+            arguments_hash: hash_json(args),
+            outcome: Outcome::Ok,
+            error: None,
+            duration: Duration::ZERO,
+            request_id: ctx.request_id.clone(),
+            trace_id: ctx.trace_id.clone(),
+            run: ctx.run,
+            client: ctx.client.as_ref().map(|c| match &c.version {
+                Some(v) => format!("{}/{v}", c.name),
+                None => c.name.clone(),
+            }),
+            started_at: now,
+            finished_at: now,
+        }
+    }
+
+    pub fn finish(mut self, outcome: Outcome, error: Option<String>, duration: Duration) -> Self {
+        self.outcome = outcome;
+        self.error = error;
+        self.duration = duration;
+        self.finished_at = self.started_at + duration;
+        self
+    }
+}
+
+/// Hex SHA-256 of a JSON value's serialization.
+pub fn hash_json(value: &Value) -> String {
+    hex::encode(Sha256::digest(value.to_string().as_bytes()))
+}
+
+/// `args` with the values at `pointers` replaced by [`MASK`].
+pub fn mask(args: &Value, pointers: &[String]) -> Value {
+    let mut masked = args.clone();
+    for pointer in pointers {
+        if let Some(slot) = masked.pointer_mut(pointer) {
+            *slot = Value::String(MASK.to_owned());
+        }
+    }
+    masked
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("audit store unavailable: {0}")]
+pub struct AuditError(pub String);
+
+/// Where audit records go. Implemented by `toolgate-store`.
+#[async_trait]
+pub trait AuditSink: Send + Sync {
+    /// Durably notes that a call with side effects is about to run.
+    async fn begin(&self, record: &AuditRecord) -> Result<(), AuditError>;
+    /// Durably records a finished call (and clears its intent, if any). Returns only once
+    /// the record is committed.
+    async fn record(&self, record: AuditRecord) -> Result<(), AuditError>;
+}
+
+/// Records nothing: for tests of the executor alone and for tools that run outside any
+/// gateway.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoAudit;
+
+#[async_trait]
+impl AuditSink for NoAudit {
+    async fn begin(&self, _: &AuditRecord) -> Result<(), AuditError> {
+        Ok(())
+    }
+    async fn record(&self, _: AuditRecord) -> Result<(), AuditError> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn secret_fields_are_masked_but_hashed() {
+        let args = json!({"url": "https://x", "auth": {"token": "s3cret"}});
+        let masked = mask(&args, &["/auth/token".to_owned(), "/missing".to_owned()]);
+        assert_eq!(
+            masked,
+            json!({"url": "https://x", "auth": {"token": "***"}})
+        );
+        assert_ne!(hash_json(&args), hash_json(&masked));
+        assert_eq!(hash_json(&args).len(), 64);
+    }
+}

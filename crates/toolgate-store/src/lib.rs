@@ -1,0 +1,278 @@
+//! # toolgate-store
+//!
+//! Persistence behind one interface, [`Store`]: Postgres in production (selected by a
+//! `postgres://` URL), an embedded SQLite file by default. Owns all SQL; `tenant_id` is a
+//! parameter of every tenant-scoped query. Depends on `toolgate-core` only.
+//!
+//! Queries are runtime `query`/`query_as` with bound values, not the `query!` macros: the
+//! macros check one database per crate, and this crate has two. The shared store suite
+//! (`tests/store_suite.rs`) runs every behaviour against both backends and is the check.
+//!
+//! # Layout
+//!
+//! - [`model`]: tenants, principals, API keys, audit rows.
+//! - [`keys`]: API key secrets (generated, hashed, recognised).
+//! - [`chain`]: the per-tenant audit hash chain and canonical JSON.
+//! - [`writer`]: [`AuditWriter`], group commit of audit records (implements the core's
+//!   `AuditSink`).
+//! - [`sqlite`], [`postgres`]: the two backends.
+
+pub mod chain;
+pub mod keys;
+pub mod model;
+pub mod postgres;
+pub mod sqlite;
+pub mod writer;
+
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use chrono::{DateTime, Utc};
+use toolgate_core::audit::AuditRecord;
+use toolgate_core::{Adapter, CallId, ErrorKind, Outcome, PrincipalId, RunId, RunStep, TenantId};
+use uuid::Uuid;
+
+pub use model::*;
+pub use postgres::PostgresStore;
+pub use sqlite::SqliteStore;
+pub use writer::AuditWriter;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A uniqueness rule refused the write (e.g. a duplicate name).
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// Stored data that cannot be read back as written.
+    #[error("corrupt data: {0}")]
+    Corrupt(String),
+}
+
+impl StoreError {
+    /// Maps a violation of the named constraint to [`StoreError::Conflict`].
+    pub(crate) fn on_constraint(err: sqlx::Error, constraint: &str, message: &str) -> StoreError {
+        match &err {
+            sqlx::Error::Database(db)
+                if db.constraint() == Some(constraint) || db.message().contains(constraint) =>
+            {
+                StoreError::Conflict(message.to_owned())
+            }
+            // SQLite names the columns, not the constraint, of a violated unique index.
+            sqlx::Error::Database(db) if db.is_unique_violation() => {
+                StoreError::Conflict(message.to_owned())
+            }
+            _ => StoreError::Database(err),
+        }
+    }
+}
+
+/// The store: one backend or the other.
+#[derive(Clone, Debug)]
+pub enum Store {
+    Postgres(PostgresStore),
+    Sqlite(SqliteStore),
+}
+
+macro_rules! dispatch {
+    ($self:ident, $s:ident => $call:expr) => {
+        match $self {
+            Store::Postgres($s) => $call,
+            Store::Sqlite($s) => $call,
+        }
+    };
+}
+
+impl Store {
+    /// Postgres when `database_url` is set, else SQLite at `<data_dir>/toolgate.db`.
+    pub async fn open(database_url: Option<&str>, data_dir: &Path) -> Result<Store, StoreError> {
+        match database_url {
+            Some(url) => Ok(Store::Postgres(PostgresStore::connect(url).await?)),
+            None => {
+                std::fs::create_dir_all(data_dir).map_err(|e| {
+                    StoreError::Corrupt(format!("cannot create {}: {e}", data_dir.display()))
+                })?;
+                Ok(Store::Sqlite(
+                    SqliteStore::open(&data_dir.join("toolgate.db")).await?,
+                ))
+            }
+        }
+    }
+
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Store::Postgres(_) => "postgres",
+            Store::Sqlite(_) => "sqlite",
+        }
+    }
+
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        dispatch!(self, s => s.migrate().await)
+    }
+
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        dispatch!(self, s => s.ping().await)
+    }
+
+    pub async fn create_tenant(&self, name: &str) -> Result<Tenant, StoreError> {
+        dispatch!(self, s => s.create_tenant(name).await)
+    }
+
+    pub async fn list_tenants(&self) -> Result<Vec<Tenant>, StoreError> {
+        dispatch!(self, s => s.list_tenants().await)
+    }
+
+    pub async fn get_tenant(&self, tenant: TenantId) -> Result<Option<Tenant>, StoreError> {
+        dispatch!(self, s => s.get_tenant(tenant).await)
+    }
+
+    pub async fn create_principal(
+        &self,
+        tenant: TenantId,
+        new: &NewPrincipal,
+    ) -> Result<Principal, StoreError> {
+        dispatch!(self, s => s.create_principal(tenant, new).await)
+    }
+
+    pub async fn list_principals(&self, tenant: TenantId) -> Result<Vec<Principal>, StoreError> {
+        dispatch!(self, s => s.list_principals(tenant).await)
+    }
+
+    pub async fn get_principal(
+        &self,
+        tenant: TenantId,
+        principal: PrincipalId,
+    ) -> Result<Option<Principal>, StoreError> {
+        dispatch!(self, s => s.get_principal(tenant, principal).await)
+    }
+
+    /// Creates a key; returns it and its secret, which is never stored or shown again.
+    pub async fn create_api_key(
+        &self,
+        tenant: TenantId,
+        new: &NewApiKey,
+    ) -> Result<(ApiKey, String), StoreError> {
+        dispatch!(self, s => s.create_api_key(tenant, new).await)
+    }
+
+    pub async fn list_api_keys(&self, tenant: TenantId) -> Result<Vec<ApiKey>, StoreError> {
+        dispatch!(self, s => s.list_api_keys(tenant).await)
+    }
+
+    pub async fn revoke_api_key(&self, tenant: TenantId, key: Uuid) -> Result<bool, StoreError> {
+        dispatch!(self, s => s.revoke_api_key(tenant, key).await)
+    }
+
+    pub async fn find_key(&self, secret: &str) -> Result<Option<KeyMatch>, StoreError> {
+        dispatch!(self, s => s.find_key(secret).await)
+    }
+
+    pub async fn touch_key(&self, key: Uuid, at: DateTime<Utc>) -> Result<(), StoreError> {
+        dispatch!(self, s => s.touch_key(key, at).await)
+    }
+
+    pub async fn begin_call(&self, record: &AuditRecord) -> Result<(), StoreError> {
+        dispatch!(self, s => s.begin_call(record).await)
+    }
+
+    pub async fn append_audit(&self, records: &[AuditRecord]) -> Result<(), StoreError> {
+        dispatch!(self, s => s.append_audit(records).await)
+    }
+
+    pub async fn unfinished_calls(&self) -> Result<Vec<AuditRecord>, StoreError> {
+        dispatch!(self, s => s.unfinished_calls().await)
+    }
+
+    /// Records every call left unfinished by a stopped gateway as `interrupted`.
+    pub async fn recover_unfinished(&self) -> Result<usize, StoreError> {
+        let records = self.unfinished_calls().await?;
+        if !records.is_empty() {
+            self.append_audit(&records).await?;
+        }
+        Ok(records.len())
+    }
+
+    pub async fn list_audit(
+        &self,
+        tenant: TenantId,
+        filter: &AuditFilter,
+        limit: i64,
+    ) -> Result<Vec<AuditRow>, StoreError> {
+        dispatch!(self, s => s.list_audit(tenant, filter, limit).await)
+    }
+
+    pub async fn audit_chain(&self, tenant: TenantId) -> Result<Vec<AuditRow>, StoreError> {
+        dispatch!(self, s => s.audit_chain(tenant).await)
+    }
+
+    /// Walks a tenant's chain; the first break, if any.
+    pub async fn verify_chain(&self, tenant: TenantId) -> Result<Option<ChainBreak>, StoreError> {
+        let rows = self.audit_chain(tenant).await?;
+        Ok(chain::verify(&rows))
+    }
+
+    pub async fn record_security_event(
+        &self,
+        source: Option<&str>,
+        route: &str,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        dispatch!(self, s => s.record_security_event(source, route, reason).await)
+    }
+}
+
+/// The columns of a call intent, as read back by a backend.
+pub(crate) struct IntentFields {
+    pub call_id: Uuid,
+    pub tenant: Uuid,
+    pub principal: Uuid,
+    pub adapter: String,
+    pub tool: String,
+    pub arguments: String,
+    pub arguments_hash: String,
+    pub request_id: Option<String>,
+    pub trace_id: Option<String>,
+    pub run_id: Option<Uuid>,
+    pub step: Option<i64>,
+    pub client: Option<String>,
+    pub started_at: DateTime<Utc>,
+}
+
+/// The audit record of a call whose gateway stopped before it finished.
+pub(crate) fn interrupted(f: IntentFields) -> Result<AuditRecord, StoreError> {
+    let adapter = match f.adapter.as_str() {
+        "rest" => Adapter::Rest,
+        "mcp" => Adapter::Mcp,
+        "agent" => Adapter::Agent,
+        other => return Err(StoreError::Corrupt(format!("unknown adapter {other:?}"))),
+    };
+    let started_at: SystemTime = f.started_at.into();
+    let arguments =
+        serde_json::from_str(&f.arguments).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    Ok(AuditRecord {
+        call_id: CallId(f.call_id),
+        tenant: TenantId(f.tenant),
+        principal: PrincipalId(f.principal),
+        adapter,
+        tool: f.tool,
+        arguments,
+        arguments_hash: f.arguments_hash,
+        // Recorded as cancelled: the call was cut off; the error text says how.
+        outcome: Outcome::Error(ErrorKind::Cancelled),
+        error: Some("interrupted: the gateway stopped before the call finished".into()),
+        duration: Duration::ZERO,
+        request_id: f.request_id,
+        trace_id: f.trace_id,
+        run: f.run_id.map(|r| RunStep {
+            run_id: RunId(r),
+            step: f.step.and_then(|s| u32::try_from(s).ok()).unwrap_or(0),
+        }),
+        client: f.client,
+        started_at,
+        finished_at: started_at,
+    })
+}

@@ -1,0 +1,130 @@
+//! Domain types the store reads and writes.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use toolgate_core::{PrincipalId, PrincipalKind, RunId, TenantId};
+use uuid::Uuid;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Tenant {
+    pub id: TenantId,
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Principal {
+    pub id: PrincipalId,
+    pub tenant: TenantId,
+    pub kind: PrincipalKind,
+    pub name: String,
+    pub roles: Vec<String>,
+    pub scopes: Vec<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// What to create.
+#[derive(Clone, Debug)]
+pub struct NewPrincipal {
+    pub kind: PrincipalKind,
+    pub name: String,
+    pub roles: Vec<String>,
+    pub scopes: Vec<String>,
+}
+
+/// An API key as listed: never its secret.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ApiKey {
+    pub id: Uuid,
+    pub tenant: TenantId,
+    pub principal: PrincipalId,
+    pub name: String,
+    /// The key's first characters, to tell keys apart.
+    pub prefix: String,
+    pub scopes: Vec<String>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub last_used_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// What to create.
+#[derive(Clone, Debug)]
+pub struct NewApiKey {
+    pub principal: PrincipalId,
+    pub name: String,
+    pub scopes: Vec<String>,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// A key that matched a presented secret, with its principal.
+#[derive(Clone, Debug)]
+pub struct KeyMatch {
+    pub key: ApiKey,
+    pub principal: Principal,
+}
+
+/// One audit row as stored.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AuditRow {
+    pub call_id: Uuid,
+    pub tenant: TenantId,
+    pub seq: i64,
+    pub principal: PrincipalId,
+    pub adapter: String,
+    pub tool: String,
+    /// Canonical JSON text of the (masked) arguments.
+    pub arguments: String,
+    pub arguments_hash: String,
+    pub outcome: String,
+    pub error: Option<String>,
+    pub duration_us: i64,
+    pub request_id: Option<String>,
+    pub trace_id: Option<String>,
+    pub run_id: Option<RunId>,
+    pub step: Option<i32>,
+    pub client: Option<String>,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+    pub prev_hash: String,
+    pub row_hash: String,
+}
+
+/// Filters for listing audit rows; all optional, combined with AND.
+#[derive(Clone, Debug, Default)]
+pub struct AuditFilter {
+    pub tool: Option<String>,
+    pub principal: Option<PrincipalId>,
+    pub adapter: Option<String>,
+    pub outcome: Option<String>,
+    pub run_id: Option<RunId>,
+    pub since: Option<DateTime<Utc>>,
+    pub until: Option<DateTime<Utc>>,
+    /// Rows with `seq` below this (newest first paging).
+    pub before_seq: Option<i64>,
+}
+
+/// Where a tenant's chain first fails verification.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChainBreak {
+    /// The row's stored hash is not the hash of its contents.
+    Altered { seq: i64, call_id: Uuid },
+    /// The row does not point at its predecessor's hash.
+    Relinked { seq: i64, call_id: Uuid },
+    /// Sequence numbers skip (a row was removed).
+    Gap { expected: i64, found: i64 },
+}
+
+pub(crate) fn kind_str(kind: PrincipalKind) -> &'static str {
+    match kind {
+        PrincipalKind::User => "user",
+        PrincipalKind::ServiceAccount => "service_account",
+    }
+}
+
+pub(crate) fn parse_kind(kind: &str) -> PrincipalKind {
+    match kind {
+        "service_account" => PrincipalKind::ServiceAccount,
+        _ => PrincipalKind::User,
+    }
+}

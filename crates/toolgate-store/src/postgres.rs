@@ -1,0 +1,638 @@
+//! The Postgres store.
+//!
+//! Two pools on one URL. The *owner* pool runs migrations and the few operations that
+//! span tenants by nature (creating and listing tenants, finding the key a bearer token
+//! belongs to, recovering unfinished calls at start-up). The *app* pool switches every
+//! connection to the role `toolgate_app` (no table ownership, no BYPASSRLS), and every
+//! tenant-scoped query runs in a transaction that first names its tenant with
+//! `set_config('toolgate.tenant_id', …, true)` — transaction-local, so a pooled
+//! connection never carries one tenant into another's request. Row-level security is then
+//! the second wall behind the `tenant_id` filter each query has anyway.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::types::Json;
+use sqlx::{Executor, PgPool, Postgres, QueryBuilder, Transaction};
+use toolgate_core::audit::AuditRecord;
+use toolgate_core::{PrincipalId, RunId, TenantId};
+use uuid::Uuid;
+
+use crate::chain::{GENESIS, canonical_json, row_from_record};
+use crate::model::*;
+use crate::{StoreError, keys};
+
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
+
+/// The role the app pool works as (created by the migrations).
+pub const APP_ROLE: &str = "toolgate_app";
+
+#[derive(Clone, Debug)]
+pub struct PostgresStore {
+    owner: PgPool,
+    app: PgPool,
+}
+
+#[derive(sqlx::FromRow)]
+struct PrincipalRow {
+    principal_id: Uuid,
+    tenant_id: Uuid,
+    kind: String,
+    name: String,
+    roles: Json<Vec<String>>,
+    scopes: Json<Vec<String>>,
+    created_at: DateTime<Utc>,
+}
+
+impl From<PrincipalRow> for Principal {
+    fn from(r: PrincipalRow) -> Self {
+        Principal {
+            id: PrincipalId(r.principal_id),
+            tenant: TenantId(r.tenant_id),
+            kind: parse_kind(&r.kind),
+            name: r.name,
+            roles: r.roles.0,
+            scopes: r.scopes.0,
+            created_at: r.created_at,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct KeyRow {
+    api_key_id: Uuid,
+    tenant_id: Uuid,
+    principal_id: Uuid,
+    name: String,
+    prefix: String,
+    scopes: Json<Vec<String>>,
+    expires_at: Option<DateTime<Utc>>,
+    last_used_at: Option<DateTime<Utc>>,
+    revoked_at: Option<DateTime<Utc>>,
+    created_at: DateTime<Utc>,
+}
+
+impl From<KeyRow> for ApiKey {
+    fn from(r: KeyRow) -> Self {
+        ApiKey {
+            id: r.api_key_id,
+            tenant: TenantId(r.tenant_id),
+            principal: PrincipalId(r.principal_id),
+            name: r.name,
+            prefix: r.prefix,
+            scopes: r.scopes.0,
+            expires_at: r.expires_at,
+            last_used_at: r.last_used_at,
+            revoked_at: r.revoked_at,
+            created_at: r.created_at,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct AuditDbRow {
+    call_id: Uuid,
+    tenant_id: Uuid,
+    seq: i64,
+    principal_id: Uuid,
+    adapter: String,
+    tool: String,
+    arguments: String,
+    arguments_hash: String,
+    outcome: String,
+    error: Option<String>,
+    duration_us: i64,
+    request_id: Option<String>,
+    trace_id: Option<String>,
+    run_id: Option<Uuid>,
+    step: Option<i32>,
+    client: Option<String>,
+    started_at: DateTime<Utc>,
+    finished_at: DateTime<Utc>,
+    prev_hash: String,
+    row_hash: String,
+}
+
+impl From<AuditDbRow> for AuditRow {
+    fn from(r: AuditDbRow) -> Self {
+        AuditRow {
+            call_id: r.call_id,
+            tenant: TenantId(r.tenant_id),
+            seq: r.seq,
+            principal: PrincipalId(r.principal_id),
+            adapter: r.adapter,
+            tool: r.tool,
+            arguments: r.arguments,
+            arguments_hash: r.arguments_hash,
+            outcome: r.outcome,
+            error: r.error,
+            duration_us: r.duration_us,
+            request_id: r.request_id,
+            trace_id: r.trace_id,
+            run_id: r.run_id.map(RunId),
+            step: r.step,
+            client: r.client,
+            started_at: r.started_at,
+            finished_at: r.finished_at,
+            prev_hash: r.prev_hash,
+            row_hash: r.row_hash,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct IntentRow {
+    call_id: Uuid,
+    tenant_id: Uuid,
+    principal_id: Uuid,
+    adapter: String,
+    tool: String,
+    arguments: String,
+    arguments_hash: String,
+    request_id: Option<String>,
+    trace_id: Option<String>,
+    run_id: Option<Uuid>,
+    step: Option<i32>,
+    client: Option<String>,
+    started_at: DateTime<Utc>,
+}
+
+const KEY_COLUMNS: &str = "api_key_id, tenant_id, principal_id, name, prefix, scopes, expires_at, last_used_at, revoked_at, created_at";
+const PRINCIPAL_COLUMNS: &str = "principal_id, tenant_id, kind, name, roles, scopes, created_at";
+const AUDIT_SELECT: &str = "select call_id, tenant_id, seq, principal_id, adapter, tool, arguments::text as arguments, arguments_hash, outcome, error, duration_us, request_id, trace_id, run_id, step, client, started_at, finished_at, prev_hash, row_hash from audit_log";
+
+impl PostgresStore {
+    /// Pools on `url`; connections open on first use.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let options: PgConnectOptions = url.parse()?;
+        // Postgres allows ~100 connections by default; two pools per instance of 16 and 4
+        // leave room for several gateway instances and ops sessions.
+        let owner = PgPoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_lazy_with(options.clone());
+        let app = PgPoolOptions::new()
+            .max_connections(16)
+            .acquire_timeout(Duration::from_secs(5))
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    conn.execute("set role toolgate_app").await?;
+                    Ok(())
+                })
+            })
+            .connect_lazy_with(options);
+        Ok(Self { owner, app })
+    }
+
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        MIGRATOR.run(&self.owner).await?;
+        Ok(())
+    }
+
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("select 1").execute(&self.app).await?;
+        Ok(())
+    }
+
+    /// A transaction on the app pool, scoped to `tenant` for row-level security.
+    async fn tenant_tx(
+        &self,
+        tenant: TenantId,
+    ) -> Result<Transaction<'static, Postgres>, StoreError> {
+        let mut tx = self.app.begin().await?;
+        set_tenant(&mut tx, tenant).await?;
+        Ok(tx)
+    }
+
+    pub async fn create_tenant(&self, name: &str) -> Result<Tenant, StoreError> {
+        let tenant = Tenant {
+            id: TenantId::new(),
+            name: name.to_owned(),
+            created_at: now(),
+        };
+        sqlx::query("insert into tenant (tenant_id, name, created_at) values ($1, $2, $3)")
+            .bind(tenant.id.0)
+            .bind(&tenant.name)
+            .bind(tenant.created_at)
+            .execute(&self.owner)
+            .await
+            .map_err(|e| {
+                StoreError::on_constraint(e, "tenant_name_key", "a tenant with this name exists")
+            })?;
+        Ok(tenant)
+    }
+
+    pub async fn list_tenants(&self) -> Result<Vec<Tenant>, StoreError> {
+        let rows: Vec<(Uuid, String, DateTime<Utc>)> =
+            sqlx::query_as("select tenant_id, name, created_at from tenant order by name")
+                .fetch_all(&self.owner)
+                .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, name, created_at)| Tenant {
+                id: TenantId(id),
+                name,
+                created_at,
+            })
+            .collect())
+    }
+
+    pub async fn get_tenant(&self, tenant: TenantId) -> Result<Option<Tenant>, StoreError> {
+        let row: Option<(Uuid, String, DateTime<Utc>)> =
+            sqlx::query_as("select tenant_id, name, created_at from tenant where tenant_id = $1")
+                .bind(tenant.0)
+                .fetch_optional(&self.owner)
+                .await?;
+        Ok(row.map(|(id, name, created_at)| Tenant {
+            id: TenantId(id),
+            name,
+            created_at,
+        }))
+    }
+
+    pub async fn create_principal(
+        &self,
+        tenant: TenantId,
+        new: &NewPrincipal,
+    ) -> Result<Principal, StoreError> {
+        let principal = Principal {
+            id: PrincipalId::new(),
+            tenant,
+            kind: new.kind,
+            name: new.name.clone(),
+            roles: new.roles.clone(),
+            scopes: new.scopes.clone(),
+            created_at: now(),
+        };
+        let mut tx = self.tenant_tx(tenant).await?;
+        sqlx::query(
+            "insert into principal (principal_id, tenant_id, kind, name, roles, scopes, created_at) values ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(principal.id.0)
+        .bind(tenant.0)
+        .bind(kind_str(principal.kind))
+        .bind(&principal.name)
+        .bind(Json(&principal.roles))
+        .bind(Json(&principal.scopes))
+        .bind(principal.created_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| {
+            StoreError::on_constraint(e, "principal_tenant_id_name_key", "a principal with this name exists in the tenant")
+        })?;
+        tx.commit().await?;
+        Ok(principal)
+    }
+
+    pub async fn list_principals(&self, tenant: TenantId) -> Result<Vec<Principal>, StoreError> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let rows: Vec<PrincipalRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "select {PRINCIPAL_COLUMNS} from principal where tenant_id = $1 order by name"
+        )))
+        .bind(tenant.0)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(rows.into_iter().map(Principal::from).collect())
+    }
+
+    pub async fn get_principal(
+        &self,
+        tenant: TenantId,
+        principal: PrincipalId,
+    ) -> Result<Option<Principal>, StoreError> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let row: Option<PrincipalRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "select {PRINCIPAL_COLUMNS} from principal where tenant_id = $1 and principal_id = $2"
+        )))
+        .bind(tenant.0)
+        .bind(principal.0)
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(row.map(Principal::from))
+    }
+
+    pub async fn create_api_key(
+        &self,
+        tenant: TenantId,
+        new: &NewApiKey,
+    ) -> Result<(ApiKey, String), StoreError> {
+        let secret =
+            keys::generate().map_err(|e| StoreError::Corrupt(format!("no randomness: {e}")))?;
+        let key = ApiKey {
+            id: Uuid::now_v7(),
+            tenant,
+            principal: new.principal,
+            name: new.name.clone(),
+            prefix: secret[..keys::SHOWN].to_owned(),
+            scopes: new.scopes.clone(),
+            expires_at: new.expires_at,
+            last_used_at: None,
+            revoked_at: None,
+            created_at: now(),
+        };
+        let mut tx = self.tenant_tx(tenant).await?;
+        let inserted = sqlx::query(
+            "insert into api_key (api_key_id, tenant_id, principal_id, name, prefix, secret_hash, scopes, expires_at, created_at)
+             select $1, $2, $3, $4, $5, $6, $7, $8, $9
+             where exists (select 1 from principal where principal_id = $3 and tenant_id = $2)",
+        )
+        .bind(key.id)
+        .bind(tenant.0)
+        .bind(key.principal.0)
+        .bind(&key.name)
+        .bind(&key.prefix)
+        .bind(keys::hash(&secret))
+        .bind(Json(&key.scopes))
+        .bind(key.expires_at)
+        .bind(key.created_at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        if inserted.rows_affected() == 0 {
+            return Err(StoreError::NotFound(
+                "no such principal in this tenant".into(),
+            ));
+        }
+        Ok((key, secret))
+    }
+
+    pub async fn list_api_keys(&self, tenant: TenantId) -> Result<Vec<ApiKey>, StoreError> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let rows: Vec<KeyRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "select {KEY_COLUMNS} from api_key where tenant_id = $1 order by created_at"
+        )))
+        .bind(tenant.0)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(rows.into_iter().map(ApiKey::from).collect())
+    }
+
+    pub async fn revoke_api_key(&self, tenant: TenantId, key: Uuid) -> Result<bool, StoreError> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let done = sqlx::query(
+            "update api_key set revoked_at = coalesce(revoked_at, $3) where tenant_id = $1 and api_key_id = $2",
+        )
+        .bind(tenant.0)
+        .bind(key)
+        .bind(now())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    pub async fn find_key(&self, secret: &str) -> Result<Option<KeyMatch>, StoreError> {
+        let row: Option<KeyRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "select {KEY_COLUMNS} from api_key where secret_hash = $1"
+        )))
+        .bind(keys::hash(secret))
+        .fetch_optional(&self.owner)
+        .await?;
+        let Some(key) = row.map(ApiKey::from) else {
+            return Ok(None);
+        };
+        let principal: Option<PrincipalRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "select {PRINCIPAL_COLUMNS} from principal where tenant_id = $1 and principal_id = $2"
+        )))
+        .bind(key.tenant.0)
+        .bind(key.principal.0)
+        .fetch_optional(&self.owner)
+        .await?;
+        Ok(principal.map(|p| KeyMatch {
+            key,
+            principal: p.into(),
+        }))
+    }
+
+    pub async fn touch_key(&self, key: Uuid, at: DateTime<Utc>) -> Result<(), StoreError> {
+        sqlx::query("update api_key set last_used_at = $2 where api_key_id = $1")
+            .bind(key)
+            .bind(at)
+            .execute(&self.owner)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn begin_call(&self, record: &AuditRecord) -> Result<(), StoreError> {
+        let mut tx = self.tenant_tx(record.tenant).await?;
+        sqlx::query(
+            "insert into call_intent (call_id, tenant_id, principal_id, adapter, tool, arguments, arguments_hash, request_id, trace_id, run_id, step, client, started_at)
+             values ($1, $2, $3, $4, $5, $6::json, $7, $8, $9, $10, $11, $12, $13)",
+        )
+        .bind(record.call_id.0)
+        .bind(record.tenant.0)
+        .bind(record.principal.0)
+        .bind(record.adapter.as_str())
+        .bind(&record.tool)
+        .bind(canonical_json(&record.arguments))
+        .bind(&record.arguments_hash)
+        .bind(&record.request_id)
+        .bind(&record.trace_id)
+        .bind(record.run.map(|r| r.run_id.0))
+        .bind(record.run.map(|r| i32::try_from(r.step).unwrap_or(i32::MAX)))
+        .bind(&record.client)
+        .bind(DateTime::<Utc>::from(record.started_at))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Appends `records` in one transaction. Tenants are taken in id order and each
+    /// tenant's chain head is locked (`for update`) before its rows are chained, so
+    /// concurrent writers on several instances extend each chain in turn.
+    pub async fn append_audit(&self, records: &[AuditRecord]) -> Result<(), StoreError> {
+        let mut by_tenant: BTreeMap<TenantId, Vec<&AuditRecord>> = BTreeMap::new();
+        for record in records {
+            by_tenant.entry(record.tenant).or_default().push(record);
+        }
+        let mut tx = self.app.begin().await?;
+        for (tenant, records) in by_tenant {
+            set_tenant(&mut tx, tenant).await?;
+            let head: Option<(i64, String)> = sqlx::query_as(
+                "select seq, row_hash from audit_chain_head where tenant_id = $1 for update",
+            )
+            .bind(tenant.0)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let (mut seq, mut prev) = head.unwrap_or((0, GENESIS.to_owned()));
+            let mut rows = Vec::with_capacity(records.len());
+            for record in records {
+                let row = row_from_record(record, seq + 1, prev);
+                seq = row.seq;
+                prev = row.row_hash.clone();
+                rows.push(row);
+            }
+            for chunk in rows.chunks(500) {
+                let mut insert = QueryBuilder::<Postgres>::new(
+                    "insert into audit_log (call_id, tenant_id, seq, principal_id, adapter, tool, arguments, arguments_hash, outcome, error, duration_us, request_id, trace_id, run_id, step, client, started_at, finished_at, prev_hash, row_hash) ",
+                );
+                insert.push_values(chunk, |mut b, row| {
+                    b.push_bind(row.call_id)
+                        .push_bind(row.tenant.0)
+                        .push_bind(row.seq)
+                        .push_bind(row.principal.0)
+                        .push_bind(&row.adapter)
+                        .push_bind(&row.tool)
+                        .push_bind(&row.arguments)
+                        .push_unseparated("::json")
+                        .push_bind(&row.arguments_hash)
+                        .push_bind(&row.outcome)
+                        .push_bind(&row.error)
+                        .push_bind(row.duration_us)
+                        .push_bind(&row.request_id)
+                        .push_bind(&row.trace_id)
+                        .push_bind(row.run_id.map(|r| r.0))
+                        .push_bind(row.step)
+                        .push_bind(&row.client)
+                        .push_bind(row.started_at)
+                        .push_bind(row.finished_at)
+                        .push_bind(&row.prev_hash)
+                        .push_bind(&row.row_hash);
+                });
+                insert.build().execute(&mut *tx).await?;
+            }
+            let ids: Vec<Uuid> = rows.iter().map(|r| r.call_id).collect();
+            sqlx::query("delete from call_intent where tenant_id = $1 and call_id = any($2)")
+                .bind(tenant.0)
+                .bind(&ids)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(
+                "insert into audit_chain_head (tenant_id, seq, row_hash) values ($1, $2, $3)
+                 on conflict (tenant_id) do update set seq = excluded.seq, row_hash = excluded.row_hash",
+            )
+            .bind(tenant.0)
+            .bind(seq)
+            .bind(&prev)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn unfinished_calls(&self) -> Result<Vec<AuditRecord>, StoreError> {
+        let rows: Vec<IntentRow> = sqlx::query_as(
+            "select call_id, tenant_id, principal_id, adapter, tool, arguments::text as arguments, arguments_hash, request_id, trace_id, run_id, step, client, started_at from call_intent",
+        )
+        .fetch_all(&self.owner)
+        .await?;
+        rows.into_iter()
+            .map(|r| {
+                crate::interrupted(crate::IntentFields {
+                    call_id: r.call_id,
+                    tenant: r.tenant_id,
+                    principal: r.principal_id,
+                    adapter: r.adapter,
+                    tool: r.tool,
+                    arguments: r.arguments,
+                    arguments_hash: r.arguments_hash,
+                    request_id: r.request_id,
+                    trace_id: r.trace_id,
+                    run_id: r.run_id,
+                    step: r.step.map(i64::from),
+                    client: r.client,
+                    started_at: r.started_at,
+                })
+            })
+            .collect()
+    }
+
+    pub async fn list_audit(
+        &self,
+        tenant: TenantId,
+        filter: &AuditFilter,
+        limit: i64,
+    ) -> Result<Vec<AuditRow>, StoreError> {
+        let mut q = QueryBuilder::<Postgres>::new(AUDIT_SELECT);
+        q.push(" where tenant_id = ").push_bind(tenant.0);
+        if let Some(tool) = &filter.tool {
+            q.push(" and tool = ").push_bind(tool.clone());
+        }
+        if let Some(p) = filter.principal {
+            q.push(" and principal_id = ").push_bind(p.0);
+        }
+        if let Some(a) = &filter.adapter {
+            q.push(" and adapter = ").push_bind(a.clone());
+        }
+        if let Some(o) = &filter.outcome {
+            q.push(" and outcome = ").push_bind(o.clone());
+        }
+        if let Some(r) = filter.run_id {
+            q.push(" and run_id = ").push_bind(r.0);
+        }
+        if let Some(t) = filter.since {
+            q.push(" and started_at >= ").push_bind(t);
+        }
+        if let Some(t) = filter.until {
+            q.push(" and started_at < ").push_bind(t);
+        }
+        if let Some(s) = filter.before_seq {
+            q.push(" and seq < ").push_bind(s);
+        }
+        q.push(" order by seq desc limit ").push_bind(limit);
+        let mut tx = self.tenant_tx(tenant).await?;
+        let rows: Vec<AuditDbRow> = q.build_query_as().fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(rows.into_iter().map(AuditRow::from).collect())
+    }
+
+    pub async fn audit_chain(&self, tenant: TenantId) -> Result<Vec<AuditRow>, StoreError> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let rows: Vec<AuditDbRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "{AUDIT_SELECT} where tenant_id = $1 order by seq"
+        )))
+        .bind(tenant.0)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(rows.into_iter().map(AuditRow::from).collect())
+    }
+
+    pub async fn record_security_event(
+        &self,
+        source: Option<&str>,
+        route: &str,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query("insert into security_event (source, route, reason) values ($1, $2, $3)")
+            .bind(source)
+            .bind(route)
+            .bind(reason)
+            .execute(&self.app)
+            .await?;
+        Ok(())
+    }
+
+    /// The app-role pool, for tests that check what the gateway's role can and cannot do.
+    pub fn app_pool(&self) -> &PgPool {
+        &self.app
+    }
+
+    /// The owner pool, for tests and tooling that must go around the app role.
+    pub fn owner_pool(&self) -> &PgPool {
+        &self.owner
+    }
+}
+
+async fn set_tenant(
+    tx: &mut Transaction<'static, Postgres>,
+    tenant: TenantId,
+) -> Result<(), StoreError> {
+    sqlx::query("select set_config('toolgate.tenant_id', $1, true)")
+        .bind(tenant.to_string())
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+fn now() -> DateTime<Utc> {
+    let t = Utc::now();
+    DateTime::from_timestamp_micros(t.timestamp_micros()).unwrap_or(t)
+}

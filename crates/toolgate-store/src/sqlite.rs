@@ -1,0 +1,600 @@
+//! The embedded SQLite store: one file under the data directory, WAL mode, a busy
+//! timeout, foreign keys on. SQLite has no row-level security; every query here filters
+//! by tenant itself.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::types::Json;
+use sqlx::{QueryBuilder, Sqlite, SqlitePool};
+use toolgate_core::audit::AuditRecord;
+use toolgate_core::{PrincipalId, RunId, TenantId};
+use uuid::Uuid;
+
+use crate::chain::{GENESIS, canonical_json, row_from_record};
+use crate::model::*;
+use crate::{StoreError, keys};
+
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
+
+#[derive(Clone, Debug)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+fn id(u: Uuid) -> String {
+    u.hyphenated().to_string()
+}
+
+fn uuid(s: &str) -> Result<Uuid, StoreError> {
+    Uuid::parse_str(s).map_err(|e| StoreError::Corrupt(format!("bad uuid {s:?}: {e}")))
+}
+
+#[derive(sqlx::FromRow)]
+struct TenantRow {
+    tenant_id: String,
+    name: String,
+    created_at: DateTime<Utc>,
+}
+
+impl TenantRow {
+    fn into_model(self) -> Result<Tenant, StoreError> {
+        Ok(Tenant {
+            id: TenantId(uuid(&self.tenant_id)?),
+            name: self.name,
+            created_at: self.created_at,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct PrincipalRow {
+    principal_id: String,
+    tenant_id: String,
+    kind: String,
+    name: String,
+    roles: Json<Vec<String>>,
+    scopes: Json<Vec<String>>,
+    created_at: DateTime<Utc>,
+}
+
+impl PrincipalRow {
+    fn into_model(self) -> Result<Principal, StoreError> {
+        Ok(Principal {
+            id: PrincipalId(uuid(&self.principal_id)?),
+            tenant: TenantId(uuid(&self.tenant_id)?),
+            kind: parse_kind(&self.kind),
+            name: self.name,
+            roles: self.roles.0,
+            scopes: self.scopes.0,
+            created_at: self.created_at,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct KeyRow {
+    api_key_id: String,
+    tenant_id: String,
+    principal_id: String,
+    name: String,
+    prefix: String,
+    scopes: Json<Vec<String>>,
+    expires_at: Option<DateTime<Utc>>,
+    last_used_at: Option<DateTime<Utc>>,
+    revoked_at: Option<DateTime<Utc>>,
+    created_at: DateTime<Utc>,
+}
+
+impl KeyRow {
+    fn into_model(self) -> Result<ApiKey, StoreError> {
+        Ok(ApiKey {
+            id: uuid(&self.api_key_id)?,
+            tenant: TenantId(uuid(&self.tenant_id)?),
+            principal: PrincipalId(uuid(&self.principal_id)?),
+            name: self.name,
+            prefix: self.prefix,
+            scopes: self.scopes.0,
+            expires_at: self.expires_at,
+            last_used_at: self.last_used_at,
+            revoked_at: self.revoked_at,
+            created_at: self.created_at,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct AuditDbRow {
+    call_id: String,
+    tenant_id: String,
+    seq: i64,
+    principal_id: String,
+    adapter: String,
+    tool: String,
+    arguments: String,
+    arguments_hash: String,
+    outcome: String,
+    error: Option<String>,
+    duration_us: i64,
+    request_id: Option<String>,
+    trace_id: Option<String>,
+    run_id: Option<String>,
+    step: Option<i32>,
+    client: Option<String>,
+    started_at: DateTime<Utc>,
+    finished_at: DateTime<Utc>,
+    prev_hash: String,
+    row_hash: String,
+}
+
+impl AuditDbRow {
+    fn into_model(self) -> Result<AuditRow, StoreError> {
+        Ok(AuditRow {
+            call_id: uuid(&self.call_id)?,
+            tenant: TenantId(uuid(&self.tenant_id)?),
+            seq: self.seq,
+            principal: PrincipalId(uuid(&self.principal_id)?),
+            adapter: self.adapter,
+            tool: self.tool,
+            arguments: self.arguments,
+            arguments_hash: self.arguments_hash,
+            outcome: self.outcome,
+            error: self.error,
+            duration_us: self.duration_us,
+            request_id: self.request_id,
+            trace_id: self.trace_id,
+            run_id: self.run_id.as_deref().map(uuid).transpose()?.map(RunId),
+            step: self.step,
+            client: self.client,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            prev_hash: self.prev_hash,
+            row_hash: self.row_hash,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct IntentRow {
+    call_id: String,
+    tenant_id: String,
+    principal_id: String,
+    adapter: String,
+    tool: String,
+    arguments: String,
+    arguments_hash: String,
+    request_id: Option<String>,
+    trace_id: Option<String>,
+    run_id: Option<String>,
+    step: Option<i64>,
+    client: Option<String>,
+    started_at: DateTime<Utc>,
+}
+
+const KEY_COLUMNS: &str = "api_key_id, tenant_id, principal_id, name, prefix, scopes, expires_at, last_used_at, revoked_at, created_at";
+const AUDIT_COLUMNS: &str = "call_id, tenant_id, seq, principal_id, adapter, tool, arguments, arguments_hash, outcome, error, duration_us, request_id, trace_id, run_id, step, client, started_at, finished_at, prev_hash, row_hash";
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database file at `path`.
+    pub async fn open(path: &Path) -> Result<Self, StoreError> {
+        let options = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // WAL with NORMAL is durable across process crashes (only an OS crash can
+            // lose the last transactions); FULL also syncs every commit to disk.
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(8)
+            .connect_with(options)
+            .await?;
+        Ok(Self { pool })
+    }
+
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        MIGRATOR.run(&self.pool).await?;
+        Ok(())
+    }
+
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("select 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    pub async fn create_tenant(&self, name: &str) -> Result<Tenant, StoreError> {
+        let tenant = Tenant {
+            id: TenantId::new(),
+            name: name.to_owned(),
+            created_at: now(),
+        };
+        sqlx::query("insert into tenant (tenant_id, name, created_at) values ($1, $2, $3)")
+            .bind(id(tenant.id.0))
+            .bind(&tenant.name)
+            .bind(tenant.created_at)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| {
+                StoreError::on_constraint(e, "tenant_name_key", "a tenant with this name exists")
+            })?;
+        Ok(tenant)
+    }
+
+    pub async fn list_tenants(&self) -> Result<Vec<Tenant>, StoreError> {
+        let rows: Vec<TenantRow> =
+            sqlx::query_as("select tenant_id, name, created_at from tenant order by name")
+                .fetch_all(&self.pool)
+                .await?;
+        rows.into_iter().map(TenantRow::into_model).collect()
+    }
+
+    pub async fn get_tenant(&self, tenant: TenantId) -> Result<Option<Tenant>, StoreError> {
+        let row: Option<TenantRow> =
+            sqlx::query_as("select tenant_id, name, created_at from tenant where tenant_id = $1")
+                .bind(id(tenant.0))
+                .fetch_optional(&self.pool)
+                .await?;
+        row.map(TenantRow::into_model).transpose()
+    }
+
+    pub async fn create_principal(
+        &self,
+        tenant: TenantId,
+        new: &NewPrincipal,
+    ) -> Result<Principal, StoreError> {
+        let principal = Principal {
+            id: PrincipalId::new(),
+            tenant,
+            kind: new.kind,
+            name: new.name.clone(),
+            roles: new.roles.clone(),
+            scopes: new.scopes.clone(),
+            created_at: now(),
+        };
+        sqlx::query(
+            "insert into principal (principal_id, tenant_id, kind, name, roles, scopes, created_at) values ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(id(principal.id.0))
+        .bind(id(tenant.0))
+        .bind(kind_str(principal.kind))
+        .bind(&principal.name)
+        .bind(Json(&principal.roles))
+        .bind(Json(&principal.scopes))
+        .bind(principal.created_at)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| {
+            StoreError::on_constraint(e, "principal_tenant_id_name_key", "a principal with this name exists in the tenant")
+        })?;
+        Ok(principal)
+    }
+
+    pub async fn list_principals(&self, tenant: TenantId) -> Result<Vec<Principal>, StoreError> {
+        let rows: Vec<PrincipalRow> = sqlx::query_as(
+            "select principal_id, tenant_id, kind, name, roles, scopes, created_at from principal where tenant_id = $1 order by name",
+        )
+        .bind(id(tenant.0))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(PrincipalRow::into_model).collect()
+    }
+
+    pub async fn get_principal(
+        &self,
+        tenant: TenantId,
+        principal: PrincipalId,
+    ) -> Result<Option<Principal>, StoreError> {
+        let row: Option<PrincipalRow> = sqlx::query_as(
+            "select principal_id, tenant_id, kind, name, roles, scopes, created_at from principal where tenant_id = $1 and principal_id = $2",
+        )
+        .bind(id(tenant.0))
+        .bind(id(principal.0))
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(PrincipalRow::into_model).transpose()
+    }
+
+    pub async fn create_api_key(
+        &self,
+        tenant: TenantId,
+        new: &NewApiKey,
+    ) -> Result<(ApiKey, String), StoreError> {
+        let secret =
+            keys::generate().map_err(|e| StoreError::Corrupt(format!("no randomness: {e}")))?;
+        let key = ApiKey {
+            id: Uuid::now_v7(),
+            tenant,
+            principal: new.principal,
+            name: new.name.clone(),
+            prefix: secret[..keys::SHOWN].to_owned(),
+            scopes: new.scopes.clone(),
+            expires_at: new.expires_at,
+            last_used_at: None,
+            revoked_at: None,
+            created_at: now(),
+        };
+        let inserted = sqlx::query(
+            "insert into api_key (api_key_id, tenant_id, principal_id, name, prefix, secret_hash, scopes, expires_at, created_at)
+             select $1, $2, $3, $4, $5, $6, $7, $8, $9
+             where exists (select 1 from principal where principal_id = $3 and tenant_id = $2)",
+        )
+        .bind(id(key.id))
+        .bind(id(tenant.0))
+        .bind(id(key.principal.0))
+        .bind(&key.name)
+        .bind(&key.prefix)
+        .bind(keys::hash(&secret))
+        .bind(Json(&key.scopes))
+        .bind(key.expires_at)
+        .bind(key.created_at)
+        .execute(&self.pool)
+        .await?;
+        if inserted.rows_affected() == 0 {
+            return Err(StoreError::NotFound(
+                "no such principal in this tenant".into(),
+            ));
+        }
+        Ok((key, secret))
+    }
+
+    pub async fn list_api_keys(&self, tenant: TenantId) -> Result<Vec<ApiKey>, StoreError> {
+        let rows: Vec<KeyRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "select {KEY_COLUMNS} from api_key where tenant_id = $1 order by created_at"
+        )))
+        .bind(id(tenant.0))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(KeyRow::into_model).collect()
+    }
+
+    pub async fn revoke_api_key(&self, tenant: TenantId, key: Uuid) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "update api_key set revoked_at = coalesce(revoked_at, $3) where tenant_id = $1 and api_key_id = $2",
+        )
+        .bind(id(tenant.0))
+        .bind(id(key))
+        .bind(now())
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// The key whose hash matches `secret`, with its principal; `None` for unknown keys.
+    /// Revocation and expiry are checked by the caller, which knows the time.
+    pub async fn find_key(&self, secret: &str) -> Result<Option<KeyMatch>, StoreError> {
+        let row: Option<KeyRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "select {KEY_COLUMNS} from api_key where secret_hash = $1"
+        )))
+        .bind(keys::hash(secret))
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(key) = row.map(KeyRow::into_model).transpose()? else {
+            return Ok(None);
+        };
+        let principal = self.get_principal(key.tenant, key.principal).await?;
+        Ok(principal.map(|principal| KeyMatch { key, principal }))
+    }
+
+    pub async fn touch_key(&self, key: Uuid, at: DateTime<Utc>) -> Result<(), StoreError> {
+        sqlx::query("update api_key set last_used_at = $2 where api_key_id = $1")
+            .bind(id(key))
+            .bind(at)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn begin_call(&self, record: &AuditRecord) -> Result<(), StoreError> {
+        sqlx::query(
+            "insert into call_intent (call_id, tenant_id, principal_id, adapter, tool, arguments, arguments_hash, request_id, trace_id, run_id, step, client, started_at)
+             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+        )
+        .bind(id(record.call_id.0))
+        .bind(id(record.tenant.0))
+        .bind(id(record.principal.0))
+        .bind(record.adapter.as_str())
+        .bind(&record.tool)
+        .bind(canonical_json(&record.arguments))
+        .bind(&record.arguments_hash)
+        .bind(&record.request_id)
+        .bind(&record.trace_id)
+        .bind(record.run.map(|r| id(r.run_id.0)))
+        .bind(record.run.map(|r| i64::from(r.step)))
+        .bind(&record.client)
+        .bind(DateTime::<Utc>::from(record.started_at))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Appends `records` in one transaction, extending each tenant's chain.
+    pub async fn append_audit(&self, records: &[AuditRecord]) -> Result<(), StoreError> {
+        // BEGIN IMMEDIATE: take the write lock first, so two writers never interleave
+        // reads of a chain head with each other's appends.
+        let mut conn = self.pool.acquire().await?;
+        sqlx::query("begin immediate").execute(&mut *conn).await?;
+        let result = async {
+            let mut heads: BTreeMap<TenantId, (i64, String)> = BTreeMap::new();
+            let mut rows = Vec::with_capacity(records.len());
+            for record in records {
+                if let std::collections::btree_map::Entry::Vacant(slot) = heads.entry(record.tenant) {
+                    let head: Option<(i64, String)> =
+                        sqlx::query_as("select seq, row_hash from audit_chain_head where tenant_id = $1")
+                            .bind(id(record.tenant.0))
+                            .fetch_optional(&mut *conn)
+                            .await?;
+                    slot.insert(head.unwrap_or((0, GENESIS.to_owned())));
+                }
+                let head = heads.get_mut(&record.tenant).ok_or_else(|| StoreError::Corrupt("chain head".into()))?;
+                let row = row_from_record(record, head.0 + 1, head.1.clone());
+                *head = (row.seq, row.row_hash.clone());
+                rows.push(row);
+            }
+            for chunk in rows.chunks(500) {
+                let mut insert = QueryBuilder::<Sqlite>::new(format!("insert into audit_log ({AUDIT_COLUMNS}) "));
+                insert.push_values(chunk, |mut b, row| {
+                    b.push_bind(id(row.call_id))
+                        .push_bind(id(row.tenant.0))
+                        .push_bind(row.seq)
+                        .push_bind(id(row.principal.0))
+                        .push_bind(&row.adapter)
+                        .push_bind(&row.tool)
+                        .push_bind(&row.arguments)
+                        .push_bind(&row.arguments_hash)
+                        .push_bind(&row.outcome)
+                        .push_bind(&row.error)
+                        .push_bind(row.duration_us)
+                        .push_bind(&row.request_id)
+                        .push_bind(&row.trace_id)
+                        .push_bind(row.run_id.map(|r| id(r.0)))
+                        .push_bind(row.step)
+                        .push_bind(&row.client)
+                        .push_bind(row.started_at)
+                        .push_bind(row.finished_at)
+                        .push_bind(&row.prev_hash)
+                        .push_bind(&row.row_hash);
+                });
+                insert.build().execute(&mut *conn).await?;
+                let mut clear = QueryBuilder::<Sqlite>::new("delete from call_intent where call_id in (");
+                let mut ids = clear.separated(", ");
+                for row in chunk {
+                    ids.push_bind(id(row.call_id));
+                }
+                clear.push(")");
+                clear.build().execute(&mut *conn).await?;
+            }
+            for (tenant, (seq, hash)) in &heads {
+                sqlx::query(
+                    "insert into audit_chain_head (tenant_id, seq, row_hash) values ($1, $2, $3)
+                     on conflict (tenant_id) do update set seq = excluded.seq, row_hash = excluded.row_hash",
+                )
+                .bind(id(tenant.0))
+                .bind(seq)
+                .bind(hash)
+                .execute(&mut *conn)
+                .await?;
+            }
+            Ok::<_, StoreError>(())
+        }
+        .await;
+        match result {
+            Ok(()) => {
+                sqlx::query("commit").execute(&mut *conn).await?;
+                Ok(())
+            }
+            Err(err) => {
+                let _ = sqlx::query("rollback").execute(&mut *conn).await;
+                Err(err)
+            }
+        }
+    }
+
+    /// Calls with side effects that started and were never recorded (the gateway stopped
+    /// mid-call).
+    pub async fn unfinished_calls(&self) -> Result<Vec<AuditRecord>, StoreError> {
+        let rows: Vec<IntentRow> = sqlx::query_as(
+            "select call_id, tenant_id, principal_id, adapter, tool, arguments, arguments_hash, request_id, trace_id, run_id, step, client, started_at from call_intent",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|r| {
+                crate::interrupted(crate::IntentFields {
+                    call_id: uuid(&r.call_id)?,
+                    tenant: uuid(&r.tenant_id)?,
+                    principal: uuid(&r.principal_id)?,
+                    adapter: r.adapter,
+                    tool: r.tool,
+                    arguments: r.arguments,
+                    arguments_hash: r.arguments_hash,
+                    request_id: r.request_id,
+                    trace_id: r.trace_id,
+                    run_id: r.run_id.as_deref().map(uuid).transpose()?,
+                    step: r.step,
+                    client: r.client,
+                    started_at: r.started_at,
+                })
+            })
+            .collect()
+    }
+
+    pub async fn list_audit(
+        &self,
+        tenant: TenantId,
+        filter: &AuditFilter,
+        limit: i64,
+    ) -> Result<Vec<AuditRow>, StoreError> {
+        let mut q = QueryBuilder::<Sqlite>::new(format!(
+            "select {AUDIT_COLUMNS} from audit_log where tenant_id = "
+        ));
+        q.push_bind(id(tenant.0));
+        if let Some(tool) = &filter.tool {
+            q.push(" and tool = ").push_bind(tool.clone());
+        }
+        if let Some(p) = filter.principal {
+            q.push(" and principal_id = ").push_bind(id(p.0));
+        }
+        if let Some(a) = &filter.adapter {
+            q.push(" and adapter = ").push_bind(a.clone());
+        }
+        if let Some(o) = &filter.outcome {
+            q.push(" and outcome = ").push_bind(o.clone());
+        }
+        if let Some(r) = filter.run_id {
+            q.push(" and run_id = ").push_bind(id(r.0));
+        }
+        if let Some(t) = filter.since {
+            q.push(" and started_at >= ").push_bind(t);
+        }
+        if let Some(t) = filter.until {
+            q.push(" and started_at < ").push_bind(t);
+        }
+        if let Some(s) = filter.before_seq {
+            q.push(" and seq < ").push_bind(s);
+        }
+        q.push(" order by seq desc limit ").push_bind(limit);
+        let rows: Vec<AuditDbRow> = q.build_query_as().fetch_all(&self.pool).await?;
+        rows.into_iter().map(AuditDbRow::into_model).collect()
+    }
+
+    /// A tenant's whole chain in order, for verification.
+    pub async fn audit_chain(&self, tenant: TenantId) -> Result<Vec<AuditRow>, StoreError> {
+        let rows: Vec<AuditDbRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "select {AUDIT_COLUMNS} from audit_log where tenant_id = $1 order by seq"
+        )))
+        .bind(id(tenant.0))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(AuditDbRow::into_model).collect()
+    }
+
+    pub async fn record_security_event(
+        &self,
+        source: Option<&str>,
+        route: &str,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query("insert into security_event (occurred_at, source, route, reason) values ($1, $2, $3, $4)")
+            .bind(now())
+            .bind(source)
+            .bind(route)
+            .bind(reason)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Raw access for tests and tooling that must go around the store (tamper tests).
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+}
+
+fn now() -> DateTime<Utc> {
+    let t = Utc::now();
+    DateTime::from_timestamp_micros(t.timestamp_micros()).unwrap_or(t)
+}

@@ -1,0 +1,97 @@
+//! Group commit for audit records.
+//!
+//! Every call's record goes through one writer task. While a transaction commits, the
+//! records of calls finishing meanwhile queue up; the writer then takes all of them (up to
+//! [`MAX_BATCH`]) into the next transaction. Each caller waits for its own record's
+//! commit, so a result is never returned before its row is durable, and throughput grows
+//! with concurrency instead of paying one commit per call.
+//!
+//! The queue is bounded ([`QUEUE`]); when it is full, callers wait (backpressure), they
+//! are never dropped. When a batch fails, its records are retried one by one, so one bad
+//! record cannot fail the others. When every handle is dropped, the task drains the queue
+//! and ends; await its `JoinHandle` on shutdown.
+
+use async_trait::async_trait;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use toolgate_core::audit::{AuditError, AuditRecord, AuditSink};
+
+use crate::Store;
+
+/// Most records committed in one transaction.
+pub const MAX_BATCH: usize = 512;
+/// Records waiting for the writer before callers wait to enqueue.
+pub const QUEUE: usize = 8192;
+
+type Ack = oneshot::Sender<Result<(), String>>;
+
+/// A handle on the writer task. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct AuditWriter {
+    queue: mpsc::Sender<(AuditRecord, Ack)>,
+    store: Store,
+}
+
+impl AuditWriter {
+    /// Starts the writer task over `store`.
+    pub fn spawn(store: Store) -> (AuditWriter, JoinHandle<()>) {
+        let (queue, rx) = mpsc::channel(QUEUE);
+        let task = tokio::spawn(run(store.clone(), rx));
+        (AuditWriter { queue, store }, task)
+    }
+}
+
+async fn run(store: Store, mut rx: mpsc::Receiver<(AuditRecord, Ack)>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        let (records, acks): (Vec<AuditRecord>, Vec<Ack>) = batch.drain(..).unzip();
+        match store.append_audit(&records).await {
+            Ok(()) => {
+                for ack in acks {
+                    let _ = ack.send(Ok(()));
+                }
+            }
+            Err(err) if records.len() == 1 => {
+                tracing::error!(error = %err, "audit record could not be written");
+                for ack in acks {
+                    let _ = ack.send(Err(err.to_string()));
+                }
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, records = records.len(), "audit batch failed; retrying records one by one");
+                for (record, ack) in records.into_iter().zip(acks) {
+                    let result = store.append_audit(std::slice::from_ref(&record)).await;
+                    if let Err(err) = &result {
+                        tracing::error!(error = %err, call_id = %record.call_id, "audit record could not be written");
+                    }
+                    let _ = ack.send(result.map_err(|e| e.to_string()));
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl AuditSink for AuditWriter {
+    async fn begin(&self, record: &AuditRecord) -> Result<(), AuditError> {
+        self.store
+            .begin_call(record)
+            .await
+            .map_err(|e| AuditError(e.to_string()))
+    }
+
+    async fn record(&self, record: AuditRecord) -> Result<(), AuditError> {
+        let (ack, done) = oneshot::channel();
+        self.queue
+            .send((record, ack))
+            .await
+            .map_err(|_| AuditError("the audit writer has stopped".into()))?;
+        match done.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(err)) => Err(AuditError(err)),
+            Err(_) => Err(AuditError(
+                "the audit writer stopped before committing".into(),
+            )),
+        }
+    }
+}

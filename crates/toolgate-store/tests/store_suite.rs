@@ -1,0 +1,458 @@
+//! The shared store suite: every behaviour, against embedded SQLite and real Postgres.
+//!
+//! Postgres tests use the server on 127.0.0.1:5432 (override with TOOLGATE_TEST_PG, an
+//! admin URL): each test gets its own database, dropped afterwards.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde_json::json;
+use sqlx::Connection;
+use toolgate_core::audit::{AuditRecord, AuditSink};
+use toolgate_core::{Adapter, CallId, ErrorKind, Outcome, PrincipalId, PrincipalKind, TenantId};
+use toolgate_store::{
+    AuditFilter, AuditWriter, ChainBreak, NewApiKey, NewPrincipal, Store, StoreError,
+};
+
+fn admin_url() -> String {
+    std::env::var("TOOLGATE_TEST_PG")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// A Postgres database for one test, dropped with the guard.
+struct PgDb {
+    name: String,
+    url: String,
+}
+
+impl PgDb {
+    async fn create() -> PgDb {
+        let name = format!("toolgate_test_{}", uuid::Uuid::now_v7().simple());
+        let mut admin = sqlx::PgConnection::connect(&admin_url())
+            .await
+            .expect("connect to Postgres on 127.0.0.1:5432");
+        sqlx::query(sqlx::AssertSqlSafe(format!("create database {name}")))
+            .execute(&mut admin)
+            .await
+            .expect("create db");
+        let base = admin_url();
+        let url = match base.rfind('/') {
+            Some(i) => format!("{}/{name}", &base[..i]),
+            None => panic!("admin URL has no database part: {base}"),
+        };
+        PgDb { name, url }
+    }
+
+    async fn drop_db(self) {
+        let mut admin = sqlx::PgConnection::connect(&admin_url())
+            .await
+            .expect("connect");
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "drop database if exists {} with (force)",
+            self.name
+        )))
+        .execute(&mut admin)
+        .await
+        .expect("drop db");
+    }
+}
+
+/// Runs `test` against a migrated SQLite store and a migrated Postgres store.
+async fn on_both<F, Fut>(test: F)
+where
+    F: Fn(Store) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sqlite = Store::open(None, dir.path()).await.expect("open sqlite");
+    sqlite.migrate().await.expect("migrate sqlite");
+    test(sqlite).await;
+
+    let db = PgDb::create().await;
+    let pg = Store::open(Some(&db.url), dir.path())
+        .await
+        .expect("open postgres");
+    pg.migrate().await.expect("migrate postgres");
+    test(pg.clone()).await;
+    drop(pg);
+    db.drop_db().await;
+}
+
+/// Like `on_both`, for Postgres alone (row-level security, roles, triggers).
+async fn on_postgres<F, Fut>(test: F)
+where
+    F: FnOnce(Store, String) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = PgDb::create().await;
+    let pg = Store::open(Some(&db.url), dir.path())
+        .await
+        .expect("open postgres");
+    pg.migrate().await.expect("migrate postgres");
+    test(pg.clone(), db.url.clone()).await;
+    drop(pg);
+    db.drop_db().await;
+}
+
+fn member(name: &str) -> NewPrincipal {
+    NewPrincipal {
+        kind: PrincipalKind::User,
+        name: name.into(),
+        roles: vec!["member".into()],
+        scopes: vec!["tools:invoke".into()],
+    }
+}
+
+fn record(tenant: TenantId, principal: PrincipalId, tool: &str) -> AuditRecord {
+    AuditRecord {
+        call_id: CallId::new(),
+        tenant,
+        principal,
+        adapter: Adapter::Rest,
+        tool: tool.into(),
+        arguments: json!({"path": "a.txt", "token": "***"}),
+        arguments_hash: "ab".repeat(32),
+        outcome: Outcome::Ok,
+        error: None,
+        duration: Duration::from_micros(1234),
+        request_id: Some("req-1".into()),
+        trace_id: None,
+        run: None,
+        client: Some("curl/8".into()),
+        started_at: SystemTime::now(),
+        finished_at: SystemTime::now() + Duration::from_micros(1234),
+    }
+}
+
+#[tokio::test]
+async fn tenants_principals_and_keys() {
+    on_both(|store| async move {
+        let a = store.create_tenant("acme").await.expect("tenant");
+        let b = store.create_tenant("globex").await.expect("tenant");
+        assert!(matches!(
+            store.create_tenant("acme").await,
+            Err(StoreError::Conflict(_))
+        ));
+        let alice = store
+            .create_principal(a.id, &member("alice"))
+            .await
+            .expect("principal");
+        assert!(matches!(
+            store.create_principal(a.id, &member("alice")).await,
+            Err(StoreError::Conflict(_))
+        ));
+        store
+            .create_principal(b.id, &member("alice"))
+            .await
+            .expect("same name, other tenant");
+
+        let (key, secret) = store
+            .create_api_key(
+                a.id,
+                &NewApiKey {
+                    principal: alice.id,
+                    name: "ci".into(),
+                    scopes: vec!["tools:invoke".into()],
+                    expires_at: None,
+                },
+            )
+            .await
+            .expect("key");
+        assert!(secret.starts_with(&key.prefix));
+        let found = store
+            .find_key(&secret)
+            .await
+            .expect("lookup")
+            .expect("found");
+        assert_eq!((found.key.id, found.principal.id), (key.id, alice.id));
+        assert!(
+            store
+                .find_key("tg_not-a-key")
+                .await
+                .expect("lookup")
+                .is_none()
+        );
+
+        // A key for a principal of another tenant cannot be made.
+        let err = store
+            .create_api_key(
+                b.id,
+                &NewApiKey {
+                    principal: alice.id,
+                    name: "x".into(),
+                    scopes: vec![],
+                    expires_at: None,
+                },
+            )
+            .await;
+        assert!(matches!(err, Err(StoreError::NotFound(_))));
+
+        assert_eq!(store.list_principals(a.id).await.expect("list").len(), 1);
+        assert_eq!(store.list_api_keys(a.id).await.expect("list").len(), 1);
+        assert!(
+            store.list_api_keys(b.id).await.expect("list").is_empty(),
+            "tenant B sees none of A's keys"
+        );
+        assert!(
+            !store.revoke_api_key(b.id, key.id).await.expect("revoke"),
+            "B cannot revoke A's key"
+        );
+        assert!(store.revoke_api_key(a.id, key.id).await.expect("revoke"));
+        let found = store
+            .find_key(&secret)
+            .await
+            .expect("lookup")
+            .expect("still found");
+        assert!(found.key.revoked_at.is_some());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn concurrent_records_become_exactly_one_row_each_in_a_verified_chain() {
+    on_both(|store| async move {
+        let a = store.create_tenant("acme").await.expect("tenant");
+        let b = store.create_tenant("globex").await.expect("tenant");
+        let pa = store
+            .create_principal(a.id, &member("alice"))
+            .await
+            .expect("principal");
+        let pb = store
+            .create_principal(b.id, &member("bob"))
+            .await
+            .expect("principal");
+        let (writer, task) = AuditWriter::spawn(store.clone());
+        let writer = Arc::new(writer);
+        let mut calls = Vec::new();
+        for i in 0..200 {
+            let writer = writer.clone();
+            let rec = if i % 3 == 0 {
+                record(b.id, pb.id, "echo")
+            } else {
+                record(a.id, pa.id, "read_file")
+            };
+            calls.push(tokio::spawn(async move { writer.record(rec).await }));
+        }
+        for call in calls {
+            call.await.expect("join").expect("recorded");
+        }
+        drop(writer);
+        task.await.expect("writer drained");
+
+        let rows_a = store.audit_chain(a.id).await.expect("chain");
+        let rows_b = store.audit_chain(b.id).await.expect("chain");
+        assert_eq!((rows_a.len(), rows_b.len()), (133, 67));
+        assert!(
+            rows_a
+                .iter()
+                .all(|r| r.tenant == a.id && r.tool == "read_file")
+        );
+        assert_eq!(store.verify_chain(a.id).await.expect("verify"), None);
+        assert_eq!(store.verify_chain(b.id).await.expect("verify"), None);
+        let row = &rows_a[0];
+        assert_eq!(row.arguments, r#"{"path":"a.txt","token":"***"}"#);
+        assert_eq!(
+            (
+                row.duration_us,
+                row.client.as_deref(),
+                row.request_id.as_deref()
+            ),
+            (1234, Some("curl/8"), Some("req-1"))
+        );
+
+        let page = store
+            .list_audit(
+                a.id,
+                &AuditFilter {
+                    tool: Some("read_file".into()),
+                    ..AuditFilter::default()
+                },
+                10,
+            )
+            .await
+            .expect("list");
+        assert_eq!(page.len(), 10);
+        assert!(page.windows(2).all(|w| w[0].seq > w[1].seq), "newest first");
+        let next = store
+            .list_audit(
+                a.id,
+                &AuditFilter {
+                    before_seq: Some(page[9].seq),
+                    ..AuditFilter::default()
+                },
+                1000,
+            )
+            .await
+            .expect("list");
+        assert_eq!(next.len(), 123);
+        let none = store
+            .list_audit(
+                b.id,
+                &AuditFilter {
+                    tool: Some("read_file".into()),
+                    ..AuditFilter::default()
+                },
+                10,
+            )
+            .await
+            .expect("list");
+        assert!(none.is_empty(), "tenant B's listing never shows A's rows");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn unfinished_side_effect_calls_are_recovered_as_interrupted() {
+    on_both(|store| async move {
+        let a = store.create_tenant("acme").await.expect("tenant");
+        let p = store
+            .create_principal(a.id, &member("alice"))
+            .await
+            .expect("principal");
+        let rec = record(a.id, p.id, "write_file");
+        store.begin_call(&rec).await.expect("intent");
+        assert_eq!(store.recover_unfinished().await.expect("recover"), 1);
+        assert_eq!(
+            store.recover_unfinished().await.expect("recover"),
+            0,
+            "recovered once"
+        );
+        let rows = store.audit_chain(a.id).await.expect("chain");
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].call_id, rec.call_id.0);
+        assert_eq!(rows[0].outcome, ErrorKind::Cancelled.as_str());
+        assert!(
+            rows[0]
+                .error
+                .as_deref()
+                .is_some_and(|e| e.contains("interrupted"))
+        );
+
+        // A finished call clears its own intent.
+        let rec = record(a.id, p.id, "write_file");
+        store.begin_call(&rec).await.expect("intent");
+        store.append_audit(&[rec]).await.expect("append");
+        assert_eq!(store.recover_unfinished().await.expect("recover"), 0);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn tampering_is_named_by_verification() {
+    // SQLite: the triggers refuse edits; someone with the file drops them first.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(None, dir.path()).await.expect("open");
+    store.migrate().await.expect("migrate");
+    let (tenant, rows) = seeded(&store).await;
+    let Store::Sqlite(sqlite) = &store else {
+        unreachable!("opened without a URL")
+    };
+    let refused = sqlx::query("update audit_log set tool = 'x' where call_id = $1")
+        .bind(rows[2].call_id.hyphenated().to_string())
+        .execute(sqlite.pool())
+        .await;
+    assert!(refused.is_err(), "append-only trigger");
+    sqlx::query("drop trigger audit_log_no_update")
+        .execute(sqlite.pool())
+        .await
+        .expect("drop trigger");
+    sqlx::query("update audit_log set outcome = 'ok', error = null where call_id = $1")
+        .bind(rows[2].call_id.hyphenated().to_string())
+        .execute(sqlite.pool())
+        .await
+        .expect("tamper");
+    assert_eq!(
+        store.verify_chain(tenant).await.expect("verify"),
+        Some(ChainBreak::Altered {
+            seq: 3,
+            call_id: rows[2].call_id
+        })
+    );
+
+    // Postgres: a superuser going around the trigger.
+    on_postgres(|store, _url| async move {
+        let (tenant, rows) = seeded(&store).await;
+        let Store::Postgres(pg) = &store else {
+            unreachable!("opened with a URL")
+        };
+        let mut conn = pg.owner_pool().acquire().await.expect("conn");
+        sqlx::query("set session_replication_role = replica")
+            .execute(&mut *conn)
+            .await
+            .expect("bypass triggers");
+        sqlx::query("update audit_log set tool = 'something_else' where call_id = $1")
+            .bind(rows[1].call_id)
+            .execute(&mut *conn)
+            .await
+            .expect("tamper");
+        sqlx::query("set session_replication_role = origin")
+            .execute(&mut *conn)
+            .await
+            .expect("reset");
+        assert_eq!(
+            store.verify_chain(tenant).await.expect("verify"),
+            Some(ChainBreak::Altered {
+                seq: 2,
+                call_id: rows[1].call_id
+            })
+        );
+    })
+    .await;
+}
+
+async fn seeded(store: &Store) -> (TenantId, Vec<toolgate_store::AuditRow>) {
+    let a = store.create_tenant("acme").await.expect("tenant");
+    let p = store
+        .create_principal(a.id, &member("alice"))
+        .await
+        .expect("principal");
+    let mut records: Vec<AuditRecord> = (0..5).map(|_| record(a.id, p.id, "read_file")).collect();
+    records[2].outcome = Outcome::Error(ErrorKind::Forbidden);
+    records[2].error = Some("missing scope".into());
+    store.append_audit(&records).await.expect("append");
+    let rows = store.audit_chain(a.id).await.expect("chain");
+    assert_eq!(store.verify_chain(a.id).await.expect("verify"), None);
+    (a.id, rows)
+}
+
+#[tokio::test]
+async fn postgres_app_role_cannot_change_audit_rows_and_sees_only_its_tenant() {
+    on_postgres(|store, _url| async move {
+        let (a, rows) = seeded(&store).await;
+        let b = store.create_tenant("globex").await.expect("tenant");
+        let pb = store.create_principal(b.id, &member("bob")).await.expect("principal");
+        store.append_audit(&[record(b.id, pb.id, "echo")]).await.expect("append");
+        let Store::Postgres(pg) = &store else { unreachable!("postgres") };
+
+        let mut conn = pg.app_pool().acquire().await.expect("conn");
+        let role: String = sqlx::query_scalar("select current_user::text").fetch_one(&mut *conn).await.expect("role");
+        assert_eq!(role, "toolgate_app");
+        for sql in ["update audit_log set tool = 'x'", "delete from audit_log", "truncate audit_log"] {
+            let result = sqlx::query(sql).execute(&mut *conn).await;
+            assert!(result.is_err(), "{sql} must fail for the app role");
+        }
+        // No tenant named: row-level security shows nothing at all.
+        let visible: i64 = sqlx::query_scalar("select count(*) from audit_log").fetch_one(&mut *conn).await.expect("count");
+        assert_eq!(visible, 0);
+        // Tenant A named: only A's rows, even without a where clause.
+        let mut tx = conn.begin().await.expect("tx");
+        sqlx::query("select set_config('toolgate.tenant_id', $1, true)").bind(a.to_string()).execute(&mut *tx).await.expect("set");
+        let tenants: Vec<uuid::Uuid> =
+            sqlx::query_scalar("select distinct tenant_id from audit_log").fetch_all(&mut *tx).await.expect("select");
+        assert_eq!(tenants, [a.0]);
+        let principals: i64 = sqlx::query_scalar("select count(*) from principal").fetch_one(&mut *tx).await.expect("count");
+        assert_eq!(principals, 1);
+        // Writing a row for another tenant is refused by the policy's check.
+        let forged = sqlx::query("insert into principal (principal_id, tenant_id, kind, name, created_at) values ($1, $2, 'user', 'mallory', now())")
+            .bind(uuid::Uuid::now_v7())
+            .bind(b.id.0)
+            .execute(&mut *tx)
+            .await;
+        assert!(forged.is_err(), "RLS with check");
+        drop(tx);
+        assert_eq!(rows.len(), 5);
+    })
+    .await;
+}
