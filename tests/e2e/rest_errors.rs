@@ -229,7 +229,7 @@ async fn health_and_readiness() {
     assert_eq!((status, body["status"].as_str()), (200, Some("ok")));
     let (status, _, body) = gw.get("/readyz").await;
     assert_eq!((status, body["status"].as_str()), (200, Some("ready")));
-    std::fs::remove_dir_all(gw.workspace()).expect("remove workspace");
+    std::fs::remove_dir_all(gw.data.path().join("workspace")).expect("remove workspace root");
     let (status, _, body) = gw.get("/readyz").await;
     assert_eq!(
         (status, body["status"].as_str()),

@@ -8,12 +8,17 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use toolgate_server::Config;
 
-/// A running gateway.
+/// A running gateway, with a client that sends the bootstrap admin key.
 pub struct Gateway {
     pub base: String,
+    /// Sends `Authorization: Bearer <admin key>` on every request.
     pub http: reqwest::Client,
+    /// Sends no credentials.
+    pub anonymous: reqwest::Client,
+    pub admin_key: String,
     pub data: TempDir,
     shutdown: Option<oneshot::Sender<()>>,
+    stopped: Option<oneshot::Receiver<()>>,
 }
 
 impl Gateway {
@@ -34,9 +39,9 @@ impl Gateway {
             .await
             .expect("bind loopback");
         let addr = listener.local_addr().expect("local addr");
-        // Binding happened above, so the workspace exists before the first request.
-        std::fs::create_dir_all(config.workspace_root()).expect("workspace dir");
+        let key_file = config.admin_key_file();
         let (tx, rx) = oneshot::channel();
+        let (done_tx, done_rx) = oneshot::channel();
         tokio::spawn(async move {
             let stop = async {
                 let _ = rx.await;
@@ -44,12 +49,45 @@ impl Gateway {
             if let Err(err) = toolgate_server::serve(config, listener, stop).await {
                 eprintln!("gateway failed: {err:#}");
             }
+            let _ = done_tx.send(());
         });
+        let base = format!("http://{addr}");
+        // The listener is bound; wait until start-up (migrations, bootstrap) has finished.
+        let anonymous = reqwest::Client::new();
+        for _ in 0..500 {
+            if anonymous
+                .get(format!("{base}/healthz"))
+                .send()
+                .await
+                .is_ok()
+                && key_file.exists()
+            {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let admin_key = std::fs::read_to_string(&key_file)
+            .expect("admin key file")
+            .trim()
+            .to_owned();
         Self {
-            base: format!("http://{addr}"),
-            http: reqwest::Client::new(),
+            http: client_with_key(&admin_key),
+            anonymous,
+            admin_key,
+            base,
             data,
             shutdown: Some(tx),
+            stopped: Some(done_rx),
+        }
+    }
+
+    /// Stops the gateway and waits until it has drained (audit log flushed).
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(rx) = self.stopped.take() {
+            let _ = rx.await;
         }
     }
 
@@ -57,9 +95,11 @@ impl Gateway {
         format!("{}{path}", self.base)
     }
 
-    /// The workspace root the file tools see.
+    /// The default tenant's workspace, which the admin key's file tools see.
     pub fn workspace(&self) -> PathBuf {
-        self.data.path().join("workspace")
+        let dir = self.data.path().join("workspace").join("default");
+        std::fs::create_dir_all(&dir).expect("workspace dir");
+        dir
     }
 
     /// `POST /v1/tools/{name}/invoke` with `body`; returns status, content type and JSON.
@@ -81,6 +121,47 @@ impl Gateway {
     pub async fn get(&self, path: &str) -> (u16, String, serde_json::Value) {
         read(self.http.get(self.url(path)).send().await.expect("request")).await
     }
+
+    /// `POST path` with a JSON body, as the admin.
+    pub async fn post(
+        &self,
+        path: &str,
+        body: serde_json::Value,
+    ) -> (u16, String, serde_json::Value) {
+        read(
+            self.http
+                .post(self.url(path))
+                .json(&body)
+                .send()
+                .await
+                .expect("request"),
+        )
+        .await
+    }
+
+    /// Creates a tenant; returns its admin key.
+    pub async fn create_tenant(&self, name: &str) -> String {
+        let (status, _, body) = self
+            .post("/v1/tenants", serde_json::json!({"name": name}))
+            .await;
+        assert_eq!(status, 201, "{body}");
+        body["admin_key"]["secret"]
+            .as_str()
+            .expect("secret")
+            .to_owned()
+    }
+}
+
+/// A client sending `Authorization: Bearer <key>`.
+pub fn client_with_key(key: &str) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    let value =
+        reqwest::header::HeaderValue::from_str(&format!("Bearer {key}")).expect("ascii key");
+    headers.insert(reqwest::header::AUTHORIZATION, value);
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .expect("client")
 }
 
 /// Status, content type and JSON body (`null` when the body is not JSON).

@@ -36,9 +36,22 @@ pub struct Principal {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuthContext {
     pub tenant: TenantId,
+    /// The tenant's unique name (`^[a-z0-9][a-z0-9-]{0,62}$`), used for paths and logs.
+    pub tenant_name: String,
     pub principal: Principal,
     pub roles: Vec<String>,
     pub scopes: Vec<String>,
+}
+
+/// Whether `name` is a valid tenant name: 1–63 lowercase letters, digits and dashes,
+/// starting with a letter or digit. Safe as a directory name and in URLs.
+pub fn is_valid_tenant_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    (1..=63).contains(&bytes.len())
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
 }
 
 impl AuthContext {

@@ -140,6 +140,7 @@ fn fixture(scopes: &[&str]) -> Fixture {
     }
     let auth = Arc::new(AuthContext {
         tenant: TenantId::new(),
+        tenant_name: "acme".into(),
         principal: Principal {
             id: PrincipalId::new(),
             kind: PrincipalKind::User,

@@ -157,6 +157,7 @@ mod tests {
     fn auth() -> AuthContext {
         AuthContext {
             tenant: TenantId::new(),
+            tenant_name: "acme".into(),
             principal: Principal {
                 id: PrincipalId::new(),
                 kind: PrincipalKind::User,

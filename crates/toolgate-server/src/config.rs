@@ -24,6 +24,47 @@ pub struct Config {
     pub http: HttpConfig,
     pub tools: ToolsConfig,
     pub log: LogConfig,
+    pub database: DatabaseConfig,
+    pub auth: AuthConfig,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Accept JWT bearer tokens (API keys are always accepted).
+    pub jwt: Option<crate::jwt::JwtConfig>,
+    /// Where the bootstrap admin API key is written on first start; `<data_dir>/admin-api-key`
+    /// when unset.
+    pub admin_key_file: Option<PathBuf>,
+}
+
+/// A value that must never be printed: its `Debug` shows `***`.
+#[derive(Clone, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseConfig {
+    /// `postgres://…` for Postgres; unset for the embedded SQLite file
+    /// `<data_dir>/toolgate.db`. Also read from `DATABASE_URL`.
+    pub url: Option<Secret>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -71,6 +112,8 @@ impl Default for Config {
             http: HttpConfig::default(),
             tools: ToolsConfig::default(),
             log: LogConfig::default(),
+            database: DatabaseConfig::default(),
+            auth: AuthConfig::default(),
         }
     }
 }
@@ -162,6 +205,17 @@ impl Config {
                 errors.push((name.clone(), problem));
             }
         }
+        // The conventional variable, unless the toolgate-specific one is set.
+        if let Some(url) = env
+            .get("DATABASE_URL")
+            .filter(|_| !env.contains_key("TOOLGATE_DATABASE__URL"))
+        {
+            let _ = set_path(
+                &mut table,
+                &["database".into(), "url".into()],
+                toml::Value::String(url.clone()),
+            );
+        }
         if let Some(listen) = &overrides.listen {
             table.insert("listen".into(), toml::Value::String(listen.clone()));
         }
@@ -193,15 +247,17 @@ impl Config {
     }
 
     fn validate(&self, errors: &mut Vec<(String, String)>) {
-        if !self.listen.ip().is_loopback() {
+        if let Some(url) = &self.database.url
+            && !(url.expose().starts_with("postgres://")
+                || url.expose().starts_with("postgresql://"))
+        {
             errors.push((
-                "listen".into(),
-                format!(
-                    "{} is not a loopback address; this version has no authentication yet, \
-                     so it only listens on loopback (127.0.0.1 or ::1)",
-                    self.listen
-                ),
+                "database.url".into(),
+                "must be a postgres:// URL (unset for embedded SQLite)".into(),
             ));
+        }
+        if let Some(jwt) = &self.auth.jwt {
+            errors.extend(jwt.problems());
         }
         if self.http.max_body_bytes == 0 {
             errors.push(("http.max_body_bytes".into(), "must be at least 1".into()));
@@ -220,6 +276,14 @@ impl Config {
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log.filter) {
             errors.push(("log.filter".into(), e.to_string()));
         }
+    }
+
+    /// Where the bootstrap admin key is written.
+    pub fn admin_key_file(&self) -> PathBuf {
+        self.auth
+            .admin_key_file
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("admin-api-key"))
     }
 
     /// The workspace root: `tools.workspace_root`, or `<data_dir>/workspace`.
@@ -326,11 +390,9 @@ mod tests {
         assert!(err.to_string().contains("no_such_key"), "{err}");
 
         let err = Config::load(
-            &Overrides {
-                listen: Some("0.0.0.0:8080".into()),
-                ..Overrides::default()
-            },
+            &Overrides::default(),
             env(&[
+                ("DATABASE_URL", "mysql://nope"),
                 ("TOOLGATE_TOOLS__MAX_OUTPUT_CHARS", "0"),
                 ("TOOLGATE_LOG__FILTER", "[[["),
             ]),
@@ -339,7 +401,7 @@ mod tests {
         let keys: Vec<&str> = err.0.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(
             keys,
-            ["listen", "tools.max_output_chars", "log.filter"],
+            ["database.url", "tools.max_output_chars", "log.filter"],
             "{err}"
         );
     }
@@ -352,5 +414,22 @@ mod tests {
         };
         let err = Config::load(&overrides, env(&[])).expect_err("missing file");
         assert!(err.to_string().contains("/no/such/toolgate.toml"), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod secret_tests {
+    use super::*;
+
+    #[test]
+    fn database_url_comes_from_database_url_and_never_prints() {
+        let env = vec![(
+            "DATABASE_URL".to_string(),
+            "postgres://u:hunter2@db/toolgate".to_string(),
+        )];
+        let config = Config::load(&Overrides::default(), env).expect("valid");
+        let url = config.database.url.as_ref().expect("set");
+        assert_eq!(url.expose(), "postgres://u:hunter2@db/toolgate");
+        assert!(!format!("{config:?}").contains("hunter2"));
     }
 }

@@ -8,7 +8,10 @@
 //! # Layout
 //!
 //! - [`config`]: typed configuration, layered defaults → file → `TOOLGATE_*` → flags.
-//! - [`auth`]: the [`auth::Caller`] extractor, made once per request.
+//! - [`auth`]: the [`auth::Caller`] extractor, made once per request from an API key or a
+//!   JWT ([`jwt`]).
+//! - [`bootstrap`]: the default tenant and admin key on first start.
+//! - [`cli`]: the admin subcommands (`migrate`, `tenants`, `keys`, `audit verify`).
 //! - [`request_id`]: request ids and the observe middleware (span, logging).
 //! - [`rest`]: REST routes, one module per resource; problem+json errors.
 //! - [`docs`]: `/openapi.json` and the offline `/docs` page.
@@ -16,8 +19,11 @@
 //! - [`telemetry`]: the `tracing` subscriber.
 
 pub mod auth;
+pub mod bootstrap;
+pub mod cli;
 pub mod config;
 pub mod docs;
+pub mod jwt;
 pub mod request_id;
 pub mod rest;
 pub mod state;
@@ -35,7 +41,8 @@ use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use toolgate_core::{Executor, ExecutorLimits, Registry, TracingSink};
-use toolgate_tools::{BuiltinOptions, Workspace, builtin_tools};
+use toolgate_store::{AuditWriter, Store};
+use toolgate_tools::{BuiltinOptions, Workspaces, builtin_tools};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 pub use config::Config;
@@ -43,35 +50,75 @@ pub use state::AppState;
 
 use rest::error::ApiError;
 
-/// Builds the shared state: workspace, registry with the built-in tools, executor.
-pub fn build_state(config: &Config) -> anyhow::Result<AppState> {
+/// A built gateway: the state handlers share, and the audit writer task to drain on
+/// shutdown.
+pub struct Gateway {
+    pub state: AppState,
+    pub audit_writer: tokio::task::JoinHandle<()>,
+}
+
+/// Opens and migrates the store, records calls left unfinished by a previous run,
+/// bootstraps an empty store, and builds the registry, audit writer and executor.
+pub async fn build(config: &Config) -> anyhow::Result<Gateway> {
+    let store = Store::open(
+        config.database.url.as_ref().map(|u| u.expose()),
+        &config.data_dir,
+    )
+    .await
+    .context("opening the store")?;
+    store.migrate().await.context("migrating the store")?;
+    let recovered = store
+        .recover_unfinished()
+        .await
+        .context("recording unfinished calls")?;
+    if recovered > 0 {
+        tracing::warn!(
+            calls = recovered,
+            "recorded calls cut short by the last stop as interrupted"
+        );
+    }
+    let key_file = config.admin_key_file();
+    if let Some(secret) = bootstrap::bootstrap(&store, &key_file).await? {
+        println!(
+            "toolgate: first start: created tenant \"{}\" and its admin API key (shown once; also in {}, mode 0600):\n\n    {secret}\n",
+            bootstrap::DEFAULT_TENANT,
+            key_file.display()
+        );
+    }
     let root = config.workspace_root();
-    let workspace = Arc::new(
-        Workspace::open(&root)
+    let workspaces = Arc::new(
+        Workspaces::new(&root)
             .with_context(|| format!("opening the workspace root {}", root.display()))?,
     );
     let registry = Arc::new(Registry::new());
     let options = BuiltinOptions {
         diagnostics: config.tools.diagnostics,
     };
-    for tool in builtin_tools(workspace.clone(), &options) {
+    for tool in builtin_tools(workspaces.clone(), &options) {
         registry
             .register(tool)
             .context("registering the built-in tools")?;
     }
+    let (writer, audit_writer) = AuditWriter::spawn(store.clone());
     let limits = ExecutorLimits {
         max_output_chars: config.tools.max_output_chars,
     };
-    Ok(AppState::new(state::Shared {
+    let jwt = config
+        .auth
+        .jwt
+        .clone()
+        .map(|c| jwt::JwtVerifier::new(c, store.clone()));
+    let state = AppState::new(state::Shared {
         registry,
-        executor: Executor::new(
-            Arc::new(TracingSink),
-            Arc::new(toolgate_core::audit::NoAudit),
-            limits,
-        ),
-        authenticator: Arc::new(auth::Authenticator::loopback_operator()),
-        workspace,
-    }))
+        executor: Executor::new(Arc::new(TracingSink), Arc::new(writer), limits),
+        authenticator: Arc::new(auth::Authenticator::new(store.clone(), jwt)),
+        workspaces,
+        store,
+    });
+    Ok(Gateway {
+        state,
+        audit_writer,
+    })
 }
 
 /// The OpenAPI document of the REST API, as served at `/openapi.json`.
@@ -145,8 +192,11 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let state = build_state(&config)?;
-    let app = app(state, &config);
+    let Gateway {
+        state,
+        audit_writer,
+    } = build(&config).await?;
+    let app = app(state, &config).into_make_service_with_connect_info::<std::net::SocketAddr>();
     let addr = listener
         .local_addr()
         .context("reading the listener's address")?;
@@ -165,6 +215,12 @@ pub async fn serve(
             tracing::warn!(grace_secs = grace.as_secs(), "in-flight requests still running after the grace period; stopping them");
         }
     }
+    // The app (and with it every handle on the audit writer) is gone: the writer drains
+    // what is queued and ends.
+    match tokio::time::timeout(grace, audit_writer).await {
+        Ok(_) => tracing::info!("audit log flushed"),
+        Err(_) => tracing::error!("the audit writer did not drain within the grace period"),
+    }
     tracing::info!("stopped");
     Ok(())
 }
@@ -173,12 +229,13 @@ pub async fn serve(
 /// replies wait for the peer's delayed ACK (tens of milliseconds each).
 pub fn tuned(
     listener: TcpListener,
-) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr> {
-    listener.tap_io(|tcp| {
+) -> axum::serve::TapIo<TcpListener, fn(&mut tokio::net::TcpStream)> {
+    fn nodelay(tcp: &mut tokio::net::TcpStream) {
         if let Err(err) = tcp.set_nodelay(true) {
             tracing::warn!(error = %err, "could not set TCP_NODELAY");
         }
-    })
+    }
+    listener.tap_io(nodelay as fn(&mut tokio::net::TcpStream))
 }
 
 #[cfg(test)]

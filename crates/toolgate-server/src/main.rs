@@ -26,7 +26,8 @@ enum Command {
     ///
     /// Configuration comes from defaults, then the TOML file given with --config, then
     /// TOOLGATE_* environment variables (nested keys joined with "__", e.g.
-    /// TOOLGATE_HTTP__MAX_BODY_BYTES=2097152), then these flags.
+    /// TOOLGATE_HTTP__MAX_BODY_BYTES=2097152), then these flags. DATABASE_URL selects
+    /// Postgres; without it the store is an SQLite file in the data directory.
     Serve {
         /// Address to listen on [default: 127.0.0.1:8080]
         #[arg(long, env = "TOOLGATE_LISTEN", value_name = "ADDR")]
@@ -41,6 +42,54 @@ enum Command {
     },
     /// Print the OpenAPI document of the REST API (what /openapi.json serves).
     Openapi,
+    /// Apply database migrations and exit.
+    Migrate {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Manage tenants.
+    Tenants {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[command(subcommand)]
+        command: toolgate_server::cli::TenantsCommand,
+    },
+    /// Manage API keys.
+    Keys {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[command(subcommand)]
+        command: toolgate_server::cli::KeysCommand,
+    },
+    /// Inspect the audit log.
+    Audit {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[command(subcommand)]
+        command: toolgate_server::cli::AuditCommand,
+    },
+}
+
+/// Where the store is: the same settings as `serve` (DATABASE_URL for Postgres).
+#[derive(clap::Args)]
+struct StoreArgs {
+    /// Directory for toolgate's data (the SQLite file lives here) [default: ./toolgate-data]
+    #[arg(long, env = "TOOLGATE_DATA_DIR", value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// TOML configuration file
+    #[arg(long, env = "TOOLGATE_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+impl StoreArgs {
+    fn load(self) -> anyhow::Result<Config> {
+        let overrides = Overrides {
+            config_file: self.config,
+            listen: None,
+            data_dir: self.data_dir,
+        };
+        Ok(Config::load(&overrides, std::env::vars())?)
+    }
 }
 
 #[tokio::main]
@@ -77,6 +126,21 @@ async fn run() -> anyhow::Result<()> {
         Command::Openapi => {
             print!("{}", toolgate_server::openapi_json());
             Ok(())
+        }
+        Command::Migrate { store } => {
+            let config = store.load()?;
+            let opened = toolgate_server::cli::open_store(&config).await?;
+            println!("migrated the {} store", opened.backend());
+            Ok(())
+        }
+        Command::Tenants { store, command } => {
+            toolgate_server::cli::tenants(&store.load()?, command).await
+        }
+        Command::Keys { store, command } => {
+            toolgate_server::cli::keys(&store.load()?, command).await
+        }
+        Command::Audit { store, command } => {
+            toolgate_server::cli::audit(&store.load()?, command).await
         }
     }
 }

@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use axum::extract::FromRef;
 use toolgate_core::{Executor, Registry};
-use toolgate_tools::Workspace;
+use toolgate_store::Store;
+use toolgate_tools::Workspaces;
 
 use crate::auth::Authenticator;
 
@@ -16,7 +17,8 @@ pub struct Shared {
     pub registry: Arc<Registry>,
     pub executor: Executor,
     pub authenticator: Arc<Authenticator>,
-    pub workspace: Arc<Workspace>,
+    pub workspaces: Arc<Workspaces>,
+    pub store: Store,
 }
 
 impl AppState {

@@ -44,6 +44,9 @@ pub enum StoreError {
     Conflict(String),
     #[error("{0}")]
     NotFound(String),
+    /// The input breaks a rule of the data model (e.g. a malformed tenant name).
+    #[error("{0}")]
+    Invalid(String),
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
     #[error("migration failed: {0}")]
@@ -118,8 +121,23 @@ impl Store {
         dispatch!(self, s => s.ping().await)
     }
 
+    /// Creates a tenant; its name must match `^[a-z0-9][a-z0-9-]{0,62}$`.
     pub async fn create_tenant(&self, name: &str) -> Result<Tenant, StoreError> {
+        if !toolgate_core::auth::is_valid_tenant_name(name) {
+            return Err(StoreError::Invalid(format!(
+                "tenant name {name:?} is invalid: use 1-63 lowercase letters, digits and dashes, starting with a letter or digit"
+            )));
+        }
         dispatch!(self, s => s.create_tenant(name).await)
+    }
+
+    /// The tenant named `name`.
+    pub async fn find_tenant(&self, name: &str) -> Result<Option<Tenant>, StoreError> {
+        Ok(self
+            .list_tenants()
+            .await?
+            .into_iter()
+            .find(|t| t.name == name))
     }
 
     pub async fn list_tenants(&self) -> Result<Vec<Tenant>, StoreError> {
@@ -167,6 +185,7 @@ impl Store {
         dispatch!(self, s => s.revoke_api_key(tenant, key).await)
     }
 
+    /// The key a presented secret belongs to, with its principal and tenant.
     pub async fn find_key(&self, secret: &str) -> Result<Option<KeyMatch>, StoreError> {
         dispatch!(self, s => s.find_key(secret).await)
     }

@@ -62,6 +62,7 @@ pub struct NewApiKey {
 pub struct KeyMatch {
     pub key: ApiKey,
     pub principal: Principal,
+    pub tenant_name: String,
 }
 
 /// One audit row as stored.

@@ -403,9 +403,11 @@ impl PostgresStore {
         .bind(key.principal.0)
         .fetch_optional(&self.owner)
         .await?;
-        Ok(principal.map(|p| KeyMatch {
+        let tenant = self.get_tenant(key.tenant).await?;
+        Ok(principal.zip(tenant).map(|(p, t)| KeyMatch {
             key,
             principal: p.into(),
+            tenant_name: t.name,
         }))
     }
 

@@ -376,7 +376,12 @@ impl SqliteStore {
             return Ok(None);
         };
         let principal = self.get_principal(key.tenant, key.principal).await?;
-        Ok(principal.map(|principal| KeyMatch { key, principal }))
+        let tenant = self.get_tenant(key.tenant).await?;
+        Ok(principal.zip(tenant).map(|(principal, tenant)| KeyMatch {
+            key,
+            principal,
+            tenant_name: tenant.name,
+        }))
     }
 
     pub async fn touch_key(&self, key: Uuid, at: DateTime<Utc>) -> Result<(), StoreError> {

@@ -6,7 +6,8 @@
 //!
 //! # Layout
 //!
-//! - [`workspace`]: the workspace root every file tool is confined to. Files are opened
+//! - [`workspace`]: each tenant's workspace (`<root>/<tenant name>`), which every file
+//!   tool is confined to. Files are opened
 //!   through a `cap_std` directory handle, so absolute paths, `..` escapes and symlinks
 //!   that leave the root are refused by the kernel (`openat2(RESOLVE_BENEATH)`), not by
 //!   string checks alone.
@@ -26,7 +27,7 @@ pub mod read_file;
 pub mod search_files;
 pub mod workspace;
 
-pub use workspace::Workspace;
+pub use workspace::{Workspace, Workspaces};
 
 /// Which built-ins to offer.
 #[derive(Clone, Debug)]
@@ -35,12 +36,12 @@ pub struct BuiltinOptions {
     pub diagnostics: bool,
 }
 
-/// The built-in tools for one workspace.
-pub fn builtin_tools(workspace: Arc<Workspace>, options: &BuiltinOptions) -> Vec<Arc<dyn Tool>> {
+/// The built-in tools; file tools work in the caller's tenant's workspace.
+pub fn builtin_tools(workspaces: Arc<Workspaces>, options: &BuiltinOptions) -> Vec<Arc<dyn Tool>> {
     let mut tools: Vec<Arc<dyn Tool>> = vec![
-        Arc::new(list_files::ListFiles::new(workspace.clone())),
-        Arc::new(read_file::ReadFile::new(workspace.clone())),
-        Arc::new(search_files::SearchFiles::new(workspace)),
+        Arc::new(list_files::ListFiles::new(workspaces.clone())),
+        Arc::new(read_file::ReadFile::new(workspaces.clone())),
+        Arc::new(search_files::SearchFiles::new(workspaces)),
     ];
     if options.diagnostics {
         tools.push(Arc::new(diagnostics::Echo::new()));

@@ -8,14 +8,14 @@ use serde_json::{Value, json};
 use toolgate_core::{CallContext, Tool, ToolError, ToolOutput, ToolSpec};
 
 use crate::workspace::{display_path, io_error};
-use crate::{Workspace, blocking, parse_args};
+use crate::{Workspaces, blocking, parse_args};
 
 /// Most entries returned; the rest are counted.
 pub const MAX_ENTRIES: usize = 1000;
 
 pub struct ListFiles {
     spec: ToolSpec,
-    workspace: Arc<Workspace>,
+    workspaces: Arc<Workspaces>,
 }
 
 #[derive(Deserialize)]
@@ -27,7 +27,7 @@ struct Args {
 }
 
 impl ListFiles {
-    pub fn new(workspace: Arc<Workspace>) -> Self {
+    pub fn new(workspaces: Arc<Workspaces>) -> Self {
         let spec = ToolSpec::new(
             "list_files",
             "List the entries of a directory in the workspace, sorted by name. Directories end \
@@ -60,7 +60,7 @@ impl ListFiles {
             },
             "required": ["path", "entries", "omitted"]
         }));
-        Self { spec, workspace }
+        Self { spec, workspaces }
     }
 }
 
@@ -70,10 +70,10 @@ impl Tool for ListFiles {
         &self.spec
     }
 
-    async fn call(&self, _ctx: &CallContext, args: Value) -> Result<ToolOutput, ToolError> {
+    async fn call(&self, ctx: &CallContext, args: Value) -> Result<ToolOutput, ToolError> {
         let args: Args = parse_args(args)?;
-        let rel = self.workspace.relative(&args.path)?;
-        let ws = self.workspace.clone();
+        let ws = self.workspaces.for_caller(&ctx.auth)?;
+        let rel = ws.relative(&args.path)?;
         blocking(move || {
             let entries = ws.dir().read_dir(&rel).map_err(|e| io_error(&rel, e))?;
             let mut listed = Vec::new();
@@ -136,12 +136,17 @@ mod tests {
     #[tokio::test]
     async fn lists_sorted_with_kinds_and_hides_dotfiles() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let ws = Arc::new(Workspace::open(tmp.path()).expect("ws"));
-        std::fs::create_dir(tmp.path().join("src")).expect("mkdir");
-        std::fs::write(tmp.path().join("b.txt"), "bb").expect("write");
-        std::fs::write(tmp.path().join(".env"), "x").expect("write");
-        std::os::unix::fs::symlink("b.txt", tmp.path().join("a-link")).expect("symlink");
-        let tool = ListFiles::new(ws);
+        let wss = Arc::new(Workspaces::new(tmp.path()).expect("ws"));
+        let root = wss
+            .for_caller(&crate::read_file::tests::ctx().auth)
+            .expect("ws")
+            .root()
+            .to_path_buf();
+        std::fs::create_dir(root.join("src")).expect("mkdir");
+        std::fs::write(root.join("b.txt"), "bb").expect("write");
+        std::fs::write(root.join(".env"), "x").expect("write");
+        std::os::unix::fs::symlink("b.txt", root.join("a-link")).expect("symlink");
+        let tool = ListFiles::new(wss);
         let out = tool
             .call(&crate::read_file::tests::ctx(), json!({}))
             .await

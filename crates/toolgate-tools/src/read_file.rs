@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use toolgate_core::{CallContext, Tool, ToolError, ToolOutput, ToolSpec};
 
 use crate::workspace::{display_path, io_error};
-use crate::{Workspace, blocking, parse_args};
+use crate::{Workspaces, blocking, parse_args};
 
 /// Lines returned when the caller gives no limit.
 pub const DEFAULT_LIMIT: u64 = 2000;
@@ -20,7 +20,7 @@ const SNIFF_BYTES: usize = 8192;
 
 pub struct ReadFile {
     spec: ToolSpec,
-    workspace: Arc<Workspace>,
+    workspaces: Arc<Workspaces>,
 }
 
 #[derive(Deserialize)]
@@ -41,7 +41,7 @@ fn default_limit() -> u64 {
 }
 
 impl ReadFile {
-    pub fn new(workspace: Arc<Workspace>) -> Self {
+    pub fn new(workspaces: Arc<Workspaces>) -> Self {
         let spec = ToolSpec::new(
             "read_file",
             "Read a text file from the workspace. Returns lines `offset` .. `offset + limit - 1` \
@@ -70,7 +70,7 @@ impl ReadFile {
             },
             "required": ["path", "start_line", "end_line", "total_lines", "has_more"]
         }));
-        Self { spec, workspace }
+        Self { spec, workspaces }
     }
 }
 
@@ -82,8 +82,8 @@ impl Tool for ReadFile {
 
     async fn call(&self, ctx: &CallContext, args: Value) -> Result<ToolOutput, ToolError> {
         let args: Args = parse_args(args)?;
-        let rel = self.workspace.relative(&args.path)?;
-        let ws = self.workspace.clone();
+        let ws = self.workspaces.for_caller(&ctx.auth)?;
+        let rel = ws.relative(&args.path)?;
         let cancel = ctx.cancel.clone();
         blocking(move || {
             let file = ws.dir().open(&rel).map_err(|e| io_error(&rel, e))?;
@@ -163,6 +163,7 @@ pub(crate) mod tests {
         CallContext::new(
             Arc::new(AuthContext {
                 tenant: TenantId::new(),
+                tenant_name: "acme".into(),
                 principal: Principal {
                     id: PrincipalId::new(),
                     kind: PrincipalKind::User,
@@ -185,9 +186,10 @@ pub(crate) mod tests {
     #[tokio::test]
     async fn reads_a_line_range() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let ws = Arc::new(Workspace::open(tmp.path()).expect("ws"));
-        std::fs::write(tmp.path().join("f.txt"), "one\ntwo\nthree\nfour\n").expect("write");
-        let tool = ReadFile::new(ws);
+        let wss = Arc::new(Workspaces::new(tmp.path()).expect("ws"));
+        let ws = wss.for_caller(&ctx().auth).expect("ws");
+        std::fs::write(ws.root().join("f.txt"), "one\ntwo\nthree\nfour\n").expect("write");
+        let tool = ReadFile::new(wss);
         let out = tool
             .call(&ctx(), json!({"path": "f.txt", "offset": 2, "limit": 2}))
             .await
@@ -213,12 +215,13 @@ pub(crate) mod tests {
     #[tokio::test]
     async fn refuses_escapes_binaries_and_directories() {
         let tmp = tempfile::tempdir().expect("tempdir");
+        let wss = Arc::new(Workspaces::new(tmp.path()).expect("ws"));
+        let ws = wss.for_caller(&ctx().auth).expect("ws");
         std::fs::write(tmp.path().join("secret"), "s").expect("write");
-        let ws = Arc::new(Workspace::open(tmp.path().join("ws")).expect("ws"));
         std::fs::write(ws.root().join("bin"), b"\x00\x01").expect("write");
         std::fs::create_dir(ws.root().join("d")).expect("mkdir");
         std::os::unix::fs::symlink("../secret", ws.root().join("link")).expect("symlink");
-        let tool = ReadFile::new(ws);
+        let tool = ReadFile::new(wss);
         for path in [
             "../secret",
             "/etc/passwd",

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use toolgate_core::{CallContext, ErrorKind, Tool, ToolError, ToolOutput, ToolSpec};
 
 use crate::workspace::{display_path, io_error};
-use crate::{Workspace, blocking, parse_args};
+use crate::{Workspace, Workspaces, blocking, parse_args};
 
 /// Files larger than this are skipped.
 pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
@@ -24,7 +24,7 @@ const MAX_LINE_CHARS: usize = 400;
 
 pub struct SearchFiles {
     spec: ToolSpec,
-    workspace: Arc<Workspace>,
+    workspaces: Arc<Workspaces>,
 }
 
 #[derive(Deserialize)]
@@ -48,7 +48,7 @@ fn default_max() -> usize {
 }
 
 impl SearchFiles {
-    pub fn new(workspace: Arc<Workspace>) -> Self {
+    pub fn new(workspaces: Arc<Workspaces>) -> Self {
         let spec = ToolSpec::new(
             "search_files",
             "Search text files in the workspace for lines matching a regular expression (Rust \
@@ -84,7 +84,7 @@ impl SearchFiles {
             },
             "required": ["matches", "files_searched", "truncated"]
         }));
-        Self { spec, workspace }
+        Self { spec, workspaces }
     }
 }
 
@@ -96,7 +96,8 @@ impl Tool for SearchFiles {
 
     async fn call(&self, ctx: &CallContext, args: Value) -> Result<ToolOutput, ToolError> {
         let args: Args = parse_args(args)?;
-        let base = self.workspace.relative(&args.path)?;
+        let ws = self.workspaces.for_caller(&ctx.auth)?;
+        let base = ws.relative(&args.path)?;
         let pattern = if args.literal {
             regex::escape(&args.pattern)
         } else {
@@ -110,7 +111,6 @@ impl Tool for SearchFiles {
                 ToolError::invalid_arguments(format!("invalid pattern: {e}"))
                     .with_suggestion("escape special characters, or set literal=true")
             })?;
-        let ws = self.workspace.clone();
         let cancel = ctx.cancel.clone();
         blocking(move || {
             // Checks the base through the capability handle first: it must exist and stay
@@ -225,10 +225,14 @@ mod tests {
     use super::*;
     use crate::read_file::tests::ctx;
 
-    fn workspace() -> (tempfile::TempDir, Arc<Workspace>) {
+    fn workspace() -> (tempfile::TempDir, Arc<Workspaces>) {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let ws = Arc::new(Workspace::open(tmp.path().join("ws")).expect("ws"));
-        let root = ws.root().to_path_buf();
+        let wss = Arc::new(Workspaces::new(tmp.path()).expect("ws"));
+        let root = wss
+            .for_caller(&ctx().auth)
+            .expect("ws")
+            .root()
+            .to_path_buf();
         std::fs::create_dir_all(root.join("src")).expect("mkdir");
         std::fs::create_dir_all(root.join("target")).expect("mkdir");
         std::fs::write(root.join(".gitignore"), "target/\n").expect("write");
@@ -242,7 +246,7 @@ mod tests {
         std::fs::write(root.join("notes.txt"), "needle in notes\n").expect("write");
         std::fs::write(tmp.path().join("outside.txt"), "needle outside\n").expect("write");
         std::os::unix::fs::symlink("../outside.txt", root.join("escape.txt")).expect("symlink");
-        (tmp, ws)
+        (tmp, wss)
     }
 
     fn paths(out: &ToolOutput) -> Vec<String> {

@@ -6,11 +6,14 @@
 //! beneath it and refuses symlinks that lead outside — on Linux with
 //! `openat2(RESOLVE_BENEATH)`, so there is no window between check and open.
 
+use std::collections::HashMap;
 use std::io;
 use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use cap_std::fs::Dir;
-use toolgate_core::ToolError;
+use toolgate_core::auth::is_valid_tenant_name;
+use toolgate_core::{AuthContext, ToolError};
 
 /// Longest path argument accepted, in bytes.
 pub const MAX_PATH_BYTES: usize = 4096;
@@ -46,6 +49,52 @@ impl Workspace {
     /// it is refused. `""` and `"."` are the root itself, returned as `"."`.
     pub fn relative(&self, input: &str) -> Result<PathBuf, ToolError> {
         relative_path(input)
+    }
+}
+
+/// Every tenant's workspace: `<root>/<tenant name>`, opened (and created) on first use
+/// and kept open.
+#[derive(Debug)]
+pub struct Workspaces {
+    root: PathBuf,
+    open: Mutex<HashMap<String, Arc<Workspace>>>,
+}
+
+impl Workspaces {
+    /// The workspaces under `root` (created if needed).
+    pub fn new(root: impl Into<PathBuf>) -> io::Result<Self> {
+        let root = root.into();
+        std::fs::create_dir_all(&root)?;
+        Ok(Self {
+            root: root.canonicalize()?,
+            open: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The workspace of the caller's tenant.
+    pub fn for_caller(&self, auth: &AuthContext) -> Result<Arc<Workspace>, ToolError> {
+        let name = &auth.tenant_name;
+        if !is_valid_tenant_name(name) {
+            return Err(ToolError::internal(format!(
+                "BUG: tenant name {name:?} is not a safe directory name"
+            )));
+        }
+        let mut open = self
+            .open
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        if let Some(ws) = open.get(name) {
+            return Ok(ws.clone());
+        }
+        let ws = Arc::new(Workspace::open(self.root.join(name)).map_err(|e| {
+            ToolError::internal(format!("cannot open the workspace of tenant {name}: {e}"))
+        })?);
+        open.insert(name.clone(), ws.clone());
+        Ok(ws)
     }
 }
 

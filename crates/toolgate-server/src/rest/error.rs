@@ -90,6 +90,9 @@ pub enum ApiError {
     /// No route matches the path.
     #[error("no such route")]
     NoRoute,
+    /// The request conflicts with existing state (a duplicate name).
+    #[error("conflict: {0}")]
+    Conflict(String),
     /// The route exists but not for this method.
     #[error("method not allowed")]
     MethodNotAllowed,
@@ -125,6 +128,7 @@ impl ApiError {
                 "Payload too large",
             ),
             ApiError::NoRoute => (StatusCode::NOT_FOUND, "no_route", "No such route"),
+            ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict", "Conflict"),
             ApiError::MethodNotAllowed => (
                 StatusCode::METHOD_NOT_ALLOWED,
                 "method_not_allowed",
@@ -198,6 +202,7 @@ impl IntoResponse for ApiError {
                 problem.detail = "the request body is larger than this gateway accepts".into();
             }
             ApiError::NoRoute => problem.detail = "no route matches this path; see /docs".into(),
+            ApiError::Conflict(detail) => problem.detail = detail,
             ApiError::MethodNotAllowed => {
                 problem.detail = "this route does not accept this method".into()
             }
@@ -229,6 +234,20 @@ impl From<JsonRejection> for ApiError {
                 ApiError::PayloadTooLarge
             }
             other => ApiError::Malformed(other.body_text()),
+        }
+    }
+}
+
+impl From<toolgate_store::StoreError> for ApiError {
+    fn from(err: toolgate_store::StoreError) -> Self {
+        use toolgate_store::StoreError;
+        match err {
+            StoreError::Conflict(detail) => ApiError::Conflict(detail),
+            StoreError::NotFound(detail) => ApiError::Tool(ToolError::not_found(detail)),
+            StoreError::Invalid(detail) => ApiError::Malformed(detail),
+            other @ (StoreError::Database(_) | StoreError::Migrate(_) | StoreError::Corrupt(_)) => {
+                ApiError::Internal(other.into())
+            }
         }
     }
 }

@@ -33,7 +33,7 @@ pub struct Check {
 }
 
 /// The process is alive.
-#[utoipa::path(get, path = "/healthz", tag = "health", responses((status = 200, description = "Alive", body = Health)))]
+#[utoipa::path(get, path = "/healthz", tag = "health", security(()), responses((status = 200, description = "Alive", body = Health)))]
 async fn healthz() -> AppJson<Health> {
     AppJson(Health {
         status: "ok",
@@ -46,19 +46,24 @@ async fn healthz() -> AppJson<Health> {
     get,
     path = "/readyz",
     tag = "health",
+    security(()),
     responses(
         (status = 200, description = "Ready", body = Health),
         (status = 503, description = "A dependency is not ready", body = Health),
     )
 )]
 async fn readyz(State(app): State<AppState>) -> (StatusCode, AppJson<Health>) {
-    // The path, not the open handle: a handle on a deleted directory still answers.
-    let workspace = match std::fs::metadata(app.workspace.root()) {
+    // The path, not an open handle: a handle on a deleted directory still answers.
+    let workspace = match std::fs::metadata(app.workspaces.root()) {
         Ok(meta) if meta.is_dir() => "ok".to_owned(),
         Ok(_) => "workspace root is not a directory".to_owned(),
         Err(e) => format!("workspace root unavailable: {}", e.kind()),
     };
-    let ready = workspace == "ok";
+    let store = match app.store.ping().await {
+        Ok(()) => "ok".to_owned(),
+        Err(_) => format!("{} store unreachable", app.store.backend()),
+    };
+    let ready = workspace == "ok" && store == "ok";
     let status = if ready {
         StatusCode::OK
     } else {
@@ -66,10 +71,16 @@ async fn readyz(State(app): State<AppState>) -> (StatusCode, AppJson<Health>) {
     };
     let body = Health {
         status: if ready { "ready" } else { "not_ready" },
-        checks: vec![Check {
-            name: "workspace",
-            status: workspace,
-        }],
+        checks: vec![
+            Check {
+                name: "workspace",
+                status: workspace,
+            },
+            Check {
+                name: "store",
+                status: store,
+            },
+        ],
     };
     (status, AppJson(body))
 }

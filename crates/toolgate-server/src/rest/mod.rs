@@ -1,6 +1,8 @@
 //! The REST adapter: one module per resource, each exporting `router()`, merged here
 //! together with the OpenAPI document they describe.
 
+pub mod admin;
+pub mod audit;
 pub mod error;
 pub mod extract;
 pub mod health;
@@ -20,15 +22,42 @@ use crate::state::AppState;
     ),
     tags(
         (name = "tools", description = "List, describe and invoke tools"),
+        (name = "audit", description = "The audit log of every tool call"),
+        (name = "tenancy", description = "Tenants, principals and API keys"),
         (name = "health", description = "Liveness and readiness"),
     ),
-    components(schemas(error::Problem, error::ProblemViolation, tools::Format))
+    components(schemas(error::Problem, error::ProblemViolation, tools::Format)),
+    modifiers(&BearerAuth),
+    security(("bearer" = []))
 )]
 struct ApiDoc;
+
+/// `Authorization: Bearer <API key or JWT>` on every route but health.
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "An API key (tg_…) or a JWT from the configured issuer",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
 
 /// Every documented route, with the OpenAPI document they make up.
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(tools::router())
+        .merge(audit::router())
+        .merge(admin::router())
         .merge(health::router())
 }

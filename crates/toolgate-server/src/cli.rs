@@ -1,0 +1,185 @@
+//! Admin subcommands that work on the configured store directly: `migrate`, `tenants`,
+//! `keys`, `audit verify`. They print what they did; secrets only when just created.
+
+use anyhow::{Context, bail};
+use clap::Subcommand;
+use toolgate_store::{ChainBreak, NewApiKey, Store, Tenant};
+use uuid::Uuid;
+
+use crate::Config;
+
+#[derive(Debug, Subcommand)]
+pub enum TenantsCommand {
+    /// Create a tenant.
+    Create { name: String },
+    /// List tenants.
+    List,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Create an API key for a principal; prints the key once.
+    Create {
+        #[arg(long)]
+        tenant: String,
+        /// Principal name
+        #[arg(long)]
+        principal: String,
+        /// Key name
+        #[arg(long, default_value = "cli")]
+        name: String,
+        /// Scopes (repeat); the principal's scopes when none
+        #[arg(long = "scope")]
+        scopes: Vec<String>,
+    },
+    /// List a tenant's keys (never their secrets).
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+    /// Revoke a key; it stops working at once.
+    Revoke {
+        #[arg(long)]
+        tenant: String,
+        key_id: Uuid,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Walk a tenant's hash chain and name the first broken row.
+    Verify {
+        #[arg(long)]
+        tenant: String,
+    },
+}
+
+/// The configured store, migrated.
+pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
+    let store = Store::open(
+        config.database.url.as_ref().map(|u| u.expose()),
+        &config.data_dir,
+    )
+    .await
+    .context("opening the store")?;
+    store.migrate().await.context("migrating the store")?;
+    Ok(store)
+}
+
+async fn tenant(store: &Store, name: &str) -> anyhow::Result<Tenant> {
+    store
+        .find_tenant(name)
+        .await?
+        .with_context(|| format!("no tenant named {name:?}"))
+}
+
+pub async fn tenants(config: &Config, command: TenantsCommand) -> anyhow::Result<()> {
+    let store = open_store(config).await?;
+    match command {
+        TenantsCommand::Create { name } => {
+            let t = store.create_tenant(&name).await?;
+            println!("{}\t{}", t.id, t.name);
+        }
+        TenantsCommand::List => {
+            for t in store.list_tenants().await? {
+                println!("{}\t{}\t{}", t.id, t.name, t.created_at.to_rfc3339());
+            }
+        }
+    }
+    Ok(())
+}
+
+pub async fn keys(config: &Config, command: KeysCommand) -> anyhow::Result<()> {
+    let store = open_store(config).await?;
+    match command {
+        KeysCommand::Create {
+            tenant: name,
+            principal,
+            name: key_name,
+            scopes,
+        } => {
+            let t = tenant(&store, &name).await?;
+            let p = store
+                .list_principals(t.id)
+                .await?
+                .into_iter()
+                .find(|p| p.name == principal)
+                .with_context(|| format!("no principal named {principal:?} in tenant {name:?}"))?;
+            let scopes = if scopes.is_empty() {
+                p.scopes.clone()
+            } else {
+                scopes
+            };
+            if let Some(extra) = scopes.iter().find(|s| !p.scopes.contains(s)) {
+                bail!("principal {principal:?} does not hold the scope {extra:?}");
+            }
+            let (key, secret) = store
+                .create_api_key(
+                    t.id,
+                    &NewApiKey {
+                        principal: p.id,
+                        name: key_name,
+                        scopes,
+                        expires_at: None,
+                    },
+                )
+                .await?;
+            eprintln!("created key {} (shown once):", key.id);
+            println!("{secret}");
+        }
+        KeysCommand::List { tenant: name } => {
+            let t = tenant(&store, &name).await?;
+            for k in store.list_api_keys(t.id).await? {
+                let state = if k.revoked_at.is_some() {
+                    "revoked"
+                } else {
+                    "active"
+                };
+                println!(
+                    "{}\t{}\t{}…\t{}\t{}",
+                    k.id,
+                    k.name,
+                    k.prefix,
+                    state,
+                    k.scopes.join(",")
+                );
+            }
+        }
+        KeysCommand::Revoke {
+            tenant: name,
+            key_id,
+        } => {
+            let t = tenant(&store, &name).await?;
+            if !store.revoke_api_key(t.id, key_id).await? {
+                bail!("no key {key_id} in tenant {name:?}");
+            }
+            println!("revoked {key_id}");
+        }
+    }
+    Ok(())
+}
+
+pub async fn audit(config: &Config, command: AuditCommand) -> anyhow::Result<()> {
+    let store = open_store(config).await?;
+    match command {
+        AuditCommand::Verify { tenant: name } => {
+            let t = tenant(&store, &name).await?;
+            let rows = store.audit_chain(t.id).await?.len();
+            match toolgate_store::chain::verify(&store.audit_chain(t.id).await?) {
+                None => println!("ok: {rows} rows of tenant {name:?} verify"),
+                Some(ChainBreak::Altered { seq, call_id }) => {
+                    bail!(
+                        "row {seq} (call {call_id}) was altered: its hash does not match its contents"
+                    )
+                }
+                Some(ChainBreak::Relinked { seq, call_id }) => {
+                    bail!("row {seq} (call {call_id}) does not link to the row before it")
+                }
+                Some(ChainBreak::Gap { expected, found }) => {
+                    bail!("row {expected} is missing (the chain jumps to {found})")
+                }
+            }
+        }
+    }
+    Ok(())
+}

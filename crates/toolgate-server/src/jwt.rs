@@ -1,0 +1,270 @@
+//! JWT bearer tokens.
+//!
+//! Keys come either from a shared secret (HS256 only) or from a JWKS URL (RS256, ES256,
+//! EdDSA only) — never both, so a token cannot pick an HMAC algorithm and be checked with
+//! a public key as its secret (HS/RS confusion), and `alg: none` is never accepted.
+//! `exp` is required, `nbf` honoured, both with a small leeway; `iss` and `aud` must match
+//! the configuration. The JWKS is fetched on first use and again when a token names an
+//! unknown `kid`, at most once per [`JWKS_REFRESH_EVERY`].
+//!
+//! Claims map to the caller: the tenant claim holds the tenant's *name*; the subject
+//! becomes a stable principal id (UUIDv5 of tenant id and subject); roles and scopes come
+//! from their claims (an array, or a space-separated string as in OAuth `scope`).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use tokio::sync::Mutex;
+use toolgate_core::{
+    AuthContext, ErrorKind, Principal, PrincipalId, PrincipalKind, TenantId, ToolError,
+};
+use toolgate_store::Store;
+
+use crate::config::Secret;
+
+/// Least time between two JWKS fetches.
+pub const JWKS_REFRESH_EVERY: Duration = Duration::from_secs(30);
+
+/// `[auth.jwt]` in the configuration.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JwtConfig {
+    /// Required `iss`.
+    pub issuer: String,
+    /// Required `aud`: this gateway's audience. Tokens minted for others are refused.
+    pub audience: String,
+    /// Shared secret for HS256 tokens.
+    pub hs256_secret: Option<Secret>,
+    /// JWKS endpoint for RS256, ES256 and EdDSA tokens.
+    pub jwks_url: Option<String>,
+    #[serde(default = "default_leeway")]
+    pub leeway_secs: u64,
+    #[serde(default = "default_tenant_claim")]
+    pub tenant_claim: String,
+    #[serde(default = "default_subject_claim")]
+    pub subject_claim: String,
+    #[serde(default = "default_roles_claim")]
+    pub roles_claim: String,
+    #[serde(default = "default_scopes_claim")]
+    pub scopes_claim: String,
+}
+
+fn default_leeway() -> u64 {
+    30
+}
+fn default_tenant_claim() -> String {
+    "tenant".into()
+}
+fn default_subject_claim() -> String {
+    "sub".into()
+}
+fn default_roles_claim() -> String {
+    "roles".into()
+}
+fn default_scopes_claim() -> String {
+    "scope".into()
+}
+
+impl JwtConfig {
+    /// Problems with this section, by key.
+    pub fn problems(&self) -> Vec<(String, String)> {
+        let mut problems = Vec::new();
+        match (&self.hs256_secret, &self.jwks_url) {
+            (Some(_), Some(_)) => problems.push((
+                "auth.jwt".into(),
+                "set hs256_secret or jwks_url, not both (mixing HMAC and public keys invites algorithm confusion)".into(),
+            )),
+            (None, None) => problems.push(("auth.jwt".into(), "set hs256_secret or jwks_url".into())),
+            (Some(secret), None) if secret.expose().len() < 32 => {
+                problems.push(("auth.jwt.hs256_secret".into(), "must be at least 32 bytes".into()));
+            }
+            _ => {}
+        }
+        if self.audience.is_empty() {
+            problems.push(("auth.jwt.audience".into(), "must not be empty".into()));
+        }
+        problems
+    }
+}
+
+enum Keys {
+    Hs256(DecodingKey),
+    Jwks {
+        url: String,
+        set: Option<JwkSet>,
+        fetched: Option<Instant>,
+    },
+}
+
+/// Verifies JWTs and maps their claims to an [`AuthContext`].
+pub struct JwtVerifier {
+    config: JwtConfig,
+    keys: Mutex<Keys>,
+    store: Store,
+    http: reqwest::Client,
+    tenants: Mutex<HashMap<String, TenantId>>,
+}
+
+fn invalid(reason: impl std::fmt::Display) -> ToolError {
+    ToolError::new(
+        ErrorKind::Unauthenticated,
+        format!("invalid token: {reason}"),
+    )
+}
+
+impl JwtVerifier {
+    pub fn new(config: JwtConfig, store: Store) -> Self {
+        let keys = match (&config.hs256_secret, &config.jwks_url) {
+            (Some(secret), _) => Keys::Hs256(DecodingKey::from_secret(secret.expose().as_bytes())),
+            (None, url) => Keys::Jwks {
+                url: url.clone().unwrap_or_default(),
+                set: None,
+                fetched: None,
+            },
+        };
+        Self {
+            config,
+            keys: Mutex::new(keys),
+            store,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .unwrap_or_default(),
+            tenants: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub async fn verify(&self, token: &str) -> Result<AuthContext, ToolError> {
+        let header = jsonwebtoken::decode_header(token).map_err(|e| invalid(e.kind_name()))?;
+        let (key, alg) = self.key_for(&header).await?;
+        let mut validation = Validation::new(alg);
+        validation.algorithms = vec![alg];
+        validation.leeway = self.config.leeway_secs;
+        validation.validate_nbf = true;
+        validation.set_issuer(&[&self.config.issuer]);
+        validation.set_audience(&[&self.config.audience]);
+        validation.set_required_spec_claims(&["exp", "iss", "aud"]);
+        let data = jsonwebtoken::decode::<Map<String, Value>>(token, &key, &validation)
+            .map_err(|e| invalid(e.kind_name()))?;
+        self.context(&data.claims).await
+    }
+
+    /// The key and algorithm to check `header`'s token with, refusing algorithms this
+    /// configuration does not use.
+    async fn key_for(
+        &self,
+        header: &jsonwebtoken::Header,
+    ) -> Result<(DecodingKey, Algorithm), ToolError> {
+        let mut keys = self.keys.lock().await;
+        match &mut *keys {
+            Keys::Hs256(key) => match header.alg {
+                Algorithm::HS256 => Ok((key.clone(), Algorithm::HS256)),
+                other => Err(invalid(format!("algorithm {other:?} is not accepted"))),
+            },
+            Keys::Jwks { url, set, fetched } => {
+                if !matches!(
+                    header.alg,
+                    Algorithm::RS256 | Algorithm::ES256 | Algorithm::EdDSA
+                ) {
+                    return Err(invalid(format!(
+                        "algorithm {:?} is not accepted",
+                        header.alg
+                    )));
+                }
+                let kid = header.kid.as_deref().ok_or_else(|| invalid("no kid"))?;
+                let known = set.as_ref().and_then(|s| s.find(kid)).is_some();
+                let may_fetch = fetched.is_none_or(|t| t.elapsed() >= JWKS_REFRESH_EVERY);
+                if !known && may_fetch {
+                    *fetched = Some(Instant::now());
+                    match self.fetch_jwks(url).await {
+                        Ok(fresh) => *set = Some(fresh),
+                        Err(err) => tracing::warn!(error = %err, "could not fetch the JWKS"),
+                    }
+                }
+                let jwk = set
+                    .as_ref()
+                    .and_then(|s| s.find(kid))
+                    .ok_or_else(|| invalid("unknown kid"))?;
+                let key = DecodingKey::from_jwk(jwk).map_err(|e| invalid(e.kind_name()))?;
+                Ok((key, header.alg))
+            }
+        }
+    }
+
+    async fn fetch_jwks(&self, url: &str) -> Result<JwkSet, reqwest::Error> {
+        self.http
+            .get(url)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await
+    }
+
+    async fn context(&self, claims: &Map<String, Value>) -> Result<AuthContext, ToolError> {
+        let text = |name: &str| claims.get(name).and_then(Value::as_str).map(str::to_owned);
+        let tenant_name = text(&self.config.tenant_claim)
+            .ok_or_else(|| invalid(format!("no {:?} claim", self.config.tenant_claim)))?;
+        let subject = text(&self.config.subject_claim)
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| invalid(format!("no {:?} claim", self.config.subject_claim)))?;
+        let tenant = self.tenant(&tenant_name).await?;
+        Ok(AuthContext {
+            tenant,
+            tenant_name,
+            principal: Principal {
+                id: PrincipalId(uuid::Uuid::new_v5(&tenant.0, subject.as_bytes())),
+                kind: PrincipalKind::User,
+                name: subject,
+            },
+            roles: strings(claims.get(&self.config.roles_claim)),
+            scopes: strings(claims.get(&self.config.scopes_claim)),
+        })
+    }
+
+    async fn tenant(&self, name: &str) -> Result<TenantId, ToolError> {
+        if let Some(id) = self.tenants.lock().await.get(name) {
+            return Ok(*id);
+        }
+        let tenant = self
+            .store
+            .find_tenant(name)
+            .await
+            .map_err(ToolError::internal)?;
+        let tenant = tenant.ok_or_else(|| invalid("unknown tenant"))?;
+        self.tenants.lock().await.insert(name.to_owned(), tenant.id);
+        Ok(tenant.id)
+    }
+}
+
+/// An array of strings, or one space-separated string.
+fn strings(value: Option<&Value>) -> Vec<String> {
+    match value {
+        Some(Value::String(s)) => s.split_whitespace().map(str::to_owned).collect(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+trait KindName {
+    fn kind_name(&self) -> String;
+}
+
+impl KindName for jsonwebtoken::errors::Error {
+    /// The error's kind without any token content.
+    fn kind_name(&self) -> String {
+        format!("{:?}", self.kind())
+            .split('(')
+            .next()
+            .unwrap_or("malformed")
+            .to_owned()
+    }
+}

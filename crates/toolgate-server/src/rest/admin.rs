@@ -1,0 +1,455 @@
+//! `/v1/tenants`, `/v1/principals`, `/v1/keys`: tenancy and credentials.
+//!
+//! Creating tenants needs `tenants:manage` (held by the operator's bootstrap admin only).
+//! Principals and keys need `tenant:admin` and never reach beyond the caller's tenant; a
+//! key never carries a scope its creator lacks.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+use toolgate_core::auth::scopes;
+use toolgate_core::{PrincipalId, PrincipalKind, ToolError};
+use toolgate_store::{ApiKey, NewApiKey, NewPrincipal, Principal, Tenant};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use uuid::Uuid;
+
+use super::error::{ApiError, Problem};
+use super::extract::{AppJson, AppPath};
+use crate::auth::{Caller, TENANTS_MANAGE, role_scopes};
+use crate::state::AppState;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(create_tenant, list_tenants))
+        .routes(routes!(create_principal, list_principals))
+        .routes(routes!(create_key, list_keys))
+        .routes(routes!(revoke_key))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TenantInfo {
+    pub id: Uuid,
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<Tenant> for TenantInfo {
+    fn from(t: Tenant) -> Self {
+        Self {
+            id: t.id.0,
+            name: t.name,
+            created_at: t.created_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PrincipalInfo {
+    pub id: Uuid,
+    pub kind: PrincipalKindName,
+    pub name: String,
+    pub roles: Vec<String>,
+    pub scopes: Vec<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PrincipalKindName {
+    User,
+    ServiceAccount,
+}
+
+impl From<Principal> for PrincipalInfo {
+    fn from(p: Principal) -> Self {
+        Self {
+            id: p.id.0,
+            kind: match p.kind {
+                PrincipalKind::User => PrincipalKindName::User,
+                PrincipalKind::ServiceAccount => PrincipalKindName::ServiceAccount,
+            },
+            name: p.name,
+            roles: p.roles,
+            scopes: p.scopes,
+            created_at: p.created_at,
+        }
+    }
+}
+
+/// An API key as listed: never its secret.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct KeyInfo {
+    pub id: Uuid,
+    pub principal_id: Uuid,
+    pub name: String,
+    /// The key's first characters, to tell keys apart.
+    pub prefix: String,
+    pub scopes: Vec<String>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub last_used_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<ApiKey> for KeyInfo {
+    fn from(k: ApiKey) -> Self {
+        Self {
+            id: k.id,
+            principal_id: k.principal.0,
+            name: k.name,
+            prefix: k.prefix,
+            scopes: k.scopes,
+            expires_at: k.expires_at,
+            last_used_at: k.last_used_at,
+            revoked_at: k.revoked_at,
+            created_at: k.created_at,
+        }
+    }
+}
+
+/// A new key with its secret: shown in this response only.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CreatedKey {
+    #[serde(flatten)]
+    pub key: KeyInfo,
+    /// The key itself. Store it now: it is never shown again.
+    pub secret: String,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"name": "acme"}))]
+pub struct CreateTenant {
+    /// 1–63 lowercase letters, digits and dashes.
+    pub name: String,
+}
+
+/// A new tenant with its admin principal and the admin's first API key.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CreatedTenant {
+    pub tenant: TenantInfo,
+    pub admin: PrincipalInfo,
+    pub admin_key: CreatedKey,
+}
+
+/// Create a tenant, its `admin` principal and an admin API key (needs `tenants:manage`).
+#[utoipa::path(
+    post,
+    path = "/v1/tenants",
+    tag = "tenancy",
+    request_body = CreateTenant,
+    responses(
+        (status = 201, body = CreatedTenant, description = "Created; the key's secret is shown only here"),
+        (status = 400, body = Problem, content_type = "application/problem+json", description = "Invalid name"),
+        (status = 401, body = Problem, content_type = "application/problem+json", description = "No valid credentials"),
+        (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks tenants:manage"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "A tenant with this name exists"),
+    )
+)]
+async fn create_tenant(
+    State(app): State<AppState>,
+    caller: Caller,
+    AppJson(body): AppJson<CreateTenant>,
+) -> Result<(StatusCode, AppJson<CreatedTenant>), ApiError> {
+    caller.require(TENANTS_MANAGE)?;
+    let tenant = app.store.create_tenant(&body.name).await?;
+    let scopes: Vec<String> = role_scopes("admin").iter().map(|s| s.to_string()).collect();
+    let admin = app
+        .store
+        .create_principal(
+            tenant.id,
+            &NewPrincipal {
+                kind: PrincipalKind::ServiceAccount,
+                name: "admin".into(),
+                roles: vec!["admin".into()],
+                scopes: scopes.clone(),
+            },
+        )
+        .await?;
+    let (key, secret) = app
+        .store
+        .create_api_key(
+            tenant.id,
+            &NewApiKey {
+                principal: admin.id,
+                name: "admin".into(),
+                scopes,
+                expires_at: None,
+            },
+        )
+        .await?;
+    let created = CreatedTenant {
+        tenant: tenant.into(),
+        admin: admin.into(),
+        admin_key: CreatedKey {
+            key: key.into(),
+            secret,
+        },
+    };
+    Ok((StatusCode::CREATED, AppJson(created)))
+}
+
+/// List tenants (needs `tenants:manage`).
+#[utoipa::path(
+    get,
+    path = "/v1/tenants",
+    tag = "tenancy",
+    responses(
+        (status = 200, body = Vec<TenantInfo>, description = "Every tenant"),
+        (status = 401, body = Problem, content_type = "application/problem+json", description = "No valid credentials"),
+        (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks tenants:manage"),
+    )
+)]
+async fn list_tenants(
+    State(app): State<AppState>,
+    caller: Caller,
+) -> Result<AppJson<Vec<TenantInfo>>, ApiError> {
+    caller.require(TENANTS_MANAGE)?;
+    Ok(AppJson(
+        app.store
+            .list_tenants()
+            .await?
+            .into_iter()
+            .map(Into::into)
+            .collect(),
+    ))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"name": "ci-bot", "kind": "service_account", "roles": ["member"]}))]
+pub struct CreatePrincipal {
+    pub name: String,
+    #[serde(default = "user")]
+    pub kind: PrincipalKindName,
+    /// `admin`, `operator`, `member`, or your own.
+    #[serde(default)]
+    pub roles: Vec<String>,
+    /// Defaults to the scopes the roles grant. Never more than the creator holds.
+    pub scopes: Option<Vec<String>>,
+}
+
+fn user() -> PrincipalKindName {
+    PrincipalKindName::User
+}
+
+/// The scopes asked for, refused when any exceeds what the caller holds.
+fn grantable(caller: &Caller, asked: Vec<String>) -> Result<Vec<String>, ApiError> {
+    if let Some(extra) = asked.iter().find(|s| !caller.auth.has_scope(s)) {
+        return Err(ToolError::forbidden(format!(
+            "you cannot grant the scope {extra:?}, which you do not hold"
+        ))
+        .into());
+    }
+    Ok(asked)
+}
+
+/// Create a user or service account in the caller's tenant (needs `tenant:admin`).
+#[utoipa::path(
+    post,
+    path = "/v1/principals",
+    tag = "tenancy",
+    request_body = CreatePrincipal,
+    responses(
+        (status = 201, body = PrincipalInfo, description = "Created"),
+        (status = 400, body = Problem, content_type = "application/problem+json", description = "Malformed body"),
+        (status = 401, body = Problem, content_type = "application/problem+json", description = "No valid credentials"),
+        (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks tenant:admin, or grants a scope the caller lacks"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "The name is taken"),
+    )
+)]
+async fn create_principal(
+    State(app): State<AppState>,
+    caller: Caller,
+    AppJson(body): AppJson<CreatePrincipal>,
+) -> Result<(StatusCode, AppJson<PrincipalInfo>), ApiError> {
+    caller.require(scopes::TENANT_ADMIN)?;
+    if body.name.is_empty() || body.name.len() > 128 {
+        return Err(ApiError::Malformed(
+            "name must have 1 to 128 characters".into(),
+        ));
+    }
+    let asked = body.scopes.unwrap_or_else(|| {
+        let mut all: Vec<String> = body
+            .roles
+            .iter()
+            .flat_map(|r| role_scopes(r))
+            .map(|s| s.to_string())
+            .collect();
+        all.sort();
+        all.dedup();
+        all
+    });
+    let scopes = grantable(&caller, asked)?;
+    let kind = match body.kind {
+        PrincipalKindName::User => PrincipalKind::User,
+        PrincipalKindName::ServiceAccount => PrincipalKind::ServiceAccount,
+    };
+    let new = NewPrincipal {
+        kind,
+        name: body.name,
+        roles: body.roles,
+        scopes,
+    };
+    let principal = app.store.create_principal(caller.auth.tenant, &new).await?;
+    Ok((StatusCode::CREATED, AppJson(principal.into())))
+}
+
+/// List the principals of the caller's tenant (needs `tenant:admin`).
+#[utoipa::path(
+    get,
+    path = "/v1/principals",
+    tag = "tenancy",
+    responses(
+        (status = 200, body = Vec<PrincipalInfo>, description = "The tenant's principals"),
+        (status = 401, body = Problem, content_type = "application/problem+json", description = "No valid credentials"),
+        (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks tenant:admin"),
+    )
+)]
+async fn list_principals(
+    State(app): State<AppState>,
+    caller: Caller,
+) -> Result<AppJson<Vec<PrincipalInfo>>, ApiError> {
+    caller.require(scopes::TENANT_ADMIN)?;
+    let principals = app.store.list_principals(caller.auth.tenant).await?;
+    Ok(AppJson(principals.into_iter().map(Into::into).collect()))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"name": "ci", "principal_id": "01936f0e-8f1c-7a53-9d3e-5c0e0b7e4a21", "scopes": ["tools:invoke"], "expires_in_secs": 2592000}))]
+pub struct CreateKey {
+    pub name: String,
+    /// Whose key; the caller's own principal when absent.
+    pub principal_id: Option<Uuid>,
+    /// Defaults to the principal's scopes. Never more than the creator holds.
+    pub scopes: Option<Vec<String>>,
+    /// Lifetime; no expiry when absent.
+    #[schema(minimum = 1)]
+    pub expires_in_secs: Option<u64>,
+}
+
+/// Create an API key for a principal of the caller's tenant (needs `tenant:admin`).
+///
+/// The response holds the key's secret; it is stored only as a hash and never shown again.
+#[utoipa::path(
+    post,
+    path = "/v1/keys",
+    tag = "tenancy",
+    request_body = CreateKey,
+    responses(
+        (status = 201, body = CreatedKey, description = "Created; the secret is shown only here"),
+        (status = 400, body = Problem, content_type = "application/problem+json", description = "Malformed body"),
+        (status = 401, body = Problem, content_type = "application/problem+json", description = "No valid credentials"),
+        (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks tenant:admin, or grants a scope the caller lacks"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "No such principal in this tenant"),
+    )
+)]
+async fn create_key(
+    State(app): State<AppState>,
+    caller: Caller,
+    AppJson(body): AppJson<CreateKey>,
+) -> Result<(StatusCode, AppJson<CreatedKey>), ApiError> {
+    caller.require(scopes::TENANT_ADMIN)?;
+    let tenant = caller.auth.tenant;
+    let principal_id = body
+        .principal_id
+        .map(PrincipalId)
+        .unwrap_or(caller.auth.principal.id);
+    let principal = app
+        .store
+        .get_principal(tenant, principal_id)
+        .await?
+        .ok_or_else(|| ToolError::not_found("no such principal in your tenant"))?;
+    let scopes = grantable(&caller, body.scopes.unwrap_or(principal.scopes))?;
+    let expires_at = match body.expires_in_secs {
+        Some(0) => {
+            return Err(ApiError::Malformed(
+                "expires_in_secs must be at least 1".into(),
+            ));
+        }
+        Some(secs) => Some(
+            Utc::now()
+                + Duration::seconds(
+                    i64::try_from(secs)
+                        .unwrap_or(i64::MAX / 1000)
+                        .min(100 * 365 * 86400),
+                ),
+        ),
+        None => None,
+    };
+    let (key, secret) = app
+        .store
+        .create_api_key(
+            tenant,
+            &NewApiKey {
+                principal: principal.id,
+                name: body.name,
+                scopes,
+                expires_at,
+            },
+        )
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        AppJson(CreatedKey {
+            key: key.into(),
+            secret,
+        }),
+    ))
+}
+
+/// List the API keys of the caller's tenant, without secrets (needs `tenant:admin`).
+#[utoipa::path(
+    get,
+    path = "/v1/keys",
+    tag = "tenancy",
+    responses(
+        (status = 200, body = Vec<KeyInfo>, description = "The tenant's keys, without secrets"),
+        (status = 401, body = Problem, content_type = "application/problem+json", description = "No valid credentials"),
+        (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks tenant:admin"),
+    )
+)]
+async fn list_keys(
+    State(app): State<AppState>,
+    caller: Caller,
+) -> Result<AppJson<Vec<KeyInfo>>, ApiError> {
+    caller.require(scopes::TENANT_ADMIN)?;
+    Ok(AppJson(
+        app.store
+            .list_api_keys(caller.auth.tenant)
+            .await?
+            .into_iter()
+            .map(Into::into)
+            .collect(),
+    ))
+}
+
+/// Revoke an API key of the caller's tenant; it stops working at once (needs `tenant:admin`).
+#[utoipa::path(
+    delete,
+    path = "/v1/keys/{id}",
+    tag = "tenancy",
+    params(("id" = Uuid, Path, description = "Key id")),
+    responses(
+        (status = 204, description = "Revoked"),
+        (status = 401, body = Problem, content_type = "application/problem+json", description = "No valid credentials"),
+        (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks tenant:admin"),
+        (status = 404, body = Problem, content_type = "application/problem+json", description = "No such key in this tenant"),
+    )
+)]
+async fn revoke_key(
+    State(app): State<AppState>,
+    caller: Caller,
+    AppPath(id): AppPath<Uuid>,
+) -> Result<StatusCode, ApiError> {
+    caller.require(scopes::TENANT_ADMIN)?;
+    if app.store.revoke_api_key(caller.auth.tenant, id).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ToolError::not_found("no such key in your tenant").into())
+    }
+}
