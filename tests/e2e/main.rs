@@ -1,5 +1,8 @@
 //! End-to-end tests: one binary, the real gateway on loopback, real HTTP.
 
+mod auth;
 mod docs;
+mod jwt;
 mod rest_errors;
 mod rest_tools;
+mod tenancy;

@@ -160,6 +160,7 @@ pub fn client_with_key(key: &str) -> reqwest::Client {
     headers.insert(reqwest::header::AUTHORIZATION, value);
     reqwest::Client::builder()
         .default_headers(headers)
+        .user_agent("toolgate-e2e/1")
         .build()
         .expect("client")
 }
@@ -179,6 +180,52 @@ pub async fn read(response: reqwest::Response) -> (u16, String, serde_json::Valu
         content_type,
         serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
     )
+}
+
+/// A Postgres database of its own for one test, on the server at 127.0.0.1:5432
+/// (`TOOLGATE_TEST_PG` overrides the admin URL). Drop it with [`PgDb::drop_db`].
+pub struct PgDb {
+    pub name: String,
+    pub url: String,
+}
+
+pub fn pg_admin_url() -> String {
+    std::env::var("TOOLGATE_TEST_PG")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+impl PgDb {
+    pub async fn create() -> PgDb {
+        use sqlx::Connection;
+        let name = format!("toolgate_e2e_{}", uuid::Uuid::now_v7().simple());
+        let admin = pg_admin_url();
+        let mut conn = sqlx::PgConnection::connect(&admin)
+            .await
+            .expect("connect to Postgres");
+        sqlx::query(sqlx::AssertSqlSafe(format!("create database {name}")))
+            .execute(&mut conn)
+            .await
+            .expect("create db");
+        let base = &admin[..admin.rfind('/').expect("admin URL names a database")];
+        PgDb {
+            url: format!("{base}/{name}"),
+            name,
+        }
+    }
+
+    pub async fn drop_db(self) {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&pg_admin_url())
+            .await
+            .expect("connect");
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "drop database if exists {} with (force)",
+            self.name
+        )))
+        .execute(&mut conn)
+        .await
+        .expect("drop db");
+    }
 }
 
 impl Drop for Gateway {

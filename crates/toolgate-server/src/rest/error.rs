@@ -215,6 +215,12 @@ impl IntoResponse for ApiError {
         response
             .headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(r#"Bearer realm="toolgate", error="invalid_token""#),
+            );
+        }
         if let Some(cause) = cause {
             response
                 .extensions_mut()

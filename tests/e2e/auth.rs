@@ -1,0 +1,162 @@
+//! Credentials: missing, malformed, unknown, revoked, under-scoped.
+
+use serde_json::json;
+use toolgate_e2e::{Gateway, client_with_key, read};
+
+#[tokio::test]
+async fn first_start_writes_the_admin_key_for_its_owner_only() {
+    let gw = Gateway::start().await;
+    let path = gw.data.path().join("admin-api-key");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&path).expect("key file").permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
+    assert!(
+        gw.admin_key.starts_with("tg_") && gw.admin_key.len() == 67,
+        "{}",
+        gw.admin_key
+    );
+}
+
+#[tokio::test]
+async fn missing_or_bad_credentials_are_401_with_www_authenticate() {
+    let gw = Gateway::start().await;
+    let bad = [
+        None,
+        Some("Bearer".to_owned()),
+        Some("Basic dXNlcjpwYXNz".to_owned()),
+        Some(format!("Bearer tg_{}", "0".repeat(64))),
+        Some("Bearer not.a.jwt".to_owned()),
+    ];
+    for header in bad {
+        let mut request = gw.anonymous.get(gw.url("/v1/tools"));
+        if let Some(h) = &header {
+            request = request.header("authorization", h);
+        }
+        let response = request.send().await.expect("request");
+        assert_eq!(response.status(), 401, "{header:?}");
+        let challenge = response
+            .headers()
+            .get("www-authenticate")
+            .map(|v| v.to_str().expect("ascii").to_owned())
+            .unwrap_or_else(|| panic!("{header:?}: no WWW-Authenticate"));
+        assert!(challenge.starts_with("Bearer"), "{challenge}");
+        let (_, content_type, problem) = read(response).await;
+        assert_eq!(content_type, "application/problem+json");
+        assert_eq!(problem["type"], "urn:toolgate:error:unauthenticated");
+    }
+    // Health stays open for probes.
+    assert_eq!(
+        gw.anonymous
+            .get(gw.url("/healthz"))
+            .send()
+            .await
+            .expect("request")
+            .status(),
+        200
+    );
+}
+
+#[tokio::test]
+async fn a_revoked_key_is_refused_at_once() {
+    let gw = Gateway::start().await;
+    let (status, _, created) = gw.post("/v1/keys", json!({"name": "temp"})).await;
+    assert_eq!(status, 201, "{created}");
+    let secret = created["secret"].as_str().expect("secret");
+    let temp = client_with_key(secret);
+    assert_eq!(
+        temp.get(gw.url("/v1/tools"))
+            .send()
+            .await
+            .expect("request")
+            .status(),
+        200
+    );
+    let id = created["id"].as_str().expect("id");
+    let response = gw
+        .http
+        .delete(gw.url(&format!("/v1/keys/{id}")))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 204);
+    assert_eq!(
+        temp.get(gw.url("/v1/tools"))
+            .send()
+            .await
+            .expect("request")
+            .status(),
+        401
+    );
+    // Listings never show secrets.
+    let (_, _, keys) = gw.get("/v1/keys").await;
+    assert!(!keys.to_string().contains(secret));
+    assert!(
+        keys.as_array()
+            .expect("keys")
+            .iter()
+            .any(|k| k["id"] == id && !k["revoked_at"].is_null())
+    );
+}
+
+#[tokio::test]
+async fn missing_scopes_are_403_and_a_denied_tool_call_is_audited() {
+    let gw = Gateway::start().await;
+    let (status, _, member) = gw
+        .post("/v1/principals", json!({"name": "viewer", "scopes": []}))
+        .await;
+    assert_eq!(status, 201, "{member}");
+    let (status, _, key) = gw
+        .post(
+            "/v1/keys",
+            json!({"name": "viewer", "principal_id": member["id"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{key}");
+    let viewer = client_with_key(key["secret"].as_str().expect("secret"));
+
+    let response = viewer
+        .get(gw.url("/v1/audit"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 403);
+    let response = viewer
+        .post(gw.url("/v1/tools/echo/invoke"))
+        .json(&json!({"arguments": {"message": "hi"}}))
+        .send()
+        .await
+        .expect("request");
+    let (status, _, problem) = read(response).await;
+    assert_eq!(
+        (status, problem["type"].as_str()),
+        (403, Some("urn:toolgate:error:forbidden"))
+    );
+
+    let (_, _, audit) = gw
+        .get(&format!(
+            "/v1/audit?principal={}",
+            member["id"].as_str().expect("id")
+        ))
+        .await;
+    let entries = audit["entries"].as_array().expect("entries");
+    assert_eq!(entries.len(), 1, "{audit}");
+    assert_eq!(entries[0]["outcome"], "forbidden");
+    assert_eq!(entries[0]["tool"], "echo");
+
+    // A tenant admin cannot grant scopes it lacks, nor create tenants.
+    let (status, _, _) = gw
+        .post(
+            "/v1/principals",
+            json!({"name": "x", "scopes": ["made:up"]}),
+        )
+        .await;
+    assert_eq!(status, 403);
+    let response = viewer
+        .post(gw.url("/v1/tenants"))
+        .json(&json!({"name": "nope"}))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 403);
+}

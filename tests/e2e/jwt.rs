@@ -1,0 +1,182 @@
+//! JWT bearer tokens: HS256 from a shared secret, EdDSA from a JWKS served on loopback.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::{Value, json};
+use toolgate_e2e::{Gateway, client_with_key};
+use toolgate_server::config::Secret;
+use toolgate_server::jwt::JwtConfig;
+
+const SECRET: &str = "a-test-secret-that-is-at-least-32-bytes-long";
+const ED_PRIVATE_PEM: &str = "-----BEGIN PRIVATE KEY-----
+MC4CAQAwBQYDK2VwBCIEIP2+v+7mxB5dkygUdQny7b1eyxZa0pg7Jnf9pNm7THIl
+-----END PRIVATE KEY-----
+";
+/// The public half of `ED_PRIVATE_PEM`, base64url.
+const ED_PUBLIC_X: &str = "-S-EEja0HTt88_qQbxvsfEsi9sgYaNBf4L9JwOdO-BE";
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn claims(overrides: Value) -> Value {
+    let mut claims = json!({
+        "iss": "https://idp.test/",
+        "aud": "toolgate",
+        "sub": "alice@example.com",
+        "tenant": "default",
+        "scope": "tools:invoke audit:read",
+        "exp": now() + 600,
+        "iat": now(),
+    });
+    for (k, v) in overrides.as_object().expect("object") {
+        if v.is_null() {
+            claims.as_object_mut().expect("object").remove(k);
+        } else {
+            claims[k] = v.clone();
+        }
+    }
+    claims
+}
+
+fn config(hs256: bool, jwks_url: Option<String>) -> JwtConfig {
+    serde_json::from_value(json!({
+        "issuer": "https://idp.test/",
+        "audience": "toolgate",
+        "leeway_secs": 5,
+    }))
+    .map(|mut c: JwtConfig| {
+        if hs256 {
+            c.hs256_secret = Some(Secret::new(SECRET));
+        }
+        c.jwks_url = jwks_url;
+        c
+    })
+    .expect("config")
+}
+
+fn hs256(claims: &Value) -> String {
+    jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        claims,
+        &EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .expect("encode")
+}
+
+fn unsigned(claims: &Value) -> String {
+    use base64_url as b64;
+    let header = b64::encode(br#"{"alg":"none","typ":"JWT"}"#);
+    format!("{header}.{}.", b64::encode(claims.to_string().as_bytes()))
+}
+
+/// base64url without padding, enough for hand-made tokens.
+mod base64_url {
+    pub fn encode(bytes: &[u8]) -> String {
+        const ALPHABET: &[u8; 64] =
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let mut out = String::new();
+        for chunk in bytes.chunks(3) {
+            let b = [
+                chunk[0],
+                *chunk.get(1).unwrap_or(&0),
+                *chunk.get(2).unwrap_or(&0),
+            ];
+            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+            for i in 0..=chunk.len() {
+                out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+            }
+        }
+        out
+    }
+}
+
+async fn status(gw: &Gateway, token: &str) -> u16 {
+    client_with_key(token)
+        .get(gw.url("/v1/audit"))
+        .send()
+        .await
+        .expect("request")
+        .status()
+        .as_u16()
+}
+
+#[tokio::test]
+async fn hs256_tokens_are_checked_for_signature_time_issuer_audience_and_tenant() {
+    let gw = Gateway::start_with(|c| c.auth.jwt = Some(config(true, None))).await;
+    assert_eq!(status(&gw, &hs256(&claims(json!({})))).await, 200);
+
+    let expired = hs256(&claims(json!({"exp": now() - 120})));
+    let not_yet = hs256(&claims(json!({"nbf": now() + 120})));
+    let wrong_aud = hs256(&claims(json!({"aud": "another-service"})));
+    let wrong_iss = hs256(&claims(json!({"iss": "https://evil.test/"})));
+    let no_exp = hs256(&claims(json!({"exp": null})));
+    let unknown_tenant = hs256(&claims(json!({"tenant": "no-such-tenant"})));
+    let forged = jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        &claims(json!({})),
+        &EncodingKey::from_secret(b"some-other-secret-of-sufficient-length!!"),
+    )
+    .expect("encode");
+    let none = unsigned(&claims(json!({})));
+    for (name, token) in [
+        ("expired", expired),
+        ("not yet valid", not_yet),
+        ("wrong audience", wrong_aud),
+        ("wrong issuer", wrong_iss),
+        ("no exp", no_exp),
+        ("unknown tenant", unknown_tenant),
+        ("forged", forged),
+        ("alg none", none),
+    ] {
+        assert_eq!(status(&gw, &token).await, 401, "{name}");
+    }
+
+    // Scopes come from the token: without audit:read, 403.
+    let narrow = hs256(&claims(json!({"scope": "tools:invoke"})));
+    assert_eq!(status(&gw, &narrow).await, 403);
+}
+
+#[tokio::test]
+async fn jwks_tokens_verify_and_hmac_tokens_cannot_borrow_the_public_key() {
+    let jwks = json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": ED_PUBLIC_X, "kid": "k1", "alg": "EdDSA", "use": "sig"}]});
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let served = jwks.clone();
+    tokio::spawn(async move {
+        let app = axum::Router::new().route(
+            "/jwks.json",
+            axum::routing::get(move || async move { axum::Json(served) }),
+        );
+        let _ = axum::serve(listener, app).await;
+    });
+    let url = format!("http://{addr}/jwks.json");
+    let gw = Gateway::start_with(|c| c.auth.jwt = Some(config(false, Some(url)))).await;
+
+    let mut header = Header::new(Algorithm::EdDSA);
+    header.kid = Some("k1".into());
+    let key = EncodingKey::from_ed_pem(ED_PRIVATE_PEM.as_bytes()).expect("key");
+    let good = jsonwebtoken::encode(&header, &claims(json!({})), &key).expect("encode");
+    assert_eq!(status(&gw, &good).await, 200);
+
+    header.kid = Some("k2".into());
+    let unknown_kid = jsonwebtoken::encode(&header, &claims(json!({})), &key).expect("encode");
+    assert_eq!(status(&gw, &unknown_kid).await, 401);
+
+    // HS/RS confusion: an HMAC token keyed with the public key's bytes.
+    let mut hs = Header::new(Algorithm::HS256);
+    hs.kid = Some("k1".into());
+    for secret in [ED_PUBLIC_X.as_bytes(), jwks.to_string().as_bytes()] {
+        let confused =
+            jsonwebtoken::encode(&hs, &claims(json!({})), &EncodingKey::from_secret(secret))
+                .expect("encode");
+        assert_eq!(status(&gw, &confused).await, 401);
+    }
+    assert_eq!(status(&gw, &unsigned(&claims(json!({})))).await, 401);
+}
