@@ -40,6 +40,7 @@ use axum::http::{HeaderName, HeaderValue, Method, header};
 use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use toolgate_core::audit::AuditSink;
 use toolgate_core::{Executor, ExecutorLimits, Registry, TracingSink};
 use toolgate_store::{AuditWriter, Store};
 use toolgate_tools::{BuiltinOptions, Workspaces, builtin_tools};
@@ -54,12 +55,21 @@ use rest::error::ApiError;
 /// shutdown.
 pub struct Gateway {
     pub state: AppState,
-    pub audit_writer: tokio::task::JoinHandle<()>,
+    pub audit_writer: toolgate_store::AuditWriterTask,
 }
 
 /// Opens and migrates the store, records calls left unfinished by a previous run,
 /// bootstraps an empty store, and builds the registry, audit writer and executor.
 pub async fn build(config: &Config) -> anyhow::Result<Gateway> {
+    build_with(config, None).await
+}
+
+/// [`build`], with the audit sink replaced when `audit` is given. For embedding and for
+/// the benchmark's unaudited baseline (`bench/`); the `toolgate` binary never replaces it.
+pub async fn build_with(
+    config: &Config,
+    audit: Option<Arc<dyn AuditSink>>,
+) -> anyhow::Result<Gateway> {
     let store = Store::open(
         config.database.url.as_ref().map(|u| u.expose()),
         &config.data_dir,
@@ -99,7 +109,8 @@ pub async fn build(config: &Config) -> anyhow::Result<Gateway> {
             .register(tool)
             .context("registering the built-in tools")?;
     }
-    let (writer, audit_writer) = AuditWriter::spawn(store.clone());
+    let (writer, audit_writer) =
+        AuditWriter::spawn(store.clone()).context("starting the audit writer")?;
     let limits = ExecutorLimits {
         max_output_chars: config.tools.max_output_chars,
     };
@@ -110,7 +121,11 @@ pub async fn build(config: &Config) -> anyhow::Result<Gateway> {
         .map(|c| jwt::JwtVerifier::new(c, store.clone()));
     let state = AppState::new(state::Shared {
         registry,
-        executor: Executor::new(Arc::new(TracingSink), Arc::new(writer), limits),
+        executor: Executor::new(
+            Arc::new(TracingSink),
+            audit.unwrap_or_else(|| Arc::new(writer)),
+            limits,
+        ),
         authenticator: Arc::new(auth::Authenticator::new(store.clone(), jwt)),
         workspaces,
         store,
@@ -192,10 +207,20 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    serve_with(config, listener, shutdown, None).await
+}
+
+/// [`serve`], with the audit sink replaced when `audit` is given (see [`build_with`]).
+pub async fn serve_with(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    audit: Option<Arc<dyn AuditSink>>,
+) -> anyhow::Result<()> {
     let Gateway {
         state,
         audit_writer,
-    } = build(&config).await?;
+    } = build_with(&config, audit).await?;
     let app = app(state, &config).into_make_service_with_connect_info::<std::net::SocketAddr>();
     let addr = listener
         .local_addr()
@@ -217,7 +242,7 @@ pub async fn serve(
     }
     // The app (and with it every handle on the audit writer) is gone: the writer drains
     // what is queued and ends.
-    match tokio::time::timeout(grace, audit_writer).await {
+    match tokio::time::timeout(grace, audit_writer.join()).await {
         Ok(_) => tracing::info!("audit log flushed"),
         Err(_) => tracing::error!("the audit writer did not drain within the grace period"),
     }

@@ -74,10 +74,10 @@ enum Command {
 #[derive(clap::Args)]
 struct StoreArgs {
     /// Directory for toolgate's data (the SQLite file lives here) [default: ./toolgate-data]
-    #[arg(long, env = "TOOLGATE_DATA_DIR", value_name = "DIR")]
+    #[arg(long, env = "TOOLGATE_DATA_DIR", value_name = "DIR", global = true)]
     data_dir: Option<PathBuf>,
     /// TOML configuration file
-    #[arg(long, env = "TOOLGATE_CONFIG", value_name = "FILE")]
+    #[arg(long, env = "TOOLGATE_CONFIG", value_name = "FILE", global = true)]
     config: Option<PathBuf>,
 }
 

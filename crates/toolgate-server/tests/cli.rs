@@ -97,3 +97,199 @@ async fn serves_then_shuts_down_gracefully_on_sigterm() {
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     assert!(rest.iter().any(|l| l.contains("stopped")), "{rest:?}");
 }
+
+/// A gateway process: its address and the admin key it wrote.
+struct Running {
+    child: std::process::Child,
+    addr: String,
+    key: String,
+    _log: std::thread::JoinHandle<()>,
+}
+
+fn start(data: &std::path::Path, database_url: Option<&str>) -> Running {
+    let mut command = Command::new(BIN);
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data)
+        .env("RUST_LOG", "info")
+        .env_remove("DATABASE_URL")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    if let Some(url) = database_url {
+        command.env("DATABASE_URL", url);
+    }
+    let mut child = command.spawn().expect("spawn");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("the gateway exited before listening")
+            .expect("read line");
+        if let Some(rest) = line
+            .split("addr=")
+            .nth(1)
+            .filter(|_| line.contains("listening"))
+        {
+            break rest.split_whitespace().next().expect("address").to_owned();
+        }
+    };
+    // Keep draining the log so the child never blocks on a full pipe.
+    let log = std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+    let key = std::fs::read_to_string(data.join("admin-api-key"))
+        .expect("admin key")
+        .trim()
+        .to_owned();
+    Running {
+        child,
+        addr,
+        key,
+        _log: log,
+    }
+}
+
+fn client(key: &str) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        reqwest::header::HeaderValue::from_str(&format!("Bearer {key}")).expect("ascii"),
+    );
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .expect("client")
+}
+
+/// Drives concurrent calls, SIGKILLs the gateway mid-load, restarts it on the same store,
+/// and checks that every call whose response arrived has its audit row.
+async fn sigkill_loses_no_answered_call(database_url: Option<String>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let running = start(dir.path(), database_url.as_deref());
+    let http = client(&running.key);
+    let url = format!("http://{}/v1/tools/echo/invoke", running.addr);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for w in 0..16 {
+        let (http, url, stop) = (http.clone(), url.clone(), stop.clone());
+        workers.push(tokio::spawn(async move {
+            let mut answered = Vec::new();
+            for i in 0..100_000 {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                let body = serde_json::json!({"arguments": {"message": format!("w{w}-{i}")}});
+                let Ok(response) = http.post(&url).json(&body).send().await else {
+                    break;
+                };
+                if response.status() != 200 {
+                    continue;
+                }
+                let Ok(value) = response.json::<serde_json::Value>().await else {
+                    break;
+                };
+                answered.push(value["call_id"].as_str().expect("call id").to_owned());
+            }
+            answered
+        }));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let mut child = running.child;
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut answered = Vec::new();
+    for worker in workers {
+        answered.extend(worker.await.expect("join"));
+    }
+    assert!(
+        answered.len() > 100,
+        "the load reached the gateway: {} calls",
+        answered.len()
+    );
+
+    let restarted = start(dir.path(), database_url.as_deref());
+    let http = client(&restarted.key);
+    let mut recorded = std::collections::HashSet::new();
+    let mut cursor = String::new();
+    loop {
+        let page: serde_json::Value = http
+            .get(format!(
+                "http://{}/v1/audit?limit=1000{cursor}",
+                restarted.addr
+            ))
+            .send()
+            .await
+            .expect("request")
+            .json()
+            .await
+            .expect("json");
+        for entry in page["entries"].as_array().expect("entries") {
+            recorded.insert(entry["call_id"].as_str().expect("id").to_owned());
+        }
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = format!("&cursor={c}"),
+            None => break,
+        }
+    }
+    let lost: Vec<&String> = answered
+        .iter()
+        .filter(|id| !recorded.contains(*id))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} answered calls have no audit row",
+        lost.len(),
+        answered.len()
+    );
+    let mut child = restarted.child;
+    let _ = child.kill();
+    let _ = child.wait();
+
+    let mut verify = Command::new(BIN);
+    verify
+        .args(["audit", "verify", "--tenant", "default", "--data-dir"])
+        .arg(dir.path())
+        .env_remove("DATABASE_URL");
+    if let Some(url) = &database_url {
+        verify.env("DATABASE_URL", url);
+    }
+    let out = verify.output().expect("verify");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_under_load_loses_no_answered_call_on_sqlite() {
+    sigkill_loses_no_answered_call(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_under_load_loses_no_answered_call_on_postgres() {
+    use sqlx::Connection;
+    let admin = std::env::var("TOOLGATE_TEST_PG")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let name = format!("toolgate_kill_{}", std::process::id());
+    let mut conn = sqlx::PgConnection::connect(&admin)
+        .await
+        .expect("connect to Postgres");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "drop database if exists {name} with (force)"
+    )))
+    .execute(&mut conn)
+    .await
+    .expect("drop");
+    sqlx::query(sqlx::AssertSqlSafe(format!("create database {name}")))
+        .execute(&mut conn)
+        .await
+        .expect("create");
+    let url = format!("{}/{name}", &admin[..admin.rfind('/').expect("db in URL")]);
+    sigkill_loses_no_answered_call(Some(url)).await;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "drop database if exists {name} with (force)"
+    )))
+    .execute(&mut conn)
+    .await
+    .expect("drop");
+}

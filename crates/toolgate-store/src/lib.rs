@@ -35,7 +35,7 @@ use uuid::Uuid;
 pub use model::*;
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
-pub use writer::AuditWriter;
+pub use writer::{AuditWriter, AuditWriterTask};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -115,6 +115,14 @@ impl Store {
 
     pub async fn migrate(&self) -> Result<(), StoreError> {
         dispatch!(self, s => s.migrate().await)
+    }
+
+    /// The same store through new connection pools, for a task on another runtime.
+    pub async fn reopen(&self) -> Result<Store, StoreError> {
+        Ok(match self {
+            Store::Postgres(s) => Store::Postgres(s.reopen()),
+            Store::Sqlite(s) => Store::Sqlite(s.reopen().await?),
+        })
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {

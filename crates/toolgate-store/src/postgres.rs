@@ -9,7 +9,8 @@
 //! connection never carries one tenant into another's request. Row-level security is then
 //! the second wall behind the `tenant_id` filter each query has anyway.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -33,6 +34,11 @@ pub const APP_ROLE: &str = "toolgate_app";
 pub struct PostgresStore {
     owner: PgPool,
     app: PgPool,
+    /// The chain head this process last wrote, per tenant: the expected position for the
+    /// next append (checked by the database, so a stale entry costs a retry, not a fork).
+    heads: Arc<Mutex<HashMap<TenantId, (i64, String)>>>,
+    /// Kept to open the writer's own pools; boxed, it is large and rarely read.
+    options: Box<PgConnectOptions>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -159,6 +165,26 @@ struct IntentRow {
     started_at: DateTime<Utc>,
 }
 
+#[derive(sqlx::FromRow)]
+struct KeyMatchRow {
+    #[sqlx(flatten)]
+    key: KeyRow,
+    principal_kind: String,
+    principal_name: String,
+    principal_roles: Json<Vec<String>>,
+    principal_scopes: Json<Vec<String>>,
+    principal_created_at: DateTime<Utc>,
+    tenant_name: String,
+}
+
+const FIND_KEY: &str = "select k.api_key_id, k.tenant_id, k.principal_id, k.name, k.prefix, k.scopes, k.expires_at, k.last_used_at, k.revoked_at, k.created_at,
+        p.kind as principal_kind, p.name as principal_name, p.roles as principal_roles, p.scopes as principal_scopes,
+        p.created_at as principal_created_at, t.name as tenant_name
+ from api_key k
+ join principal p on p.principal_id = k.principal_id and p.tenant_id = k.tenant_id
+ join tenant t on t.tenant_id = k.tenant_id
+ where k.secret_hash = $1";
+
 const KEY_COLUMNS: &str = "api_key_id, tenant_id, principal_id, name, prefix, scopes, expires_at, last_used_at, revoked_at, created_at";
 const PRINCIPAL_COLUMNS: &str = "principal_id, tenant_id, kind, name, roles, scopes, created_at";
 const AUDIT_SELECT: &str = "select call_id, tenant_id, seq, principal_id, adapter, tool, arguments::text as arguments, arguments_hash, outcome, error, duration_us, request_id, trace_id, run_id, step, client, started_at, finished_at, prev_hash, row_hash from audit_log";
@@ -167,6 +193,16 @@ impl PostgresStore {
     /// Pools on `url`; connections open on first use.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         let options: PgConnectOptions = url.parse()?;
+        Ok(Self::from_options(options))
+    }
+
+    /// The same database through new pools, whose connections belong to the runtime
+    /// that first uses them (the audit writer's own thread).
+    pub fn reopen(&self) -> Self {
+        Self::from_options((*self.options).clone())
+    }
+
+    fn from_options(options: PgConnectOptions) -> Self {
         // Postgres allows ~100 connections by default; two pools per instance of 16 and 4
         // leave room for several gateway instances and ops sessions.
         let owner = PgPoolOptions::new()
@@ -182,8 +218,13 @@ impl PostgresStore {
                     Ok(())
                 })
             })
-            .connect_lazy_with(options);
-        Ok(Self { owner, app })
+            .connect_lazy_with(options.clone());
+        Self {
+            owner,
+            app,
+            heads: Arc::default(),
+            options: Box::new(options),
+        }
     }
 
     pub async fn migrate(&self) -> Result<(), StoreError> {
@@ -386,28 +427,28 @@ impl PostgresStore {
         Ok(done.rows_affected() > 0)
     }
 
+    /// One query: the key, its principal and its tenant's name.
     pub async fn find_key(&self, secret: &str) -> Result<Option<KeyMatch>, StoreError> {
-        let row: Option<KeyRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "select {KEY_COLUMNS} from api_key where secret_hash = $1"
-        )))
-        .bind(keys::hash(secret))
-        .fetch_optional(&self.owner)
-        .await?;
-        let Some(key) = row.map(ApiKey::from) else {
-            return Ok(None);
-        };
-        let principal: Option<PrincipalRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "select {PRINCIPAL_COLUMNS} from principal where tenant_id = $1 and principal_id = $2"
-        )))
-        .bind(key.tenant.0)
-        .bind(key.principal.0)
-        .fetch_optional(&self.owner)
-        .await?;
-        let tenant = self.get_tenant(key.tenant).await?;
-        Ok(principal.zip(tenant).map(|(p, t)| KeyMatch {
-            key,
-            principal: p.into(),
-            tenant_name: t.name,
+        let row: Option<KeyMatchRow> = sqlx::query_as(FIND_KEY)
+            .bind(keys::hash(secret))
+            .fetch_optional(&self.owner)
+            .await?;
+        Ok(row.map(|r| {
+            let key = ApiKey::from(r.key);
+            let principal = Principal {
+                id: key.principal,
+                tenant: key.tenant,
+                kind: parse_kind(&r.principal_kind),
+                name: r.principal_name,
+                roles: r.principal_roles.0,
+                scopes: r.principal_scopes.0,
+                created_at: r.principal_created_at,
+            };
+            KeyMatch {
+                key,
+                principal,
+                tenant_name: r.tenant_name,
+            }
         }))
     }
 
@@ -445,78 +486,67 @@ impl PostgresStore {
         Ok(())
     }
 
-    /// Appends `records` in one transaction. Tenants are taken in id order and each
-    /// tenant's chain head is locked (`for update`) before its rows are chained, so
-    /// concurrent writers on several instances extend each chain in turn.
+    /// Appends `records` in one transaction, extending each tenant's chain.
+    ///
+    /// Per tenant it is one statement: the chain head moves from the position this writer
+    /// last saw to the new one *only if it is still there* (a conditional upsert), and the
+    /// rows are inserted only if the head moved. Another instance having extended the
+    /// chain meanwhile makes it a no-op; the head is then read under `for update` and the
+    /// rows are chained again from it. The common case costs four round trips (begin
+    /// naming the tenant, the statement, commit) whatever the batch size.
     pub async fn append_audit(&self, records: &[AuditRecord]) -> Result<(), StoreError> {
         let mut by_tenant: BTreeMap<TenantId, Vec<&AuditRecord>> = BTreeMap::new();
         for record in records {
             by_tenant.entry(record.tenant).or_default().push(record);
         }
-        let mut tx = self.app.begin().await?;
-        for (tenant, records) in by_tenant {
-            set_tenant(&mut tx, tenant).await?;
-            let head: Option<(i64, String)> = sqlx::query_as(
-                "select seq, row_hash from audit_chain_head where tenant_id = $1 for update",
-            )
-            .bind(tenant.0)
-            .fetch_optional(&mut *tx)
-            .await?;
-            let (mut seq, mut prev) = head.unwrap_or((0, GENESIS.to_owned()));
-            let mut rows = Vec::with_capacity(records.len());
-            for record in records {
-                let row = row_from_record(record, seq + 1, prev);
-                seq = row.seq;
-                prev = row.row_hash.clone();
-                rows.push(row);
+        let Some(first) = by_tenant.keys().next().copied() else {
+            return Ok(());
+        };
+        let mut tx = self.app.begin_with(begin_for(first)).await?;
+        let mut moved = Vec::new();
+        for (tenant, records) in &by_tenant {
+            if *tenant != first {
+                set_tenant(&mut tx, *tenant).await?;
             }
-            for chunk in rows.chunks(500) {
-                let mut insert = QueryBuilder::<Postgres>::new(
-                    "insert into audit_log (call_id, tenant_id, seq, principal_id, adapter, tool, arguments, arguments_hash, outcome, error, duration_us, request_id, trace_id, run_id, step, client, started_at, finished_at, prev_hash, row_hash) ",
-                );
-                insert.push_values(chunk, |mut b, row| {
-                    b.push_bind(row.call_id)
-                        .push_bind(row.tenant.0)
-                        .push_bind(row.seq)
-                        .push_bind(row.principal.0)
-                        .push_bind(&row.adapter)
-                        .push_bind(&row.tool)
-                        .push_bind(&row.arguments)
-                        .push_unseparated("::json")
-                        .push_bind(&row.arguments_hash)
-                        .push_bind(&row.outcome)
-                        .push_bind(&row.error)
-                        .push_bind(row.duration_us)
-                        .push_bind(&row.request_id)
-                        .push_bind(&row.trace_id)
-                        .push_bind(row.run_id.map(|r| r.0))
-                        .push_bind(row.step)
-                        .push_bind(&row.client)
-                        .push_bind(row.started_at)
-                        .push_bind(row.finished_at)
-                        .push_bind(&row.prev_hash)
-                        .push_bind(&row.row_hash);
-                });
-                insert.build().execute(&mut *tx).await?;
+            let cached = self
+                .heads
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(tenant)
+                .cloned();
+            let expected = match cached {
+                Some(head) => head,
+                None => read_head(&mut tx, *tenant, false).await?,
+            };
+            let mut head = expected.clone();
+            let mut rows = chain_rows(records, &head);
+            if !try_append(&mut tx, *tenant, &expected, &rows).await? {
+                head = read_head(&mut tx, *tenant, true).await?;
+                rows = chain_rows(records, &head);
+                if !try_append(&mut tx, *tenant, &head, &rows).await? {
+                    return Err(StoreError::Corrupt(
+                        "audit chain head moved while locked".into(),
+                    ));
+                }
             }
-            let ids: Vec<Uuid> = rows.iter().map(|r| r.call_id).collect();
-            sqlx::query("delete from call_intent where tenant_id = $1 and call_id = any($2)")
-                .bind(tenant.0)
-                .bind(&ids)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query(
-                "insert into audit_chain_head (tenant_id, seq, row_hash) values ($1, $2, $3)
-                 on conflict (tenant_id) do update set seq = excluded.seq, row_hash = excluded.row_hash",
-            )
-            .bind(tenant.0)
-            .bind(seq)
-            .bind(&prev)
-            .execute(&mut *tx)
-            .await?;
+            if let Some(last) = rows.last() {
+                moved.push((*tenant, (last.seq, last.row_hash.clone())));
+            }
         }
-        tx.commit().await?;
-        Ok(())
+        let committed = tx.commit().await;
+        let mut heads = self.heads.lock().unwrap_or_else(|p| p.into_inner());
+        match committed {
+            Ok(()) => {
+                heads.extend(moved);
+                Ok(())
+            }
+            Err(err) => {
+                for tenant in by_tenant.keys() {
+                    heads.remove(tenant);
+                }
+                Err(err.into())
+            }
+        }
     }
 
     pub async fn unfinished_calls(&self) -> Result<Vec<AuditRecord>, StoreError> {
@@ -622,6 +652,123 @@ impl PostgresStore {
         &self.owner
     }
 }
+
+/// `begin` that names the tenant in the same round trip. The id is formatted from a
+/// `Uuid`, so it is hex digits and dashes only.
+fn begin_for(tenant: TenantId) -> sqlx::AssertSqlSafe<String> {
+    sqlx::AssertSqlSafe(format!(
+        "begin; select set_config('toolgate.tenant_id', '{}', true)",
+        tenant.0.hyphenated()
+    ))
+}
+
+/// A tenant's chain head: `(seq, row_hash)`, `(0, GENESIS)` before its first row.
+async fn read_head(
+    tx: &mut Transaction<'static, Postgres>,
+    tenant: TenantId,
+    lock: bool,
+) -> Result<(i64, String), StoreError> {
+    let sql = if lock {
+        "select seq, row_hash from audit_chain_head where tenant_id = $1 for update"
+    } else {
+        "select seq, row_hash from audit_chain_head where tenant_id = $1"
+    };
+    let head: Option<(i64, String)> = sqlx::query_as(sql)
+        .bind(tenant.0)
+        .fetch_optional(&mut **tx)
+        .await?;
+    Ok(head.unwrap_or((0, GENESIS.to_owned())))
+}
+
+fn chain_rows(records: &[&AuditRecord], head: &(i64, String)) -> Vec<AuditRow> {
+    let (mut seq, mut prev) = head.clone();
+    records
+        .iter()
+        .map(|record| {
+            let row = row_from_record(record, seq + 1, prev.clone());
+            seq = row.seq;
+            prev = row.row_hash.clone();
+            row
+        })
+        .collect()
+}
+
+/// Moves the head from `expected` to the last of `rows` and inserts `rows`, in one
+/// statement; `false` (and nothing written) when the head is no longer at `expected`.
+/// Rows travel as arrays through `unnest`, so the statement text is the same for every
+/// batch size: prepared once per connection, never re-planned for a new shape.
+async fn try_append(
+    tx: &mut Transaction<'static, Postgres>,
+    tenant: TenantId,
+    expected: &(i64, String),
+    rows: &[AuditRow],
+) -> Result<bool, StoreError> {
+    let Some(last) = rows.last() else {
+        return Ok(true);
+    };
+    let col = |f: fn(&AuditRow) -> String| rows.iter().map(f).collect::<Vec<String>>();
+    let opt =
+        |f: fn(&AuditRow) -> Option<String>| rows.iter().map(f).collect::<Vec<Option<String>>>();
+    let done = sqlx::query(APPEND)
+        .bind(tenant.0)
+        .bind(last.seq)
+        .bind(&last.row_hash)
+        .bind(expected.0)
+        .bind(&expected.1)
+        .bind(rows.iter().map(|r| r.call_id).collect::<Vec<Uuid>>())
+        .bind(rows.iter().map(|r| r.seq).collect::<Vec<i64>>())
+        .bind(rows.iter().map(|r| r.principal.0).collect::<Vec<Uuid>>())
+        .bind(col(|r| r.adapter.clone()))
+        .bind(col(|r| r.tool.clone()))
+        .bind(col(|r| r.arguments.clone()))
+        .bind(col(|r| r.arguments_hash.clone()))
+        .bind(col(|r| r.outcome.clone()))
+        .bind(opt(|r| r.error.clone()))
+        .bind(rows.iter().map(|r| r.duration_us).collect::<Vec<i64>>())
+        .bind(opt(|r| r.request_id.clone()))
+        .bind(opt(|r| r.trace_id.clone()))
+        .bind(
+            rows.iter()
+                .map(|r| r.run_id.map(|id| id.0))
+                .collect::<Vec<Option<Uuid>>>(),
+        )
+        .bind(rows.iter().map(|r| r.step).collect::<Vec<Option<i32>>>())
+        .bind(opt(|r| r.client.clone()))
+        .bind(
+            rows.iter()
+                .map(|r| r.started_at)
+                .collect::<Vec<DateTime<Utc>>>(),
+        )
+        .bind(
+            rows.iter()
+                .map(|r| r.finished_at)
+                .collect::<Vec<DateTime<Utc>>>(),
+        )
+        .bind(col(|r| r.prev_hash.clone()))
+        .bind(col(|r| r.row_hash.clone()))
+        .execute(&mut **tx)
+        .await?;
+    Ok(done.rows_affected() == rows.len() as u64)
+}
+
+const APPEND: &str = "with head as (
+    insert into audit_chain_head (tenant_id, seq, row_hash) values ($1, $2, $3)
+    on conflict (tenant_id) do update set seq = excluded.seq, row_hash = excluded.row_hash
+    where audit_chain_head.seq = $4 and audit_chain_head.row_hash = $5
+    returning 1
+), cleared as (
+    delete from call_intent where tenant_id = $1 and call_id = any($6) and exists (select 1 from head)
+)
+insert into audit_log (call_id, tenant_id, seq, principal_id, adapter, tool, arguments, arguments_hash, outcome, error,
+                       duration_us, request_id, trace_id, run_id, step, client, started_at, finished_at, prev_hash, row_hash)
+select r.call_id, $1, r.seq, r.principal_id, r.adapter, r.tool, r.arguments::json, r.arguments_hash, r.outcome, r.error,
+       r.duration_us, r.request_id, r.trace_id, r.run_id, r.step, r.client, r.started_at, r.finished_at, r.prev_hash, r.row_hash
+from unnest($6::uuid[], $7::int8[], $8::uuid[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[],
+            $15::int8[], $16::text[], $17::text[], $18::uuid[], $19::int4[], $20::text[], $21::timestamptz[],
+            $22::timestamptz[], $23::text[], $24::text[])
+    as r(call_id, seq, principal_id, adapter, tool, arguments, arguments_hash, outcome, error, duration_us, request_id,
+         trace_id, run_id, step, client, started_at, finished_at, prev_hash, row_hash)
+where exists (select 1 from head)";
 
 async fn set_tenant(
     tx: &mut Transaction<'static, Postgres>,

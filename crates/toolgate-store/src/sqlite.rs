@@ -24,6 +24,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    path: std::path::PathBuf,
 }
 
 fn id(u: Uuid) -> String {
@@ -175,6 +176,26 @@ struct IntentRow {
     started_at: DateTime<Utc>,
 }
 
+#[derive(sqlx::FromRow)]
+struct KeyMatchRow {
+    #[sqlx(flatten)]
+    key: KeyRow,
+    principal_kind: String,
+    principal_name: String,
+    principal_roles: Json<Vec<String>>,
+    principal_scopes: Json<Vec<String>>,
+    principal_created_at: DateTime<Utc>,
+    tenant_name: String,
+}
+
+const FIND_KEY: &str = "select k.api_key_id, k.tenant_id, k.principal_id, k.name, k.prefix, k.scopes, k.expires_at, k.last_used_at, k.revoked_at, k.created_at,
+        p.kind as principal_kind, p.name as principal_name, p.roles as principal_roles, p.scopes as principal_scopes,
+        p.created_at as principal_created_at, t.name as tenant_name
+ from api_key k
+ join principal p on p.principal_id = k.principal_id and p.tenant_id = k.tenant_id
+ join tenant t on t.tenant_id = k.tenant_id
+ where k.secret_hash = $1";
+
 const KEY_COLUMNS: &str = "api_key_id, tenant_id, principal_id, name, prefix, scopes, expires_at, last_used_at, revoked_at, created_at";
 const AUDIT_COLUMNS: &str = "call_id, tenant_id, seq, principal_id, adapter, tool, arguments, arguments_hash, outcome, error, duration_us, request_id, trace_id, run_id, step, client, started_at, finished_at, prev_hash, row_hash";
 
@@ -193,7 +214,16 @@ impl SqliteStore {
             .max_connections(8)
             .connect_with(options)
             .await?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The same file through a new pool, whose connections belong to the runtime that
+    /// opens it (the audit writer's own thread).
+    pub async fn reopen(&self) -> Result<Self, StoreError> {
+        Self::open(&self.path).await
     }
 
     pub async fn migrate(&self) -> Result<(), StoreError> {
@@ -363,24 +393,28 @@ impl SqliteStore {
         Ok(done.rows_affected() > 0)
     }
 
-    /// The key whose hash matches `secret`, with its principal; `None` for unknown keys.
-    /// Revocation and expiry are checked by the caller, which knows the time.
+    /// One query: the key, its principal and its tenant's name. Revocation and expiry
+    /// are checked by the caller, which knows the time.
     pub async fn find_key(&self, secret: &str) -> Result<Option<KeyMatch>, StoreError> {
-        let row: Option<KeyRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "select {KEY_COLUMNS} from api_key where secret_hash = $1"
-        )))
-        .bind(keys::hash(secret))
-        .fetch_optional(&self.pool)
-        .await?;
-        let Some(key) = row.map(KeyRow::into_model).transpose()? else {
-            return Ok(None);
+        let row: Option<KeyMatchRow> = sqlx::query_as(FIND_KEY)
+            .bind(keys::hash(secret))
+            .fetch_optional(&self.pool)
+            .await?;
+        let Some(r) = row else { return Ok(None) };
+        let key = r.key.into_model()?;
+        let principal = Principal {
+            id: key.principal,
+            tenant: key.tenant,
+            kind: parse_kind(&r.principal_kind),
+            name: r.principal_name,
+            roles: r.principal_roles.0,
+            scopes: r.principal_scopes.0,
+            created_at: r.principal_created_at,
         };
-        let principal = self.get_principal(key.tenant, key.principal).await?;
-        let tenant = self.get_tenant(key.tenant).await?;
-        Ok(principal.zip(tenant).map(|(principal, tenant)| KeyMatch {
+        Ok(Some(KeyMatch {
             key,
             principal,
-            tenant_name: tenant.name,
+            tenant_name: r.tenant_name,
         }))
     }
 

@@ -9,11 +9,15 @@
 //! The queue is bounded ([`QUEUE`]); when it is full, callers wait (backpressure), they
 //! are never dropped. When a batch fails, its records are retried one by one, so one bad
 //! record cannot fail the others. When every handle is dropped, the task drains the queue
-//! and ends; await its `JoinHandle` on shutdown.
+//! and ends; await [`AuditWriterTask::join`] on shutdown.
+//!
+//! The writer runs on a thread of its own with its own single-threaded runtime and its own
+//! connections. Measured on the REST benchmark: on the shared runtime, under 64 concurrent
+//! requests, each of the writer's round trips waited behind request tasks and a batch took
+//! about 8 ms; the batch is the latency floor of every audited call.
 
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
 use toolgate_core::audit::{AuditError, AuditRecord, AuditSink};
 
 use crate::Store;
@@ -32,12 +36,48 @@ pub struct AuditWriter {
     store: Store,
 }
 
+/// The writer's thread: finished once the queue is drained after the last handle drops.
+#[derive(Debug)]
+pub struct AuditWriterTask {
+    done: oneshot::Receiver<()>,
+}
+
+impl AuditWriterTask {
+    /// Waits until every queued record has been written (or failed).
+    pub async fn join(self) {
+        let _ = self.done.await;
+    }
+}
+
 impl AuditWriter {
-    /// Starts the writer task over `store`.
-    pub fn spawn(store: Store) -> (AuditWriter, JoinHandle<()>) {
+    /// Starts the writer on its own thread over `store`.
+    pub fn spawn(store: Store) -> std::io::Result<(AuditWriter, AuditWriterTask)> {
         let (queue, rx) = mpsc::channel(QUEUE);
-        let task = tokio::spawn(run(store.clone(), rx));
-        (AuditWriter { queue, store }, task)
+        let (done_tx, done) = oneshot::channel();
+        let writer_store = store.clone();
+        std::thread::Builder::new().name("toolgate-audit".into()).spawn(move || {
+            match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => runtime.block_on(async move {
+                    match writer_store.reopen().await {
+                        Ok(own) => run(own, rx).await,
+                        Err(err) => {
+                            tracing::error!(error = %err, "the audit writer cannot open the store");
+                            refuse_all(rx, &err.to_string()).await;
+                        }
+                    }
+                }),
+                Err(err) => tracing::error!(error = %err, "the audit writer cannot start its runtime"),
+            }
+            let _ = done_tx.send(());
+        })?;
+        Ok((AuditWriter { queue, store }, AuditWriterTask { done }))
+    }
+}
+
+/// Fails every record that arrives: calls fail closed rather than run unaudited.
+async fn refuse_all(mut rx: mpsc::Receiver<(AuditRecord, Ack)>, reason: &str) {
+    while let Some((_, ack)) = rx.recv().await {
+        let _ = ack.send(Err(reason.to_owned()));
     }
 }
 
@@ -45,8 +85,14 @@ async fn run(store: Store, mut rx: mpsc::Receiver<(AuditRecord, Ack)>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let (records, acks): (Vec<AuditRecord>, Vec<Ack>) = batch.drain(..).unzip();
+        let started = std::time::Instant::now();
         match store.append_audit(&records).await {
             Ok(()) => {
+                tracing::debug!(
+                    records = records.len(),
+                    elapsed_ms = started.elapsed().as_secs_f64() * 1000.0,
+                    "audit batch committed"
+                );
                 for ack in acks {
                     let _ = ack.send(Ok(()));
                 }

@@ -223,7 +223,7 @@ async fn concurrent_records_become_exactly_one_row_each_in_a_verified_chain() {
             .create_principal(b.id, &member("bob"))
             .await
             .expect("principal");
-        let (writer, task) = AuditWriter::spawn(store.clone());
+        let (writer, task) = AuditWriter::spawn(store.clone()).expect("writer thread");
         let writer = Arc::new(writer);
         let mut calls = Vec::new();
         for i in 0..200 {
@@ -239,7 +239,7 @@ async fn concurrent_records_become_exactly_one_row_each_in_a_verified_chain() {
             call.await.expect("join").expect("recorded");
         }
         drop(writer);
-        task.await.expect("writer drained");
+        task.join().await;
 
         let rows_a = store.audit_chain(a.id).await.expect("chain");
         let rows_b = store.audit_chain(b.id).await.expect("chain");
@@ -453,6 +453,48 @@ async fn postgres_app_role_cannot_change_audit_rows_and_sees_only_its_tenant() {
         assert!(forged.is_err(), "RLS with check");
         drop(tx);
         assert_eq!(rows.len(), 5);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn two_instances_extend_one_chain_without_forking_it() {
+    on_postgres(|first, url| async move {
+        let second = Store::open(Some(&url), std::path::Path::new("/nonexistent"))
+            .await
+            .expect("second instance");
+        let a = first.create_tenant("acme").await.expect("tenant");
+        let p = first
+            .create_principal(a.id, &member("alice"))
+            .await
+            .expect("principal");
+        for round in 0..10 {
+            let store = if round % 2 == 0 { &first } else { &second };
+            let batch: Vec<AuditRecord> = (0..3).map(|_| record(a.id, p.id, "echo")).collect();
+            store.append_audit(&batch).await.expect("append");
+        }
+        // Concurrent appends from both instances.
+        let (x, y) = tokio::join!(
+            async {
+                for _ in 0..20 {
+                    first
+                        .append_audit(&[record(a.id, p.id, "echo")])
+                        .await
+                        .expect("append");
+                }
+            },
+            async {
+                for _ in 0..20 {
+                    second
+                        .append_audit(&[record(a.id, p.id, "echo")])
+                        .await
+                        .expect("append");
+                }
+            }
+        );
+        let ((), ()) = (x, y);
+        assert_eq!(first.audit_chain(a.id).await.expect("chain").len(), 70);
+        assert_eq!(first.verify_chain(a.id).await.expect("verify"), None);
     })
     .await;
 }
