@@ -160,3 +160,50 @@ async fn missing_scopes_are_403_and_a_denied_tool_call_is_audited() {
         .expect("request");
     assert_eq!(response.status(), 403);
 }
+
+#[tokio::test]
+async fn a_key_revoked_outside_this_instance_stops_working_within_the_poll() {
+    let gw = Gateway::start().await;
+    let (status, _, created) = gw.post("/v1/keys", json!({"name": "elsewhere"})).await;
+    assert_eq!(status, 201, "{created}");
+    let temp = client_with_key(created["secret"].as_str().expect("secret"));
+    assert_eq!(
+        temp.get(gw.url("/v1/tools"))
+            .send()
+            .await
+            .expect("request")
+            .status(),
+        200,
+        "now cached"
+    );
+
+    // As `toolgate keys revoke` or another instance would: straight in the store.
+    let store = toolgate_store::Store::open(None, gw.data.path())
+        .await
+        .expect("open");
+    let tenant = store
+        .find_tenant("default")
+        .await
+        .expect("query")
+        .expect("tenant");
+    let id = created["id"].as_str().expect("id").parse().expect("uuid");
+    assert!(store.revoke_api_key(tenant.id, id).await.expect("revoke"));
+    let deadline = std::time::Instant::now() + toolgate_server::auth::REVOCATION_POLL * 4;
+    loop {
+        let status = temp
+            .get(gw.url("/v1/tools"))
+            .send()
+            .await
+            .expect("request")
+            .status();
+        if status == 401 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still accepted after {:?}",
+            toolgate_server::auth::REVOCATION_POLL * 4
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

@@ -5,6 +5,11 @@
 //! `WWW-Authenticate`; those attempts have no tenant, so they go to the rate-limited
 //! security-event log (source address, route, reason — never the token). Handlers take a
 //! [`Caller`]; nothing below this module parses tokens.
+//!
+//! Verified API keys are cached for [`KEY_CACHE_TTL`] so a request does not cost a store
+//! round trip. Revocation through this instance empties the cache at once; a revocation
+//! anywhere else (another instance, the CLI) moves the store's revocation marker, which
+//! every instance polls each [`REVOCATION_POLL`] and answers by emptying its cache.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -53,6 +58,15 @@ pub fn role_scopes(role: &str) -> &'static [&'static str] {
 /// Creating and listing tenants: held only by the operator's bootstrap admin.
 pub const TENANTS_MANAGE: &str = "tenants:manage";
 
+/// How long a verified API key is trusted without asking the store again.
+pub const KEY_CACHE_TTL: Duration = Duration::from_secs(30);
+/// How often the store is asked whether any key was revoked (by any instance or the CLI);
+/// a change empties the cache, so a revocation elsewhere takes effect within this time.
+/// A revocation through this instance's REST API takes effect at once.
+pub const REVOCATION_POLL: Duration = Duration::from_secs(1);
+/// Most keys cached; beyond it the cache is emptied and refilled.
+const KEY_CACHE_MAX: usize = 10_000;
+
 /// How often a key's `last_used_at` is written, at most.
 const TOUCH_EVERY: Duration = Duration::from_secs(60);
 /// Most security events written per second; the rest are counted and dropped.
@@ -62,6 +76,10 @@ const SECURITY_EVENTS_PER_SEC: u32 = 20;
 pub struct Authenticator {
     store: Store,
     jwt: Option<JwtVerifier>,
+    /// Verified keys by secret hash: the caller, the key id, when cached.
+    keys: Mutex<HashMap<String, CachedKey>>,
+    /// Bumped on every clear, so a lookup that raced a revocation does not cache.
+    generation: std::sync::atomic::AtomicU64,
     touched: Mutex<HashMap<Uuid, Instant>>,
     security_window: Mutex<(Instant, u32)>,
 }
@@ -79,6 +97,8 @@ impl Authenticator {
         Self {
             store,
             jwt,
+            keys: Mutex::new(HashMap::new()),
+            generation: std::sync::atomic::AtomicU64::new(0),
             touched: Mutex::new(HashMap::new()),
             security_window: Mutex::new((Instant::now(), 0)),
         }
@@ -100,6 +120,19 @@ impl Authenticator {
     }
 
     async fn api_key(&self, secret: &str) -> Result<AuthContext, ToolError> {
+        let hash = keys::hash(secret);
+        let cached = {
+            let cache = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+            cache.get(&hash).cloned()
+        };
+        if let Some(entry) = cached
+            && entry.cached_at.elapsed() < KEY_CACHE_TTL
+            && entry.expires_at.is_none_or(|t| t > Utc::now())
+        {
+            self.touch(entry.key_id);
+            return Ok(entry.auth);
+        }
+        let generation = self.generation.load(std::sync::atomic::Ordering::SeqCst);
         let found = self
             .store
             .find_key(secret)
@@ -121,7 +154,7 @@ impl Authenticator {
             .filter(|s| found.principal.scopes.contains(s))
             .cloned()
             .collect();
-        Ok(AuthContext {
+        let auth = AuthContext {
             tenant: found.principal.tenant,
             tenant_name: found.tenant_name,
             principal: Principal {
@@ -131,7 +164,65 @@ impl Authenticator {
             },
             roles: found.principal.roles,
             scopes,
-        })
+        };
+        let mut cache = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        if self.generation.load(std::sync::atomic::Ordering::SeqCst) != generation {
+            // The cache was emptied while we asked the store: what we read may be stale.
+            return Ok(auth);
+        }
+        if cache.len() >= KEY_CACHE_MAX {
+            cache.clear();
+        }
+        let entry = CachedKey {
+            auth: auth.clone(),
+            key_id: found.key.id,
+            expires_at: found.key.expires_at,
+            cached_at: Instant::now(),
+        };
+        cache.insert(hash, entry);
+        Ok(auth)
+    }
+
+    /// Empties the key cache. Lookups that started before this do not refill it.
+    fn clear_keys(&self) {
+        let mut cache = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        cache.clear();
+    }
+
+    /// Forgets a key at once (it was just revoked through this instance). Empties the
+    /// whole cache: revocations are rare, and a lookup racing this one must not refill it.
+    pub fn forget_key(&self, _key_id: Uuid) {
+        self.clear_keys();
+    }
+
+    /// Empties the key cache whenever the store's revocation marker moves (a key was
+    /// revoked by another instance or the CLI). Runs until the authenticator is dropped.
+    pub fn watch_revocations(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut last = None;
+            loop {
+                let Some(this) = weak.upgrade() else { return };
+                match this.store.revocation_marker().await {
+                    Ok(marker) => {
+                        if last.as_ref() != Some(&marker) {
+                            this.clear_keys();
+                        }
+                        last = Some(marker);
+                    }
+                    Err(err) => {
+                        // Cannot tell what was revoked: trust nothing cached.
+                        this.clear_keys();
+                        last = None;
+                        tracing::warn!(error = %err, "could not check for revoked keys");
+                    }
+                }
+                drop(this);
+                tokio::time::sleep(REVOCATION_POLL).await;
+            }
+        });
     }
 
     /// Notes the key's use, at most once a minute per key, off the request path.
@@ -197,6 +288,14 @@ impl Authenticator {
             }
         });
     }
+}
+
+#[derive(Clone)]
+struct CachedKey {
+    auth: AuthContext,
+    key_id: Uuid,
+    expires_at: Option<chrono::DateTime<Utc>>,
+    cached_at: Instant,
 }
 
 fn unauthenticated(message: &str) -> ToolError {

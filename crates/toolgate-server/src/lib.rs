@@ -119,6 +119,8 @@ pub async fn build_with(
         .jwt
         .clone()
         .map(|c| jwt::JwtVerifier::new(c, store.clone()));
+    let authenticator = Arc::new(auth::Authenticator::new(store.clone(), jwt));
+    authenticator.watch_revocations();
     let state = AppState::new(state::Shared {
         registry,
         executor: Executor::new(
@@ -126,7 +128,7 @@ pub async fn build_with(
             audit.unwrap_or_else(|| Arc::new(writer)),
             limits,
         ),
-        authenticator: Arc::new(auth::Authenticator::new(store.clone(), jwt)),
+        authenticator,
         workspaces,
         store,
     });

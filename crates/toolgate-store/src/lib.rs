@@ -198,6 +198,12 @@ impl Store {
         dispatch!(self, s => s.find_key(secret).await)
     }
 
+    /// Changes whenever any key is revoked, in any instance or by the CLI: how many keys
+    /// are revoked, and the latest revocation time.
+    pub async fn revocation_marker(&self) -> Result<(i64, Option<DateTime<Utc>>), StoreError> {
+        dispatch!(self, s => s.revocation_marker().await)
+    }
+
     pub async fn touch_key(&self, key: Uuid, at: DateTime<Utc>) -> Result<(), StoreError> {
         dispatch!(self, s => s.touch_key(key, at).await)
     }

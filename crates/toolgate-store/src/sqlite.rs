@@ -418,6 +418,14 @@ impl SqliteStore {
         }))
     }
 
+    pub async fn revocation_marker(&self) -> Result<(i64, Option<DateTime<Utc>>), StoreError> {
+        Ok(sqlx::query_as(
+            "select count(*), max(revoked_at) from api_key where revoked_at is not null",
+        )
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
     pub async fn touch_key(&self, key: Uuid, at: DateTime<Utc>) -> Result<(), StoreError> {
         sqlx::query("update api_key set last_used_at = $2 where api_key_id = $1")
             .bind(id(key))

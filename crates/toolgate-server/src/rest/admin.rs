@@ -448,6 +448,7 @@ async fn revoke_key(
 ) -> Result<StatusCode, ApiError> {
     caller.require(scopes::TENANT_ADMIN)?;
     if app.store.revoke_api_key(caller.auth.tenant, id).await? {
+        app.authenticator.forget_key(id);
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ToolError::not_found("no such key in your tenant").into())
