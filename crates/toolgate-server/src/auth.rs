@@ -109,17 +109,17 @@ impl Authenticator {
         let auth = if keys::looks_like_key(token) {
             self.api_key(token).await?
         } else if let Some(jwt) = &self.jwt {
-            jwt.verify(token).await?
+            Arc::new(jwt.verify(token).await?)
         } else {
             return Err(unauthenticated("invalid credentials"));
         };
         Ok(Caller {
-            auth: Arc::new(auth),
+            auth,
             toolset: Toolset::all(),
         })
     }
 
-    async fn api_key(&self, secret: &str) -> Result<AuthContext, ToolError> {
+    async fn api_key(&self, secret: &str) -> Result<Arc<AuthContext>, ToolError> {
         let hash = keys::hash(secret);
         let cached = {
             let cache = self.keys.lock().unwrap_or_else(|p| p.into_inner());
@@ -154,7 +154,7 @@ impl Authenticator {
             .filter(|s| found.principal.scopes.contains(s))
             .cloned()
             .collect();
-        let auth = AuthContext {
+        let auth = Arc::new(AuthContext {
             tenant: found.principal.tenant,
             tenant_name: found.tenant_name,
             principal: Principal {
@@ -164,7 +164,7 @@ impl Authenticator {
             },
             roles: found.principal.roles,
             scopes,
-        };
+        });
         let mut cache = self.keys.lock().unwrap_or_else(|p| p.into_inner());
         if self.generation.load(std::sync::atomic::Ordering::SeqCst) != generation {
             // The cache was emptied while we asked the store: what we read may be stale.
@@ -292,7 +292,7 @@ impl Authenticator {
 
 #[derive(Clone)]
 struct CachedKey {
-    auth: AuthContext,
+    auth: Arc<AuthContext>,
     key_id: Uuid,
     expires_at: Option<chrono::DateTime<Utc>>,
     cached_at: Instant,
