@@ -22,7 +22,7 @@ use toolgate_core::audit::{AuditError, AuditRecord, AuditSink};
 
 use crate::Store;
 
-/// Most records committed in one transaction.
+/// Most records committed in one transaction (see [`Store::max_batch`]).
 pub const MAX_BATCH: usize = 512;
 /// Records waiting for the writer before callers wait to enqueue.
 pub const QUEUE: usize = 8192;
@@ -82,8 +82,9 @@ async fn refuse_all(mut rx: mpsc::Receiver<(AuditRecord, Ack)>, reason: &str) {
 }
 
 async fn run(store: Store, mut rx: mpsc::Receiver<(AuditRecord, Ack)>) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
+    let limit = store.max_batch();
+    let mut batch = Vec::with_capacity(limit);
+    while rx.recv_many(&mut batch, limit).await > 0 {
         let (records, acks): (Vec<AuditRecord>, Vec<Ack>) = batch.drain(..).unzip();
         let started = std::time::Instant::now();
         match store.append_audit(&records).await {
