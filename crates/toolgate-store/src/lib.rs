@@ -107,17 +107,8 @@ impl Store {
     }
 
     /// Most audit records the writer puts in one transaction.
-    ///
-    /// Postgres: 16. sqlx 0.9.0 does not set TCP_NODELAY on its sockets (upstream issue
-    /// transact-rs/sqlx#4335, fixed after 0.9.0), so a statement larger than the socket's
-    /// send buffer is written in two parts and the tail waits ~40 ms for a delayed ACK.
-    /// Measured on the audit benchmark: batches of ~47 rows took 44 ms, batches of 16
-    /// about 1.5 ms. Sixteen rows keep the statement near 8 KB for usual arguments.
     pub fn max_batch(&self) -> usize {
-        match self {
-            Store::Postgres(_) => 16,
-            Store::Sqlite(_) => writer::MAX_BATCH,
-        }
+        writer::MAX_BATCH
     }
 
     pub fn backend(&self) -> &'static str {
