@@ -19,6 +19,6 @@ ENV TOOLGATE_DATA_DIR=/data
 VOLUME /data
 EXPOSE 8080
 ENTRYPOINT ["toolgate"]
-# This version has no authentication and listens on loopback only; inside a container
-# that means it is reachable through `docker exec` alone until tenancy lands.
-CMD ["serve", "--listen", "127.0.0.1:8080"]
+# Every request needs an API key or a JWT; the first start prints the admin key and
+# writes it to /data/admin-api-key.
+CMD ["serve", "--listen", "0.0.0.0:8080"]
