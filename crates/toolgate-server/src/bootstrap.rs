@@ -6,13 +6,43 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use anyhow::Context;
-use toolgate_core::PrincipalKind;
-use toolgate_store::{NewApiKey, NewPrincipal, Store, StoreError};
+use toolgate_core::{PrincipalKind, TenantId};
+use toolgate_store::{ApiKey, NewApiKey, NewPrincipal, Principal, Store, StoreError};
 
 use crate::auth::{TENANTS_MANAGE, role_scopes};
 
 /// The tenant created on first start.
 pub const DEFAULT_TENANT: &str = "default";
+
+/// Creates a tenant's `admin` service account (role `admin`: its scopes, plus `extra`)
+/// and its first API key. Returns the principal, the key and the key's secret.
+pub async fn create_admin(
+    store: &Store,
+    tenant: TenantId,
+    key_name: &str,
+    extra: &[&str],
+) -> Result<(Principal, ApiKey, String), StoreError> {
+    let scopes: Vec<String> = role_scopes("admin")
+        .iter()
+        .chain(extra)
+        .map(|s| s.to_string())
+        .collect();
+    let new = NewPrincipal {
+        kind: PrincipalKind::ServiceAccount,
+        name: "admin".into(),
+        roles: vec!["admin".into()],
+        scopes: scopes.clone(),
+    };
+    let admin = store.create_principal(tenant, &new).await?;
+    let key = NewApiKey {
+        principal: admin.id,
+        name: key_name.into(),
+        scopes,
+        expires_at: None,
+    };
+    let (key, secret) = store.create_api_key(tenant, &key).await?;
+    Ok((admin, key, secret))
+}
 
 /// Creates the default tenant and admin key if the store has no tenant yet. Returns the
 /// key when it was created now (another instance may have won the race: then `None`).
@@ -25,30 +55,8 @@ pub async fn bootstrap(store: &Store, key_file: &Path) -> anyhow::Result<Option<
         Err(StoreError::Conflict(_)) => return Ok(None),
         Err(err) => return Err(err.into()),
     };
-    let mut scopes: Vec<String> = role_scopes("admin").iter().map(|s| s.to_string()).collect();
-    scopes.push(TENANTS_MANAGE.into());
-    let admin = store
-        .create_principal(
-            tenant.id,
-            &NewPrincipal {
-                kind: PrincipalKind::ServiceAccount,
-                name: "admin".into(),
-                roles: vec!["admin".into()],
-                scopes: scopes.clone(),
-            },
-        )
-        .await?;
-    let (_, secret) = store
-        .create_api_key(
-            tenant.id,
-            &NewApiKey {
-                principal: admin.id,
-                name: "bootstrap admin".into(),
-                scopes,
-                expires_at: None,
-            },
-        )
-        .await?;
+    let (_, _, secret) =
+        create_admin(store, tenant.id, "bootstrap admin", &[TENANTS_MANAGE]).await?;
     if let Some(dir) = key_file.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }

@@ -156,31 +156,8 @@ async fn create_tenant(
 ) -> Result<(StatusCode, AppJson<CreatedTenant>), ApiError> {
     caller.require(TENANTS_MANAGE)?;
     let tenant = app.store.create_tenant(&body.name).await?;
-    let scopes: Vec<String> = role_scopes("admin").iter().map(|s| s.to_string()).collect();
-    let admin = app
-        .store
-        .create_principal(
-            tenant.id,
-            &NewPrincipal {
-                kind: PrincipalKind::ServiceAccount,
-                name: "admin".into(),
-                roles: vec!["admin".into()],
-                scopes: scopes.clone(),
-            },
-        )
-        .await?;
-    let (key, secret) = app
-        .store
-        .create_api_key(
-            tenant.id,
-            &NewApiKey {
-                principal: admin.id,
-                name: "admin".into(),
-                scopes,
-                expires_at: None,
-            },
-        )
-        .await?;
+    let (admin, key, secret) =
+        crate::bootstrap::create_admin(&app.store, tenant.id, "admin", &[]).await?;
     let created = CreatedTenant {
         tenant: tenant.into(),
         admin: admin.into(),
