@@ -213,18 +213,38 @@ impl PgDb {
         }
     }
 
+    /// Drops the database (also done on drop, for tests that panic first).
     pub async fn drop_db(self) {
-        use sqlx::Connection;
-        let mut conn = sqlx::PgConnection::connect(&pg_admin_url())
-            .await
-            .expect("connect");
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "drop database if exists {} with (force)",
-            self.name
-        )))
-        .execute(&mut conn)
-        .await
-        .expect("drop db");
+        drop(self);
+    }
+}
+
+impl Drop for PgDb {
+    /// Drops the database even when the test panicked before `drop_db`.
+    fn drop(&mut self) {
+        let name = std::mem::take(&mut self.name);
+        if name.is_empty() {
+            return;
+        }
+        let admin = pg_admin_url();
+        let _ = std::thread::spawn(move || {
+            use sqlx::Connection;
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async move {
+                if let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await {
+                    let sql = format!("drop database if exists {name} with (force)");
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
+                        .execute(&mut conn)
+                        .await;
+                }
+            });
+        })
+        .join();
     }
 }
 

@@ -45,16 +45,36 @@ impl PgDb {
     }
 
     async fn drop_db(self) {
-        let mut admin = sqlx::PgConnection::connect(&admin_url())
-            .await
-            .expect("connect");
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "drop database if exists {} with (force)",
-            self.name
-        )))
-        .execute(&mut admin)
-        .await
-        .expect("drop db");
+        drop(self);
+    }
+}
+
+impl Drop for PgDb {
+    /// Drops the database even when the test panicked before `drop_db`.
+    fn drop(&mut self) {
+        let name = std::mem::take(&mut self.name);
+        if name.is_empty() {
+            return;
+        }
+        let admin = admin_url();
+        let _ = std::thread::spawn(move || {
+            use sqlx::Connection;
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async move {
+                if let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await {
+                    let sql = format!("drop database if exists {name} with (force)");
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
+                        .execute(&mut conn)
+                        .await;
+                }
+            });
+        })
+        .join();
     }
 }
 
