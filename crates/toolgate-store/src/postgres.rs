@@ -237,14 +237,13 @@ impl PostgresStore {
         Ok(())
     }
 
-    /// A transaction on the app pool, scoped to `tenant` for row-level security.
+    /// A transaction on the app pool, scoped to `tenant` for row-level security; the
+    /// tenant is named in the `BEGIN` round trip itself.
     async fn tenant_tx(
         &self,
         tenant: TenantId,
     ) -> Result<Transaction<'static, Postgres>, StoreError> {
-        let mut tx = self.app.begin().await?;
-        set_tenant(&mut tx, tenant).await?;
-        Ok(tx)
+        Ok(self.app.begin_with(begin_for(tenant)).await?)
     }
 
     pub async fn create_tenant(&self, name: &str) -> Result<Tenant, StoreError> {
