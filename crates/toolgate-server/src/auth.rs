@@ -104,7 +104,7 @@ impl Authenticator {
         }
     }
 
-    async fn authenticate(&self, parts: &Parts) -> Result<Caller, ToolError> {
+    pub(crate) async fn authenticate(&self, parts: &Parts) -> Result<Caller, ToolError> {
         let token = bearer(parts)?;
         let auth = if keys::looks_like_key(token) {
             self.api_key(token).await?
@@ -247,7 +247,7 @@ impl Authenticator {
     }
 
     /// Records a failed authentication, rate-limited.
-    fn security_event(&self, parts: &Parts, reason: &str) {
+    pub(crate) fn security_event(&self, parts: &Parts, reason: &str) {
         {
             let mut window = self
                 .security_window

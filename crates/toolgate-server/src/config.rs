@@ -26,6 +26,45 @@ pub struct Config {
     pub log: LogConfig,
     pub database: DatabaseConfig,
     pub auth: AuthConfig,
+    pub mcp: McpConfig,
+}
+
+/// The MCP front door at `/mcp`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpConfig {
+    /// Serve MCP at `/mcp`.
+    pub enabled: bool,
+    /// `Host` header values accepted at `/mcp` (DNS-rebinding defence): names or
+    /// `name:port`. Loopback names by default; set your public host names in production.
+    /// `["*"]` accepts any host.
+    pub allowed_hosts: Vec<String>,
+    /// Browser origins allowed at `/mcp` (`https://app.example.com:443`, `http://localhost:*`).
+    /// A request carrying any other `Origin` is refused; requests without one (non-browser
+    /// clients) pass.
+    pub allowed_origins: Vec<String>,
+    /// Keep sessions for clients of protocol versions before 2026-07-28 (which are
+    /// stateless anyway). Off serves those clients statelessly too.
+    pub sessions: bool,
+    /// Authorization servers that issue tokens for this gateway, named in
+    /// `/.well-known/oauth-protected-resource` (RFC 9728) for OAuth-capable clients.
+    pub authorization_servers: Vec<String>,
+    /// This gateway's public base URL (`https://tools.example.com`), used in the
+    /// protected-resource metadata; derived from the request's `Host` when unset.
+    pub public_url: Option<String>,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
+            allowed_origins: Vec::new(),
+            sessions: true,
+            authorization_servers: Vec::new(),
+            public_url: None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -114,6 +153,7 @@ impl Default for Config {
             log: LogConfig::default(),
             database: DatabaseConfig::default(),
             auth: AuthConfig::default(),
+            mcp: McpConfig::default(),
         }
     }
 }

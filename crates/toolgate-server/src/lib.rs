@@ -14,6 +14,7 @@
 //! - [`cli`]: the admin subcommands (`migrate`, `tenants`, `keys`, `audit verify`).
 //! - [`request_id`]: request ids and the observe middleware (span, logging).
 //! - [`rest`]: REST routes, one module per resource; problem+json errors.
+//! - [`mcp`]: the MCP front door at `/mcp` (rmcp Streamable HTTP) and its OAuth metadata.
 //! - [`docs`]: `/openapi.json` and the offline `/docs` page.
 //! - [`state`]: [`AppState`], what handlers share.
 //! - [`telemetry`]: the `tracing` subscriber.
@@ -24,6 +25,7 @@ pub mod cli;
 pub mod config;
 pub mod docs;
 pub mod jwt;
+pub mod mcp;
 pub mod request_id;
 pub mod rest;
 pub mod state;
@@ -131,6 +133,7 @@ pub async fn build_with(
         authenticator,
         workspaces,
         store,
+        shutdown: CancellationToken::new(),
     });
     Ok(Gateway {
         state,
@@ -159,8 +162,12 @@ pub fn app(state: AppState, config: &Config) -> Router {
     let mut document = document.to_pretty_json().unwrap_or_default();
     document.push('\n');
     let mut router = api
-        .with_state(state)
-        .merge(docs::router(document.into()))
+        .with_state(state.clone())
+        .merge(docs::router(document.into()));
+    if config.mcp.enabled {
+        router = router.merge(mcp::router(state.clone(), config, state.shutdown.clone()));
+    }
+    let mut router = router
         .fallback(|| async { ApiError::NoRoute })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(config.http.max_body_bytes))
@@ -191,12 +198,15 @@ fn cors(config: &Config) -> Option<CorsLayer> {
                 request_id::X_REQUEST_ID.clone(),
                 HeaderName::from_static("last-event-id"),
                 HeaderName::from_static("prefer"),
+                HeaderName::from_static("mcp-session-id"),
+                HeaderName::from_static("mcp-protocol-version"),
             ])
             .expose_headers([
                 request_id::X_REQUEST_ID.clone(),
                 header::RETRY_AFTER,
                 header::WWW_AUTHENTICATE,
                 header::LOCATION,
+                HeaderName::from_static("mcp-session-id"),
             ])
             .max_age(Duration::from_secs(3600)),
     )
@@ -223,6 +233,7 @@ pub async fn serve_with(
         state,
         audit_writer,
     } = build_with(&config, audit).await?;
+    let streams = state.shutdown.clone();
     let app = app(state, &config).into_make_service_with_connect_info::<std::net::SocketAddr>();
     let addr = listener
         .local_addr()
@@ -233,6 +244,7 @@ pub async fn serve_with(
     let server = axum::serve(tuned(listener), app).with_graceful_shutdown(async move {
         shutdown.await;
         tracing::info!("shutting down: no new connections, draining in-flight requests");
+        streams.cancel();
         signal.cancel();
     });
     let grace = Duration::from_secs(config.http.shutdown_grace_secs);

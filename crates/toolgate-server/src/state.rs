@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use axum::extract::FromRef;
+use tokio_util::sync::CancellationToken;
 use toolgate_core::{Executor, Registry};
 use toolgate_store::Store;
 use toolgate_tools::Workspaces;
@@ -19,6 +20,8 @@ pub struct Shared {
     pub authenticator: Arc<Authenticator>,
     pub workspaces: Arc<Workspaces>,
     pub store: Store,
+    /// Cancelled when the gateway begins to stop: long-lived streams (MCP SSE) end.
+    pub shutdown: CancellationToken,
 }
 
 impl AppState {

@@ -1,0 +1,179 @@
+//! The MCP front door: an rmcp [`ServerHandler`] that shows a caller its toolset and runs
+//! every `tools/call` through the one [`Executor`].
+//!
+//! The transport (Streamable HTTP, sessions, SSE resumption, `Origin`/`Host` checks) is
+//! rmcp's own `StreamableHttpService`; the server crate mounts it at `/mcp` behind the
+//! same bearer-token authentication as REST and puts an [`McpCaller`] into each request's
+//! extensions. rmcp hands the request's `http::request::Parts` to the handler, so every
+//! message is served as the principal whose token came with *that* HTTP request.
+//!
+//! Like every adapter this one only translates: MCP `tools/list` ↔ the caller's
+//! [`ScopedToolset`](toolgate_core::ScopedToolset), `tools/call` ↔ [`Executor::call`] with
+//! adapter `mcp`, [`ToolError`] ↔ an `isError` result (or, for an unknown tool, the JSON-RPC
+//! error -32602 the 2025-11-25 specification asks for).
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
+    Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::{Value, json};
+use toolgate_core::{
+    Adapter, AuthContext, CallContext, ClientInfo, Completed, Content, ErrorKind, Executor,
+    Registry, ToolError, ToolSpec, Toolset, declarations,
+};
+
+/// Tools per `tools/list` page.
+pub const PAGE: usize = 100;
+
+/// Who sent one MCP HTTP request, as the server's authentication found it. Put into the
+/// request's extensions before rmcp sees the request.
+#[derive(Clone, Debug)]
+pub struct McpCaller {
+    pub auth: Arc<AuthContext>,
+    pub toolset: Toolset,
+    pub request_id: Option<String>,
+}
+
+/// The MCP handler. rmcp makes one per session (and one per stateless request); it is a
+/// couple of `Arc`s.
+#[derive(Clone)]
+pub struct McpAdapter {
+    registry: Arc<Registry>,
+    executor: Executor,
+}
+
+impl McpAdapter {
+    pub fn new(registry: Arc<Registry>, executor: Executor) -> Self {
+        Self { registry, executor }
+    }
+}
+
+fn caller(context: &RequestContext<RoleServer>) -> Result<McpCaller, ErrorData> {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<McpCaller>())
+        .cloned()
+        // Unreachable behind the server's authentication layer; refuse rather than guess.
+        .ok_or_else(|| ErrorData::new(ErrorCode::INVALID_REQUEST, "not authenticated", None))
+}
+
+/// The rmcp `Tool` for a spec: the core's MCP rendering (annotations derived from risk
+/// and effects), typed.
+pub fn mcp_tool(spec: &ToolSpec) -> Result<Tool, serde_json::Error> {
+    serde_json::from_value(declarations::mcp(spec))
+}
+
+/// `clientInfo` of the session (legacy protocol versions) or of this request (2026-07-28).
+fn client_info(context: &RequestContext<RoleServer>) -> Option<ClientInfo> {
+    let peer = context.peer.peer_info()?;
+    let info = &peer.client_info;
+    Some(ClientInfo {
+        name: info.name.chars().take(128).collect(),
+        version: Some(info.version.chars().take(64).collect()),
+    })
+}
+
+/// A failed call as the model should read it: the error as JSON (kind, message,
+/// suggestion, every schema violation), in a result flagged `isError`.
+pub fn error_result(err: &ToolError) -> CallToolResult {
+    let body = json!({ "error": err });
+    CallToolResult::error(vec![ContentBlock::text(body.to_string())])
+}
+
+fn success_result(done: Completed, has_output_schema: bool) -> CallToolResult {
+    let content = done
+        .output
+        .content
+        .into_iter()
+        .map(|c| match c {
+            Content::Text { text } => ContentBlock::text(text),
+            Content::Image { data, mime_type } => ContentBlock::image(data, mime_type),
+        })
+        .collect();
+    let mut result = CallToolResult::success(content);
+    if has_output_schema {
+        result.structured_content = done.output.structured;
+    }
+    result
+}
+
+impl ServerHandler for McpAdapter {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(
+            Implementation::new("toolgate", env!("CARGO_PKG_VERSION")).with_title("toolgate"),
+        )
+        .with_instructions(
+            "Tools available to your credentials. Every call is authorized, time-limited and audited; \
+             a failed call returns an isError result whose text is a JSON error with kind, message, \
+             suggestion and, for invalid arguments, every schema violation.",
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let caller = caller(&context)?;
+        let mut tools = caller
+            .toolset
+            .scope(self.registry.clone(), &caller.auth)
+            .list();
+        if let Some(cursor) = request.and_then(|r| r.cursor) {
+            tools.retain(|t| t.spec().name.as_str() > cursor.as_str());
+        }
+        let next_cursor = (tools.len() > PAGE).then(|| tools[PAGE - 1].spec().name.clone());
+        tools.truncate(PAGE);
+        let tools = tools
+            .iter()
+            .map(|t| mcp_tool(t.spec()))
+            .collect::<Result<Vec<Tool>, _>>()
+            .map_err(|e| ErrorData::internal_error(format!("tool rendering: {e}"), None))?;
+        let mut page = ListToolsResult::with_all_items(tools);
+        page.next_cursor = next_cursor;
+        Ok(page)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let caller = caller(&context)?;
+        let tools = caller.toolset.scope(self.registry.clone(), &caller.auth);
+        let known = tools.get(&request.name);
+        let mut ctx =
+            CallContext::new(caller.auth.clone(), Adapter::Mcp).with_client(client_info(&context));
+        if let Some(id) = caller.request_id {
+            ctx = ctx.with_request_id(id);
+        }
+        // `notifications/cancelled` for this request cancels rmcp's token.
+        ctx.cancel = context.ct.child_token();
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        // Unknown tools go through the executor too: the attempt is audited like any call.
+        let outcome = self.executor.call(&tools, ctx, &request.name, args).await;
+        match (outcome, known) {
+            (Ok(done), Some(tool)) => {
+                Ok(success_result(done, tool.spec().output_schema.is_some()).into())
+            }
+            (Ok(done), None) => Ok(success_result(done, false).into()),
+            (Err(err), None) if err.kind == ErrorKind::NotFound => Err(ErrorData::invalid_params(
+                err.message,
+                Some(json!({ "tool": request.name })),
+            )),
+            (Err(err), _) => Ok(error_result(&err).into()),
+        }
+    }
+}

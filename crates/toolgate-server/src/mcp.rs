@@ -1,0 +1,223 @@
+//! `/mcp`: rmcp's Streamable HTTP service behind the same bearer authentication as REST,
+//! with each session bound to the principal that opened it, and the RFC 9728
+//! protected-resource metadata that tells OAuth-capable clients where tokens come from.
+//!
+//! rmcp does the protocol: POST (JSON or SSE answers), GET (server-to-client stream),
+//! DELETE (end of session), `MCP-Protocol-Version`, sessions for versions before
+//! 2026-07-28 and stateless requests from 2026-07-28 on, `Host` and `Origin` checks, the
+//! body limit and JSON-RPC errors for malformed input. This module only decides who may
+//! reach it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use toolgate_core::auth::scopes;
+use toolgate_core::{ErrorKind, PrincipalId, TenantId, ToolError};
+use toolgate_mcp::{McpAdapter, McpCaller};
+
+use crate::config::Config;
+use crate::request_id::RequestId;
+use crate::rest::error::ApiError;
+use crate::state::AppState;
+
+const SESSION_HEADER: &str = "mcp-session-id";
+/// Where clients find the metadata for the `/mcp` resource (RFC 9728 §3.1).
+const METADATA_PATH: &str = "/.well-known/oauth-protected-resource/mcp";
+/// Session bindings older than this are dropped when the table grows large.
+const BINDING_TTL: Duration = Duration::from_secs(24 * 3600);
+const BINDINGS_SWEEP_AT: usize = 10_000;
+
+/// Which principal opened which session.
+#[derive(Default)]
+struct Bindings(Mutex<HashMap<String, (Owner, Instant)>>);
+
+type Owner = (TenantId, PrincipalId);
+
+impl Bindings {
+    fn owner(&self, session: &str) -> Option<Owner> {
+        self.lock().get(session).map(|(owner, _)| *owner)
+    }
+
+    fn bind(&self, session: String, owner: Owner) {
+        let mut map = self.lock();
+        if map.len() >= BINDINGS_SWEEP_AT {
+            map.retain(|_, (_, at)| at.elapsed() < BINDING_TTL);
+        }
+        map.insert(session, (owner, Instant::now()));
+    }
+
+    fn forget(&self, session: &str) {
+        self.lock().remove(session);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Owner, Instant)>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[derive(Clone)]
+struct Guard {
+    state: AppState,
+    bindings: Arc<Bindings>,
+    public_url: Option<String>,
+    authorization_servers: Vec<String>,
+}
+
+/// The `/mcp` route and the protected-resource metadata. `shutdown` ends open SSE
+/// streams and sessions when the gateway stops.
+pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> Router {
+    let adapter = McpAdapter::new(state.registry.clone(), state.executor.clone());
+    let mcp = &config.mcp;
+    let mut transport = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(mcp.sessions)
+        .with_cancellation_token(shutdown)
+        .with_max_request_body_bytes(config.http.max_body_bytes)
+        .with_allowed_origins(mcp.allowed_origins.clone())
+        .enforce_origin_validation();
+    transport = if mcp.allowed_hosts.iter().any(|h| h == "*") {
+        transport.disable_allowed_hosts()
+    } else {
+        transport.with_allowed_hosts(mcp.allowed_hosts.clone())
+    };
+    let service = StreamableHttpService::new(
+        move || Ok(adapter.clone()),
+        Arc::new(LocalSessionManager::default()),
+        transport,
+    );
+    let guard = Guard {
+        state,
+        bindings: Arc::default(),
+        public_url: mcp
+            .public_url
+            .as_ref()
+            .map(|u| u.trim_end_matches('/').to_owned()),
+        authorization_servers: mcp.authorization_servers.clone(),
+    };
+    Router::new()
+        .route_service("/mcp", service)
+        .layer(middleware::from_fn_with_state(guard.clone(), authenticate))
+        .route("/.well-known/oauth-protected-resource", get(metadata))
+        .route(METADATA_PATH, get(metadata))
+        .with_state(guard)
+}
+
+impl Guard {
+    fn base_url(&self, headers: &HeaderMap) -> String {
+        if let Some(url) = &self.public_url {
+            return url.clone();
+        }
+        let host = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("localhost");
+        format!("http://{host}")
+    }
+}
+
+/// Authenticates every `/mcp` request and keeps sessions with their owners.
+async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let authenticator = &guard.state.authenticator;
+    let caller = match authenticator.authenticate(&parts).await {
+        Ok(caller) => caller,
+        Err(err) => {
+            if err.kind == ErrorKind::Unauthenticated {
+                authenticator.security_event(&parts, &err.message);
+            }
+            return unauthorized(&guard, &parts.headers, err);
+        }
+    };
+    let owner = (caller.auth.tenant, caller.auth.principal.id);
+    let session = parts
+        .headers
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(id) = &session
+        && guard.bindings.owner(id).is_some_and(|o| o != owner)
+    {
+        tracing::warn!(
+            tenant = %owner.0,
+            principal = %owner.1,
+            "refused an MCP session id presented by a principal other than its owner"
+        );
+        // The same answer as for an unknown session: another principal's session ids
+        // are not confirmed to exist.
+        return ApiError::from(ToolError::not_found("no such MCP session")).into_response();
+    }
+    let request_id = parts.extensions.get::<RequestId>().map(|r| r.0.to_string());
+    let ending = parts.method == Method::DELETE;
+    parts.extensions.insert(McpCaller {
+        auth: caller.auth,
+        toolset: caller.toolset,
+        request_id,
+    });
+    let response = next.run(Request::from_parts(parts, body)).await;
+    match session {
+        None => {
+            if let Some(id) = response
+                .headers()
+                .get(SESSION_HEADER)
+                .and_then(|v| v.to_str().ok())
+            {
+                guard.bindings.bind(id.to_owned(), owner);
+            }
+        }
+        Some(id) if ending && response.status().is_success() => guard.bindings.forget(&id),
+        Some(_) => {}
+    }
+    response
+}
+
+/// 401 naming the protected-resource metadata, so OAuth clients can find a token issuer.
+fn unauthorized(guard: &Guard, headers: &HeaderMap, err: ToolError) -> Response {
+    let presented = headers.contains_key(header::AUTHORIZATION);
+    let mut response = ApiError::from(err).into_response();
+    let metadata = format!("{}{METADATA_PATH}", guard.base_url(headers));
+    let challenge = if presented {
+        format!(r#"Bearer resource_metadata="{metadata}", error="invalid_token""#)
+    } else {
+        format!(r#"Bearer resource_metadata="{metadata}""#)
+    };
+    match HeaderValue::from_str(&challenge) {
+        Ok(value) => {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, value);
+        }
+        Err(_) => *response.status_mut() = StatusCode::UNAUTHORIZED,
+    }
+    response
+}
+
+/// RFC 9728 protected-resource metadata for `/mcp`.
+async fn metadata(State(guard): State<Guard>, headers: HeaderMap) -> Response {
+    let base = guard.base_url(&headers);
+    axum::Json(json!({
+        "resource": format!("{base}/mcp"),
+        "authorization_servers": guard.authorization_servers,
+        "bearer_methods_supported": ["header"],
+        "scopes_supported": [
+            scopes::TOOLS_INVOKE,
+            scopes::TOOLS_HIGH_RISK,
+            scopes::AUDIT_READ,
+            scopes::AGENTS_RUN,
+            scopes::AGENTS_MANAGE,
+            scopes::APPROVALS_DECIDE,
+            scopes::TENANT_ADMIN,
+        ],
+        "resource_name": "toolgate",
+    }))
+    .into_response()
+}
