@@ -3,6 +3,7 @@
 mod auth;
 mod docs;
 mod jwt;
+mod mcp;
 mod rest_errors;
 mod rest_tools;
 mod tenancy;

@@ -1,0 +1,357 @@
+//! The MCP front door, driven by rmcp's own client over Streamable HTTP, and by raw HTTP
+//! where the test is about what a client must not get.
+
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, ProtocolVersion,
+};
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ServiceError, ServiceExt};
+use serde_json::{Value, json};
+use toolgate_e2e::{Gateway, read};
+
+const VERSIONS: [ProtocolVersion; 5] = [
+    ProtocolVersion::V_2024_11_05,
+    ProtocolVersion::V_2025_03_26,
+    ProtocolVersion::V_2025_06_18,
+    ProtocolVersion::V_2025_11_25,
+    ProtocolVersion::V_2026_07_28,
+];
+
+async fn connect(
+    gw: &Gateway,
+    key: &str,
+    version: ProtocolVersion,
+) -> RunningService<RoleClient, ClientConfig> {
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(gw.url("/mcp")).auth_header(key),
+    );
+    ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("e2e-mcp-client", "1.2.3"),
+    )
+    .with_protocol_version(version.clone())
+    .serve(transport)
+    .await
+    .unwrap_or_else(|e| panic!("connect with {version}: {e}"))
+}
+
+fn call(name: &str, args: Value) -> CallToolRequestParams {
+    let Value::Object(args) = args else {
+        panic!("arguments must be an object")
+    };
+    CallToolRequestParams::new(name.to_owned()).with_arguments(args)
+}
+
+/// Audit entries of `adapter` visible to `client`, newest first.
+async fn audit(gw: &Gateway, client: &reqwest::Client, query: &str) -> Vec<Value> {
+    let (status, _, page) = read(
+        client
+            .get(gw.url(&format!("/v1/audit?{query}")))
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    page["entries"].as_array().expect("entries").clone()
+}
+
+#[tokio::test]
+async fn every_protocol_version_lists_and_calls_through_the_executor() {
+    let gw = Gateway::start().await;
+    for version in VERSIONS {
+        let client = connect(&gw, &gw.admin_key, version.clone()).await;
+        let tools = client.list_all_tools().await.expect("tools/list");
+        let echo = tools
+            .iter()
+            .find(|t| t.name == "echo")
+            .unwrap_or_else(|| panic!("{version}: echo listed"));
+        let annotations = echo.annotations.as_ref().expect("annotations");
+        assert_eq!(annotations.read_only_hint, Some(true), "{version}");
+        assert_eq!(annotations.destructive_hint, Some(false), "{version}");
+        assert!(echo.output_schema.is_some(), "{version}");
+
+        let ok = client
+            .call_tool(call("echo", json!({"message": "hi"})))
+            .await
+            .expect("tools/call");
+        assert_eq!(ok.is_error, Some(false), "{version}: {ok:?}");
+        assert_eq!(
+            ok.structured_content,
+            Some(json!({"message": "hi"})),
+            "{version}"
+        );
+        assert_eq!(ok.content[0].as_text().map(|t| t.text.as_str()), Some("hi"));
+
+        // Arguments violating the schema: a result the model can read, not a protocol error.
+        let bad = client
+            .call_tool(call("echo", json!({"mesage": "typo"})))
+            .await
+            .expect("tools/call");
+        assert_eq!(bad.is_error, Some(true), "{version}: {bad:?}");
+        let text = bad.content[0].as_text().expect("text").text.clone();
+        let error: Value = serde_json::from_str(&text).expect("JSON error");
+        assert_eq!(error["error"]["kind"], "invalid_arguments", "{text}");
+        assert_eq!(
+            error["error"]["violations"].as_array().map(Vec::len),
+            Some(2),
+            "each violation listed: {text}"
+        );
+
+        // An unknown tool is a JSON-RPC error (-32602).
+        match client.call_tool(call("no_such_tool", json!({}))).await {
+            Err(ServiceError::McpError(e)) => assert_eq!(e.code.0, -32602, "{version}"),
+            other => panic!("{version}: expected -32602, got {other:?}"),
+        }
+        client.cancel().await.expect("close");
+    }
+    // Every call is audited with adapter mcp and the client's name, unknown tool included.
+    let rows = audit(&gw, &gw.http, "adapter=mcp&limit=100").await;
+    assert_eq!(rows.len(), 3 * VERSIONS.len(), "{rows:#?}");
+    for row in &rows {
+        assert_eq!(row["adapter"], "mcp");
+        assert_eq!(row["client"], "e2e-mcp-client/1.2.3", "{row}");
+    }
+    let outcomes = |o: &str| rows.iter().filter(|r| r["outcome"] == o).count();
+    assert_eq!(outcomes("ok"), VERSIONS.len());
+    assert_eq!(outcomes("invalid_arguments"), VERSIONS.len());
+    assert_eq!(outcomes("not_found"), VERSIONS.len());
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_dropped_call_is_cancelled_and_audited_as_cancelled() {
+    let gw = Gateway::start().await;
+    for (done, version) in [ProtocolVersion::V_2025_11_25, ProtocolVersion::V_2026_07_28]
+        .into_iter()
+        .enumerate()
+    {
+        let client = connect(&gw, &gw.admin_key, version.clone()).await;
+        let started = std::time::Instant::now();
+        // Dropping the pending request sends notifications/cancelled (or, stateless,
+        // closes the request's stream).
+        let pending = client.call_tool_once(call("sleep", json!({"seconds": 30})));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), pending)
+                .await
+                .is_err()
+        );
+        let mut row = None;
+        for _ in 0..100 {
+            let rows = audit(&gw, &gw.http, "adapter=mcp&tool=sleep").await;
+            if rows.len() > done {
+                row = rows.into_iter().next();
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let row = row.unwrap_or_else(|| panic!("{version}: no audit row for the cancelled call"));
+        assert_eq!(row["outcome"], "cancelled", "{version}: {row}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{version}: the tool kept running"
+        );
+        client.cancel().await.expect("close");
+    }
+    gw.stop().await;
+}
+
+fn initialize_body() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"}}})
+}
+
+async fn post_mcp(
+    gw: &Gateway,
+    client: &reqwest::Client,
+    session: Option<&str>,
+    body: Value,
+) -> reqwest::Response {
+    let mut request = client
+        .post(gw.url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&body);
+    if let Some(id) = session {
+        request = request.header("mcp-session-id", id);
+    }
+    request.send().await.expect("request")
+}
+
+#[tokio::test]
+async fn without_a_valid_token_mcp_answers_401_naming_the_resource_metadata() {
+    let gw = Gateway::start().await;
+    for (client, invalid) in [
+        (gw.anonymous.clone(), false),
+        (toolgate_e2e::client_with_key("tg_not_a_real_key"), true),
+    ] {
+        let response = post_mcp(&gw, &client, None, initialize_body()).await;
+        assert_eq!(response.status(), 401);
+        let challenge = response
+            .headers()
+            .get("www-authenticate")
+            .and_then(|v| v.to_str().ok())
+            .expect("WWW-Authenticate")
+            .to_owned();
+        let expected = format!(
+            r#"Bearer resource_metadata="{}/.well-known/oauth-protected-resource/mcp""#,
+            gw.base
+        );
+        assert!(challenge.starts_with(&expected), "{challenge}");
+        assert_eq!(challenge.contains("invalid_token"), invalid, "{challenge}");
+    }
+    let (status, _, metadata) = read(
+        gw.anonymous
+            .get(gw.url("/.well-known/oauth-protected-resource/mcp"))
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(metadata["resource"], format!("{}/mcp", gw.base));
+    assert_eq!(metadata["bearer_methods_supported"], json!(["header"]));
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_session_answers_only_the_principal_that_opened_it() {
+    let gw = Gateway::start().await;
+    let other_tenant = toolgate_e2e::client_with_key(&gw.create_tenant("globex").await);
+    // A second principal of the same tenant.
+    let (status, _, created) = gw
+        .post(
+            "/v1/principals",
+            json!({"name": "bot", "kind": "service_account", "roles": ["member"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let principal = created["id"].as_str().expect("principal id");
+    let (status, _, key) = gw
+        .post(
+            "/v1/keys",
+            json!({"name": "bot-key", "principal_id": principal}),
+        )
+        .await;
+    assert_eq!(status, 201, "{key}");
+    let same_tenant = toolgate_e2e::client_with_key(key["secret"].as_str().expect("secret"));
+
+    let opened = post_mcp(&gw, &gw.http, None, initialize_body()).await;
+    assert_eq!(opened.status(), 200);
+    let session = opened
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .expect("session id")
+        .to_owned();
+    drop(opened);
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let ack = post_mcp(&gw, &gw.http, Some(&session), initialized).await;
+    assert_eq!(ack.status(), 202);
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    for intruder in [&other_tenant, &same_tenant] {
+        let refused = post_mcp(&gw, intruder, Some(&session), list.clone()).await;
+        assert_eq!(
+            refused.status(),
+            404,
+            "a hijacked session id must be refused"
+        );
+        let deleted = intruder
+            .delete(gw.url("/mcp"))
+            .header("mcp-session-id", &session)
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(deleted.status(), 404, "nor may another principal end it");
+    }
+    let owner = post_mcp(&gw, &gw.http, Some(&session), list).await;
+    assert_eq!(owner.status(), 200);
+    let body = owner.text().await.expect("body");
+    assert!(body.contains("\"echo\""), "{body}");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn each_tenant_sees_only_its_own_mcp_calls() {
+    let gw = Gateway::start().await;
+    let b_key = gw.create_tenant("initech").await;
+    let b_http = toolgate_e2e::client_with_key(&b_key);
+    let a = connect(&gw, &gw.admin_key, ProtocolVersion::V_2025_11_25).await;
+    let b = connect(&gw, &b_key, ProtocolVersion::V_2026_07_28).await;
+    a.call_tool(call("echo", json!({"message": "from a"})))
+        .await
+        .expect("a calls");
+    for _ in 0..2 {
+        b.call_tool(call("echo", json!({"message": "from b"})))
+            .await
+            .expect("b calls");
+    }
+    let a_rows = audit(&gw, &gw.http, "adapter=mcp").await;
+    let b_rows = audit(&gw, &b_http, "adapter=mcp").await;
+    assert_eq!(a_rows.len(), 1, "{a_rows:#?}");
+    assert_eq!(b_rows.len(), 2, "{b_rows:#?}");
+    a.cancel().await.expect("close");
+    b.cancel().await.expect("close");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_foreign_origin_is_refused() {
+    let gw = Gateway::start().await;
+    let response = gw
+        .http
+        .post(gw.url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("origin", "https://evil.example")
+        .json(&initialize_body())
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 403);
+    gw.stop().await;
+}
+
+// Malformed input gets JSON-RPC errors, never a crash or a hang.
+#[tokio::test]
+async fn malformed_messages_get_errors() {
+    let gw = Gateway::start().await;
+    let garbage = gw
+        .http
+        .post(gw.url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .expect("request");
+    assert!(
+        garbage.status().is_client_error(),
+        "status {}",
+        garbage.status()
+    );
+    let too_big = gw
+        .http
+        .post(gw.url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body(vec![b' '; 2 * 1024 * 1024])
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(too_big.status(), 413);
+    // A request on a session that was never opened.
+    let unknown = post_mcp(
+        &gw,
+        &gw.http,
+        Some("no-such-session"),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+    )
+    .await;
+    assert_eq!(unknown.status(), 404);
+    gw.stop().await;
+}
