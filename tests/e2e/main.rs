@@ -4,6 +4,7 @@ mod auth;
 mod docs;
 mod jwt;
 mod mcp;
+mod mcp_sdk;
 mod rest_errors;
 mod rest_tools;
 mod tenancy;

@@ -255,3 +255,49 @@ impl Drop for Gateway {
         }
     }
 }
+
+/// The directory of the official MCP SDK clients (`tests/clients`), installed from the
+/// registries by `tests/clients/setup.sh` the first time a test asks for them.
+pub fn sdk_clients() -> &'static std::path::Path {
+    static READY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    READY.get_or_init(|| {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("clients");
+        let status = std::process::Command::new(dir.join("setup.sh"))
+            .stdin(std::process::Stdio::null())
+            .status()
+            .expect("run tests/clients/setup.sh");
+        assert!(status.success(), "tests/clients/setup.sh failed: {status}");
+        dir
+    })
+}
+
+/// Runs one of the SDK client scripts; returns its exit success and its stdout as JSON
+/// (`null` when it printed none).
+pub async fn run_sdk_client(program: &str, args: &[&str]) -> (bool, serde_json::Value, String) {
+    let dir = sdk_clients();
+    let program = if program == "python" {
+        dir.join(".venv/bin/python").into_os_string()
+    } else {
+        program.into()
+    };
+    let output = tokio::time::timeout(
+        std::time::Duration::from_secs(120),
+        tokio::process::Command::new(program)
+            .args(args)
+            .current_dir(dir)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the SDK client finished within 120 s")
+    .expect("run the SDK client");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let json = stdout
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or(serde_json::Value::Null);
+    (output.status.success(), json, stderr)
+}

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
@@ -19,12 +20,16 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::session::{
+    SessionState, SessionStore, SessionStoreError,
+};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use toolgate_core::auth::scopes;
 use toolgate_core::{ErrorKind, PrincipalId, TenantId, ToolError};
 use toolgate_mcp::{McpAdapter, McpCaller};
+use toolgate_store::{McpSession, Store, StoreError};
 
 use crate::config::Config;
 use crate::request_id::RequestId;
@@ -34,42 +39,94 @@ use crate::state::AppState;
 const SESSION_HEADER: &str = "mcp-session-id";
 /// Where clients find the metadata for the `/mcp` resource (RFC 9728 §3.1).
 const METADATA_PATH: &str = "/.well-known/oauth-protected-resource/mcp";
-/// Session bindings older than this are dropped when the table grows large.
-const BINDING_TTL: Duration = Duration::from_secs(24 * 3600);
-const BINDINGS_SWEEP_AT: usize = 10_000;
-
-/// Which principal opened which session.
-#[derive(Default)]
-struct Bindings(Mutex<HashMap<String, (Owner, Instant)>>);
+/// Cached session owners older than this are dropped when the cache grows large.
+const OWNER_TTL: Duration = Duration::from_secs(24 * 3600);
+const OWNERS_SWEEP_AT: usize = 10_000;
 
 type Owner = (TenantId, PrincipalId);
 
-impl Bindings {
-    fn owner(&self, session: &str) -> Option<Owner> {
-        self.lock().get(session).map(|(owner, _)| *owner)
-    }
+tokio::task_local! {
+    /// The caller of the `/mcp` request being served: rmcp persists a new session from
+    /// inside that request, and the session is recorded as this caller's.
+    static CALLER: Owner;
+}
 
-    fn bind(&self, session: String, owner: Owner) {
-        let mut map = self.lock();
-        if map.len() >= BINDINGS_SWEEP_AT {
-            map.retain(|_, (_, at)| at.elapsed() < BINDING_TTL);
+/// Sessions in the store (any instance can take one over), with their owners cached:
+/// ownership never changes, so the cache is never stale about it.
+struct Sessions {
+    store: Store,
+    owners: Mutex<HashMap<String, (Owner, Instant)>>,
+}
+
+impl Sessions {
+    /// Who opened session `id`, if it exists anywhere.
+    async fn owner(&self, id: &str) -> Result<Option<Owner>, StoreError> {
+        if let Some((owner, _)) = self.lock().get(id) {
+            return Ok(Some(*owner));
         }
-        map.insert(session, (owner, Instant::now()));
+        let found = self.store.mcp_session(id).await?;
+        Ok(found.map(|s| {
+            let owner = (s.tenant, s.principal);
+            self.remember(id, owner);
+            owner
+        }))
     }
 
-    fn forget(&self, session: &str) {
-        self.lock().remove(session);
+    fn remember(&self, id: &str, owner: Owner) {
+        let mut owners = self.lock();
+        if owners.len() >= OWNERS_SWEEP_AT {
+            owners.retain(|_, (_, at)| at.elapsed() < OWNER_TTL);
+        }
+        owners.insert(id.to_owned(), (owner, Instant::now()));
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Owner, Instant)>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.owners.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// rmcp's hook for sessions that outlive one instance: the session's `initialize`
+/// parameters, stored with its owner, so another instance can replay the handshake.
+#[async_trait]
+impl SessionStore for Sessions {
+    async fn load(&self, id: &str) -> Result<Option<SessionState>, SessionStoreError> {
+        let Some(session) = self.store.mcp_session(id).await? else {
+            return Ok(None);
+        };
+        let params = serde_json::from_str(&session.initialize_params)?;
+        Ok(Some(SessionState::new(params)))
+    }
+
+    async fn store(&self, id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
+        let (tenant, principal) = CALLER
+            .try_with(|owner| *owner)
+            .map_err(|_| "a session opened outside an authenticated request")?;
+        self.store
+            .put_mcp_session(&McpSession {
+                id: id.to_owned(),
+                tenant,
+                principal,
+                initialize_params: serde_json::to_string(&state.initialize_params)?,
+            })
+            .await?;
+        self.remember(id, (tenant, principal));
+        Ok(())
+    }
+
+    async fn delete(&self, id: &str) -> Result<(), SessionStoreError> {
+        let (tenant, _) = CALLER
+            .try_with(|owner| *owner)
+            .map_err(|_| "a session ended outside an authenticated request")?;
+        self.store.delete_mcp_session(tenant, id).await?;
+        self.lock().remove(id);
+        Ok(())
     }
 }
 
 #[derive(Clone)]
 struct Guard {
     state: AppState,
-    bindings: Arc<Bindings>,
+    sessions: Arc<Sessions>,
     public_url: Option<String>,
     authorization_servers: Vec<String>,
 }
@@ -79,12 +136,17 @@ struct Guard {
 pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> Router {
     let adapter = McpAdapter::new(state.registry.clone(), state.executor.clone());
     let mcp = &config.mcp;
+    let sessions = Arc::new(Sessions {
+        store: state.store.clone(),
+        owners: Mutex::default(),
+    });
     let mut transport = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(mcp.sessions)
         .with_cancellation_token(shutdown)
         .with_max_request_body_bytes(config.http.max_body_bytes)
         .with_allowed_origins(mcp.allowed_origins.clone())
         .enforce_origin_validation();
+    transport.session_store = Some(sessions.clone());
     transport = if mcp.allowed_hosts.iter().any(|h| h == "*") {
         transport.disable_allowed_hosts()
     } else {
@@ -97,7 +159,7 @@ pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> 
     );
     let guard = Guard {
         state,
-        bindings: Arc::default(),
+        sessions,
         public_url: mcp
             .public_url
             .as_ref()
@@ -144,17 +206,21 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    if let Some(id) = &session
-        && guard.bindings.owner(id).is_some_and(|o| o != owner)
-    {
-        tracing::warn!(
-            tenant = %owner.0,
-            principal = %owner.1,
-            "refused an MCP session id presented by a principal other than its owner"
-        );
-        // The same answer as for an unknown session: another principal's session ids
-        // are not confirmed to exist.
-        return ApiError::from(ToolError::not_found("no such MCP session")).into_response();
+    if let Some(id) = &session {
+        let known = match guard.sessions.owner(id).await {
+            Ok(known) => known,
+            Err(err) => return ApiError::from(err).into_response(),
+        };
+        if known.is_some_and(|o| o != owner) {
+            tracing::warn!(
+                tenant = %owner.0,
+                principal = %owner.1,
+                "refused an MCP session id presented by a principal other than its owner"
+            );
+            // The same answer as for an unknown session: another principal's session ids
+            // are not confirmed to exist.
+            return ApiError::from(ToolError::not_found("no such MCP session")).into_response();
+        }
     }
     let request_id = parts.extensions.get::<RequestId>().map(|r| r.0.to_string());
     let ending = parts.method == Method::DELETE;
@@ -163,19 +229,13 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
         toolset: caller.toolset,
         request_id,
     });
-    let response = next.run(Request::from_parts(parts, body)).await;
-    match session {
-        None => {
-            if let Some(id) = response
-                .headers()
-                .get(SESSION_HEADER)
-                .and_then(|v| v.to_str().ok())
-            {
-                guard.bindings.bind(id.to_owned(), owner);
-            }
-        }
-        Some(id) if ending && response.status().is_success() => guard.bindings.forget(&id),
-        Some(_) => {}
+    let mut response = CALLER
+        .scope(owner, next.run(Request::from_parts(parts, body)))
+        .await;
+    // rmcp answers a successful DELETE with 202; the Python SDK treats anything but 200
+    // as a failed termination and logs it on every close.
+    if ending && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::OK;
     }
     response
 }

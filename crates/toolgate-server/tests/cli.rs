@@ -1,5 +1,6 @@
 //! The real `toolgate` binary: flags, configuration errors, serving, graceful shutdown.
 
+use serde_json::json;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
@@ -265,31 +266,188 @@ async fn sigkill_under_load_loses_no_answered_call_on_sqlite() {
     sigkill_loses_no_answered_call(None).await;
 }
 
+/// A database of its own on the Postgres at 127.0.0.1:5432 (or `TOOLGATE_TEST_PG`),
+/// dropped when this is.
+struct PgDatabase {
+    admin: String,
+    name: String,
+    url: String,
+}
+
+impl PgDatabase {
+    async fn create(purpose: &str) -> PgDatabase {
+        let admin = std::env::var("TOOLGATE_TEST_PG")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+        let name = format!("toolgate_{purpose}_{}", std::process::id());
+        let db = PgDatabase {
+            url: format!("{}/{name}", &admin[..admin.rfind('/').expect("db in URL")]),
+            admin,
+            name,
+        };
+        db.admin_sql(&format!("drop database if exists {} with (force)", db.name))
+            .await;
+        db.admin_sql(&format!("create database {}", db.name)).await;
+        db
+    }
+
+    async fn admin_sql(&self, sql: &str) {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&self.admin)
+            .await
+            .expect("connect to Postgres");
+        sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+            .execute(&mut conn)
+            .await
+            .expect(sql);
+    }
+}
+
+impl Drop for PgDatabase {
+    fn drop(&mut self) {
+        let _ = Command::new("psql")
+            .arg(&self.admin)
+            .args([
+                "-qc",
+                &format!("drop database if exists {} with (force)", self.name),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_under_load_loses_no_answered_call_on_postgres() {
-    use sqlx::Connection;
-    let admin = std::env::var("TOOLGATE_TEST_PG")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-    let name = format!("toolgate_kill_{}", std::process::id());
-    let mut conn = sqlx::PgConnection::connect(&admin)
+    let db = PgDatabase::create("kill").await;
+    sigkill_loses_no_answered_call(Some(db.url.clone())).await;
+}
+
+/// POSTs one MCP message; returns the status and the JSON-RPC payload (from JSON or from
+/// the SSE `data:` line that carries it).
+async fn mcp(
+    http: &reqwest::Client,
+    addr: &str,
+    session: Option<&str>,
+    body: serde_json::Value,
+) -> (u16, Option<String>, serde_json::Value) {
+    let mut request = http
+        .post(format!("http://{addr}/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&body);
+    if let Some(id) = session {
+        request = request.header("mcp-session-id", id);
+    }
+    let response = request.send().await.expect("request");
+    let status = response.status().as_u16();
+    let session = response
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let text = response.text().await.expect("body");
+    let payload = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .chain(std::iter::once(text.as_str()))
+        .find_map(|d| serde_json::from_str::<serde_json::Value>(d.trim()).ok())
+        .unwrap_or(serde_json::Value::Null);
+    (status, session, payload)
+}
+
+/// Two gateway processes on one Postgres serve one session-mode MCP client alternately:
+/// the session and its owner live in the store, not in either process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_on_one_postgres_share_an_mcp_session() {
+    let db = PgDatabase::create("mcp2").await;
+    let dir_a = tempfile::tempdir().expect("tempdir");
+    let dir_b = tempfile::tempdir().expect("tempdir");
+    let mut a = start(dir_a.path(), Some(&db.url));
+    // The second instance finds the store bootstrapped; it uses the same admin key.
+    std::fs::copy(
+        dir_a.path().join("admin-api-key"),
+        dir_b.path().join("admin-api-key"),
+    )
+    .expect("copy key");
+    let mut b = start(dir_b.path(), Some(&db.url));
+    let http = client(&a.key);
+
+    let (status, session, init) = mcp(
+        &http,
+        &a.addr,
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "roaming-client", "version": "7"}}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{init}");
+    let session = session.expect("session id");
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let (status, _, _) = mcp(&http, &b.addr, Some(&session), initialized).await;
+    assert_eq!(status, 202);
+    let (status, _, list) = mcp(
+        &http,
+        &b.addr,
+        Some(&session),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{list}");
+    assert!(list.to_string().contains("\"echo\""), "{list}");
+    for (i, addr) in [&a.addr, &b.addr, &a.addr, &b.addr].into_iter().enumerate() {
+        let (status, _, result) = mcp(
+            &http,
+            addr,
+            Some(&session),
+            json!({"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call",
+                   "params": {"name": "echo", "arguments": {"message": format!("hop {i}")}}}),
+        )
+        .await;
+        assert_eq!(status, 200, "{result}");
+        assert_eq!(result["result"]["isError"], false, "{result}");
+        assert_eq!(result["result"]["content"][0]["text"], format!("hop {i}"));
+    }
+
+    // Another tenant presenting the session id is refused on either instance.
+    let created: serde_json::Value = http
+        .post(format!("http://{}/v1/tenants", a.addr))
+        .json(&json!({"name": "intruder"}))
+        .send()
         .await
-        .expect("connect to Postgres");
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "drop database if exists {name} with (force)"
-    )))
-    .execute(&mut conn)
-    .await
-    .expect("drop");
-    sqlx::query(sqlx::AssertSqlSafe(format!("create database {name}")))
-        .execute(&mut conn)
+        .expect("create tenant")
+        .json()
         .await
-        .expect("create");
-    let url = format!("{}/{name}", &admin[..admin.rfind('/').expect("db in URL")]);
-    sigkill_loses_no_answered_call(Some(url)).await;
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "drop database if exists {name} with (force)"
-    )))
-    .execute(&mut conn)
-    .await
-    .expect("drop");
+        .expect("json");
+    let intruder = client(created["admin_key"]["secret"].as_str().expect("secret"));
+    for addr in [&a.addr, &b.addr] {
+        let (status, _, _) = mcp(
+            &intruder,
+            addr,
+            Some(&session),
+            json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}),
+        )
+        .await;
+        assert_eq!(status, 404);
+    }
+
+    // Every hop left its row, with the client's name from the original initialize.
+    let audit: serde_json::Value = http
+        .get(format!("http://{}/v1/audit?adapter=mcp", b.addr))
+        .send()
+        .await
+        .expect("audit")
+        .json()
+        .await
+        .expect("json");
+    let entries = audit["entries"].as_array().expect("entries");
+    assert_eq!(entries.len(), 4, "{audit}");
+    assert!(
+        entries.iter().all(|e| e["client"] == "roaming-client/7"),
+        "{audit}"
+    );
+    for running in [&mut a, &mut b] {
+        running.child.kill().expect("kill");
+        running.child.wait().expect("wait");
+    }
 }

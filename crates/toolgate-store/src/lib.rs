@@ -213,6 +213,21 @@ impl Store {
         dispatch!(self, s => s.touch_key(key, at).await)
     }
 
+    /// Records an MCP session; [`StoreError::Conflict`] if the id is taken.
+    pub async fn put_mcp_session(&self, session: &McpSession) -> Result<(), StoreError> {
+        dispatch!(self, s => s.put_mcp_session(session).await)
+    }
+
+    /// The session with this id, whichever tenant it belongs to: the caller is then
+    /// checked against its owner.
+    pub async fn mcp_session(&self, id: &str) -> Result<Option<McpSession>, StoreError> {
+        dispatch!(self, s => s.mcp_session(id).await)
+    }
+
+    pub async fn delete_mcp_session(&self, tenant: TenantId, id: &str) -> Result<(), StoreError> {
+        dispatch!(self, s => s.delete_mcp_session(tenant, id).await)
+    }
+
     pub async fn begin_call(&self, record: &AuditRecord) -> Result<(), StoreError> {
         dispatch!(self, s => s.begin_call(record).await)
     }

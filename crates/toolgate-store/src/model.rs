@@ -57,6 +57,15 @@ pub struct NewApiKey {
     pub expires_at: Option<DateTime<Utc>>,
 }
 
+/// An MCP session: who opened it and the client's `initialize` parameters (JSON).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct McpSession {
+    pub id: String,
+    pub tenant: TenantId,
+    pub principal: PrincipalId,
+    pub initialize_params: String,
+}
+
 /// A key that matched a presented secret, with its principal.
 #[derive(Clone, Debug)]
 pub struct KeyMatch {

@@ -468,6 +468,46 @@ impl PostgresStore {
         Ok(())
     }
 
+    pub async fn put_mcp_session(&self, session: &McpSession) -> Result<(), StoreError> {
+        let mut tx = self.tenant_tx(session.tenant).await?;
+        sqlx::query(
+            "insert into mcp_session (session_id, tenant_id, principal_id, initialize_params) values ($1, $2, $3, $4::json)",
+        )
+        .bind(&session.id)
+        .bind(session.tenant.0)
+        .bind(session.principal.0)
+        .bind(&session.initialize_params)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn mcp_session(&self, id: &str) -> Result<Option<McpSession>, StoreError> {
+        let row: Option<(Uuid, Uuid, String)> = sqlx::query_as(
+            "select tenant_id, principal_id, initialize_params::text from mcp_session where session_id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&self.owner)
+        .await?;
+        Ok(row.map(|(tenant, principal, params)| McpSession {
+            id: id.to_owned(),
+            tenant: TenantId(tenant),
+            principal: PrincipalId(principal),
+            initialize_params: params,
+        }))
+    }
+
+    pub async fn delete_mcp_session(&self, tenant: TenantId, id: &str) -> Result<(), StoreError> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        sqlx::query("delete from mcp_session where session_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     pub async fn begin_call(&self, record: &AuditRecord) -> Result<(), StoreError> {
         let mut tx = self.tenant_tx(record.tenant).await?;
         sqlx::query(

@@ -435,6 +435,51 @@ impl SqliteStore {
         Ok(())
     }
 
+    pub async fn put_mcp_session(&self, session: &McpSession) -> Result<(), StoreError> {
+        sqlx::query(
+            "insert into mcp_session (session_id, tenant_id, principal_id, initialize_params, created_at) values ($1, $2, $3, $4, $5)",
+        )
+        .bind(&session.id)
+        .bind(id(session.tenant.0))
+        .bind(id(session.principal.0))
+        .bind(&session.initialize_params)
+        .bind(Utc::now())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn mcp_session(&self, session: &str) -> Result<Option<McpSession>, StoreError> {
+        let row: Option<(String, String, String)> = sqlx::query_as(
+            "select tenant_id, principal_id, initialize_params from mcp_session where session_id = $1",
+        )
+        .bind(session)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|(tenant, principal, params)| {
+            Ok(McpSession {
+                id: session.to_owned(),
+                tenant: TenantId(uuid(&tenant)?),
+                principal: PrincipalId(uuid(&principal)?),
+                initialize_params: params,
+            })
+        })
+        .transpose()
+    }
+
+    pub async fn delete_mcp_session(
+        &self,
+        tenant: TenantId,
+        session: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query("delete from mcp_session where session_id = $1 and tenant_id = $2")
+            .bind(session)
+            .bind(id(tenant.0))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     pub async fn begin_call(&self, record: &AuditRecord) -> Result<(), StoreError> {
         sqlx::query(
             "insert into call_intent (call_id, tenant_id, principal_id, adapter, tool, arguments, arguments_hash, request_id, trace_id, run_id, step, client, started_at)
