@@ -355,3 +355,41 @@ async fn malformed_messages_get_errors() {
     assert_eq!(unknown.status(), 404);
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn a_progress_token_gets_progress_notifications_before_the_result() {
+    let gw = Gateway::start().await;
+    let opened = post_mcp(&gw, &gw.http, None, initialize_body()).await;
+    let session = opened
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .expect("session id")
+        .to_owned();
+    drop(opened);
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    post_mcp(&gw, &gw.http, Some(&session), initialized).await;
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "sleep", "arguments": {"seconds": 2.2}, "_meta": {"progressToken": "p-1"}}});
+    let response = post_mcp(&gw, &gw.http, Some(&session), call).await;
+    assert_eq!(response.status(), 200);
+    let body = response.text().await.expect("SSE body");
+    let messages: Vec<Value> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str(d.trim()).ok())
+        .collect();
+    let progress: Vec<&Value> = messages
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .collect();
+    assert!(progress.len() >= 3, "one report per second: {body}");
+    for p in &progress {
+        assert_eq!(p["params"]["progressToken"], "p-1");
+        assert_eq!(p["params"]["total"], 2.2);
+    }
+    let last = messages.last().expect("result");
+    assert_eq!(last["id"], 7, "the result comes last: {body}");
+    assert_eq!(last["result"]["isError"], false);
+    gw.stop().await;
+}

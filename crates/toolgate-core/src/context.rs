@@ -42,6 +42,20 @@ pub struct ClientInfo {
     pub version: Option<String>,
 }
 
+/// How far a long call has come, reported by the tool as it works.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Grows with every report (units are the tool's: items, seconds, bytes…).
+    pub progress: f64,
+    /// The value `progress` reaches when done, when known.
+    pub total: Option<f64>,
+    pub message: Option<String>,
+}
+
+/// Where a call's progress reports go: set by an adapter whose caller asked for them
+/// (MCP `progressToken`). Reports are dropped when no one listens or the listener lags.
+pub type ProgressSink = tokio::sync::mpsc::Sender<Progress>;
+
 /// One call. Adapters build it with [`CallContext::new`] and the `with_*` methods; the
 /// executor sets the deadline.
 #[derive(Clone, Debug)]
@@ -58,6 +72,8 @@ pub struct CallContext {
     pub requested_timeout: Option<Duration>,
     /// Cancelled when the caller goes away or cancels; tools should stop promptly.
     pub cancel: CancellationToken,
+    /// Progress reports for the caller, when it asked for them.
+    pub progress: Option<ProgressSink>,
     deadline: Option<Instant>,
 }
 
@@ -73,6 +89,7 @@ impl CallContext {
             client: None,
             requested_timeout: None,
             cancel: CancellationToken::new(),
+            progress: None,
             deadline: None,
         }
     }
@@ -95,6 +112,22 @@ impl CallContext {
     pub fn with_run(mut self, run: RunStep) -> Self {
         self.run = Some(run);
         self
+    }
+
+    pub fn with_progress(mut self, sink: ProgressSink) -> Self {
+        self.progress = Some(sink);
+        self
+    }
+
+    /// Tells the caller how far the call has come, if it asked; never waits.
+    pub fn report_progress(&self, progress: f64, total: Option<f64>, message: Option<String>) {
+        if let Some(sink) = &self.progress {
+            let _ = sink.try_send(Progress {
+                progress,
+                total,
+                message,
+            });
+        }
     }
 
     /// When the call must be finished. Set by the executor before the tool runs.

@@ -40,7 +40,7 @@ pub mod tool;
 pub mod toolset;
 
 pub use auth::{AuthContext, Principal, PrincipalKind};
-pub use context::{Adapter, CallContext, ClientInfo, RunStep};
+pub use context::{Adapter, CallContext, ClientInfo, Progress, ProgressSink, RunStep};
 pub use declarations::DeclarationFormat;
 pub use error::{ErrorKind, ToolError, Violation};
 pub use event::{Event, EventSink, Outcome, TracingSink};

@@ -78,14 +78,33 @@ impl std::fmt::Debug for RegisteredTool {
 
 /// The set of all registered tools. Cheap to share behind an `Arc`; reads take a short
 /// read lock and clone an `Arc`.
-#[derive(Default)]
 pub struct Registry {
     tools: RwLock<BTreeMap<String, Arc<RegisteredTool>>>,
+    /// Bumped on every change, for adapters that tell clients (MCP `list_changed`).
+    version: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self {
+            tools: RwLock::default(),
+            version: tokio::sync::watch::Sender::new(0),
+        }
+    }
 }
 
 impl Registry {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Wakes whenever a tool is registered or unregistered.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.version.subscribe()
+    }
+
+    fn changed(&self) {
+        self.version.send_modify(|v| *v += 1);
     }
 
     /// Adds a tool. Fails on an invalid name, a name already taken, or an input schema
@@ -111,6 +130,8 @@ impl Registry {
             return Err(RegistryError::Duplicate(name));
         }
         tools.insert(name, Arc::new(RegisteredTool { tool, validator }));
+        drop(tools);
+        self.changed();
         Ok(())
     }
 
@@ -120,7 +141,12 @@ impl Registry {
             .tools
             .write()
             .unwrap_or_else(|poison| poison.into_inner());
-        tools.remove(name).is_some()
+        let removed = tools.remove(name).is_some();
+        drop(tools);
+        if removed {
+            self.changed();
+        }
+        removed
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<RegisteredTool>> {

@@ -16,19 +16,23 @@ use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
-    Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
-    Tool,
+    Implementation, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ProgressToken, ServerCapabilities, ServerConfig, Tool,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{NotificationContext, Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use toolgate_core::{
     Adapter, AuthContext, CallContext, ClientInfo, Completed, Content, ErrorKind, Executor,
-    Registry, ToolError, ToolSpec, Toolset, declarations,
+    Progress, ProgressSink, Registry, ToolError, ToolSpec, Toolset, declarations,
 };
 
 /// Tools per `tools/list` page.
 pub const PAGE: usize = 100;
+/// Progress reports queued for a slow client before newer ones are dropped.
+const PROGRESS_BACKLOG: usize = 16;
+/// How often a session's list-change watcher checks that the session still exists.
+const SESSION_CHECK: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Who sent one MCP HTTP request, as the server's authentication found it. Put into the
 /// request's extensions before rmcp sees the request.
@@ -103,6 +107,50 @@ fn success_result(done: Completed, has_output_schema: bool) -> CallToolResult {
     result
 }
 
+/// Progress reports of one call, sent as `notifications/progress` with the caller's token
+/// until the call ends (its context, holding the sender, is dropped).
+fn forward_progress(token: ProgressToken, peer: Peer<RoleServer>) -> ProgressSink {
+    let (sink, mut reports) = tokio::sync::mpsc::channel::<Progress>(PROGRESS_BACKLOG);
+    tokio::spawn(async move {
+        while let Some(report) = reports.recv().await {
+            let mut param = ProgressNotificationParam::new(token.clone(), report.progress);
+            if let Some(total) = report.total {
+                param = param.with_total(total);
+            }
+            if let Some(message) = report.message {
+                param = param.with_message(message);
+            }
+            if peer.notify_progress(param).await.is_err() {
+                break;
+            }
+        }
+    });
+    sink
+}
+
+/// Tells one session's client whenever the registry changes, until the session ends.
+fn watch_tool_list(registry: &Registry, peer: Peer<RoleServer>) {
+    let mut changes = registry.changes();
+    changes.mark_unchanged();
+    tokio::spawn(async move {
+        let mut alive = tokio::time::interval(SESSION_CHECK);
+        loop {
+            tokio::select! {
+                changed = changes.changed() => {
+                    if changed.is_err() || peer.notify_tool_list_changed().await.is_err() {
+                        break;
+                    }
+                }
+                _ = alive.tick() => {
+                    if peer.is_transport_closed() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+}
+
 impl ServerHandler for McpAdapter {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
@@ -119,6 +167,10 @@ impl ServerHandler for McpAdapter {
              a failed call returns an isError result whose text is a JSON error with kind, message, \
              suggestion and, for invalid arguments, every schema violation.",
         )
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        watch_tool_list(&self.registry, context.peer);
     }
 
     async fn list_tools(
@@ -161,6 +213,9 @@ impl ServerHandler for McpAdapter {
         }
         // `notifications/cancelled` for this request cancels rmcp's token.
         ctx.cancel = context.ct.child_token();
+        if let Some(token) = context.meta.get_progress_token() {
+            ctx = ctx.with_progress(forward_progress(token, context.peer.clone()));
+        }
         let args = Value::Object(request.arguments.unwrap_or_default());
         // Unknown tools go through the executor too: the attempt is audited like any call.
         let outcome = self.executor.call(&tools, ctx, &request.name, args).await;
@@ -175,5 +230,76 @@ impl ServerHandler for McpAdapter {
             )),
             (Err(err), _) => Ok(error_result(&err).into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use rmcp::service::{NotificationContext, RoleClient};
+    use rmcp::{ClientHandler, ServiceExt};
+    use toolgate_core::audit::NoAudit;
+    use toolgate_core::{ExecutorLimits, TracingSink};
+
+    use super::*;
+
+    struct Watcher(tokio::sync::mpsc::UnboundedSender<()>);
+
+    impl ClientHandler for Watcher {
+        async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+            let _ = self.0.send(());
+        }
+    }
+
+    fn echo(name: &str) -> Arc<dyn toolgate_core::Tool> {
+        struct Named(ToolSpec);
+        #[async_trait::async_trait]
+        impl toolgate_core::Tool for Named {
+            fn spec(&self) -> &ToolSpec {
+                &self.0
+            }
+            async fn call(
+                &self,
+                _ctx: &CallContext,
+                _args: Value,
+            ) -> Result<toolgate_core::ToolOutput, ToolError> {
+                Ok(toolgate_core::ToolOutput::text("ok"))
+            }
+        }
+        Arc::new(Named(ToolSpec::new(
+            name,
+            "test",
+            json!({"type": "object"}),
+        )))
+    }
+
+    #[tokio::test]
+    async fn sessions_hear_when_the_registry_changes() {
+        let registry = Arc::new(Registry::new());
+        let executor = Executor::new(
+            Arc::new(TracingSink),
+            Arc::new(NoAudit),
+            ExecutorLimits::default(),
+        );
+        let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+        let server = tokio::spawn(McpAdapter::new(registry.clone(), executor).serve(server_io));
+        let (tx, mut heard) = tokio::sync::mpsc::unbounded_channel();
+        let client = Watcher(tx).serve(client_io).await.expect("client");
+        let _server = server.await.expect("join").expect("server");
+        // The watcher starts on `initialized`, which the client sends right after the
+        // handshake; give it a moment before the first change.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        registry.register(echo("first")).expect("register");
+        tokio::time::timeout(Duration::from_secs(5), heard.recv())
+            .await
+            .expect("list_changed after a registration")
+            .expect("open");
+        assert!(registry.unregister("first"));
+        tokio::time::timeout(Duration::from_secs(5), heard.recv())
+            .await
+            .expect("list_changed after an unregistration")
+            .expect("open");
+        client.cancel().await.expect("close");
     }
 }

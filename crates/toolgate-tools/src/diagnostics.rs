@@ -106,9 +106,23 @@ impl Tool for Sleep {
         let SleepArgs { seconds } = parse_args(args)?;
         let wait = Duration::try_from_secs_f64(seconds)
             .map_err(|e| ToolError::invalid_arguments(format!("seconds: {e}")))?;
-        tokio::select! {
-            () = tokio::time::sleep(wait) => Ok(ToolOutput::text(format!("slept {seconds} s"))),
-            () = ctx.cancel.cancelled() => Err(ToolError::new(toolgate_core::ErrorKind::Cancelled, "the call was cancelled")),
+        // One progress report per second slept (and one at the start), for callers that
+        // asked for them.
+        let started = tokio::time::Instant::now();
+        let mut ticks = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep_until(started + wait) => {
+                    return Ok(ToolOutput::text(format!("slept {seconds} s")));
+                }
+                () = ctx.cancel.cancelled() => {
+                    return Err(ToolError::new(toolgate_core::ErrorKind::Cancelled, "the call was cancelled"));
+                }
+                _ = ticks.tick() => {
+                    let done = started.elapsed().as_secs_f64().min(seconds);
+                    ctx.report_progress(done, Some(seconds), Some(format!("{done:.0} of {seconds} s")));
+                }
+            }
         }
     }
 }
