@@ -52,6 +52,12 @@ pub struct McpConfig {
     /// This gateway's public base URL (`https://tools.example.com`), used in the
     /// protected-resource metadata; derived from the request's `Host` when unset.
     pub public_url: Option<String>,
+    /// Commit every SSE event of a session to the store before sending it, so a client
+    /// resumes a broken stream (`Last-Event-ID`) on any instance. Default: on with
+    /// Postgres, off with SQLite (one instance; recent events are kept in memory).
+    pub durable_streams: Option<bool>,
+    /// How long stored SSE events are kept for resumption.
+    pub event_retention_secs: u64,
 }
 
 impl Default for McpConfig {
@@ -63,6 +69,8 @@ impl Default for McpConfig {
             sessions: true,
             authorization_servers: Vec::new(),
             public_url: None,
+            durable_streams: None,
+            event_retention_secs: 3600,
         }
     }
 }

@@ -355,8 +355,9 @@ async fn mcp(
     (status, session, payload)
 }
 
-/// Two gateway processes on one Postgres serve one session-mode MCP client alternately:
-/// the session and its owner live in the store, not in either process.
+/// Two gateway processes on one Postgres serve one session-mode MCP client alternately,
+/// and a stream broken on one is resumed on the other: the session, its owner and its SSE
+/// events live in the store, not in either process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_on_one_postgres_share_an_mcp_session() {
     let db = PgDatabase::create("mcp2").await;
@@ -409,6 +410,70 @@ async fn two_processes_on_one_postgres_share_an_mcp_session() {
         assert_eq!(result["result"]["content"][0]["text"], format!("hop {i}"));
     }
 
+    // A call's SSE stream breaks on B after its first event; the client resumes it with
+    // `Last-Event-ID` on A, which replays the result from the store.
+    let mut broken = http
+        .post(format!("http://{}/mcp", b.addr))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("mcp-session-id", &session)
+        .json(&json!({"jsonrpc": "2.0", "id": 20, "method": "tools/call",
+                      "params": {"name": "sleep", "arguments": {"seconds": 0.5}}}))
+        .send()
+        .await
+        .expect("call");
+    assert_eq!(broken.status(), 200);
+    let mut seen = String::new();
+    let last_event_id = loop {
+        let chunk = broken
+            .chunk()
+            .await
+            .expect("read")
+            .expect("an event before the end");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+        if let Some(id) = seen
+            .lines()
+            .find_map(|l| l.strip_prefix("id:"))
+            .filter(|_| seen.contains("\n\n"))
+        {
+            break id.trim().to_owned();
+        }
+    };
+    assert!(
+        !seen.contains("\"id\":20"),
+        "the result came before the break: {seen}"
+    );
+    drop(broken);
+    let mut replayed = String::new();
+    for _ in 0..50 {
+        replayed = http
+            .get(format!("http://{}/mcp", a.addr))
+            .header("accept", "text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .header("mcp-session-id", &session)
+            .header("last-event-id", &last_event_id)
+            .send()
+            .await
+            .expect("resume")
+            .text()
+            .await
+            .expect("replay");
+        if replayed.contains("\"id\":20") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let result = replayed
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .find_map(|d| {
+            serde_json::from_str::<serde_json::Value>(d.trim())
+                .ok()
+                .filter(|v| v["id"] == 20)
+        })
+        .unwrap_or_else(|| panic!("the result replayed on the other instance: {replayed}"));
+    assert_eq!(result["result"]["isError"], false, "{result}");
+
     // Another tenant presenting the session id is refused on either instance.
     let created: serde_json::Value = http
         .post(format!("http://{}/v1/tenants", a.addr))
@@ -441,7 +506,7 @@ async fn two_processes_on_one_postgres_share_an_mcp_session() {
         .await
         .expect("json");
     let entries = audit["entries"].as_array().expect("entries");
-    assert_eq!(entries.len(), 4, "{audit}");
+    assert_eq!(entries.len(), 5, "{audit}");
     assert!(
         entries.iter().all(|e| e["client"] == "roaming-client/7"),
         "{audit}"

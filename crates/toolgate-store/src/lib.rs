@@ -224,8 +224,39 @@ impl Store {
         dispatch!(self, s => s.mcp_session(id).await)
     }
 
+    /// Ends a session: its row and its stored SSE events.
     pub async fn delete_mcp_session(&self, tenant: TenantId, id: &str) -> Result<(), StoreError> {
         dispatch!(self, s => s.delete_mcp_session(tenant, id).await)
+    }
+
+    /// Stores one SSE event of `stream` in `session`; returns its sequence number, unique
+    /// across the store (and so across gateway instances).
+    pub async fn append_mcp_event(
+        &self,
+        tenant: TenantId,
+        session: &str,
+        stream: &str,
+        message: Option<&str>,
+        retry_ms: Option<i32>,
+    ) -> Result<i64, StoreError> {
+        dispatch!(self, s => s.append_mcp_event(tenant, session, stream, message, retry_ms).await)
+    }
+
+    /// The events after event `seq` on the same stream as it, in order; empty when `seq`
+    /// is not an event of this tenant's `session`.
+    pub async fn mcp_events_after(
+        &self,
+        tenant: TenantId,
+        session: &str,
+        seq: i64,
+    ) -> Result<Vec<McpEvent>, StoreError> {
+        dispatch!(self, s => s.mcp_events_after(tenant, session, seq).await)
+    }
+
+    /// Drops stored SSE events older than `before`, across tenants (retention). Returns
+    /// how many went.
+    pub async fn prune_mcp_events(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        dispatch!(self, s => s.prune_mcp_events(before).await)
     }
 
     pub async fn begin_call(&self, record: &AuditRecord) -> Result<(), StoreError> {

@@ -66,6 +66,16 @@ pub struct McpSession {
     pub initialize_params: String,
 }
 
+/// One SSE event of an MCP session's stream, kept for `Last-Event-ID` resumption.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct McpEvent {
+    /// Position in the store's one sequence: the event id sent to the client.
+    pub seq: i64,
+    /// The JSON-RPC message; `None` for a priming (retry-only) event.
+    pub message: Option<String>,
+    pub retry_ms: Option<i32>,
+}
+
 /// A key that matched a presented secret, with its principal.
 #[derive(Clone, Debug)]
 pub struct KeyMatch {

@@ -504,8 +504,71 @@ impl PostgresStore {
             .bind(id)
             .execute(&mut *tx)
             .await?;
+        sqlx::query("delete from mcp_event where session_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    pub async fn append_mcp_event(
+        &self,
+        tenant: TenantId,
+        session: &str,
+        stream: &str,
+        message: Option<&str>,
+        retry_ms: Option<i32>,
+    ) -> Result<i64, StoreError> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let seq = sqlx::query_scalar(
+            "insert into mcp_event (tenant_id, session_id, stream_id, message, retry_ms) values ($1, $2, $3, $4, $5) returning event_seq",
+        )
+        .bind(tenant.0)
+        .bind(session)
+        .bind(stream)
+        .bind(message)
+        .bind(retry_ms)
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(seq)
+    }
+
+    pub async fn mcp_events_after(
+        &self,
+        tenant: TenantId,
+        session: &str,
+        seq: i64,
+    ) -> Result<Vec<McpEvent>, StoreError> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let rows: Vec<(i64, Option<String>, Option<i32>)> = sqlx::query_as(
+            "select e.event_seq, e.message, e.retry_ms from mcp_event e
+             join mcp_event last on last.event_seq = $2 and last.session_id = $1
+             where e.session_id = $1 and e.stream_id = last.stream_id and e.event_seq > $2
+             order by e.event_seq",
+        )
+        .bind(session)
+        .bind(seq)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(rows
+            .into_iter()
+            .map(|(seq, message, retry_ms)| McpEvent {
+                seq,
+                message,
+                retry_ms,
+            })
+            .collect())
+    }
+
+    pub async fn prune_mcp_events(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        let done = sqlx::query("delete from mcp_event where created_at < $1")
+            .bind(before)
+            .execute(&self.owner)
+            .await?;
+        Ok(done.rows_affected())
     }
 
     pub async fn begin_call(&self, record: &AuditRecord) -> Result<(), StoreError> {

@@ -472,12 +472,75 @@ impl SqliteStore {
         tenant: TenantId,
         session: &str,
     ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
         sqlx::query("delete from mcp_session where session_id = $1 and tenant_id = $2")
             .bind(session)
             .bind(id(tenant.0))
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("delete from mcp_event where session_id = $1 and tenant_id = $2")
+            .bind(session)
+            .bind(id(tenant.0))
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn append_mcp_event(
+        &self,
+        tenant: TenantId,
+        session: &str,
+        stream: &str,
+        message: Option<&str>,
+        retry_ms: Option<i32>,
+    ) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(
+            "insert into mcp_event (tenant_id, session_id, stream_id, message, retry_ms, created_at) values ($1, $2, $3, $4, $5, $6) returning event_seq",
+        )
+        .bind(id(tenant.0))
+        .bind(session)
+        .bind(stream)
+        .bind(message)
+        .bind(retry_ms)
+        .bind(Utc::now())
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    pub async fn mcp_events_after(
+        &self,
+        tenant: TenantId,
+        session: &str,
+        seq: i64,
+    ) -> Result<Vec<McpEvent>, StoreError> {
+        let rows: Vec<(i64, Option<String>, Option<i32>)> = sqlx::query_as(
+            "select e.event_seq, e.message, e.retry_ms from mcp_event e
+             join mcp_event last on last.event_seq = $3 and last.session_id = $2 and last.tenant_id = $1
+             where e.tenant_id = $1 and e.session_id = $2 and e.stream_id = last.stream_id and e.event_seq > $3
+             order by e.event_seq",
+        )
+        .bind(id(tenant.0))
+        .bind(session)
+        .bind(seq)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(seq, message, retry_ms)| McpEvent {
+                seq,
+                message,
+                retry_ms,
+            })
+            .collect())
+    }
+
+    pub async fn prune_mcp_events(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        let done = sqlx::query("delete from mcp_event where created_at < $1")
+            .bind(before)
             .execute(&self.pool)
             .await?;
-        Ok(())
+        Ok(done.rows_affected())
     }
 
     pub async fn begin_call(&self, record: &AuditRecord) -> Result<(), StoreError> {

@@ -12,7 +12,8 @@ use sqlx::Connection;
 use toolgate_core::audit::{AuditRecord, AuditSink};
 use toolgate_core::{Adapter, CallId, ErrorKind, Outcome, PrincipalId, PrincipalKind, TenantId};
 use toolgate_store::{
-    AuditFilter, AuditWriter, ChainBreak, NewApiKey, NewPrincipal, Store, StoreError,
+    AuditFilter, AuditWriter, ChainBreak, McpEvent, McpSession, NewApiKey, NewPrincipal, Store,
+    StoreError,
 };
 
 fn admin_url() -> String {
@@ -515,6 +516,117 @@ async fn two_instances_extend_one_chain_without_forking_it() {
         let ((), ()) = (x, y);
         assert_eq!(first.audit_chain(a.id).await.expect("chain").len(), 70);
         assert_eq!(first.verify_chain(a.id).await.expect("verify"), None);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn mcp_events_replay_per_stream_and_only_for_their_tenant_and_session() {
+    on_both(|store| async move {
+        let a = store.create_tenant("acme").await.expect("tenant");
+        let b = store.create_tenant("globex").await.expect("tenant");
+        let pa = store
+            .create_principal(a.id, &member("alice"))
+            .await
+            .expect("principal");
+        store
+            .put_mcp_session(&McpSession {
+                id: "s1".into(),
+                tenant: a.id,
+                principal: pa.id,
+                initialize_params: "{}".into(),
+            })
+            .await
+            .expect("session");
+        let prime = store
+            .append_mcp_event(a.id, "s1", "r1", None, Some(3000))
+            .await
+            .expect("append");
+        let other = store
+            .append_mcp_event(a.id, "s1", "r2", Some("{\"other\":1}"), None)
+            .await
+            .expect("append");
+        let first = store
+            .append_mcp_event(a.id, "s1", "r1", Some("{\"n\":1}"), None)
+            .await
+            .expect("append");
+        let second = store
+            .append_mcp_event(a.id, "s1", "r1", Some("{\"n\":2}"), None)
+            .await
+            .expect("append");
+        assert!(
+            prime < other && other < first && first < second,
+            "one rising sequence"
+        );
+
+        // After the priming event: the rest of its stream, in order, nothing of r2.
+        let replay = store
+            .mcp_events_after(a.id, "s1", prime)
+            .await
+            .expect("replay");
+        assert_eq!(
+            replay,
+            [
+                McpEvent {
+                    seq: first,
+                    message: Some("{\"n\":1}".into()),
+                    retry_ms: None
+                },
+                McpEvent {
+                    seq: second,
+                    message: Some("{\"n\":2}".into()),
+                    retry_ms: None
+                },
+            ]
+        );
+        assert_eq!(
+            store
+                .mcp_events_after(a.id, "s1", second)
+                .await
+                .expect("replay"),
+            []
+        );
+        // Another tenant, another session or an unknown event: nothing.
+        assert_eq!(
+            store
+                .mcp_events_after(b.id, "s1", prime)
+                .await
+                .expect("replay"),
+            []
+        );
+        assert_eq!(
+            store
+                .mcp_events_after(a.id, "s2", prime)
+                .await
+                .expect("replay"),
+            []
+        );
+        assert_eq!(
+            store
+                .mcp_events_after(a.id, "s1", second + 100)
+                .await
+                .expect("replay"),
+            []
+        );
+
+        // Ending the session drops its events; retention drops old ones everywhere.
+        store
+            .append_mcp_event(a.id, "s3", "r9", Some("{}"), None)
+            .await
+            .expect("append");
+        store.delete_mcp_session(a.id, "s1").await.expect("delete");
+        assert_eq!(
+            store
+                .mcp_events_after(a.id, "s1", prime)
+                .await
+                .expect("replay"),
+            []
+        );
+        let pruned = store
+            .prune_mcp_events(chrono::Utc::now() + chrono::Duration::seconds(1))
+            .await
+            .expect("prune");
+        assert_eq!(pruned, 1, "only s3's event was left");
     })
     .await;
 }

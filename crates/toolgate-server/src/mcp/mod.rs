@@ -8,28 +8,24 @@
 //! body limit and JSON-RPC errors for malformed input. This module only decides who may
 //! reach it.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+mod sessions;
 
-use async_trait::async_trait;
+use std::sync::Arc;
+use std::time::Duration;
+
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::streamable_http_server::session::{
-    SessionState, SessionStore, SessionStoreError,
-};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use toolgate_core::auth::scopes;
 use toolgate_core::{ErrorKind, PrincipalId, TenantId, ToolError};
 use toolgate_mcp::{McpAdapter, McpCaller};
-use toolgate_store::{McpSession, Store, StoreError};
+use toolgate_store::Store;
 
 use crate::config::Config;
 use crate::request_id::RequestId;
@@ -39,88 +35,17 @@ use crate::state::AppState;
 const SESSION_HEADER: &str = "mcp-session-id";
 /// Where clients find the metadata for the `/mcp` resource (RFC 9728 §3.1).
 const METADATA_PATH: &str = "/.well-known/oauth-protected-resource/mcp";
-/// Cached session owners older than this are dropped when the cache grows large.
-const OWNER_TTL: Duration = Duration::from_secs(24 * 3600);
-const OWNERS_SWEEP_AT: usize = 10_000;
+/// How often stored SSE events past their retention are dropped.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
 
 type Owner = (TenantId, PrincipalId);
+
+use sessions::{Sessions, StoredSessions};
 
 tokio::task_local! {
     /// The caller of the `/mcp` request being served: rmcp persists a new session from
     /// inside that request, and the session is recorded as this caller's.
-    static CALLER: Owner;
-}
-
-/// Sessions in the store (any instance can take one over), with their owners cached:
-/// ownership never changes, so the cache is never stale about it.
-struct Sessions {
-    store: Store,
-    owners: Mutex<HashMap<String, (Owner, Instant)>>,
-}
-
-impl Sessions {
-    /// Who opened session `id`, if it exists anywhere.
-    async fn owner(&self, id: &str) -> Result<Option<Owner>, StoreError> {
-        if let Some((owner, _)) = self.lock().get(id) {
-            return Ok(Some(*owner));
-        }
-        let found = self.store.mcp_session(id).await?;
-        Ok(found.map(|s| {
-            let owner = (s.tenant, s.principal);
-            self.remember(id, owner);
-            owner
-        }))
-    }
-
-    fn remember(&self, id: &str, owner: Owner) {
-        let mut owners = self.lock();
-        if owners.len() >= OWNERS_SWEEP_AT {
-            owners.retain(|_, (_, at)| at.elapsed() < OWNER_TTL);
-        }
-        owners.insert(id.to_owned(), (owner, Instant::now()));
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Owner, Instant)>> {
-        self.owners.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// rmcp's hook for sessions that outlive one instance: the session's `initialize`
-/// parameters, stored with its owner, so another instance can replay the handshake.
-#[async_trait]
-impl SessionStore for Sessions {
-    async fn load(&self, id: &str) -> Result<Option<SessionState>, SessionStoreError> {
-        let Some(session) = self.store.mcp_session(id).await? else {
-            return Ok(None);
-        };
-        let params = serde_json::from_str(&session.initialize_params)?;
-        Ok(Some(SessionState::new(params)))
-    }
-
-    async fn store(&self, id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
-        let (tenant, principal) = CALLER
-            .try_with(|owner| *owner)
-            .map_err(|_| "a session opened outside an authenticated request")?;
-        self.store
-            .put_mcp_session(&McpSession {
-                id: id.to_owned(),
-                tenant,
-                principal,
-                initialize_params: serde_json::to_string(&state.initialize_params)?,
-            })
-            .await?;
-        self.remember(id, (tenant, principal));
-        Ok(())
-    }
-
-    async fn delete(&self, id: &str) -> Result<(), SessionStoreError> {
-        let (tenant, _) = CALLER
-            .try_with(|owner| *owner)
-            .map_err(|_| "a session ended outside an authenticated request")?;
-        self.store.delete_mcp_session(tenant, id).await?;
-        self.lock().remove(id);
-        Ok(())
-    }
+    pub(super) static CALLER: Owner;
 }
 
 #[derive(Clone)]
@@ -136,13 +61,20 @@ struct Guard {
 pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> Router {
     let adapter = McpAdapter::new(state.registry.clone(), state.executor.clone());
     let mcp = &config.mcp;
-    let sessions = Arc::new(Sessions {
-        store: state.store.clone(),
-        owners: Mutex::default(),
-    });
+    let sessions = Arc::new(Sessions::new(state.store.clone()));
+    let durable_events = mcp
+        .durable_streams
+        .unwrap_or(matches!(state.store, Store::Postgres(_)));
+    if durable_events {
+        prune_events(
+            state.store.clone(),
+            Duration::from_secs(mcp.event_retention_secs),
+            shutdown.clone(),
+        );
+    }
     let mut transport = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(mcp.sessions)
-        .with_cancellation_token(shutdown)
+        .with_cancellation_token(shutdown.clone())
         .with_max_request_body_bytes(config.http.max_body_bytes)
         .with_allowed_origins(mcp.allowed_origins.clone())
         .enforce_origin_validation();
@@ -154,7 +86,7 @@ pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> 
     };
     let service = StreamableHttpService::new(
         move || Ok(adapter.clone()),
-        Arc::new(LocalSessionManager::default()),
+        Arc::new(StoredSessions::new(state.store.clone(), durable_events)),
         transport,
     );
     let guard = Guard {
@@ -172,6 +104,24 @@ pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> 
         .route("/.well-known/oauth-protected-resource", get(metadata))
         .route(METADATA_PATH, get(metadata))
         .with_state(guard)
+}
+
+/// Drops stored SSE events older than `retention`, every minute, until shutdown.
+fn prune_events(store: Store, retention: Duration, shutdown: CancellationToken) {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(PRUNE_EVERY);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = every.tick() => {}
+            }
+            let before = chrono::Utc::now()
+                - chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::MAX);
+            if let Err(err) = store.prune_mcp_events(before).await {
+                tracing::warn!(error = %err, "could not prune stored MCP events");
+            }
+        }
+    });
 }
 
 impl Guard {
