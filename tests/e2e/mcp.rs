@@ -26,12 +26,21 @@ async fn connect(
     key: &str,
     version: ProtocolVersion,
 ) -> RunningService<RoleClient, ClientConfig> {
+    connect_as(gw, key, version, "e2e-mcp-client").await
+}
+
+async fn connect_as(
+    gw: &Gateway,
+    key: &str,
+    version: ProtocolVersion,
+    client_name: &str,
+) -> RunningService<RoleClient, ClientConfig> {
     let transport = StreamableHttpClientTransport::from_config(
         StreamableHttpClientTransportConfig::with_uri(gw.url("/mcp")).auth_header(key),
     );
     ClientConfig::new(
         ClientCapabilities::default(),
-        Implementation::new("e2e-mcp-client", "1.2.3"),
+        Implementation::new(client_name, "1.2.3"),
     )
     .with_protocol_version(version.clone())
     .serve(transport)
@@ -391,5 +400,31 @@ async fn a_progress_token_gets_progress_notifications_before_the_result() {
     let last = messages.last().expect("result");
     assert_eq!(last["id"], 7, "the result comes last: {body}");
     assert_eq!(last["result"]["isError"], false);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn vendor_meta_goes_only_to_the_clients_that_asked_for_it() {
+    let gw = Gateway::start().await;
+    for version in [ProtocolVersion::V_2025_11_25, ProtocolVersion::V_2026_07_28] {
+        let openai = connect_as(&gw, &gw.admin_key, version.clone(), "openai-mcp").await;
+        let tools = openai.list_all_tools().await.expect("tools/list");
+        let echo = tools.iter().find(|t| t.name == "echo").expect("echo");
+        let meta = serde_json::to_value(echo.meta.as_ref().expect("_meta for OpenAI's client"))
+            .expect("json");
+        assert_eq!(
+            meta["openai/toolInvocation/invoking"], "Echoing…",
+            "{version}"
+        );
+        openai.cancel().await.expect("close");
+
+        let other = connect_as(&gw, &gw.admin_key, version.clone(), "claude-ai").await;
+        let tools = other.list_all_tools().await.expect("tools/list");
+        assert!(
+            tools.iter().all(|t| t.meta.is_none()),
+            "{version}: no vendor _meta for other clients: {tools:?}"
+        );
+        other.cancel().await.expect("close");
+    }
     gw.stop().await;
 }

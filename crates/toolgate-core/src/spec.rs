@@ -76,6 +76,11 @@ pub struct ToolSpec {
     pub secret_fields: Vec<String>,
     /// Text output beyond this many characters is truncated with a marker.
     pub max_output_chars: usize,
+    /// Vendor metadata for the tool's MCP declaration (`openai/outputTemplate` and the
+    /// like), sent as `_meta` only to clients configured to receive its vendor prefix.
+    /// Tools state it once; which client sees it is the MCP adapter's decision.
+    #[serde(skip)]
+    pub vendor_meta: serde_json::Map<String, Value>,
 }
 
 impl ToolSpec {
@@ -99,6 +104,7 @@ impl ToolSpec {
             required_scope: None,
             secret_fields: Vec::new(),
             max_output_chars: DEFAULT_MAX_OUTPUT_CHARS,
+            vendor_meta: serde_json::Map::new(),
         }
     }
 
@@ -140,6 +146,12 @@ impl ToolSpec {
         pointers: impl IntoIterator<Item = impl Into<String>>,
     ) -> Self {
         self.secret_fields = pointers.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Adds a vendor `_meta` entry, keyed `vendor/name` (e.g. `openai/outputTemplate`).
+    pub fn with_vendor_meta(mut self, key: impl Into<String>, value: Value) -> Self {
+        self.vendor_meta.insert(key.into(), value);
         self
     }
 

@@ -39,6 +39,11 @@ pub struct ToolOutput {
     pub content: Vec<Content>,
     /// Structured result matching the tool's output schema, when it has one.
     pub structured: Option<Value>,
+    /// Vendor metadata for the result (`openai/…` keys and the like). Adapters pass each
+    /// entry only to clients configured to receive its vendor prefix; REST and agents
+    /// never see it.
+    #[serde(default, skip)]
+    pub vendor_meta: serde_json::Map<String, Value>,
 }
 
 impl ToolOutput {
@@ -47,6 +52,7 @@ impl ToolOutput {
         Self {
             content: vec![Content::Text { text: text.into() }],
             structured: None,
+            vendor_meta: Default::default(),
         }
     }
 
@@ -149,7 +155,7 @@ mod tests {
                     text: "cccc".into(),
                 },
             ],
-            structured: None,
+            ..Default::default()
         };
         assert!(out.truncate_text(6));
         assert_eq!(out.content.len(), 3, "{:?}", out.content);

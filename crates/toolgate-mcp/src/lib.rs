@@ -49,11 +49,82 @@ pub struct McpCaller {
 pub struct McpAdapter {
     registry: Arc<Registry>,
     executor: Executor,
+    vendor_meta: Arc<VendorMeta>,
 }
 
 impl McpAdapter {
     pub fn new(registry: Arc<Registry>, executor: Executor) -> Self {
-        Self { registry, executor }
+        Self {
+            registry,
+            executor,
+            vendor_meta: Arc::default(),
+        }
+    }
+
+    /// Which clients receive which vendor `_meta` keys (none by default).
+    pub fn with_vendor_meta(mut self, vendor_meta: VendorMeta) -> Self {
+        self.vendor_meta = Arc::new(vendor_meta);
+        self
+    }
+}
+
+/// Which clients see which vendor-specific `_meta` entries of tools and results.
+///
+/// Tools declare vendor metadata once, keyed `vendor/name` (`openai/outputTemplate`); a
+/// rule names a key prefix and the clients, by `clientInfo.name` glob (case-insensitive),
+/// that asked for it. An entry reaches a client only when a rule for its prefix matches
+/// that client: deny by default, so a client never receives another vendor's keys and a
+/// client that did not identify itself receives none.
+#[derive(Clone, Debug, Default)]
+pub struct VendorMeta {
+    rules: Vec<(String, globset::GlobSet)>,
+}
+
+impl VendorMeta {
+    /// Rules as `(key prefix, client name globs)`.
+    pub fn new<P, G>(rules: impl IntoIterator<Item = (P, G)>) -> Result<Self, globset::Error>
+    where
+        P: Into<String>,
+        G: IntoIterator,
+        G::Item: AsRef<str>,
+    {
+        let mut built = Vec::new();
+        for (prefix, globs) in rules {
+            let mut set = globset::GlobSetBuilder::new();
+            for glob in globs {
+                set.add(
+                    globset::GlobBuilder::new(glob.as_ref())
+                        .case_insensitive(true)
+                        .build()?,
+                );
+            }
+            built.push((prefix.into(), set.build()?));
+        }
+        Ok(Self { rules: built })
+    }
+
+    /// The entries of `meta` that `client` may see; `None` when there are none.
+    pub fn for_client(
+        &self,
+        client: Option<&ClientInfo>,
+        meta: &serde_json::Map<String, Value>,
+    ) -> Option<serde_json::Map<String, Value>> {
+        let client = client?;
+        if meta.is_empty() {
+            return None;
+        }
+        let prefixes: Vec<&str> = self
+            .rules
+            .iter()
+            .filter(|(_, clients)| clients.is_match(&client.name))
+            .map(|(prefix, _)| prefix.as_str())
+            .collect();
+        let seen: serde_json::Map<String, Value> = meta
+            .iter()
+            .filter(|(key, _)| prefixes.iter().any(|p| key.starts_with(p)))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        (!seen.is_empty()).then_some(seen)
     }
 }
 
@@ -188,10 +259,18 @@ impl ServerHandler for McpAdapter {
         }
         let next_cursor = (tools.len() > PAGE).then(|| tools[PAGE - 1].spec().name.clone());
         tools.truncate(PAGE);
+        let client = client_info(&context);
         let tools = tools
             .iter()
-            .map(|t| mcp_tool(t.spec()))
-            .collect::<Result<Vec<Tool>, _>>()
+            .map(|t| {
+                let mut tool = mcp_tool(t.spec())?;
+                tool.meta = self
+                    .vendor_meta
+                    .for_client(client.as_ref(), &t.spec().vendor_meta)
+                    .map(rmcp::model::MetaObject);
+                Ok(tool)
+            })
+            .collect::<Result<Vec<Tool>, serde_json::Error>>()
             .map_err(|e| ErrorData::internal_error(format!("tool rendering: {e}"), None))?;
         let mut page = ListToolsResult::with_all_items(tools);
         page.next_cursor = next_cursor;
@@ -206,8 +285,9 @@ impl ServerHandler for McpAdapter {
         let caller = caller(&context)?;
         let tools = caller.toolset.scope(self.registry.clone(), &caller.auth);
         let known = tools.get(&request.name);
+        let client = client_info(&context);
         let mut ctx =
-            CallContext::new(caller.auth.clone(), Adapter::Mcp).with_client(client_info(&context));
+            CallContext::new(caller.auth.clone(), Adapter::Mcp).with_client(client.clone());
         if let Some(id) = caller.request_id {
             ctx = ctx.with_request_id(id);
         }
@@ -220,8 +300,14 @@ impl ServerHandler for McpAdapter {
         // Unknown tools go through the executor too: the attempt is audited like any call.
         let outcome = self.executor.call(&tools, ctx, &request.name, args).await;
         match (outcome, known) {
-            (Ok(done), Some(tool)) => {
-                Ok(success_result(done, tool.spec().output_schema.is_some()).into())
+            (Ok(mut done), Some(tool)) => {
+                let meta = self
+                    .vendor_meta
+                    .for_client(client.as_ref(), &done.output.vendor_meta);
+                done.output.vendor_meta.clear();
+                let mut result = success_result(done, tool.spec().output_schema.is_some());
+                result.meta = meta.map(rmcp::model::MetaObject);
+                Ok(result.into())
             }
             (Ok(done), None) => Ok(success_result(done, false).into()),
             (Err(err), None) if err.kind == ErrorKind::NotFound => Err(ErrorData::invalid_params(
@@ -272,6 +358,40 @@ mod tests {
             "test",
             json!({"type": "object"}),
         )))
+    }
+
+    #[test]
+    fn vendor_meta_reaches_only_the_clients_named_for_its_prefix() {
+        let rules = VendorMeta::new([
+            ("openai/", vec!["openai*", "chatgpt*"]),
+            ("acme/", vec!["acme-agent"]),
+        ])
+        .expect("rules");
+        let meta = serde_json::from_value(json!({
+            "openai/outputTemplate": "ui://widget.html",
+            "acme/color": "red",
+            "io.example/other": 1,
+        }))
+        .expect("map");
+        let client = |name: &str| ClientInfo {
+            name: name.into(),
+            version: None,
+        };
+        let seen = rules.for_client(Some(&client("OpenAI-MCP")), &meta);
+        assert_eq!(
+            seen.map(Value::Object),
+            Some(json!({"openai/outputTemplate": "ui://widget.html"}))
+        );
+        let seen = rules.for_client(Some(&client("acme-agent")), &meta);
+        assert_eq!(seen.map(Value::Object), Some(json!({"acme/color": "red"})));
+        // Anyone else, or a client that did not say who it is: nothing vendor-specific.
+        assert_eq!(rules.for_client(Some(&client("claude-ai")), &meta), None);
+        assert_eq!(rules.for_client(Some(&client("acme-agent-2")), &meta), None);
+        assert_eq!(rules.for_client(None, &meta), None);
+        assert_eq!(
+            VendorMeta::default().for_client(Some(&client("openai-mcp")), &meta),
+            None
+        );
     }
 
     #[tokio::test]

@@ -58,6 +58,30 @@ pub struct McpConfig {
     pub durable_streams: Option<bool>,
     /// How long stored SSE events are kept for resumption.
     pub event_retention_secs: u64,
+    /// Which clients receive which vendor-specific `_meta` keys of tools and results.
+    /// A key goes to a client only when a rule for its prefix names that client.
+    pub vendor_meta: Vec<VendorMetaRule>,
+}
+
+/// One `mcp.vendor_meta` rule: `_meta` keys starting with `prefix` go to clients whose
+/// `clientInfo.name` matches one of `clients` (globs, case-insensitive).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VendorMetaRule {
+    pub prefix: String,
+    pub clients: Vec<String>,
+}
+
+impl McpConfig {
+    /// The vendor `_meta` rules, compiled.
+    pub fn vendor_meta(&self) -> Result<toolgate_mcp::VendorMeta, String> {
+        toolgate_mcp::VendorMeta::new(
+            self.vendor_meta
+                .iter()
+                .map(|r| (r.prefix.clone(), r.clients.iter())),
+        )
+        .map_err(|e| e.to_string())
+    }
 }
 
 impl Default for McpConfig {
@@ -71,6 +95,11 @@ impl Default for McpConfig {
             public_url: None,
             durable_streams: None,
             event_retention_secs: 3600,
+            // OpenAI's Apps SDK keys (`openai/outputTemplate`, …) for OpenAI's clients.
+            vendor_meta: vec![VendorMetaRule {
+                prefix: "openai/".into(),
+                clients: vec!["openai*".into(), "chatgpt*".into()],
+            }],
         }
     }
 }
@@ -320,6 +349,9 @@ impl Config {
         }
         if self.tools.max_output_chars == 0 {
             errors.push(("tools.max_output_chars".into(), "must be at least 1".into()));
+        }
+        if let Err(e) = self.mcp.vendor_meta() {
+            errors.push(("mcp.vendor_meta".into(), e));
         }
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log.filter) {
             errors.push(("log.filter".into(), e.to_string()));

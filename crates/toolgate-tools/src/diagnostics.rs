@@ -32,7 +32,11 @@ impl Echo {
             "type": "object",
             "properties": {"message": {"type": "string"}},
             "required": ["message"]
-        }));
+        }))
+        // Status lines OpenAI's clients show while the tool runs (Apps SDK); the MCP
+        // adapter sends them to those clients only.
+        .with_vendor_meta("openai/toolInvocation/invoking", json!("Echoing…"))
+        .with_vendor_meta("openai/toolInvocation/invoked", json!("Echoed"));
         Self { spec }
     }
 }

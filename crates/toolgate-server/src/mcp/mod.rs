@@ -59,7 +59,9 @@ struct Guard {
 /// The `/mcp` route and the protected-resource metadata. `shutdown` ends open SSE
 /// streams and sessions when the gateway stops.
 pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> Router {
-    let adapter = McpAdapter::new(state.registry.clone(), state.executor.clone());
+    let adapter = McpAdapter::new(state.registry.clone(), state.executor.clone())
+        // Checked when the configuration was loaded.
+        .with_vendor_meta(config.mcp.vendor_meta().unwrap_or_default());
     let mcp = &config.mcp;
     let sessions = Arc::new(Sessions::new(state.store.clone()));
     let durable_events = mcp
