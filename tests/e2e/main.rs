@@ -1,6 +1,7 @@
 //! End-to-end tests: one binary, the real gateway on loopback, real HTTP.
 
 mod auth;
+mod conformance;
 mod docs;
 mod jwt;
 mod mcp;

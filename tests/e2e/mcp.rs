@@ -312,16 +312,25 @@ async fn each_tenant_sees_only_its_own_mcp_calls() {
 #[tokio::test]
 async fn a_foreign_origin_is_refused() {
     let gw = Gateway::start().await;
-    let response = gw
-        .http
-        .post(gw.url("/mcp"))
-        .header("accept", "application/json, text/event-stream")
-        .header("origin", "https://evil.example")
-        .json(&initialize_body())
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(response.status(), 403);
+    let port = gw.base.rsplit(':').next().expect("port").to_owned();
+    for (origin, status) in [
+        ("https://evil.example", 403),
+        ("http://localhost.evil.example", 403),
+        ("https://127.0.0.1", 403),
+        (&*format!("http://127.0.0.1:{port}"), 200),
+        ("http://localhost:3000", 200),
+    ] {
+        let response = gw
+            .http
+            .post(gw.url("/mcp"))
+            .header("accept", "application/json, text/event-stream")
+            .header("origin", origin)
+            .json(&initialize_body())
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(response.status(), status, "{origin}");
+    }
     gw.stop().await;
 }
 

@@ -301,3 +301,59 @@ pub async fn run_sdk_client(program: &str, args: &[&str]) -> (bool, serde_json::
         .unwrap_or(serde_json::Value::Null);
     (output.status.success(), json, stderr)
 }
+
+/// A reverse proxy on loopback that adds `Authorization: Bearer <key>` to every request
+/// and forwards it to `target` (e.g. `http://127.0.0.1:PORT`) as it came, `Host` included,
+/// streaming both ways. For peers that send no credentials, like the MCP conformance
+/// suite. Returns the proxy's base URL; the proxy lives as long as the runtime.
+pub async fn auth_proxy(target: &str, key: &str) -> String {
+    use axum::body::Body;
+    use axum::extract::Request;
+    use axum::response::Response;
+
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    let target = target.trim_end_matches('/').to_owned();
+    let bearer = format!("Bearer {key}");
+    let forward = move |request: Request| {
+        let (client, target, bearer) = (client.clone(), target.clone(), bearer.clone());
+        async move {
+            let (parts, body) = request.into_parts();
+            let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            let mut headers = parts.headers.clone();
+            headers.insert(
+                "authorization",
+                bearer.parse().expect("a valid header value"),
+            );
+            let upstream = client
+                .request(parts.method, format!("{target}{path}"))
+                .headers(headers)
+                .body(reqwest::Body::wrap_stream(body.into_data_stream()))
+                .send()
+                .await;
+            match upstream {
+                Ok(answer) => {
+                    let mut response = Response::builder().status(answer.status());
+                    for (name, value) in answer.headers() {
+                        response = response.header(name, value);
+                    }
+                    response
+                        .body(Body::from_stream(answer.bytes_stream()))
+                        .expect("a valid response")
+                }
+                Err(err) => Response::builder()
+                    .status(502)
+                    .body(Body::from(err.to_string()))
+                    .expect("a valid response"),
+            }
+        }
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, axum::Router::new().fallback(forward)).await;
+    });
+    format!("http://{addr}")
+}

@@ -41,7 +41,7 @@ pub struct McpConfig {
     pub allowed_hosts: Vec<String>,
     /// Browser origins allowed at `/mcp` (`https://app.example.com:443`, `http://localhost:*`).
     /// A request carrying any other `Origin` is refused; requests without one (non-browser
-    /// clients) pass.
+    /// clients) pass. Default: loopback origins only.
     pub allowed_origins: Vec<String>,
     /// Keep sessions for clients of protocol versions before 2026-07-28 (which are
     /// stateless anyway). Off serves those clients statelessly too.
@@ -89,7 +89,13 @@ impl Default for McpConfig {
         Self {
             enabled: true,
             allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
-            allowed_origins: Vec::new(),
+            // Pages served from this machine itself; a rebinding attack's page has its
+            // own origin and is refused.
+            allowed_origins: vec![
+                "http://localhost:*".into(),
+                "http://127.0.0.1:*".into(),
+                "http://[::1]:*".into(),
+            ],
             sessions: true,
             authorization_servers: Vec::new(),
             public_url: None,
