@@ -9,3 +9,4 @@ mod mcp_sdk;
 mod rest_errors;
 mod rest_tools;
 mod tenancy;
+mod upstream;

@@ -31,6 +31,21 @@ pub enum Content {
         data: String,
         mime_type: String,
     },
+    Audio {
+        /// Base64-encoded bytes.
+        data: String,
+        mime_type: String,
+    },
+    /// A resource embedded in the output, as MCP's `EmbeddedResource.resource`: `uri`,
+    /// `mimeType`, and `text` or base64 `blob` (kept as given by an upstream server).
+    Resource {
+        resource: Value,
+    },
+    /// A link to a resource the caller may read, as MCP's `ResourceLink` (`uri`, `name`,
+    /// `mimeType`, …).
+    ResourceLink {
+        link: Value,
+    },
 }
 
 /// What a successful call returns.
@@ -107,7 +122,10 @@ impl ToolOutput {
             .iter()
             .map(|c| match c {
                 Content::Text { text } => text.chars().count(),
-                Content::Image { .. } => 0,
+                Content::Image { .. }
+                | Content::Audio { .. }
+                | Content::Resource { .. }
+                | Content::ResourceLink { .. } => 0,
             })
             .sum()
     }

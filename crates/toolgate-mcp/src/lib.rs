@@ -12,6 +12,8 @@
 //! adapter `mcp`, [`ToolError`] ↔ an `isError` result (or, for an unknown tool, the JSON-RPC
 //! error -32602 the 2025-11-25 specification asks for).
 
+pub mod upstream;
+
 use std::sync::Arc;
 
 use rmcp::model::{
@@ -162,20 +164,39 @@ pub fn error_result(err: &ToolError) -> CallToolResult {
 }
 
 fn success_result(done: Completed, has_output_schema: bool) -> CallToolResult {
-    let content = done
-        .output
-        .content
-        .into_iter()
-        .map(|c| match c {
-            Content::Text { text } => ContentBlock::text(text),
-            Content::Image { data, mime_type } => ContentBlock::image(data, mime_type),
-        })
-        .collect();
+    let content = done.output.content.into_iter().map(content_block).collect();
     let mut result = CallToolResult::success(content);
     if has_output_schema {
         result.structured_content = done.output.structured;
     }
     result
+}
+
+/// One piece of output as MCP content. Resources and links travel as the JSON they came
+/// in (from an upstream server); one that is not valid MCP becomes text saying so.
+fn content_block(content: Content) -> ContentBlock {
+    match content {
+        Content::Text { text } => ContentBlock::text(text),
+        Content::Image { data, mime_type } => ContentBlock::image(data, mime_type),
+        Content::Audio { data, mime_type } => {
+            json_block(json!({"type": "audio", "data": data, "mimeType": mime_type}))
+        }
+        Content::Resource { resource } => {
+            json_block(json!({"type": "resource", "resource": resource}))
+        }
+        Content::ResourceLink { link } => {
+            let mut block = json!({"type": "resource_link"});
+            if let (Some(block), Value::Object(fields)) = (block.as_object_mut(), link) {
+                block.extend(fields);
+            }
+            json_block(block)
+        }
+    }
+}
+
+fn json_block(block: Value) -> ContentBlock {
+    serde_json::from_value(block)
+        .unwrap_or_else(|e| ContentBlock::text(format!("[content not valid MCP: {e}]")))
 }
 
 /// Progress reports of one call, sent as `notifications/progress` with the caller's token

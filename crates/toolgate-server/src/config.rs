@@ -27,6 +27,90 @@ pub struct Config {
     pub database: DatabaseConfig,
     pub auth: AuthConfig,
     pub mcp: McpConfig,
+    /// Upstream MCP servers whose tools join the registry (operator-wide).
+    pub upstreams: Vec<UpstreamEntry>,
+}
+
+/// One `[[upstreams]]` entry: an MCP server over stdio (`command`) or Streamable HTTP
+/// (`url`), exactly one of the two.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamEntry {
+    /// `^[A-Za-z0-9_.-]{1,32}$`; the default tool prefix is `<name>__`.
+    pub name: String,
+    /// Put before each of its tools' names; `""` for none.
+    #[serde(default)]
+    pub prefix: Option<String>,
+    /// The program to spawn (stdio), with `args`, in `cwd`, with only `env` (and `PATH`).
+    #[serde(default)]
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, Secret>,
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// The Streamable HTTP endpoint, with static `headers` and a `bearer` token.
+    #[serde(default)]
+    pub url: Option<String>,
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, Secret>,
+    #[serde(default)]
+    pub bearer: Option<Secret>,
+    /// Globs over the upstream's tool names: only these (all when empty), never `deny`.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    #[serde(default)]
+    pub deny: Vec<String>,
+    /// A call's deadline when the caller asks for none, and the longest allowed, seconds.
+    #[serde(default = "default_upstream_timeout")]
+    pub timeout_secs: u64,
+    #[serde(default = "default_upstream_max_timeout")]
+    pub max_timeout_secs: u64,
+}
+
+fn default_upstream_timeout() -> u64 {
+    60
+}
+
+fn default_upstream_max_timeout() -> u64 {
+    300
+}
+
+impl UpstreamEntry {
+    /// The upstream as `toolgate-mcp` takes it; `None` when neither or both of `command`
+    /// and `url` are set (reported by [`Config::load`]).
+    pub fn to_upstream(&self) -> Option<toolgate_mcp::upstream::UpstreamConfig> {
+        use toolgate_mcp::upstream::{UpstreamConfig, UpstreamTransport};
+        let expose = |m: &std::collections::BTreeMap<String, Secret>| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.expose().to_owned()))
+                .collect()
+        };
+        let transport = match (&self.command, &self.url) {
+            (Some(command), None) => UpstreamTransport::Stdio {
+                command: command.clone(),
+                args: self.args.clone(),
+                env: expose(&self.env),
+                cwd: self.cwd.clone(),
+            },
+            (None, Some(url)) => UpstreamTransport::Http {
+                url: url.clone(),
+                headers: expose(&self.headers),
+                bearer: self.bearer.as_ref().map(|b| b.expose().to_owned()),
+            },
+            _ => return None,
+        };
+        Some(UpstreamConfig {
+            name: self.name.clone(),
+            prefix: self.prefix.clone(),
+            transport,
+            allow: self.allow.clone(),
+            deny: self.deny.clone(),
+            default_timeout: std::time::Duration::from_secs(self.timeout_secs),
+            max_timeout: std::time::Duration::from_secs(self.max_timeout_secs),
+        })
+    }
 }
 
 /// The MCP front door at `/mcp`.
@@ -197,6 +281,7 @@ impl Default for Config {
             database: DatabaseConfig::default(),
             auth: AuthConfig::default(),
             mcp: McpConfig::default(),
+            upstreams: Vec::new(),
         }
     }
 }
@@ -355,6 +440,35 @@ impl Config {
         }
         if self.tools.max_output_chars == 0 {
             errors.push(("tools.max_output_chars".into(), "must be at least 1".into()));
+        }
+        for (i, upstream) in self.upstreams.iter().enumerate() {
+            let key = format!("upstreams[{i}]");
+            let name_ok = (1..=32).contains(&upstream.name.len())
+                && upstream
+                    .name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+            if !name_ok {
+                errors.push((
+                    format!("{key}.name"),
+                    "use 1-32 letters, digits, '_', '.' or '-'".into(),
+                ));
+            }
+            if upstream.to_upstream().is_none() {
+                errors.push((
+                    key.clone(),
+                    "set exactly one of `command` (stdio) and `url` (HTTP)".into(),
+                ));
+            }
+            if upstream.timeout_secs == 0 {
+                errors.push((format!("{key}.timeout_secs"), "must be at least 1".into()));
+            }
+            if self.upstreams[..i].iter().any(|u| u.name == upstream.name) {
+                errors.push((
+                    format!("{key}.name"),
+                    format!("{:?} is used twice", upstream.name),
+                ));
+            }
         }
         if let Err(e) = self.mcp.vendor_meta() {
             errors.push(("mcp.vendor_meta".into(), e));

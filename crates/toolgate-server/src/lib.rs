@@ -234,6 +234,16 @@ pub async fn serve_with(
         audit_writer,
     } = build_with(&config, audit).await?;
     let streams = state.shutdown.clone();
+    // Upstreams connect in the background: one that is down never delays start-up.
+    let upstreams = toolgate_mcp::upstream::start(
+        config
+            .upstreams
+            .iter()
+            .filter_map(config::UpstreamEntry::to_upstream)
+            .collect(),
+        state.registry.clone(),
+        streams.clone(),
+    );
     let app = app(state, &config).into_make_service_with_connect_info::<std::net::SocketAddr>();
     let addr = listener
         .local_addr()
@@ -253,6 +263,10 @@ pub async fn serve_with(
         () = async { stopping.cancelled().await; tokio::time::sleep(grace).await } => {
             tracing::warn!(grace_secs = grace.as_secs(), "in-flight requests still running after the grace period; stopping them");
         }
+    }
+    // Upstream supervisors end their connections (child processes are killed).
+    for upstream in upstreams {
+        let _ = tokio::time::timeout(grace, upstream).await;
     }
     // The app (and with it every handle on the audit writer) is gone: the writer drains
     // what is queued and ends.

@@ -177,10 +177,10 @@ pub(crate) mod tests {
     }
 
     fn text(out: &ToolOutput) -> &str {
-        match &out.content[0] {
-            Content::Text { text } => text,
-            Content::Image { .. } => panic!("text expected"),
-        }
+        let Content::Text { text } = &out.content[0] else {
+            panic!("text expected")
+        };
+        text
     }
 
     #[tokio::test]

@@ -254,6 +254,22 @@ pub enum ContentItem {
         data: String,
         mime_type: String,
     },
+    Audio {
+        /// Base64-encoded bytes.
+        data: String,
+        mime_type: String,
+    },
+    /// A resource embedded in the output (MCP `EmbeddedResource.resource`: `uri`,
+    /// `mimeType`, and `text` or base64 `blob`).
+    Resource {
+        #[schema(value_type = Object)]
+        resource: Value,
+    },
+    /// A link to a resource (MCP `ResourceLink`: `uri`, `name`, `mimeType`, …).
+    ResourceLink {
+        #[schema(value_type = Object)]
+        link: Value,
+    },
 }
 
 /// A successful call.
@@ -290,6 +306,9 @@ impl From<Completed> for InvokeResponse {
                 .map(|c| match c {
                     Content::Text { text } => ContentItem::Text { text },
                     Content::Image { data, mime_type } => ContentItem::Image { data, mime_type },
+                    Content::Audio { data, mime_type } => ContentItem::Audio { data, mime_type },
+                    Content::Resource { resource } => ContentItem::Resource { resource },
+                    Content::ResourceLink { link } => ContentItem::ResourceLink { link },
                 })
                 .collect(),
             structured: done.output.structured,

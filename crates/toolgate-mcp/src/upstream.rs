@@ -1,0 +1,547 @@
+//! Upstream MCP servers federated into the registry: toolgate as an MCP *client*.
+//!
+//! Each configured upstream gets a supervisor task ([`start`]) that connects (a child
+//! process over stdio, or Streamable HTTP), lists every page of its tools, and registers
+//! each as an [`UpstreamTool`] named `<prefix><tool>` (prefix `<upstream>__` unless
+//! configured). Calls then go through the executor like any tool's: audit, events,
+//! deadline. The supervisor re-lists on `notifications/tools/list_changed`, unregisters
+//! the tools when the connection ends, and reconnects with exponential backoff and
+//! jitter. An upstream that fails to start or dies never blocks start-up or other tools.
+//!
+//! Faithful relaying: content (text, image, audio, embedded resources, resource links),
+//! structured content and `_meta` come back as the upstream sent them; progress the
+//! upstream reports reaches the caller's progress sink; the call's cancellation (the
+//! caller's, or the executor's deadline) sends `notifications/cancelled` upstream. An
+//! `isError` result is a [`ToolError`] of kind `upstream` carrying the upstream's text;
+//! JSON-RPC errors map by code (-32602 → `invalid_arguments`, others → `upstream`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
+    ContentBlock, Implementation, NumberOrString, ProgressNotificationParam, ProgressToken,
+    RequestMetaObject,
+};
+use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, ServiceError, ServiceExt};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use toolgate_core::spec::is_valid_tool_name;
+use toolgate_core::{
+    CallContext, Content, Effects, ErrorKind, ProgressSink, Registry, Risk, Tool, ToolError,
+    ToolOutput, ToolSpec,
+};
+
+/// Longest wait between reconnection attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+
+/// One upstream MCP server, as the operator configured it.
+#[derive(Clone, Debug)]
+pub struct UpstreamConfig {
+    /// `^[A-Za-z0-9_.-]+$`; names the upstream in logs, errors and the default prefix.
+    pub name: String,
+    /// Put before each upstream tool's name; `<name>__` when `None`, nothing when empty.
+    pub prefix: Option<String>,
+    pub transport: UpstreamTransport,
+    /// Globs over the upstream's own tool names: only these (all when empty)…
+    pub allow: Vec<String>,
+    /// …and never these.
+    pub deny: Vec<String>,
+    /// Deadline of a call when the caller asks for none, and the longest one allowed.
+    pub default_timeout: Duration,
+    pub max_timeout: Duration,
+}
+
+/// How to reach an upstream.
+#[derive(Clone, Debug)]
+pub enum UpstreamTransport {
+    /// A child process speaking MCP on stdin/stdout. Its environment is only `env` (plus
+    /// `PATH`), never the gateway's own.
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        env: BTreeMap<String, String>,
+        cwd: Option<PathBuf>,
+    },
+    /// A Streamable HTTP endpoint, with static headers and an optional bearer token.
+    Http {
+        url: String,
+        headers: BTreeMap<String, String>,
+        bearer: Option<String>,
+    },
+}
+
+impl UpstreamConfig {
+    fn prefix(&self) -> String {
+        self.prefix
+            .clone()
+            .unwrap_or_else(|| format!("{}__", self.name))
+    }
+}
+
+/// Starts one supervisor per upstream; they run until `shutdown` is cancelled, then
+/// unregister their tools and end their connections (child processes are killed).
+pub fn start(
+    upstreams: Vec<UpstreamConfig>,
+    registry: Arc<Registry>,
+    shutdown: CancellationToken,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    upstreams
+        .into_iter()
+        .map(|config| {
+            let (registry, shutdown) = (registry.clone(), shutdown.clone());
+            tokio::spawn(supervise(config, registry, shutdown))
+        })
+        .collect()
+}
+
+/// Where progress reports of in-flight calls go, by the progress token sent upstream.
+type ProgressRoutes = Arc<Mutex<HashMap<String, ProgressSink>>>;
+
+/// The client side of one upstream connection: relays progress, hears list changes.
+struct Handler {
+    info: ClientConfig,
+    progress: ProgressRoutes,
+    list_changed: tokio::sync::mpsc::Sender<()>,
+}
+
+impl ClientHandler for Handler {
+    fn get_info(&self) -> ClientConfig {
+        self.info.clone()
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let key = token_key(&params.progress_token);
+        let sink = lock(&self.progress).get(&key).cloned();
+        if let Some(sink) = sink {
+            let _ = sink.try_send(toolgate_core::Progress {
+                progress: params.progress,
+                total: params.total,
+                message: params.message,
+            });
+        }
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        let _ = self.list_changed.try_send(());
+    }
+}
+
+fn lock(routes: &ProgressRoutes) -> std::sync::MutexGuard<'_, HashMap<String, ProgressSink>> {
+    routes.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn token_key(token: &ProgressToken) -> String {
+    match &token.0 {
+        NumberOrString::Number(n) => n.to_string(),
+        NumberOrString::String(s) => s.to_string(),
+    }
+}
+
+async fn supervise(config: UpstreamConfig, registry: Arc<Registry>, shutdown: CancellationToken) {
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let (changed_tx, mut changed) = tokio::sync::mpsc::channel(1);
+        let progress = ProgressRoutes::default();
+        let connected = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            connected = connect(&config, progress.clone(), changed_tx) => connected,
+        };
+        match connected {
+            Ok(service) => {
+                let mut registered = Vec::new();
+                if let Err(err) =
+                    discover(&config, &service, &registry, &progress, &mut registered).await
+                {
+                    tracing::warn!(upstream = %config.name, error = %err, "could not list the upstream's tools");
+                } else {
+                    backoff = FIRST_BACKOFF;
+                }
+                let cancel = service.cancellation_token();
+                let peer = service.peer().clone();
+                let ended = service.waiting();
+                tokio::pin!(ended);
+                let stopping = loop {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break true,
+                        _ = &mut ended => break false,
+                        Some(()) = changed.recv() => {}
+                    }
+                    unregister(&registry, &mut registered);
+                    // A closed service cannot list: `discover` fails and the loop ends.
+                    if let Err(err) =
+                        rediscover(&config, &peer, &registry, &progress, &mut registered).await
+                    {
+                        tracing::warn!(upstream = %config.name, error = %err, "could not list the upstream's tools again");
+                    }
+                };
+                unregister(&registry, &mut registered);
+                if stopping {
+                    cancel.cancel();
+                    let _ = ended.await;
+                    return;
+                }
+                tracing::warn!(upstream = %config.name, "upstream connection ended; reconnecting");
+            }
+            Err(err) => {
+                tracing::warn!(upstream = %config.name, error = %err, "could not connect to the upstream");
+            }
+        }
+        let wait = jitter(backoff);
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// Between half and all of `backoff`, so many gateways do not reconnect in step.
+fn jitter(backoff: Duration) -> Duration {
+    let nanos = u64::try_from(backoff.as_nanos()).unwrap_or(u64::MAX);
+    let random = uuid::Uuid::new_v4().as_u128() as u64;
+    Duration::from_nanos(nanos / 2 + random % (nanos / 2).max(1))
+}
+
+async fn connect(
+    config: &UpstreamConfig,
+    progress: ProgressRoutes,
+    list_changed: tokio::sync::mpsc::Sender<()>,
+) -> Result<RunningService<RoleClient, Handler>, String> {
+    let handler = Handler {
+        info: ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("toolgate", env!("CARGO_PKG_VERSION")),
+        ),
+        progress,
+        list_changed,
+    };
+    match &config.transport {
+        UpstreamTransport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } => {
+            let mut cmd = tokio::process::Command::new(command);
+            cmd.args(args).env_clear().envs(env);
+            if !env.contains_key("PATH")
+                && let Some(path) = std::env::var_os("PATH")
+            {
+                cmd.env("PATH", path);
+            }
+            if let Some(cwd) = cwd {
+                cmd.current_dir(cwd);
+            }
+            let (transport, stderr) = TokioChildProcess::builder(cmd)
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("cannot start {command:?}: {e}"))?;
+            if let Some(stderr) = stderr {
+                log_stderr(config.name.clone(), stderr);
+            }
+            handler
+                .serve(transport)
+                .await
+                .map_err(|e| format!("initialize failed: {e}"))
+        }
+        UpstreamTransport::Http {
+            url,
+            headers,
+            bearer,
+        } => {
+            let mut http = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+            if let Some(token) = bearer {
+                http = http.auth_header(token.clone());
+            }
+            for (name, value) in headers {
+                let name = http::HeaderName::try_from(name.as_str())
+                    .map_err(|e| format!("header {name:?}: {e}"))?;
+                let value = http::HeaderValue::try_from(value.as_str())
+                    .map_err(|e| format!("header {name}: {e}"))?;
+                http.custom_headers.insert(name, value);
+            }
+            handler
+                .serve(StreamableHttpClientTransport::from_config(http))
+                .await
+                .map_err(|e| format!("initialize failed: {e}"))
+        }
+    }
+}
+
+/// The child's stderr, line by line, into the gateway's log (bounded lines).
+fn log_stderr(upstream: String, stderr: tokio::process::ChildStderr) {
+    use tokio::io::AsyncBufReadExt;
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let line: String = line.chars().take(2000).collect();
+            tracing::info!(upstream = %upstream, line, "upstream stderr");
+        }
+    });
+}
+
+async fn discover(
+    config: &UpstreamConfig,
+    service: &RunningService<RoleClient, Handler>,
+    registry: &Registry,
+    progress: &ProgressRoutes,
+    registered: &mut Vec<String>,
+) -> Result<(), ServiceError> {
+    rediscover(config, service.peer(), registry, progress, registered).await
+}
+
+/// Lists every page of the upstream's tools and registers those the allow/deny lists
+/// admit; a name taken by another tool is reported, never overwritten.
+async fn rediscover(
+    config: &UpstreamConfig,
+    peer: &Peer<RoleClient>,
+    registry: &Registry,
+    progress: &ProgressRoutes,
+    registered: &mut Vec<String>,
+) -> Result<(), ServiceError> {
+    let tools = peer.list_all_tools().await?;
+    let allow = globs(&config.allow);
+    let deny = globs(&config.deny);
+    let prefix = config.prefix();
+    for tool in tools {
+        let remote = tool.name.to_string();
+        if (!config.allow.is_empty() && !allow.is_match(&remote)) || deny.is_match(&remote) {
+            continue;
+        }
+        let name = format!("{prefix}{remote}");
+        if !is_valid_tool_name(&name) {
+            tracing::warn!(upstream = %config.name, tool = %name, "skipped an upstream tool whose name is not valid here");
+            continue;
+        }
+        let spec = spec_for(config, &name, &tool);
+        let upstream_tool = UpstreamTool {
+            spec,
+            upstream: config.name.clone(),
+            remote,
+            peer: peer.clone(),
+            progress: progress.clone(),
+        };
+        match registry.register(Arc::new(upstream_tool)) {
+            Ok(()) => registered.push(name),
+            Err(err) => {
+                tracing::warn!(upstream = %config.name, tool = %name, error = %err, "upstream tool not registered")
+            }
+        }
+    }
+    tracing::info!(upstream = %config.name, tools = registered.len(), "upstream tools registered");
+    Ok(())
+}
+
+fn unregister(registry: &Registry, registered: &mut Vec<String>) {
+    for name in registered.drain(..) {
+        registry.unregister(&name);
+    }
+}
+
+fn globs(patterns: &[String]) -> globset::GlobSet {
+    let mut set = globset::GlobSetBuilder::new();
+    for pattern in patterns {
+        match globset::Glob::new(pattern) {
+            Ok(glob) => {
+                set.add(glob);
+            }
+            Err(err) => {
+                tracing::warn!(pattern, error = %err, "ignored an invalid upstream tool glob")
+            }
+        }
+    }
+    set.build().unwrap_or_else(|_| globset::GlobSet::empty())
+}
+
+/// The gateway's declaration of an upstream tool. Risk follows the upstream's hints, read
+/// the way the MCP specification defaults them (a tool that does not say it only reads is
+/// taken to write, destructively, reaching the open world): read-only → low, destructive
+/// → high, other writes → medium.
+fn spec_for(config: &UpstreamConfig, name: &str, tool: &rmcp::model::Tool) -> ToolSpec {
+    let hints = tool.annotations.as_ref();
+    let read_only = hints.and_then(|a| a.read_only_hint).unwrap_or(false);
+    let destructive = !read_only && hints.and_then(|a| a.destructive_hint).unwrap_or(true);
+    let effects = Effects {
+        writes: !read_only,
+        destructive,
+        idempotent: hints.and_then(|a| a.idempotent_hint).unwrap_or(false),
+        open_world: hints.and_then(|a| a.open_world_hint).unwrap_or(true),
+    };
+    let risk = if read_only {
+        Risk::Low
+    } else if destructive {
+        Risk::High
+    } else {
+        Risk::Medium
+    };
+    let mut spec = ToolSpec::new(
+        name,
+        tool.description.as_deref().unwrap_or_default(),
+        Value::Object((*tool.input_schema).clone()),
+    )
+    .with_category(format!("upstream.{}", config.name))
+    .with_risk(risk, effects)
+    .with_timeouts(config.default_timeout, config.max_timeout);
+    if let Some(title) = tool
+        .title
+        .as_deref()
+        .or_else(|| hints.and_then(|a| a.title.as_deref()))
+    {
+        spec = spec.with_title(title);
+    }
+    if let Some(output) = &tool.output_schema {
+        spec = spec.with_output_schema(Value::Object((**output).clone()));
+    }
+    if let Some(meta) = &tool.meta {
+        spec.vendor_meta = meta.0.clone();
+    }
+    spec
+}
+
+/// A tool of an upstream server, called over the upstream's connection.
+pub struct UpstreamTool {
+    spec: ToolSpec,
+    upstream: String,
+    remote: String,
+    peer: Peer<RoleClient>,
+    progress: ProgressRoutes,
+}
+
+/// Removes a call's progress route when the call ends, however it ends.
+struct Route<'a> {
+    routes: &'a ProgressRoutes,
+    key: Option<String>,
+}
+
+impl Drop for Route<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = &self.key {
+            lock(self.routes).remove(key);
+        }
+    }
+}
+
+#[async_trait]
+impl Tool for UpstreamTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, ctx: &CallContext, args: Value) -> Result<ToolOutput, ToolError> {
+        let Value::Object(args) = args else {
+            return Err(ToolError::invalid_arguments("arguments must be an object"));
+        };
+        let mut params = CallToolRequestParams::new(self.remote.clone()).with_arguments(args);
+        let mut route = Route {
+            routes: &self.progress,
+            key: None,
+        };
+        if let Some(sink) = &ctx.progress {
+            let key = ctx.call_id.to_string();
+            lock(&self.progress).insert(key.clone(), sink.clone());
+            params.meta = Some(RequestMetaObject::with_progress_token(ProgressToken(
+                NumberOrString::String(key.as_str().into()),
+            )));
+            route.key = Some(key);
+        }
+        // Dropping the request (cancelled, or past the executor's deadline) sends
+        // `notifications/cancelled` upstream.
+        let response = tokio::select! {
+            response = self.peer.call_tool_once(params) => response,
+            _ = ctx.cancel.cancelled() => {
+                return Err(ToolError::new(ErrorKind::Cancelled, "the call was cancelled"));
+            }
+        };
+        drop(route);
+        match response {
+            Ok(CallToolResponse::Complete(result)) => self.output(result),
+            Ok(_) => Err(self.error(
+                ErrorKind::Upstream,
+                "the upstream asked for input or started a task, which the gateway does not relay yet",
+            )),
+            Err(err) => Err(self.service_error(err)),
+        }
+    }
+}
+
+impl UpstreamTool {
+    fn error(&self, kind: ErrorKind, message: impl Into<String>) -> ToolError {
+        let message = format!("upstream {:?}: {}", self.upstream, message.into());
+        ToolError::new(kind, message).with_details(json!({ "upstream": self.upstream }))
+    }
+
+    fn output(&self, result: CallToolResult) -> Result<ToolOutput, ToolError> {
+        let content: Vec<Content> = result.content.into_iter().map(content).collect();
+        if result.is_error == Some(true) {
+            let text: Vec<&str> = content
+                .iter()
+                .filter_map(|c| match c {
+                    Content::Text { text } => Some(text.as_str()),
+                    _ => None,
+                })
+                .collect();
+            let message = if text.is_empty() {
+                "the tool reported an error".to_owned()
+            } else {
+                text.join("\n")
+            };
+            return Err(self.error(ErrorKind::Upstream, message));
+        }
+        Ok(ToolOutput {
+            content,
+            structured: result.structured_content,
+            vendor_meta: result.meta.map(|m| m.0).unwrap_or_default(),
+        })
+    }
+
+    fn service_error(&self, err: ServiceError) -> ToolError {
+        match err {
+            ServiceError::McpError(e) if e.code.0 == -32602 => {
+                self.error(ErrorKind::InvalidArguments, e.message.to_string())
+            }
+            ServiceError::McpError(e) => {
+                self.error(ErrorKind::Upstream, format!("{} ({})", e.message, e.code.0))
+            }
+            other => self.error(ErrorKind::Upstream, other.to_string()),
+        }
+    }
+}
+
+/// MCP content as the gateway's. Resources and links are kept whole, as the JSON the
+/// upstream sent.
+fn content(block: ContentBlock) -> Content {
+    match block {
+        ContentBlock::Text(t) => Content::Text { text: t.text },
+        ContentBlock::Image(i) => Content::Image {
+            data: i.data,
+            mime_type: i.mime_type,
+        },
+        ContentBlock::Audio(a) => Content::Audio {
+            data: a.data,
+            mime_type: a.mime_type,
+        },
+        ContentBlock::Resource(r) => Content::Resource {
+            resource: serde_json::to_value(&r.resource).unwrap_or(Value::Null),
+        },
+        ContentBlock::ResourceLink(link) => Content::ResourceLink {
+            link: serde_json::to_value(&link).unwrap_or(Value::Null),
+        },
+        // rmcp's enum is non-exhaustive: a kind of content newer than this code.
+        other => Content::Text {
+            text: serde_json::to_string(&other)
+                .unwrap_or_else(|_| "[content of a kind the gateway cannot show]".into()),
+        },
+    }
+}

@@ -1,0 +1,74 @@
+"""An upstream MCP server for toolgate's federation tests, on the official Python SDK
+(mcp 2.x, pinned in requirements.txt), over stdio.
+
+    .venv/bin/python fixture_server.py
+
+With FIXTURE_LOG set, it appends one line per event to that file: `pid N` at start,
+`cancelled slow` when a call of `slow` is cancelled by the client.
+"""
+
+import asyncio
+import os
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ImageContent, TextContent, ToolAnnotations
+
+server = MCPServer("toolgate-fixture")
+LOG = os.environ.get("FIXTURE_LOG")
+
+
+def log(line: str) -> None:
+    if LOG:
+        with open(LOG, "a") as f:
+            f.write(line + "\n")
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def picture() -> list:
+    """A caption and a one-pixel PNG."""
+    pixel = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    return [TextContent(type="text", text="a pixel"), ImageContent(type="image", data=pixel, mimeType="image/png")]
+
+
+@server.tool()
+def fail() -> str:
+    """Always fails."""
+    raise ToolError("the fixture failed on purpose")
+
+
+@server.tool()
+async def slow(seconds: float, ctx: Context) -> str:
+    """Sleeps, reporting progress every 100 ms."""
+    steps = max(1, int(seconds * 10))
+    try:
+        for i in range(steps):
+            await ctx.report_progress(i + 1, steps, f"step {i + 1}")
+            await asyncio.sleep(0.1)
+    except asyncio.CancelledError:
+        log("cancelled slow")
+        raise
+    return f"slept {seconds}"
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def environment() -> dict:
+    """What the process's environment holds of two variables."""
+    return {"FIXTURE_TOKEN": os.environ.get("FIXTURE_TOKEN"), "HOME": os.environ.get("HOME")}
+
+
+@server.tool(meta={"openai/outputTemplate": "ui://fixture/widget.html"})
+def widget() -> str:
+    """A tool with vendor metadata."""
+    return "widget"
+
+
+if __name__ == "__main__":
+    log(f"pid {os.getpid()}")
+    server.run("stdio")

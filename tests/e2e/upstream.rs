@@ -1,0 +1,200 @@
+//! Upstream MCP federation: a real MCP server (the official Python SDK's, in
+//! `tests/clients/fixture_server.py`) spawned over stdio, its tools registered under a
+//! prefix and called through the executor from REST and MCP, plus an upstream that
+//! cannot start, which must not hold anything up.
+
+use std::time::Duration;
+
+use rmcp::ServiceExt;
+use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::{Value, json};
+use toolgate_e2e::{Gateway, sdk_clients};
+use toolgate_server::config::UpstreamEntry;
+
+fn upstream(name: &str, command: &str, args: &[&str]) -> UpstreamEntry {
+    serde_json::from_value(json!({"name": name, "command": command, "args": args}))
+        .expect("an upstream entry")
+}
+
+async fn listed(gw: &Gateway) -> Vec<String> {
+    let (_, _, tools) = gw.get("/v1/tools?limit=200").await;
+    tools["tools"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .filter_map(|t| t["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_stdio_upstream_joins_the_registry_and_is_called_through_the_executor() {
+    let dir = sdk_clients();
+    let log = tempfile::NamedTempFile::new().expect("log file");
+    let python = dir.join(".venv/bin/python").display().to_string();
+    let script = dir.join("fixture_server.py").display().to_string();
+    let log_path = log.path().display().to_string();
+    let gw = Gateway::start_with(|c| {
+        let mut fixture = upstream("fx", &python, &[&script]);
+        fixture.env.insert(
+            "FIXTURE_LOG".into(),
+            serde_json::from_value(json!(log_path)).expect("secret"),
+        );
+        fixture.env.insert(
+            "FIXTURE_TOKEN".into(),
+            serde_json::from_value(json!("t0k3n")).expect("secret"),
+        );
+        c.upstreams = vec![upstream("broken", "/nonexistent/mcp-server", &[]), fixture];
+    })
+    .await;
+    // Built-in tools work at once; the upstream's arrive when it has started.
+    let (status, _, _) = gw
+        .invoke("echo", json!({"arguments": {"message": "up"}}))
+        .await;
+    assert_eq!(status, 200);
+    let mut names = Vec::new();
+    for _ in 0..300 {
+        names = listed(&gw).await;
+        if names.iter().any(|n| n == "fx__widget") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for expected in [
+        "fx__add",
+        "fx__picture",
+        "fx__fail",
+        "fx__slow",
+        "fx__environment",
+        "fx__widget",
+    ] {
+        assert!(
+            names.iter().any(|n| n == expected),
+            "{expected} in {names:?}"
+        );
+    }
+    assert!(
+        !names.iter().any(|n| n.starts_with("broken__")),
+        "{names:?}"
+    );
+
+    // Structured output and risk derived from the upstream's hints.
+    let (status, _, done) = gw
+        .invoke("fx__add", json!({"arguments": {"a": 2, "b": 3}}))
+        .await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["structured"], json!({"result": 5}), "{done}");
+    let (_, _, described) = gw.get("/v1/tools/fx__add").await;
+    assert_eq!(described["risk"], "low", "{described}");
+    let (_, _, described) = gw.get("/v1/tools/fx__fail").await;
+    assert_eq!(
+        described["risk"], "high",
+        "an upstream tool that does not say it only reads: {described}"
+    );
+
+    // Content kinds relayed whole.
+    let (status, _, done) = gw.invoke("fx__picture", json!({"arguments": {}})).await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(
+        done["content"][0],
+        json!({"type": "text", "text": "a pixel"})
+    );
+    assert_eq!(done["content"][1]["type"], "image", "{done}");
+    assert_eq!(done["content"][1]["mime_type"], "image/png", "{done}");
+
+    // The child's environment is what was configured, not the gateway's.
+    let (_, _, done) = gw.invoke("fx__environment", json!({"arguments": {}})).await;
+    let seen: Value = done["content"][0]["text"]
+        .as_str()
+        .and_then(|t| serde_json::from_str(t).ok())
+        .unwrap_or_else(|| panic!("the environment as JSON text: {done}"));
+    assert_eq!(seen["FIXTURE_TOKEN"], "t0k3n", "{done}");
+    assert_eq!(seen["HOME"], Value::Null, "{done}");
+
+    // An isError result is an upstream error (502) carrying the upstream's text.
+    let (status, _, problem) = gw.invoke("fx__fail", json!({"arguments": {}})).await;
+    assert_eq!(status, 502, "{problem}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("failed on purpose")),
+        "{problem}"
+    );
+
+    // The deadline cancels the call upstream (notifications/cancelled).
+    let (status, _, problem) = gw
+        .post(
+            "/v1/tools/fx__slow/invoke",
+            json!({"arguments": {"seconds": 30}, "timeout_ms": 400}),
+        )
+        .await;
+    assert_eq!(status, 504, "{problem}");
+    let mut heard = String::new();
+    for _ in 0..100 {
+        heard = std::fs::read_to_string(log.path()).unwrap_or_default();
+        if heard.contains("cancelled slow") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        heard.contains("cancelled slow"),
+        "the upstream heard the cancellation: {heard}"
+    );
+
+    // Over MCP: the upstream's vendor _meta reaches only the clients named for it.
+    for (client_name, sees_meta) in [("openai-mcp", true), ("claude-ai", false)] {
+        let transport = StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(gw.url("/mcp"))
+                .auth_header(gw.admin_key.clone()),
+        );
+        let client = ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new(client_name, "1"),
+        )
+        .serve(transport)
+        .await
+        .expect("connect");
+        let tools = client.list_all_tools().await.expect("tools/list");
+        let widget = tools
+            .iter()
+            .find(|t| t.name == "fx__widget")
+            .expect("fx__widget");
+        assert_eq!(
+            widget.meta.is_some(),
+            sees_meta,
+            "{client_name}: {widget:?}"
+        );
+        client.cancel().await.expect("close");
+    }
+
+    // Every call has its audit row, under the prefixed name.
+    let (_, _, audit) = gw.get("/v1/audit?tool=fx__add").await;
+    assert_eq!(
+        audit["entries"].as_array().map(Vec::len),
+        Some(1),
+        "{audit}"
+    );
+
+    // On shutdown the child process is ended, not left behind.
+    let pid: u32 = std::fs::read_to_string(log.path())
+        .expect("log")
+        .lines()
+        .find_map(|l| l.strip_prefix("pid ")?.trim().parse().ok())
+        .expect("the fixture logged its pid");
+    gw.stop().await;
+    let mut gone = false;
+    for _ in 0..100 {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // Gone, or a zombie already reaped by the time we look.
+        if state.is_empty() {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(gone, "the upstream's process {pid} outlived the gateway");
+}
