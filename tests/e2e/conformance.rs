@@ -4,15 +4,32 @@
 //! there fails this test, and so does a listed scenario that now passes. The suite's
 //! results stay in `target/conformance/` for inspection.
 
+use serde_json::json;
 use toolgate_e2e::{Gateway, auth_proxy, sdk_clients};
 
 #[tokio::test]
 async fn mcp_conformance_suite() {
-    let gw = Gateway::start().await;
+    let dir = sdk_clients();
+    // The scenarios' fixture tools come from an upstream of our own, federated with no
+    // prefix: the suite then checks how the gateway relays each kind of result.
+    let fixture: toolgate_server::config::UpstreamEntry = serde_json::from_value(json!({
+        "name": "conformance",
+        "prefix": "",
+        "command": dir.join(".venv/bin/python"),
+        "args": [dir.join("conformance_fixture.py")],
+    }))
+    .expect("an upstream entry");
+    let gw = Gateway::start_with(|c| c.upstreams = vec![fixture]).await;
+    for _ in 0..300 {
+        let (_, _, tools) = gw.get("/v1/tools?limit=200").await;
+        if tools.to_string().contains("test_tool_with_progress") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     // The suite sends no credentials: a loopback proxy adds the admin key and forwards
     // everything else (Host and Origin included) as it came.
     let proxy = auth_proxy(&gw.base, &gw.admin_key).await;
-    let dir = sdk_clients();
     let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/conformance");
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out).expect("results dir");

@@ -22,11 +22,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
-    ContentBlock, Implementation, NumberOrString, ProgressNotificationParam, ProgressToken,
-    RequestMetaObject,
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
+    ClientCapabilities, ClientConfig, ClientRequest, ContentBlock, Implementation, NumberOrString,
+    ProgressNotificationParam, ProgressToken, RequestId, ServerResult,
 };
-use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService};
+use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ServiceError, ServiceExt};
@@ -422,14 +422,12 @@ pub struct UpstreamTool {
 /// Removes a call's progress route when the call ends, however it ends.
 struct Route<'a> {
     routes: &'a ProgressRoutes,
-    key: Option<String>,
+    key: String,
 }
 
 impl Drop for Route<'_> {
     fn drop(&mut self) {
-        if let Some(key) = &self.key {
-            lock(self.routes).remove(key);
-        }
+        lock(self.routes).remove(&self.key);
     }
 }
 
@@ -443,36 +441,66 @@ impl Tool for UpstreamTool {
         let Value::Object(args) = args else {
             return Err(ToolError::invalid_arguments("arguments must be an object"));
         };
-        let mut params = CallToolRequestParams::new(self.remote.clone()).with_arguments(args);
-        let mut route = Route {
-            routes: &self.progress,
-            key: None,
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(
+            CallToolRequestParams::new(self.remote.clone()).with_arguments(args),
+        ));
+        let handle = self
+            .peer
+            .send_cancellable_request(request, PeerRequestOptions::no_options())
+            .await
+            .map_err(|e| self.service_error(e))?;
+        // rmcp gives every request a progress token of its own: route what arrives under
+        // it to this call's sink, and stop when the call ends, however it ends.
+        let _route = ctx.progress.clone().map(|sink| {
+            let key = token_key(&handle.progress_token);
+            lock(&self.progress).insert(key.clone(), sink);
+            Route {
+                routes: &self.progress,
+                key,
+            }
+        });
+        // Cancelled by the caller, or dropped at the executor's deadline: tell the
+        // upstream (`notifications/cancelled`) so it can stop.
+        let mut pending = Pending {
+            peer: self.peer.clone(),
+            id: Some(handle.id.clone()),
         };
-        if let Some(sink) = &ctx.progress {
-            let key = ctx.call_id.to_string();
-            lock(&self.progress).insert(key.clone(), sink.clone());
-            params.meta = Some(RequestMetaObject::with_progress_token(ProgressToken(
-                NumberOrString::String(key.as_str().into()),
-            )));
-            route.key = Some(key);
-        }
-        // Dropping the request (cancelled, or past the executor's deadline) sends
-        // `notifications/cancelled` upstream.
         let response = tokio::select! {
-            response = self.peer.call_tool_once(params) => response,
+            response = handle.await_response() => response,
             _ = ctx.cancel.cancelled() => {
                 return Err(ToolError::new(ErrorKind::Cancelled, "the call was cancelled"));
             }
         };
-        drop(route);
+        pending.id = None;
         match response {
-            Ok(CallToolResponse::Complete(result)) => self.output(result),
+            Ok(ServerResult::CallToolResult(result)) => self.output(result),
             Ok(_) => Err(self.error(
                 ErrorKind::Upstream,
-                "the upstream asked for input or started a task, which the gateway does not relay yet",
+                "the upstream answered with something other than a tool result (input requests and tasks are not relayed yet)",
             )),
             Err(err) => Err(self.service_error(err)),
         }
+    }
+}
+
+/// A request still waiting for its answer; dropping it sends `notifications/cancelled`.
+struct Pending {
+    peer: Peer<RoleClient>,
+    id: Option<RequestId>,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else { return };
+        let peer = self.peer.clone();
+        tokio::spawn(async move {
+            let _ = peer
+                .notify_cancelled(CancelledNotificationParam::new(
+                    Some(id),
+                    Some("cancelled by the gateway".into()),
+                ))
+                .await;
+        });
     }
 }
 

@@ -1,0 +1,78 @@
+"""The tools the MCP conformance suite's server scenarios call, by the names and with the
+results the scenarios ask for, on the official Python SDK (mcp 2.x) over stdio. The e2e
+conformance test federates this server into toolgate with no prefix, so the suite checks
+the gateway's relaying of each kind of content, errors and progress.
+
+    .venv/bin/python conformance_fixture.py
+"""
+
+import asyncio
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import AudioContent, EmbeddedResource, ImageContent, TextContent, TextResourceContents
+
+server = MCPServer("toolgate-conformance-fixture")
+
+# A 1x1 red PNG, and a WAV file holding one silent sample.
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+WAV = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YQIAAAAAAA=="
+
+
+@server.tool()
+def test_simple_text() -> list:
+    """Returns a simple text response."""
+    return [TextContent(type="text", text="This is a simple text response for testing.")]
+
+
+@server.tool()
+def test_image_content() -> list:
+    """Returns a one-pixel PNG."""
+    return [ImageContent(type="image", data=PNG, mimeType="image/png")]
+
+
+@server.tool()
+def test_audio_content() -> list:
+    """Returns a one-sample WAV."""
+    return [AudioContent(type="audio", data=WAV, mimeType="audio/wav")]
+
+
+@server.tool()
+def test_embedded_resource() -> list:
+    """Returns an embedded text resource."""
+    resource = TextResourceContents(
+        uri="test://embedded-resource", mimeType="text/plain", text="This is an embedded resource content."
+    )
+    return [EmbeddedResource(type="resource", resource=resource)]
+
+
+@server.tool()
+def test_multiple_content_types() -> list:
+    """Returns text, an image and a resource."""
+    resource = TextResourceContents(
+        uri="test://mixed-content-resource", mimeType="application/json", text='{"test":"data","value":123}'
+    )
+    return [
+        TextContent(type="text", text="Multiple content types test:"),
+        ImageContent(type="image", data=PNG, mimeType="image/png"),
+        EmbeddedResource(type="resource", resource=resource),
+    ]
+
+
+@server.tool()
+def test_error_handling() -> str:
+    """Always fails."""
+    raise ToolError("This tool intentionally returns an error for testing")
+
+
+@server.tool()
+async def test_tool_with_progress(ctx: Context) -> str:
+    """Reports progress 0, 50 and 100 of 100."""
+    for done in (0, 50, 100):
+        await ctx.report_progress(done, 100)
+        await asyncio.sleep(0.05)
+    return "Progress test completed"
+
+
+if __name__ == "__main__":
+    server.run("stdio")
