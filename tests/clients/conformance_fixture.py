@@ -74,5 +74,27 @@ async def test_tool_with_progress(ctx: Context) -> str:
     return "Progress test completed"
 
 
+def json_schema_2020_12_tool(name: str | None = None, address: dict | None = None) -> str:
+    """Tool with JSON Schema 2020-12 features"""
+    return f"name={name} address={address}"
+
+
+# The SDK derives a tool's input schema from its signature; the scenario checks that a
+# hand-written 2020-12 schema ($schema, $defs, $ref) reaches the client unchanged.
+server.add_tool(json_schema_2020_12_tool)
+server._tool_manager.get_tool("json_schema_2020_12_tool").parameters = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "$defs": {
+        "address": {
+            "type": "object",
+            "properties": {"street": {"type": "string"}, "city": {"type": "string"}},
+        }
+    },
+    "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"}},
+    "additionalProperties": False,
+}
+
+
 if __name__ == "__main__":
     server.run("stdio")
