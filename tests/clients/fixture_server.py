@@ -63,6 +63,13 @@ def environment() -> dict:
     return {"FIXTURE_TOKEN": os.environ.get("FIXTURE_TOKEN"), "HOME": os.environ.get("HOME")}
 
 
+@server.tool()
+def crash() -> str:
+    """Ends the server process mid-call."""
+    log("crashing")
+    os._exit(3)
+
+
 @server.tool(meta={"openai/outputTemplate": "ui://fixture/widget.html"})
 def widget() -> str:
     """A tool with vendor metadata."""

@@ -171,11 +171,38 @@ async fn a_stdio_upstream_joins_the_registry_and_is_called_through_the_executor(
         client.cancel().await.expect("close");
     }
 
-    // Every call has its audit row, under the prefixed name.
-    let (_, _, audit) = gw.get("/v1/audit?tool=fx__add").await;
+    // The upstream dies mid-call: that call is an upstream error, the gateway reconnects
+    // (a new process) and its tools work again.
+    let (status, _, problem) = gw.invoke("fx__crash", json!({"arguments": {}})).await;
+    assert_eq!(status, 502, "{problem}");
+    let mut back = false;
+    for _ in 0..200 {
+        let (status, _, _) = gw
+            .invoke("fx__add", json!({"arguments": {"a": 1, "b": 1}}))
+            .await;
+        if status == 200 {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        back,
+        "the upstream's tools came back after it was restarted"
+    );
+    let starts = std::fs::read_to_string(log.path())
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("pid "))
+        .count();
+    assert_eq!(starts, 2, "one restart");
+
+    // Every call has its audit row, under the prefixed name (the attempts made while the
+    // upstream was restarting are there too, as not_found).
+    let (_, _, audit) = gw.get("/v1/audit?tool=fx__add&outcome=ok").await;
     assert_eq!(
         audit["entries"].as_array().map(Vec::len),
-        Some(1),
+        Some(2),
         "{audit}"
     );
 
@@ -183,6 +210,7 @@ async fn a_stdio_upstream_joins_the_registry_and_is_called_through_the_executor(
     let pid: u32 = std::fs::read_to_string(log.path())
         .expect("log")
         .lines()
+        .rev()
         .find_map(|l| l.strip_prefix("pid ")?.trim().parse().ok())
         .expect("the fixture logged its pid");
     gw.stop().await;
@@ -197,4 +225,56 @@ async fn a_stdio_upstream_joins_the_registry_and_is_called_through_the_executor(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(gone, "the upstream's process {pid} outlived the gateway");
+}
+
+/// Another gateway's `/mcp` as a Streamable HTTP upstream, reached with a bearer token:
+/// its tools join this gateway's registry, and a call is audited on both sides.
+#[tokio::test]
+async fn an_http_upstream_is_reached_with_its_bearer_token() {
+    let upstream_gw = Gateway::start().await;
+    let url = upstream_gw.url("/mcp");
+    let key = upstream_gw.admin_key.clone();
+    let gw = Gateway::start_with(|c| {
+        c.upstreams = vec![
+            serde_json::from_value(json!({"name": "peer", "url": url, "bearer": key}))
+                .expect("an upstream entry"),
+            serde_json::from_value(json!({"name": "nokey", "url": url, "allow": ["echo"]}))
+                .expect("an upstream entry"),
+        ];
+    })
+    .await;
+    let mut names = Vec::new();
+    for _ in 0..200 {
+        names = listed(&gw).await;
+        if names.iter().any(|n| n == "peer__echo") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(names.iter().any(|n| n == "peer__read_file"), "{names:?}");
+    // Without its token the upstream refuses the connection: no tools from it.
+    assert!(!names.iter().any(|n| n.starts_with("nokey__")), "{names:?}");
+
+    let (status, _, done) = gw
+        .invoke("peer__echo", json!({"arguments": {"message": "across"}}))
+        .await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["structured"], json!({"message": "across"}), "{done}");
+    let (_, _, upstream_audit) = upstream_gw.get("/v1/audit?adapter=mcp").await;
+    let entries = upstream_audit["entries"].as_array().expect("entries");
+    assert_eq!(entries.len(), 1, "{upstream_audit}");
+    assert!(
+        entries[0]["client"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("toolgate/")),
+        "{upstream_audit}"
+    );
+    let (_, _, audit) = gw.get("/v1/audit?tool=peer__echo").await;
+    assert_eq!(
+        audit["entries"].as_array().map(Vec::len),
+        Some(1),
+        "{audit}"
+    );
+    gw.stop().await;
+    upstream_gw.stop().await;
 }
