@@ -14,6 +14,17 @@ pub mod scopes {
     pub const AGENTS_MANAGE: &str = "agents:manage";
     pub const APPROVALS_DECIDE: &str = "approvals:decide";
     pub const TENANT_ADMIN: &str = "tenant:admin";
+
+    /// Every scope the gateway knows (what an admin holds).
+    pub const ALL: &[&str] = &[
+        TOOLS_INVOKE,
+        TOOLS_HIGH_RISK,
+        AUDIT_READ,
+        AGENTS_RUN,
+        AGENTS_MANAGE,
+        APPROVALS_DECIDE,
+        TENANT_ADMIN,
+    ];
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -59,8 +59,9 @@ pub struct UpstreamConfig {
     pub max_timeout: Duration,
 }
 
-/// How to reach an upstream.
-#[derive(Clone, Debug)]
+/// How to reach an upstream. Its `Debug` form names the keys of `env` and `headers` but
+/// never their values, nor the bearer token.
+#[derive(Clone)]
 pub enum UpstreamTransport {
     /// A child process speaking MCP on stdin/stdout. Its environment is only `env` (plus
     /// `PATH`), never the gateway's own.
@@ -76,6 +77,35 @@ pub enum UpstreamTransport {
         headers: BTreeMap<String, String>,
         bearer: Option<String>,
     },
+}
+
+impl std::fmt::Debug for UpstreamTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UpstreamTransport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => f
+                .debug_struct("Stdio")
+                .field("command", command)
+                .field("args", args)
+                .field("env", &env.keys().collect::<Vec<_>>())
+                .field("cwd", cwd)
+                .finish(),
+            UpstreamTransport::Http {
+                url,
+                headers,
+                bearer,
+            } => f
+                .debug_struct("Http")
+                .field("url", url)
+                .field("headers", &headers.keys().collect::<Vec<_>>())
+                .field("bearer", &bearer.as_ref().map(|_| "***"))
+                .finish(),
+        }
+    }
 }
 
 impl UpstreamConfig {
@@ -571,5 +601,33 @@ fn content(block: ContentBlock) -> Content {
             text: serde_json::to_string(&other)
                 .unwrap_or_else(|_| "[content of a kind the gateway cannot show]".into()),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_never_shows_secrets() {
+        let http = UpstreamTransport::Http {
+            url: "https://mcp.example.com/mcp".into(),
+            headers: [("x-api-key".to_owned(), "hunter2".to_owned())].into(),
+            bearer: Some("s3cr3t-token".into()),
+        };
+        let stdio = UpstreamTransport::Stdio {
+            command: "server".into(),
+            args: vec![],
+            env: [("TOKEN".to_owned(), "s3cr3t-env".to_owned())].into(),
+            cwd: None,
+        };
+        let shown = format!("{http:?} {stdio:?}");
+        for secret in ["hunter2", "s3cr3t-token", "s3cr3t-env"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+        assert!(
+            shown.contains("x-api-key") && shown.contains("TOKEN"),
+            "{shown}"
+        );
     }
 }

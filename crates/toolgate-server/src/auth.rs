@@ -33,15 +33,7 @@ use crate::rest::error::ApiError;
 /// Scopes each role grants when a principal is created without explicit scopes.
 pub fn role_scopes(role: &str) -> &'static [&'static str] {
     match role {
-        "admin" => &[
-            scopes::TOOLS_INVOKE,
-            scopes::TOOLS_HIGH_RISK,
-            scopes::AUDIT_READ,
-            scopes::AGENTS_RUN,
-            scopes::AGENTS_MANAGE,
-            scopes::APPROVALS_DECIDE,
-            scopes::TENANT_ADMIN,
-        ],
+        "admin" => scopes::ALL,
         "operator" => &[
             scopes::TOOLS_INVOKE,
             scopes::TOOLS_HIGH_RISK,

@@ -220,15 +220,7 @@ async fn metadata(State(guard): State<Guard>, headers: HeaderMap) -> Response {
         "resource": format!("{base}/mcp"),
         "authorization_servers": guard.authorization_servers,
         "bearer_methods_supported": ["header"],
-        "scopes_supported": [
-            scopes::TOOLS_INVOKE,
-            scopes::TOOLS_HIGH_RISK,
-            scopes::AUDIT_READ,
-            scopes::AGENTS_RUN,
-            scopes::AGENTS_MANAGE,
-            scopes::APPROVALS_DECIDE,
-            scopes::TENANT_ADMIN,
-        ],
+        "scopes_supported": scopes::ALL,
         "resource_name": "toolgate",
     }))
     .into_response()
