@@ -177,13 +177,15 @@ async fn a_stdio_upstream_joins_the_registry_and_is_called_through_the_executor(
     assert_eq!(status, 502, "{problem}");
     let mut back = false;
     for _ in 0..200 {
-        let (status, _, _) = gw
+        let (status, _, problem) = gw
             .invoke("fx__add", json!({"arguments": {"a": 1, "b": 1}}))
             .await;
         if status == 200 {
             back = true;
             break;
         }
+        // Meanwhile the tool stays listed and fails as an upstream error, not a 404.
+        assert_eq!(status, 502, "{problem}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(
@@ -198,7 +200,7 @@ async fn a_stdio_upstream_joins_the_registry_and_is_called_through_the_executor(
     assert_eq!(starts, 2, "one restart");
 
     // Every call has its audit row, under the prefixed name (the attempts made while the
-    // upstream was restarting are there too, as not_found).
+    // upstream was restarting are there too, as upstream errors).
     let (_, _, audit) = gw.get("/v1/audit?tool=fx__add&outcome=ok").await;
     assert_eq!(
         audit["entries"].as_array().map(Vec::len),

@@ -4,9 +4,11 @@
 //! process over stdio, or Streamable HTTP), lists every page of its tools, and registers
 //! each as an [`UpstreamTool`] named `<prefix><tool>` (prefix `<upstream>__` unless
 //! configured). Calls then go through the executor like any tool's: audit, events,
-//! deadline. The supervisor re-lists on `notifications/tools/list_changed`, unregisters
-//! the tools when the connection ends, and reconnects with exponential backoff and
-//! jitter. An upstream that fails to start or dies never blocks start-up or other tools.
+//! deadline. The supervisor re-lists on `notifications/tools/list_changed` and reconnects
+//! with exponential backoff and jitter when the connection ends; meanwhile the upstream's
+//! tools stay listed and their calls fail as `upstream` errors. An upstream that fails to
+//! start or dies never blocks start-up or other tools. On shutdown its tools are removed
+//! and its connection ended (a child process is killed).
 //!
 //! Faithful relaying: content (text, image, audio, embedded resources, resource links),
 //! structured content and `_meta` come back as the upstream sent them; progress the
@@ -181,46 +183,43 @@ fn token_key(token: &ProgressToken) -> String {
 
 async fn supervise(config: UpstreamConfig, registry: Arc<Registry>, shutdown: CancellationToken) {
     let mut backoff = FIRST_BACKOFF;
+    // Tools stay registered while their upstream is away: calls then fail as `upstream`
+    // errors (the connection they hold is closed) until a new connection replaces them.
+    let mut registered = Vec::new();
     loop {
         let (changed_tx, mut changed) = tokio::sync::mpsc::channel(1);
         let progress = ProgressRoutes::default();
         let connected = tokio::select! {
-            _ = shutdown.cancelled() => return,
+            _ = shutdown.cancelled() => break,
             connected = connect(&config, progress.clone(), changed_tx) => connected,
         };
         match connected {
             Ok(service) => {
-                let mut registered = Vec::new();
-                if let Err(err) =
-                    discover(&config, &service, &registry, &progress, &mut registered).await
-                {
-                    tracing::warn!(upstream = %config.name, error = %err, "could not list the upstream's tools");
-                } else {
-                    backoff = FIRST_BACKOFF;
-                }
                 let cancel = service.cancellation_token();
                 let peer = service.peer().clone();
                 let ended = service.waiting();
                 tokio::pin!(ended);
+                // List now, then again on every `list_changed`, until the connection ends.
                 let stopping = loop {
+                    unregister(&registry, &mut registered);
+                    // A closed service cannot list: this fails and the connection's end
+                    // is noticed next.
+                    match rediscover(&config, &peer, &registry, &progress, &mut registered).await {
+                        Ok(()) => backoff = FIRST_BACKOFF,
+                        Err(err) => {
+                            tracing::warn!(upstream = %config.name, error = %err, "could not list the upstream's tools")
+                        }
+                    }
                     tokio::select! {
                         _ = shutdown.cancelled() => break true,
                         _ = &mut ended => break false,
                         Some(()) = changed.recv() => {}
                     }
-                    unregister(&registry, &mut registered);
-                    // A closed service cannot list: `discover` fails and the loop ends.
-                    if let Err(err) =
-                        rediscover(&config, &peer, &registry, &progress, &mut registered).await
-                    {
-                        tracing::warn!(upstream = %config.name, error = %err, "could not list the upstream's tools again");
-                    }
                 };
-                unregister(&registry, &mut registered);
                 if stopping {
                     cancel.cancel();
                     let _ = ended.await;
-                    return;
+                    break;
                 }
                 tracing::warn!(upstream = %config.name, "upstream connection ended; reconnecting");
             }
@@ -231,10 +230,11 @@ async fn supervise(config: UpstreamConfig, registry: Arc<Registry>, shutdown: Ca
         let wait = jitter(backoff);
         backoff = (backoff * 2).min(MAX_BACKOFF);
         tokio::select! {
-            _ = shutdown.cancelled() => return,
+            _ = shutdown.cancelled() => break,
             _ = tokio::time::sleep(wait) => {}
         }
     }
+    unregister(&registry, &mut registered);
 }
 
 /// Between half and all of `backoff`, so many gateways do not reconnect in step.
@@ -320,16 +320,6 @@ fn log_stderr(upstream: String, stderr: tokio::process::ChildStderr) {
             tracing::info!(upstream = %upstream, line, "upstream stderr");
         }
     });
-}
-
-async fn discover(
-    config: &UpstreamConfig,
-    service: &RunningService<RoleClient, Handler>,
-    registry: &Registry,
-    progress: &ProgressRoutes,
-    registered: &mut Vec<String>,
-) -> Result<(), ServiceError> {
-    rediscover(config, service.peer(), registry, progress, registered).await
 }
 
 /// Lists every page of the upstream's tools and registers those the allow/deny lists
