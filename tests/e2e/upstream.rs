@@ -280,3 +280,85 @@ async fn an_http_upstream_is_reached_with_its_bearer_token() {
     gw.stop().await;
     upstream_gw.stop().await;
 }
+
+/// The reference server `@modelcontextprotocol/server-everything` (npm, pinned in
+/// `tests/clients`) over stdio: its tools, hyphenated names and all, over REST and MCP.
+#[tokio::test]
+async fn server_everything_over_stdio() {
+    let dir = sdk_clients();
+    let script = dir
+        .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+        .display()
+        .to_string();
+    let gw = Gateway::start_with(|c| {
+        c.upstreams = vec![upstream("everything", "node", &[&script, "stdio"])];
+    })
+    .await;
+    let mut names = Vec::new();
+    for _ in 0..300 {
+        names = listed(&gw).await;
+        if names.iter().any(|n| n == "everything__get-sum") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(names.iter().any(|n| n == "everything__echo"), "{names:?}");
+
+    let (status, _, done) = gw
+        .invoke(
+            "everything__get-sum",
+            json!({"arguments": {"a": 1, "b": 2}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(
+        done["content"][0]["text"], "The sum of 1 and 2 is 3.",
+        "{done}"
+    );
+    // Resource links come back as links.
+    let (status, _, done) = gw
+        .invoke(
+            "everything__get-resource-links",
+            json!({"arguments": {"count": 2}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["content"][1]["type"], "resource_link", "{done}");
+    assert!(
+        done["content"][1]["link"]["uri"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("demo://")),
+        "{done}"
+    );
+    // Arguments the upstream's schema refuses are refused by the gateway first.
+    let (status, _, problem) = gw
+        .invoke("everything__get-sum", json!({"arguments": {"a": "one"}}))
+        .await;
+    assert_eq!(status, 400, "{problem}");
+
+    // Over MCP the same tool, the same answer.
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(gw.url("/mcp"))
+            .auth_header(gw.admin_key.clone()),
+    );
+    let client = ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("e2e", "1"),
+    )
+    .serve(transport)
+    .await
+    .expect("connect");
+    let Value::Object(args) = json!({"message": "through two hops"}) else {
+        unreachable!("an object")
+    };
+    let echoed = client
+        .call_tool(rmcp::model::CallToolRequestParams::new("everything__echo").with_arguments(args))
+        .await
+        .expect("tools/call");
+    assert_eq!(
+        echoed.content[0].as_text().map(|t| t.text.as_str()),
+        Some("Echo: through two hops")
+    );
+    client.cancel().await.expect("close");
+    gw.stop().await;
+}
