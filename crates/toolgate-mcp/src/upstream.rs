@@ -4,7 +4,8 @@
 //! process over stdio, or Streamable HTTP), lists every page of its tools, and registers
 //! each as an [`UpstreamTool`] named `<prefix><tool>` (prefix `<upstream>__` unless
 //! configured). Calls then go through the executor like any tool's: audit, events,
-//! deadline. The supervisor re-lists on `notifications/tools/list_changed` and reconnects
+//! deadline. The supervisor re-lists on `notifications/tools/list_changed`, pings the
+//! upstream every 30 s (10 s to answer), and reconnects
 //! with exponential backoff and jitter when the connection ends; meanwhile the upstream's
 //! tools stay listed and their calls fail as `upstream` errors. An upstream that fails to
 //! start or dies never blocks start-up or other tools. On shutdown its tools are removed
@@ -40,6 +41,10 @@ use toolgate_core::{
     ToolOutput, ToolSpec,
 };
 
+/// How often a connected upstream is pinged, and how long it has to answer before the
+/// connection is dropped and made again (an HTTP upstream that vanished closes nothing).
+const PING_EVERY: Duration = Duration::from_secs(30);
+const PING_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest wait between reconnection attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
@@ -200,7 +205,9 @@ async fn supervise(config: UpstreamConfig, registry: Arc<Registry>, shutdown: Ca
                 let ended = service.waiting();
                 tokio::pin!(ended);
                 // List now, then again on every `list_changed`, until the connection ends.
-                let stopping = loop {
+                // List now and on every `list_changed`, ping now and then, until the
+                // connection ends, stops answering, or the gateway stops.
+                let end = 'listing: loop {
                     unregister(&registry, &mut registered);
                     // A closed service cannot list: this fails and the connection's end
                     // is noticed next.
@@ -210,16 +217,31 @@ async fn supervise(config: UpstreamConfig, registry: Arc<Registry>, shutdown: Ca
                             tracing::warn!(upstream = %config.name, error = %err, "could not list the upstream's tools")
                         }
                     }
-                    tokio::select! {
-                        _ = shutdown.cancelled() => break true,
-                        _ = &mut ended => break false,
-                        Some(()) = changed.recv() => {}
+                    loop {
+                        tokio::select! {
+                            _ = shutdown.cancelled() => break 'listing End::Shutdown,
+                            _ = &mut ended => break 'listing End::Closed,
+                            Some(()) = changed.recv() => continue 'listing,
+                            _ = tokio::time::sleep(PING_EVERY) => {
+                                if !answers_ping(&peer).await {
+                                    break 'listing End::Unresponsive;
+                                }
+                            }
+                        }
                     }
                 };
-                if stopping {
-                    cancel.cancel();
-                    let _ = ended.await;
-                    break;
+                match end {
+                    End::Closed => {}
+                    End::Unresponsive => {
+                        tracing::warn!(upstream = %config.name, "upstream stopped answering pings");
+                        cancel.cancel();
+                        let _ = ended.await;
+                    }
+                    End::Shutdown => {
+                        cancel.cancel();
+                        let _ = ended.await;
+                        break;
+                    }
                 }
                 tracing::warn!(upstream = %config.name, "upstream connection ended; reconnecting");
             }
@@ -235,6 +257,24 @@ async fn supervise(config: UpstreamConfig, registry: Arc<Registry>, shutdown: Ca
         }
     }
     unregister(&registry, &mut registered);
+}
+
+/// Why a connection's supervision ended.
+enum End {
+    Shutdown,
+    Closed,
+    Unresponsive,
+}
+
+async fn answers_ping(peer: &Peer<RoleClient>) -> bool {
+    let ping = ClientRequest::PingRequest(rmcp::model::PingRequest {
+        method: Default::default(),
+        extensions: Default::default(),
+    });
+    matches!(
+        tokio::time::timeout(PING_TIMEOUT, peer.send_request(ping)).await,
+        Ok(Ok(_))
+    )
 }
 
 /// Between half and all of `backoff`, so many gateways do not reconnect in step.
