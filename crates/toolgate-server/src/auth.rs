@@ -7,9 +7,10 @@
 //! [`Caller`]; nothing below this module parses tokens.
 //!
 //! Verified API keys are cached for [`KEY_CACHE_TTL`] so a request does not cost a store
-//! round trip. Revocation through this instance empties the cache at once; a revocation
-//! anywhere else (another instance, the CLI) moves the store's revocation marker, which
-//! every instance polls each [`REVOCATION_POLL`] and answers by emptying its cache.
+//! round trip. Revocation through this instance empties the cache at once. On Postgres a
+//! revocation anywhere else (another instance, the CLI) is announced by `NOTIFY` and
+//! empties every listening instance's cache as it commits. Besides, and alone on SQLite,
+//! every instance polls the store's revocation marker each [`REVOCATION_POLL`].
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -192,6 +193,28 @@ impl Authenticator {
     /// Empties the key cache whenever the store's revocation marker moves (a key was
     /// revoked by another instance or the CLI). Runs until the authenticator is dropped.
     pub fn watch_revocations(self: &Arc<Self>) {
+        // On Postgres a revocation anywhere is announced at once (NOTIFY); the poll below
+        // stays as the fallback, and is all there is on SQLite.
+        let listening = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let Some(store) = listening.upgrade().map(|this| this.store.clone()) else {
+                return;
+            };
+            let mut revoked = match store.watch_revocations().await {
+                Ok(Some(revoked)) => revoked,
+                Ok(None) => return,
+                Err(err) => {
+                    tracing::warn!(error = %err, "cannot listen for key revocations; polling only");
+                    return;
+                }
+            };
+            while revoked.recv().await.is_some() {
+                let Some(this) = listening.upgrade() else {
+                    return;
+                };
+                this.clear_keys();
+            }
+        });
         let weak = Arc::downgrade(self);
         tokio::spawn(async move {
             let mut last = None;

@@ -203,6 +203,18 @@ impl Store {
         dispatch!(self, s => s.find_key(secret).await)
     }
 
+    /// On Postgres, a signal each time a key is revoked by any instance or the CLI (and
+    /// when the listening connection was remade); `None` on SQLite, where
+    /// [`revocation_marker`](Self::revocation_marker) is polled instead.
+    pub async fn watch_revocations(
+        &self,
+    ) -> Result<Option<tokio::sync::mpsc::Receiver<()>>, StoreError> {
+        match self {
+            Store::Postgres(s) => Ok(Some(s.watch_revocations().await?)),
+            Store::Sqlite(_) => Ok(None),
+        }
+    }
+
     /// Changes whenever any key is revoked, in any instance or by the CLI: how many keys
     /// are revoked, and the latest revocation time.
     pub async fn revocation_marker(&self) -> Result<(i64, Option<DateTime<Utc>>), StoreError> {

@@ -422,8 +422,38 @@ impl PostgresStore {
         .bind(now())
         .execute(&mut *tx)
         .await?;
+        // Delivered to every listening instance when the revocation commits.
+        sqlx::query("select pg_notify($1, '')")
+            .bind(REVOCATIONS_CHANNEL)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(done.rows_affected() > 0)
+    }
+
+    /// A signal each time a key is revoked anywhere (`NOTIFY`), and also whenever the
+    /// listening connection was lost and made again (notifications may have been missed
+    /// then). Ends when the receiver is dropped.
+    pub async fn watch_revocations(&self) -> Result<tokio::sync::mpsc::Receiver<()>, StoreError> {
+        let mut listener = sqlx::postgres::PgListener::connect_with(&self.owner).await?;
+        listener.listen(REVOCATIONS_CHANNEL).await?;
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tokio::spawn(async move {
+            loop {
+                // A notification, or `None`: the connection was lost and is made again on
+                // the next call, so something may have been missed. Either way, signal.
+                let received = tokio::select! {
+                    _ = tx.closed() => return,
+                    received = listener.try_recv() => received,
+                };
+                if let Err(err) = received {
+                    tracing::warn!(error = %err, "listening for key revocations failed; retrying");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                let _ = tx.try_send(());
+            }
+        });
+        Ok(rx)
     }
 
     /// One query: the key, its principal and its tenant's name.
@@ -801,6 +831,9 @@ fn chain_rows(records: &[&AuditRecord], head: &(i64, String)) -> Vec<AuditRow> {
         })
         .collect()
 }
+
+/// The `NOTIFY` channel that announces key revocations to every instance.
+const REVOCATIONS_CHANNEL: &str = "toolgate_key_revoked";
 
 /// Rows per statement. sqlx 0.9.0 does not set TCP_NODELAY (transact-rs/sqlx#4335, fixed
 /// upstream after the release): a statement larger than the socket's send buffer goes out

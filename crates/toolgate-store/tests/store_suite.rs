@@ -630,3 +630,46 @@ async fn mcp_events_replay_per_stream_and_only_for_their_tenant_and_session() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn postgres_announces_a_revocation_to_every_listening_instance() {
+    on_postgres(|store, url| async move {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let elsewhere = Store::open(Some(&url), dir.path())
+            .await
+            .expect("second instance");
+        let tenant = store.create_tenant("acme").await.expect("tenant");
+        let alice = store
+            .create_principal(tenant.id, &member("alice"))
+            .await
+            .expect("principal");
+        let (key, _secret) = store
+            .create_api_key(
+                tenant.id,
+                &NewApiKey {
+                    principal: alice.id,
+                    name: "k".into(),
+                    scopes: vec!["tools:invoke".into()],
+                    expires_at: None,
+                },
+            )
+            .await
+            .expect("key");
+        let mut revoked = store
+            .watch_revocations()
+            .await
+            .expect("listen")
+            .expect("Postgres announces revocations");
+        assert!(
+            elsewhere
+                .revoke_api_key(tenant.id, key.id)
+                .await
+                .expect("revoke")
+        );
+        tokio::time::timeout(Duration::from_secs(10), revoked.recv())
+            .await
+            .expect("the revocation was announced")
+            .expect("still listening");
+    })
+    .await;
+}
