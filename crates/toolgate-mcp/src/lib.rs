@@ -105,28 +105,45 @@ impl VendorMeta {
         Ok(Self { rules: built })
     }
 
-    /// The entries of `meta` that `client` may see; `None` when there are none.
-    pub fn for_client(
+    /// The vendor prefixes `client` may see, matched once for a whole listing or call.
+    pub fn for_client(&self, client: Option<&ClientInfo>) -> VendorPrefixes<'_> {
+        VendorPrefixes(client.map_or_else(Vec::new, |client| {
+            self.rules
+                .iter()
+                .filter(|(_, clients)| clients.is_match(&client.name))
+                .map(|(prefix, _)| prefix.as_str())
+                .collect()
+        }))
+    }
+
+    /// `meta` as `client` may see it, for one result: no matching at all when empty.
+    pub fn filter_for(
         &self,
         client: Option<&ClientInfo>,
         meta: &serde_json::Map<String, Value>,
-    ) -> Option<serde_json::Map<String, Value>> {
-        let client = client?;
+    ) -> Option<rmcp::model::MetaObject> {
         if meta.is_empty() {
             return None;
         }
-        let prefixes: Vec<&str> = self
-            .rules
-            .iter()
-            .filter(|(_, clients)| clients.is_match(&client.name))
-            .map(|(prefix, _)| prefix.as_str())
-            .collect();
+        self.for_client(client).filter(meta)
+    }
+}
+
+/// The vendor `_meta` prefixes one client may see (none for an unidentified client).
+pub struct VendorPrefixes<'a>(Vec<&'a str>);
+
+impl VendorPrefixes<'_> {
+    /// The entries of `meta` under these prefixes; `None` when there are none.
+    pub fn filter(&self, meta: &serde_json::Map<String, Value>) -> Option<rmcp::model::MetaObject> {
+        if self.0.is_empty() || meta.is_empty() {
+            return None;
+        }
         let seen: serde_json::Map<String, Value> = meta
             .iter()
-            .filter(|(key, _)| prefixes.iter().any(|p| key.starts_with(p)))
+            .filter(|(key, _)| self.0.iter().any(|p| key.starts_with(p)))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        (!seen.is_empty()).then_some(seen)
+        (!seen.is_empty()).then_some(rmcp::model::MetaObject(seen))
     }
 }
 
@@ -281,14 +298,12 @@ impl ServerHandler for McpAdapter {
         let next_cursor = (tools.len() > PAGE).then(|| tools[PAGE - 1].spec().name.clone());
         tools.truncate(PAGE);
         let client = client_info(&context);
+        let vendor = self.vendor_meta.for_client(client.as_ref());
         let tools = tools
             .iter()
             .map(|t| {
                 let mut tool = mcp_tool(t.spec())?;
-                tool.meta = self
-                    .vendor_meta
-                    .for_client(client.as_ref(), &t.spec().vendor_meta)
-                    .map(rmcp::model::MetaObject);
+                tool.meta = vendor.filter(&t.spec().vendor_meta);
                 Ok(tool)
             })
             .collect::<Result<Vec<Tool>, serde_json::Error>>()
@@ -321,13 +336,12 @@ impl ServerHandler for McpAdapter {
         // Unknown tools go through the executor too: the attempt is audited like any call.
         let outcome = self.executor.call(&tools, ctx, &request.name, args).await;
         match (outcome, known) {
-            (Ok(mut done), Some(tool)) => {
+            (Ok(done), Some(tool)) => {
                 let meta = self
                     .vendor_meta
-                    .for_client(client.as_ref(), &done.output.vendor_meta);
-                done.output.vendor_meta.clear();
+                    .filter_for(client.as_ref(), &done.output.vendor_meta);
                 let mut result = success_result(done, tool.spec().output_schema.is_some());
-                result.meta = meta.map(rmcp::model::MetaObject);
+                result.meta = meta;
                 Ok(result.into())
             }
             (Ok(done), None) => Ok(success_result(done, false).into()),
@@ -398,19 +412,26 @@ mod tests {
             name: name.into(),
             version: None,
         };
-        let seen = rules.for_client(Some(&client("OpenAI-MCP")), &meta);
+        let seen = |rules: &VendorMeta, who: Option<&ClientInfo>| {
+            rules
+                .for_client(who)
+                .filter(&meta)
+                .map(|m| Value::Object(m.0))
+        };
         assert_eq!(
-            seen.map(Value::Object),
+            seen(&rules, Some(&client("OpenAI-MCP"))),
             Some(json!({"openai/outputTemplate": "ui://widget.html"}))
         );
-        let seen = rules.for_client(Some(&client("acme-agent")), &meta);
-        assert_eq!(seen.map(Value::Object), Some(json!({"acme/color": "red"})));
-        // Anyone else, or a client that did not say who it is: nothing vendor-specific.
-        assert_eq!(rules.for_client(Some(&client("claude-ai")), &meta), None);
-        assert_eq!(rules.for_client(Some(&client("acme-agent-2")), &meta), None);
-        assert_eq!(rules.for_client(None, &meta), None);
         assert_eq!(
-            VendorMeta::default().for_client(Some(&client("openai-mcp")), &meta),
+            seen(&rules, Some(&client("acme-agent"))),
+            Some(json!({"acme/color": "red"}))
+        );
+        // Anyone else, or a client that did not say who it is: nothing vendor-specific.
+        assert_eq!(seen(&rules, Some(&client("claude-ai"))), None);
+        assert_eq!(seen(&rules, Some(&client("acme-agent-2"))), None);
+        assert_eq!(seen(&rules, None), None);
+        assert_eq!(
+            seen(&VendorMeta::default(), Some(&client("openai-mcp"))),
             None
         );
     }

@@ -204,7 +204,6 @@ async fn supervise(config: UpstreamConfig, registry: Arc<Registry>, shutdown: Ca
                 let peer = service.peer().clone();
                 let ended = service.waiting();
                 tokio::pin!(ended);
-                // List now, then again on every `list_changed`, until the connection ends.
                 // List now and on every `list_changed`, ping now and then, until the
                 // connection ends, stops answering, or the gateway stops.
                 let end = 'listing: loop {

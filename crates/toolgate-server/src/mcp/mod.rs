@@ -10,6 +10,8 @@
 
 mod sessions;
 
+use sessions::{Sessions, StoredSessions};
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,8 +41,6 @@ const METADATA_PATH: &str = "/.well-known/oauth-protected-resource/mcp";
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
 
 type Owner = (TenantId, PrincipalId);
-
-use sessions::{Sessions, StoredSessions};
 
 tokio::task_local! {
     /// The caller of the `/mcp` request being served: rmcp persists a new session from
