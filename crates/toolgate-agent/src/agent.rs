@@ -1,0 +1,126 @@
+//! An agent: a tenant's named configuration of model, prompt and scoped toolset.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use toolgate_core::Toolset;
+
+use crate::protocol::Protocol;
+
+/// Default and largest `max_turns`.
+pub const DEFAULT_MAX_TURNS: u32 = 10;
+pub const MAX_MAX_TURNS: u32 = 100;
+/// Identical consecutive calls before the next one is refused.
+pub const DEFAULT_REPETITION_LIMIT: u32 = 3;
+
+/// What an agent is, as stored and as sent over REST.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// `^[a-z0-9][a-z0-9_-]{0,62}$`, unique in the tenant.
+    pub name: String,
+    /// A provider the operator configured (`[providers.<name>]`).
+    pub provider: String,
+    pub model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// Tool names or globs (`fs.*`); tools of the listed `categories` too. Both empty: no
+    /// tools at all. Always intersected with the caller's own toolset.
+    #[serde(default)]
+    pub tools: Vec<String>,
+    #[serde(default)]
+    pub categories: Vec<String>,
+    /// How the model calls tools: its provider's function calling, or a text protocol.
+    #[serde(default)]
+    pub protocol: Protocol,
+    #[serde(default = "default_max_turns")]
+    pub max_turns: u32,
+    /// Off: one tool call per turn; extra calls are answered "not executed".
+    #[serde(default = "default_true")]
+    pub parallel_tool_calls: bool,
+    /// Each tool call's deadline (clamped to the tool's maximum); the tool's default when
+    /// unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_timeout_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// Identical consecutive tool calls (same tool, same arguments) allowed before the
+    /// next is refused; the run ends if the model insists.
+    #[serde(default = "default_repetition_limit")]
+    pub repetition_limit: u32,
+    /// Approval policy overrides for this agent (used by the approvals feature).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_policy: Option<serde_json::Value>,
+}
+
+fn default_max_turns() -> u32 {
+    DEFAULT_MAX_TURNS
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_repetition_limit() -> u32 {
+    DEFAULT_REPETITION_LIMIT
+}
+
+impl AgentConfig {
+    /// Every problem with this configuration, by field.
+    pub fn problems(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let name_ok = {
+            let b = self.name.as_bytes();
+            (1..=63).contains(&b.len())
+                && b[0].is_ascii_alphanumeric()
+                && b.iter().all(|c| {
+                    c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-' || *c == b'_'
+                })
+        };
+        if !name_ok {
+            out.push((
+                "name".into(),
+                "use 1-63 lowercase letters, digits, '-' and '_', starting with a letter or digit"
+                    .into(),
+            ));
+        }
+        if self.provider.trim().is_empty() {
+            out.push(("provider".into(), "must not be empty".into()));
+        }
+        if self.model.trim().is_empty() || self.model.len() > 200 {
+            out.push(("model".into(), "must be 1-200 characters".into()));
+        }
+        if !(1..=MAX_MAX_TURNS).contains(&self.max_turns) {
+            out.push(("max_turns".into(), format!("must be 1-{MAX_MAX_TURNS}")));
+        }
+        if self.repetition_limit < 2 {
+            out.push(("repetition_limit".into(), "must be at least 2".into()));
+        }
+        if let Some(t) = self.temperature
+            && !(0.0..=2.0).contains(&t)
+        {
+            out.push(("temperature".into(), "must be between 0 and 2".into()));
+        }
+        if self.tool_timeout_ms == Some(0) {
+            out.push(("tool_timeout_ms".into(), "must be at least 1".into()));
+        }
+        if self.max_tokens == Some(0) {
+            out.push(("max_tokens".into(), "must be at least 1".into()));
+        }
+        if let Err(e) = Toolset::only(&self.tools, &self.categories) {
+            out.push(("tools".into(), e.to_string()));
+        }
+        out
+    }
+
+    /// The agent's own toolset (before intersecting with the caller's).
+    pub fn toolset(&self) -> Result<Toolset, String> {
+        Toolset::only(&self.tools, &self.categories).map_err(|e| e.to_string())
+    }
+
+    pub fn tool_timeout(&self) -> Option<Duration> {
+        self.tool_timeout_ms.map(Duration::from_millis)
+    }
+}

@@ -1,0 +1,206 @@
+//! Anthropic Messages (`POST {base}/v1/messages`, `x-api-key`, `anthropic-version:
+//! 2023-06-01`).
+//!
+//! Tool calls are `tool_use` content blocks with an `input` object. The assistant's content
+//! is echoed back unchanged (thinking blocks keep their signatures), followed by **one**
+//! user message that starts with a `tool_result` block for every call (`is_error: true` on
+//! failures), then any gateway note as text. Tools stay declared even when the model must
+//! answer in text (`tool_choice: none`): the API refuses tool blocks without tools.
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::http::HttpClient;
+use super::{
+    ModelRequest, ModelTurn, Provider, ProviderError, ProviderKind, ToolChoice, Usage, decode_error,
+};
+use crate::message::{AssistantMessage, Message, NativeContent, ToolCall};
+
+/// `max_tokens` when the agent sets none (the API requires one).
+const DEFAULT_MAX_TOKENS: u32 = 4096;
+const FORMAT: &str = "anthropic";
+
+pub struct Anthropic {
+    http: HttpClient,
+    url: String,
+}
+
+impl Anthropic {
+    pub fn new(http: HttpClient) -> Self {
+        let url = http.url("/v1/messages");
+        Self { http, url }
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for Anthropic {
+    fn kind(&self) -> ProviderKind {
+        ProviderKind::Anthropic
+    }
+
+    async fn complete(
+        &self,
+        request: &ModelRequest<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<ModelTurn, ProviderError> {
+        let body = request_body(request);
+        let raw = self.http.post_json(&self.url, &body, cancel).await?;
+        decode(request, raw)
+    }
+}
+
+pub fn request_body(request: &ModelRequest<'_>) -> Value {
+    let mut messages: Vec<Value> = Vec::with_capacity(request.messages.len());
+    for message in request.messages {
+        match message {
+            Message::User { text } => {
+                push_user(&mut messages, json!({"type": "text", "text": text}))
+            }
+            Message::Note { text } => {
+                push_user(&mut messages, json!({"type": "text", "text": text}))
+            }
+            Message::Assistant(a) => {
+                let content = match &a.native {
+                    Some(native) if native.format == FORMAT => native.value.clone(),
+                    _ => {
+                        let mut blocks = Vec::new();
+                        if !a.text.is_empty() {
+                            blocks.push(json!({"type": "text", "text": a.text}));
+                        }
+                        for c in &a.tool_calls {
+                            let input = if c.arguments.is_object() {
+                                c.arguments.clone()
+                            } else {
+                                json!({})
+                            };
+                            blocks.push(json!({"type": "tool_use", "id": c.id, "name": request.wire_name(&c.name), "input": input}));
+                        }
+                        Value::Array(blocks)
+                    }
+                };
+                messages.push(json!({"role": "assistant", "content": content}));
+            }
+            Message::ToolResults { results } => {
+                let blocks: Vec<Value> = results
+                    .iter()
+                    .map(|r| {
+                        let mut block = json!({"type": "tool_result", "tool_use_id": r.call_id, "content": r.content});
+                        if r.is_error {
+                            block["is_error"] = json!(true);
+                        }
+                        block
+                    })
+                    .collect();
+                messages.push(json!({"role": "user", "content": blocks}));
+            }
+        }
+    }
+    let mut body = json!({
+        "model": request.model,
+        "max_tokens": request.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+        "messages": messages,
+    });
+    if let Some(system) = request.system {
+        body["system"] = json!(system);
+    }
+    if !request.tools.is_empty() {
+        body["tools"] = request
+            .tools
+            .iter()
+            .map(|t| json!({"name": t.wire_name, "description": t.description, "input_schema": t.parameters}))
+            .collect();
+        body["tool_choice"] = match request.tool_choice {
+            ToolChoice::Auto => {
+                json!({"type": "auto", "disable_parallel_tool_use": !request.parallel_tool_calls})
+            }
+            ToolChoice::None => json!({"type": "none"}),
+        };
+    }
+    if let Some(t) = request.temperature {
+        body["temperature"] = json!(t);
+    }
+    body
+}
+
+/// Appends a content block to the last message when it is the user's (tool results then
+/// a note make one message, results first), else starts a user message.
+fn push_user(messages: &mut Vec<Value>, block: Value) {
+    if let Some(last) = messages.last_mut()
+        && last["role"] == "user"
+        && let Some(content) = last["content"].as_array_mut()
+    {
+        content.push(block);
+        return;
+    }
+    messages.push(json!({"role": "user", "content": [block]}));
+}
+
+pub fn decode(request: &ModelRequest<'_>, raw: Value) -> Result<ModelTurn, ProviderError> {
+    let content = raw
+        .get("content")
+        .and_then(Value::as_array)
+        .ok_or_else(|| decode_error("no content array"))?;
+    let mut text = String::new();
+    let mut reasoning = String::new();
+    let mut tool_calls = Vec::new();
+    for block in content {
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => text.push_str(block.get("text").and_then(Value::as_str).unwrap_or("")),
+            Some("thinking") => {
+                reasoning.push_str(block.get("thinking").and_then(Value::as_str).unwrap_or(""))
+            }
+            Some("tool_use") => {
+                let (Some(id), Some(name)) = (
+                    block.get("id").and_then(Value::as_str),
+                    block.get("name").and_then(Value::as_str),
+                ) else {
+                    return Err(decode_error("a tool_use block without id or name"));
+                };
+                let input = block.get("input").cloned().unwrap_or(Value::Null);
+                tool_calls.push(ToolCall::from_value(
+                    id.to_owned(),
+                    true,
+                    request.gateway_name(name),
+                    input,
+                ));
+            }
+            // redacted_thinking, server tool blocks…: kept in `native`, echoed back.
+            _ => {}
+        }
+    }
+    let usage = raw.get("usage").and_then(|u| {
+        let input = u.get("input_tokens")?.as_u64()?;
+        let cache_read = u
+            .get("cache_read_input_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        let cache_write = u
+            .get("cache_creation_input_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        Some(Usage {
+            // Anthropic's input_tokens leaves out cached and cache-writing tokens.
+            input_tokens: input + cache_read + cache_write,
+            output_tokens: u.get("output_tokens").and_then(Value::as_u64).unwrap_or(0),
+            cached_input_tokens: cache_read,
+            reasoning_tokens: 0,
+        })
+    });
+    Ok(ModelTurn {
+        message: AssistantMessage {
+            text,
+            tool_calls,
+            reasoning: (!reasoning.is_empty()).then_some(reasoning),
+            native: Some(NativeContent {
+                format: FORMAT.to_owned(),
+                value: Value::Array(content.clone()),
+            }),
+        },
+        stop_reason: raw
+            .get("stop_reason")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        usage,
+        raw,
+    })
+}

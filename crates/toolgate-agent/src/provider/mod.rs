@@ -1,0 +1,395 @@
+//! LLM providers: one module per documented wire format, behind [`Provider`].
+//!
+//! Each module builds its request from the neutral history ([`crate::message`]), decodes
+//! the reply into a [`ModelTurn`] (text, tool calls, reasoning, stop reason, usage, and the
+//! raw JSON kept beside them) and maps HTTP failures to [`ProviderError`]. Decoding is
+//! lenient — unknown stop reasons, missing ids, `usage: {}`, `finish_reason: ""` all
+//! pass — because OpenAI-compatible servers (vLLM, llama.cpp, LM Studio, OpenRouter) vary.
+//!
+//! Calls are non-streaming: a run's events stream per step (model message, tool call),
+//! not per token.
+
+pub mod anthropic;
+pub mod gemini;
+pub mod http;
+pub mod ollama;
+pub mod openai;
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::message::{AssistantMessage, Message};
+
+/// Which wire format a provider speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    /// OpenAI chat completions; also OpenRouter, vLLM, llama.cpp, LM Studio by base URL.
+    Openai,
+    /// Anthropic Messages.
+    Anthropic,
+    /// Google Gemini `generateContent`.
+    Gemini,
+    /// Ollama `/api/chat`.
+    Ollama,
+}
+
+impl ProviderKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Openai => "openai",
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Gemini => "gemini",
+            ProviderKind::Ollama => "ollama",
+        }
+    }
+}
+
+/// A tool as declared to the model.
+#[derive(Clone, Debug)]
+pub struct ToolDecl {
+    /// The gateway's name.
+    pub name: String,
+    /// The name on the wire: `^[a-zA-Z0-9_-]{1,64}$`, which OpenAI and Anthropic demand
+    /// (gateway names may also hold dots).
+    pub wire_name: String,
+    pub description: String,
+    pub parameters: Value,
+}
+
+impl ToolDecl {
+    /// Declarations for `specs`, with wire names unique among them.
+    pub fn for_specs<'a>(
+        specs: impl IntoIterator<Item = &'a toolgate_core::ToolSpec>,
+    ) -> Vec<ToolDecl> {
+        let mut decls: Vec<ToolDecl> = Vec::new();
+        for spec in specs {
+            let base: String = spec
+                .name
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect();
+            let mut wire = base.clone();
+            let mut n = 2;
+            while decls.iter().any(|d| d.wire_name == wire) {
+                let suffix = format!("_{n}");
+                let keep = 64usize.saturating_sub(suffix.len()).min(base.len());
+                wire = format!("{}{suffix}", &base[..keep]);
+                n += 1;
+            }
+            decls.push(ToolDecl {
+                name: spec.name.clone(),
+                wire_name: wire,
+                description: spec.description.clone(),
+                parameters: spec.input_schema.clone(),
+            });
+        }
+        decls
+    }
+}
+
+/// Whether the model may call tools on this request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ToolChoice {
+    Auto,
+    /// Tools stay declared (Anthropic refuses a history with tool blocks and no tools) but
+    /// the model must answer in text.
+    None,
+}
+
+/// One model call.
+#[derive(Clone, Debug)]
+pub struct ModelRequest<'a> {
+    pub model: &'a str,
+    pub system: Option<&'a str>,
+    pub messages: &'a [Message],
+    pub tools: &'a [ToolDecl],
+    pub tool_choice: ToolChoice,
+    /// Off: at most one tool call per turn (sent as `parallel_tool_calls: false` /
+    /// `disable_parallel_tool_use: true` where the wire has the switch).
+    pub parallel_tool_calls: bool,
+    pub temperature: Option<f32>,
+    /// Output token limit; Anthropic requires one and gets 4096 when unset.
+    pub max_tokens: Option<u32>,
+}
+
+impl ModelRequest<'_> {
+    /// The wire name of the gateway tool `name` (itself when not declared).
+    pub fn wire_name<'n>(&'n self, name: &'n str) -> &'n str {
+        self.tools
+            .iter()
+            .find(|t| t.name == name)
+            .map_or(name, |t| t.wire_name.as_str())
+    }
+
+    /// The gateway name of the wire name `wire` (itself when not declared: the loop then
+    /// answers "no such tool").
+    pub fn gateway_name(&self, wire: &str) -> String {
+        self.tools
+            .iter()
+            .find(|t| t.wire_name == wire)
+            .map_or(wire, |t| t.name.as_str())
+            .to_owned()
+    }
+}
+
+/// A 2xx reply that is not in the provider's format.
+pub(crate) fn decode_error(message: &str) -> ProviderError {
+    ProviderError::new(
+        ProviderErrorKind::Decode,
+        format!("unexpected reply from the provider: {message}"),
+    )
+}
+
+/// Token counts of one model call, normalized across providers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Input tokens served from a cache (part of `input_tokens`).
+    #[serde(default)]
+    pub cached_input_tokens: u64,
+    /// Reasoning tokens (part of `output_tokens`, except on Gemini where they are extra and
+    /// added here and to `output_tokens`).
+    #[serde(default)]
+    pub reasoning_tokens: u64,
+}
+
+impl Usage {
+    pub fn total(&self) -> u64 {
+        self.input_tokens + self.output_tokens
+    }
+
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cached_input_tokens += other.cached_input_tokens;
+        self.reasoning_tokens += other.reasoning_tokens;
+    }
+}
+
+/// What one model call returned.
+#[derive(Clone, Debug)]
+pub struct ModelTurn {
+    pub message: AssistantMessage,
+    /// The provider's stop reason, verbatim (`tool_calls`, `end_turn`, `STOP`, …).
+    pub stop_reason: Option<String>,
+    /// `None` when the provider reported none (not the same as zero).
+    pub usage: Option<Usage>,
+    /// The provider's response body, as received.
+    pub raw: Value,
+}
+
+/// What went wrong calling a provider.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderErrorKind {
+    /// 429.
+    RateLimited,
+    /// Anthropic 529, Gemini 503 `UNAVAILABLE`, HTTP 503.
+    Overloaded,
+    /// 401, 403.
+    Auth,
+    /// Any other 4xx: the request itself is wrong (a gateway bug or a model refusing it).
+    BadRequest,
+    /// 5xx.
+    Server,
+    /// No complete answer within the request timeout.
+    Timeout,
+    /// Connection refused or reset.
+    Transport,
+    /// A 2xx body that is not the provider's format.
+    Decode,
+    Cancelled,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ProviderError {
+    pub kind: ProviderErrorKind,
+    pub status: Option<u16>,
+    /// The provider's message (never carrying our credentials).
+    pub message: String,
+    /// From `Retry-After`, when the provider said when to come back.
+    #[serde(skip)]
+    pub retry_after: Option<Duration>,
+}
+
+impl ProviderError {
+    pub fn new(kind: ProviderErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            status: None,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// Whether trying again later may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self.kind {
+            ProviderErrorKind::RateLimited
+            | ProviderErrorKind::Overloaded
+            | ProviderErrorKind::Server
+            | ProviderErrorKind::Timeout
+            | ProviderErrorKind::Transport => true,
+            ProviderErrorKind::Auth
+            | ProviderErrorKind::BadRequest
+            | ProviderErrorKind::Decode
+            | ProviderErrorKind::Cancelled => false,
+        }
+    }
+}
+
+impl fmt::Display for ProviderError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.status {
+            Some(status) => write!(f, "{:?} (HTTP {status}): {}", self.kind, self.message),
+            None => write!(f, "{:?}: {}", self.kind, self.message),
+        }
+    }
+}
+
+impl std::error::Error for ProviderError {}
+
+/// One LLM endpoint. Implementations are cheap to share (`Arc<dyn Provider>`).
+#[async_trait::async_trait]
+pub trait Provider: Send + Sync {
+    fn kind(&self) -> ProviderKind;
+
+    /// One model call, retried on 429/5xx/timeouts as the provider's retry policy says;
+    /// returns early with `Cancelled` when `cancel` fires.
+    async fn complete(
+        &self,
+        request: &ModelRequest<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<ModelTurn, ProviderError>;
+}
+
+/// Builds the provider for `config`.
+pub fn build(config: &ProviderConfig) -> Result<std::sync::Arc<dyn Provider>, String> {
+    let http = http::HttpClient::new(config)?;
+    Ok(match config.kind {
+        ProviderKind::Openai => std::sync::Arc::new(openai::OpenAi::new(http)),
+        ProviderKind::Anthropic => std::sync::Arc::new(anthropic::Anthropic::new(http)),
+        ProviderKind::Gemini => std::sync::Arc::new(gemini::Gemini::new(http)),
+        ProviderKind::Ollama => std::sync::Arc::new(ollama::Ollama::new(http)),
+    })
+}
+
+/// How to reach one provider endpoint: set by the operator, never by tenants (so a
+/// tenant cannot point the gateway's HTTP client at an internal address).
+#[derive(Clone)]
+pub struct ProviderConfig {
+    pub kind: ProviderKind,
+    /// Taken verbatim: `https://api.openai.com/v1`, `https://openrouter.ai/api/v1`,
+    /// `https://api.anthropic.com`, `https://generativelanguage.googleapis.com`,
+    /// `http://127.0.0.1:11434`.
+    pub base_url: String,
+    pub api_key: Option<String>,
+    /// Extra headers on every request (OpenRouter's `HTTP-Referer`, `X-Title`).
+    pub headers: Vec<(String, String)>,
+    /// One attempt's time limit.
+    pub timeout: Duration,
+    pub retry: RetryPolicy,
+}
+
+impl fmt::Debug for ProviderConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProviderConfig")
+            .field("kind", &self.kind)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field(
+                "headers",
+                &self.headers.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            )
+            .field("timeout", &self.timeout)
+            .field("retry", &self.retry)
+            .finish()
+    }
+}
+
+/// Retries on retryable failures: exponential backoff with full jitter, or the
+/// provider's `Retry-After` when it gives one (up to `max_delay`).
+#[derive(Clone, Copy, Debug)]
+pub struct RetryPolicy {
+    /// Attempts after the first.
+    pub max_retries: u32,
+    pub base_delay: Duration,
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_retries: 4,
+            base_delay: Duration::from_millis(500),
+            max_delay: Duration::from_secs(30),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// How long to wait before retry number `attempt` (1-based) after `err`.
+    pub fn delay(&self, attempt: u32, err: &ProviderError) -> Duration {
+        if let Some(after) = err.retry_after {
+            return after.min(self.max_delay);
+        }
+        let exp = self
+            .base_delay
+            .saturating_mul(2u32.saturating_pow(attempt.saturating_sub(1)))
+            .min(self.max_delay);
+        // Full jitter: uniform in [0, exp], so synchronized clients spread out.
+        exp.mul_f64(fastrand::f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_is_capped_and_honours_retry_after() {
+        let policy = RetryPolicy {
+            max_retries: 10,
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_secs(2),
+        };
+        let err = ProviderError::new(ProviderErrorKind::Server, "boom");
+        for attempt in 1..=10 {
+            let d = policy.delay(attempt, &err);
+            let cap = Duration::from_millis(100 * 2u64.pow(attempt - 1)).min(policy.max_delay);
+            assert!(d <= cap, "attempt {attempt}: {d:?} > {cap:?}");
+        }
+        let mut limited = ProviderError::new(ProviderErrorKind::RateLimited, "slow down");
+        limited.retry_after = Some(Duration::from_secs(1));
+        assert_eq!(policy.delay(1, &limited), Duration::from_secs(1));
+        limited.retry_after = Some(Duration::from_secs(60));
+        assert_eq!(policy.delay(1, &limited), Duration::from_secs(2));
+    }
+
+    #[test]
+    fn credentials_never_print() {
+        let config = ProviderConfig {
+            kind: ProviderKind::Openai,
+            base_url: "http://127.0.0.1:1/v1".into(),
+            api_key: Some("sk-very-secret".into()),
+            headers: vec![("X-Title".into(), "also-secret".into())],
+            timeout: Duration::from_secs(1),
+            retry: RetryPolicy::default(),
+        };
+        let printed = format!("{config:?}");
+        assert!(!printed.contains("sk-very-secret"), "{printed}");
+        assert!(!printed.contains("also-secret"), "{printed}");
+    }
+}

@@ -1,0 +1,200 @@
+//! OpenAI chat completions (`POST {base}/chat/completions`), also spoken by OpenRouter,
+//! vLLM, llama.cpp, LM Studio and Ollama's compatibility endpoint.
+//!
+//! Tool calls are `message.tool_calls[{id, type:"function", function:{name, arguments}}]`
+//! with `arguments` a JSON **string** (which may be invalid); results go back as one
+//! `{"role":"tool","tool_call_id","content"}` message per call. A turn is a tool turn when
+//! it carries tool calls, whatever `finish_reason` says (compatible servers send `stop`,
+//! `""` or `tool_call`).
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::http::HttpClient;
+use super::{ModelRequest, ModelTurn, Provider, ProviderError, ProviderKind, ToolChoice, Usage};
+use crate::message::{AssistantMessage, Message, ToolCall};
+use crate::provider::decode_error;
+
+pub struct OpenAi {
+    http: HttpClient,
+    url: String,
+}
+
+impl OpenAi {
+    pub fn new(http: HttpClient) -> Self {
+        let url = http.url("/chat/completions");
+        Self { http, url }
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for OpenAi {
+    fn kind(&self) -> ProviderKind {
+        ProviderKind::Openai
+    }
+
+    async fn complete(
+        &self,
+        request: &ModelRequest<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<ModelTurn, ProviderError> {
+        let body = request_body(request);
+        let raw = self.http.post_json(&self.url, &body, cancel).await?;
+        decode(request, raw)
+    }
+}
+
+pub fn request_body(request: &ModelRequest<'_>) -> Value {
+    let mut messages = Vec::with_capacity(request.messages.len() + 1);
+    if let Some(system) = request.system {
+        messages.push(json!({"role": "system", "content": system}));
+    }
+    for message in request.messages {
+        match message {
+            Message::User { text } | Message::Note { text } => {
+                messages.push(json!({"role": "user", "content": text}));
+            }
+            Message::Assistant(a) => {
+                let mut m = json!({
+                    "role": "assistant",
+                    "content": if a.text.is_empty() && !a.tool_calls.is_empty() { Value::Null } else { json!(a.text) },
+                });
+                if !a.tool_calls.is_empty() {
+                    m["tool_calls"] = a
+                        .tool_calls
+                        .iter()
+                        .map(|c| {
+                            json!({
+                                "id": c.id,
+                                "type": "function",
+                                "function": {"name": request.wire_name(&c.name), "arguments": c.arguments_text()},
+                            })
+                        })
+                        .collect();
+                }
+                messages.push(m);
+            }
+            Message::ToolResults { results } => {
+                for r in results {
+                    messages.push(
+                        json!({"role": "tool", "tool_call_id": r.call_id, "content": r.content}),
+                    );
+                }
+            }
+        }
+    }
+    let mut body = json!({
+        "model": request.model,
+        "messages": messages,
+        "stream": false,
+    });
+    if !request.tools.is_empty() {
+        body["tools"] = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({
+                    "type": "function",
+                    "function": {"name": t.wire_name, "description": t.description, "parameters": t.parameters},
+                })
+            })
+            .collect();
+        body["tool_choice"] = json!(match request.tool_choice {
+            ToolChoice::Auto => "auto",
+            ToolChoice::None => "none",
+        });
+        body["parallel_tool_calls"] = json!(request.parallel_tool_calls);
+    }
+    if let Some(t) = request.temperature {
+        body["temperature"] = json!(t);
+    }
+    if let Some(max) = request.max_tokens {
+        body["max_completion_tokens"] = json!(max);
+    }
+    body
+}
+
+pub fn decode(request: &ModelRequest<'_>, raw: Value) -> Result<ModelTurn, ProviderError> {
+    let choice = raw
+        .pointer("/choices/0")
+        .ok_or_else(|| decode_error("no choices in the reply"))?;
+    let message = choice
+        .get("message")
+        .ok_or_else(|| decode_error("no message in the first choice"))?;
+    let text = content_text(message.get("content"));
+    let mut tool_calls = Vec::new();
+    for (n, call) in message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let function = call.get("function").unwrap_or(&Value::Null);
+        let Some(name) = function.get("name").and_then(Value::as_str) else {
+            return Err(decode_error("a tool call without a function name"));
+        };
+        let (id, provider_id) = match call.get("id").and_then(Value::as_str) {
+            Some(id) if !id.is_empty() => (id.to_owned(), true),
+            _ => (format!("call_{n}"), false),
+        };
+        let name = request.gateway_name(name);
+        tool_calls.push(match function.get("arguments") {
+            Some(Value::String(args)) => ToolCall::from_text(id, provider_id, name, args),
+            Some(other) => ToolCall::from_value(id, provider_id, name, other.clone()),
+            None => ToolCall::from_value(id, provider_id, name, Value::Null),
+        });
+    }
+    // `reasoning_content` (vLLM, DeepSeek) or `reasoning` (OpenRouter).
+    let reasoning = ["reasoning_content", "reasoning"]
+        .iter()
+        .find_map(|k| message.get(*k).and_then(Value::as_str))
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned);
+    let stop_reason = choice
+        .get("finish_reason")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let usage = raw.get("usage").and_then(|u| {
+        let input = u.get("prompt_tokens")?.as_u64()?;
+        Some(Usage {
+            input_tokens: input,
+            output_tokens: u
+                .get("completion_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
+            cached_input_tokens: u
+                .pointer("/prompt_tokens_details/cached_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
+            reasoning_tokens: u
+                .pointer("/completion_tokens_details/reasoning_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
+        })
+    });
+    Ok(ModelTurn {
+        message: AssistantMessage {
+            text,
+            tool_calls,
+            reasoning,
+            native: None,
+        },
+        stop_reason,
+        usage,
+        raw,
+    })
+}
+
+/// `content` as a string, or the text parts of a content array.
+fn content_text(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}

@@ -1,0 +1,935 @@
+//! The agent loop and its journal.
+//!
+//! A run's truth is its append-only journal of [`RunEvent`]s: every model message, tool
+//! call start and finish, and gateway note is appended (committed) as it happens, before
+//! the loop moves on. The history sent to the model is a fold over the journal
+//! ([`RunState::fold`]), so a run interrupted by a stopped gateway resumes from its events
+//! on any instance: finished calls keep their results, calls that never started run, and
+//! a call that was running when the gateway died is re-run only if the tool has no side
+//! effects — otherwise the model is told its outcome is unknown.
+//!
+//! Until a final answer or `max_turns`: call the provider, run the requested tools through
+//! the executor (adapter `agent`, the run id, the turn as step) — concurrently when the
+//! agent allows parallel calls — and feed the results back. Failures are data for the
+//! model, never an abort: unknown tools, malformed arguments, errors, refused repetitions
+//! and "not executed" calls all come back as structured JSON results. Only a provider that
+//! keeps failing after retries, or a journal that cannot be written, ends a run as failed.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use toolgate_core::{
+    Adapter, AuthContext, CallContext, Content, ErrorKind, Executor, RunId, RunStep, ScopedToolset,
+    ToolError,
+};
+
+use crate::agent::AgentConfig;
+use crate::message::{AssistantMessage, Message, ToolCall, ToolResult};
+use crate::provider::{ModelRequest, Provider, ProviderError, ToolChoice, ToolDecl, Usage};
+
+/// Retries of one tool call that failed with a retryable error (upstream, rate limited,
+/// timeout) and has no side effects.
+const TOOL_RETRIES: u32 = 2;
+/// Characters of each tool result quoted in a deterministic best-effort summary.
+const SUMMARY_RESULT_CHARS: usize = 500;
+
+/// Where a run stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Running,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RunStatus> {
+        Some(match s {
+            "running" => RunStatus::Running,
+            "completed" => RunStatus::Completed,
+            "failed" => RunStatus::Failed,
+            "cancelled" => RunStatus::Cancelled,
+            _ => return None,
+        })
+    }
+
+    pub fn is_terminal(self) -> bool {
+        self != RunStatus::Running
+    }
+}
+
+/// One journal entry: a step of the run and an SSE event (`event:` = the type name).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum RunEvent {
+    RunStarted {
+        agent: String,
+        input: String,
+    },
+    TurnStarted {
+        turn: u32,
+    },
+    /// The model's reply. `best_effort`: the answer asked for at the turn limit or after a
+    /// refused repetition.
+    ModelMessage {
+        turn: u32,
+        message: AssistantMessage,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stop_reason: Option<String>,
+        /// `None` when the provider reported no usage (not zero).
+        #[serde(default)]
+        usage: Option<Usage>,
+        #[serde(default)]
+        duration_ms: f64,
+    },
+    ToolCallStarted {
+        turn: u32,
+        call_id: String,
+        tool: String,
+        arguments: Value,
+    },
+    ToolCallFinished {
+        turn: u32,
+        result: ToolResult,
+        /// The error category, for failures.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        category: Option<String>,
+        #[serde(default)]
+        duration_ms: f64,
+    },
+    /// The gateway speaking to the model.
+    Note {
+        turn: u32,
+        reason: NoteReason,
+        text: String,
+    },
+    RunFinished {
+        status: RunStatus,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output: Option<String>,
+        #[serde(default)]
+        best_effort: bool,
+        usage: Usage,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+}
+
+impl RunEvent {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RunEvent::RunStarted { .. } => "run_started",
+            RunEvent::TurnStarted { .. } => "turn_started",
+            RunEvent::ModelMessage { .. } => "model_message",
+            RunEvent::ToolCallStarted { .. } => "tool_call_started",
+            RunEvent::ToolCallFinished { .. } => "tool_call_finished",
+            RunEvent::Note { .. } => "note",
+            RunEvent::RunFinished { .. } => "run_finished",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoteReason {
+    /// Every call of the last turn failed: answer from what you know.
+    AllToolsFailed,
+    /// The turn limit (or a persisting repetition) was reached: answer now.
+    AnswerNow,
+}
+
+/// Where a run's events go. Appends are committed before they return.
+#[async_trait::async_trait]
+pub trait Journal: Send + Sync {
+    async fn append(&self, event: &RunEvent) -> Result<(), String>;
+}
+
+/// Everything a run needs from the gateway.
+#[derive(Clone)]
+pub struct RunContext {
+    pub run_id: RunId,
+    pub auth: Arc<AuthContext>,
+    /// The agent's toolset intersected with the caller's, scoped to the caller.
+    pub tools: ScopedToolset,
+    pub executor: Executor,
+    pub provider: Arc<dyn Provider>,
+    pub journal: Arc<dyn Journal>,
+    pub cancel: CancellationToken,
+    pub request_id: Option<String>,
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunOutcome {
+    pub status: RunStatus,
+    pub output: Option<String>,
+    pub best_effort: bool,
+    pub usage: Usage,
+    pub error: Option<String>,
+}
+
+/// The run so far, folded from its journal.
+#[derive(Clone, Debug, Default)]
+pub struct RunState {
+    pub history: Vec<Message>,
+    pub turn: u32,
+    pub usage: Usage,
+    /// Calls of the last model message still without a result, with whether each had
+    /// started (and so may have had effects).
+    pub pending: Vec<(ToolCall, bool)>,
+    /// Results already in for the last model message (by call id).
+    pub partial: HashMap<String, ToolResult>,
+    /// Signature of the latest call and how many times in a row it came.
+    pub last_signature: Option<String>,
+    pub repeats: u32,
+    /// For each pending call, how many identical calls in a row it ends.
+    pub repeat_at: HashMap<String, u32>,
+    /// The next model call must answer without tools.
+    pub answer_now: bool,
+    pub finished: Option<RunOutcome>,
+}
+
+impl RunState {
+    /// Rebuilds a run from its events, in order.
+    pub fn fold(events: &[RunEvent]) -> RunState {
+        let mut state = RunState::default();
+        for event in events {
+            state.apply(event);
+        }
+        state
+    }
+
+    /// Folds one more event in.
+    pub fn apply(&mut self, event: &RunEvent) {
+        match event {
+            RunEvent::RunStarted { input, .. } => self.history.push(Message::User {
+                text: input.clone(),
+            }),
+            RunEvent::TurnStarted { turn } => {
+                self.turn = *turn;
+                self.answer_now = false;
+            }
+            RunEvent::ModelMessage { message, usage, .. } => {
+                if let Some(u) = usage {
+                    self.usage.add(u);
+                }
+                self.history.push(Message::Assistant(message.clone()));
+                self.pending = message
+                    .tool_calls
+                    .iter()
+                    .map(|c| (c.clone(), false))
+                    .collect();
+                self.partial.clear();
+                for call in &message.tool_calls {
+                    let sig = call.signature();
+                    if self.last_signature.as_deref() == Some(sig.as_str()) {
+                        self.repeats += 1;
+                    } else {
+                        self.last_signature = Some(sig);
+                        self.repeats = 1;
+                    }
+                    self.repeat_at.insert(call.id.clone(), self.repeats);
+                }
+            }
+            RunEvent::ToolCallStarted { call_id, .. } => {
+                for (c, started) in &mut self.pending {
+                    if &c.id == call_id {
+                        *started = true;
+                    }
+                }
+            }
+            RunEvent::ToolCallFinished { result, .. } => {
+                self.partial.insert(result.call_id.clone(), result.clone());
+                self.settle_if_complete();
+            }
+            RunEvent::Note { text, .. } => {
+                self.history.push(Message::Note { text: text.clone() });
+                self.answer_now = true;
+            }
+            RunEvent::RunFinished {
+                status,
+                output,
+                best_effort,
+                usage,
+                error,
+            } => {
+                self.finished = Some(RunOutcome {
+                    status: *status,
+                    output: output.clone(),
+                    best_effort: *best_effort,
+                    usage: *usage,
+                    error: error.clone(),
+                })
+            }
+        }
+    }
+
+    /// When every pending call has a result, moves them (in call order) into history.
+    fn settle_if_complete(&mut self) {
+        if self.pending.is_empty()
+            || !self
+                .pending
+                .iter()
+                .all(|(c, _)| self.partial.contains_key(&c.id))
+        {
+            return;
+        }
+        let results = self
+            .pending
+            .drain(..)
+            .filter_map(|(c, _)| self.partial.remove(&c.id))
+            .collect();
+        self.partial.clear();
+        self.repeat_at.clear();
+        self.history.push(Message::ToolResults { results });
+    }
+}
+
+/// Drives a run from `state` to its end, journaling every step. A new run starts from
+/// `RunState::default()` after its `RunStarted` event was folded in.
+pub async fn drive(ctx: &RunContext, agent: &AgentConfig, mut state: RunState) -> RunOutcome {
+    if let Some(done) = &state.finished {
+        return done.clone();
+    }
+    let decls = ToolDecl::for_specs(ctx.tools.list().iter().map(|t| t.spec()));
+    let system = agent
+        .protocol
+        .system_prompt(agent.system_prompt.as_deref(), &decls);
+    let mut driver = Driver {
+        ctx,
+        agent,
+        decls,
+        system,
+    };
+    match driver.run(&mut state).await {
+        Ok(outcome) => outcome,
+        Err(Stop::Journal(e)) => RunOutcome {
+            status: RunStatus::Failed,
+            output: None,
+            best_effort: false,
+            usage: state.usage,
+            error: Some(format!("the run's journal could not be written: {e}")),
+        },
+    }
+}
+
+enum Stop {
+    Journal(String),
+}
+
+struct Driver<'a> {
+    ctx: &'a RunContext,
+    agent: &'a AgentConfig,
+    decls: Vec<ToolDecl>,
+    system: Option<String>,
+}
+
+impl Driver<'_> {
+    async fn append(&self, state: &mut RunState, event: RunEvent) -> Result<(), Stop> {
+        self.ctx
+            .journal
+            .append(&event)
+            .await
+            .map_err(Stop::Journal)?;
+        // Keep the in-memory state equal to a fold of the journal.
+        state.apply(&event);
+        Ok(())
+    }
+
+    async fn run(&mut self, state: &mut RunState) -> Result<RunOutcome, Stop> {
+        // Calls left unanswered by an interrupted gateway come first.
+        if !state.pending.is_empty() {
+            let calls = std::mem::take(&mut state.pending);
+            state.pending = calls.clone();
+            let hard_stop = self.execute(state, calls).await?;
+            if hard_stop {
+                return self
+                    .best_effort(state, "a repeated tool call persisted")
+                    .await;
+            }
+        }
+        loop {
+            if self.ctx.cancel.is_cancelled() {
+                return self
+                    .finish(
+                        state,
+                        RunStatus::Cancelled,
+                        None,
+                        false,
+                        Some("cancelled".into()),
+                    )
+                    .await;
+            }
+            if state.turn >= self.agent.max_turns {
+                return self.best_effort(state, "the turn limit was reached").await;
+            }
+            let turn = state.turn + 1;
+            self.append(state, RunEvent::TurnStarted { turn }).await?;
+            let choice = if state.answer_now {
+                ToolChoice::None
+            } else {
+                ToolChoice::Auto
+            };
+            let reply = match self.call_model(state, choice).await {
+                Ok(reply) => reply,
+                Err(err) => return self.provider_failed(state, err).await,
+            };
+            let (message, final_answer) = self.interpret(turn, reply.message);
+            let calls = message.tool_calls.clone();
+            self.append(
+                state,
+                RunEvent::ModelMessage {
+                    turn,
+                    message,
+                    stop_reason: reply.stop_reason,
+                    usage: reply.usage,
+                    duration_ms: reply.duration_ms,
+                },
+            )
+            .await?;
+            if calls.is_empty() || choice == ToolChoice::None {
+                let output = final_answer.unwrap_or_default();
+                if choice == ToolChoice::None && !calls.is_empty() {
+                    // Asked to answer, the model called tools anyway: answer the calls so
+                    // the history stays valid, then summarize.
+                    self.answer_unexecuted(
+                        state,
+                        turn,
+                        "the model was asked to answer without tools",
+                    )
+                    .await?;
+                    return self
+                        .best_effort(state, "the model kept calling tools")
+                        .await;
+                }
+                return self
+                    .finish(state, RunStatus::Completed, Some(output), false, None)
+                    .await;
+            }
+            let pending: Vec<(ToolCall, bool)> = calls.into_iter().map(|c| (c, false)).collect();
+            let hard_stop = self.execute(state, pending).await?;
+            if hard_stop {
+                return self
+                    .best_effort(state, "a repeated tool call persisted")
+                    .await;
+            }
+        }
+    }
+
+    /// Gives calls made up ids where the provider had none, and for text protocols reads
+    /// the calls out of the reply. Returns the message and its final answer text.
+    fn interpret(
+        &self,
+        turn: u32,
+        mut message: AssistantMessage,
+    ) -> (AssistantMessage, Option<String>) {
+        if self.agent.protocol.is_text() {
+            let parsed =
+                self.agent
+                    .protocol
+                    .parse(&message.text, &self.decls, &format!("t{turn}_"));
+            message.tool_calls = parsed.calls;
+            return (message, parsed.final_answer);
+        }
+        for (n, call) in message.tool_calls.iter_mut().enumerate() {
+            if !call.provider_id {
+                call.id = format!("t{turn}_{n}");
+            }
+        }
+        let text = message.text.clone();
+        (message, Some(text))
+    }
+
+    async fn call_model(
+        &self,
+        state: &RunState,
+        choice: ToolChoice,
+    ) -> Result<ModelReply, ProviderError> {
+        let text_history;
+        let (messages, tools): (&[Message], &[ToolDecl]) = if self.agent.protocol.is_text() {
+            text_history = self.agent.protocol.text_history(&state.history);
+            (&text_history, &[])
+        } else {
+            (&state.history, &self.decls)
+        };
+        let request = ModelRequest {
+            model: &self.agent.model,
+            system: self.system.as_deref(),
+            messages,
+            tools,
+            tool_choice: choice,
+            parallel_tool_calls: self.agent.parallel_tool_calls,
+            temperature: self.agent.temperature,
+            max_tokens: self.agent.max_tokens,
+        };
+        let started = Instant::now();
+        let turn = self
+            .ctx
+            .provider
+            .complete(&request, &self.ctx.cancel)
+            .await?;
+        Ok(ModelReply {
+            message: turn.message,
+            stop_reason: turn.stop_reason,
+            usage: turn.usage,
+            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+        })
+    }
+
+    /// Runs (or answers) `calls` and journals each result. Returns whether a refused
+    /// repetition persisted (the run must end).
+    async fn execute(
+        &self,
+        state: &mut RunState,
+        calls: Vec<(ToolCall, bool)>,
+    ) -> Result<bool, Stop> {
+        let turn = state.turn;
+        // Decide every call first, in order: repetition, one-per-turn, malformed.
+        let mut plan: Vec<(ToolCall, Decision)> = Vec::with_capacity(calls.len());
+        let mut hard_stop = false;
+        for (n, (call, was_started)) in calls.into_iter().enumerate() {
+            if state.partial.contains_key(&call.id) {
+                continue;
+            }
+            let decision = if was_started && self.has_effects(&call.name) {
+                Decision::Answer(error_result(
+                    &call,
+                    "unknown_outcome",
+                    "the gateway stopped while this call was running; it may or may not have taken effect",
+                    Some("check the current state before calling it again"),
+                ))
+            } else if let Some(problem) = &call.malformed {
+                Decision::Answer(error_result(&call, "invalid_arguments", problem, None))
+            } else if !self.agent.parallel_tool_calls && n > 0 {
+                Decision::Answer(error_result(
+                    &call,
+                    "not_executed",
+                    "only one tool call per turn is allowed; this one was not executed",
+                    Some("call it again in your next message"),
+                ))
+            } else if let Some(&repeats) = state
+                .repeat_at
+                .get(&call.id)
+                .filter(|&&r| r >= self.agent.repetition_limit)
+            {
+                // At the limit the call is refused; past it, the model insisted.
+                hard_stop |= repeats > self.agent.repetition_limit;
+                Decision::Answer(error_result(
+                    &call,
+                    "repetition",
+                    &format!(
+                        "{} was called with these same arguments {repeats} times in a row; this call was not executed",
+                        call.name
+                    ),
+                    Some("try a different approach, or answer from what you have"),
+                ))
+            } else {
+                Decision::Run
+            };
+            plan.push((call, decision));
+        }
+        let results = if self.agent.parallel_tool_calls {
+            let futures = plan
+                .iter()
+                .map(|(call, decision)| self.settle(turn, call, decision));
+            futures::future::join_all(futures).await
+        } else {
+            let mut out = Vec::with_capacity(plan.len());
+            for (call, decision) in &plan {
+                out.push(self.settle(turn, call, decision).await);
+            }
+            out
+        };
+        // Refused repetitions and unexecuted extras are not failures of the tools.
+        let mut all_failed = false;
+        let mut any_ran = false;
+        for settled in results {
+            let (result, category, duration_ms) = settled?;
+            if !matches!(category.as_deref(), Some("repetition" | "not_executed")) {
+                all_failed = if any_ran {
+                    all_failed && result.is_error
+                } else {
+                    result.is_error
+                };
+                any_ran = true;
+            }
+            self.append(
+                state,
+                RunEvent::ToolCallFinished {
+                    turn,
+                    result,
+                    category,
+                    duration_ms,
+                },
+            )
+            .await?;
+        }
+        if all_failed && !hard_stop {
+            self.append(
+                state,
+                RunEvent::Note {
+                    turn,
+                    reason: NoteReason::AllToolsFailed,
+                    text: "Every tool call in your last message failed. Answer now from what you already know, and say what is missing.".into(),
+                },
+            )
+            .await?;
+        }
+        Ok(hard_stop)
+    }
+
+    fn has_effects(&self, name: &str) -> bool {
+        self.ctx
+            .tools
+            .get(name)
+            .is_none_or(|t| t.spec().effects.writes)
+    }
+
+    /// Runs one planned call (journaling its start) or returns its canned answer.
+    async fn settle(
+        &self,
+        turn: u32,
+        call: &ToolCall,
+        decision: &Decision,
+    ) -> Result<(ToolResult, Option<String>, f64), Stop> {
+        if let Decision::Answer((result, category)) = decision {
+            return Ok((result.clone(), Some(category.clone()), 0.0));
+        }
+        self.ctx
+            .journal
+            .append(&RunEvent::ToolCallStarted {
+                turn,
+                call_id: call.id.clone(),
+                tool: call.name.clone(),
+                arguments: call.arguments.clone(),
+            })
+            .await
+            .map_err(Stop::Journal)?;
+        let started = Instant::now();
+        let outcome = self.call_tool(turn, call).await;
+        let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+        Ok(match outcome {
+            Ok(text) => (
+                ToolResult {
+                    call_id: call.id.clone(),
+                    provider_id: call.provider_id,
+                    name: call.name.clone(),
+                    content: text,
+                    is_error: false,
+                },
+                None,
+                duration_ms,
+            ),
+            Err(err) => {
+                let (result, category) = tool_error_result(call, &err, &self.ctx.tools);
+                (result, Some(category), duration_ms)
+            }
+        })
+    }
+
+    /// One call through the executor, retried on retryable errors when it has no side
+    /// effects.
+    async fn call_tool(&self, turn: u32, call: &ToolCall) -> Result<String, ToolError> {
+        let mut attempt = 0;
+        loop {
+            let mut ctx = CallContext::new(self.ctx.auth.clone(), Adapter::Agent)
+                .with_run(RunStep {
+                    run_id: self.ctx.run_id,
+                    step: turn,
+                })
+                .with_timeout(self.agent.tool_timeout());
+            ctx.cancel = self.ctx.cancel.child_token();
+            if let Some(id) = &self.ctx.request_id {
+                ctx = ctx.with_request_id(id.clone());
+            }
+            let result = self
+                .ctx
+                .executor
+                .call(&self.ctx.tools, ctx, &call.name, call.arguments.clone())
+                .await;
+            match result {
+                Ok(done) => return Ok(output_text(done.output)),
+                Err(err)
+                    if attempt < TOOL_RETRIES
+                        && matches!(
+                            err.kind,
+                            ErrorKind::Upstream | ErrorKind::RateLimited | ErrorKind::Timeout
+                        )
+                        && err.recoverable
+                        && !self.has_effects(&call.name)
+                        && !self.ctx.cancel.is_cancelled() =>
+                {
+                    attempt += 1;
+                    let delay = Duration::from_millis(200 * 2u64.pow(attempt))
+                        .mul_f64(0.5 + fastrand::f64() / 2.0);
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = self.ctx.cancel.cancelled() => return Err(err),
+                    }
+                }
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    async fn answer_unexecuted(
+        &self,
+        state: &mut RunState,
+        turn: u32,
+        why: &str,
+    ) -> Result<(), Stop> {
+        let pending: Vec<ToolCall> = state.pending.iter().map(|(c, _)| c.clone()).collect();
+        for call in pending {
+            let (result, category) = error_result(&call, "not_executed", why, None);
+            self.append(
+                state,
+                RunEvent::ToolCallFinished {
+                    turn,
+                    result,
+                    category: Some(category),
+                    duration_ms: 0.0,
+                },
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// One last model call without tools; if that fails too, a summary of what the tools
+    /// returned. Either way the answer is marked best-effort.
+    async fn best_effort(&self, state: &mut RunState, why: &str) -> Result<RunOutcome, Stop> {
+        let turn = state.turn;
+        if !state.pending.is_empty() {
+            self.answer_unexecuted(state, turn, why).await?;
+        }
+        if !self.ctx.cancel.is_cancelled() {
+            self.append(
+                state,
+                RunEvent::Note {
+                    turn,
+                    reason: NoteReason::AnswerNow,
+                    text: format!(
+                        "Stop calling tools: {why}. Give your best final answer now from what you have gathered, and say what is missing."
+                    ),
+                },
+            )
+            .await?;
+            if let Ok(reply) = self.call_model(state, ToolChoice::None).await {
+                let (message, answer) = self.interpret(turn, reply.message);
+                let called_tools = !message.tool_calls.is_empty();
+                let mut message = message;
+                // Tools were off: calls in this reply are not part of the history.
+                message.tool_calls.clear();
+                self.append(
+                    state,
+                    RunEvent::ModelMessage {
+                        turn,
+                        message,
+                        stop_reason: reply.stop_reason,
+                        usage: reply.usage,
+                        duration_ms: reply.duration_ms,
+                    },
+                )
+                .await?;
+                let answer = answer.unwrap_or_default();
+                if !called_tools && !answer.trim().is_empty() {
+                    return self
+                        .finish(state, RunStatus::Completed, Some(answer), true, None)
+                        .await;
+                }
+            }
+        }
+        let summary = summarize(&state.history, why);
+        let status = if self.ctx.cancel.is_cancelled() {
+            RunStatus::Cancelled
+        } else {
+            RunStatus::Completed
+        };
+        self.finish(state, status, Some(summary), true, None).await
+    }
+
+    async fn provider_failed(
+        &self,
+        state: &mut RunState,
+        err: ProviderError,
+    ) -> Result<RunOutcome, Stop> {
+        if err.kind == crate::provider::ProviderErrorKind::Cancelled {
+            return self
+                .finish(
+                    state,
+                    RunStatus::Cancelled,
+                    None,
+                    false,
+                    Some("cancelled".into()),
+                )
+                .await;
+        }
+        let message = format!("the model provider failed: {err}");
+        self.finish(state, RunStatus::Failed, None, false, Some(message))
+            .await
+    }
+
+    async fn finish(
+        &self,
+        state: &mut RunState,
+        status: RunStatus,
+        output: Option<String>,
+        best_effort: bool,
+        error: Option<String>,
+    ) -> Result<RunOutcome, Stop> {
+        let outcome = RunOutcome {
+            status,
+            output,
+            best_effort,
+            usage: state.usage,
+            error,
+        };
+        self.append(
+            state,
+            RunEvent::RunFinished {
+                status,
+                output: outcome.output.clone(),
+                best_effort,
+                usage: outcome.usage,
+                error: outcome.error.clone(),
+            },
+        )
+        .await?;
+        Ok(outcome)
+    }
+}
+
+struct ModelReply {
+    message: AssistantMessage,
+    stop_reason: Option<String>,
+    usage: Option<Usage>,
+    duration_ms: f64,
+}
+
+enum Decision {
+    Run,
+    /// Not executed: this result (and category) instead.
+    Answer((ToolResult, String)),
+}
+
+/// The structured JSON error a model reads.
+fn error_result(
+    call: &ToolCall,
+    category: &str,
+    message: &str,
+    suggestion: Option<&str>,
+) -> (ToolResult, String) {
+    let mut body = json!({"status": "error", "category": category, "message": message});
+    if let Some(s) = suggestion {
+        body["suggestion"] = json!(s);
+    }
+    if call.malformed.is_some()
+        && let Value::String(raw) = &call.arguments
+    {
+        body["arguments_received"] = json!(raw.chars().take(500).collect::<String>());
+    }
+    (
+        ToolResult {
+            call_id: call.id.clone(),
+            provider_id: call.provider_id,
+            name: call.name.clone(),
+            content: body.to_string(),
+            is_error: true,
+        },
+        category.to_owned(),
+    )
+}
+
+fn tool_error_result(
+    call: &ToolCall,
+    err: &ToolError,
+    tools: &ScopedToolset,
+) -> (ToolResult, String) {
+    let category = err.kind.as_str();
+    let mut body = json!({
+        "status": "error",
+        "category": category,
+        "message": err.message,
+        "retryable": err.recoverable,
+    });
+    if let Some(s) = &err.suggestion {
+        body["suggestion"] = json!(s);
+    }
+    if !err.violations.is_empty() {
+        body["violations"] = serde_json::to_value(&err.violations).unwrap_or(Value::Null);
+    }
+    if err.kind == ErrorKind::NotFound && tools.get(&call.name).is_none() {
+        let names: Vec<String> = tools.list().iter().map(|t| t.spec().name.clone()).collect();
+        body["message"] = json!(format!("there is no tool named {:?}", call.name));
+        body["suggestion"] = json!(format!("use one of: {}", names.join(", ")));
+    }
+    (
+        ToolResult {
+            call_id: call.id.clone(),
+            provider_id: call.provider_id,
+            name: call.name.clone(),
+            content: body.to_string(),
+            is_error: true,
+        },
+        category.to_owned(),
+    )
+}
+
+/// A tool's output as text for the model: its text parts, or its structured result.
+fn output_text(output: toolgate_core::ToolOutput) -> String {
+    let mut text = String::new();
+    for c in &output.content {
+        match c {
+            Content::Text { text: t } => {
+                if !text.is_empty() {
+                    text.push('\n');
+                }
+                text.push_str(t);
+            }
+            Content::Image { mime_type, .. } | Content::Audio { mime_type, .. } => {
+                text.push_str(&format!("[{mime_type} content omitted]"));
+            }
+            Content::Resource { resource } => text.push_str(&resource.to_string()),
+            Content::ResourceLink { link } => text.push_str(&link.to_string()),
+        }
+    }
+    if text.is_empty()
+        && let Some(s) = output.structured
+    {
+        return s.to_string();
+    }
+    text
+}
+
+/// A deterministic best-effort answer: what the tools returned.
+fn summarize(history: &[Message], why: &str) -> String {
+    let mut out = format!("Best-effort answer ({why}). What the tools returned:\n");
+    let mut any = false;
+    for m in history {
+        if let Message::ToolResults { results } = m {
+            for r in results.iter().filter(|r| !r.is_error) {
+                any = true;
+                let quoted: String = r.content.chars().take(SUMMARY_RESULT_CHARS).collect();
+                out.push_str(&format!("- {}: {}\n", r.name, quoted));
+            }
+        }
+    }
+    if !any {
+        out.push_str("- nothing: no tool call succeeded.\n");
+    }
+    out
+}
