@@ -15,12 +15,14 @@
 //! - [`chain`]: the per-tenant audit hash chain and canonical JSON.
 //! - [`writer`]: [`AuditWriter`], group commit of audit records (implements the core's
 //!   `AuditSink`).
+//! - [`runs`]: agents, runs and run journals.
 //! - [`sqlite`], [`postgres`]: the two backends.
 
 pub mod chain;
 pub mod keys;
 pub mod model;
 pub mod postgres;
+pub mod runs;
 pub mod sqlite;
 pub mod writer;
 

@@ -32,8 +32,8 @@ pub const APP_ROLE: &str = "toolgate_app";
 
 #[derive(Clone, Debug)]
 pub struct PostgresStore {
-    owner: PgPool,
-    app: PgPool,
+    pub(crate) owner: PgPool,
+    pub(crate) app: PgPool,
     /// The chain head this process last wrote, per tenant: the expected position for the
     /// next append (checked by the database, so a stale entry costs a retry, not a fork).
     heads: Arc<Mutex<HashMap<TenantId, (i64, String)>>>,
@@ -239,7 +239,7 @@ impl PostgresStore {
 
     /// A transaction on the app pool, scoped to `tenant` for row-level security; the
     /// tenant is named in the `BEGIN` round trip itself.
-    async fn tenant_tx(
+    pub(crate) async fn tenant_tx(
         &self,
         tenant: TenantId,
     ) -> Result<Transaction<'static, Postgres>, StoreError> {
@@ -957,7 +957,7 @@ async fn set_tenant(
     Ok(())
 }
 
-fn now() -> DateTime<Utc> {
+pub(crate) fn now() -> DateTime<Utc> {
     let t = Utc::now();
     DateTime::from_timestamp_micros(t.timestamp_micros()).unwrap_or(t)
 }

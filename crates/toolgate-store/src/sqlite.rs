@@ -23,15 +23,15 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/
 
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
-    pool: SqlitePool,
+    pub(crate) pool: SqlitePool,
     path: std::path::PathBuf,
 }
 
-fn id(u: Uuid) -> String {
+pub(crate) fn id(u: Uuid) -> String {
     u.hyphenated().to_string()
 }
 
-fn uuid(s: &str) -> Result<Uuid, StoreError> {
+pub(crate) fn uuid(s: &str) -> Result<Uuid, StoreError> {
     Uuid::parse_str(s).map_err(|e| StoreError::Corrupt(format!("bad uuid {s:?}: {e}")))
 }
 

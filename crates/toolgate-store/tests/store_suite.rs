@@ -673,3 +673,165 @@ async fn postgres_announces_a_revocation_to_every_listening_instance() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn agents_are_per_tenant_with_unique_names() {
+    on_both(|store| async move {
+        let a = store.create_tenant("agents-a").await.expect("tenant");
+        let b = store.create_tenant("agents-b").await.expect("tenant");
+        let config = json!({"name": "helper", "provider": "p", "model": "m"});
+        let agent = store
+            .create_agent(a.id, "helper", &config)
+            .await
+            .expect("agent");
+        let dup = store.create_agent(a.id, "helper", &config).await;
+        assert!(matches!(dup, Err(StoreError::Conflict(_))), "{dup:?}");
+        // The same name in another tenant is another agent.
+        store
+            .create_agent(b.id, "helper", &config)
+            .await
+            .expect("same name, other tenant");
+        assert_eq!(store.list_agents(a.id).await.expect("list").len(), 1);
+        assert!(
+            store
+                .get_agent(b.id, agent.id)
+                .await
+                .expect("get")
+                .is_none()
+        );
+        let renamed = json!({"name": "helper2", "provider": "p", "model": "m2"});
+        assert!(
+            !store
+                .update_agent(b.id, agent.id, "helper2", &renamed)
+                .await
+                .expect("update")
+        );
+        assert!(
+            store
+                .update_agent(a.id, agent.id, "helper2", &renamed)
+                .await
+                .expect("update")
+        );
+        let got = store
+            .get_agent(a.id, agent.id)
+            .await
+            .expect("get")
+            .expect("exists");
+        assert_eq!((got.name.as_str(), &got.config), ("helper2", &renamed));
+        assert!(!store.delete_agent(b.id, agent.id).await.expect("delete"));
+        assert!(store.delete_agent(a.id, agent.id).await.expect("delete"));
+        assert!(store.list_agents(a.id).await.expect("list").is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_run_journal_is_ordered_single_writer_and_tenant_scoped() {
+    use chrono::Utc;
+    use toolgate_core::RunId;
+    use toolgate_store::{NewRun, RunFinish};
+
+    on_both(|store| async move {
+        let a = store.create_tenant("runs-a").await.expect("tenant");
+        let b = store.create_tenant("runs-b").await.expect("tenant");
+        let run = RunId::new();
+        let new = NewRun {
+            id: run,
+            agent_id: uuid::Uuid::now_v7(),
+            agent_name: "helper".into(),
+            principal: PrincipalId::new(),
+            auth: json!({"tenant": a.id}),
+            agent_config: json!({"name": "helper"}),
+            input: "hello".into(),
+            owner: "instance-1".into(),
+            lease_until: Utc::now() - chrono::Duration::seconds(1),
+            first_event: json!({"type": "run_started", "input": "hello"}),
+        };
+        store.create_run(a.id, &new).await.expect("run");
+        let turn = json!({"type": "turn_started", "turn": 1});
+        store
+            .append_run_event(a.id, run, 2, &turn, None)
+            .await
+            .expect("event");
+        // A second writer of the same position is refused.
+        let again = store.append_run_event(a.id, run, 2, &turn, None).await;
+        assert!(matches!(again, Err(StoreError::Conflict(_))), "{again:?}");
+        let events = store.run_events(a.id, run, 0).await.expect("events");
+        assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(events[1].kind, "turn_started");
+        assert_eq!(
+            store.run_events(a.id, run, 1).await.expect("events").len(),
+            1
+        );
+        // Another tenant sees nothing of it.
+        assert!(store.get_run(b.id, run).await.expect("get").is_none());
+        assert!(
+            store
+                .run_events(b.id, run, 0)
+                .await
+                .expect("events")
+                .is_empty()
+        );
+        assert!(!store.request_run_cancel(b.id, run).await.expect("cancel"));
+        assert!(store.list_runs(b.id, 10).await.expect("list").is_empty());
+
+        // Its lease expired: another instance takes it over, and sees a cancel request.
+        let claimed = store
+            .claim_orphaned_runs("instance-2", Utc::now() + chrono::Duration::seconds(30), 10)
+            .await
+            .expect("claim");
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(claimed[0].input, "hello");
+        assert!(
+            store
+                .claim_orphaned_runs("instance-3", Utc::now() + chrono::Duration::seconds(30), 10)
+                .await
+                .expect("claim")
+                .is_empty()
+        );
+        assert!(store.request_run_cancel(a.id, run).await.expect("cancel"));
+        let until = Utc::now() + chrono::Duration::seconds(30);
+        assert!(
+            store
+                .renew_run_leases("instance-1", &[run], until)
+                .await
+                .expect("renew")
+                .is_empty()
+        );
+        assert_eq!(
+            store
+                .renew_run_leases("instance-2", &[run], until)
+                .await
+                .expect("renew"),
+            [run]
+        );
+
+        let finish = RunFinish {
+            status: "completed".into(),
+            output: Some("done".into()),
+            best_effort: false,
+            error: None,
+            usage: json!({"input_tokens": 3, "output_tokens": 4}),
+        };
+        let last = json!({"type": "run_finished", "status": "completed"});
+        store
+            .append_run_event(a.id, run, 3, &last, Some(&finish))
+            .await
+            .expect("finish");
+        let got = store
+            .get_run(a.id, run)
+            .await
+            .expect("get")
+            .expect("exists");
+        assert_eq!(got.status, "completed");
+        assert_eq!(got.output.as_deref(), Some("done"));
+        assert_eq!(
+            got.usage,
+            Some(json!({"input_tokens": 3, "output_tokens": 4}))
+        );
+        assert!(got.finished_at.is_some());
+        assert!(!store.request_run_cancel(a.id, run).await.expect("cancel"));
+        assert_eq!(store.list_runs(a.id, 10).await.expect("list").len(), 1);
+    })
+    .await;
+}

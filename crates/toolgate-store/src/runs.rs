@@ -1,0 +1,783 @@
+//! Agents, runs and run journals, on both backends.
+//!
+//! A run's events are numbered 1, 2, 3… by the one instance that holds the run's lease;
+//! the primary key `(run_id, seq)` refuses a second writer. The last event and the run's
+//! end state are written in one transaction. Leases and orphan claims span tenants by
+//! nature (an instance drives runs of every tenant) and use the owner pool on Postgres.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use toolgate_core::{PrincipalId, RunId, TenantId};
+use uuid::Uuid;
+
+use crate::model::{AgentRecord, NewRun, RunEventRecord, RunFinish, RunRecord};
+use crate::postgres::{PostgresStore, now};
+use crate::sqlite::{SqliteStore, id, uuid};
+use crate::{Store, StoreError};
+
+const AGENT_CONFLICT: &str = "an agent with this name exists in your tenant";
+
+fn json(text: &str) -> Result<Value, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("stored JSON: {e}")))
+}
+
+/// `agent_id, name, config, created_at, updated_at`, with the id as each backend stores it.
+type AgentRow<Id> = (Id, String, String, DateTime<Utc>, DateTime<Utc>);
+
+/// Columns of `run`, JSON as text, in [`RunRow`] order.
+const RUN_COLUMNS: &str = "run_id, tenant_id, agent_id, agent_name, principal_id, auth, agent_config, input, status, output, best_effort, error, usage, cancel_requested, created_at, finished_at";
+
+type PgRunRow = (
+    Uuid,
+    Uuid,
+    Uuid,
+    String,
+    Uuid,
+    String,
+    String,
+    String,
+    String,
+    Option<String>,
+    bool,
+    Option<String>,
+    Option<String>,
+    bool,
+    DateTime<Utc>,
+    Option<DateTime<Utc>>,
+);
+
+fn pg_run(r: PgRunRow) -> Result<RunRecord, StoreError> {
+    Ok(RunRecord {
+        id: RunId(r.0),
+        tenant: TenantId(r.1),
+        agent_id: r.2,
+        agent_name: r.3,
+        principal: PrincipalId(r.4),
+        auth: json(&r.5)?,
+        agent_config: json(&r.6)?,
+        input: r.7,
+        status: r.8,
+        output: r.9,
+        best_effort: r.10,
+        error: r.11,
+        usage: r.12.as_deref().map(json).transpose()?,
+        cancel_requested: r.13,
+        created_at: r.14,
+        finished_at: r.15,
+    })
+}
+
+/// [`RUN_COLUMNS`] with Postgres' JSON columns read as text.
+const PG_RUN_COLUMNS: &str = "run_id, tenant_id, agent_id, agent_name, principal_id, auth::text, agent_config::text, input, status, output, best_effort, error, usage::text, cancel_requested, created_at, finished_at";
+
+fn pg_run_select(filter: &str) -> String {
+    format!("select {PG_RUN_COLUMNS} from run {filter}")
+}
+
+impl PostgresStore {
+    pub async fn create_agent(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        config: &Value,
+    ) -> Result<AgentRecord, StoreError> {
+        let at = now();
+        let record = AgentRecord {
+            id: Uuid::now_v7(),
+            tenant,
+            name: name.to_owned(),
+            config: config.clone(),
+            created_at: at,
+            updated_at: at,
+        };
+        let mut tx = self.tenant_tx(tenant).await?;
+        sqlx::query("insert into agent (agent_id, tenant_id, name, config, created_at, updated_at) values ($1, $2, $3, $4::jsonb, $5, $5)")
+            .bind(record.id)
+            .bind(tenant.0)
+            .bind(name)
+            .bind(config.to_string())
+            .bind(at)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| StoreError::on_constraint(e, "agent_tenant_name_key", AGENT_CONFLICT))?;
+        tx.commit().await?;
+        Ok(record)
+    }
+
+    pub async fn list_agents(&self, tenant: TenantId) -> Result<Vec<AgentRecord>, StoreError> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let rows: Vec<AgentRow<Uuid>> = sqlx::query_as(
+            "select agent_id, name, config::text, created_at, updated_at from agent where tenant_id = $1 order by name",
+        )
+        .bind(tenant.0)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.into_iter()
+            .map(|(id, name, config, created_at, updated_at)| {
+                Ok(AgentRecord {
+                    id,
+                    tenant,
+                    name,
+                    config: json(&config)?,
+                    created_at,
+                    updated_at,
+                })
+            })
+            .collect()
+    }
+
+    pub async fn update_agent(
+        &self,
+        tenant: TenantId,
+        agent: Uuid,
+        name: &str,
+        config: &Value,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let done = sqlx::query("update agent set name = $3, config = $4::jsonb, updated_at = $5 where tenant_id = $1 and agent_id = $2")
+            .bind(tenant.0)
+            .bind(agent)
+            .bind(name)
+            .bind(config.to_string())
+            .bind(now())
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| StoreError::on_constraint(e, "agent_tenant_name_key", AGENT_CONFLICT))?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub async fn delete_agent(&self, tenant: TenantId, agent: Uuid) -> Result<bool, StoreError> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let done = sqlx::query("delete from agent where tenant_id = $1 and agent_id = $2")
+            .bind(tenant.0)
+            .bind(agent)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub async fn create_run(&self, tenant: TenantId, new: &NewRun) -> Result<(), StoreError> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let at = now();
+        sqlx::query("insert into run (run_id, tenant_id, agent_id, agent_name, principal_id, auth, agent_config, input, status, owner, lease_until, created_at) values ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb, $8, 'running', $9, $10, $11)")
+            .bind(new.id.0)
+            .bind(tenant.0)
+            .bind(new.agent_id)
+            .bind(&new.agent_name)
+            .bind(new.principal.0)
+            .bind(new.auth.to_string())
+            .bind(new.agent_config.to_string())
+            .bind(&new.input)
+            .bind(&new.owner)
+            .bind(new.lease_until)
+            .bind(at)
+            .execute(&mut *tx)
+            .await?;
+        insert_pg_event(&mut tx, tenant, new.id, 1, &new.first_event, at).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn append_run_event(
+        &self,
+        tenant: TenantId,
+        run: RunId,
+        seq: i64,
+        event: &Value,
+        finish: Option<&RunFinish>,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let at = now();
+        insert_pg_event(&mut tx, tenant, run, seq, event, at).await?;
+        if let Some(f) = finish {
+            sqlx::query("update run set status = $3, output = $4, best_effort = $5, error = $6, usage = $7::jsonb, finished_at = $8, owner = null, lease_until = null where tenant_id = $1 and run_id = $2")
+                .bind(tenant.0)
+                .bind(run.0)
+                .bind(&f.status)
+                .bind(&f.output)
+                .bind(f.best_effort)
+                .bind(&f.error)
+                .bind(f.usage.to_string())
+                .bind(at)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn get_run(
+        &self,
+        tenant: TenantId,
+        run: RunId,
+    ) -> Result<Option<RunRecord>, StoreError> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let row: Option<PgRunRow> = sqlx::query_as(sqlx::AssertSqlSafe(pg_run_select(
+            "where tenant_id = $1 and run_id = $2",
+        )))
+        .bind(tenant.0)
+        .bind(run.0)
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        row.map(pg_run).transpose()
+    }
+
+    pub async fn list_runs(
+        &self,
+        tenant: TenantId,
+        limit: i64,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let rows: Vec<PgRunRow> = sqlx::query_as(sqlx::AssertSqlSafe(pg_run_select(
+            "where tenant_id = $1 order by created_at desc, run_id desc limit $2",
+        )))
+        .bind(tenant.0)
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.into_iter().map(pg_run).collect()
+    }
+
+    pub async fn run_events(
+        &self,
+        tenant: TenantId,
+        run: RunId,
+        after: i64,
+    ) -> Result<Vec<RunEventRecord>, StoreError> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let rows: Vec<(i64, String, String, DateTime<Utc>)> = sqlx::query_as(
+            "select seq, kind, payload::text, created_at from run_event where tenant_id = $1 and run_id = $2 and seq > $3 order by seq",
+        )
+        .bind(tenant.0)
+        .bind(run.0)
+        .bind(after)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.into_iter()
+            .map(|(seq, kind, payload, created_at)| {
+                Ok(RunEventRecord {
+                    seq,
+                    kind,
+                    payload: json(&payload)?,
+                    created_at,
+                })
+            })
+            .collect()
+    }
+
+    pub async fn request_run_cancel(
+        &self,
+        tenant: TenantId,
+        run: RunId,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let done = sqlx::query("update run set cancel_requested = true where tenant_id = $1 and run_id = $2 and status = 'running'")
+            .bind(tenant.0)
+            .bind(run.0)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub async fn renew_run_leases(
+        &self,
+        owner: &str,
+        runs: &[RunId],
+        until: DateTime<Utc>,
+    ) -> Result<Vec<RunId>, StoreError> {
+        let ids: Vec<Uuid> = runs.iter().map(|r| r.0).collect();
+        let rows: Vec<(Uuid, bool)> = sqlx::query_as(
+            "update run set lease_until = $3 where run_id = any($2) and owner = $1 and status = 'running' returning run_id, cancel_requested",
+        )
+        .bind(owner)
+        .bind(&ids)
+        .bind(until)
+        .fetch_all(&self.owner)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .filter(|r| r.1)
+            .map(|r| RunId(r.0))
+            .collect())
+    }
+
+    pub async fn claim_orphaned_runs(
+        &self,
+        owner: &str,
+        until: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let rows: Vec<PgRunRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "update run set owner = $1, lease_until = $2 where run_id in (select run_id from run where status = 'running' and (lease_until is null or lease_until < now()) order by created_at limit $3 for update skip locked) returning {PG_RUN_COLUMNS}"
+        )))
+        .bind(owner)
+        .bind(until)
+        .bind(limit)
+        .fetch_all(&self.owner)
+        .await?;
+        rows.into_iter().map(pg_run).collect()
+    }
+}
+
+async fn insert_pg_event(
+    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    tenant: TenantId,
+    run: RunId,
+    seq: i64,
+    event: &Value,
+    at: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    let kind = event
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown");
+    sqlx::query("insert into run_event (run_id, tenant_id, seq, kind, payload, created_at) values ($1, $2, $3, $4, $5::jsonb, $6)")
+        .bind(run.0)
+        .bind(tenant.0)
+        .bind(seq)
+        .bind(kind)
+        .bind(event.to_string())
+        .bind(at)
+        .execute(&mut **tx)
+        .await
+        .map_err(|e| StoreError::on_constraint(e, "run_event_pkey", "another instance is writing this run"))?;
+    Ok(())
+}
+
+type SqliteRunRow = (
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    Option<String>,
+    bool,
+    Option<String>,
+    Option<String>,
+    bool,
+    DateTime<Utc>,
+    Option<DateTime<Utc>>,
+);
+
+fn sqlite_run(r: SqliteRunRow) -> Result<RunRecord, StoreError> {
+    Ok(RunRecord {
+        id: RunId(uuid(&r.0)?),
+        tenant: TenantId(uuid(&r.1)?),
+        agent_id: uuid(&r.2)?,
+        agent_name: r.3,
+        principal: PrincipalId(uuid(&r.4)?),
+        auth: json(&r.5)?,
+        agent_config: json(&r.6)?,
+        input: r.7,
+        status: r.8,
+        output: r.9,
+        best_effort: r.10,
+        error: r.11,
+        usage: r.12.as_deref().map(json).transpose()?,
+        cancel_requested: r.13,
+        created_at: r.14,
+        finished_at: r.15,
+    })
+}
+
+impl SqliteStore {
+    pub async fn create_agent(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        config: &Value,
+    ) -> Result<AgentRecord, StoreError> {
+        let at = Utc::now();
+        let record = AgentRecord {
+            id: Uuid::now_v7(),
+            tenant,
+            name: name.to_owned(),
+            config: config.clone(),
+            created_at: at,
+            updated_at: at,
+        };
+        sqlx::query("insert into agent (agent_id, tenant_id, name, config, created_at, updated_at) values ($1, $2, $3, $4, $5, $5)")
+            .bind(id(record.id))
+            .bind(id(tenant.0))
+            .bind(name)
+            .bind(config.to_string())
+            .bind(at)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| StoreError::on_constraint(e, "agent_tenant_name_key", AGENT_CONFLICT))?;
+        Ok(record)
+    }
+
+    pub async fn list_agents(&self, tenant: TenantId) -> Result<Vec<AgentRecord>, StoreError> {
+        let rows: Vec<AgentRow<String>> = sqlx::query_as(
+            "select agent_id, name, config, created_at, updated_at from agent where tenant_id = $1 order by name",
+        )
+        .bind(id(tenant.0))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|(agent, name, config, created_at, updated_at)| {
+                Ok(AgentRecord {
+                    id: uuid(&agent)?,
+                    tenant,
+                    name,
+                    config: json(&config)?,
+                    created_at,
+                    updated_at,
+                })
+            })
+            .collect()
+    }
+
+    pub async fn update_agent(
+        &self,
+        tenant: TenantId,
+        agent: Uuid,
+        name: &str,
+        config: &Value,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query("update agent set name = $3, config = $4, updated_at = $5 where tenant_id = $1 and agent_id = $2")
+            .bind(id(tenant.0))
+            .bind(id(agent))
+            .bind(name)
+            .bind(config.to_string())
+            .bind(Utc::now())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| StoreError::on_constraint(e, "agent_tenant_name_key", AGENT_CONFLICT))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub async fn delete_agent(&self, tenant: TenantId, agent: Uuid) -> Result<bool, StoreError> {
+        let done = sqlx::query("delete from agent where tenant_id = $1 and agent_id = $2")
+            .bind(id(tenant.0))
+            .bind(id(agent))
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub async fn create_run(&self, tenant: TenantId, new: &NewRun) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let at = Utc::now();
+        sqlx::query("insert into run (run_id, tenant_id, agent_id, agent_name, principal_id, auth, agent_config, input, status, owner, lease_until, created_at) values ($1, $2, $3, $4, $5, $6, $7, $8, 'running', $9, $10, $11)")
+            .bind(id(new.id.0))
+            .bind(id(tenant.0))
+            .bind(id(new.agent_id))
+            .bind(&new.agent_name)
+            .bind(id(new.principal.0))
+            .bind(new.auth.to_string())
+            .bind(new.agent_config.to_string())
+            .bind(&new.input)
+            .bind(&new.owner)
+            .bind(new.lease_until)
+            .bind(at)
+            .execute(&mut *tx)
+            .await?;
+        insert_sqlite_event(&mut tx, tenant, new.id, 1, &new.first_event, at).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn append_run_event(
+        &self,
+        tenant: TenantId,
+        run: RunId,
+        seq: i64,
+        event: &Value,
+        finish: Option<&RunFinish>,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let at = Utc::now();
+        insert_sqlite_event(&mut tx, tenant, run, seq, event, at).await?;
+        if let Some(f) = finish {
+            sqlx::query("update run set status = $3, output = $4, best_effort = $5, error = $6, usage = $7, finished_at = $8, owner = null, lease_until = null where tenant_id = $1 and run_id = $2")
+                .bind(id(tenant.0))
+                .bind(id(run.0))
+                .bind(&f.status)
+                .bind(&f.output)
+                .bind(f.best_effort)
+                .bind(&f.error)
+                .bind(f.usage.to_string())
+                .bind(at)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn get_run(
+        &self,
+        tenant: TenantId,
+        run: RunId,
+    ) -> Result<Option<RunRecord>, StoreError> {
+        let row: Option<SqliteRunRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "select {RUN_COLUMNS} from run where tenant_id = $1 and run_id = $2"
+        )))
+        .bind(id(tenant.0))
+        .bind(id(run.0))
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(sqlite_run).transpose()
+    }
+
+    pub async fn list_runs(
+        &self,
+        tenant: TenantId,
+        limit: i64,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let rows: Vec<SqliteRunRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "select {RUN_COLUMNS} from run where tenant_id = $1 order by created_at desc, run_id desc limit $2"
+        )))
+        .bind(id(tenant.0))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(sqlite_run).collect()
+    }
+
+    pub async fn run_events(
+        &self,
+        tenant: TenantId,
+        run: RunId,
+        after: i64,
+    ) -> Result<Vec<RunEventRecord>, StoreError> {
+        let rows: Vec<(i64, String, String, DateTime<Utc>)> = sqlx::query_as(
+            "select seq, kind, payload, created_at from run_event where tenant_id = $1 and run_id = $2 and seq > $3 order by seq",
+        )
+        .bind(id(tenant.0))
+        .bind(id(run.0))
+        .bind(after)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|(seq, kind, payload, created_at)| {
+                Ok(RunEventRecord {
+                    seq,
+                    kind,
+                    payload: json(&payload)?,
+                    created_at,
+                })
+            })
+            .collect()
+    }
+
+    pub async fn request_run_cancel(
+        &self,
+        tenant: TenantId,
+        run: RunId,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query("update run set cancel_requested = 1 where tenant_id = $1 and run_id = $2 and status = 'running'")
+            .bind(id(tenant.0))
+            .bind(id(run.0))
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub async fn renew_run_leases(
+        &self,
+        owner: &str,
+        runs: &[RunId],
+        until: DateTime<Utc>,
+    ) -> Result<Vec<RunId>, StoreError> {
+        let mut cancelled = Vec::new();
+        for run in runs {
+            let row: Option<(bool,)> = sqlx::query_as(
+                "update run set lease_until = $3 where run_id = $2 and owner = $1 and status = 'running' returning cancel_requested",
+            )
+            .bind(owner)
+            .bind(id(run.0))
+            .bind(until)
+            .fetch_optional(&self.pool)
+            .await?;
+            if row.is_some_and(|r| r.0) {
+                cancelled.push(*run);
+            }
+        }
+        Ok(cancelled)
+    }
+
+    pub async fn claim_orphaned_runs(
+        &self,
+        owner: &str,
+        until: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let rows: Vec<SqliteRunRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "update run set owner = $1, lease_until = $2 where run_id in (select run_id from run where status = 'running' and (lease_until is null or lease_until < $4) order by created_at limit $3) returning {RUN_COLUMNS}"
+        )))
+        .bind(owner)
+        .bind(until)
+        .bind(limit)
+        .bind(Utc::now())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(sqlite_run).collect()
+    }
+}
+
+async fn insert_sqlite_event(
+    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+    tenant: TenantId,
+    run: RunId,
+    seq: i64,
+    event: &Value,
+    at: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    let kind = event
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown");
+    sqlx::query("insert into run_event (run_id, tenant_id, seq, kind, payload, created_at) values ($1, $2, $3, $4, $5, $6)")
+        .bind(id(run.0))
+        .bind(id(tenant.0))
+        .bind(seq)
+        .bind(kind)
+        .bind(event.to_string())
+        .bind(at)
+        .execute(&mut **tx)
+        .await
+        .map_err(|e| StoreError::on_constraint(e, "run_event_pkey", "another instance is writing this run"))?;
+    Ok(())
+}
+
+macro_rules! dispatch {
+    ($self:ident, $s:ident => $call:expr) => {
+        match $self {
+            Store::Postgres($s) => $call,
+            Store::Sqlite($s) => $call,
+        }
+    };
+}
+
+impl Store {
+    /// Creates an agent; [`StoreError::Conflict`] when the tenant has one of that name.
+    pub async fn create_agent(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        config: &Value,
+    ) -> Result<AgentRecord, StoreError> {
+        dispatch!(self, s => s.create_agent(tenant, name, config).await)
+    }
+
+    pub async fn list_agents(&self, tenant: TenantId) -> Result<Vec<AgentRecord>, StoreError> {
+        dispatch!(self, s => s.list_agents(tenant).await)
+    }
+
+    pub async fn get_agent(
+        &self,
+        tenant: TenantId,
+        agent: Uuid,
+    ) -> Result<Option<AgentRecord>, StoreError> {
+        Ok(self
+            .list_agents(tenant)
+            .await?
+            .into_iter()
+            .find(|a| a.id == agent))
+    }
+
+    /// Replaces an agent's name and configuration; false when it does not exist.
+    pub async fn update_agent(
+        &self,
+        tenant: TenantId,
+        agent: Uuid,
+        name: &str,
+        config: &Value,
+    ) -> Result<bool, StoreError> {
+        dispatch!(self, s => s.update_agent(tenant, agent, name, config).await)
+    }
+
+    pub async fn delete_agent(&self, tenant: TenantId, agent: Uuid) -> Result<bool, StoreError> {
+        dispatch!(self, s => s.delete_agent(tenant, agent).await)
+    }
+
+    /// Records a new run and its first event (sequence 1), in one transaction.
+    pub async fn create_run(&self, tenant: TenantId, new: &NewRun) -> Result<(), StoreError> {
+        dispatch!(self, s => s.create_run(tenant, new).await)
+    }
+
+    /// Appends event `seq` to a run's journal; with `finish`, also ends the run, in the
+    /// same transaction. [`StoreError::Conflict`] when `seq` is taken.
+    pub async fn append_run_event(
+        &self,
+        tenant: TenantId,
+        run: RunId,
+        seq: i64,
+        event: &Value,
+        finish: Option<&RunFinish>,
+    ) -> Result<(), StoreError> {
+        dispatch!(self, s => s.append_run_event(tenant, run, seq, event, finish).await)
+    }
+
+    pub async fn get_run(
+        &self,
+        tenant: TenantId,
+        run: RunId,
+    ) -> Result<Option<RunRecord>, StoreError> {
+        dispatch!(self, s => s.get_run(tenant, run).await)
+    }
+
+    /// The tenant's latest runs, newest first.
+    pub async fn list_runs(
+        &self,
+        tenant: TenantId,
+        limit: i64,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        dispatch!(self, s => s.list_runs(tenant, limit).await)
+    }
+
+    /// A run's events after sequence `after`, in order.
+    pub async fn run_events(
+        &self,
+        tenant: TenantId,
+        run: RunId,
+        after: i64,
+    ) -> Result<Vec<RunEventRecord>, StoreError> {
+        dispatch!(self, s => s.run_events(tenant, run, after).await)
+    }
+
+    /// Marks a running run for cancellation (its driver sees it at the next lease
+    /// renewal); false when it is not running.
+    pub async fn request_run_cancel(
+        &self,
+        tenant: TenantId,
+        run: RunId,
+    ) -> Result<bool, StoreError> {
+        dispatch!(self, s => s.request_run_cancel(tenant, run).await)
+    }
+
+    /// Extends `owner`'s leases on `runs`; returns those whose cancellation was asked.
+    pub async fn renew_run_leases(
+        &self,
+        owner: &str,
+        runs: &[RunId],
+        until: DateTime<Utc>,
+    ) -> Result<Vec<RunId>, StoreError> {
+        dispatch!(self, s => s.renew_run_leases(owner, runs, until).await)
+    }
+
+    /// Takes over running runs whose lease expired (their instance stopped): at most
+    /// `limit`, each leased to `owner` until `until`.
+    pub async fn claim_orphaned_runs(
+        &self,
+        owner: &str,
+        until: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        dispatch!(self, s => s.claim_orphaned_runs(owner, until, limit).await)
+    }
+}
