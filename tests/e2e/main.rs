@@ -1,5 +1,6 @@
 //! End-to-end tests: one binary, the real gateway on loopback, real HTTP.
 
+mod agents;
 mod auth;
 mod conformance;
 mod docs;

@@ -1,6 +1,8 @@
 //! Test harness: starts the real gateway in-process on `127.0.0.1:0` with its own data
 //! directory, and stops it when dropped.
 
+pub mod llm;
+
 use std::path::PathBuf;
 
 use tempfile::TempDir;

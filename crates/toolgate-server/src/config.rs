@@ -29,6 +29,81 @@ pub struct Config {
     pub mcp: McpConfig,
     /// Upstream MCP servers whose tools join the registry (operator-wide).
     pub upstreams: Vec<UpstreamEntry>,
+    /// LLM endpoints agents may use, by name (`[providers.openai]`). Operator-only: an
+    /// agent names a provider, never a URL.
+    pub providers: BTreeMap<String, ProviderEntry>,
+}
+
+/// One `[providers.<name>]` entry.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderEntry {
+    /// The wire format: `openai` (also OpenRouter, vLLM, llama.cpp, LM Studio),
+    /// `anthropic`, `gemini` or `ollama`.
+    pub kind: toolgate_agent::ProviderKind,
+    /// Taken verbatim: `https://api.openai.com/v1`, `https://openrouter.ai/api/v1`,
+    /// `https://api.anthropic.com`, `https://generativelanguage.googleapis.com`,
+    /// `http://127.0.0.1:11434`.
+    pub base_url: String,
+    #[serde(default)]
+    pub api_key: Option<Secret>,
+    /// The environment variable holding the API key (e.g. `OPENAI_API_KEY`), read at
+    /// start-up when `api_key` is unset.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Extra headers on every request (OpenRouter's `HTTP-Referer`, `X-Title`).
+    #[serde(default)]
+    pub headers: BTreeMap<String, Secret>,
+    /// One attempt's time limit, seconds.
+    #[serde(default = "default_provider_timeout")]
+    pub timeout_secs: u64,
+    /// Retries after the first attempt on 429, 5xx and timeouts.
+    #[serde(default = "default_provider_retries")]
+    pub max_retries: u32,
+    /// First backoff delay (doubled each retry, with jitter), milliseconds.
+    #[serde(default = "default_provider_backoff")]
+    pub retry_base_ms: u64,
+    /// Longest wait between attempts, also capping `Retry-After`, seconds.
+    #[serde(default = "default_provider_max_backoff")]
+    pub retry_max_secs: u64,
+}
+
+fn default_provider_timeout() -> u64 {
+    120
+}
+
+fn default_provider_retries() -> u32 {
+    4
+}
+
+fn default_provider_backoff() -> u64 {
+    500
+}
+
+fn default_provider_max_backoff() -> u64 {
+    30
+}
+
+impl ProviderEntry {
+    /// The provider as `toolgate-agent` takes it.
+    pub fn to_provider(&self) -> toolgate_agent::ProviderConfig {
+        toolgate_agent::ProviderConfig {
+            kind: self.kind,
+            base_url: self.base_url.clone(),
+            api_key: self.api_key.as_ref().map(|k| k.expose().to_owned()),
+            headers: self
+                .headers
+                .iter()
+                .map(|(k, v)| (k.clone(), v.expose().to_owned()))
+                .collect(),
+            timeout: std::time::Duration::from_secs(self.timeout_secs),
+            retry: toolgate_agent::RetryPolicy {
+                max_retries: self.max_retries,
+                base_delay: std::time::Duration::from_millis(self.retry_base_ms),
+                max_delay: std::time::Duration::from_secs(self.retry_max_secs),
+            },
+        }
+    }
 }
 
 /// One `[[upstreams]]` entry: an MCP server over stdio (`command`) or Streamable HTTP
@@ -282,6 +357,7 @@ impl Default for Config {
             auth: AuthConfig::default(),
             mcp: McpConfig::default(),
             upstreams: Vec::new(),
+            providers: BTreeMap::new(),
         }
     }
 }
@@ -395,7 +471,22 @@ impl Config {
         }
         let config = match serde_path_to_error::deserialize::<_, Config>(toml::Value::Table(table))
         {
-            Ok(config) => Some(config),
+            Ok(mut config) => {
+                for (name, provider) in &mut config.providers {
+                    if provider.api_key.is_none()
+                        && let Some(var) = &provider.api_key_env
+                    {
+                        match env.get(var) {
+                            Some(key) => provider.api_key = Some(Secret::new(key.clone())),
+                            None => errors.push((
+                                format!("providers.{name}.api_key_env"),
+                                format!("the environment variable {var} is not set"),
+                            )),
+                        }
+                    }
+                }
+                Some(config)
+            }
             Err(e) => {
                 let key = e.path().to_string();
                 errors.push((
@@ -468,6 +559,24 @@ impl Config {
                     format!("{key}.name"),
                     format!("{:?} is used twice", upstream.name),
                 ));
+            }
+        }
+        for (name, provider) in &self.providers {
+            let key = format!("providers.{name}");
+            if !(provider.base_url.starts_with("http://")
+                || provider.base_url.starts_with("https://"))
+            {
+                errors.push((
+                    format!("{key}.base_url"),
+                    "must be an http:// or https:// URL".into(),
+                ));
+            }
+            if provider.timeout_secs == 0 {
+                errors.push((format!("{key}.timeout_secs"), "must be at least 1".into()));
+            }
+            if let Err(e) = toolgate_agent::provider::http::HttpClient::new(&provider.to_provider())
+            {
+                errors.push((format!("{key}.headers"), e));
             }
         }
         if let Err(e) = self.mcp.vendor_meta() {

@@ -14,6 +14,7 @@
 //! - [`cli`]: the admin subcommands (`migrate`, `tenants`, `keys`, `audit verify`).
 //! - [`request_id`]: request ids and the observe middleware (span, logging).
 //! - [`rest`]: REST routes, one module per resource; problem+json errors.
+//! - [`runs`]: agent runs on this instance: journals, leases, cancellation, take-over.
 //! - [`mcp`]: the MCP front door at `/mcp` (rmcp Streamable HTTP) and its OAuth metadata.
 //! - [`docs`]: `/openapi.json` and the offline `/docs` page.
 //! - [`state`]: [`AppState`], what handlers share.
@@ -28,6 +29,7 @@ pub mod jwt;
 pub mod mcp;
 pub mod request_id;
 pub mod rest;
+pub mod runs;
 pub mod state;
 pub mod telemetry;
 
@@ -123,16 +125,25 @@ pub async fn build_with(
         .map(|c| jwt::JwtVerifier::new(c, store.clone()));
     let authenticator = Arc::new(auth::Authenticator::new(store.clone(), jwt));
     authenticator.watch_revocations();
+    let executor = Executor::new(
+        Arc::new(TracingSink),
+        audit.unwrap_or_else(|| Arc::new(writer)),
+        limits,
+    );
+    let mut providers = std::collections::HashMap::new();
+    for (name, entry) in &config.providers {
+        let provider = toolgate_agent::provider::build(&entry.to_provider())
+            .map_err(|e| anyhow::anyhow!("provider {name}: {e}"))?;
+        providers.insert(name.clone(), provider);
+    }
+    let runs = runs::Runs::new(store.clone(), registry.clone(), executor.clone(), providers);
     let state = AppState::new(state::Shared {
         registry,
-        executor: Executor::new(
-            Arc::new(TracingSink),
-            audit.unwrap_or_else(|| Arc::new(writer)),
-            limits,
-        ),
+        executor,
         authenticator,
         workspaces,
         store,
+        runs,
         shutdown: CancellationToken::new(),
     });
     Ok(Gateway {
@@ -244,6 +255,8 @@ pub async fn serve_with(
         state.registry.clone(),
         streams.clone(),
     );
+    // Runs left by a stopped instance resume here; this instance's runs keep their leases.
+    let runs = tokio::spawn(state.runs.clone().supervise(streams.clone()));
     let app = app(state, &config).into_make_service_with_connect_info::<std::net::SocketAddr>();
     let addr = listener
         .local_addr()
@@ -264,6 +277,8 @@ pub async fn serve_with(
             tracing::warn!(grace_secs = grace.as_secs(), "in-flight requests still running after the grace period; stopping them");
         }
     }
+    // Agent runs stop here and are released for the next instance to take over.
+    let _ = tokio::time::timeout(grace, runs).await;
     // Upstream supervisors end their connections (child processes are killed).
     for upstream in upstreams {
         let _ = tokio::time::timeout(grace, upstream).await;

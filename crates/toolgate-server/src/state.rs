@@ -20,6 +20,8 @@ pub struct Shared {
     pub authenticator: Arc<Authenticator>,
     pub workspaces: Arc<Workspaces>,
     pub store: Store,
+    /// Agent runs driven by this instance, and their SSE wake-ups.
+    pub runs: Arc<crate::runs::Runs>,
     /// Cancelled when the gateway begins to stop: long-lived streams (MCP SSE) end.
     pub shutdown: CancellationToken,
 }

@@ -2,10 +2,12 @@
 //! together with the OpenAPI document they describe.
 
 pub mod admin;
+pub mod agents;
 pub mod audit;
 pub mod error;
 pub mod extract;
 pub mod health;
+pub mod runs;
 pub mod tools;
 
 use utoipa::OpenApi;
@@ -22,6 +24,8 @@ use crate::state::AppState;
     ),
     tags(
         (name = "tools", description = "List, describe and invoke tools"),
+        (name = "agents", description = "Agents: a named model, prompt and toolset"),
+        (name = "runs", description = "Agent runs: start, follow live (SSE), read, cancel"),
         (name = "audit", description = "The audit log of every tool call"),
         (name = "tenancy", description = "Tenants, principals and API keys"),
         (name = "health", description = "Liveness and readiness"),
@@ -57,6 +61,8 @@ impl utoipa::Modify for BearerAuth {
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(tools::router())
+        .merge(agents::router())
+        .merge(runs::router())
         .merge(audit::router())
         .merge(admin::router())
         .merge(health::router())

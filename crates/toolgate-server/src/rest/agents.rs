@@ -1,0 +1,436 @@
+//! `/v1/agents`: a tenant's agents (create, list, read, replace, delete) and starting
+//! runs of them. Managing agents needs `agents:manage`; reading them and starting runs
+//! needs `agents:run`.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use toolgate_agent::AgentConfig;
+use toolgate_core::auth::scopes;
+use toolgate_core::{ToolError, Violation};
+use toolgate_store::AgentRecord;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use uuid::Uuid;
+
+use super::error::{ApiError, Problem};
+use super::extract::{AppJson, AppPath};
+use super::runs::{RunView, run_view};
+use crate::auth::Caller;
+use crate::request_id::RequestId;
+use crate::runs::StartError;
+use crate::state::AppState;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_agents, create_agent))
+        .routes(routes!(get_agent, replace_agent, delete_agent))
+        .routes(routes!(start_run))
+}
+
+/// Longest a start request may wait for the run to end.
+const MAX_WAIT_SECS: u64 = 300;
+
+/// An agent: a named model, prompt and toolset.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({
+    "id": "01936f0e-9b7a-7c11-8d2f-0a4b5c6d7e8f",
+    "name": "researcher",
+    "provider": "openai",
+    "model": "gpt-4.1-mini",
+    "system_prompt": "You answer questions about the workspace.",
+    "tools": ["read_file", "search_files"],
+    "categories": [],
+    "protocol": "native",
+    "max_turns": 10,
+    "parallel_tool_calls": true,
+    "repetition_limit": 3,
+    "created_at": "2026-11-22T10:00:00Z",
+    "updated_at": "2026-11-22T10:00:00Z"
+}))]
+pub struct AgentView {
+    pub id: Uuid,
+    #[serde(flatten)]
+    #[schema(inline)]
+    pub config: AgentBody,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// What an agent is. Unknown fields are refused.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({
+    "name": "researcher",
+    "provider": "openai",
+    "model": "gpt-4.1-mini",
+    "system_prompt": "You answer questions about the workspace.",
+    "tools": ["read_file", "search_files"]
+}))]
+pub struct AgentBody {
+    /// `^[a-z0-9][a-z0-9_-]{0,62}$`, unique in the tenant.
+    pub name: String,
+    /// A provider configured on the gateway (`[providers.<name>]`).
+    pub provider: String,
+    pub model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// Tool names or globs. With `categories` both empty, the agent has no tools.
+    /// Always intersected with the caller's own tools.
+    #[serde(default)]
+    pub tools: Vec<String>,
+    #[serde(default)]
+    pub categories: Vec<String>,
+    /// `native` (the provider's function calling), `react` or `xml` (text protocols for
+    /// models without function calling).
+    #[serde(default)]
+    #[schema(value_type = String, example = "native")]
+    pub protocol: toolgate_agent::Protocol,
+    /// 1–100, default 10.
+    #[serde(default)]
+    pub max_turns: Option<u32>,
+    /// Off: one tool call per turn. Default on.
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
+    /// Each tool call's deadline in milliseconds (clamped to the tool's maximum).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_timeout_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// Identical consecutive tool calls before the next is refused (default 3).
+    #[serde(default)]
+    pub repetition_limit: Option<u32>,
+    /// Approval policy overrides for this agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub approval_policy: Option<Value>,
+}
+
+impl AgentBody {
+    fn into_config(self) -> AgentConfig {
+        AgentConfig {
+            name: self.name,
+            provider: self.provider,
+            model: self.model,
+            system_prompt: self.system_prompt,
+            tools: self.tools,
+            categories: self.categories,
+            protocol: self.protocol,
+            max_turns: self
+                .max_turns
+                .unwrap_or(toolgate_agent::agent::DEFAULT_MAX_TURNS),
+            parallel_tool_calls: self.parallel_tool_calls.unwrap_or(true),
+            tool_timeout_ms: self.tool_timeout_ms,
+            temperature: self.temperature,
+            max_tokens: self.max_tokens,
+            repetition_limit: self
+                .repetition_limit
+                .unwrap_or(toolgate_agent::agent::DEFAULT_REPETITION_LIMIT),
+            approval_policy: self.approval_policy,
+        }
+    }
+
+    fn from_config(c: AgentConfig) -> Self {
+        Self {
+            name: c.name,
+            provider: c.provider,
+            model: c.model,
+            system_prompt: c.system_prompt,
+            tools: c.tools,
+            categories: c.categories,
+            protocol: c.protocol,
+            max_turns: Some(c.max_turns),
+            parallel_tool_calls: Some(c.parallel_tool_calls),
+            tool_timeout_ms: c.tool_timeout_ms,
+            temperature: c.temperature,
+            max_tokens: c.max_tokens,
+            repetition_limit: Some(c.repetition_limit),
+            approval_policy: c.approval_policy,
+        }
+    }
+}
+
+/// The stored agent's configuration; stored data that no longer reads is an internal error.
+fn config_of(record: &AgentRecord) -> Result<AgentConfig, ApiError> {
+    serde_json::from_value(record.config.clone()).map_err(|e| {
+        ApiError::Internal(anyhow::anyhow!(
+            "stored agent {} is unreadable: {e}",
+            record.id
+        ))
+    })
+}
+
+fn view(record: AgentRecord) -> Result<AgentView, ApiError> {
+    let config = config_of(&record)?;
+    Ok(AgentView {
+        id: record.id,
+        config: AgentBody::from_config(config),
+        created_at: record.created_at,
+        updated_at: record.updated_at,
+    })
+}
+
+/// Checks a configuration, listing every problem; a provider the gateway lacks is one.
+fn validate(app: &AppState, config: &AgentConfig) -> Result<(), ApiError> {
+    let mut problems = config.problems();
+    if !config.provider.is_empty() && !app.runs.has_provider(&config.provider) {
+        problems.push((
+            "provider".into(),
+            format!("this gateway has no provider named {:?}", config.provider),
+        ));
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let violations = problems
+        .into_iter()
+        .map(|(field, message)| Violation {
+            pointer: format!("/{field}"),
+            message,
+        })
+        .collect();
+    Err(
+        ToolError::invalid_arguments("the agent's configuration is invalid")
+            .with_violations(violations)
+            .into(),
+    )
+}
+
+fn not_found(id: Uuid) -> ApiError {
+    ToolError::not_found(format!("no agent {id} in your tenant")).into()
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AgentList {
+    pub agents: Vec<AgentView>,
+}
+
+/// List the tenant's agents.
+#[utoipa::path(get, path = "/v1/agents", tag = "agents",
+    responses(
+        (status = 200, body = AgentList),
+        (status = 403, description = "Needs `agents:run` or `agents:manage`", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn list_agents(
+    State(app): State<AppState>,
+    caller: Caller,
+) -> Result<AppJson<AgentList>, ApiError> {
+    if !caller.auth.has_scope(scopes::AGENTS_MANAGE) {
+        caller.require(scopes::AGENTS_RUN)?;
+    }
+    let agents = app
+        .store
+        .list_agents(caller.auth.tenant)
+        .await?
+        .into_iter()
+        .map(view)
+        .collect::<Result<_, _>>()?;
+    Ok(AppJson(AgentList { agents }))
+}
+
+/// Create an agent.
+#[utoipa::path(post, path = "/v1/agents", tag = "agents",
+    request_body(content = AgentBody, content_type = "application/json"),
+    responses(
+        (status = 201, body = AgentView),
+        (status = 400, description = "Invalid configuration (every problem listed)", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Needs `agents:manage`", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "An agent of this name exists", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn create_agent(
+    State(app): State<AppState>,
+    caller: Caller,
+    AppJson(body): AppJson<AgentBody>,
+) -> Result<Response, ApiError> {
+    caller.require(scopes::AGENTS_MANAGE)?;
+    let config = body.into_config();
+    validate(&app, &config)?;
+    let value = serde_json::to_value(&config).map_err(|e| ApiError::Internal(e.into()))?;
+    let record = app
+        .store
+        .create_agent(caller.auth.tenant, &config.name, &value)
+        .await?;
+    let location = format!("/v1/agents/{}", record.id);
+    let mut response = (StatusCode::CREATED, AppJson(view(record)?)).into_response();
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        response.headers_mut().insert(header::LOCATION, v);
+    }
+    Ok(response)
+}
+
+/// Read an agent.
+#[utoipa::path(get, path = "/v1/agents/{id}", tag = "agents",
+    params(("id" = Uuid, Path, description = "Agent id")),
+    responses(
+        (status = 200, body = AgentView),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn get_agent(
+    State(app): State<AppState>,
+    caller: Caller,
+    AppPath(id): AppPath<Uuid>,
+) -> Result<AppJson<AgentView>, ApiError> {
+    if !caller.auth.has_scope(scopes::AGENTS_MANAGE) {
+        caller.require(scopes::AGENTS_RUN)?;
+    }
+    let record = app
+        .store
+        .get_agent(caller.auth.tenant, id)
+        .await?
+        .ok_or_else(|| not_found(id))?;
+    Ok(AppJson(view(record)?))
+}
+
+/// Replace an agent's configuration. Runs already started keep the configuration they
+/// started with.
+#[utoipa::path(put, path = "/v1/agents/{id}", tag = "agents",
+    params(("id" = Uuid, Path, description = "Agent id")),
+    request_body(content = AgentBody, content_type = "application/json"),
+    responses(
+        (status = 200, body = AgentView),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 409, body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn replace_agent(
+    State(app): State<AppState>,
+    caller: Caller,
+    AppPath(id): AppPath<Uuid>,
+    AppJson(body): AppJson<AgentBody>,
+) -> Result<AppJson<AgentView>, ApiError> {
+    caller.require(scopes::AGENTS_MANAGE)?;
+    let config = body.into_config();
+    validate(&app, &config)?;
+    let value = serde_json::to_value(&config).map_err(|e| ApiError::Internal(e.into()))?;
+    if !app
+        .store
+        .update_agent(caller.auth.tenant, id, &config.name, &value)
+        .await?
+    {
+        return Err(not_found(id));
+    }
+    let record = app
+        .store
+        .get_agent(caller.auth.tenant, id)
+        .await?
+        .ok_or_else(|| not_found(id))?;
+    Ok(AppJson(view(record)?))
+}
+
+/// Delete an agent. Its runs stay readable.
+#[utoipa::path(delete, path = "/v1/agents/{id}", tag = "agents",
+    params(("id" = Uuid, Path, description = "Agent id")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn delete_agent(
+    State(app): State<AppState>,
+    caller: Caller,
+    AppPath(id): AppPath<Uuid>,
+) -> Result<StatusCode, ApiError> {
+    caller.require(scopes::AGENTS_MANAGE)?;
+    if app.store.delete_agent(caller.auth.tenant, id).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(not_found(id))
+    }
+}
+
+/// A run to start.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"input": "Which files mention 'retry'?", "wait_secs": 60}))]
+pub struct StartRun {
+    /// The user's message to the agent.
+    pub input: String,
+    /// Wait up to this many seconds (at most 300) for the run to end before answering;
+    /// 0 or absent answers at once with the run still going.
+    #[serde(default)]
+    pub wait_secs: u64,
+}
+
+/// Start a run of an agent.
+///
+/// Answers 201 with the run (and `Location: /v1/runs/{id}`) as soon as it is recorded,
+/// or, with `wait_secs`, once it has ended or the wait is over. Follow it live at
+/// `GET /v1/runs/{id}/events`.
+#[utoipa::path(post, path = "/v1/agents/{id}/runs", tag = "runs",
+    params(("id" = Uuid, Path, description = "Agent id")),
+    request_body(content = StartRun, content_type = "application/json"),
+    responses(
+        (status = 201, description = "The run, still running or (with `wait_secs`) ended", body = RunView),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Needs `agents:run`", body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn start_run(
+    State(app): State<AppState>,
+    caller: Caller,
+    axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
+    AppPath(id): AppPath<Uuid>,
+    AppJson(body): AppJson<StartRun>,
+) -> Result<Response, ApiError> {
+    caller.require(scopes::AGENTS_RUN)?;
+    if body.input.trim().is_empty() {
+        return Err(ApiError::Malformed("input must not be empty".into()));
+    }
+    if body.wait_secs > MAX_WAIT_SECS {
+        return Err(ApiError::Malformed(format!(
+            "wait_secs must be at most {MAX_WAIT_SECS}"
+        )));
+    }
+    let record = app
+        .store
+        .get_agent(caller.auth.tenant, id)
+        .await?
+        .ok_or_else(|| not_found(id))?;
+    let config = config_of(&record)?;
+    let tenant = caller.auth.tenant;
+    let run = app
+        .runs
+        .start(
+            caller.auth.clone(),
+            record.id,
+            config,
+            body.input,
+            Some(request_id.to_string()),
+        )
+        .await
+        .map_err(|e| match e {
+            StartError::UnknownProvider(_) | StartError::InvalidAgent(_) => {
+                ApiError::Tool(ToolError::invalid_arguments(e.to_string()))
+            }
+            StartError::Store(e) => e.into(),
+        })?;
+    if body.wait_secs > 0 {
+        let mut updates = app.runs.subscribe(run);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(body.wait_secs);
+        loop {
+            let current = app.store.get_run(tenant, run).await?;
+            if current.as_ref().is_none_or(|r| r.status != "running") {
+                break;
+            }
+            tokio::select! {
+                _ = updates.changed() => {}
+                () = tokio::time::sleep_until(deadline) => break,
+                // Another instance may drive it: look again now and then.
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    }
+    let view = run_view(&app, tenant, run).await?;
+    let mut response = (StatusCode::CREATED, AppJson(view)).into_response();
+    if let Ok(v) = HeaderValue::from_str(&format!("/v1/runs/{run}")) {
+        response.headers_mut().insert(header::LOCATION, v);
+    }
+    Ok(response)
+}

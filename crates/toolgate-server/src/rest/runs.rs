@@ -1,0 +1,312 @@
+//! `/v1/runs`: agent runs as they happen and afterwards — status, final output, steps
+//! (the run's journal: model messages, tool calls, notes), usage — plus a live SSE
+//! stream of the steps that resumes from `Last-Event-ID`, and cancellation. Needs
+//! `agents:run`; a tenant sees only its own runs.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use toolgate_core::auth::scopes;
+use toolgate_core::{RunId, TenantId, ToolError};
+use toolgate_store::{RunEventRecord, RunRecord};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use uuid::Uuid;
+
+use super::error::{ApiError, Problem};
+use super::extract::{AppJson, AppPath, AppQuery};
+use crate::auth::Caller;
+use crate::state::AppState;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_runs))
+        .routes(routes!(get_run))
+        .routes(routes!(run_events))
+        .routes(routes!(cancel_run))
+}
+
+/// How often an SSE stream looks at the store when no event of this instance woke it
+/// (the run may be driven by another instance).
+const POLL: Duration = Duration::from_secs(1);
+
+/// A run with its steps.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({
+    "id": "01936f0e-9b7a-7c11-8d2f-0a4b5c6d7e8f",
+    "agent_id": "01936f0e-0000-7c11-8d2f-0a4b5c6d7e8f",
+    "agent_name": "researcher",
+    "status": "completed",
+    "input": "Which files mention 'retry'?",
+    "output": "Two: src/http.rs and README.md.",
+    "best_effort": false,
+    "usage": {"input_tokens": 812, "output_tokens": 95, "cached_input_tokens": 0, "reasoning_tokens": 0},
+    "created_at": "2026-11-22T10:00:00Z",
+    "finished_at": "2026-11-22T10:00:04Z",
+    "steps": [
+        {"seq": 1, "type": "run_started", "agent": "researcher", "input": "Which files mention 'retry'?", "at": "2026-11-22T10:00:00Z"},
+        {"seq": 2, "type": "turn_started", "turn": 1, "at": "2026-11-22T10:00:00Z"}
+    ]
+}))]
+pub struct RunView {
+    pub id: Uuid,
+    pub agent_id: Uuid,
+    pub agent_name: String,
+    /// `running`, `completed`, `failed` or `cancelled`.
+    pub status: String,
+    pub input: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    /// The answer was forced (turn limit, persisting repetition) from what was gathered.
+    pub best_effort: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Token counts over all model calls, once the run has ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub usage: Option<Value>,
+    pub created_at: DateTime<Utc>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<DateTime<Utc>>,
+    /// The run's journal, in order (omitted in listings).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub steps: Option<Vec<Value>>,
+}
+
+fn summary(r: RunRecord, steps: Option<Vec<Value>>) -> RunView {
+    RunView {
+        id: r.id.0,
+        agent_id: r.agent_id,
+        agent_name: r.agent_name,
+        status: r.status,
+        input: r.input,
+        output: r.output,
+        best_effort: r.best_effort,
+        error: r.error,
+        usage: r.usage,
+        created_at: r.created_at,
+        finished_at: r.finished_at,
+        steps,
+    }
+}
+
+/// One journal entry as a step: its number, type, fields and time.
+fn step(e: RunEventRecord) -> Value {
+    let mut v = e.payload;
+    if let Value::Object(map) = &mut v {
+        map.insert("seq".into(), Value::from(e.seq));
+        map.insert("at".into(), Value::String(e.created_at.to_rfc3339()));
+    }
+    v
+}
+
+fn not_found(run: RunId) -> ApiError {
+    ToolError::not_found(format!("no run {run} in your tenant")).into()
+}
+
+/// The run with all its steps.
+pub async fn run_view(app: &AppState, tenant: TenantId, run: RunId) -> Result<RunView, ApiError> {
+    let record = app
+        .store
+        .get_run(tenant, run)
+        .await?
+        .ok_or_else(|| not_found(run))?;
+    let steps = app.store.run_events(tenant, run, 0).await?;
+    Ok(summary(record, Some(steps.into_iter().map(step).collect())))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ListRunsQuery {
+    /// At most this many, newest first (1–500, default 50).
+    limit: Option<i64>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunList {
+    pub runs: Vec<RunView>,
+}
+
+/// List the tenant's latest runs (without their steps).
+#[utoipa::path(get, path = "/v1/runs", tag = "runs", params(ListRunsQuery),
+    responses(
+        (status = 200, body = RunList),
+        (status = 403, description = "Needs `agents:run`", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn list_runs(
+    State(app): State<AppState>,
+    caller: Caller,
+    AppQuery(query): AppQuery<ListRunsQuery>,
+) -> Result<AppJson<RunList>, ApiError> {
+    caller.require(scopes::AGENTS_RUN)?;
+    let limit = query.limit.unwrap_or(50);
+    if !(1..=500).contains(&limit) {
+        return Err(ApiError::Malformed(
+            "limit must be between 1 and 500".into(),
+        ));
+    }
+    let runs = app.store.list_runs(caller.auth.tenant, limit).await?;
+    Ok(AppJson(RunList {
+        runs: runs.into_iter().map(|r| summary(r, None)).collect(),
+    }))
+}
+
+/// A run: status, final output, usage and every step so far.
+#[utoipa::path(get, path = "/v1/runs/{id}", tag = "runs",
+    params(("id" = Uuid, Path, description = "Run id")),
+    responses(
+        (status = 200, body = RunView),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn get_run(
+    State(app): State<AppState>,
+    caller: Caller,
+    AppPath(id): AppPath<Uuid>,
+) -> Result<AppJson<RunView>, ApiError> {
+    caller.require(scopes::AGENTS_RUN)?;
+    Ok(AppJson(
+        run_view(&app, caller.auth.tenant, RunId(id)).await?,
+    ))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    /// Start after this step (as `Last-Event-ID` does; the header wins).
+    after: Option<i64>,
+}
+
+/// Follow a run's steps as server-sent events.
+///
+/// Each event's `id` is the step number, `event` its type (`run_started`,
+/// `turn_started`, `model_message`, `tool_call_started`, `tool_call_finished`, `note`,
+/// `run_finished`) and `data` the step as JSON. Steps are stored before they are sent,
+/// so a client that reconnects with `Last-Event-ID` misses none, on any instance. The
+/// stream ends after `run_finished`.
+#[utoipa::path(get, path = "/v1/runs/{id}/events", tag = "runs",
+    params(("id" = Uuid, Path, description = "Run id"), EventsQuery,
+           ("Last-Event-ID" = Option<i64>, Header, description = "Resume after this step")),
+    responses(
+        (status = 200, description = "An SSE stream of steps", content_type = "text/event-stream", body = String),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn run_events(
+    State(app): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    AppPath(id): AppPath<Uuid>,
+    AppQuery(query): AppQuery<EventsQuery>,
+) -> Result<Response, ApiError> {
+    caller.require(scopes::AGENTS_RUN)?;
+    let tenant = caller.auth.tenant;
+    let run = RunId(id);
+    if app.store.get_run(tenant, run).await?.is_none() {
+        return Err(not_found(run));
+    }
+    let after = match headers.get("last-event-id") {
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|s| s.trim().parse::<i64>().ok())
+            .ok_or_else(|| ApiError::Malformed("Last-Event-ID must be a step number".into()))?,
+        None => query.after.unwrap_or(0),
+    };
+    let stream = steps_stream(app, tenant, run, after);
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response())
+}
+
+fn steps_stream(
+    app: AppState,
+    tenant: TenantId,
+    run: RunId,
+    after: i64,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    struct Cursor {
+        app: AppState,
+        updates: tokio::sync::watch::Receiver<i64>,
+        last: i64,
+        queue: std::collections::VecDeque<RunEventRecord>,
+        done: bool,
+    }
+    let cursor = Cursor {
+        updates: app.runs.subscribe(run),
+        app,
+        last: after,
+        queue: Default::default(),
+        done: false,
+    };
+    futures::stream::unfold(cursor, move |mut c| async move {
+        loop {
+            if let Some(e) = c.queue.pop_front() {
+                c.last = e.seq;
+                c.done = e.kind == "run_finished";
+                let event = Event::default()
+                    .id(e.seq.to_string())
+                    .event(e.kind.clone())
+                    .data(step(e).to_string());
+                return Some((Ok(event), c));
+            }
+            if c.done {
+                return None;
+            }
+            match c.app.store.run_events(tenant, run, c.last).await {
+                Ok(events) if !events.is_empty() => {
+                    c.queue.extend(events);
+                    continue;
+                }
+                Ok(_) => {}
+                Err(err) => {
+                    tracing::warn!(error = %err, run_id = %run, "reading run events failed");
+                }
+            }
+            tokio::select! {
+                _ = c.updates.changed() => {}
+                () = tokio::time::sleep(POLL) => {}
+                () = c.app.shutdown.cancelled() => return None,
+            }
+        }
+    })
+}
+
+/// Cancel a running run. It stops at its next step (a model call or tool call in flight
+/// is cancelled) and ends with status `cancelled`.
+#[utoipa::path(post, path = "/v1/runs/{id}/cancel", tag = "runs",
+    params(("id" = Uuid, Path, description = "Run id")),
+    responses(
+        (status = 202, description = "Cancellation requested", body = RunView),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The run has already ended", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn cancel_run(
+    State(app): State<AppState>,
+    caller: Caller,
+    AppPath(id): AppPath<Uuid>,
+) -> Result<Response, ApiError> {
+    caller.require(scopes::AGENTS_RUN)?;
+    let tenant = caller.auth.tenant;
+    let run = RunId(id);
+    if !app.runs.cancel(tenant, run).await? {
+        let exists = app.store.get_run(tenant, run).await?.is_some();
+        return Err(if exists {
+            ApiError::Conflict("the run has already ended".into())
+        } else {
+            not_found(run)
+        });
+    }
+    let view = run_view(&app, tenant, run).await?;
+    Ok((StatusCode::ACCEPTED, AppJson(view)).into_response())
+}

@@ -1,0 +1,406 @@
+//! Agent runs in this gateway instance: starting them, journaling their events to the
+//! store, waking SSE readers, leases, cancellation, and taking over runs whose instance
+//! stopped.
+//!
+//! Each run is driven by one task on the instance holding its lease (30 s, renewed every
+//! 10 s). A gateway that stops gracefully drops its drivers and expires its leases at
+//! once; one that dies lets them run out. Either way, an instance that finds a running run
+//! with an expired lease (at start-up and every 15 s) claims it, folds its journal back
+//! into state and drives it on. A cancel request is a flag on the run: the owner sees it
+//! within one renewal (at once when it is the instance that received the request).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::Utc;
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use toolgate_agent::provider::Provider;
+use toolgate_agent::{AgentConfig, Journal, RunContext, RunEvent, RunState, drive};
+use toolgate_core::{AuthContext, Executor, Registry, RunId, TenantId, Toolset};
+use toolgate_store::{NewRun, RunFinish, RunRecord, Store, StoreError};
+use uuid::Uuid;
+
+/// How long a lease lasts, and how often its owner renews it.
+const LEASE: Duration = Duration::from_secs(30);
+const RENEW_EVERY: Duration = Duration::from_secs(10);
+/// How often to look for runs whose instance stopped.
+const ORPHAN_SCAN_EVERY: Duration = Duration::from_secs(15);
+/// Most orphaned runs taken over per scan.
+const ORPHAN_BATCH: i64 = 32;
+
+/// Why a run could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("the agent names the provider {0:?}, which this gateway does not configure")]
+    UnknownProvider(String),
+    #[error("the agent's configuration is invalid: {0}")]
+    InvalidAgent(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+pub struct Runs {
+    store: Store,
+    registry: Arc<Registry>,
+    executor: Executor,
+    providers: HashMap<String, Arc<dyn Provider>>,
+    /// This instance's name in run leases.
+    instance: String,
+    /// Runs this instance drives, with the token that stops each.
+    active: Mutex<HashMap<RunId, Active>>,
+    /// The latest event number of each run with readers here, to wake SSE streams.
+    bus: Mutex<HashMap<RunId, watch::Sender<i64>>>,
+}
+
+struct Active {
+    cancel: CancellationToken,
+    task: tokio::task::AbortHandle,
+}
+
+impl Runs {
+    pub fn new(
+        store: Store,
+        registry: Arc<Registry>,
+        executor: Executor,
+        providers: HashMap<String, Arc<dyn Provider>>,
+    ) -> Arc<Runs> {
+        Arc::new(Runs {
+            store,
+            registry,
+            executor,
+            providers,
+            instance: format!("toolgate-{}", Uuid::now_v7().simple()),
+            active: Mutex::default(),
+            bus: Mutex::default(),
+        })
+    }
+
+    /// Records a new run of `agent` for `auth` and starts driving it.
+    pub async fn start(
+        self: &Arc<Self>,
+        auth: Arc<AuthContext>,
+        agent_id: Uuid,
+        agent: AgentConfig,
+        input: String,
+        request_id: Option<String>,
+    ) -> Result<RunId, StartError> {
+        let provider = self.provider(&agent)?;
+        let toolset = agent.toolset().map_err(StartError::InvalidAgent)?;
+        let run = RunId::new();
+        let first = RunEvent::RunStarted {
+            agent: agent.name.clone(),
+            input: input.clone(),
+        };
+        let new = NewRun {
+            id: run,
+            agent_id,
+            agent_name: agent.name.clone(),
+            principal: auth.principal.id,
+            auth: serde_json::to_value(&*auth).unwrap_or(Value::Null),
+            agent_config: serde_json::to_value(&agent).unwrap_or(Value::Null),
+            input,
+            owner: self.instance.clone(),
+            lease_until: Utc::now() + LEASE,
+            first_event: serde_json::to_value(&first).unwrap_or(Value::Null),
+        };
+        self.store.create_run(auth.tenant, &new).await?;
+        self.notify(run, 1);
+        let state = RunState::fold(&[first]);
+        self.spawn(run, auth, toolset, agent, provider, state, 2, request_id);
+        Ok(run)
+    }
+
+    fn provider(&self, agent: &AgentConfig) -> Result<Arc<dyn Provider>, StartError> {
+        self.providers
+            .get(&agent.provider)
+            .cloned()
+            .ok_or_else(|| StartError::UnknownProvider(agent.provider.clone()))
+    }
+
+    /// Whether the gateway knows the provider `name`.
+    pub fn has_provider(&self, name: &str) -> bool {
+        self.providers.contains_key(name)
+    }
+
+    #[allow(clippy::too_many_arguments)] // one call site each; a struct would only rename them
+    fn spawn(
+        self: &Arc<Self>,
+        run: RunId,
+        auth: Arc<AuthContext>,
+        agent_tools: Toolset,
+        agent: AgentConfig,
+        provider: Arc<dyn Provider>,
+        state: RunState,
+        next_seq: i64,
+        request_id: Option<String>,
+    ) {
+        let cancel = CancellationToken::new();
+        // The caller may use every tool (scopes decide in the executor); the agent's list
+        // narrows that.
+        let tools = Toolset::all()
+            .intersect(&agent_tools)
+            .scope(self.registry.clone(), &auth);
+        let journal = Arc::new(StoreJournal {
+            runs: self.clone(),
+            tenant: auth.tenant,
+            run,
+            next: tokio::sync::Mutex::new(next_seq),
+        });
+        let ctx = RunContext {
+            run_id: run,
+            auth,
+            tools,
+            executor: self.executor.clone(),
+            provider,
+            journal,
+            cancel: cancel.clone(),
+            request_id,
+        };
+        let this = self.clone();
+        // Registered before the task can finish, so it is removed after, not before.
+        let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+        let task = tokio::spawn(async move {
+            let outcome = drive(&ctx, &agent, state).await;
+            tracing::info!(
+                target: "toolgate::run",
+                run_id = %run,
+                tenant = %ctx.auth.tenant,
+                status = outcome.status.as_str(),
+                best_effort = outcome.best_effort,
+                input_tokens = outcome.usage.input_tokens,
+                output_tokens = outcome.usage.output_tokens,
+                "run finished"
+            );
+            this.active
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&run);
+        });
+        active.insert(
+            run,
+            Active {
+                cancel,
+                task: task.abort_handle(),
+            },
+        );
+    }
+
+    /// Asks a run to stop: at once if this instance drives it, else through the store.
+    /// False when the run is not running (or not the tenant's).
+    pub async fn cancel(&self, tenant: TenantId, run: RunId) -> Result<bool, StoreError> {
+        let requested = self.store.request_run_cancel(tenant, run).await?;
+        if requested && let Some(active) = self.lock_active().get(&run) {
+            active.cancel.cancel();
+        }
+        Ok(requested)
+    }
+
+    fn lock_active(&self) -> std::sync::MutexGuard<'_, HashMap<RunId, Active>> {
+        self.active.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A receiver that changes when `run` gets a new event on this instance.
+    pub fn subscribe(&self, run: RunId) -> watch::Receiver<i64> {
+        let mut bus = self.bus.lock().unwrap_or_else(|p| p.into_inner());
+        bus.retain(|_, tx| tx.receiver_count() > 0);
+        bus.entry(run)
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe()
+    }
+
+    fn notify(&self, run: RunId, seq: i64) {
+        let bus = self.bus.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(tx) = bus.get(&run) {
+            tx.send_replace(seq);
+        }
+    }
+
+    /// Renews leases, passes on cancel requests and takes over orphaned runs until
+    /// `shutdown`; then stops this instance's drivers and frees their runs at once for
+    /// the next instance.
+    pub async fn supervise(self: Arc<Self>, shutdown: CancellationToken) {
+        self.claim_orphans().await;
+        let mut renew = tokio::time::interval(RENEW_EVERY);
+        let mut scan = tokio::time::interval(ORPHAN_SCAN_EVERY);
+        renew.tick().await;
+        scan.tick().await;
+        loop {
+            tokio::select! {
+                _ = renew.tick() => self.renew().await,
+                _ = scan.tick() => self.claim_orphans().await,
+                () = shutdown.cancelled() => break,
+            }
+        }
+        let runs: Vec<RunId> = {
+            let active = self.lock_active();
+            for a in active.values() {
+                a.task.abort();
+            }
+            active.keys().copied().collect()
+        };
+        if !runs.is_empty() {
+            // An expired lease: the next instance to look takes them over.
+            let past = Utc::now() - chrono::Duration::seconds(1);
+            match self
+                .store
+                .renew_run_leases(&self.instance, &runs, past)
+                .await
+            {
+                Ok(_) => tracing::info!(
+                    runs = runs.len(),
+                    "released running agent runs for another instance"
+                ),
+                Err(err) => {
+                    tracing::warn!(error = %err, "could not release run leases; they expire on their own")
+                }
+            }
+        }
+    }
+
+    async fn renew(&self) {
+        let runs: Vec<RunId> = self.lock_active().keys().copied().collect();
+        if runs.is_empty() {
+            return;
+        }
+        match self
+            .store
+            .renew_run_leases(&self.instance, &runs, Utc::now() + LEASE)
+            .await
+        {
+            Ok(cancelled) => {
+                let active = self.lock_active();
+                for run in cancelled {
+                    if let Some(a) = active.get(&run) {
+                        a.cancel.cancel();
+                    }
+                }
+            }
+            Err(err) => tracing::warn!(error = %err, "could not renew run leases"),
+        }
+    }
+
+    async fn claim_orphans(self: &Arc<Self>) {
+        let claimed = match self
+            .store
+            .claim_orphaned_runs(&self.instance, Utc::now() + LEASE, ORPHAN_BATCH)
+            .await
+        {
+            Ok(claimed) => claimed,
+            Err(err) => {
+                tracing::warn!(error = %err, "could not look for orphaned runs");
+                return;
+            }
+        };
+        for record in claimed {
+            let run = record.id;
+            if let Err(reason) = self.resume(record).await {
+                tracing::warn!(run_id = %run, reason = %reason, "an interrupted run could not be resumed");
+            }
+        }
+    }
+
+    /// Drives a run another instance left, from its journal; a run that cannot go on is
+    /// marked failed with the reason, never left dangling.
+    async fn resume(self: &Arc<Self>, record: RunRecord) -> Result<(), String> {
+        let events = self
+            .store
+            .run_events(record.tenant, record.id, 0)
+            .await
+            .map_err(|e| e.to_string())?;
+        let next_seq = events.last().map_or(1, |e| e.seq + 1);
+        let parsed: Result<Vec<RunEvent>, _> = events
+            .iter()
+            .map(|e| serde_json::from_value::<RunEvent>(e.payload.clone()))
+            .collect();
+        let setup = (|| {
+            let events = parsed.map_err(|e| format!("its journal cannot be read: {e}"))?;
+            let auth: AuthContext = serde_json::from_value(record.auth.clone())
+                .map_err(|e| format!("its caller cannot be read: {e}"))?;
+            let agent: AgentConfig = serde_json::from_value(record.agent_config.clone())
+                .map_err(|e| format!("its agent configuration cannot be read: {e}"))?;
+            let provider = self.provider(&agent).map_err(|e| e.to_string())?;
+            let toolset = agent.toolset()?;
+            Ok::<_, String>((events, auth, agent, provider, toolset))
+        })();
+        match setup {
+            Ok((events, auth, agent, provider, toolset)) => {
+                let state = RunState::fold(&events);
+                tracing::info!(run_id = %record.id, next_seq, "resuming an interrupted agent run");
+                self.spawn(
+                    record.id,
+                    Arc::new(auth),
+                    toolset,
+                    agent,
+                    provider,
+                    state,
+                    next_seq,
+                    None,
+                );
+                Ok(())
+            }
+            Err(reason) => {
+                let usage = RunState::fold(&[]).usage;
+                let event = RunEvent::RunFinished {
+                    status: toolgate_agent::RunStatus::Failed,
+                    output: None,
+                    best_effort: false,
+                    usage,
+                    error: Some(format!("interrupted and not resumable: {reason}")),
+                };
+                let journal = StoreJournal {
+                    runs: self.clone(),
+                    tenant: record.tenant,
+                    run: record.id,
+                    next: tokio::sync::Mutex::new(next_seq),
+                };
+                journal.append(&event).await?;
+                Err(reason)
+            }
+        }
+    }
+}
+
+/// A run's journal in the store; events numbered in order by the run's one driver.
+struct StoreJournal {
+    runs: Arc<Runs>,
+    tenant: TenantId,
+    run: RunId,
+    next: tokio::sync::Mutex<i64>,
+}
+
+#[async_trait::async_trait]
+impl Journal for StoreJournal {
+    async fn append(&self, event: &RunEvent) -> Result<(), String> {
+        let value = serde_json::to_value(event).map_err(|e| e.to_string())?;
+        let finish = match event {
+            RunEvent::RunFinished {
+                status,
+                output,
+                best_effort,
+                usage,
+                error,
+            } => Some(RunFinish {
+                status: status.as_str().to_owned(),
+                output: output.clone(),
+                best_effort: *best_effort,
+                error: error.clone(),
+                usage: serde_json::to_value(usage).unwrap_or(Value::Null),
+            }),
+            _ => None,
+        };
+        let mut next = self.next.lock().await;
+        self.runs
+            .store
+            .append_run_event(self.tenant, self.run, *next, &value, finish.as_ref())
+            .await
+            .map_err(|e| e.to_string())?;
+        let seq = *next;
+        *next += 1;
+        drop(next);
+        self.runs.notify(self.run, seq);
+        Ok(())
+    }
+}

@@ -1,0 +1,715 @@
+//! Agents end to end: runs over REST against scripted provider servers speaking each
+//! wire format, with the real tools, the real store and the audit log.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use toolgate_e2e::llm::{MockLlm, Reply, Wire, error_body, says};
+use toolgate_e2e::{Gateway, client_with_key, read};
+use toolgate_server::config::ProviderEntry;
+
+fn provider(kind: Wire, base: &str) -> ProviderEntry {
+    let kind = match kind {
+        Wire::Openai => "openai",
+        Wire::Anthropic => "anthropic",
+        Wire::Gemini => "gemini",
+        Wire::Ollama => "ollama",
+    };
+    let entry = json!({
+        "kind": kind, "base_url": base, "api_key": "test-secret-key",
+        "timeout_secs": 5, "max_retries": 2, "retry_base_ms": 10, "retry_max_secs": 2
+    });
+    serde_json::from_value(entry).expect("provider entry")
+}
+
+/// A gateway whose provider `llm` is `mock`, with `notes.txt` in the workspace.
+async fn gateway(mock: &MockLlm, wire: Wire) -> Gateway {
+    let base = mock.base.clone();
+    let gw = Gateway::start_with(move |c| {
+        c.providers.insert("llm".into(), provider(wire, &base));
+    })
+    .await;
+    std::fs::write(
+        gw.workspace().join("notes.txt"),
+        "the launch is on tuesday\n",
+    )
+    .expect("write");
+    gw
+}
+
+async fn create_agent(gw: &Gateway, body: Value) -> String {
+    let (status, _, agent) = gw.post("/v1/agents", body).await;
+    assert_eq!(status, 201, "{agent}");
+    agent["id"].as_str().expect("id").to_owned()
+}
+
+/// Starts a run and waits for its end.
+async fn run(gw: &Gateway, agent: &str, input: &str) -> Value {
+    let (status, _, run) = gw
+        .post(
+            &format!("/v1/agents/{agent}/runs"),
+            json!({"input": input, "wait_secs": 60}),
+        )
+        .await;
+    assert_eq!(status, 201, "{run}");
+    run
+}
+
+fn steps<'a>(run: &'a Value, kind: &str) -> Vec<&'a Value> {
+    run["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .filter(|s| s["type"] == kind)
+        .collect()
+}
+
+#[tokio::test]
+async fn an_openai_run_calls_a_tool_answers_and_is_in_the_store_audit_and_sse() {
+    let mock = MockLlm::start(
+        Wire::Openai,
+        vec![
+            Reply::ok(says::openai_calls(&[(
+                "call_a",
+                "read_file",
+                r#"{"path":"notes.txt"}"#,
+            )])),
+            Reply::ok(says::openai_text("The launch is on Tuesday.")),
+        ],
+    )
+    .await;
+    let gw = gateway(&mock, Wire::Openai).await;
+    let agent = create_agent(
+        &gw,
+        json!({"name": "reader", "provider": "llm", "model": "gpt-test", "system_prompt": "Be brief.", "tools": ["read_file"]}),
+    )
+    .await;
+    // Started without waiting, followed live over SSE.
+    let (status, _, started) = gw
+        .post(
+            &format!("/v1/agents/{agent}/runs"),
+            json!({"input": "When is the launch?"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{started}");
+    let run_id = started["id"].as_str().expect("run id").to_owned();
+    let sse = gw
+        .http
+        .get(gw.url(&format!("/v1/runs/{run_id}/events")))
+        .send()
+        .await
+        .expect("sse");
+    assert_eq!(sse.headers()["content-type"], "text/event-stream");
+    let text = tokio::time::timeout(Duration::from_secs(30), sse.text())
+        .await
+        .expect("the stream ends after run_finished")
+        .expect("body");
+    let kinds: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("event: "))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "run_started",
+            "turn_started",
+            "model_message",
+            "tool_call_started",
+            "tool_call_finished",
+            "turn_started",
+            "model_message",
+            "run_finished"
+        ],
+        "{text}"
+    );
+    let ids: Vec<i64> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .map(|i| i.parse().expect("numeric id"))
+        .collect();
+    assert_eq!(ids, (1..=8).collect::<Vec<_>>());
+
+    // Resuming after step 5 gives the rest only.
+    let resumed = gw
+        .http
+        .get(gw.url(&format!("/v1/runs/{run_id}/events")))
+        .header("last-event-id", "5")
+        .send()
+        .await
+        .expect("sse")
+        .text()
+        .await
+        .expect("body");
+    assert_eq!(resumed.matches("event: ").count(), 3, "{resumed}");
+
+    let (_, _, run) = gw.get(&format!("/v1/runs/{run_id}")).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["output"], "The launch is on Tuesday.");
+    assert_eq!(run["best_effort"], false);
+    assert_eq!(run["usage"]["input_tokens"], 30);
+    assert_eq!(run["usage"]["output_tokens"], 13);
+    let finished = steps(&run, "tool_call_finished");
+    assert!(
+        finished[0]["result"]["content"]
+            .as_str()
+            .expect("content")
+            .contains("tuesday")
+    );
+    assert_eq!(finished[0]["result"]["is_error"], false);
+
+    // The wire: tools declared, credentials sent, the result paired with its call id.
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(
+        requests[0].headers["authorization"],
+        "Bearer test-secret-key"
+    );
+    assert_eq!(
+        requests[0].body["tools"][0]["function"]["name"],
+        "read_file"
+    );
+    assert_eq!(
+        requests[0].body["messages"][0],
+        json!({"role": "system", "content": "Be brief."})
+    );
+    assert_eq!(requests[0].body["parallel_tool_calls"], true);
+    let second = requests[1].body["messages"].as_array().expect("messages");
+    let tool_msg = second
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .expect("tool message");
+    assert_eq!(tool_msg["tool_call_id"], "call_a");
+    assert!(
+        tool_msg["content"]
+            .as_str()
+            .expect("content")
+            .contains("tuesday")
+    );
+
+    // One audit row, adapter agent, with the run id and turn.
+    let (_, _, audit) = gw.get(&format!("/v1/audit?run_id={run_id}")).await;
+    let rows = audit["entries"].as_array().expect("audit rows");
+    assert_eq!(rows.len(), 1, "{audit}");
+    assert_eq!(rows[0]["adapter"], "agent");
+    assert_eq!(rows[0]["tool"], "read_file");
+    assert_eq!(rows[0]["outcome"], "ok");
+    assert_eq!(rows[0]["step"], 1);
+    // The provider's key never reaches the run record.
+    assert!(!run.to_string().contains("test-secret-key"));
+}
+
+#[tokio::test]
+async fn anthropic_parallel_calls_get_one_user_message_of_results_with_errors_flagged() {
+    let mock = MockLlm::start(
+        Wire::Anthropic,
+        vec![
+            Reply::ok(says::anthropic_calls(
+                "Reading both.",
+                &[
+                    ("toolu_1", "read_file", json!({"path": "notes.txt"})),
+                    ("toolu_2", "read_file", json!({"path": "missing.txt"})),
+                ],
+            )),
+            Reply::ok(says::anthropic_text("Tuesday; the other file is missing.")),
+        ],
+    )
+    .await;
+    let gw = gateway(&mock, Wire::Anthropic).await;
+    let agent = create_agent(
+        &gw,
+        json!({"name": "reader", "provider": "llm", "model": "claude-test", "tools": ["read_file"]}),
+    )
+    .await;
+    let run = run(&gw, &agent, "Read both files").await;
+    assert_eq!(run["status"], "completed", "{run}");
+    let message = &steps(&run, "model_message")[0]["message"];
+    assert_eq!(message["reasoning"], "I should look.");
+
+    let requests = mock.requests();
+    assert_eq!(requests[0].headers["x-api-key"], "test-secret-key");
+    assert_eq!(requests[0].headers["anthropic-version"], "2023-06-01");
+    assert_eq!(
+        requests[0].body["tool_choice"],
+        json!({"type": "auto", "disable_parallel_tool_use": false})
+    );
+    let messages = requests[1].body["messages"].as_array().expect("messages");
+    // The assistant turn echoed as received (thinking block and signature included).
+    assert_eq!(messages[1]["content"][0]["signature"], "sig-abc");
+    let results = messages[2]["content"].as_array().expect("results");
+    assert_eq!(results[0]["tool_use_id"], "toolu_1");
+    assert!(results[0].get("is_error").is_none());
+    assert_eq!(results[1]["tool_use_id"], "toolu_2");
+    assert_eq!(results[1]["is_error"], true);
+    let error: Value =
+        serde_json::from_str(results[1]["content"].as_str().expect("text")).expect("JSON error");
+    assert_eq!(error["status"], "error");
+    assert_eq!(error["category"], "not_found");
+    assert_eq!(run["usage"]["cached_input_tokens"], 10);
+}
+
+#[tokio::test]
+async fn a_tool_outside_the_agents_toolset_is_an_error_result_not_a_call() {
+    let mock = MockLlm::start(
+        Wire::Openai,
+        vec![
+            Reply::ok(says::openai_calls(&[("c1", "list_files", "{}")])),
+            Reply::ok(says::openai_text("I cannot list files.")),
+        ],
+    )
+    .await;
+    let gw = gateway(&mock, Wire::Openai).await;
+    let agent = create_agent(
+        &gw,
+        json!({"name": "narrow", "provider": "llm", "model": "gpt-test", "tools": ["read_file"]}),
+    )
+    .await;
+    let run = run(&gw, &agent, "List the files").await;
+    assert_eq!(run["status"], "completed", "{run}");
+    // Only read_file was declared.
+    let first = mock.requests()[0].body.clone();
+    let declared: Vec<&str> = first["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| t["function"]["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(declared, ["read_file"]);
+    let finished = steps(&run, "tool_call_finished");
+    assert_eq!(finished[0]["category"], "not_found");
+    let content: Value =
+        serde_json::from_str(finished[0]["result"]["content"].as_str().expect("content"))
+            .expect("json");
+    assert!(
+        content["suggestion"]
+            .as_str()
+            .expect("suggestion")
+            .contains("read_file"),
+        "{content}"
+    );
+    // Nothing was listed: the workspace tool never ran (its audit row says not_found).
+    let run_id = run["id"].as_str().expect("id");
+    let (_, _, audit) = gw.get(&format!("/v1/audit?run_id={run_id}")).await;
+    let rows = audit["entries"].as_array().expect("rows");
+    assert_eq!(rows.len(), 1, "{audit}");
+    assert_eq!(rows[0]["outcome"], "not_found");
+
+    // An agent with no tools declares none at all.
+    let bare = create_agent(
+        &gw,
+        json!({"name": "bare", "provider": "llm", "model": "gpt-test"}),
+    )
+    .await;
+    let _ = self::run(&gw, &bare, "hi").await;
+    let last = mock.requests().pop().expect("request");
+    assert!(last.body.get("tools").is_none(), "{}", last.body);
+}
+
+#[tokio::test]
+async fn a_react_text_protocol_run_works_with_a_model_that_only_emits_text() {
+    let mock = MockLlm::start(
+        Wire::Openai,
+        vec![
+            Reply::ok(says::openai_text(
+                "THOUGHT: read it\nTOOL_CALL: read_file\nARGUMENTS: ```json\n{\"path\": \"notes.txt\"}\n```\nOBSERVATION: (made up)",
+            )),
+            Reply::ok(says::openai_text("FINAL_ANSWER: Tuesday.")),
+        ],
+    )
+    .await;
+    let gw = gateway(&mock, Wire::Openai).await;
+    let agent = create_agent(
+        &gw,
+        json!({"name": "texty", "provider": "llm", "model": "gpt-test", "tools": ["read_file"], "protocol": "react"}),
+    )
+    .await;
+    let run = run(&gw, &agent, "When is the launch?").await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["output"], "Tuesday.");
+    let requests = mock.requests();
+    assert!(
+        requests[0].body.get("tools").is_none(),
+        "no native tools: {}",
+        requests[0].body
+    );
+    let system = requests[0].body["messages"][0]["content"]
+        .as_str()
+        .expect("system");
+    assert!(
+        system.contains("TOOL_CALL:") && system.contains("## read_file"),
+        "{system}"
+    );
+    let last = requests[1].body["messages"]
+        .as_array()
+        .expect("messages")
+        .last()
+        .cloned()
+        .expect("last");
+    assert_eq!(last["role"], "user");
+    assert!(
+        last["content"]
+            .as_str()
+            .expect("text")
+            .starts_with("TOOL_RESULT read_file"),
+        "{last}"
+    );
+    assert!(last["content"].as_str().expect("text").contains("tuesday"));
+}
+
+#[tokio::test]
+async fn rate_limits_are_retried_after_retry_after_and_a_500_storm_fails_the_run() {
+    let mock = MockLlm::start(
+        Wire::Anthropic,
+        vec![
+            Reply::status(429, error_body(Wire::Anthropic, 429, "slow down"))
+                .header("retry-after", "1"),
+            Reply::ok(says::anthropic_text("Hello.")),
+        ],
+    )
+    .await;
+    let gw = gateway(&mock, Wire::Anthropic).await;
+    let agent = create_agent(
+        &gw,
+        json!({"name": "a", "provider": "llm", "model": "claude-test"}),
+    )
+    .await;
+    let run = run(&gw, &agent, "hi").await;
+    assert_eq!(run["status"], "completed", "{run}");
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(
+        requests[1].at - requests[0].at >= Duration::from_millis(950),
+        "Retry-After honoured"
+    );
+    assert_eq!(steps(&run, "model_message").len(), 1);
+
+    let storm = MockLlm::start(
+        Wire::Openai,
+        vec![Reply::status(500, error_body(Wire::Openai, 500, "boom"))],
+    )
+    .await;
+    let gw = gateway(&storm, Wire::Openai).await;
+    let agent = create_agent(
+        &gw,
+        json!({"name": "a", "provider": "llm", "model": "gpt-test"}),
+    )
+    .await;
+    let run = self::run(&gw, &agent, "hi").await;
+    assert_eq!(run["status"], "failed", "{run}");
+    assert!(
+        run["error"].as_str().expect("error").contains("boom"),
+        "{run}"
+    );
+    // max_retries = 2: three attempts.
+    assert_eq!(storm.requests().len(), 3);
+}
+
+#[tokio::test]
+async fn a_slow_provider_times_out_and_malformed_arguments_go_back_to_the_model() {
+    let slow = MockLlm::start(
+        Wire::Openai,
+        vec![Reply::ok(says::openai_text("late")).delayed(Duration::from_secs(8))],
+    )
+    .await;
+    let gw = gateway(&slow, Wire::Openai).await;
+    let agent = create_agent(
+        &gw,
+        json!({"name": "a", "provider": "llm", "model": "gpt-test"}),
+    )
+    .await;
+    let run = run(&gw, &agent, "hi").await;
+    assert_eq!(run["status"], "failed", "{run}");
+    assert!(
+        run["error"].as_str().expect("error").contains("in time"),
+        "{run}"
+    );
+
+    let mock = MockLlm::start(
+        Wire::Openai,
+        vec![
+            Reply::ok(says::openai_calls(&[("c1", "read_file", r#"{"path": "#)])),
+            Reply::ok(says::openai_text("Sorry.")),
+        ],
+    )
+    .await;
+    let gw = gateway(&mock, Wire::Openai).await;
+    let agent = create_agent(
+        &gw,
+        json!({"name": "a", "provider": "llm", "model": "gpt-test", "tools": ["read_file"]}),
+    )
+    .await;
+    let run = self::run(&gw, &agent, "read").await;
+    assert_eq!(run["status"], "completed", "{run}");
+    let finished = steps(&run, "tool_call_finished");
+    assert_eq!(finished[0]["category"], "invalid_arguments");
+    // The raw arguments went back verbatim in the assistant message, and the error after.
+    let messages = mock.requests()[1].body["messages"].clone();
+    assert_eq!(
+        messages[1]["tool_calls"][0]["function"]["arguments"],
+        r#"{"path": "#
+    );
+    assert!(
+        messages[2]["content"]
+            .as_str()
+            .expect("content")
+            .contains("not valid JSON")
+    );
+}
+
+#[tokio::test]
+async fn repeated_identical_calls_are_refused_then_end_the_run_with_a_best_effort_answer() {
+    let same = Reply::ok(says::openai_calls(&[(
+        "c",
+        "read_file",
+        r#"{"path":"notes.txt"}"#,
+    )]));
+    let mock = MockLlm::start(
+        Wire::Openai,
+        vec![
+            same.clone(),
+            same.clone(),
+            same.clone(),
+            same,
+            Reply::ok(says::openai_text("It is Tuesday (as far as I got).")),
+        ],
+    )
+    .await;
+    let gw = gateway(&mock, Wire::Openai).await;
+    let agent = create_agent(
+        &gw,
+        json!({"name": "loopy", "provider": "llm", "model": "gpt-test", "tools": ["read_file"]}),
+    )
+    .await;
+    let run = run(&gw, &agent, "When?").await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["best_effort"], true);
+    assert_eq!(run["output"], "It is Tuesday (as far as I got).");
+    let categories: Vec<Value> = steps(&run, "tool_call_finished")
+        .iter()
+        .map(|s| s["category"].clone())
+        .collect();
+    assert_eq!(
+        categories,
+        [
+            Value::Null,
+            Value::Null,
+            json!("repetition"),
+            json!("repetition")
+        ]
+    );
+    // Two real calls only.
+    let run_id = run["id"].as_str().expect("id");
+    let (_, _, audit) = gw.get(&format!("/v1/audit?run_id={run_id}")).await;
+    assert_eq!(audit["entries"].as_array().expect("rows").len(), 2);
+    let last = mock.requests().pop().expect("request");
+    assert_eq!(
+        last.body["tool_choice"], "none",
+        "the last call disables tools"
+    );
+}
+
+#[tokio::test]
+async fn at_max_turns_the_run_ends_with_a_best_effort_answer() {
+    let mock = MockLlm::start(
+        Wire::Openai,
+        vec![
+            Reply::ok(says::openai_calls(&[(
+                "c1",
+                "read_file",
+                r#"{"path":"notes.txt"}"#,
+            )])),
+            Reply::ok(says::openai_calls(&[("c2", "list_files", "{}")])),
+            Reply::ok(says::openai_text("Tuesday, best I can tell.")),
+        ],
+    )
+    .await;
+    let gw = gateway(&mock, Wire::Openai).await;
+    let agent = create_agent(
+        &gw,
+        json!({"name": "short", "provider": "llm", "model": "gpt-test", "tools": ["read_file", "list_files"], "max_turns": 2}),
+    )
+    .await;
+    let run = run(&gw, &agent, "When?").await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["best_effort"], true);
+    assert_eq!(run["output"], "Tuesday, best I can tell.");
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(requests[2].body["tool_choice"], "none");
+    assert!(
+        steps(&run, "note")[0]["text"]
+            .as_str()
+            .expect("note")
+            .contains("turn limit")
+    );
+}
+
+#[tokio::test]
+async fn gemini_and_ollama_runs_speak_their_own_wire_formats() {
+    let gemini = MockLlm::start(
+        Wire::Gemini,
+        vec![
+            Reply::ok(says::gemini_calls(&[
+                ("read_file", json!({"path": "notes.txt"})),
+                ("list_files", json!({})),
+            ])),
+            Reply::ok(says::gemini_text("Tuesday.")),
+        ],
+    )
+    .await;
+    let gw = gateway(&gemini, Wire::Gemini).await;
+    let agent = create_agent(
+        &gw,
+        json!({"name": "g", "provider": "llm", "model": "gemini-test", "tools": ["read_file", "list_files"], "system_prompt": "Brief."}),
+    )
+    .await;
+    let run = run(&gw, &agent, "When?").await;
+    assert_eq!(run["status"], "completed", "{run}");
+    let requests = gemini.requests();
+    assert_eq!(requests[0].headers["x-goog-api-key"], "test-secret-key");
+    assert_eq!(
+        requests[0].body["systemInstruction"]["parts"][0]["text"],
+        "Brief."
+    );
+    assert_eq!(
+        requests[0].body["toolConfig"]["functionCallingConfig"]["mode"],
+        "AUTO"
+    );
+    let contents = requests[1].body["contents"].as_array().expect("contents");
+    assert_eq!(contents[1]["role"], "model");
+    assert_eq!(
+        contents[1]["parts"][0]["thoughtSignature"], "CiQB-signature",
+        "echoed unchanged"
+    );
+    let responses = contents[2]["parts"].as_array().expect("parts");
+    assert_eq!(responses.len(), 2, "both results in one user turn");
+    assert_eq!(responses[0]["functionResponse"]["name"], "read_file");
+    assert!(
+        responses[0]["functionResponse"]["response"]["result"]
+            .as_str()
+            .expect("result")
+            .contains("tuesday")
+    );
+    assert!(
+        responses[0]["functionResponse"].get("id").is_none(),
+        "no made-up ids on the wire"
+    );
+    assert_eq!(run["usage"]["reasoning_tokens"], 12);
+
+    let ollama = MockLlm::start(
+        Wire::Ollama,
+        vec![
+            Reply::ok(says::ollama_calls(&[(
+                "read_file",
+                json!({"path": "notes.txt"}),
+            )])),
+            Reply::ok(says::ollama_text("Tuesday.")),
+        ],
+    )
+    .await;
+    let gw = gateway(&ollama, Wire::Ollama).await;
+    let agent = create_agent(&gw, json!({"name": "o", "provider": "llm", "model": "qwen-test", "tools": ["read_file"], "temperature": 0.2})).await;
+    let run = self::run(&gw, &agent, "When?").await;
+    assert_eq!(run["status"], "completed", "{run}");
+    let requests = ollama.requests();
+    assert_eq!(requests[0].body["options"]["temperature"], json!(0.2f32));
+    let tool = requests[1].body["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .cloned()
+        .expect("tool message");
+    assert_eq!(tool["tool_name"], "read_file");
+    assert_eq!(run["usage"]["input_tokens"], 42);
+}
+
+#[tokio::test]
+async fn agents_and_runs_are_validated_scoped_and_cancellable() {
+    let mock = MockLlm::start(
+        Wire::Openai,
+        vec![Reply::ok(says::openai_text("slow")).delayed(Duration::from_secs(4))],
+    )
+    .await;
+    let gw = gateway(&mock, Wire::Openai).await;
+    // Every problem is named.
+    let (status, _, problem) = gw
+        .post(
+            "/v1/agents",
+            json!({"name": "Bad Name", "provider": "nope", "model": "", "max_turns": 0}),
+        )
+        .await;
+    assert_eq!(status, 400, "{problem}");
+    let pointers: Vec<&str> = problem["errors"]
+        .as_array()
+        .expect("errors")
+        .iter()
+        .map(|e| e["pointer"].as_str().expect("pointer"))
+        .collect();
+    for p in ["/name", "/model", "/max_turns", "/provider"] {
+        assert!(pointers.contains(&p), "{p} in {pointers:?}");
+    }
+    let (status, _, _) = gw
+        .post(
+            "/v1/agents",
+            json!({"name": "x", "provider": "llm", "model": "m", "surprise": 1}),
+        )
+        .await;
+    assert_eq!(status, 400);
+    let agent = create_agent(
+        &gw,
+        json!({"name": "slow", "provider": "llm", "model": "gpt-test"}),
+    )
+    .await;
+    let (status, _, _) = gw
+        .post(
+            "/v1/agents",
+            json!({"name": "slow", "provider": "llm", "model": "gpt-test"}),
+        )
+        .await;
+    assert_eq!(status, 409);
+
+    let (_, _, started) = gw
+        .post(&format!("/v1/agents/{agent}/runs"), json!({"input": "hi"}))
+        .await;
+    let run_id = started["id"].as_str().expect("id").to_owned();
+
+    // Another tenant sees neither the agent nor the run.
+    let other = client_with_key(&gw.create_tenant("other").await);
+    for path in [
+        format!("/v1/agents/{agent}"),
+        format!("/v1/runs/{run_id}"),
+        format!("/v1/runs/{run_id}/events"),
+    ] {
+        let (status, _, _) = read(other.get(gw.url(&path)).send().await.expect("request")).await;
+        assert_eq!(status, 404, "{path}");
+    }
+    let (status, _, _) = read(
+        other
+            .post(gw.url(&format!("/v1/runs/{run_id}/cancel")))
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 404);
+    let (_, _, listed) = read(other.get(gw.url("/v1/runs")).send().await.expect("request")).await;
+    assert_eq!(listed["runs"], json!([]));
+
+    let (status, _, cancelled) = gw
+        .post(&format!("/v1/runs/{run_id}/cancel"), json!({}))
+        .await;
+    assert_eq!(status, 202, "{cancelled}");
+    let mut run = Value::Null;
+    for _ in 0..100 {
+        run = gw.get(&format!("/v1/runs/{run_id}")).await.2;
+        if run["status"] != "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(run["status"], "cancelled", "{run}");
+    let (status, _, _) = gw
+        .post(&format!("/v1/runs/{run_id}/cancel"), json!({}))
+        .await;
+    assert_eq!(status, 409, "already ended");
+}

@@ -1,0 +1,385 @@
+//! Scripted LLM provider servers on loopback, speaking each provider's documented wire
+//! format (see `shared/AGENT-NOTES.md` §3). Each answers its requests from a script, in
+//! order (the last reply repeats), records every request, and refuses histories the real
+//! provider refuses: an OpenAI or Anthropic tool call without its result, Anthropic tool
+//! blocks without `tools`, Anthropic tool results not at the start of the user message.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+/// One scripted answer.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Value,
+    /// Wait this long before answering.
+    pub delay: Duration,
+}
+
+impl Reply {
+    pub fn ok(body: Value) -> Reply {
+        Reply {
+            status: 200,
+            headers: Vec::new(),
+            body,
+            delay: Duration::ZERO,
+        }
+    }
+
+    pub fn status(status: u16, body: Value) -> Reply {
+        Reply {
+            status,
+            ..Reply::ok(body)
+        }
+    }
+
+    pub fn header(mut self, name: &str, value: &str) -> Reply {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    pub fn delayed(mut self, delay: Duration) -> Reply {
+        self.delay = delay;
+        self
+    }
+}
+
+/// One request the server received.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Value,
+    pub at: std::time::Instant,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wire {
+    Openai,
+    Anthropic,
+    Gemini,
+    Ollama,
+}
+
+struct Shared {
+    wire: Wire,
+    script: Vec<Reply>,
+    requests: Mutex<Vec<Recorded>>,
+}
+
+pub struct MockLlm {
+    /// The base URL to configure (`…/v1` for OpenAI, the root for the others).
+    pub base: String,
+    shared: Arc<Shared>,
+}
+
+impl MockLlm {
+    pub async fn start(wire: Wire, script: Vec<Reply>) -> MockLlm {
+        assert!(!script.is_empty(), "a script needs at least one reply");
+        let shared = Arc::new(Shared {
+            wire,
+            script,
+            requests: Mutex::default(),
+        });
+        let app = Router::new()
+            .fallback(axum::routing::post(answer))
+            .with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        let root = format!("http://{addr}");
+        let base = match wire {
+            Wire::Openai => format!("{root}/v1"),
+            _ => root,
+        };
+        MockLlm { base, shared }
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.shared
+            .requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+async fn answer(
+    State(shared): State<Arc<Shared>>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    let body: Value = match serde_json::from_str(&body) {
+        Ok(v) => v,
+        Err(e) => return error(shared.wire, 400, &format!("body is not JSON: {e}")),
+    };
+    let index = {
+        let mut requests = shared.requests.lock().unwrap_or_else(|p| p.into_inner());
+        requests.push(Recorded {
+            path: uri.path().to_owned(),
+            headers,
+            body: body.clone(),
+            at: std::time::Instant::now(),
+        });
+        requests.len() - 1
+    };
+    let expected_path = match shared.wire {
+        Wire::Openai => "/v1/chat/completions".to_owned(),
+        Wire::Anthropic => "/v1/messages".to_owned(),
+        Wire::Gemini => format!("/v1beta/models/{}:generateContent", "gemini-test"),
+        Wire::Ollama => "/api/chat".to_owned(),
+    };
+    if uri.path() != expected_path {
+        return error(shared.wire, 404, &format!("no route {}", uri.path()));
+    }
+    if let Err(problem) = check(shared.wire, &body) {
+        return error(shared.wire, 400, &problem);
+    }
+    let reply = shared.script[index.min(shared.script.len() - 1)].clone();
+    tokio::time::sleep(reply.delay).await;
+    let mut response = (
+        StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        axum::Json(reply.body),
+    )
+        .into_response();
+    for (k, v) in reply.headers {
+        if let (Ok(k), Ok(v)) = (
+            axum::http::HeaderName::try_from(k),
+            axum::http::HeaderValue::try_from(v),
+        ) {
+            response.headers_mut().insert(k, v);
+        }
+    }
+    response
+}
+
+/// The provider's error body for `status`.
+pub fn error_body(wire: Wire, status: u16, message: &str) -> Value {
+    match wire {
+        Wire::Openai => {
+            json!({"error": {"message": message, "type": "invalid_request_error", "param": null, "code": null}})
+        }
+        Wire::Anthropic => {
+            let kind = match status {
+                429 => "rate_limit_error",
+                529 => "overloaded_error",
+                500 => "api_error",
+                _ => "invalid_request_error",
+            };
+            json!({"type": "error", "error": {"type": kind, "message": message}})
+        }
+        Wire::Gemini => {
+            json!({"error": {"code": status, "message": message, "status": if status == 429 { "RESOURCE_EXHAUSTED" } else { "INVALID_ARGUMENT" }}})
+        }
+        Wire::Ollama => json!({"error": message}),
+    }
+}
+
+fn error(wire: Wire, status: u16, message: &str) -> Response {
+    (
+        StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
+        axum::Json(error_body(wire, status, message)),
+    )
+        .into_response()
+}
+
+/// What the real provider would refuse.
+fn check(wire: Wire, body: &Value) -> Result<(), String> {
+    match wire {
+        Wire::Openai => {
+            let messages = body["messages"].as_array().ok_or("messages missing")?;
+            for (i, m) in messages.iter().enumerate() {
+                for call in m["tool_calls"].as_array().into_iter().flatten() {
+                    let id = call["id"].as_str().ok_or("tool call without id")?;
+                    let args = call["function"]["arguments"].as_str();
+                    if args.is_none() {
+                        return Err("function.arguments must be a string".into());
+                    }
+                    let answered = messages[i + 1..]
+                        .iter()
+                        .take_while(|m| m["role"] == "tool")
+                        .any(|m| m["tool_call_id"] == id);
+                    if !answered {
+                        return Err(format!(
+                            "An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. Missing: {id}"
+                        ));
+                    }
+                }
+            }
+            Ok(())
+        }
+        Wire::Anthropic => {
+            if body["max_tokens"].as_u64().is_none() {
+                return Err("max_tokens: Field required".into());
+            }
+            let messages = body["messages"].as_array().ok_or("messages missing")?;
+            let mut any_tool_blocks = false;
+            for (i, m) in messages.iter().enumerate() {
+                let blocks = m["content"].as_array().cloned().unwrap_or_default();
+                let uses: Vec<&str> = blocks
+                    .iter()
+                    .filter(|b| b["type"] == "tool_use")
+                    .filter_map(|b| b["id"].as_str())
+                    .collect();
+                any_tool_blocks |= blocks
+                    .iter()
+                    .any(|b| b["type"] == "tool_use" || b["type"] == "tool_result");
+                if uses.is_empty() {
+                    continue;
+                }
+                let next = messages.get(i + 1).ok_or_else(|| format!("messages.{i}: tool_use ids were found without tool_result blocks immediately after"))?;
+                let next_blocks = next["content"].as_array().cloned().unwrap_or_default();
+                let leading: Vec<&str> = next_blocks
+                    .iter()
+                    .take_while(|b| b["type"] == "tool_result")
+                    .filter_map(|b| b["tool_use_id"].as_str())
+                    .collect();
+                for id in uses {
+                    if !leading.contains(&id) {
+                        return Err(format!(
+                            "messages.{i}: tool_use ids were found without tool_result blocks immediately after: {id}"
+                        ));
+                    }
+                }
+            }
+            if any_tool_blocks && body["tools"].as_array().is_none_or(|t| t.is_empty()) {
+                return Err(
+                    "Requests which include `tool_use` or `tool_result` blocks must define tools."
+                        .into(),
+                );
+            }
+            Ok(())
+        }
+        Wire::Gemini => {
+            let contents = body["contents"].as_array().ok_or("contents missing")?;
+            for c in contents {
+                for p in c["parts"].as_array().into_iter().flatten() {
+                    if let Some(r) = p.get("functionResponse")
+                        && !r["response"].is_object()
+                    {
+                        return Err("functionResponse.response must be an object".into());
+                    }
+                }
+            }
+            Ok(())
+        }
+        Wire::Ollama => {
+            if body["stream"] != json!(false) {
+                return Err("the gateway must ask for stream: false".into());
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Replies in each wire format.
+pub mod says {
+    use serde_json::{Value, json};
+
+    pub fn openai_text(text: &str) -> Value {
+        json!({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1760000000, "model": "gpt-test",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+        })
+    }
+
+    /// Tool calls `(id, name, arguments as JSON text)`.
+    pub fn openai_calls(calls: &[(&str, &str, &str)]) -> Value {
+        let calls: Vec<Value> = calls
+            .iter()
+            .map(|(id, name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}}))
+            .collect();
+        json!({
+            "id": "chatcmpl-2", "object": "chat.completion", "created": 1760000000, "model": "gpt-test",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": calls}, "finish_reason": "tool_calls"}],
+            "usage": {"prompt_tokens": 20, "completion_tokens": 8, "total_tokens": 28,
+                      "prompt_tokens_details": {"cached_tokens": 4}, "completion_tokens_details": {"reasoning_tokens": 2}}
+        })
+    }
+
+    pub fn anthropic_text(text: &str) -> Value {
+        json!({
+            "id": "msg_01", "type": "message", "role": "assistant", "model": "claude-test",
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn", "stop_sequence": null,
+            "usage": {"input_tokens": 30, "output_tokens": 6, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        })
+    }
+
+    /// Text, then tool uses `(id, name, input)`.
+    pub fn anthropic_calls(text: &str, calls: &[(&str, &str, Value)]) -> Value {
+        let mut content = vec![
+            json!({"type": "thinking", "thinking": "I should look.", "signature": "sig-abc"}),
+            json!({"type": "text", "text": text}),
+        ];
+        for (id, name, input) in calls {
+            content.push(json!({"type": "tool_use", "id": id, "name": name, "input": input}));
+        }
+        json!({
+            "id": "msg_02", "type": "message", "role": "assistant", "model": "claude-test",
+            "content": content, "stop_reason": "tool_use", "stop_sequence": null,
+            "usage": {"input_tokens": 40, "output_tokens": 20, "cache_creation_input_tokens": 5, "cache_read_input_tokens": 10}
+        })
+    }
+
+    pub fn gemini_text(text: &str) -> Value {
+        json!({
+            "candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP", "index": 0}],
+            "usageMetadata": {"promptTokenCount": 50, "candidatesTokenCount": 7, "totalTokenCount": 57},
+            "modelVersion": "gemini-test", "responseId": "r1"
+        })
+    }
+
+    pub fn gemini_calls(calls: &[(&str, Value)]) -> Value {
+        let parts: Vec<Value> = calls
+            .iter()
+            .enumerate()
+            .map(|(i, (name, args))| {
+                let mut p = json!({"functionCall": {"name": name, "args": args}});
+                if i == 0 {
+                    p["thoughtSignature"] = json!("CiQB-signature");
+                }
+                p
+            })
+            .collect();
+        json!({
+            "candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
+            "usageMetadata": {"promptTokenCount": 50, "candidatesTokenCount": 20, "thoughtsTokenCount": 12, "totalTokenCount": 82},
+            "modelVersion": "gemini-test", "responseId": "r2"
+        })
+    }
+
+    pub fn ollama_text(text: &str) -> Value {
+        json!({
+            "model": "qwen-test", "created_at": "2026-08-01T10:00:00Z",
+            "message": {"role": "assistant", "content": text},
+            "done": true, "done_reason": "stop", "prompt_eval_count": 21, "eval_count": 9
+        })
+    }
+
+    pub fn ollama_calls(calls: &[(&str, Value)]) -> Value {
+        let calls: Vec<Value> = calls
+            .iter()
+            .enumerate()
+            .map(|(i, (name, args))| json!({"function": {"index": i, "name": name, "arguments": args}}))
+            .collect();
+        json!({
+            "model": "qwen-test", "created_at": "2026-08-01T10:00:00Z",
+            "message": {"role": "assistant", "content": "", "tool_calls": calls},
+            "done": true, "done_reason": "stop", "prompt_eval_count": 21, "eval_count": 40
+        })
+    }
+}
