@@ -276,6 +276,23 @@ async fn a_tool_outside_the_agents_toolset_is_an_error_result_not_a_call() {
     assert_eq!(declared, ["read_file"]);
     let finished = steps(&run, "tool_call_finished");
     assert_eq!(finished[0]["category"], "not_found");
+    // Every call of the turn failed: the model is told, and asked to answer without tools.
+    assert!(
+        steps(&run, "note")[0]["text"]
+            .as_str()
+            .expect("note")
+            .contains("failed")
+    );
+    let second = mock.requests()[1].body.clone();
+    assert_eq!(second["tool_choice"], "none", "{second}");
+    assert_eq!(
+        second["messages"]
+            .as_array()
+            .expect("messages")
+            .last()
+            .expect("last")["role"],
+        "user"
+    );
     let content: Value =
         serde_json::from_str(finished[0]["result"]["content"].as_str().expect("content"))
             .expect("json");
@@ -712,4 +729,90 @@ async fn agents_and_runs_are_validated_scoped_and_cancellable() {
         .post(&format!("/v1/runs/{run_id}/cancel"), json!({}))
         .await;
     assert_eq!(status, 409, "already ended");
+}
+
+#[tokio::test]
+async fn a_run_cut_off_by_a_stopping_gateway_resumes_when_the_next_one_starts() {
+    let mock = MockLlm::start(
+        Wire::Openai,
+        vec![
+            Reply::ok(says::openai_calls(&[(
+                "c1",
+                "read_file",
+                r#"{"path":"notes.txt"}"#,
+            )])),
+            // The first instance stops while waiting for this one.
+            Reply::ok(says::openai_text("never seen")).delayed(Duration::from_secs(60)),
+            Reply::ok(says::openai_text("Tuesday, after a restart.")),
+        ],
+    )
+    .await;
+    let data = tempfile::tempdir().expect("data dir");
+    let start = || {
+        let base = mock.base.clone();
+        let dir = data.path().to_path_buf();
+        Gateway::start_with(move |c| {
+            c.data_dir = dir;
+            c.providers
+                .insert("llm".into(), provider(Wire::Openai, &base));
+        })
+    };
+    let first = start().await;
+    let workspace = data.path().join("workspace").join("default");
+    std::fs::create_dir_all(&workspace).expect("workspace");
+    std::fs::write(workspace.join("notes.txt"), "the launch is on tuesday\n").expect("write");
+    let agent = create_agent(
+        &first,
+        json!({"name": "r", "provider": "llm", "model": "gpt-test", "tools": ["read_file"]}),
+    )
+    .await;
+    let (_, _, started) = first
+        .post(
+            &format!("/v1/agents/{agent}/runs"),
+            json!({"input": "When?"}),
+        )
+        .await;
+    let run_id = started["id"].as_str().expect("id").to_owned();
+    // Wait until the second model call is in flight, then stop the gateway.
+    for _ in 0..200 {
+        if mock.requests().len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(mock.requests().len(), 2);
+    first.stop().await;
+
+    let second = start().await;
+    let mut run = Value::Null;
+    for _ in 0..200 {
+        run = second.get(&format!("/v1/runs/{run_id}")).await.2;
+        if run["status"] != "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["output"], "Tuesday, after a restart.");
+    // The tool ran once; the cut-off turn was redone, not skipped or doubled.
+    assert_eq!(steps(&run, "tool_call_finished").len(), 1);
+    let turns: Vec<i64> = steps(&run, "turn_started")
+        .iter()
+        .map(|s| s["turn"].as_i64().expect("turn"))
+        .collect();
+    assert_eq!(turns, [1, 2]);
+    // The resumed request carried the whole history, tool result included.
+    let third = mock.requests()[2].body.clone();
+    assert_eq!(
+        third["messages"].as_array().expect("messages").len(),
+        3,
+        "{third}"
+    );
+    let seqs: Vec<i64> = run["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .map(|s| s["seq"].as_i64().expect("seq"))
+        .collect();
+    assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>());
 }

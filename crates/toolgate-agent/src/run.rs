@@ -200,6 +200,9 @@ pub struct RunState {
     pub repeat_at: HashMap<String, u32>,
     /// The next model call must answer without tools.
     pub answer_now: bool,
+    /// The current turn has started but its model message is not in (the gateway
+    /// stopped while the model was thinking): the turn is redone, not skipped.
+    pub awaiting_model: bool,
     pub finished: Option<RunOutcome>,
 }
 
@@ -221,9 +224,12 @@ impl RunState {
             }),
             RunEvent::TurnStarted { turn } => {
                 self.turn = *turn;
-                self.answer_now = false;
+                self.awaiting_model = true;
             }
             RunEvent::ModelMessage { message, usage, .. } => {
+                self.awaiting_model = false;
+                // A note asking for an answer applies to the one model call after it.
+                self.answer_now = false;
                 if let Some(u) = usage {
                     self.usage.add(u);
                 }
@@ -374,11 +380,17 @@ impl Driver<'_> {
                     )
                     .await;
             }
-            if state.turn >= self.agent.max_turns {
-                return self.best_effort(state, "the turn limit was reached").await;
-            }
-            let turn = state.turn + 1;
-            self.append(state, RunEvent::TurnStarted { turn }).await?;
+            let turn = if state.awaiting_model {
+                // Resumed inside a turn whose model call was cut off: redo it.
+                state.turn
+            } else {
+                if state.turn >= self.agent.max_turns {
+                    return self.best_effort(state, "the turn limit was reached").await;
+                }
+                let turn = state.turn + 1;
+                self.append(state, RunEvent::TurnStarted { turn }).await?;
+                turn
+            };
             let choice = if state.answer_now {
                 ToolChoice::None
             } else {
