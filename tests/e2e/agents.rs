@@ -733,6 +733,17 @@ async fn agents_and_runs_are_validated_scoped_and_cancellable() {
 
 #[tokio::test]
 async fn a_run_cut_off_by_a_stopping_gateway_resumes_when_the_next_one_starts() {
+    resumes_after_a_stop(None).await;
+}
+
+#[tokio::test]
+async fn a_run_cut_off_by_a_stopping_gateway_resumes_on_postgres() {
+    let db = toolgate_e2e::PgDb::create().await;
+    resumes_after_a_stop(Some(db.url.clone())).await;
+    db.drop_db().await;
+}
+
+async fn resumes_after_a_stop(database_url: Option<String>) {
     let mock = MockLlm::start(
         Wire::Openai,
         vec![
@@ -751,8 +762,10 @@ async fn a_run_cut_off_by_a_stopping_gateway_resumes_when_the_next_one_starts() 
     let start = || {
         let base = mock.base.clone();
         let dir = data.path().to_path_buf();
+        let url = database_url.clone();
         Gateway::start_with(move |c| {
             c.data_dir = dir;
+            c.database.url = url.map(toolgate_server::config::Secret::new);
             c.providers
                 .insert("llm".into(), provider(Wire::Openai, &base));
         })

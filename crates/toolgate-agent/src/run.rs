@@ -152,10 +152,15 @@ pub enum NoteReason {
     AnswerNow,
 }
 
-/// Where a run's events go. Appends are committed before they return.
+/// Where a run's events go, in order.
 #[async_trait::async_trait]
 pub trait Journal: Send + Sync {
-    async fn append(&self, event: &RunEvent) -> Result<(), String>;
+    /// Appends `event`. Events are committed in order, promptly, whether or not the
+    /// caller waits. With `wait`, returns once it (and everything before it) is
+    /// committed; without, once it is queued — for events whose loss in a crash only
+    /// makes the resumed run redo work without effects (a model call, a read-only tool
+    /// call). A failed commit fails every later append.
+    async fn append(&self, event: &RunEvent, wait: bool) -> Result<(), String>;
 }
 
 /// Everything a run needs from the gateway.
@@ -346,9 +351,17 @@ struct Driver<'a> {
 
 impl Driver<'_> {
     async fn append(&self, state: &mut RunState, event: RunEvent) -> Result<(), Stop> {
+        // The loop waits only for what guards against repeated effects and for the end.
+        // Anything else lost in a crash is redone on resume without effects: a model
+        // call, a read-only tool call.
+        let wait = match &event {
+            RunEvent::RunFinished { .. } => true,
+            RunEvent::ToolCallFinished { result, .. } => self.has_effects(&result.name),
+            _ => false,
+        };
         self.ctx
             .journal
-            .append(&event)
+            .append(&event, wait)
             .await
             .map_err(Stop::Journal)?;
         // Keep the in-memory state equal to a fold of the journal.
@@ -621,14 +634,20 @@ impl Driver<'_> {
         if let Decision::Answer((result, category)) = decision {
             return Ok((result.clone(), Some(category.clone()), 0.0));
         }
+        // A call with effects must be on record before it runs, so a resumed run never
+        // repeats it blindly; a read-only call is simply run again.
+        let must_record = self.has_effects(&call.name);
         self.ctx
             .journal
-            .append(&RunEvent::ToolCallStarted {
-                turn,
-                call_id: call.id.clone(),
-                tool: call.name.clone(),
-                arguments: call.arguments.clone(),
-            })
+            .append(
+                &RunEvent::ToolCallStarted {
+                    turn,
+                    call_id: call.id.clone(),
+                    tool: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                },
+                must_record,
+            )
             .await
             .map_err(Stop::Journal)?;
         let started = Instant::now();

@@ -51,8 +51,16 @@ pub struct Runs {
     instance: String,
     /// Runs this instance drives, with the token that stops each.
     active: Mutex<HashMap<RunId, Active>>,
-    /// The latest event number of each run with readers here, to wake SSE streams.
-    bus: Mutex<HashMap<RunId, watch::Sender<i64>>>,
+    /// The latest committed step of each run with readers here, to wake SSE streams
+    /// and waiting requests.
+    bus: Mutex<HashMap<RunId, watch::Sender<Committed>>>,
+}
+
+/// How far a run's journal is committed: its last step, and whether that ended the run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Committed {
+    pub seq: i64,
+    pub finished: bool,
 }
 
 struct Active {
@@ -107,7 +115,7 @@ impl Runs {
             first_event: serde_json::to_value(&first).unwrap_or(Value::Null),
         };
         self.store.create_run(auth.tenant, &new).await?;
-        self.notify(run, 1);
+        self.notify(run, 1, false);
         let state = RunState::fold(&[first]);
         self.spawn(run, auth, toolset, agent, provider, state, 2, request_id);
         Ok(run)
@@ -143,12 +151,7 @@ impl Runs {
         let tools = Toolset::all()
             .intersect(&agent_tools)
             .scope(self.registry.clone(), &auth);
-        let journal = Arc::new(StoreJournal {
-            runs: self.clone(),
-            tenant: auth.tenant,
-            run,
-            next: tokio::sync::Mutex::new(next_seq),
-        });
+        let journal = Arc::new(StoreJournal::new(self.clone(), auth.tenant, run, next_seq));
         let ctx = RunContext {
             run_id: run,
             auth,
@@ -203,18 +206,18 @@ impl Runs {
     }
 
     /// A receiver that changes when `run` gets a new event on this instance.
-    pub fn subscribe(&self, run: RunId) -> watch::Receiver<i64> {
+    pub fn subscribe(&self, run: RunId) -> watch::Receiver<Committed> {
         let mut bus = self.bus.lock().unwrap_or_else(|p| p.into_inner());
         bus.retain(|_, tx| tx.receiver_count() > 0);
         bus.entry(run)
-            .or_insert_with(|| watch::channel(0).0)
+            .or_insert_with(|| watch::channel(Committed::default()).0)
             .subscribe()
     }
 
-    fn notify(&self, run: RunId, seq: i64) {
+    fn notify(&self, run: RunId, seq: i64, finished: bool) {
         let bus = self.bus.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(tx) = bus.get(&run) {
-            tx.send_replace(seq);
+            tx.send_replace(Committed { seq, finished });
         }
     }
 
@@ -350,30 +353,103 @@ impl Runs {
                     usage,
                     error: Some(format!("interrupted and not resumable: {reason}")),
                 };
-                let journal = StoreJournal {
-                    runs: self.clone(),
-                    tenant: record.tenant,
-                    run: record.id,
-                    next: tokio::sync::Mutex::new(next_seq),
-                };
-                journal.append(&event).await?;
+                let journal = StoreJournal::new(self.clone(), record.tenant, record.id, next_seq);
+                journal.append(&event, true).await?;
                 Err(reason)
             }
         }
     }
 }
 
-/// A run's journal in the store; events numbered in order by the run's one driver.
+/// A run's journal in the store: one writer task per run commits events in order,
+/// numbered by the run's one driver, grouping whatever queued while it was committing
+/// into one transaction. The loop waits for a commit only where effects are at stake
+/// (see [`Journal::append`]); the queue holds [`QUEUE`] events, and a full queue makes
+/// the loop wait for the store.
 struct StoreJournal {
-    runs: Arc<Runs>,
-    tenant: TenantId,
-    run: RunId,
-    next: tokio::sync::Mutex<i64>,
+    queue: tokio::sync::mpsc::Sender<Queued>,
+    /// The first failed commit: every later append fails with it.
+    failed: Arc<Mutex<Option<String>>>,
+}
+
+struct Queued {
+    event: Value,
+    finish: Option<RunFinish>,
+    done: Option<tokio::sync::oneshot::Sender<Result<(), String>>>,
+}
+
+/// Most events committed in one transaction.
+const MAX_GROUP: usize = 64;
+/// Events a run may have queued for commit before its loop waits.
+const QUEUE: usize = 256;
+
+impl StoreJournal {
+    fn new(runs: Arc<Runs>, tenant: TenantId, run: RunId, next_seq: i64) -> Self {
+        let (queue, mut rx) = tokio::sync::mpsc::channel::<Queued>(QUEUE);
+        let failed = Arc::new(Mutex::new(None::<String>));
+        let failure = failed.clone();
+        tokio::spawn(async move {
+            let mut next = next_seq;
+            while let Some(first) = rx.recv().await {
+                let mut group = vec![first];
+                // The run's end closes a group: it also updates the run row.
+                while group.len() < MAX_GROUP && group.last().is_some_and(|q| q.finish.is_none()) {
+                    match rx.try_recv() {
+                        Ok(q) => group.push(q),
+                        Err(_) => break,
+                    }
+                }
+                let events: Vec<Value> = group.iter().map(|q| q.event.clone()).collect();
+                let finish = group.last().and_then(|q| q.finish.clone());
+                // Durable when anyone waits on this group (see `Journal::append`).
+                let durable = group.iter().any(|q| q.done.is_some());
+                let result = match failure.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+                    Some(err) => Err(err),
+                    None => Ok(()),
+                };
+                let result = match result {
+                    Err(err) => Err(err),
+                    Ok(()) => runs
+                        .store
+                        .append_run_events(tenant, run, next, &events, finish.as_ref(), durable)
+                        .await
+                        .map_err(|e| e.to_string()),
+                };
+                match &result {
+                    Ok(()) => {
+                        next += events.len() as i64;
+                        runs.notify(run, next - 1, finish.is_some());
+                    }
+                    Err(err) => {
+                        tracing::warn!(run_id = %run, error = %err, "a run's journal could not be written");
+                        failure
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get_or_insert_with(|| err.clone());
+                    }
+                }
+                for q in group {
+                    if let Some(done) = q.done {
+                        let _ = done.send(result.clone());
+                    }
+                }
+            }
+        });
+        StoreJournal { queue, failed }
+    }
 }
 
 #[async_trait::async_trait]
 impl Journal for StoreJournal {
-    async fn append(&self, event: &RunEvent) -> Result<(), String> {
+    async fn append(&self, event: &RunEvent, wait: bool) -> Result<(), String> {
+        if let Some(err) = self
+            .failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        {
+            return Err(err);
+        }
         let value = serde_json::to_value(event).map_err(|e| e.to_string())?;
         let finish = match event {
             RunEvent::RunFinished {
@@ -391,16 +467,25 @@ impl Journal for StoreJournal {
             }),
             _ => None,
         };
-        let mut next = self.next.lock().await;
-        self.runs
-            .store
-            .append_run_event(self.tenant, self.run, *next, &value, finish.as_ref())
+        let (done, committed) = if wait {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
+        self.queue
+            .send(Queued {
+                event: value,
+                finish,
+                done,
+            })
             .await
-            .map_err(|e| e.to_string())?;
-        let seq = *next;
-        *next += 1;
-        drop(next);
-        self.runs.notify(self.run, seq);
-        Ok(())
+            .map_err(|_| "the run's journal writer has stopped".to_owned())?;
+        match committed {
+            Some(rx) => rx
+                .await
+                .unwrap_or_else(|_| Err("the run's journal writer has stopped".to_owned())),
+            None => Ok(()),
+        }
     }
 }

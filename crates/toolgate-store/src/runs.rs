@@ -16,6 +16,14 @@ use crate::sqlite::{SqliteStore, id, uuid};
 use crate::{Store, StoreError};
 
 const AGENT_CONFLICT: &str = "an agent with this name exists in your tenant";
+const SEQ_CONFLICT: &str = "another instance is writing this run";
+
+fn event_kind(event: &Value) -> &str {
+    event
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown")
+}
 
 fn json(text: &str) -> Result<Value, StoreError> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("stored JSON: {e}")))
@@ -181,30 +189,49 @@ impl PostgresStore {
         Ok(())
     }
 
-    pub async fn append_run_event(
+    pub async fn append_run_events(
         &self,
         tenant: TenantId,
         run: RunId,
-        seq: i64,
-        event: &Value,
+        first_seq: i64,
+        events: &[Value],
         finish: Option<&RunFinish>,
+        durable: bool,
     ) -> Result<(), StoreError> {
-        let mut tx = self.tenant_tx(tenant).await?;
-        let at = now();
-        insert_pg_event(&mut tx, tenant, run, seq, event, at).await?;
-        if let Some(f) = finish {
-            sqlx::query("update run set status = $3, output = $4, best_effort = $5, error = $6, usage = $7::jsonb, finished_at = $8, owner = null, lease_until = null where tenant_id = $1 and run_id = $2")
+        let kinds: Vec<&str> = events.iter().map(event_kind).collect();
+        let payloads: Vec<String> = events.iter().map(Value::to_string).collect();
+        let append =
+            sqlx::query("select toolgate_append_run_events($1, $2, $3, $4, $5::jsonb[], $6)")
                 .bind(tenant.0)
                 .bind(run.0)
-                .bind(&f.status)
-                .bind(&f.output)
-                .bind(f.best_effort)
-                .bind(&f.error)
-                .bind(f.usage.to_string())
-                .bind(at)
-                .execute(&mut *tx)
-                .await?;
-        }
+                .bind(first_seq)
+                .bind(kinds)
+                .bind(payloads)
+                .bind(durable || finish.is_some());
+        let Some(f) = finish else {
+            // The common case: one statement, one round trip, one commit.
+            append
+                .execute(&self.app)
+                .await
+                .map_err(|e| StoreError::on_constraint(e, "run_event_pkey", SEQ_CONFLICT))?;
+            return Ok(());
+        };
+        let mut tx = self.tenant_tx(tenant).await?;
+        append
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| StoreError::on_constraint(e, "run_event_pkey", SEQ_CONFLICT))?;
+        sqlx::query("update run set status = $3, output = $4, best_effort = $5, error = $6, usage = $7::jsonb, finished_at = $8, owner = null, lease_until = null where tenant_id = $1 and run_id = $2")
+            .bind(tenant.0)
+            .bind(run.0)
+            .bind(&f.status)
+            .bind(&f.output)
+            .bind(f.best_effort)
+            .bind(&f.error)
+            .bind(f.usage.to_string())
+            .bind(now())
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(())
     }
@@ -490,17 +517,21 @@ impl SqliteStore {
         Ok(())
     }
 
-    pub async fn append_run_event(
+    pub async fn append_run_events(
         &self,
         tenant: TenantId,
         run: RunId,
-        seq: i64,
-        event: &Value,
+        first_seq: i64,
+        events: &[Value],
         finish: Option<&RunFinish>,
+        // SQLite commits every group durably.
+        _durable: bool,
     ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         let at = Utc::now();
-        insert_sqlite_event(&mut tx, tenant, run, seq, event, at).await?;
+        for (n, event) in events.iter().enumerate() {
+            insert_sqlite_event(&mut tx, tenant, run, first_seq + n as i64, event, at).await?;
+        }
         if let Some(f) = finish {
             sqlx::query("update run set status = $3, output = $4, best_effort = $5, error = $6, usage = $7, finished_at = $8, owner = null, lease_until = null where tenant_id = $1 and run_id = $2")
                 .bind(id(tenant.0))
@@ -710,17 +741,21 @@ impl Store {
         dispatch!(self, s => s.create_run(tenant, new).await)
     }
 
-    /// Appends event `seq` to a run's journal; with `finish`, also ends the run, in the
-    /// same transaction. [`StoreError::Conflict`] when `seq` is taken.
-    pub async fn append_run_event(
+    /// Appends `events` to a run's journal, numbered from `first_seq`, in one
+    /// transaction; with `finish`, also ends the run in it. [`StoreError::Conflict`]
+    /// when a number is taken (another instance writes the run). Not `durable`: on
+    /// Postgres the commit does not wait for its WAL flush (a crash may lose these events,
+    /// never a later durable one's predecessors); a run's end is always durable.
+    pub async fn append_run_events(
         &self,
         tenant: TenantId,
         run: RunId,
-        seq: i64,
-        event: &Value,
+        first_seq: i64,
+        events: &[Value],
         finish: Option<&RunFinish>,
+        durable: bool,
     ) -> Result<(), StoreError> {
-        dispatch!(self, s => s.append_run_event(tenant, run, seq, event, finish).await)
+        dispatch!(self, s => s.append_run_events(tenant, run, first_seq, events, finish, durable).await)
     }
 
     pub async fn get_run(

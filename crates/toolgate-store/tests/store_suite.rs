@@ -750,18 +750,27 @@ async fn a_run_journal_is_ordered_single_writer_and_tenant_scoped() {
         store.create_run(a.id, &new).await.expect("run");
         let turn = json!({"type": "turn_started", "turn": 1});
         store
-            .append_run_event(a.id, run, 2, &turn, None)
+            .append_run_events(
+                a.id,
+                run,
+                2,
+                &[turn.clone(), json!({"type": "model_message"})],
+                None,
+                false,
+            )
             .await
             .expect("event");
         // A second writer of the same position is refused.
-        let again = store.append_run_event(a.id, run, 2, &turn, None).await;
+        let again = store
+            .append_run_events(a.id, run, 2, std::slice::from_ref(&turn), None, true)
+            .await;
         assert!(matches!(again, Err(StoreError::Conflict(_))), "{again:?}");
         let events = store.run_events(a.id, run, 0).await.expect("events");
-        assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3]);
         assert_eq!(events[1].kind, "turn_started");
         assert_eq!(
             store.run_events(a.id, run, 1).await.expect("events").len(),
-            1
+            2
         );
         // Another tenant sees nothing of it.
         assert!(store.get_run(b.id, run).await.expect("get").is_none());
@@ -815,7 +824,14 @@ async fn a_run_journal_is_ordered_single_writer_and_tenant_scoped() {
         };
         let last = json!({"type": "run_finished", "status": "completed"});
         store
-            .append_run_event(a.id, run, 3, &last, Some(&finish))
+            .append_run_events(
+                a.id,
+                run,
+                4,
+                std::slice::from_ref(&last),
+                Some(&finish),
+                true,
+            )
             .await
             .expect("finish");
         let got = store

@@ -414,16 +414,23 @@ async fn start_run(
     if body.wait_secs > 0 {
         let mut updates = app.runs.subscribe(run);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(body.wait_secs);
+        // This instance drives the run and says when it ends; the store is asked once a
+        // second in case another instance took it over.
+        let mut check = tokio::time::interval(Duration::from_secs(1));
         loop {
-            let current = app.store.get_run(tenant, run).await?;
-            if current.as_ref().is_none_or(|r| r.status != "running") {
-                break;
-            }
             tokio::select! {
-                _ = updates.changed() => {}
+                changed = updates.changed() => {
+                    if changed.is_err() || updates.borrow().finished {
+                        break;
+                    }
+                }
+                _ = check.tick() => {
+                    let current = app.store.get_run(tenant, run).await?;
+                    if current.is_none_or(|r| r.status != "running") {
+                        break;
+                    }
+                }
                 () = tokio::time::sleep_until(deadline) => break,
-                // Another instance may drive it: look again now and then.
-                () = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
         }
     }

@@ -237,7 +237,7 @@ fn steps_stream(
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     struct Cursor {
         app: AppState,
-        updates: tokio::sync::watch::Receiver<i64>,
+        updates: tokio::sync::watch::Receiver<crate::runs::Committed>,
         last: i64,
         queue: std::collections::VecDeque<RunEventRecord>,
         done: bool,
