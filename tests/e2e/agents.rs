@@ -829,3 +829,47 @@ async fn resumes_after_a_stop(database_url: Option<String>) {
         .collect();
     assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>());
 }
+
+#[tokio::test]
+async fn with_parallel_calls_off_the_switch_is_sent_and_extra_calls_are_not_executed() {
+    let mock = MockLlm::start(
+        Wire::Anthropic,
+        vec![
+            Reply::ok(says::anthropic_calls(
+                "Both at once.",
+                &[
+                    ("toolu_1", "read_file", json!({"path": "notes.txt"})),
+                    ("toolu_2", "list_files", json!({})),
+                ],
+            )),
+            Reply::ok(says::anthropic_text("Tuesday.")),
+        ],
+    )
+    .await;
+    let gw = gateway(&mock, Wire::Anthropic).await;
+    let agent = create_agent(
+        &gw,
+        json!({"name": "serial", "provider": "llm", "model": "claude-test", "tools": ["read_file", "list_files"], "parallel_tool_calls": false}),
+    )
+    .await;
+    let run = run(&gw, &agent, "When?").await;
+    assert_eq!(run["status"], "completed", "{run}");
+    let requests = mock.requests();
+    assert_eq!(
+        requests[0].body["tool_choice"],
+        json!({"type": "auto", "disable_parallel_tool_use": true})
+    );
+    let finished = steps(&run, "tool_call_finished");
+    assert_eq!(finished[0]["result"]["is_error"], false);
+    assert_eq!(finished[1]["category"], "not_executed");
+    // Only the first ran; the second still has its result on the wire.
+    let run_id = run["id"].as_str().expect("id");
+    let (_, _, audit) = gw.get(&format!("/v1/audit?run_id={run_id}")).await;
+    assert_eq!(audit["entries"].as_array().expect("rows").len(), 1);
+    let results = requests[1].body["messages"][2]["content"]
+        .as_array()
+        .expect("results")
+        .clone();
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[1]["is_error"], true);
+}

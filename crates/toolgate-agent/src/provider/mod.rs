@@ -379,6 +379,44 @@ mod tests {
     }
 
     #[test]
+    fn wire_names_are_what_providers_accept_and_unique() {
+        use serde_json::json;
+        let spec = |name: &str| toolgate_core::ToolSpec::new(name, "d", json!({"type": "object"}));
+        let specs = [
+            spec("fs.read"),
+            spec("fs_read"),
+            spec("fs-read"),
+            spec(&"x.".repeat(32)),
+        ];
+        let decls = ToolDecl::for_specs(specs.iter());
+        let wire: Vec<&str> = decls.iter().map(|d| d.wire_name.as_str()).collect();
+        assert_eq!(&wire[..3], ["fs_read", "fs_read_2", "fs-read"]);
+        for w in &wire {
+            assert!(
+                w.len() <= 64
+                    && w.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'),
+                "{w}"
+            );
+        }
+        let tools = decls.clone();
+        let request = ModelRequest {
+            model: "m",
+            system: None,
+            messages: &[],
+            tools: &tools,
+            tool_choice: ToolChoice::Auto,
+            parallel_tool_calls: true,
+            temperature: None,
+            max_tokens: None,
+        };
+        assert_eq!(request.gateway_name("fs_read"), "fs.read");
+        assert_eq!(request.gateway_name("fs_read_2"), "fs_read");
+        assert_eq!(request.wire_name("fs.read"), "fs_read");
+        assert_eq!(request.gateway_name("unknown"), "unknown");
+    }
+
+    #[test]
     fn credentials_never_print() {
         let config = ProviderConfig {
             kind: ProviderKind::Openai,
