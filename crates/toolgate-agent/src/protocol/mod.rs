@@ -125,6 +125,25 @@ impl Protocol {
     }
 }
 
+/// "Available tools:" and, per tool, its wire name, description and parameters
+/// (`no_arguments` when it takes none).
+fn describe_tools(out: &mut String, tools: &[ToolDecl], no_arguments: &str) {
+    out.push_str("Available tools:\n");
+    for t in tools {
+        out.push_str(&format!("\n## {}\n{}\n", t.wire_name, t.description));
+        let params = describe_parameters(&t.parameters);
+        if params.is_empty() {
+            out.push_str(&format!("Arguments: {no_arguments}\n"));
+        } else {
+            out.push_str("Arguments:\n");
+            for p in params {
+                out.push_str(&p);
+                out.push('\n');
+            }
+        }
+    }
+}
+
 /// One line per parameter: name, type, required, description.
 fn describe_parameters(schema: &Value) -> Vec<String> {
     let required: Vec<&str> = schema

@@ -15,7 +15,7 @@
 
 use serde_json::Value;
 
-use super::{Parsed, describe_parameters};
+use super::{Parsed, describe_tools};
 use crate::message::ToolCall;
 use crate::provider::ToolDecl;
 
@@ -34,20 +34,7 @@ pub fn instructions(tools: &[ToolDecl]) -> String {
         out.push_str("No tools are available: answer with FINAL_ANSWER.\n");
         return out;
     }
-    out.push_str("Available tools:\n");
-    for t in tools {
-        out.push_str(&format!("\n## {}\n{}\n", t.wire_name, t.description));
-        let params = describe_parameters(&t.parameters);
-        if params.is_empty() {
-            out.push_str("Arguments: {}\n");
-        } else {
-            out.push_str("Arguments:\n");
-            for p in params {
-                out.push_str(&p);
-                out.push('\n');
-            }
-        }
-    }
+    describe_tools(&mut out, tools, "{}");
     out.push_str("\nExample:\nTOOL_CALL: ");
     out.push_str(&tools[0].wire_name);
     out.push_str("\nARGUMENTS: {}\n");

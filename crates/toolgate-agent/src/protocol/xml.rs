@@ -17,7 +17,7 @@
 use serde_json::{Map, Value};
 
 use super::react::extract_object;
-use super::{Parsed, describe_parameters};
+use super::{Parsed, describe_tools};
 use crate::message::ToolCall;
 use crate::provider::ToolDecl;
 
@@ -33,20 +33,7 @@ pub fn instructions(tools: &[ToolDecl]) -> String {
         out.push_str("No tools are available: answer in plain text.\n");
         return out;
     }
-    out.push_str("Available tools:\n");
-    for t in tools {
-        out.push_str(&format!("\n## {}\n{}\n", t.wire_name, t.description));
-        let params = describe_parameters(&t.parameters);
-        if params.is_empty() {
-            out.push_str("Arguments: none\n");
-        } else {
-            out.push_str("Arguments:\n");
-            for p in params {
-                out.push_str(&p);
-                out.push('\n');
-            }
-        }
-    }
+    describe_tools(&mut out, tools, "none");
     out
 }
 

@@ -8,11 +8,10 @@
 //! answer in text (`tool_choice: none`): the API refuses tool blocks without tools.
 
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
-use super::http::HttpClient;
 use super::{
-    ModelRequest, ModelTurn, Provider, ProviderError, ProviderKind, ToolChoice, Usage, decode_error,
+    ModelRequest, ModelTurn, ProviderError, ProviderKind, ToolChoice, Usage, WireFormat,
+    decode_error, push_to_user,
 };
 use crate::message::{AssistantMessage, Message, NativeContent, ToolCall};
 
@@ -20,31 +19,21 @@ use crate::message::{AssistantMessage, Message, NativeContent, ToolCall};
 const DEFAULT_MAX_TOKENS: u32 = 4096;
 const FORMAT: &str = "anthropic";
 
-pub struct Anthropic {
-    http: HttpClient,
-    url: String,
-}
+/// The Anthropic wire format.
+pub struct Anthropic;
 
-impl Anthropic {
-    pub fn new(http: HttpClient) -> Self {
-        let url = http.url("/v1/messages");
-        Self { http, url }
-    }
-}
+impl WireFormat for Anthropic {
+    const KIND: ProviderKind = ProviderKind::Anthropic;
 
-#[async_trait::async_trait]
-impl Provider for Anthropic {
-    fn kind(&self) -> ProviderKind {
-        ProviderKind::Anthropic
+    fn path(_request: &ModelRequest<'_>) -> String {
+        "/v1/messages".to_owned()
     }
 
-    async fn complete(
-        &self,
-        request: &ModelRequest<'_>,
-        cancel: &CancellationToken,
-    ) -> Result<ModelTurn, ProviderError> {
-        let body = request_body(request);
-        let raw = self.http.post_json(&self.url, &body, cancel).await?;
+    fn request_body(request: &ModelRequest<'_>) -> Value {
+        request_body(request)
+    }
+
+    fn decode(request: &ModelRequest<'_>, raw: Value) -> Result<ModelTurn, ProviderError> {
         decode(request, raw)
     }
 }
@@ -53,12 +42,16 @@ pub fn request_body(request: &ModelRequest<'_>) -> Value {
     let mut messages: Vec<Value> = Vec::with_capacity(request.messages.len());
     for message in request.messages {
         match message {
-            Message::User { text } => {
-                push_user(&mut messages, json!({"type": "text", "text": text}))
-            }
-            Message::Note { text } => {
-                push_user(&mut messages, json!({"type": "text", "text": text}))
-            }
+            Message::User { text } => push_to_user(
+                &mut messages,
+                "content",
+                json!({"type": "text", "text": text}),
+            ),
+            Message::Note { text } => push_to_user(
+                &mut messages,
+                "content",
+                json!({"type": "text", "text": text}),
+            ),
             Message::Assistant(a) => {
                 let content = match &a.native {
                     Some(native) if native.format == FORMAT => native.value.clone(),
@@ -120,19 +113,6 @@ pub fn request_body(request: &ModelRequest<'_>) -> Value {
         body["temperature"] = json!(t);
     }
     body
-}
-
-/// Appends a content block to the last message when it is the user's (tool results then
-/// a note make one message, results first), else starts a user message.
-fn push_user(messages: &mut Vec<Value>, block: Value) {
-    if let Some(last) = messages.last_mut()
-        && last["role"] == "user"
-        && let Some(content) = last["content"].as_array_mut()
-    {
-        content.push(block);
-        return;
-    }
-    messages.push(json!({"role": "user", "content": [block]}));
 }
 
 pub fn decode(request: &ModelRequest<'_>, raw: Value) -> Result<ModelTurn, ProviderError> {

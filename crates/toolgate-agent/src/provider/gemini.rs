@@ -8,43 +8,31 @@
 //! accepts. There is no parallel switch: the loop answers extra calls "not executed".
 
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 use toolgate_core::declarations::gemini_schema;
 
-use super::http::HttpClient;
 use super::{
-    ModelRequest, ModelTurn, Provider, ProviderError, ProviderKind, ToolChoice, Usage, decode_error,
+    ModelRequest, ModelTurn, ProviderError, ProviderKind, ToolChoice, Usage, WireFormat,
+    decode_error, push_to_user,
 };
 use crate::message::{AssistantMessage, Message, NativeContent, ToolCall};
 
 const FORMAT: &str = "gemini";
 
-pub struct Gemini {
-    http: HttpClient,
-}
+/// The Gemini wire format.
+pub struct Gemini;
 
-impl Gemini {
-    pub fn new(http: HttpClient) -> Self {
-        Self { http }
-    }
-}
+impl WireFormat for Gemini {
+    const KIND: ProviderKind = ProviderKind::Gemini;
 
-#[async_trait::async_trait]
-impl Provider for Gemini {
-    fn kind(&self) -> ProviderKind {
-        ProviderKind::Gemini
+    fn path(request: &ModelRequest<'_>) -> String {
+        format!("/v1beta/models/{}:generateContent", request.model)
     }
 
-    async fn complete(
-        &self,
-        request: &ModelRequest<'_>,
-        cancel: &CancellationToken,
-    ) -> Result<ModelTurn, ProviderError> {
-        let url = self
-            .http
-            .url(&format!("/v1beta/models/{}:generateContent", request.model));
-        let body = request_body(request);
-        let raw = self.http.post_json(&url, &body, cancel).await?;
+    fn request_body(request: &ModelRequest<'_>) -> Value {
+        request_body(request)
+    }
+
+    fn decode(request: &ModelRequest<'_>, raw: Value) -> Result<ModelTurn, ProviderError> {
         decode(request, raw)
     }
 }
@@ -54,7 +42,7 @@ pub fn request_body(request: &ModelRequest<'_>) -> Value {
     for message in request.messages {
         match message {
             Message::User { text } | Message::Note { text } => {
-                push_user(&mut contents, json!({"text": text}));
+                push_to_user(&mut contents, "parts", json!({"text": text}));
             }
             Message::Assistant(a) => {
                 let parts = match &a.native {
@@ -92,7 +80,11 @@ pub fn request_body(request: &ModelRequest<'_>) -> Value {
                     if r.provider_id {
                         response["id"] = json!(r.call_id);
                     }
-                    push_user(&mut contents, json!({"functionResponse": response}));
+                    push_to_user(
+                        &mut contents,
+                        "parts",
+                        json!({"functionResponse": response}),
+                    );
                 }
             }
         }
@@ -125,19 +117,6 @@ pub fn request_body(request: &ModelRequest<'_>) -> Value {
         body["generationConfig"] = Value::Object(generation);
     }
     body
-}
-
-/// Gemini wants every `functionResponse` of a turn in one user turn, and user text after
-/// them in the same turn.
-fn push_user(contents: &mut Vec<Value>, part: Value) {
-    if let Some(last) = contents.last_mut()
-        && last["role"] == "user"
-        && let Some(parts) = last["parts"].as_array_mut()
-    {
-        parts.push(part);
-        return;
-    }
-    contents.push(json!({"role": "user", "parts": [part]}));
 }
 
 pub fn decode(request: &ModelRequest<'_>, raw: Value) -> Result<ModelTurn, ProviderError> {

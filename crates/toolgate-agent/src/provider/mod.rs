@@ -275,15 +275,72 @@ pub trait Provider: Send + Sync {
     ) -> Result<ModelTurn, ProviderError>;
 }
 
+/// One wire format: where a request goes, how it is built, how the reply is read. The
+/// HTTP side (credentials, retries, cancellation) is [`Client`]'s, the same for all.
+pub trait WireFormat: Send + Sync + 'static {
+    const KIND: ProviderKind;
+    /// The path under the base URL.
+    fn path(request: &ModelRequest<'_>) -> String;
+    fn request_body(request: &ModelRequest<'_>) -> Value;
+    fn decode(request: &ModelRequest<'_>, raw: Value) -> Result<ModelTurn, ProviderError>;
+}
+
+/// A provider endpoint speaking wire format `W`.
+pub struct Client<W> {
+    http: http::HttpClient,
+    wire: std::marker::PhantomData<fn() -> W>,
+}
+
+impl<W: WireFormat> Client<W> {
+    pub fn new(http: http::HttpClient) -> Self {
+        Self {
+            http,
+            wire: std::marker::PhantomData,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl<W: WireFormat> Provider for Client<W> {
+    fn kind(&self) -> ProviderKind {
+        W::KIND
+    }
+
+    async fn complete(
+        &self,
+        request: &ModelRequest<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<ModelTurn, ProviderError> {
+        let url = self.http.url(&W::path(request));
+        let body = W::request_body(request);
+        let raw = self.http.post_json(&url, &body, cancel).await?;
+        W::decode(request, raw)
+    }
+}
+
 /// Builds the provider for `config`.
 pub fn build(config: &ProviderConfig) -> Result<std::sync::Arc<dyn Provider>, String> {
     let http = http::HttpClient::new(config)?;
     Ok(match config.kind {
-        ProviderKind::Openai => std::sync::Arc::new(openai::OpenAi::new(http)),
-        ProviderKind::Anthropic => std::sync::Arc::new(anthropic::Anthropic::new(http)),
-        ProviderKind::Gemini => std::sync::Arc::new(gemini::Gemini::new(http)),
-        ProviderKind::Ollama => std::sync::Arc::new(ollama::Ollama::new(http)),
+        ProviderKind::Openai => std::sync::Arc::new(Client::<openai::OpenAi>::new(http)),
+        ProviderKind::Anthropic => std::sync::Arc::new(Client::<anthropic::Anthropic>::new(http)),
+        ProviderKind::Gemini => std::sync::Arc::new(Client::<gemini::Gemini>::new(http)),
+        ProviderKind::Ollama => std::sync::Arc::new(Client::<ollama::Ollama>::new(http)),
     })
+}
+
+/// Appends `item` to the `key` list (`content`, `parts`) of the last message when it is
+/// the user's, else starts a user message: Anthropic and Gemini want a turn's tool results
+/// in one user message, and text after them in the same one.
+pub(crate) fn push_to_user(messages: &mut Vec<Value>, key: &str, item: Value) {
+    if let Some(last) = messages.last_mut()
+        && last["role"] == "user"
+        && let Some(list) = last[key].as_array_mut()
+    {
+        list.push(item);
+        return;
+    }
+    messages.push(serde_json::json!({"role": "user", key: [item]}));
 }
 
 /// How to reach one provider endpoint: set by the operator, never by tenants (so a

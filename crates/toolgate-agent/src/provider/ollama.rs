@@ -7,39 +7,28 @@
 //! Usage is `prompt_eval_count`/`eval_count`, omitted when zero.
 
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
-use super::http::HttpClient;
 use super::{
-    ModelRequest, ModelTurn, Provider, ProviderError, ProviderKind, ToolChoice, Usage, decode_error,
+    ModelRequest, ModelTurn, ProviderError, ProviderKind, ToolChoice, Usage, WireFormat,
+    decode_error,
 };
 use crate::message::{AssistantMessage, Message, ToolCall};
 
-pub struct Ollama {
-    http: HttpClient,
-    url: String,
-}
+/// The Ollama wire format.
+pub struct Ollama;
 
-impl Ollama {
-    pub fn new(http: HttpClient) -> Self {
-        let url = http.url("/api/chat");
-        Self { http, url }
-    }
-}
+impl WireFormat for Ollama {
+    const KIND: ProviderKind = ProviderKind::Ollama;
 
-#[async_trait::async_trait]
-impl Provider for Ollama {
-    fn kind(&self) -> ProviderKind {
-        ProviderKind::Ollama
+    fn path(_request: &ModelRequest<'_>) -> String {
+        "/api/chat".to_owned()
     }
 
-    async fn complete(
-        &self,
-        request: &ModelRequest<'_>,
-        cancel: &CancellationToken,
-    ) -> Result<ModelTurn, ProviderError> {
-        let body = request_body(request);
-        let raw = self.http.post_json(&self.url, &body, cancel).await?;
+    fn request_body(request: &ModelRequest<'_>) -> Value {
+        request_body(request)
+    }
+
+    fn decode(request: &ModelRequest<'_>, raw: Value) -> Result<ModelTurn, ProviderError> {
         decode(request, raw)
     }
 }

@@ -8,38 +8,28 @@
 //! `""` or `tool_call`).
 
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
-use super::http::HttpClient;
-use super::{ModelRequest, ModelTurn, Provider, ProviderError, ProviderKind, ToolChoice, Usage};
+use super::{
+    ModelRequest, ModelTurn, ProviderError, ProviderKind, ToolChoice, Usage, WireFormat,
+    decode_error,
+};
 use crate::message::{AssistantMessage, Message, ToolCall};
-use crate::provider::decode_error;
 
-pub struct OpenAi {
-    http: HttpClient,
-    url: String,
-}
+/// The OpenAi wire format.
+pub struct OpenAi;
 
-impl OpenAi {
-    pub fn new(http: HttpClient) -> Self {
-        let url = http.url("/chat/completions");
-        Self { http, url }
-    }
-}
+impl WireFormat for OpenAi {
+    const KIND: ProviderKind = ProviderKind::Openai;
 
-#[async_trait::async_trait]
-impl Provider for OpenAi {
-    fn kind(&self) -> ProviderKind {
-        ProviderKind::Openai
+    fn path(_request: &ModelRequest<'_>) -> String {
+        "/chat/completions".to_owned()
     }
 
-    async fn complete(
-        &self,
-        request: &ModelRequest<'_>,
-        cancel: &CancellationToken,
-    ) -> Result<ModelTurn, ProviderError> {
-        let body = request_body(request);
-        let raw = self.http.post_json(&self.url, &body, cancel).await?;
+    fn request_body(request: &ModelRequest<'_>) -> Value {
+        request_body(request)
+    }
+
+    fn decode(request: &ModelRequest<'_>, raw: Value) -> Result<ModelTurn, ProviderError> {
         decode(request, raw)
     }
 }
