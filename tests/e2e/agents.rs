@@ -873,3 +873,62 @@ async fn with_parallel_calls_off_the_switch_is_sent_and_extra_calls_are_not_exec
     assert_eq!(results.len(), 2);
     assert_eq!(results[1]["is_error"], true);
 }
+
+#[tokio::test]
+async fn on_sqlite_a_run_left_by_a_killed_gateway_resumes_at_the_next_start() {
+    let mock = MockLlm::start(
+        Wire::Openai,
+        vec![Reply::ok(says::openai_text("Back again."))],
+    )
+    .await;
+    let data = tempfile::tempdir().expect("data dir");
+    let start = || {
+        let base = mock.base.clone();
+        let dir = data.path().to_path_buf();
+        Gateway::start_with(move |c| {
+            c.data_dir = dir;
+            c.providers
+                .insert("llm".into(), provider(Wire::Openai, &base));
+        })
+    };
+    start().await.stop().await;
+    // What a killed gateway leaves: a running run, leased for a while yet, one step in.
+    let store = toolgate_store::Store::open(None, data.path())
+        .await
+        .expect("store");
+    let tenant = store
+        .find_tenant("default")
+        .await
+        .expect("tenant")
+        .expect("default");
+    let run = toolgate_store::NewRun {
+        id: toolgate_core::RunId::new(),
+        agent_id: uuid::Uuid::now_v7(),
+        agent_name: "r".into(),
+        principal: toolgate_core::PrincipalId::new(),
+        auth: json!({
+            "tenant": tenant.id, "tenant_name": "default",
+            "principal": {"id": uuid::Uuid::now_v7(), "kind": "user", "name": "someone"},
+            "roles": ["admin"], "scopes": ["tools:invoke", "agents:run"]
+        }),
+        agent_config: json!({"name": "r", "provider": "llm", "model": "gpt-test"}),
+        input: "Still there?".into(),
+        owner: "a-killed-instance".into(),
+        lease_until: chrono::Utc::now() + chrono::Duration::seconds(25),
+        first_event: json!({"type": "run_started", "agent": "r", "input": "Still there?"}),
+    };
+    store.create_run(tenant.id, &run).await.expect("run");
+    drop(store);
+
+    let gw = start().await;
+    let mut view = Value::Null;
+    for _ in 0..100 {
+        view = gw.get(&format!("/v1/runs/{}", run.id)).await.2;
+        if view["status"] != "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(view["status"], "completed", "{view}");
+    assert_eq!(view["output"], "Back again.");
+}

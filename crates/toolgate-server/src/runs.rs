@@ -225,7 +225,13 @@ impl Runs {
     /// `shutdown`; then stops this instance's drivers and frees their runs at once for
     /// the next instance.
     pub async fn supervise(self: Arc<Self>, shutdown: CancellationToken) {
-        self.claim_orphans().await;
+        // An SQLite file has one gateway: at start-up every running run is an orphan,
+        // even one whose lease has not run out (its gateway was killed).
+        let startup_cutoff = match self.store {
+            Store::Sqlite(_) => Utc::now() + LEASE + chrono::Duration::seconds(1),
+            Store::Postgres(_) => Utc::now(),
+        };
+        self.claim_orphans(startup_cutoff).await;
         let mut renew = tokio::time::interval(RENEW_EVERY);
         let mut scan = tokio::time::interval(ORPHAN_SCAN_EVERY);
         renew.tick().await;
@@ -233,7 +239,7 @@ impl Runs {
         loop {
             tokio::select! {
                 _ = renew.tick() => self.renew().await,
-                _ = scan.tick() => self.claim_orphans().await,
+                _ = scan.tick() => self.claim_orphans(Utc::now()).await,
                 () = shutdown.cancelled() => break,
             }
         }
@@ -285,10 +291,15 @@ impl Runs {
         }
     }
 
-    async fn claim_orphans(self: &Arc<Self>) {
+    async fn claim_orphans(self: &Arc<Self>, expired_before: chrono::DateTime<Utc>) {
         let claimed = match self
             .store
-            .claim_orphaned_runs(&self.instance, Utc::now() + LEASE, ORPHAN_BATCH)
+            .claim_orphaned_runs(
+                &self.instance,
+                Utc::now() + LEASE,
+                ORPHAN_BATCH,
+                expired_before,
+            )
             .await
         {
             Ok(claimed) => claimed,

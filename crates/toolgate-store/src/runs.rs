@@ -340,13 +340,15 @@ impl PostgresStore {
         owner: &str,
         until: DateTime<Utc>,
         limit: i64,
+        expired_before: DateTime<Utc>,
     ) -> Result<Vec<RunRecord>, StoreError> {
         let rows: Vec<PgRunRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "update run set owner = $1, lease_until = $2 where run_id in (select run_id from run where status = 'running' and (lease_until is null or lease_until < now()) order by created_at limit $3 for update skip locked) returning {PG_RUN_COLUMNS}"
+            "update run set owner = $1, lease_until = $2 where run_id in (select run_id from run where status = 'running' and (lease_until is null or lease_until < $4) order by created_at limit $3 for update skip locked) returning {PG_RUN_COLUMNS}"
         )))
         .bind(owner)
         .bind(until)
         .bind(limit)
+        .bind(expired_before)
         .fetch_all(&self.owner)
         .await?;
         rows.into_iter().map(pg_run).collect()
@@ -646,6 +648,7 @@ impl SqliteStore {
         owner: &str,
         until: DateTime<Utc>,
         limit: i64,
+        expired_before: DateTime<Utc>,
     ) -> Result<Vec<RunRecord>, StoreError> {
         let rows: Vec<SqliteRunRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "update run set owner = $1, lease_until = $2 where run_id in (select run_id from run where status = 'running' and (lease_until is null or lease_until < $4) order by created_at limit $3) returning {RUN_COLUMNS}"
@@ -653,7 +656,7 @@ impl SqliteStore {
         .bind(owner)
         .bind(until)
         .bind(limit)
-        .bind(Utc::now())
+        .bind(expired_before)
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter().map(sqlite_run).collect()
@@ -805,14 +808,15 @@ impl Store {
         dispatch!(self, s => s.renew_run_leases(owner, runs, until).await)
     }
 
-    /// Takes over running runs whose lease expired (their instance stopped): at most
-    /// `limit`, each leased to `owner` until `until`.
+    /// Takes over running runs whose lease ended before `expired_before` (their instance
+    /// stopped): at most `limit`, each leased to `owner` until `until`.
     pub async fn claim_orphaned_runs(
         &self,
         owner: &str,
         until: DateTime<Utc>,
         limit: i64,
+        expired_before: DateTime<Utc>,
     ) -> Result<Vec<RunRecord>, StoreError> {
-        dispatch!(self, s => s.claim_orphaned_runs(owner, until, limit).await)
+        dispatch!(self, s => s.claim_orphaned_runs(owner, until, limit, expired_before).await)
     }
 }

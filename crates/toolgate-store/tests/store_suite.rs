@@ -786,14 +786,24 @@ async fn a_run_journal_is_ordered_single_writer_and_tenant_scoped() {
 
         // Its lease expired: another instance takes it over, and sees a cancel request.
         let claimed = store
-            .claim_orphaned_runs("instance-2", Utc::now() + chrono::Duration::seconds(30), 10)
+            .claim_orphaned_runs(
+                "instance-2",
+                Utc::now() + chrono::Duration::seconds(30),
+                10,
+                Utc::now(),
+            )
             .await
             .expect("claim");
         assert_eq!(claimed.len(), 1);
         assert_eq!(claimed[0].input, "hello");
         assert!(
             store
-                .claim_orphaned_runs("instance-3", Utc::now() + chrono::Duration::seconds(30), 10)
+                .claim_orphaned_runs(
+                    "instance-3",
+                    Utc::now() + chrono::Duration::seconds(30),
+                    10,
+                    Utc::now()
+                )
                 .await
                 .expect("claim")
                 .is_empty()
