@@ -216,7 +216,7 @@ pub struct AgentList {
 /// List the tenant's agents.
 #[utoipa::path(get, path = "/v1/agents", tag = "agents",
     responses(
-        (status = 200, body = AgentList),
+        (status = 200, description = "The resource", body = AgentList),
         (status = 403, description = "Needs `agents:run` or `agents:manage`", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn list_agents(
@@ -240,7 +240,7 @@ async fn list_agents(
 #[utoipa::path(post, path = "/v1/agents", tag = "agents",
     request_body(content = AgentBody, content_type = "application/json"),
     responses(
-        (status = 201, body = AgentView),
+        (status = 201, description = "Created", body = AgentView),
         (status = 400, description = "Invalid configuration (every problem listed)", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Needs `agents:manage`", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "An agent of this name exists", body = Problem, content_type = "application/problem+json"),
@@ -270,8 +270,8 @@ async fn create_agent(
 #[utoipa::path(get, path = "/v1/agents/{id}", tag = "agents",
     params(("id" = Uuid, Path, description = "Agent id")),
     responses(
-        (status = 200, body = AgentView),
-        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "The resource", body = AgentView),
+        (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn get_agent(
     State(app): State<AppState>,
@@ -295,10 +295,10 @@ async fn get_agent(
     params(("id" = Uuid, Path, description = "Agent id")),
     request_body(content = AgentBody, content_type = "application/json"),
     responses(
-        (status = 200, body = AgentView),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
-        (status = 404, body = Problem, content_type = "application/problem+json"),
-        (status = 409, body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "The resource", body = AgentView),
+        (status = 400, description = "Malformed request or invalid configuration (every problem listed)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Conflicts with the current state", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn replace_agent(
     State(app): State<AppState>,
@@ -330,7 +330,7 @@ async fn replace_agent(
     params(("id" = Uuid, Path, description = "Agent id")),
     responses(
         (status = 204, description = "Deleted"),
-        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn delete_agent(
     State(app): State<AppState>,
@@ -368,9 +368,9 @@ pub struct StartRun {
     request_body(content = StartRun, content_type = "application/json"),
     responses(
         (status = 201, description = "The run, still running or (with `wait_secs`) ended", body = RunView),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Malformed request or invalid configuration (every problem listed)", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Needs `agents:run`", body = Problem, content_type = "application/problem+json"),
-        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn start_run(
     State(app): State<AppState>,

@@ -141,7 +141,7 @@ pub struct RunList {
 /// List the tenant's latest runs (without their steps).
 #[utoipa::path(get, path = "/v1/runs", tag = "runs", params(ListRunsQuery),
     responses(
-        (status = 200, body = RunList),
+        (status = 200, description = "The resource", body = RunList),
         (status = 403, description = "Needs `agents:run`", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn list_runs(
@@ -166,8 +166,8 @@ async fn list_runs(
 #[utoipa::path(get, path = "/v1/runs/{id}", tag = "runs",
     params(("id" = Uuid, Path, description = "Run id")),
     responses(
-        (status = 200, body = RunView),
-        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "The resource", body = RunView),
+        (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn get_run(
     State(app): State<AppState>,
@@ -200,7 +200,7 @@ pub struct EventsQuery {
            ("Last-Event-ID" = Option<i64>, Header, description = "Resume after this step")),
     responses(
         (status = 200, description = "An SSE stream of steps", content_type = "text/event-stream", body = String),
-        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn run_events(
     State(app): State<AppState>,
@@ -288,7 +288,7 @@ fn steps_stream(
     params(("id" = Uuid, Path, description = "Run id")),
     responses(
         (status = 202, description = "Cancellation requested", body = RunView),
-        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The run has already ended", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn cancel_run(
