@@ -372,8 +372,7 @@ impl Driver<'_> {
     async fn run(&mut self, state: &mut RunState) -> Result<RunOutcome, Stop> {
         // Calls left unanswered by an interrupted gateway come first.
         if !state.pending.is_empty() {
-            let calls = std::mem::take(&mut state.pending);
-            state.pending = calls.clone();
+            let calls = state.pending.clone();
             let hard_stop = self.execute(state, calls).await?;
             if hard_stop {
                 return self
@@ -415,17 +414,7 @@ impl Driver<'_> {
             };
             let (message, final_answer) = self.interpret(turn, reply.message);
             let calls = message.tool_calls.clone();
-            self.append(
-                state,
-                RunEvent::ModelMessage {
-                    turn,
-                    message,
-                    stop_reason: reply.stop_reason,
-                    usage: reply.usage,
-                    duration_ms: reply.duration_ms,
-                },
-            )
-            .await?;
+            self.append(state, reply.meta.event(turn, message)).await?;
             if calls.is_empty() || choice == ToolChoice::None {
                 let output = final_answer.unwrap_or_default();
                 if choice == ToolChoice::None && !calls.is_empty() {
@@ -509,9 +498,11 @@ impl Driver<'_> {
             .await?;
         Ok(ModelReply {
             message: turn.message,
-            stop_reason: turn.stop_reason,
-            usage: turn.usage,
-            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+            meta: ReplyMeta {
+                stop_reason: turn.stop_reason,
+                usage: turn.usage,
+                duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+            },
         })
     }
 
@@ -760,22 +751,11 @@ impl Driver<'_> {
             )
             .await?;
             if let Ok(reply) = self.call_model(state, ToolChoice::None).await {
-                let (message, answer) = self.interpret(turn, reply.message);
+                let (mut message, answer) = self.interpret(turn, reply.message);
                 let called_tools = !message.tool_calls.is_empty();
-                let mut message = message;
                 // Tools were off: calls in this reply are not part of the history.
                 message.tool_calls.clear();
-                self.append(
-                    state,
-                    RunEvent::ModelMessage {
-                        turn,
-                        message,
-                        stop_reason: reply.stop_reason,
-                        usage: reply.usage,
-                        duration_ms: reply.duration_ms,
-                    },
-                )
-                .await?;
+                self.append(state, reply.meta.event(turn, message)).await?;
                 let answer = answer.unwrap_or_default();
                 if !called_tools && !answer.trim().is_empty() {
                     return self
@@ -846,9 +826,26 @@ impl Driver<'_> {
 
 struct ModelReply {
     message: AssistantMessage,
+    meta: ReplyMeta,
+}
+
+/// What a model call reported besides its message.
+struct ReplyMeta {
     stop_reason: Option<String>,
     usage: Option<Usage>,
     duration_ms: f64,
+}
+
+impl ReplyMeta {
+    fn event(self, turn: u32, message: AssistantMessage) -> RunEvent {
+        RunEvent::ModelMessage {
+            turn,
+            message,
+            stop_reason: self.stop_reason,
+            usage: self.usage,
+            duration_ms: self.duration_ms,
+        }
+    }
 }
 
 enum Decision {

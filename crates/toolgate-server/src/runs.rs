@@ -356,12 +356,11 @@ impl Runs {
                 Ok(())
             }
             Err(reason) => {
-                let usage = RunState::fold(&[]).usage;
                 let event = RunEvent::RunFinished {
                     status: toolgate_agent::RunStatus::Failed,
                     output: None,
                     best_effort: false,
-                    usage,
+                    usage: Default::default(),
                     error: Some(format!("interrupted and not resumable: {reason}")),
                 };
                 let journal = StoreJournal::new(self.clone(), record.tenant, record.id, next_seq);
@@ -414,13 +413,11 @@ impl StoreJournal {
                 let finish = group.last().and_then(|q| q.finish.clone());
                 // Durable when anyone waits on this group (see `Journal::append`).
                 let durable = group.iter().any(|q| q.done.is_some());
-                let result = match failure.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+                // After a failed commit nothing more is written: the numbering has a gap.
+                let earlier = failure.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                let result = match earlier {
                     Some(err) => Err(err),
-                    None => Ok(()),
-                };
-                let result = match result {
-                    Err(err) => Err(err),
-                    Ok(()) => runs
+                    None => runs
                         .store
                         .append_run_events(tenant, run, next, &events, finish.as_ref(), durable)
                         .await

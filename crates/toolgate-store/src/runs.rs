@@ -112,12 +112,18 @@ impl PostgresStore {
         Ok(record)
     }
 
-    pub async fn list_agents(&self, tenant: TenantId) -> Result<Vec<AgentRecord>, StoreError> {
+    /// The tenant's agents, or only the one with id `only`.
+    pub async fn agents(
+        &self,
+        tenant: TenantId,
+        only: Option<Uuid>,
+    ) -> Result<Vec<AgentRecord>, StoreError> {
         let mut tx = self.tenant_tx(tenant).await?;
         let rows: Vec<AgentRow<Uuid>> = sqlx::query_as(
-            "select agent_id, name, config::text, created_at, updated_at from agent where tenant_id = $1 order by name",
+            "select agent_id, name, config::text, created_at, updated_at from agent where tenant_id = $1 and ($2::uuid is null or agent_id = $2) order by name",
         )
         .bind(tenant.0)
+        .bind(only)
         .fetch_all(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -448,11 +454,17 @@ impl SqliteStore {
         Ok(record)
     }
 
-    pub async fn list_agents(&self, tenant: TenantId) -> Result<Vec<AgentRecord>, StoreError> {
+    /// The tenant's agents, or only the one with id `only`.
+    pub async fn agents(
+        &self,
+        tenant: TenantId,
+        only: Option<Uuid>,
+    ) -> Result<Vec<AgentRecord>, StoreError> {
         let rows: Vec<AgentRow<String>> = sqlx::query_as(
-            "select agent_id, name, config, created_at, updated_at from agent where tenant_id = $1 order by name",
+            "select agent_id, name, config, created_at, updated_at from agent where tenant_id = $1 and ($2 is null or agent_id = $2) order by name",
         )
         .bind(id(tenant.0))
+        .bind(only.map(id))
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter()
@@ -709,7 +721,7 @@ impl Store {
     }
 
     pub async fn list_agents(&self, tenant: TenantId) -> Result<Vec<AgentRecord>, StoreError> {
-        dispatch!(self, s => s.list_agents(tenant).await)
+        dispatch!(self, s => s.agents(tenant, None).await)
     }
 
     pub async fn get_agent(
@@ -717,11 +729,8 @@ impl Store {
         tenant: TenantId,
         agent: Uuid,
     ) -> Result<Option<AgentRecord>, StoreError> {
-        Ok(self
-            .list_agents(tenant)
-            .await?
-            .into_iter()
-            .find(|a| a.id == agent))
+        let found = dispatch!(self, s => s.agents(tenant, Some(agent)).await)?;
+        Ok(found.into_iter().next())
     }
 
     /// Replaces an agent's name and configuration; false when it does not exist.

@@ -208,6 +208,22 @@ fn not_found(id: Uuid) -> ApiError {
     ToolError::not_found(format!("no agent {id} in your tenant")).into()
 }
 
+/// Reading agents needs `agents:run` or `agents:manage`.
+fn require_read(caller: &Caller) -> Result<(), ApiError> {
+    if caller.auth.has_scope(scopes::AGENTS_MANAGE) {
+        return Ok(());
+    }
+    caller.require(scopes::AGENTS_RUN)
+}
+
+/// The caller's tenant's agent `id`, or 404.
+async fn find_agent(app: &AppState, caller: &Caller, id: Uuid) -> Result<AgentRecord, ApiError> {
+    app.store
+        .get_agent(caller.auth.tenant, id)
+        .await?
+        .ok_or_else(|| not_found(id))
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AgentList {
     pub agents: Vec<AgentView>,
@@ -223,9 +239,7 @@ async fn list_agents(
     State(app): State<AppState>,
     caller: Caller,
 ) -> Result<AppJson<AgentList>, ApiError> {
-    if !caller.auth.has_scope(scopes::AGENTS_MANAGE) {
-        caller.require(scopes::AGENTS_RUN)?;
-    }
+    require_read(&caller)?;
     let agents = app
         .store
         .list_agents(caller.auth.tenant)
@@ -278,14 +292,8 @@ async fn get_agent(
     caller: Caller,
     AppPath(id): AppPath<Uuid>,
 ) -> Result<AppJson<AgentView>, ApiError> {
-    if !caller.auth.has_scope(scopes::AGENTS_MANAGE) {
-        caller.require(scopes::AGENTS_RUN)?;
-    }
-    let record = app
-        .store
-        .get_agent(caller.auth.tenant, id)
-        .await?
-        .ok_or_else(|| not_found(id))?;
+    require_read(&caller)?;
+    let record = find_agent(&app, &caller, id).await?;
     Ok(AppJson(view(record)?))
 }
 
@@ -317,11 +325,7 @@ async fn replace_agent(
     {
         return Err(not_found(id));
     }
-    let record = app
-        .store
-        .get_agent(caller.auth.tenant, id)
-        .await?
-        .ok_or_else(|| not_found(id))?;
+    let record = find_agent(&app, &caller, id).await?;
     Ok(AppJson(view(record)?))
 }
 
@@ -388,11 +392,7 @@ async fn start_run(
             "wait_secs must be at most {MAX_WAIT_SECS}"
         )));
     }
-    let record = app
-        .store
-        .get_agent(caller.auth.tenant, id)
-        .await?
-        .ok_or_else(|| not_found(id))?;
+    let record = find_agent(&app, &caller, id).await?;
     let config = config_of(&record)?;
     let tenant = caller.auth.tenant;
     let run = app
