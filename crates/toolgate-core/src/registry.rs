@@ -135,6 +135,56 @@ impl Registry {
         Ok(())
     }
 
+    /// Swaps the tools named `old` for `new` in one step, so no caller sees neither (a
+    /// source re-listing its tools). Each new tool is checked as by
+    /// [`register`](Self::register); the result says, per new tool, whether it went in.
+    pub fn replace(
+        &self,
+        old: &[String],
+        new: Vec<Arc<dyn Tool>>,
+    ) -> Vec<(String, Result<(), RegistryError>)> {
+        let compiled: Vec<(String, Result<RegisteredTool, RegistryError>)> = new
+            .into_iter()
+            .map(|tool| {
+                let name = tool.spec().name.clone();
+                let checked = if is_valid_tool_name(&name) {
+                    jsonschema::validator_for(&tool.spec().input_schema)
+                        .map(|validator| RegisteredTool { tool, validator })
+                        .map_err(|e| RegistryError::InvalidSchema {
+                            name: name.clone(),
+                            reason: e.to_string(),
+                        })
+                } else {
+                    Err(RegistryError::InvalidName(name.clone()))
+                };
+                (name, checked)
+            })
+            .collect();
+        let mut tools = self
+            .tools
+            .write()
+            .unwrap_or_else(|poison| poison.into_inner());
+        for name in old {
+            tools.remove(name);
+        }
+        let results = compiled
+            .into_iter()
+            .map(|(name, checked)| {
+                let result = checked.and_then(|registered| {
+                    if tools.contains_key(&name) {
+                        return Err(RegistryError::Duplicate(name.clone()));
+                    }
+                    tools.insert(name.clone(), Arc::new(registered));
+                    Ok(())
+                });
+                (name, result)
+            })
+            .collect();
+        drop(tools);
+        self.changed();
+        results
+    }
+
     /// Removes a tool; returns whether it was there. Calls already running finish.
     pub fn unregister(&self, name: &str) -> bool {
         let mut tools = self
@@ -200,6 +250,30 @@ mod tests {
             .register(tool("a", json!({"type": "object"})))
             .expect_err("duplicate");
         assert!(matches!(err, RegistryError::Duplicate(n) if n == "a"));
+    }
+
+    #[test]
+    fn replace_swaps_a_sources_tools_and_keeps_others_names() {
+        let reg = Registry::new();
+        let obj = || json!({"type": "object"});
+        for name in ["up__a", "up__b", "local"] {
+            reg.register(tool(name, obj())).expect("register");
+        }
+        let results = reg.replace(
+            &["up__a".into(), "up__b".into()],
+            vec![
+                tool("up__b", obj()),
+                tool("up__c", obj()),
+                tool("local", obj()),
+            ],
+        );
+        let ok: Vec<(&str, bool)> = results
+            .iter()
+            .map(|(n, r)| (n.as_str(), r.is_ok()))
+            .collect();
+        assert_eq!(ok, [("up__b", true), ("up__c", true), ("local", false)]);
+        let names: Vec<String> = reg.list().iter().map(|t| t.spec().name.clone()).collect();
+        assert_eq!(names, ["local", "up__b", "up__c"]);
     }
 
     #[test]

@@ -207,9 +207,9 @@ async fn supervise(config: UpstreamConfig, registry: Arc<Registry>, shutdown: Ca
                 // List now and on every `list_changed`, ping now and then, until the
                 // connection ends, stops answering, or the gateway stops.
                 let end = 'listing: loop {
-                    unregister(&registry, &mut registered);
-                    // A closed service cannot list: this fails and the connection's end
-                    // is noticed next.
+                    // A closed service cannot list: this fails (the tools listed before
+                    // stay, failing as upstream errors) and the connection's end is
+                    // noticed next.
                     match rediscover(&config, &peer, &registry, &progress, &mut registered).await {
                         Ok(()) => backoff = FIRST_BACKOFF,
                         Err(err) => {
@@ -361,8 +361,9 @@ fn log_stderr(upstream: String, stderr: tokio::process::ChildStderr) {
     });
 }
 
-/// Lists every page of the upstream's tools and registers those the allow/deny lists
-/// admit; a name taken by another tool is reported, never overwritten.
+/// Lists every page of the upstream's tools and puts those the allow/deny lists admit in
+/// place of the ones registered before, in one step; a name taken by another tool is
+/// reported, never overwritten.
 async fn rediscover(
     config: &UpstreamConfig,
     peer: &Peer<RoleClient>,
@@ -374,6 +375,7 @@ async fn rediscover(
     let allow = globs(&config.allow);
     let deny = globs(&config.deny);
     let prefix = config.prefix();
+    let mut found: Vec<Arc<dyn Tool>> = Vec::new();
     for tool in tools {
         let remote = tool.name.to_string();
         if (!config.allow.is_empty() && !allow.is_match(&remote)) || deny.is_match(&remote) {
@@ -385,14 +387,17 @@ async fn rediscover(
             continue;
         }
         let spec = spec_for(config, &name, &tool);
-        let upstream_tool = UpstreamTool {
+        found.push(Arc::new(UpstreamTool {
             spec,
             upstream: config.name.clone(),
             remote,
             peer: peer.clone(),
             progress: progress.clone(),
-        };
-        match registry.register(Arc::new(upstream_tool)) {
+        }));
+    }
+    let previous = std::mem::take(registered);
+    for (name, result) in registry.replace(&previous, found) {
+        match result {
             Ok(()) => registered.push(name),
             Err(err) => {
                 tracing::warn!(upstream = %config.name, tool = %name, error = %err, "upstream tool not registered")
