@@ -2,6 +2,7 @@
 
 mod agents;
 mod auth;
+mod commands;
 mod conformance;
 mod docs;
 mod jwt;

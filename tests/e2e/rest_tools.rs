@@ -19,15 +19,22 @@ async fn lists_tools_sorted_paginated_and_by_category() {
     assert_eq!(status, 200);
     assert_eq!(
         names(&all),
-        ["echo", "list_files", "read_file", "search_files", "sleep"]
+        [
+            "echo",
+            "execute_command",
+            "list_files",
+            "read_file",
+            "search_files",
+            "sleep"
+        ]
     );
     assert!(all.get("next_cursor").is_none());
 
     let (_, _, first) = gw.get("/v1/tools?limit=2").await;
-    assert_eq!(names(&first), ["echo", "list_files"]);
+    assert_eq!(names(&first), ["echo", "execute_command"]);
     let cursor = first["next_cursor"].as_str().expect("cursor");
     let (_, _, second) = gw.get(&format!("/v1/tools?limit=2&cursor={cursor}")).await;
-    assert_eq!(names(&second), ["read_file", "search_files"]);
+    assert_eq!(names(&second), ["list_files", "read_file"]);
 
     let (_, _, workspace) = gw.get("/v1/tools?category=workspace").await;
     assert_eq!(
@@ -58,14 +65,14 @@ async fn lists_tools_as_each_providers_declarations() {
     );
 
     let (_, _, anthropic) = gw.get("/v1/tools?format=anthropic").await;
-    assert_eq!(anthropic[2]["name"], "read_file");
-    assert!(anthropic[2]["input_schema"]["properties"]["path"].is_object());
+    assert_eq!(anthropic[3]["name"], "read_file");
+    assert!(anthropic[3]["input_schema"]["properties"]["path"].is_object());
 
     let (_, _, gemini) = gw.get("/v1/tools?format=gemini").await;
     let decls = gemini[0]["functionDeclarations"]
         .as_array()
         .expect("declarations");
-    assert_eq!(decls.len(), 5);
+    assert_eq!(decls.len(), 6);
     assert!(
         decls
             .iter()
@@ -73,9 +80,11 @@ async fn lists_tools_as_each_providers_declarations() {
     );
 
     let (_, _, mcp) = gw.get("/v1/tools?format=mcp").await;
-    assert_eq!(mcp[2]["name"], "read_file");
-    assert_eq!(mcp[2]["annotations"]["readOnlyHint"], true);
-    assert!(mcp[2]["outputSchema"].is_object());
+    assert_eq!(mcp[3]["name"], "read_file");
+    assert_eq!(mcp[3]["annotations"]["readOnlyHint"], true);
+    assert!(mcp[3]["outputSchema"].is_object());
+    assert_eq!(mcp[1]["name"], "execute_command");
+    assert_eq!(mcp[1]["annotations"]["destructiveHint"], true);
 }
 
 #[tokio::test]
@@ -216,7 +225,10 @@ async fn a_tool_past_its_deadline_is_504_and_the_gateway_keeps_serving() {
 async fn diagnostics_can_be_switched_off() {
     let gw = Gateway::start_with(|c| c.tools.diagnostics = false).await;
     let (_, _, all) = gw.get("/v1/tools").await;
-    assert_eq!(names(&all), ["list_files", "read_file", "search_files"]);
+    assert_eq!(
+        names(&all),
+        ["execute_command", "list_files", "read_file", "search_files"]
+    );
     let (status, _, _) = gw
         .invoke("echo", json!({"arguments": {"message": "x"}}))
         .await;

@@ -10,6 +10,30 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use toolgate_server::Config;
 
+/// The `toolgate` binary of this build (`execute_command` starts it as its sandbox
+/// launcher; the gateway under test runs in this process). Built if absent.
+pub fn toolgate_binary() -> &'static std::path::Path {
+    static BINARY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BINARY.get_or_init(|| {
+        let exe = std::env::current_exe().expect("test executable path");
+        // target/<profile>/deps/e2e-… → target/<profile>/toolgate
+        let binary = exe
+            .parent()
+            .and_then(std::path::Path::parent)
+            .expect("target directory")
+            .join("toolgate");
+        if !binary.exists() {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+            let status = std::process::Command::new(cargo)
+                .args(["build", "-q", "-p", "toolgate-server", "--bin", "toolgate"])
+                .status()
+                .expect("run cargo build");
+            assert!(status.success(), "building the toolgate binary failed");
+        }
+        binary
+    })
+}
+
 /// A running gateway, with a client that sends the bootstrap admin key.
 pub struct Gateway {
     pub base: String,
@@ -36,6 +60,7 @@ impl Gateway {
             data_dir: data.path().to_path_buf(),
             ..Config::default()
         };
+        config.tools.execute_command.launcher = Some(toolgate_binary().to_owned());
         adjust(&mut config);
         let listener = TcpListener::bind("127.0.0.1:0")
             .await

@@ -328,6 +328,94 @@ pub struct ToolsConfig {
     pub diagnostics: bool,
     /// Gateway-wide cap on a call's text output, in characters.
     pub max_output_chars: usize,
+    /// The `execute_command` tool and its sandbox.
+    pub execute_command: CommandConfig,
+}
+
+/// `[tools.execute_command]`: shell commands in each tenant's workspace, sandboxed.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CommandConfig {
+    /// Offer the tool (it is high-risk: callers need `tools:high_risk`).
+    pub enabled: bool,
+    /// `read-only`, `workspace-write` or `unrestricted` (no Landlock).
+    pub sandbox: toolgate_tools::SandboxMode,
+    /// Per-tenant sandbox, by tenant name (`{ ops = "unrestricted" }`).
+    pub tenant_sandbox: BTreeMap<String, toolgate_tools::SandboxMode>,
+    /// Run commands without Landlock where the kernel lacks it (otherwise the tool refuses).
+    pub allow_unsandboxed: bool,
+    /// Let sandboxed commands open TCP connections.
+    pub network: bool,
+    /// Directories commands may read, beside the tenant's workspace.
+    pub read_paths: Vec<PathBuf>,
+    /// Deadline when the caller asks for none, and the longest one allowed, in seconds.
+    pub default_timeout_secs: u64,
+    pub max_timeout_secs: u64,
+    /// Address space per process, in MiB.
+    pub memory_mb: u64,
+    /// CPU time per process, in seconds.
+    pub cpu_secs: u64,
+    /// Processes of the gateway's user (an rlimit; not enforced for root).
+    pub max_processes: u64,
+    /// Largest file a command may write, in MiB.
+    pub max_file_mb: u64,
+    /// Environment variables passed from the gateway to commands (none by default).
+    pub env_passthrough: Vec<String>,
+    /// The program started as `<launcher> sandbox-exec …` to confine a command; this
+    /// `toolgate` binary when unset (set it when embedding the gateway in another program).
+    pub launcher: Option<PathBuf>,
+}
+
+impl Default for CommandConfig {
+    fn default() -> Self {
+        let limits = toolgate_tools::ResourceLimits::default();
+        let options = toolgate_tools::CommandOptions::default();
+        Self {
+            enabled: true,
+            sandbox: toolgate_tools::SandboxMode::default(),
+            tenant_sandbox: BTreeMap::new(),
+            allow_unsandboxed: false,
+            network: false,
+            read_paths: options.read_paths,
+            default_timeout_secs: options.default_timeout.as_secs(),
+            max_timeout_secs: options.max_timeout.as_secs(),
+            memory_mb: limits.memory_bytes >> 20,
+            cpu_secs: limits.cpu_secs,
+            max_processes: limits.processes,
+            max_file_mb: limits.file_bytes >> 20,
+            env_passthrough: Vec::new(),
+            launcher: None,
+        }
+    }
+}
+
+impl CommandConfig {
+    /// The tool's options, or `None` when it is off.
+    pub fn options(&self) -> Option<toolgate_tools::CommandOptions> {
+        self.enabled.then(|| toolgate_tools::CommandOptions {
+            sandbox: self.sandbox,
+            tenant_sandbox: self.tenant_sandbox.clone().into_iter().collect(),
+            allow_unsandboxed: self.allow_unsandboxed,
+            network: self.network,
+            read_paths: self.read_paths.clone(),
+            limits: toolgate_tools::ResourceLimits {
+                memory_bytes: self.memory_mb << 20,
+                cpu_secs: self.cpu_secs,
+                processes: self.max_processes,
+                file_bytes: self.max_file_mb << 20,
+            },
+            default_timeout: std::time::Duration::from_secs(self.default_timeout_secs),
+            max_timeout: std::time::Duration::from_secs(self.max_timeout_secs),
+            env_passthrough: self.env_passthrough.clone(),
+            ..match &self.launcher {
+                Some(launcher) => toolgate_tools::CommandOptions {
+                    launcher: launcher.clone(),
+                    ..Default::default()
+                },
+                None => Default::default(),
+            }
+        })
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -378,6 +466,7 @@ impl Default for ToolsConfig {
             workspace_root: None,
             diagnostics: true,
             max_output_chars: toolgate_core::spec::DEFAULT_MAX_OUTPUT_CHARS,
+            execute_command: CommandConfig::default(),
         }
     }
 }
@@ -531,6 +620,15 @@ impl Config {
         }
         if self.tools.max_output_chars == 0 {
             errors.push(("tools.max_output_chars".into(), "must be at least 1".into()));
+        }
+        let command = &self.tools.execute_command;
+        if command.default_timeout_secs == 0
+            || command.default_timeout_secs > command.max_timeout_secs
+        {
+            errors.push((
+                "tools.execute_command.default_timeout_secs".into(),
+                "must be at least 1 and at most max_timeout_secs".into(),
+            ));
         }
         for (i, upstream) in self.upstreams.iter().enumerate() {
             let key = format!("upstreams[{i}]");

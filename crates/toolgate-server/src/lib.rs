@@ -107,6 +107,7 @@ pub async fn build_with(
     let registry = Arc::new(Registry::new());
     let options = BuiltinOptions {
         diagnostics: config.tools.diagnostics,
+        commands: config.tools.execute_command.options(),
     };
     for tool in builtin_tools(workspaces.clone(), &options) {
         registry

@@ -68,6 +68,12 @@ enum Command {
         #[command(subcommand)]
         command: toolgate_server::cli::AuditCommand,
     },
+    /// Internal: confine this process and exec a command (started by execute_command).
+    #[command(name = "sandbox-exec", hide = true)]
+    SandboxExec {
+        /// The sandbox and command, as JSON.
+        launch: String,
+    },
 }
 
 /// Where the store is: the same settings as `serve` (DATABASE_URL for Postgres).
@@ -92,9 +98,18 @@ impl StoreArgs {
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    match run().await {
+fn main() -> ExitCode {
+    let command = Cli::parse().command;
+    if let Command::SandboxExec { launch } = &command {
+        // No runtime, no threads: confine this process and become the command.
+        return sandbox_exec(launch);
+    }
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+        .and_then(|runtime| runtime.block_on(run(command)));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("toolgate: {err:#}");
@@ -103,8 +118,18 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run() -> anyhow::Result<()> {
-    match Cli::parse().command {
+/// Returns only when the command could not be started (exit code 126, as a shell does).
+fn sandbox_exec(launch: &str) -> ExitCode {
+    let err = match serde_json::from_str::<toolgate_tools::sandbox::Launch>(launch) {
+        Ok(launch) => launch.exec(),
+        Err(err) => std::io::Error::other(format!("bad launch description: {err}")),
+    };
+    eprintln!("toolgate: the sandboxed command could not start: {err}");
+    ExitCode::from(126)
+}
+
+async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Serve {
             listen,
             data_dir,
@@ -142,6 +167,7 @@ async fn run() -> anyhow::Result<()> {
         Command::Audit { store, command } => {
             toolgate_server::cli::audit(&store.load()?, command).await
         }
+        Command::SandboxExec { .. } => anyhow::bail!("sandbox-exec runs before the runtime starts"),
     }
 }
 

@@ -12,6 +12,8 @@
 //!   that leave the root are refused by the kernel (`openat2(RESOLVE_BENEATH)`), not by
 //!   string checks alone.
 //! - [`list_files`], [`read_file`], [`search_files`]: read-only workspace tools.
+//! - [`execute_command`]: shell commands in the workspace, confined by [`sandbox`]
+//!   (Landlock, resource limits, a scrubbed environment, process-group kill).
 //! - [`diagnostics`]: `echo` and `sleep`, for checking a deployment end to end (and
 //!   for benchmarks); off with `tools.diagnostics = false`.
 //!
@@ -22,11 +24,15 @@ use std::sync::Arc;
 use toolgate_core::Tool;
 
 pub mod diagnostics;
+pub mod execute_command;
 pub mod list_files;
 pub mod read_file;
+pub mod sandbox;
 pub mod search_files;
 pub mod workspace;
 
+pub use execute_command::CommandOptions;
+pub use sandbox::{ResourceLimits, SandboxMode};
 pub use workspace::{Workspace, Workspaces};
 
 /// Which built-ins to offer.
@@ -34,6 +40,8 @@ pub use workspace::{Workspace, Workspaces};
 pub struct BuiltinOptions {
     /// Register `echo` and `sleep`.
     pub diagnostics: bool,
+    /// Register `execute_command`, run this way; `None` leaves it out.
+    pub commands: Option<CommandOptions>,
 }
 
 /// The built-in tools; file tools work in the caller's tenant's workspace.
@@ -41,8 +49,14 @@ pub fn builtin_tools(workspaces: Arc<Workspaces>, options: &BuiltinOptions) -> V
     let mut tools: Vec<Arc<dyn Tool>> = vec![
         Arc::new(list_files::ListFiles::new(workspaces.clone())),
         Arc::new(read_file::ReadFile::new(workspaces.clone())),
-        Arc::new(search_files::SearchFiles::new(workspaces)),
+        Arc::new(search_files::SearchFiles::new(workspaces.clone())),
     ];
+    if let Some(commands) = &options.commands {
+        tools.push(Arc::new(execute_command::ExecuteCommand::new(
+            workspaces,
+            commands.clone(),
+        )));
+    }
     if options.diagnostics {
         tools.push(Arc::new(diagnostics::Echo::new()));
         tools.push(Arc::new(diagnostics::Sleep::new()));

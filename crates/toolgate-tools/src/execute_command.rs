@@ -1,0 +1,328 @@
+//! `execute_command`: a shell command in the caller's workspace, sandboxed.
+//!
+//! - `/bin/sh -c <command>` in the workspace (or a directory beneath it), in a new
+//!   process group, with stdin closed and an environment holding only `PATH`, `HOME` (the
+//!   workspace), `TMPDIR` (a private temp dir removed afterwards), `LANG`, `TERM` and the
+//!   variables the operator passes through.
+//! - Landlock and resource limits from [`crate::sandbox`]; on a kernel without Landlock
+//!   the tool refuses to run unless the operator allowed it (`allow_unsandboxed`).
+//! - stdout and stderr share one pipe, so their lines interleave as they were written;
+//!   the first 30,000 characters are kept, with a marker when more were written.
+//! - When the shell exits, whatever it left running in its group is killed; when the call
+//!   passes its deadline or is cancelled (the executor drops this future), the whole group
+//!   is killed.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
+use tokio::time::Instant;
+use toolgate_core::{CallContext, Effects, ErrorKind, Risk, Tool, ToolError, ToolOutput, ToolSpec};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
+use crate::sandbox::{Launch, ResourceLimits, SandboxMode, landlock_available};
+use crate::workspace::{display_path, io_error};
+use crate::{Workspaces, parse_args};
+
+/// Characters of merged output returned.
+pub const MAX_OUTPUT_CHARS: usize = 30_000;
+/// Bytes of output kept in memory; enough for [`MAX_OUTPUT_CHARS`] of any UTF-8.
+const MAX_OUTPUT_BYTES: usize = MAX_OUTPUT_CHARS * 4;
+/// How long output is still read after the shell exits (and its group was killed).
+const DRAIN: Duration = Duration::from_secs(1);
+/// The gateway's hidden subcommand that confines itself and runs the command.
+pub const LAUNCHER_SUBCOMMAND: &str = "sandbox-exec";
+const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// How `execute_command` runs commands; from the operator's config.
+#[derive(Clone, Debug)]
+pub struct CommandOptions {
+    /// Sandbox for tenants not named in `tenant_sandbox`.
+    pub sandbox: SandboxMode,
+    /// Per-tenant sandbox, by tenant name.
+    pub tenant_sandbox: HashMap<String, SandboxMode>,
+    /// Run unsandboxed where the kernel lacks Landlock (otherwise the tool refuses).
+    pub allow_unsandboxed: bool,
+    /// Allow TCP connections and binds from sandboxed commands.
+    pub network: bool,
+    /// Directories readable inside the sandbox, beside the workspace.
+    pub read_paths: Vec<PathBuf>,
+    pub limits: ResourceLimits,
+    /// Default and longest deadline.
+    pub default_timeout: Duration,
+    pub max_timeout: Duration,
+    /// Variables copied from the gateway's environment into the command's.
+    pub env_passthrough: Vec<String>,
+    /// Where private temp dirs are made.
+    pub temp_root: PathBuf,
+    /// The program started as `<launcher> sandbox-exec <json>`: the gateway's own binary,
+    /// which calls [`Launch::exec`].
+    pub launcher: PathBuf,
+}
+
+impl Default for CommandOptions {
+    fn default() -> Self {
+        Self {
+            sandbox: SandboxMode::default(),
+            tenant_sandbox: HashMap::new(),
+            allow_unsandboxed: false,
+            network: false,
+            read_paths: crate::sandbox::default_read_paths(),
+            limits: ResourceLimits::default(),
+            default_timeout: Duration::from_secs(120),
+            max_timeout: Duration::from_secs(600),
+            env_passthrough: Vec::new(),
+            temp_root: std::env::temp_dir(),
+            launcher: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("toolgate")),
+        }
+    }
+}
+
+impl CommandOptions {
+    fn sandbox_for(&self, tenant: &str) -> SandboxMode {
+        self.tenant_sandbox
+            .get(tenant)
+            .copied()
+            .unwrap_or(self.sandbox)
+    }
+}
+
+pub struct ExecuteCommand {
+    spec: ToolSpec,
+    workspaces: Arc<Workspaces>,
+    options: CommandOptions,
+}
+
+#[derive(Deserialize)]
+struct Args {
+    command: String,
+    #[serde(default)]
+    cwd: Option<String>,
+}
+
+impl ExecuteCommand {
+    pub fn new(workspaces: Arc<Workspaces>, options: CommandOptions) -> Self {
+        let spec = ToolSpec::new(
+            "execute_command",
+            "Run a shell command (/bin/sh -c) in the workspace and return its merged stdout and \
+             stderr (first 30,000 characters) and exit code. Runs sandboxed: writes reach only the \
+             workspace and $TMPDIR, there is no network unless the operator allows it, and the \
+             whole process group is killed at the deadline.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "command": {"type": "string", "minLength": 1, "maxLength": 100000, "description": "Shell command line"},
+                    "cwd": {"type": "string", "description": "Directory to run in, relative to the workspace root (default: the root)"}
+                },
+                "required": ["command"],
+                "additionalProperties": false
+            }),
+        )
+        .with_title("Execute command")
+        .with_category("shell")
+        .with_risk(
+            Risk::High,
+            Effects {
+                writes: true,
+                destructive: true,
+                idempotent: false,
+                open_world: options.network,
+            },
+        )
+        .with_timeouts(options.default_timeout, options.max_timeout)
+        .with_max_output_chars(MAX_OUTPUT_CHARS + 200)
+        .with_output_schema(json!({
+            "type": "object",
+            "properties": {
+                "exit_code": {"type": ["integer", "null"], "description": "null when killed by a signal"},
+                "signal": {"type": ["integer", "null"]},
+                "output_bytes": {"type": "integer", "description": "Bytes written to stdout and stderr"},
+                "truncated": {"type": "boolean"},
+                "sandbox": {"type": "string", "enum": ["read-only", "workspace-write", "unrestricted"]}
+            },
+            "required": ["exit_code", "signal", "output_bytes", "truncated", "sandbox"]
+        }));
+        Self {
+            spec,
+            workspaces,
+            options,
+        }
+    }
+}
+
+#[async_trait]
+impl Tool for ExecuteCommand {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, ctx: &CallContext, args: Value) -> Result<ToolOutput, ToolError> {
+        let args: Args = parse_args(args)?;
+        let ws = self.workspaces.for_caller(&ctx.auth)?;
+        let rel = ws.relative(args.cwd.as_deref().unwrap_or("."))?;
+        let meta = ws.dir().metadata(&rel).map_err(|e| io_error(&rel, e))?;
+        if !meta.is_dir() {
+            return Err(ToolError::invalid_arguments(format!(
+                "cwd {:?} is not a directory",
+                display_path(&rel)
+            )));
+        }
+        let mut mode = self.options.sandbox_for(&ctx.auth.tenant_name);
+        if mode != SandboxMode::Unrestricted && !landlock_available() {
+            if !self.options.allow_unsandboxed {
+                return Err(ToolError::new(
+                    ErrorKind::Denied,
+                    "execute_command is off on this host: its kernel does not enforce Landlock, \
+                     and the operator has not allowed unsandboxed commands",
+                ));
+            }
+            mode = SandboxMode::Unrestricted;
+        }
+        let temp = tempfile::Builder::new()
+            .prefix("toolgate-cmd-")
+            .tempdir_in(&self.options.temp_root)
+            .map_err(|e| ToolError::internal(format!("cannot make the command's temp dir: {e}")))?;
+        let launch = Launch {
+            mode,
+            read_paths: self.options.read_paths.clone(),
+            workspace: ws.root().to_owned(),
+            temp: temp.path().to_owned(),
+            network: self.options.network,
+            limits: self.options.limits,
+            cwd: ws.root().join(&rel),
+            command: args.command,
+        };
+        let launch = serde_json::to_string(&launch).map_err(ToolError::internal)?;
+        let (tx, mut rx) = tokio::net::unix::pipe::pipe().map_err(ToolError::internal)?;
+        let out = tx.into_blocking_fd().map_err(ToolError::internal)?;
+        let err = out.try_clone().map_err(ToolError::internal)?;
+        let mut cmd = tokio::process::Command::new(&self.options.launcher);
+        cmd.arg(LAUNCHER_SUBCOMMAND)
+            .arg(launch)
+            .current_dir(ws.root())
+            .env_clear()
+            .env("PATH", PATH)
+            .env("HOME", ws.root())
+            .env("TMPDIR", temp.path())
+            .env("LANG", "C.UTF-8")
+            .env("TERM", "dumb")
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0)
+            .kill_on_drop(true);
+        for name in &self.options.env_passthrough {
+            if let Some(value) = std::env::var_os(name) {
+                cmd.env(name, value);
+            }
+        }
+        let mut child = cmd.spawn().map_err(|e| {
+            ToolError::internal(format!(
+                "cannot start the sandbox launcher {}: {e}",
+                self.options.launcher.display()
+            ))
+        })?;
+        // Our copies of the pipe's write end must go, or reading never ends.
+        drop(cmd);
+        let group = KillGroup(child.id().and_then(|pid| i32::try_from(pid).ok()));
+
+        let mut kept = Vec::with_capacity(8192);
+        let mut written: u64 = 0;
+        let mut chunk = vec![0u8; 16 * 1024];
+        let mut status = None;
+        let mut drain_until: Option<Instant> = None;
+        loop {
+            tokio::select! {
+                read = rx.read(&mut chunk) => match read {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        written += n as u64;
+                        let room = MAX_OUTPUT_BYTES.saturating_sub(kept.len());
+                        kept.extend_from_slice(&chunk[..n.min(room)]);
+                    }
+                    Err(e) => return Err(ToolError::internal(format!("reading the command's output: {e}"))),
+                },
+                exited = child.wait(), if status.is_none() => {
+                    status = Some(exited.map_err(ToolError::internal)?);
+                    group.kill();
+                    drain_until = Some(Instant::now() + DRAIN);
+                }
+                () = sleep_until(drain_until), if drain_until.is_some() => break,
+            }
+        }
+        let status = match status {
+            Some(status) => status,
+            None => child.wait().await.map_err(ToolError::internal)?,
+        };
+        group.kill();
+        drop(temp);
+
+        let (mut text, truncated) = first_chars(&kept, MAX_OUTPUT_CHARS);
+        if truncated || (kept.len() as u64) < written {
+            text.push_str(&format!(
+                "\n[output truncated: showing the first {MAX_OUTPUT_CHARS} characters of {written} bytes]"
+            ));
+        }
+        use std::os::unix::process::ExitStatusExt;
+        let code = status.code();
+        let signal = status.signal();
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        match (code, signal) {
+            (Some(code), _) => text.push_str(&format!("[exit code {code}]")),
+            (None, Some(signal)) => text.push_str(&format!("[killed by signal {signal}]")),
+            (None, None) => text.push_str("[exited]"),
+        }
+        let structured = json!({
+            "exit_code": code,
+            "signal": signal,
+            "output_bytes": written,
+            "truncated": truncated || (kept.len() as u64) < written,
+            "sandbox": mode.as_str(),
+        });
+        Ok(ToolOutput::text(text).with_structured(structured))
+    }
+}
+
+/// Kills a process group when told to and when dropped (deadline, cancellation).
+struct KillGroup(Option<i32>);
+
+impl KillGroup {
+    fn kill(&self) {
+        if let Some(pgid) = self.0 {
+            // A group that is gone already yields ESRCH, which is fine.
+            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+        }
+    }
+}
+
+impl Drop for KillGroup {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The first `limit` characters of lossily decoded `bytes`, and whether any were cut.
+fn first_chars(bytes: &[u8], limit: usize) -> (String, bool) {
+    let text = String::from_utf8_lossy(bytes);
+    match text.char_indices().nth(limit) {
+        Some((end, _)) => (text[..end].to_owned(), true),
+        None => (text.into_owned(), false),
+    }
+}
