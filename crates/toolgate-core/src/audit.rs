@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::{Adapter, CallContext, CallId, Outcome, PrincipalId, RunStep, TenantId};
+use crate::{Adapter, ApprovalId, CallContext, CallId, Outcome, PrincipalId, RunStep, TenantId};
 
 /// What a masked argument value is replaced with.
 pub const MASK: &str = "***";
@@ -39,6 +39,8 @@ pub struct AuditRecord {
     pub run: Option<RunStep>,
     /// MCP clientInfo name (and version), or the HTTP user agent.
     pub client: Option<String>,
+    /// The approval this call asked for, used, or was refused by.
+    pub approval: Option<ApprovalId>,
     pub started_at: SystemTime,
     pub finished_at: SystemTime,
 }
@@ -66,6 +68,7 @@ impl AuditRecord {
                 Some(v) => format!("{}/{v}", c.name),
                 None => c.name.clone(),
             }),
+            approval: None,
             started_at: now,
             finished_at: now,
         }

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::{AuthContext, CallId, RunId};
+use crate::{ApprovalId, AuthContext, CallId, RunId};
 
 /// The front door a call came through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -16,6 +16,8 @@ pub enum Adapter {
     Rest,
     Mcp,
     Agent,
+    /// A person's decision on an approval (recorded in the audit log beside the calls).
+    Approval,
 }
 
 impl Adapter {
@@ -24,6 +26,7 @@ impl Adapter {
             Adapter::Rest => "rest",
             Adapter::Mcp => "mcp",
             Adapter::Agent => "agent",
+            Adapter::Approval => "approval",
         }
     }
 }
@@ -67,6 +70,11 @@ pub struct CallContext {
     /// W3C trace id, when the request carried or started a trace.
     pub trace_id: Option<String>,
     pub run: Option<RunStep>,
+    /// The agent making the call, for per-agent policy rules.
+    pub agent: Option<String>,
+    /// An approval the caller presents for this call (a retry after approval, or a
+    /// resumed agent run).
+    pub approval: Option<ApprovalId>,
     pub client: Option<ClientInfo>,
     /// The deadline the caller asked for; the executor clamps it to the tool's maximum.
     pub requested_timeout: Option<Duration>,
@@ -86,6 +94,8 @@ impl CallContext {
             request_id: None,
             trace_id: None,
             run: None,
+            agent: None,
+            approval: None,
             client: None,
             requested_timeout: None,
             cancel: CancellationToken::new(),
@@ -111,6 +121,16 @@ impl CallContext {
 
     pub fn with_run(mut self, run: RunStep) -> Self {
         self.run = Some(run);
+        self
+    }
+
+    pub fn with_agent(mut self, agent: impl Into<String>) -> Self {
+        self.agent = Some(agent.into());
+        self
+    }
+
+    pub fn with_approval(mut self, approval: Option<ApprovalId>) -> Self {
+        self.approval = approval;
         self
     }
 

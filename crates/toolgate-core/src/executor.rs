@@ -1,10 +1,13 @@
 //! The one path every tool call takes.
 //!
-//! resolve in toolset → validate arguments → authorize → (intent, for side effects) →
-//! run under deadline and cancellation → truncate → audit record → emit events → return.
+//! resolve in toolset → validate arguments → authorize → policy (allow, approval, deny) →
+//! (intent, for side effects) → run under deadline and cancellation → truncate → audit
+//! record → emit events → return.
 //!
-//! Policy (approval) and rate limits join this path in their own issues; they will be
-//! steps here, never in an adapter.
+//! A call the tenant's policy holds for approval ends `approval_required`, naming the
+//! pending approval; once a person decides, the same call made again (or presenting the
+//! approval id) runs, or ends `denied` with their reason. Rate limits join this path in
+//! their own issue, as a step here, never in an adapter.
 //!
 //! The tool runs in its own task. If the caller goes away (an HTTP client disconnects, an
 //! MCP client cancels) the call's cancellation token fires, the tool's future is dropped,
@@ -23,6 +26,7 @@ use tracing::Instrument;
 
 use crate::audit::{AuditRecord, AuditSink};
 use crate::auth::scopes;
+use crate::policy::{Action, ApprovalRequest, Approvals, Gate, NoApprovals};
 use crate::{
     CallContext, CallId, ErrorKind, Event, EventSink, Outcome, RegisteredTool, Risk, ScopedToolset,
     ToolError, ToolOutput,
@@ -58,6 +62,7 @@ impl Default for ExecutorLimits {
 pub struct Executor {
     events: Arc<dyn EventSink>,
     audit: Arc<dyn AuditSink>,
+    approvals: Arc<dyn Approvals>,
     limits: ExecutorLimits,
 }
 
@@ -70,8 +75,16 @@ impl Executor {
         Self {
             events,
             audit,
+            approvals: Arc::new(NoApprovals),
             limits,
         }
+    }
+
+    /// Asks `approvals` for tenants' policies and approvals (by default every policy is
+    /// level 0 and nothing waits).
+    pub fn with_approvals(mut self, approvals: Arc<dyn Approvals>) -> Self {
+        self.approvals = approvals;
+        self
     }
 
     /// Calls `name` from `tools` with `args`, as the caller in `ctx`.
@@ -131,11 +144,15 @@ impl Executor {
             Err(err) => (AuditRecord::start(&ctx, &name, &Value::Null, &[]), Err(err)),
             Ok(tool) => {
                 let spec = tool.spec();
-                let record = AuditRecord::start(&ctx, &name, &args, &spec.secret_fields);
+                let mut record = AuditRecord::start(&ctx, &name, &args, &spec.secret_fields);
                 let timeout = spec.effective_timeout(ctx.requested_timeout);
                 let deadline = started + timeout;
                 ctx.set_deadline(deadline);
-                let result = match self.begin(spec.effects.writes, &record).await {
+                let cleared = match self.ratify(&ctx, &tool, &args, &mut record).await {
+                    Ok(()) => self.begin(spec.effects.writes, &record).await,
+                    Err(err) => Err(err),
+                };
+                let result = match cleared {
                     Err(err) => Err(err),
                     Ok(()) => run(&tool, &ctx, args, deadline, timeout)
                         .await
@@ -195,6 +212,119 @@ impl Executor {
             truncated,
             duration,
         })
+    }
+
+    /// The tenant's policy for this call: extra scopes by risk, then allow, deny, or a
+    /// person's approval (asked for, waited on, or used up). Fails closed.
+    async fn ratify(
+        &self,
+        ctx: &CallContext,
+        tool: &RegisteredTool,
+        args: &Value,
+        record: &mut AuditRecord,
+    ) -> Result<(), ToolError> {
+        let spec = tool.spec();
+        let unavailable = |cause: String| {
+            let mut err = ToolError::new(
+                ErrorKind::Internal,
+                "the approval policy could not be read, so this call was not run",
+            );
+            err.cause = Some(cause);
+            err
+        };
+        let policy = self
+            .approvals
+            .policy(ctx.auth.tenant)
+            .await
+            .map_err(|e| unavailable(e.to_string()))?;
+        if let Some(scope) = policy.risk_scopes.get(&spec.risk)
+            && !ctx.auth.has_scope(scope)
+        {
+            return Err(ToolError::forbidden(format!(
+                "calling {} needs the scope {scope:?} (the tenant's policy for {:?}-risk tools), which your credentials lack",
+                spec.name, spec.risk
+            )));
+        }
+        match policy.decide(&spec.name, spec.risk, ctx.agent.as_deref()) {
+            Action::Allow => return Ok(()),
+            Action::Deny => {
+                return Err(ToolError::new(
+                    ErrorKind::Denied,
+                    format!("the tenant's policy does not allow calling {}", spec.name),
+                ));
+            }
+            Action::Require => {}
+        }
+        let request = ApprovalRequest {
+            tenant: ctx.auth.tenant,
+            call_id: ctx.call_id,
+            requester: ctx.auth.principal.id,
+            requester_name: ctx.auth.principal.name.clone(),
+            auth: serde_json::to_value(&*ctx.auth).unwrap_or(Value::Null),
+            adapter: ctx.adapter,
+            tool: spec.name.clone(),
+            risk: spec.risk,
+            arguments: record.arguments.clone(),
+            call_arguments: args.clone(),
+            arguments_hash: record.arguments_hash.clone(),
+            run: ctx.run,
+            agent: ctx.agent.clone(),
+            presented: ctx.approval,
+            expires_at: std::time::SystemTime::now() + policy.approval_ttl(),
+        };
+        let gate = self
+            .approvals
+            .gate(request)
+            .await
+            .map_err(|e| unavailable(e.to_string()))?;
+        match gate {
+            Gate::Approved { approval } => {
+                record.approval = Some(approval);
+                Ok(())
+            }
+            Gate::Pending {
+                approval,
+                expires_at,
+            } => {
+                record.approval = Some(approval);
+                let expires_in = expires_at
+                    .duration_since(std::time::SystemTime::now())
+                    .unwrap_or_default();
+                Err(ToolError::new(
+                    ErrorKind::ApprovalRequired,
+                    format!(
+                        "calling {} needs a person's approval first; approval {approval} is pending",
+                        spec.name
+                    ),
+                )
+                .with_details(serde_json::json!({
+                    "approval_id": approval,
+                    "expires_in_secs": expires_in.as_secs(),
+                }))
+                .with_suggestion(format!(
+                    "someone with the approvals:decide scope approves it (POST /v1/approvals/{approval}); then make the same call again"
+                )))
+            }
+            Gate::Denied {
+                approval,
+                reason,
+                decided_by,
+            } => {
+                record.approval = Some(approval);
+                let message = match &decided_by {
+                    Some(who) => format!("{who} denied calling {}: {reason}", spec.name),
+                    None => format!("calling {} was not approved: {reason}", spec.name),
+                };
+                let mut err =
+                    ToolError::new(ErrorKind::Denied, message).with_details(serde_json::json!({
+                        "approval_id": approval,
+                        "reason": reason,
+                        "decided_by": decided_by,
+                    }));
+                err.recoverable = false;
+                Err(err)
+            }
+        }
     }
 
     /// For a tool with side effects, a durable intent before it runs; failing closed.

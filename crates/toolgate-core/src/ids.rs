@@ -56,3 +56,7 @@ id_type!(
     /// One agent run.
     RunId
 );
+id_type!(
+    /// One request for a person's approval of a call.
+    ApprovalId
+);

@@ -21,6 +21,8 @@
 //! - [`registry`]: [`Registry`], every tool by unique name, schemas compiled once.
 //! - [`toolset`]: [`Toolset`] filters and the [`ScopedToolset`] capability.
 //! - [`executor`]: [`Executor`], the one path.
+//! - [`policy`]: [`Policy`] (ratification level and rules) and the [`Approvals`] seam the
+//!   executor asks before a call that needs a person's approval.
 //! - [`audit`]: [`audit::AuditRecord`] and the [`audit::AuditSink`] the executor awaits.
 //! - [`event`]: [`Event`] and the [`EventSink`] seam (tracing now; audit and SSE later).
 //! - [`declarations`]: a toolset rendered as OpenAI, Anthropic, Gemini or MCP tool
@@ -34,6 +36,7 @@ pub mod error;
 pub mod event;
 pub mod executor;
 pub mod ids;
+pub mod policy;
 pub mod registry;
 pub mod spec;
 pub mod tool;
@@ -45,7 +48,8 @@ pub use declarations::DeclarationFormat;
 pub use error::{ErrorKind, ToolError, Violation};
 pub use event::{Event, EventSink, Outcome, TracingSink};
 pub use executor::{Completed, Executor, ExecutorLimits};
-pub use ids::{CallId, PrincipalId, RunId, TenantId};
+pub use ids::{ApprovalId, CallId, PrincipalId, RunId, TenantId};
+pub use policy::{Action, Approvals, Gate, NoApprovals, Policy};
 pub use registry::{RegisteredTool, Registry, RegistryError};
 pub use spec::{Effects, Risk, ToolSpec};
 pub use tool::{Content, Tool, ToolOutput};

@@ -52,6 +52,10 @@ struct Hashed<'a> {
     run_id: Option<String>,
     step: Option<i32>,
     client: Option<&'a str>,
+    /// Absent from rows without one, so rows written before the column existed keep
+    /// their hashes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    approval_id: Option<String>,
     started_at_us: i64,
     finished_at_us: i64,
     prev_hash: &'a str,
@@ -76,6 +80,7 @@ pub fn row_hash(row: &AuditRow) -> String {
         run_id: row.run_id.map(|r| r.to_string()),
         step: row.step,
         client: row.client.as_deref(),
+        approval_id: row.approval_id.map(|a| a.to_string()),
         started_at_us: row.started_at.timestamp_micros(),
         finished_at_us: row.finished_at.timestamp_micros(),
         prev_hash: &row.prev_hash,
@@ -140,6 +145,7 @@ pub fn row_from_record(
             .run
             .map(|r| i32::try_from(r.step).unwrap_or(i32::MAX)),
         client: record.client.clone(),
+        approval_id: record.approval.map(|a| a.0),
         started_at: micros(record.started_at),
         finished_at: micros(record.finished_at),
         prev_hash,

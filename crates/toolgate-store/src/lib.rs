@@ -18,6 +18,7 @@
 //! - [`runs`]: agents, runs and run journals.
 //! - [`sqlite`], [`postgres`]: the two backends.
 
+pub mod approvals;
 pub mod chain;
 pub mod keys;
 pub mod model;
@@ -370,6 +371,7 @@ pub(crate) fn interrupted(f: IntentFields) -> Result<AuditRecord, StoreError> {
             step: f.step.and_then(|s| u32::try_from(s).ok()).unwrap_or(0),
         }),
         client: f.client,
+        approval: None,
         started_at,
         finished_at: started_at,
     })

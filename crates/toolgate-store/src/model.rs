@@ -104,6 +104,9 @@ pub struct AuditRow {
     pub run_id: Option<RunId>,
     pub step: Option<i32>,
     pub client: Option<String>,
+    /// The approval the call asked for, used, or was refused by (or, for a row of
+    /// adapter `approval`, the one decided).
+    pub approval_id: Option<Uuid>,
     pub started_at: DateTime<Utc>,
     pub finished_at: DateTime<Utc>,
     pub prev_hash: String,

@@ -115,6 +115,7 @@ struct AuditDbRow {
     run_id: Option<Uuid>,
     step: Option<i32>,
     client: Option<String>,
+    approval_id: Option<Uuid>,
     started_at: DateTime<Utc>,
     finished_at: DateTime<Utc>,
     prev_hash: String,
@@ -140,6 +141,7 @@ impl From<AuditDbRow> for AuditRow {
             run_id: r.run_id.map(RunId),
             step: r.step,
             client: r.client,
+            approval_id: r.approval_id,
             started_at: r.started_at,
             finished_at: r.finished_at,
             prev_hash: r.prev_hash,
@@ -187,7 +189,7 @@ const FIND_KEY: &str = "select k.api_key_id, k.tenant_id, k.principal_id, k.name
 
 const KEY_COLUMNS: &str = "api_key_id, tenant_id, principal_id, name, prefix, scopes, expires_at, last_used_at, revoked_at, created_at";
 const PRINCIPAL_COLUMNS: &str = "principal_id, tenant_id, kind, name, roles, scopes, created_at";
-const AUDIT_SELECT: &str = "select call_id, tenant_id, seq, principal_id, adapter, tool, arguments::text as arguments, arguments_hash, outcome, error, duration_us, request_id, trace_id, run_id, step, client, started_at, finished_at, prev_hash, row_hash from audit_log";
+const AUDIT_SELECT: &str = "select call_id, tenant_id, seq, principal_id, adapter, tool, arguments::text as arguments, arguments_hash, outcome, error, duration_us, request_id, trace_id, run_id, step, client, approval_id, started_at, finished_at, prev_hash, row_hash from audit_log";
 
 impl PostgresStore {
     /// Pools on `url`; connections open on first use.
@@ -922,6 +924,11 @@ async fn try_append(
         )
         .bind(col(|r| r.prev_hash.clone()))
         .bind(col(|r| r.row_hash.clone()))
+        .bind(
+            rows.iter()
+                .map(|r| r.approval_id)
+                .collect::<Vec<Option<Uuid>>>(),
+        )
         .execute(&mut **tx)
         .await?;
     Ok(done.rows_affected() == rows.len() as u64)
@@ -936,14 +943,16 @@ const APPEND: &str = "with head as (
     delete from call_intent where tenant_id = $1 and call_id = any($6) and exists (select 1 from head)
 )
 insert into audit_log (call_id, tenant_id, seq, principal_id, adapter, tool, arguments, arguments_hash, outcome, error,
-                       duration_us, request_id, trace_id, run_id, step, client, started_at, finished_at, prev_hash, row_hash)
+                       duration_us, request_id, trace_id, run_id, step, client, started_at, finished_at, prev_hash, row_hash,
+                       approval_id)
 select r.call_id, $1, r.seq, r.principal_id, r.adapter, r.tool, r.arguments::json, r.arguments_hash, r.outcome, r.error,
-       r.duration_us, r.request_id, r.trace_id, r.run_id, r.step, r.client, r.started_at, r.finished_at, r.prev_hash, r.row_hash
+       r.duration_us, r.request_id, r.trace_id, r.run_id, r.step, r.client, r.started_at, r.finished_at, r.prev_hash, r.row_hash,
+       r.approval_id
 from unnest($6::uuid[], $7::int8[], $8::uuid[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[],
             $15::int8[], $16::text[], $17::text[], $18::uuid[], $19::int4[], $20::text[], $21::timestamptz[],
-            $22::timestamptz[], $23::text[], $24::text[])
+            $22::timestamptz[], $23::text[], $24::text[], $25::uuid[])
     as r(call_id, seq, principal_id, adapter, tool, arguments, arguments_hash, outcome, error, duration_us, request_id,
-         trace_id, run_id, step, client, started_at, finished_at, prev_hash, row_hash)
+         trace_id, run_id, step, client, started_at, finished_at, prev_hash, row_hash, approval_id)
 where exists (select 1 from head)";
 
 async fn set_tenant(

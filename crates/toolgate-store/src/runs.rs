@@ -15,6 +15,14 @@ use crate::postgres::{PostgresStore, now};
 use crate::sqlite::{SqliteStore, id, uuid};
 use crate::{Store, StoreError};
 
+/// Runs an instance may take over: running ones whose lease ended before `$4`, and ones
+/// waiting for approval that can go on (a decision not yet used, an approval expired by
+/// `$5`, or a cancel request).
+const READY: &str = "(r.status = 'running' and (r.lease_until is null or r.lease_until < $4)) \
+    or (r.status = 'awaiting_approval' and (r.cancel_requested \
+        or exists (select 1 from approval a where a.run_id = r.run_id and a.used_at is null \
+                   and (a.status <> 'pending' or a.expires_at <= $5))))";
+
 const AGENT_CONFLICT: &str = "an agent with this name exists in your tenant";
 const SEQ_CONFLICT: &str = "another instance is writing this run";
 
@@ -227,7 +235,7 @@ impl PostgresStore {
             .execute(&mut *tx)
             .await
             .map_err(|e| StoreError::on_constraint(e, "run_event_pkey", SEQ_CONFLICT))?;
-        sqlx::query("update run set status = $3, output = $4, best_effort = $5, error = $6, usage = $7::jsonb, finished_at = $8, owner = null, lease_until = null where tenant_id = $1 and run_id = $2")
+        sqlx::query("update run set status = $3, output = $4, best_effort = $5, error = $6, usage = $7::jsonb, finished_at = case when $3 = 'awaiting_approval' then null else $8 end, owner = null, lease_until = null where tenant_id = $1 and run_id = $2")
             .bind(tenant.0)
             .bind(run.0)
             .bind(&f.status)
@@ -310,7 +318,7 @@ impl PostgresStore {
         run: RunId,
     ) -> Result<bool, StoreError> {
         let mut tx = self.tenant_tx(tenant).await?;
-        let done = sqlx::query("update run set cancel_requested = true where tenant_id = $1 and run_id = $2 and status = 'running'")
+        let done = sqlx::query("update run set cancel_requested = true where tenant_id = $1 and run_id = $2 and status in ('running', 'awaiting_approval')")
             .bind(tenant.0)
             .bind(run.0)
             .execute(&mut *tx)
@@ -349,12 +357,13 @@ impl PostgresStore {
         expired_before: DateTime<Utc>,
     ) -> Result<Vec<RunRecord>, StoreError> {
         let rows: Vec<PgRunRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "update run set owner = $1, lease_until = $2 where run_id in (select run_id from run where status = 'running' and (lease_until is null or lease_until < $4) order by created_at limit $3 for update skip locked) returning {PG_RUN_COLUMNS}"
+            "update run set status = 'running', owner = $1, lease_until = $2 where run_id in (select r.run_id from run r where {READY} order by r.created_at limit $3 for update of r skip locked) returning {PG_RUN_COLUMNS}"
         )))
         .bind(owner)
         .bind(until)
         .bind(limit)
         .bind(expired_before)
+        .bind(now())
         .fetch_all(&self.owner)
         .await?;
         rows.into_iter().map(pg_run).collect()
@@ -547,7 +556,7 @@ impl SqliteStore {
             insert_sqlite_event(&mut tx, tenant, run, first_seq + n as i64, event, at).await?;
         }
         if let Some(f) = finish {
-            sqlx::query("update run set status = $3, output = $4, best_effort = $5, error = $6, usage = $7, finished_at = $8, owner = null, lease_until = null where tenant_id = $1 and run_id = $2")
+            sqlx::query("update run set status = $3, output = $4, best_effort = $5, error = $6, usage = $7, finished_at = case when $3 = 'awaiting_approval' then null else $8 end, owner = null, lease_until = null where tenant_id = $1 and run_id = $2")
                 .bind(id(tenant.0))
                 .bind(id(run.0))
                 .bind(&f.status)
@@ -624,7 +633,7 @@ impl SqliteStore {
         tenant: TenantId,
         run: RunId,
     ) -> Result<bool, StoreError> {
-        let done = sqlx::query("update run set cancel_requested = 1 where tenant_id = $1 and run_id = $2 and status = 'running'")
+        let done = sqlx::query("update run set cancel_requested = 1 where tenant_id = $1 and run_id = $2 and status in ('running', 'awaiting_approval')")
             .bind(id(tenant.0))
             .bind(id(run.0))
             .execute(&self.pool)
@@ -663,12 +672,13 @@ impl SqliteStore {
         expired_before: DateTime<Utc>,
     ) -> Result<Vec<RunRecord>, StoreError> {
         let rows: Vec<SqliteRunRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "update run set owner = $1, lease_until = $2 where run_id in (select run_id from run where status = 'running' and (lease_until is null or lease_until < $4) order by created_at limit $3) returning {RUN_COLUMNS}"
+            "update run set status = 'running', owner = $1, lease_until = $2 where run_id in (select r.run_id from run r where {READY} order by r.created_at limit $3) returning {RUN_COLUMNS}"
         )))
         .bind(owner)
         .bind(until)
         .bind(limit)
         .bind(expired_before)
+        .bind(Utc::now())
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter().map(sqlite_run).collect()
@@ -818,7 +828,8 @@ impl Store {
     }
 
     /// Takes over running runs whose lease ended before `expired_before` (their instance
-    /// stopped): at most `limit`, each leased to `owner` until `until`.
+    /// stopped), and runs waiting for approval that can go on (see [`READY`]): at most
+    /// `limit`, each set running and leased to `owner` until `until`.
     pub async fn claim_orphaned_runs(
         &self,
         owner: &str,

@@ -27,6 +27,17 @@ pub struct SqliteStore {
     path: std::path::PathBuf,
 }
 
+impl SqliteStore {
+    /// A transaction; SQLite has one tenant wall (the queries' own `tenant_id` filters),
+    /// so the tenant is not named to the database as on Postgres.
+    pub(crate) async fn tenant_tx(
+        &self,
+        _tenant: TenantId,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, StoreError> {
+        Ok(self.pool.begin().await?)
+    }
+}
+
 pub(crate) fn id(u: Uuid) -> String {
     u.hyphenated().to_string()
 }
@@ -126,6 +137,7 @@ struct AuditDbRow {
     run_id: Option<String>,
     step: Option<i32>,
     client: Option<String>,
+    approval_id: Option<String>,
     started_at: DateTime<Utc>,
     finished_at: DateTime<Utc>,
     prev_hash: String,
@@ -151,6 +163,7 @@ impl AuditDbRow {
             run_id: self.run_id.as_deref().map(uuid).transpose()?.map(RunId),
             step: self.step,
             client: self.client,
+            approval_id: self.approval_id.as_deref().map(uuid).transpose()?,
             started_at: self.started_at,
             finished_at: self.finished_at,
             prev_hash: self.prev_hash,
@@ -197,7 +210,7 @@ const FIND_KEY: &str = "select k.api_key_id, k.tenant_id, k.principal_id, k.name
  where k.secret_hash = $1";
 
 const KEY_COLUMNS: &str = "api_key_id, tenant_id, principal_id, name, prefix, scopes, expires_at, last_used_at, revoked_at, created_at";
-const AUDIT_COLUMNS: &str = "call_id, tenant_id, seq, principal_id, adapter, tool, arguments, arguments_hash, outcome, error, duration_us, request_id, trace_id, run_id, step, client, started_at, finished_at, prev_hash, row_hash";
+const AUDIT_COLUMNS: &str = "call_id, tenant_id, seq, principal_id, adapter, tool, arguments, arguments_hash, outcome, error, duration_us, request_id, trace_id, run_id, step, client, started_at, finished_at, prev_hash, row_hash, approval_id";
 
 impl SqliteStore {
     /// Opens (creating if needed) the database file at `path`.
@@ -611,7 +624,8 @@ impl SqliteStore {
                         .push_bind(row.started_at)
                         .push_bind(row.finished_at)
                         .push_bind(&row.prev_hash)
-                        .push_bind(&row.row_hash);
+                        .push_bind(&row.row_hash)
+                        .push_bind(row.approval_id.map(id));
                 });
                 insert.build().execute(&mut *conn).await?;
                 let mut clear = QueryBuilder::<Sqlite>::new("delete from call_intent where call_id in (");

@@ -142,6 +142,7 @@ fn record(tenant: TenantId, principal: PrincipalId, tool: &str) -> AuditRecord {
         trace_id: None,
         run: None,
         client: Some("curl/8".into()),
+        approval: None,
         started_at: SystemTime::now(),
         finished_at: SystemTime::now() + Duration::from_micros(1234),
     }
@@ -858,6 +859,240 @@ async fn a_run_journal_is_ordered_single_writer_and_tenant_scoped() {
         assert!(got.finished_at.is_some());
         assert!(!store.request_run_cancel(a.id, run).await.expect("cancel"));
         assert_eq!(store.list_runs(a.id, 10).await.expect("list").len(), 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn approvals_are_used_once_decided_once_expire_and_stay_in_their_tenant() {
+    use chrono::Utc;
+    use toolgate_core::policy::ApprovalRequest;
+    use toolgate_core::{Gate, RunId, RunStep};
+    use toolgate_store::NewRun;
+    use toolgate_store::approvals::Decision;
+
+    on_both(|store| async move {
+        let a = store.create_tenant("appr-a").await.expect("tenant");
+        let b = store.create_tenant("appr-b").await.expect("tenant");
+        let asker = PrincipalId::new();
+        let boss = PrincipalId::new();
+        let request = |presented, ttl: i64| ApprovalRequest {
+            tenant: a.id,
+            call_id: CallId::new(),
+            requester: asker,
+            requester_name: "asker".into(),
+            auth: json!({"tenant": a.id}),
+            adapter: Adapter::Rest,
+            tool: "execute_command".into(),
+            risk: toolgate_core::Risk::High,
+            arguments: json!({"command": "ls", "token": "***"}),
+            call_arguments: json!({"command": "ls", "token": "s3cret"}),
+            arguments_hash: "cd".repeat(32),
+            run: None,
+            agent: None,
+            presented,
+            expires_at: SystemTime::now() + Duration::from_secs(ttl as u64),
+        };
+        let Gate::Pending { approval, .. } =
+            store.gate_approval(&request(None, 60)).await.expect("gate")
+        else {
+            panic!("a new call waits");
+        };
+        // The same call again waits on the same approval.
+        assert!(matches!(
+            store.gate_approval(&request(None, 60)).await.expect("gate"),
+            Gate::Pending { approval: again, .. } if again == approval
+        ));
+        let pending = store
+            .list_approvals(a.id, Some("pending"), 10)
+            .await
+            .expect("list");
+        assert_eq!(pending.len(), 1);
+        assert_eq!(pending[0].arguments["token"], "***");
+        assert_eq!(
+            pending[0].call_arguments.as_ref().expect("kept")["token"],
+            "s3cret"
+        );
+
+        // Another tenant neither sees nor decides it.
+        assert!(
+            store
+                .get_approval(b.id, approval)
+                .await
+                .expect("get")
+                .is_none()
+        );
+        assert!(
+            store
+                .list_approvals(b.id, None, 10)
+                .await
+                .expect("list")
+                .is_empty()
+        );
+        let approve = Decision {
+            approve: true,
+            by: boss,
+            by_name: "boss".into(),
+            reason: "fine".into(),
+        };
+        assert!(matches!(
+            store.decide_approval(b.id, approval, &approve).await,
+            Err(StoreError::NotFound(_))
+        ));
+        let decided = store
+            .decide_approval(a.id, approval, &approve)
+            .await
+            .expect("decide");
+        assert_eq!(
+            (decided.status.as_str(), decided.decided_by),
+            ("approved", Some(boss))
+        );
+        // Decided once only.
+        assert!(matches!(
+            store.decide_approval(a.id, approval, &approve).await,
+            Err(StoreError::Conflict(_))
+        ));
+        // Used by the next matching call, once; the call after that asks anew.
+        assert_eq!(
+            store.gate_approval(&request(None, 60)).await.expect("gate"),
+            Gate::Approved { approval }
+        );
+        let used = store
+            .get_approval(a.id, approval)
+            .await
+            .expect("get")
+            .expect("found");
+        assert!(
+            used.used_at.is_some() && used.call_arguments.is_none(),
+            "{used:?}"
+        );
+        assert!(matches!(
+            store.gate_approval(&request(None, 60)).await.expect("gate"),
+            Gate::Pending { approval: next, .. } if next != approval
+        ));
+
+        // A denial reaches the call presenting it, with the reason.
+        let Gate::Pending {
+            approval: second, ..
+        } = store.gate_approval(&request(None, 60)).await.expect("gate")
+        else {
+            panic!("pending");
+        };
+        let deny = Decision {
+            approve: false,
+            reason: "not on prod".into(),
+            ..approve.clone()
+        };
+        store
+            .decide_approval(a.id, second, &deny)
+            .await
+            .expect("deny");
+        assert_eq!(
+            store
+                .gate_approval(&request(Some(second), 60))
+                .await
+                .expect("gate"),
+            Gate::Denied {
+                approval: second,
+                reason: "not on prod".into(),
+                decided_by: Some("boss".into())
+            }
+        );
+
+        // An approval past its time cannot be decided, is denied to the call presenting
+        // it, and is marked expired by the sweep.
+        let mut short = request(None, 0);
+        short.arguments_hash = "ef".repeat(32);
+        let Gate::Pending { approval: late, .. } = store.gate_approval(&short).await.expect("gate")
+        else {
+            panic!("pending");
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(matches!(
+            store.decide_approval(a.id, late, &approve).await,
+            Err(StoreError::Conflict(m)) if m.contains("expired")
+        ));
+        let swept = store.expire_approvals().await.expect("sweep");
+        assert_eq!(swept, vec![(a.id, late)]);
+        short.presented = Some(late);
+        assert!(matches!(
+            store.gate_approval(&short).await.expect("gate"),
+            Gate::Denied {
+                decided_by: None,
+                ..
+            }
+        ));
+
+        // A run waiting on an approval is claimed once the approval is decided.
+        let run = RunId::new();
+        store
+            .create_run(
+                a.id,
+                &NewRun {
+                    id: run,
+                    agent_id: uuid::Uuid::now_v7(),
+                    agent_name: "ops".into(),
+                    principal: asker,
+                    auth: json!({}),
+                    agent_config: json!({}),
+                    input: "go".into(),
+                    owner: "i1".into(),
+                    lease_until: Utc::now() + chrono::Duration::seconds(30),
+                    first_event: json!({"type": "run_started"}),
+                },
+            )
+            .await
+            .expect("run");
+        let pause = toolgate_store::RunFinish {
+            status: "awaiting_approval".into(),
+            output: None,
+            best_effort: false,
+            error: None,
+            usage: json!({}),
+        };
+        store
+            .append_run_events(
+                a.id,
+                run,
+                2,
+                &[json!({"type": "approval_requested"})],
+                Some(&pause),
+                true,
+            )
+            .await
+            .expect("pause");
+        let mut for_run = request(None, 60);
+        for_run.arguments_hash = "01".repeat(32);
+        for_run.run = Some(RunStep {
+            run_id: run,
+            step: 1,
+        });
+        let Gate::Pending {
+            approval: run_approval,
+            ..
+        } = store.gate_approval(&for_run).await.expect("gate")
+        else {
+            panic!("pending");
+        };
+        let claim = || {
+            store.claim_orphaned_runs(
+                "i2",
+                Utc::now() + chrono::Duration::seconds(30),
+                10,
+                Utc::now(),
+            )
+        };
+        assert!(
+            claim().await.expect("claim").is_empty(),
+            "nothing decided yet"
+        );
+        store
+            .decide_approval(a.id, run_approval, &approve)
+            .await
+            .expect("decide");
+        let claimed = claim().await.expect("claim");
+        assert_eq!(claimed.iter().map(|r| r.id).collect::<Vec<_>>(), [run]);
+        assert_eq!(claimed[0].status, "running");
     })
     .await;
 }

@@ -1,0 +1,596 @@
+//! Approval policies and approvals, on both backends.
+//!
+//! The SQL is the same on both but for casts (Postgres keeps uuids and jsonb; SQLite
+//! text), so one macro writes both implementations: ids and JSON travel as text and are
+//! cast on Postgres. Every operation on one approval is one transaction, so two gateway
+//! instances can never both use an approval or both decide it.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use toolgate_core::policy::{ApprovalRequest, Gate};
+use toolgate_core::{ApprovalId, CallId, PrincipalId, RunId, TenantId};
+
+use crate::postgres::PostgresStore;
+use crate::sqlite::{SqliteStore, uuid};
+use crate::{Store, StoreError};
+
+/// One approval as stored.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ApprovalRecord {
+    pub id: ApprovalId,
+    pub tenant: TenantId,
+    pub call_id: CallId,
+    pub tool: String,
+    pub risk: String,
+    pub adapter: String,
+    /// Secret fields masked.
+    pub arguments: Value,
+    pub arguments_hash: String,
+    /// As given; `None` once the call is settled.
+    pub call_arguments: Option<Value>,
+    pub requester: PrincipalId,
+    pub requester_name: String,
+    pub auth: Value,
+    pub run_id: Option<RunId>,
+    pub step: Option<i64>,
+    pub agent: Option<String>,
+    /// `pending`, `approved`, `denied` or `expired`.
+    pub status: String,
+    pub reason: Option<String>,
+    pub decided_by: Option<PrincipalId>,
+    pub decided_by_name: Option<String>,
+    pub decided_at: Option<DateTime<Utc>>,
+    pub expires_at: DateTime<Utc>,
+    pub created_at: DateTime<Utc>,
+    pub used_at: Option<DateTime<Utc>>,
+    pub result: Option<Value>,
+}
+
+impl ApprovalRecord {
+    /// Pending and not yet past its time.
+    pub fn is_open(&self, now: DateTime<Utc>) -> bool {
+        self.status == "pending" && self.expires_at > now
+    }
+
+    /// The status a reader should see: a pending approval past its time is expired even
+    /// before the sweep marks it.
+    pub fn effective_status(&self, now: DateTime<Utc>) -> &str {
+        if self.status == "pending" && self.expires_at <= now {
+            "expired"
+        } else {
+            &self.status
+        }
+    }
+}
+
+/// A person's decision.
+#[derive(Clone, Debug)]
+pub struct Decision {
+    pub approve: bool,
+    pub by: PrincipalId,
+    pub by_name: String,
+    pub reason: String,
+}
+
+const EXPIRED_REASON: &str = "the approval expired before anyone decided";
+
+#[derive(sqlx::FromRow)]
+struct ApprovalRow {
+    approval_id: String,
+    tenant_id: String,
+    call_id: String,
+    tool: String,
+    risk: String,
+    adapter: String,
+    arguments: String,
+    arguments_hash: String,
+    call_arguments: Option<String>,
+    requester_id: String,
+    requester_name: String,
+    auth: String,
+    run_id: Option<String>,
+    step: Option<i64>,
+    agent: Option<String>,
+    status: String,
+    reason: Option<String>,
+    decided_by: Option<String>,
+    decided_by_name: Option<String>,
+    decided_at: Option<DateTime<Utc>>,
+    expires_at: DateTime<Utc>,
+    created_at: DateTime<Utc>,
+    used_at: Option<DateTime<Utc>>,
+    result: Option<String>,
+}
+
+fn json(text: &str) -> Result<Value, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("stored JSON: {e}")))
+}
+
+impl ApprovalRow {
+    fn into_record(self) -> Result<ApprovalRecord, StoreError> {
+        Ok(ApprovalRecord {
+            id: ApprovalId(uuid(&self.approval_id)?),
+            tenant: TenantId(uuid(&self.tenant_id)?),
+            call_id: CallId(uuid(&self.call_id)?),
+            tool: self.tool,
+            risk: self.risk,
+            adapter: self.adapter,
+            arguments: json(&self.arguments)?,
+            arguments_hash: self.arguments_hash,
+            call_arguments: self.call_arguments.as_deref().map(json).transpose()?,
+            requester: PrincipalId(uuid(&self.requester_id)?),
+            requester_name: self.requester_name,
+            auth: json(&self.auth)?,
+            run_id: self.run_id.as_deref().map(uuid).transpose()?.map(RunId),
+            step: self.step,
+            agent: self.agent,
+            status: self.status,
+            reason: self.reason,
+            decided_by: self
+                .decided_by
+                .as_deref()
+                .map(uuid)
+                .transpose()?
+                .map(PrincipalId),
+            decided_by_name: self.decided_by_name,
+            decided_at: self.decided_at,
+            expires_at: self.expires_at,
+            created_at: self.created_at,
+            used_at: self.used_at,
+            result: self.result.as_deref().map(json).transpose()?,
+        })
+    }
+}
+
+fn text(id: impl std::fmt::Display) -> String {
+    id.to_string()
+}
+
+fn sql(s: String) -> sqlx::AssertSqlSafe<String> {
+    sqlx::AssertSqlSafe(s)
+}
+
+/// What [`gate`] does with the approval it found for a call.
+fn settle(found: &ApprovalRecord, now: DateTime<Utc>) -> Settle {
+    match found.status.as_str() {
+        "pending" if found.expires_at > now => Settle::Pending,
+        "pending" | "expired" => Settle::Expired,
+        "approved" if found.used_at.is_none() => Settle::UseApproval,
+        "approved" => Settle::UsedUp,
+        _ => Settle::Denied,
+    }
+}
+
+enum Settle {
+    Pending,
+    Expired,
+    UseApproval,
+    UsedUp,
+    Denied,
+}
+
+fn denied(found: &ApprovalRecord, expired: bool) -> Gate {
+    Gate::Denied {
+        approval: found.id,
+        reason: if expired {
+            EXPIRED_REASON.to_owned()
+        } else {
+            found.reason.clone().unwrap_or_default()
+        },
+        decided_by: if expired {
+            None
+        } else {
+            found.decided_by_name.clone()
+        },
+    }
+}
+
+/// Writes the same operations for both backends. `$u`: the cast of a text parameter to
+/// a uuid; `$j`: to JSON; `$t`: of a uuid or JSON column to text.
+macro_rules! approval_store {
+    ($store:ty, $cross:ident, $u:literal, $j:literal, $t:literal) => {
+        impl $store {
+            fn approval_columns() -> String {
+                format!(
+                    "approval_id{t} as approval_id, tenant_id{t} as tenant_id, call_id{t} as call_id, tool, risk, adapter, \
+                     arguments{t} as arguments, arguments_hash, call_arguments{t} as call_arguments, requester_id{t} as requester_id, \
+                     requester_name, auth{t} as auth, run_id{t} as run_id, cast(step as bigint) as step, agent, status, reason, decided_by{t} as decided_by, \
+                     decided_by_name, decided_at, expires_at, created_at, used_at, result{t} as result",
+                    t = $t
+                )
+            }
+
+            pub async fn approval_policy(
+                &self,
+                tenant: TenantId,
+            ) -> Result<Option<Value>, StoreError> {
+                let mut tx = self.tenant_tx(tenant).await?;
+                let row: Option<(String,)> = sqlx::query_as(sql(format!(
+                    "select policy{t} from tenant_policy where tenant_id = $1{u}",
+                    t = $t,
+                    u = $u
+                )))
+                .bind(text(tenant))
+                .fetch_optional(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                row.map(|(p,)| json(&p)).transpose()
+            }
+
+            pub async fn put_approval_policy(
+                &self,
+                tenant: TenantId,
+                policy: &Value,
+            ) -> Result<(), StoreError> {
+                let mut tx = self.tenant_tx(tenant).await?;
+                sqlx::query(sql(format!(
+                    "insert into tenant_policy (tenant_id, policy, updated_at) values ($1{u}, $2{j}, $3) \
+                     on conflict (tenant_id) do update set policy = excluded.policy, updated_at = excluded.updated_at",
+                    u = $u,
+                    j = $j
+                )))
+                .bind(text(tenant))
+                .bind(policy.to_string())
+                .bind(Utc::now())
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            pub async fn gate_approval(&self, request: &ApprovalRequest) -> Result<Gate, StoreError> {
+                let tenant = request.tenant;
+                let now = Utc::now();
+                let mut tx = self.tenant_tx(tenant).await?;
+                let columns = Self::approval_columns();
+                // The approval presented, if it is this call's; else the latest unused one
+                // for the same requester, tool and arguments.
+                let mut found: Option<ApprovalRow> = None;
+                if let Some(presented) = request.presented {
+                    found = sqlx::query_as(sql(format!(
+                        "select {columns} from approval where tenant_id = $1{u} and approval_id = $2{u} \
+                         and requester_id = $3{u} and tool = $4 and arguments_hash = $5",
+                        u = $u
+                    )))
+                    .bind(text(tenant))
+                    .bind(text(presented))
+                    .bind(text(request.requester))
+                    .bind(&request.tool)
+                    .bind(&request.arguments_hash)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                }
+                if found.is_none() {
+                    found = sqlx::query_as(sql(format!(
+                        "select {columns} from approval where tenant_id = $1{u} and requester_id = $2{u} \
+                         and tool = $3 and arguments_hash = $4 and used_at is null order by created_at desc limit 1",
+                        u = $u
+                    )))
+                    .bind(text(tenant))
+                    .bind(text(request.requester))
+                    .bind(&request.tool)
+                    .bind(&request.arguments_hash)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                }
+                let found = found.map(ApprovalRow::into_record).transpose()?;
+                let use_it = |approval: ApprovalId, status: &'static str| {
+                    sqlx::query(sql(format!(
+                        "update approval set status = $3, used_at = coalesce(used_at, $4), call_arguments = null \
+                         where tenant_id = $1{u} and approval_id = $2{u}",
+                        u = $u
+                    )))
+                    .bind(text(tenant))
+                    .bind(text(approval))
+                    .bind(status)
+                    .bind(now)
+                };
+                let gate = match &found {
+                    Some(f) => match settle(f, now) {
+                        Settle::Pending => Some(Gate::Pending {
+                            approval: f.id,
+                            expires_at: f.expires_at.into(),
+                        }),
+                        Settle::UseApproval => {
+                            use_it(f.id, "approved").execute(&mut *tx).await?;
+                            Some(Gate::Approved { approval: f.id })
+                        }
+                        Settle::Denied => {
+                            use_it(f.id, "denied").execute(&mut *tx).await?;
+                            Some(denied(f, false))
+                        }
+                        // An expired approval denies the call that presents it; a fresh
+                        // call that merely matches it asks anew.
+                        Settle::Expired => {
+                            use_it(f.id, "expired").execute(&mut *tx).await?;
+                            request.presented.map(|_| denied(f, true))
+                        }
+                        Settle::UsedUp => None,
+                    },
+                    None => None,
+                };
+                let gate = match gate {
+                    Some(gate) => gate,
+                    None => {
+                        let approval = ApprovalId::new();
+                        let expires_at: DateTime<Utc> = request.expires_at.into();
+                        sqlx::query(sql(format!(
+                            "insert into approval (approval_id, tenant_id, call_id, tool, risk, adapter, arguments, arguments_hash, \
+                             call_arguments, requester_id, requester_name, auth, run_id, step, agent, status, expires_at, created_at) \
+                             values ($1{u}, $2{u}, $3{u}, $4, $5, $6, $7{j}, $8, $9{j}, $10{u}, $11, $12{j}, $13{u}, $14, $15, 'pending', $16, $17)",
+                            u = $u,
+                            j = $j
+                        )))
+                        .bind(text(approval))
+                        .bind(text(tenant))
+                        .bind(text(request.call_id))
+                        .bind(&request.tool)
+                        .bind(risk_name(request.risk))
+                        .bind(request.adapter.as_str())
+                        .bind(request.arguments.to_string())
+                        .bind(&request.arguments_hash)
+                        .bind(request.call_arguments.to_string())
+                        .bind(text(request.requester))
+                        .bind(&request.requester_name)
+                        .bind(request.auth.to_string())
+                        .bind(request.run.map(|r| text(r.run_id)))
+                        .bind(request.run.map(|r| i64::from(r.step)))
+                        .bind(&request.agent)
+                        .bind(expires_at)
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await?;
+                        Gate::Pending {
+                            approval,
+                            expires_at: request.expires_at,
+                        }
+                    }
+                };
+                tx.commit().await?;
+                Ok(gate)
+            }
+
+            pub async fn list_approvals(
+                &self,
+                tenant: TenantId,
+                status: Option<&str>,
+                limit: i64,
+            ) -> Result<Vec<ApprovalRecord>, StoreError> {
+                let mut tx = self.tenant_tx(tenant).await?;
+                let columns = Self::approval_columns();
+                let now = Utc::now();
+                // `pending` means still open; `expired` includes pending ones past time.
+                let rows: Vec<ApprovalRow> = sqlx::query_as(sql(format!(
+                    "select {columns} from approval where tenant_id = $1{u} and ($4 = '' \
+                     or ($4 = 'pending' and status = 'pending' and expires_at > $3) \
+                     or ($4 = 'expired' and (status = 'expired' or (status = 'pending' and expires_at <= $3))) \
+                     or ($4 not in ('pending', 'expired') and status = $4)) \
+                     order by created_at desc limit $2",
+                    u = $u
+                )))
+                .bind(text(tenant))
+                .bind(limit)
+                .bind(now)
+                .bind(status.unwrap_or_default())
+                .fetch_all(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                rows.into_iter().map(ApprovalRow::into_record).collect()
+            }
+
+            pub async fn get_approval(
+                &self,
+                tenant: TenantId,
+                approval: ApprovalId,
+            ) -> Result<Option<ApprovalRecord>, StoreError> {
+                self.approval_where(tenant, "approval_id", text(approval)).await
+            }
+
+            pub async fn approval_for_call(
+                &self,
+                tenant: TenantId,
+                call: CallId,
+            ) -> Result<Option<ApprovalRecord>, StoreError> {
+                self.approval_where(tenant, "call_id", text(call)).await
+            }
+
+            async fn approval_where(
+                &self,
+                tenant: TenantId,
+                column: &'static str,
+                value: String,
+            ) -> Result<Option<ApprovalRecord>, StoreError> {
+                let mut tx = self.tenant_tx(tenant).await?;
+                let row: Option<ApprovalRow> = sqlx::query_as(sql(format!(
+                    "select {columns} from approval where tenant_id = $1{u} and {column} = $2{u}",
+                    columns = Self::approval_columns(),
+                    u = $u
+                )))
+                .bind(text(tenant))
+                .bind(value)
+                .fetch_optional(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                row.map(ApprovalRow::into_record).transpose()
+            }
+
+            /// Records a decision on a pending approval. [`StoreError::Conflict`] when it
+            /// was decided already or has expired; [`StoreError::NotFound`] when the tenant
+            /// has no such approval.
+            pub async fn decide_approval(
+                &self,
+                tenant: TenantId,
+                approval: ApprovalId,
+                decision: &Decision,
+            ) -> Result<ApprovalRecord, StoreError> {
+                let now = Utc::now();
+                let mut tx = self.tenant_tx(tenant).await?;
+                let status = if decision.approve { "approved" } else { "denied" };
+                let done = sqlx::query(sql(format!(
+                    "update approval set status = $3, reason = $4, decided_by = $5{u}, decided_by_name = $6, decided_at = $7 \
+                     where tenant_id = $1{u} and approval_id = $2{u} and status = 'pending' and expires_at > $7",
+                    u = $u
+                )))
+                .bind(text(tenant))
+                .bind(text(approval))
+                .bind(status)
+                .bind(&decision.reason)
+                .bind(text(decision.by))
+                .bind(&decision.by_name)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+                let row: Option<ApprovalRow> = sqlx::query_as(sql(format!(
+                    "select {columns} from approval where tenant_id = $1{u} and approval_id = $2{u}",
+                    columns = Self::approval_columns(),
+                    u = $u
+                )))
+                .bind(text(tenant))
+                .bind(text(approval))
+                .fetch_optional(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                let Some(record) = row.map(ApprovalRow::into_record).transpose()? else {
+                    return Err(StoreError::NotFound(format!("no approval {approval} in your tenant")));
+                };
+                if done.rows_affected() == 0 {
+                    return Err(StoreError::Conflict(match record.effective_status(now) {
+                        "expired" => format!("approval {approval} has expired"),
+                        other => format!("approval {approval} is already {other}"),
+                    }));
+                }
+                Ok(record)
+            }
+
+            /// Stores the outcome of a REST call run after its approval.
+            pub async fn set_approval_result(
+                &self,
+                tenant: TenantId,
+                approval: ApprovalId,
+                result: &Value,
+            ) -> Result<(), StoreError> {
+                let mut tx = self.tenant_tx(tenant).await?;
+                sqlx::query(sql(format!(
+                    "update approval set result = $3{j} where tenant_id = $1{u} and approval_id = $2{u}",
+                    u = $u,
+                    j = $j
+                )))
+                .bind(text(tenant))
+                .bind(text(approval))
+                .bind(result.to_string())
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            /// Marks every pending approval past its time as expired, in every tenant;
+            /// returns the tenant and id of each.
+            pub async fn expire_approvals(
+                &self,
+            ) -> Result<Vec<(TenantId, ApprovalId)>, StoreError> {
+                let rows: Vec<(String, String)> = sqlx::query_as(sql(format!(
+                    "update approval set status = 'expired', reason = $2 where status = 'pending' and expires_at <= $1 \
+                     returning tenant_id{t}, approval_id{t}",
+                    t = $t
+                )))
+                .bind(Utc::now())
+                .bind(EXPIRED_REASON)
+                .fetch_all(&self.$cross)
+                .await?;
+                rows.into_iter()
+                    .map(|(t, a)| Ok((TenantId(uuid(&t)?), ApprovalId(uuid(&a)?))))
+                    .collect()
+            }
+        }
+    };
+}
+
+fn risk_name(risk: toolgate_core::Risk) -> &'static str {
+    match risk {
+        toolgate_core::Risk::Low => "low",
+        toolgate_core::Risk::Medium => "medium",
+        toolgate_core::Risk::High => "high",
+    }
+}
+
+approval_store!(PostgresStore, owner, "::uuid", "::jsonb", "::text");
+approval_store!(SqliteStore, pool, "", "", "");
+
+macro_rules! dispatch {
+    ($self:ident, $s:ident => $call:expr) => {
+        match $self {
+            Store::Postgres($s) => $call,
+            Store::Sqlite($s) => $call,
+        }
+    };
+}
+
+impl Store {
+    /// The tenant's approval policy document, if it set one.
+    pub async fn approval_policy(&self, tenant: TenantId) -> Result<Option<Value>, StoreError> {
+        dispatch!(self, s => s.approval_policy(tenant).await)
+    }
+
+    pub async fn put_approval_policy(
+        &self,
+        tenant: TenantId,
+        policy: &Value,
+    ) -> Result<(), StoreError> {
+        dispatch!(self, s => s.put_approval_policy(tenant, policy).await)
+    }
+
+    /// Settles a call that needs approval (see [`toolgate_core::Approvals::gate`]).
+    pub async fn gate_approval(&self, request: &ApprovalRequest) -> Result<Gate, StoreError> {
+        dispatch!(self, s => s.gate_approval(request).await)
+    }
+
+    /// The tenant's approvals, newest first; `status` filters (`pending` = still open).
+    pub async fn list_approvals(
+        &self,
+        tenant: TenantId,
+        status: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<ApprovalRecord>, StoreError> {
+        dispatch!(self, s => s.list_approvals(tenant, status, limit).await)
+    }
+
+    pub async fn get_approval(
+        &self,
+        tenant: TenantId,
+        approval: ApprovalId,
+    ) -> Result<Option<ApprovalRecord>, StoreError> {
+        dispatch!(self, s => s.get_approval(tenant, approval).await)
+    }
+
+    /// The approval a call asked for, by the call's id.
+    pub async fn approval_for_call(
+        &self,
+        tenant: TenantId,
+        call: CallId,
+    ) -> Result<Option<ApprovalRecord>, StoreError> {
+        dispatch!(self, s => s.approval_for_call(tenant, call).await)
+    }
+
+    pub async fn decide_approval(
+        &self,
+        tenant: TenantId,
+        approval: ApprovalId,
+        decision: &Decision,
+    ) -> Result<ApprovalRecord, StoreError> {
+        dispatch!(self, s => s.decide_approval(tenant, approval, decision).await)
+    }
+
+    pub async fn set_approval_result(
+        &self,
+        tenant: TenantId,
+        approval: ApprovalId,
+        result: &Value,
+    ) -> Result<(), StoreError> {
+        dispatch!(self, s => s.set_approval_result(tenant, approval, result).await)
+    }
+
+    pub async fn expire_approvals(&self) -> Result<Vec<(TenantId, ApprovalId)>, StoreError> {
+        dispatch!(self, s => s.expire_approvals().await)
+    }
+}
