@@ -21,7 +21,8 @@ create table approval (
     adapter text not null,
     arguments jsonb not null,
     arguments_hash text not null,
-    call_arguments jsonb,
+    -- `json`, not `jsonb`: kept byte for byte, so its hash still matches the call's.
+    call_arguments json,
     requester_id uuid not null,
     requester_name text not null,
     -- The requester's auth context (never a token), to run an approved call as them.

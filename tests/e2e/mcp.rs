@@ -21,7 +21,7 @@ const VERSIONS: [ProtocolVersion; 5] = [
     ProtocolVersion::V_2026_07_28,
 ];
 
-async fn connect(
+pub(crate) async fn connect(
     gw: &Gateway,
     key: &str,
     version: ProtocolVersion,

@@ -14,6 +14,12 @@
 //! model, never an abort: unknown tools, malformed arguments, errors, refused repetitions
 //! and "not executed" calls all come back as structured JSON results. Only a provider that
 //! keeps failing after retries, or a journal that cannot be written, ends a run as failed.
+//!
+//! A call the tenant's policy holds for a person's approval pauses the run: the journal
+//! records `approval_requested` for it and `run_paused`, and the loop returns with status
+//! `awaiting_approval`. Whichever instance later takes the run over folds the journal and
+//! makes the held call again, presenting its approval: it runs if approved; if denied (or
+//! expired), the model gets a structured `denied` result with the reason and goes on.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,8 +29,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use toolgate_core::{
-    Adapter, AuthContext, CallContext, Content, ErrorKind, Executor, RunId, RunStep, ScopedToolset,
-    ToolError,
+    Adapter, ApprovalId, AuthContext, CallContext, Content, ErrorKind, Executor, RunId, RunStep,
+    ScopedToolset, ToolError,
 };
 
 use crate::agent::AgentConfig;
@@ -42,6 +48,8 @@ const SUMMARY_RESULT_CHARS: usize = 500;
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     Running,
+    /// Paused at a call that waits for a person's approval.
+    AwaitingApproval,
     Completed,
     Failed,
     Cancelled,
@@ -51,6 +59,7 @@ impl RunStatus {
     pub fn as_str(self) -> &'static str {
         match self {
             RunStatus::Running => "running",
+            RunStatus::AwaitingApproval => "awaiting_approval",
             RunStatus::Completed => "completed",
             RunStatus::Failed => "failed",
             RunStatus::Cancelled => "cancelled",
@@ -60,6 +69,7 @@ impl RunStatus {
     pub fn parse(s: &str) -> Option<RunStatus> {
         Some(match s {
             "running" => RunStatus::Running,
+            "awaiting_approval" => RunStatus::AwaitingApproval,
             "completed" => RunStatus::Completed,
             "failed" => RunStatus::Failed,
             "cancelled" => RunStatus::Cancelled,
@@ -67,8 +77,9 @@ impl RunStatus {
         })
     }
 
+    /// Whether the run has ended for good (a paused run goes on later).
     pub fn is_terminal(self) -> bool {
-        self != RunStatus::Running
+        !matches!(self, RunStatus::Running | RunStatus::AwaitingApproval)
     }
 }
 
@@ -111,6 +122,20 @@ pub enum RunEvent {
         #[serde(default)]
         duration_ms: f64,
     },
+    /// A call waits for a person's approval; it is made again when the run resumes.
+    ApprovalRequested {
+        turn: u32,
+        call_id: String,
+        tool: String,
+        approval_id: ApprovalId,
+        /// Seconds until the approval expires (and counts as denied).
+        expires_in_secs: u64,
+    },
+    /// The run stops until the approvals it waits for are decided.
+    RunPaused {
+        approvals: Vec<ApprovalId>,
+        usage: Usage,
+    },
     /// The gateway speaking to the model.
     Note {
         turn: u32,
@@ -137,6 +162,8 @@ impl RunEvent {
             RunEvent::ModelMessage { .. } => "model_message",
             RunEvent::ToolCallStarted { .. } => "tool_call_started",
             RunEvent::ToolCallFinished { .. } => "tool_call_finished",
+            RunEvent::ApprovalRequested { .. } => "approval_requested",
+            RunEvent::RunPaused { .. } => "run_paused",
             RunEvent::Note { .. } => "note",
             RunEvent::RunFinished { .. } => "run_finished",
         }
@@ -205,6 +232,8 @@ pub struct RunState {
     pub repeat_at: HashMap<String, u32>,
     /// The next model call must answer without tools.
     pub answer_now: bool,
+    /// Pending calls held for approval, by call id: made again, presenting it.
+    pub approvals: HashMap<String, ApprovalId>,
     /// The current turn has started but its model message is not in (the gateway
     /// stopped while the model was thinking): the turn is redone, not skipped.
     pub awaiting_model: bool,
@@ -264,9 +293,24 @@ impl RunState {
                 }
             }
             RunEvent::ToolCallFinished { result, .. } => {
+                self.approvals.remove(&result.call_id);
                 self.partial.insert(result.call_id.clone(), result.clone());
                 self.settle_if_complete();
             }
+            RunEvent::ApprovalRequested {
+                call_id,
+                approval_id,
+                ..
+            } => {
+                // Held before it ran: it has had no effects.
+                for (c, started) in &mut self.pending {
+                    if &c.id == call_id {
+                        *started = false;
+                    }
+                }
+                self.approvals.insert(call_id.clone(), *approval_id);
+            }
+            RunEvent::RunPaused { .. } => {}
             RunEvent::Note { text, .. } => {
                 self.history.push(Message::Note { text: text.clone() });
                 self.answer_now = true;
@@ -355,7 +399,7 @@ impl Driver<'_> {
         // Anything else lost in a crash is redone on resume without effects: a model
         // call, a read-only tool call.
         let wait = match &event {
-            RunEvent::RunFinished { .. } => true,
+            RunEvent::RunFinished { .. } | RunEvent::RunPaused { .. } => true,
             RunEvent::ToolCallFinished { result, .. } => self.has_effects(&result.name),
             _ => false,
         };
@@ -370,14 +414,30 @@ impl Driver<'_> {
     }
 
     async fn run(&mut self, state: &mut RunState) -> Result<RunOutcome, Stop> {
-        // Calls left unanswered by an interrupted gateway come first.
+        // A paused run cancelled while it waited ends here, its held calls unmade.
+        if self.ctx.cancel.is_cancelled() && !state.approvals.is_empty() {
+            return self
+                .finish(
+                    state,
+                    RunStatus::Cancelled,
+                    None,
+                    false,
+                    Some("cancelled".into()),
+                )
+                .await;
+        }
+        // Calls left unanswered by an interrupted gateway (or held for approval) come
+        // first.
         if !state.pending.is_empty() {
             let calls = state.pending.clone();
-            let hard_stop = self.execute(state, calls).await?;
-            if hard_stop {
-                return self
-                    .best_effort(state, "a repeated tool call persisted")
-                    .await;
+            match self.execute(state, calls).await? {
+                Flow::Continue => {}
+                Flow::HardStop => {
+                    return self
+                        .best_effort(state, "a repeated tool call persisted")
+                        .await;
+                }
+                Flow::Paused => return self.pause(state).await,
             }
         }
         loop {
@@ -435,11 +495,14 @@ impl Driver<'_> {
                     .await;
             }
             let pending: Vec<(ToolCall, bool)> = calls.into_iter().map(|c| (c, false)).collect();
-            let hard_stop = self.execute(state, pending).await?;
-            if hard_stop {
-                return self
-                    .best_effort(state, "a repeated tool call persisted")
-                    .await;
+            match self.execute(state, pending).await? {
+                Flow::Continue => {}
+                Flow::HardStop => {
+                    return self
+                        .best_effort(state, "a repeated tool call persisted")
+                        .await;
+                }
+                Flow::Paused => return self.pause(state).await,
             }
         }
     }
@@ -506,13 +569,28 @@ impl Driver<'_> {
         })
     }
 
-    /// Runs (or answers) `calls` and journals each result. Returns whether a refused
-    /// repetition persisted (the run must end).
+    /// Stops the run until its held calls are decided.
+    async fn pause(&self, state: &mut RunState) -> Result<RunOutcome, Stop> {
+        let mut approvals: Vec<ApprovalId> = state.approvals.values().copied().collect();
+        approvals.sort();
+        let usage = state.usage;
+        self.append(state, RunEvent::RunPaused { approvals, usage })
+            .await?;
+        Ok(RunOutcome {
+            status: RunStatus::AwaitingApproval,
+            output: None,
+            best_effort: false,
+            usage,
+            error: None,
+        })
+    }
+
+    /// Runs (or answers) `calls` and journals each result, or that it waits for approval.
     async fn execute(
         &self,
         state: &mut RunState,
         calls: Vec<(ToolCall, bool)>,
-    ) -> Result<bool, Stop> {
+    ) -> Result<Flow, Stop> {
         let turn = state.turn;
         // Decide every call first, in order: repetition, one-per-turn, malformed.
         let mut plan: Vec<(ToolCall, Decision)> = Vec::with_capacity(calls.len());
@@ -554,7 +632,7 @@ impl Driver<'_> {
                     Some("try a different approach, or answer from what you have"),
                 ))
             } else {
-                Decision::Run
+                Decision::Run(state.approvals.get(&call.id).copied())
             };
             plan.push((call, decision));
         }
@@ -573,8 +651,16 @@ impl Driver<'_> {
         // Refused repetitions and unexecuted extras are not failures of the tools.
         let mut all_failed = false;
         let mut any_ran = false;
+        let mut held = false;
         for settled in results {
-            let (result, category, duration_ms) = settled?;
+            let (result, category, duration_ms) = match settled? {
+                Settled::Done(result, category, duration_ms) => (result, category, duration_ms),
+                Settled::Held(event) => {
+                    held = true;
+                    self.append(state, event).await?;
+                    continue;
+                }
+            };
             if !matches!(category.as_deref(), Some("repetition" | "not_executed")) {
                 all_failed = if any_ran {
                     all_failed && result.is_error
@@ -594,6 +680,9 @@ impl Driver<'_> {
             )
             .await?;
         }
+        if held {
+            return Ok(Flow::Paused);
+        }
         if all_failed && !hard_stop {
             self.append(
                 state,
@@ -605,7 +694,11 @@ impl Driver<'_> {
             )
             .await?;
         }
-        Ok(hard_stop)
+        Ok(if hard_stop {
+            Flow::HardStop
+        } else {
+            Flow::Continue
+        })
     }
 
     fn has_effects(&self, name: &str) -> bool {
@@ -621,10 +714,13 @@ impl Driver<'_> {
         turn: u32,
         call: &ToolCall,
         decision: &Decision,
-    ) -> Result<(ToolResult, Option<String>, f64), Stop> {
-        if let Decision::Answer((result, category)) = decision {
-            return Ok((result.clone(), Some(category.clone()), 0.0));
-        }
+    ) -> Result<Settled, Stop> {
+        let approval = match decision {
+            Decision::Answer((result, category)) => {
+                return Ok(Settled::Done(result.clone(), Some(category.clone()), 0.0));
+            }
+            Decision::Run(approval) => *approval,
+        };
         // A call with effects must be on record before it runs, so a resumed run never
         // repeats it blindly; a read-only call is simply run again.
         let must_record = self.has_effects(&call.name);
@@ -642,10 +738,15 @@ impl Driver<'_> {
             .await
             .map_err(Stop::Journal)?;
         let started = Instant::now();
-        let outcome = self.call_tool(turn, call).await;
+        let outcome = self.call_tool(turn, call, approval).await;
         let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+        if let Err(err) = &outcome
+            && let Some(event) = held(turn, call, err)
+        {
+            return Ok(Settled::Held(event));
+        }
         Ok(match outcome {
-            Ok(text) => (
+            Ok(text) => Settled::Done(
                 ToolResult {
                     call_id: call.id.clone(),
                     provider_id: call.provider_id,
@@ -658,14 +759,19 @@ impl Driver<'_> {
             ),
             Err(err) => {
                 let (result, category) = tool_error_result(call, &err, &self.ctx.tools);
-                (result, Some(category), duration_ms)
+                Settled::Done(result, Some(category), duration_ms)
             }
         })
     }
 
     /// One call through the executor, retried on retryable errors when it has no side
     /// effects.
-    async fn call_tool(&self, turn: u32, call: &ToolCall) -> Result<String, ToolError> {
+    async fn call_tool(
+        &self,
+        turn: u32,
+        call: &ToolCall,
+        approval: Option<ApprovalId>,
+    ) -> Result<String, ToolError> {
         let mut attempt = 0;
         loop {
             let mut ctx = CallContext::new(self.ctx.auth.clone(), Adapter::Agent)
@@ -673,7 +779,9 @@ impl Driver<'_> {
                     run_id: self.ctx.run_id,
                     step: turn,
                 })
-                .with_timeout(self.agent.tool_timeout());
+                .with_timeout(self.agent.tool_timeout())
+                .with_agent(self.agent.name.clone())
+                .with_approval(approval);
             ctx.cancel = self.ctx.cancel.child_token();
             if let Some(id) = &self.ctx.request_id {
                 ctx = ctx.with_request_id(id.clone());
@@ -849,9 +957,44 @@ impl ReplyMeta {
 }
 
 enum Decision {
-    Run,
+    /// Run it, presenting the approval it was held for, if any.
+    Run(Option<ApprovalId>),
     /// Not executed: this result (and category) instead.
     Answer((ToolResult, String)),
+}
+
+/// What [`Driver::execute`] tells the loop.
+enum Flow {
+    Continue,
+    /// A refused repetition persisted: the run must end.
+    HardStop,
+    /// A call waits for approval: the run pauses.
+    Paused,
+}
+
+/// One planned call, settled: its result, or the approval it now waits for.
+enum Settled {
+    Done(ToolResult, Option<String>, f64),
+    Held(RunEvent),
+}
+
+/// The `approval_requested` event for a call the policy held, if `err` says so.
+fn held(turn: u32, call: &ToolCall, err: &ToolError) -> Option<RunEvent> {
+    if err.kind != ErrorKind::ApprovalRequired {
+        return None;
+    }
+    let details = err.details.as_ref()?;
+    let approval_id = details.get("approval_id")?.as_str()?.parse().ok()?;
+    Some(RunEvent::ApprovalRequested {
+        turn,
+        call_id: call.id.clone(),
+        tool: call.name.clone(),
+        approval_id,
+        expires_in_secs: details
+            .get("expires_in_secs")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
+    })
 }
 
 /// The structured JSON error a model reads.
@@ -899,6 +1042,17 @@ fn tool_error_result(
     }
     if !err.violations.is_empty() {
         body["violations"] = serde_json::to_value(&err.violations).unwrap_or(Value::Null);
+    }
+    // A person's denial: the model is told who decided and why.
+    if err.kind == ErrorKind::Denied
+        && let Some(details) = &err.details
+    {
+        body["status"] = json!("denied");
+        for key in ["reason", "decided_by"] {
+            if let Some(v) = details.get(key).filter(|v| !v.is_null()) {
+                body[key] = v.clone();
+            }
+        }
     }
     if err.kind == ErrorKind::NotFound && tools.get(&call.name).is_none() {
         let names: Vec<String> = tools.list().iter().map(|t| t.spec().name.clone()).collect();

@@ -83,7 +83,9 @@ impl AuditRecord {
     }
 }
 
-/// Hex SHA-256 of a JSON value's serialization.
+/// Hex SHA-256 of a JSON value's serialization. Object keys serialize sorted (serde_json
+/// without `preserve_order`), so a value read back from a store that reorders keys
+/// (Postgres `jsonb`) hashes the same: approvals match calls by this hash.
 pub fn hash_json(value: &Value) -> String {
     hex::encode(Sha256::digest(value.to_string().as_bytes()))
 }
@@ -144,5 +146,13 @@ mod tests {
         );
         assert_ne!(hash_json(&args), hash_json(&masked));
         assert_eq!(hash_json(&args).len(), 64);
+    }
+
+    #[test]
+    fn key_order_does_not_change_the_hash() {
+        let written = json!({"b": 1, "a": {"d": 2, "c": 3}});
+        let reordered: Value =
+            serde_json::from_str(r#"{"a": {"c": 3, "d": 2}, "b": 1}"#).expect("json");
+        assert_eq!(hash_json(&written), hash_json(&reordered));
     }
 }

@@ -20,6 +20,7 @@
 //! - [`state`]: [`AppState`], what handlers share.
 //! - [`telemetry`]: the `tracing` subscriber.
 
+pub mod approvals;
 pub mod auth;
 pub mod bootstrap;
 pub mod cli;
@@ -126,11 +127,10 @@ pub async fn build_with(
         .map(|c| jwt::JwtVerifier::new(c, store.clone()));
     let authenticator = Arc::new(auth::Authenticator::new(store.clone(), jwt));
     authenticator.watch_revocations();
-    let executor = Executor::new(
-        Arc::new(TracingSink),
-        audit.unwrap_or_else(|| Arc::new(writer)),
-        limits,
-    );
+    let audit = audit.unwrap_or_else(|| Arc::new(writer));
+    let approvals = Arc::new(approvals::StoreApprovals::new(store.clone()));
+    let executor = Executor::new(Arc::new(TracingSink), audit.clone(), limits)
+        .with_approvals(approvals.clone());
     let mut providers = std::collections::HashMap::new();
     for (name, entry) in &config.providers {
         let provider = toolgate_agent::provider::build(&entry.to_provider())
@@ -145,6 +145,8 @@ pub async fn build_with(
         workspaces,
         store,
         runs,
+        approvals,
+        audit,
         shutdown: CancellationToken::new(),
     });
     Ok(Gateway {

@@ -56,7 +56,8 @@ pub struct Runs {
     bus: Mutex<HashMap<RunId, watch::Sender<Committed>>>,
 }
 
-/// How far a run's journal is committed: its last step, and whether that ended the run.
+/// How far a run's journal is committed: its last step, and whether that ended (or
+/// paused) the run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Committed {
     pub seq: i64,
@@ -167,6 +168,11 @@ impl Runs {
         let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
         let task = tokio::spawn(async move {
             let outcome = drive(&ctx, &agent, state).await;
+            let verb = if outcome.status.is_terminal() {
+                "run finished"
+            } else {
+                "run paused"
+            };
             tracing::info!(
                 target: "toolgate::run",
                 run_id = %run,
@@ -175,7 +181,7 @@ impl Runs {
                 best_effort = outcome.best_effort,
                 input_tokens = outcome.usage.input_tokens,
                 output_tokens = outcome.usage.output_tokens,
-                "run finished"
+                "{verb}"
             );
             this.active
                 .lock()
@@ -193,10 +199,23 @@ impl Runs {
 
     /// Asks a run to stop: at once if this instance drives it, else through the store.
     /// False when the run is not running (or not the tenant's).
-    pub async fn cancel(&self, tenant: TenantId, run: RunId) -> Result<bool, StoreError> {
+    pub async fn cancel(
+        self: &Arc<Self>,
+        tenant: TenantId,
+        run: RunId,
+    ) -> Result<bool, StoreError> {
         let requested = self.store.request_run_cancel(tenant, run).await?;
-        if requested && let Some(active) = self.lock_active().get(&run) {
-            active.cancel.cancel();
+        let here = requested
+            && match self.lock_active().get(&run) {
+                Some(active) => {
+                    active.cancel.cancel();
+                    true
+                }
+                None => false,
+            };
+        // A run paused for approval has no driver: take it over, so it ends now.
+        if requested && !here {
+            self.resume_decided().await;
         }
         Ok(requested)
     }
@@ -239,7 +258,10 @@ impl Runs {
         loop {
             tokio::select! {
                 _ = renew.tick() => self.renew().await,
-                _ = scan.tick() => self.claim_orphans(Utc::now()).await,
+                _ = scan.tick() => {
+                    self.expire_approvals().await;
+                    self.claim_orphans(Utc::now()).await;
+                }
                 () = shutdown.cancelled() => break,
             }
         }
@@ -289,6 +311,25 @@ impl Runs {
             }
             Err(err) => tracing::warn!(error = %err, "could not renew run leases"),
         }
+    }
+
+    /// Marks approvals past their time expired (= denied); runs waiting on them are
+    /// taken over by the next claim.
+    async fn expire_approvals(&self) {
+        match self.store.expire_approvals().await {
+            Ok(expired) => {
+                for (tenant, approval) in expired {
+                    tracing::info!(target: "toolgate::approval", %tenant, approval_id = %approval, "approval expired");
+                }
+            }
+            Err(err) => tracing::warn!(error = %err, "could not expire approvals"),
+        }
+    }
+
+    /// Takes over, at once, runs that can go on after a decision (on this instance,
+    /// whichever instance paused them).
+    pub async fn resume_decided(self: &Arc<Self>) {
+        self.claim_orphans(Utc::now()).await;
     }
 
     async fn claim_orphans(self: &Arc<Self>, expired_before: chrono::DateTime<Utc>) {
@@ -353,6 +394,12 @@ impl Runs {
                     next_seq,
                     None,
                 );
+                // Cancelled while it waited for approval (or between renewals).
+                if record.cancel_requested
+                    && let Some(active) = self.lock_active().get(&record.id)
+                {
+                    active.cancel.cancel();
+                }
                 Ok(())
             }
             Err(reason) => {
@@ -471,6 +518,17 @@ impl Journal for StoreJournal {
                 output: output.clone(),
                 best_effort: *best_effort,
                 error: error.clone(),
+                usage: serde_json::to_value(usage).unwrap_or(Value::Null),
+            }),
+            // Paused: the run row says so and frees its lease, so that whichever instance
+            // sees the decision first takes it over.
+            RunEvent::RunPaused { usage, .. } => Some(RunFinish {
+                status: toolgate_agent::RunStatus::AwaitingApproval
+                    .as_str()
+                    .to_owned(),
+                output: None,
+                best_effort: false,
+                error: None,
                 usage: serde_json::to_value(usage).unwrap_or(Value::Null),
             }),
             _ => None,

@@ -22,6 +22,10 @@ pub struct Shared {
     pub store: Store,
     /// Agent runs driven by this instance, and their SSE wake-ups.
     pub runs: Arc<crate::runs::Runs>,
+    /// Tenants' approval policies (cached) and approvals, as the executor sees them.
+    pub approvals: Arc<crate::approvals::StoreApprovals>,
+    /// Where audit rows go (the executor's sink): decisions on approvals are recorded too.
+    pub audit: Arc<dyn toolgate_core::audit::AuditSink>,
     /// Cancelled when the gateway begins to stop: long-lived streams (MCP SSE) end.
     pub shutdown: CancellationToken,
 }

@@ -186,9 +186,11 @@ fn denied(found: &ApprovalRecord, expired: bool) -> Gate {
 }
 
 /// Writes the same operations for both backends. `$u`: the cast of a text parameter to
-/// a uuid; `$j`: to JSON; `$t`: of a uuid or JSON column to text.
+/// a uuid; `$j`: to JSON; `$cj`: to JSON kept as written (the call's arguments, whose
+/// hash must match when the approved call is made); `$t`: of a uuid or JSON column to
+/// text.
 macro_rules! approval_store {
-    ($store:ty, $cross:ident, $u:literal, $j:literal, $t:literal) => {
+    ($store:ty, $cross:ident, $u:literal, $j:literal, $cj:literal, $t:literal) => {
         impl $store {
             fn approval_columns() -> String {
                 format!(
@@ -317,9 +319,10 @@ macro_rules! approval_store {
                         sqlx::query(sql(format!(
                             "insert into approval (approval_id, tenant_id, call_id, tool, risk, adapter, arguments, arguments_hash, \
                              call_arguments, requester_id, requester_name, auth, run_id, step, agent, status, expires_at, created_at) \
-                             values ($1{u}, $2{u}, $3{u}, $4, $5, $6, $7{j}, $8, $9{j}, $10{u}, $11, $12{j}, $13{u}, $14, $15, 'pending', $16, $17)",
+                             values ($1{u}, $2{u}, $3{u}, $4, $5, $6, $7{j}, $8, $9{cj}, $10{u}, $11, $12{j}, $13{u}, $14, $15, 'pending', $16, $17)",
                             u = $u,
-                            j = $j
+                            j = $j,
+                            cj = $cj
                         )))
                         .bind(text(approval))
                         .bind(text(tenant))
@@ -514,8 +517,15 @@ fn risk_name(risk: toolgate_core::Risk) -> &'static str {
     }
 }
 
-approval_store!(PostgresStore, owner, "::uuid", "::jsonb", "::text");
-approval_store!(SqliteStore, pool, "", "", "");
+approval_store!(
+    PostgresStore,
+    owner,
+    "::uuid",
+    "::jsonb",
+    "::json",
+    "::text"
+);
+approval_store!(SqliteStore, pool, "", "", "", "");
 
 macro_rules! dispatch {
     ($self:ident, $s:ident => $call:expr) => {

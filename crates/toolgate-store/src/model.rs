@@ -176,7 +176,7 @@ pub struct RunRecord {
     /// The agent's configuration when the run started.
     pub agent_config: serde_json::Value,
     pub input: String,
-    /// `running`, `completed`, `failed` or `cancelled`.
+    /// `running`, `awaiting_approval`, `completed`, `failed` or `cancelled`.
     pub status: String,
     pub output: Option<String>,
     pub best_effort: bool,

@@ -28,13 +28,16 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
-    /// A transaction; SQLite has one tenant wall (the queries' own `tenant_id` filters),
-    /// so the tenant is not named to the database as on Postgres.
+    /// A transaction holding the write lock from its start (`BEGIN IMMEDIATE`): a
+    /// deferred one that reads and then writes fails with `SQLITE_BUSY_SNAPSHOT` when
+    /// another connection wrote in between, which waiting cannot cure. SQLite has one
+    /// tenant wall (the queries' own `tenant_id` filters), so the tenant is not named to
+    /// the database as on Postgres.
     pub(crate) async fn tenant_tx(
         &self,
         _tenant: TenantId,
     ) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, StoreError> {
-        Ok(self.pool.begin().await?)
+        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
     }
 }
 

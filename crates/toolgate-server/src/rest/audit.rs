@@ -28,7 +28,7 @@ pub struct AuditQuery {
     tool: Option<String>,
     /// Only calls by this principal.
     principal: Option<Uuid>,
-    /// `rest`, `mcp` or `agent`.
+    /// `rest`, `mcp`, `agent`, or `approval` (people's decisions on approvals).
     adapter: Option<String>,
     /// `ok` or an error category (`invalid_arguments`, `forbidden`, `timeout`, …).
     outcome: Option<String>,
@@ -68,6 +68,9 @@ pub struct AuditEntry {
     pub run_id: Option<Uuid>,
     pub step: Option<i32>,
     pub client: Option<String>,
+    /// The approval the call asked for, used, or was refused by; for rows of adapter
+    /// `approval` (a person's decision), the approval decided.
+    pub approval_id: Option<Uuid>,
     pub started_at: DateTime<Utc>,
     pub finished_at: DateTime<Utc>,
     pub prev_hash: String,
@@ -92,6 +95,7 @@ impl From<AuditRow> for AuditEntry {
             run_id: r.run_id.map(|r| r.0),
             step: r.step,
             client: r.client,
+            approval_id: r.approval_id,
             started_at: r.started_at,
             finished_at: r.finished_at,
             prev_hash: r.prev_hash,

@@ -162,8 +162,9 @@ fn tool_status(kind: ErrorKind) -> (StatusCode, &'static str) {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl ApiError {
+    /// The problem document for this error, its status, and the internal cause to log.
+    pub fn into_problem(self) -> (StatusCode, Problem, Option<String>) {
         let (status, category, title) = self.parts();
         let mut problem = Problem {
             kind: format!("urn:toolgate:error:{category}"),
@@ -211,6 +212,13 @@ impl IntoResponse for ApiError {
                 cause = Some(format!("{err:#}"));
             }
         }
+        (status, problem, cause)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, problem, cause) = self.into_problem();
         let mut response = (status, Json(problem)).into_response();
         response
             .headers_mut()

@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod agents;
+pub mod approvals;
 pub mod audit;
 pub mod error;
 pub mod extract;
@@ -26,6 +27,7 @@ use crate::state::AppState;
         (name = "tools", description = "List, describe and invoke tools"),
         (name = "agents", description = "Agents: a named model, prompt and toolset"),
         (name = "runs", description = "Agent runs: start, follow live (SSE), read, cancel"),
+        (name = "approvals", description = "Approval policy, calls waiting for a person, decisions, and the outcome of calls that waited"),
         (name = "audit", description = "The audit log of every tool call"),
         (name = "tenancy", description = "Tenants, principals and API keys"),
         (name = "health", description = "Liveness and readiness"),
@@ -63,6 +65,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .merge(tools::router())
         .merge(agents::router())
         .merge(runs::router())
+        .merge(approvals::router())
         .merge(audit::router())
         .merge(admin::router())
         .merge(health::router())

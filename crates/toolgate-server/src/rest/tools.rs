@@ -5,11 +5,14 @@ use std::num::NonZeroU64;
 use std::time::Duration;
 
 use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolgate_core::declarations::{self, DeclarationFormat};
-use toolgate_core::{Adapter, CallContext, Completed, Content, Risk, ToolError, ToolSpec};
+use toolgate_core::{
+    Adapter, CallContext, CallId, Completed, Content, ErrorKind, Risk, ToolError, ToolSpec,
+};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -318,12 +321,57 @@ impl From<Completed> for InvokeResponse {
     }
 }
 
+/// A call held for a person's approval.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({
+    "call_id": "01936f0e-1111-7c11-8d2f-0a4b5c6d7e8f",
+    "status": "awaiting_approval",
+    "approval_id": "01936f0e-9b7a-7c11-8d2f-0a4b5c6d7e8f",
+    "status_url": "/v1/calls/01936f0e-1111-7c11-8d2f-0a4b5c6d7e8f",
+    "expires_in_secs": 3600,
+    "detail": "calling execute_command needs a person's approval first; approval 01936f0e-9b7a-7c11-8d2f-0a4b5c6d7e8f is pending"
+}))]
+pub struct HeldCall {
+    pub call_id: String,
+    /// `awaiting_approval`.
+    pub status: &'static str,
+    pub approval_id: String,
+    /// Where the call's outcome appears once it is approved and has run.
+    pub status_url: String,
+    /// Seconds until the approval expires (and the call counts as denied).
+    pub expires_in_secs: u64,
+    pub detail: String,
+}
+
+/// Longest `Prefer: wait=N` honoured, in seconds.
+const MAX_WAIT_SECS: u64 = 300;
+/// How often a waiting request looks at the call's approval.
+const WAIT_POLL: Duration = Duration::from_millis(200);
+
+/// `Prefer: wait=N` (RFC 7240), capped at [`MAX_WAIT_SECS`].
+fn preferred_wait(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get_all("prefer")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|p| p.trim().strip_prefix("wait="))
+        .find_map(|n| n.trim().parse::<u64>().ok())
+        .map(|n| n.min(MAX_WAIT_SECS))
+}
+
 /// Call a tool.
 ///
 /// The call goes through the executor like every call from every front door: schema
-/// validation (every violation listed with its JSON pointer), authorization, the
-/// deadline, output truncation and events. Errors are `application/problem+json` with a
-/// stable `type` per category.
+/// validation (every violation listed with its JSON pointer), authorization, the tenant's
+/// approval policy, the deadline, output truncation and events. Errors are
+/// `application/problem+json` with a stable `type` per category.
+///
+/// A call the policy holds for a person's approval answers `202 Accepted` with the
+/// approval id and a status URL (`GET /v1/calls/{call_id}`, also in `Location`) that
+/// holds the outcome once someone approves and the call has run. With
+/// `Prefer: wait=N` (N ≤ 300) the request waits up to N seconds for that outcome and
+/// answers with it directly (a denial is a 403 `denied` problem with the reason).
 #[utoipa::path(
     post,
     path = "/v1/tools/{name}/invoke",
@@ -332,11 +380,11 @@ impl From<Completed> for InvokeResponse {
     request_body(content = InvokeRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "The tool ran", body = InvokeResponse),
+        (status = 202, description = "The call waits for a person's approval", body = HeldCall),
         (status = 400, description = "Malformed body, or arguments violating the tool's schema (each violation listed), or a path outside the workspace", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing or invalid credentials", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "The caller lacks a needed scope, or policy denied the call", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The caller lacks a needed scope, or policy (or a person) denied the call", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such tool in the caller's toolset, or the tool found nothing at the given path", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The call needs approval first", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body larger than the configured limit", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Body not sent as application/json", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "Rate limited", body = Problem, content_type = "application/problem+json"),
@@ -351,17 +399,108 @@ async fn invoke_tool(
     caller: Caller,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
     UserAgent(client): UserAgent,
+    headers: HeaderMap,
     AppPath(name): AppPath<String>,
     AppJson(body): AppJson<InvokeRequest>,
-) -> Result<AppJson<InvokeResponse>, ApiError> {
+) -> Result<Response, ApiError> {
     let ctx = CallContext::new(caller.auth.clone(), Adapter::Rest)
         .with_request_id(&*request_id)
         .with_timeout(body.timeout_ms.map(|ms| Duration::from_millis(ms.get())))
         .with_client(client);
+    let call_id = ctx.call_id;
     let tools = caller.tools(&app.registry);
-    let done = app
+    match app
         .executor
         .call(&tools, ctx, &name, Value::Object(body.arguments))
-        .await?;
-    Ok(AppJson(done.into()))
+        .await
+    {
+        Ok(done) => Ok(AppJson(InvokeResponse::from(done)).into_response()),
+        Err(err) if err.kind == ErrorKind::ApprovalRequired => {
+            held(&app, &caller, call_id, err, preferred_wait(&headers)).await
+        }
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// The answer to a call held for approval: its outcome if it comes within the wait the
+/// client asked for, else 202 with where to find it.
+async fn held(
+    app: &AppState,
+    caller: &Caller,
+    call_id: CallId,
+    err: ToolError,
+    wait: Option<u64>,
+) -> Result<Response, ApiError> {
+    let details = err.details.clone().unwrap_or_default();
+    let status_url = format!("/v1/calls/{call_id}");
+    if let Some(secs) = wait {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+        while tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(WAIT_POLL).await;
+            let Some(record) = app
+                .store
+                .approval_for_call(caller.auth.tenant, call_id)
+                .await?
+            else {
+                break;
+            };
+            match record.effective_status(chrono::Utc::now()) {
+                "pending" => {}
+                "approved" => {
+                    if let Some(result) = &record.result {
+                        return Ok(stored_outcome(result));
+                    }
+                }
+                _ => {
+                    let reason = record.reason.clone().unwrap_or_default();
+                    return Err(ToolError::new(
+                        ErrorKind::Denied,
+                        match &record.decided_by_name {
+                            Some(who) => format!("{who} denied calling {}: {reason}", record.tool),
+                            None => format!("calling {} was not approved: {reason}", record.tool),
+                        },
+                    )
+                    .with_details(serde_json::json!({"approval_id": record.id, "reason": reason, "decided_by": record.decided_by_name}))
+                    .into());
+                }
+            }
+        }
+    }
+    let held = HeldCall {
+        call_id: call_id.to_string(),
+        status: "awaiting_approval",
+        approval_id: details["approval_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        status_url: status_url.clone(),
+        expires_in_secs: details["expires_in_secs"].as_u64().unwrap_or(0),
+        detail: err.message,
+    };
+    let mut response = (StatusCode::ACCEPTED, AppJson(held)).into_response();
+    if let Ok(v) = HeaderValue::from_str(&status_url) {
+        response.headers_mut().insert(header::LOCATION, v);
+    }
+    if let Some(secs) = wait
+        && let Ok(v) = HeaderValue::from_str(&format!("wait={secs}"))
+    {
+        response.headers_mut().insert("preference-applied", v);
+    }
+    Ok(response)
+}
+
+/// The response a call run after approval would have given: `{status, body}` as stored.
+fn stored_outcome(result: &Value) -> Response {
+    let status = result["status"]
+        .as_u64()
+        .and_then(|s| StatusCode::from_u16(u16::try_from(s).ok()?).ok())
+        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = (status, axum::Json(result["body"].clone())).into_response();
+    if !status.is_success() {
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+    }
+    response
 }
