@@ -8,7 +8,7 @@ use toolgate_e2e::llm::{MockLlm, Reply, Wire, error_body, says};
 use toolgate_e2e::{Gateway, client_with_key, read};
 use toolgate_server::config::ProviderEntry;
 
-fn provider(kind: Wire, base: &str) -> ProviderEntry {
+pub(crate) fn provider(kind: Wire, base: &str) -> ProviderEntry {
     let kind = match kind {
         Wire::Openai => "openai",
         Wire::Anthropic => "anthropic",

@@ -630,3 +630,197 @@ async fn an_agent_run_pauses_for_approval_and_resumes_on_another_gateway_process
     drop(second);
     db.drop_db().await;
 }
+
+/// An MCP client whose user answers every elicitation with `approve`.
+struct User {
+    approve: bool,
+    asked: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl rmcp::ClientHandler for User {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        let mut capabilities = rmcp::model::ClientCapabilities::default();
+        let mut elicitation = rmcp::model::ElicitationCapability::default();
+        elicitation.form = Some(rmcp::model::FormElicitationCapability::default());
+        capabilities.elicitation = Some(elicitation);
+        rmcp::model::ClientConfig::new(
+            capabilities,
+            rmcp::model::Implementation::new("e2e-elicitation", "1.0.0"),
+        )
+        .with_protocol_version(ProtocolVersion::V_2025_11_25)
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        if let rmcp::model::ElicitRequestParams::FormElicitationParams { message, .. } = request {
+            self.asked.lock().expect("lock").push(message);
+        }
+        let mut result = rmcp::model::ElicitResult::new(rmcp::model::ElicitationAction::Accept);
+        result.content = Some(json!({"approve": self.approve, "reason": "asked in the client"}));
+        Ok(result)
+    }
+}
+
+#[tokio::test]
+async fn an_mcp_client_that_can_elicit_lets_its_user_decide_when_the_tenant_allows_it() {
+    use rmcp::ServiceExt;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+
+    let gw = Gateway::start().await;
+    let base = gw.base.clone();
+    put_policy(&base, &gw.http, json!({"level": 9, "self_approval": true})).await;
+    let call = |message: &str| {
+        let Value::Object(args) = json!({"message": message}) else {
+            unreachable!()
+        };
+        CallToolRequestParams::new("echo").with_arguments(args)
+    };
+    for approve in [true, false] {
+        let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let transport = StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(gw.url("/mcp"))
+                .auth_header(gw.admin_key.clone()),
+        );
+        let client = User {
+            approve,
+            asked: asked.clone(),
+        }
+        .serve(transport)
+        .await
+        .expect("connect");
+        let result = client
+            .call_tool(call(&format!("approve={approve}")))
+            .await
+            .expect("tools/call");
+        let prompts = asked.lock().expect("lock").clone();
+        assert_eq!(prompts.len(), 1, "{prompts:?}");
+        assert!(prompts[0].contains("echo"), "{prompts:?}");
+        if approve {
+            assert_eq!(result.is_error, Some(false), "{result:?}");
+            assert_eq!(
+                result.structured_content,
+                Some(json!({"message": "approve=true"}))
+            );
+        } else {
+            assert_eq!(result.is_error, Some(true), "{result:?}");
+            let text = result.content[0].as_text().expect("text").text.clone();
+            assert!(
+                text.contains("\"denied\"") && text.contains("asked in the client"),
+                "{text}"
+            );
+        }
+        client.cancel().await.expect("close");
+    }
+    // Without self-approval the client is not asked: the call stays held.
+    put_policy(&base, &gw.http, json!({"level": 9})).await;
+    let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(gw.url("/mcp"))
+            .auth_header(gw.admin_key.clone()),
+    );
+    let client = User {
+        approve: true,
+        asked: asked.clone(),
+    }
+    .serve(transport)
+    .await
+    .expect("connect");
+    let held = client.call_tool(call("held")).await.expect("tools/call");
+    assert_eq!(held.is_error, Some(true));
+    assert!(
+        held.content[0]
+            .as_text()
+            .expect("text")
+            .text
+            .contains("approval_required")
+    );
+    assert!(asked.lock().expect("lock").is_empty());
+    client.cancel().await.expect("close");
+}
+
+#[tokio::test]
+async fn a_paused_run_resumes_after_a_restart_and_decisions_stream_as_events() {
+    let mock = MockLlm::start(
+        Wire::Openai,
+        vec![
+            Reply::ok(says::openai_calls(&[(
+                "c1",
+                "write_file",
+                r#"{"path":"out.txt","content":"hi"}"#,
+            )])),
+            Reply::ok(says::openai_text("Written.")),
+        ],
+    )
+    .await;
+    let data = tempfile::tempdir().expect("data dir");
+    let dir = data.path().to_path_buf();
+    let llm = mock.base.clone();
+    let configure = move |c: &mut toolgate_server::Config| {
+        c.data_dir = dir.clone();
+        c.providers
+            .insert("llm".into(), crate::agents::provider(Wire::Openai, &llm));
+    };
+    let first = Gateway::start_with(configure.clone()).await;
+    put_policy(&first.base, &first.http, json!({"level": 5})).await;
+    let reviewer = principal(&first.base, &first.http, "reviewer", &["approvals:decide"]).await;
+    let (status, _, agent) = first
+        .post(
+            "/v1/agents",
+            json!({"name": "writer", "provider": "llm", "model": "gpt-test", "tools": ["write_file"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{agent}");
+    let (status, _, run) = first
+        .post(
+            &format!("/v1/agents/{}/runs", agent["id"].as_str().expect("id")),
+            json!({"input": "write it", "wait_secs": 30}),
+        )
+        .await;
+    assert_eq!(status, 201, "{run}");
+    assert_eq!(run["status"], "awaiting_approval", "{run:#}");
+    let run_id = run["id"].as_str().expect("id").to_owned();
+    let key = first.admin_key.clone();
+    first.stop().await;
+
+    // A new gateway on the same store; the decision reaches it, and it resumes the run.
+    let second = Gateway::start_with(configure).await;
+    let admin = client_with_key(&key);
+    let events = reviewer
+        .get(format!("{}/v1/approvals/events", second.base))
+        .send()
+        .await
+        .expect("sse");
+    assert_eq!(events.headers()["content-type"], "text/event-stream");
+    let (_, list) = get(&second.base, &reviewer, "/v1/approvals").await;
+    let approval = list["approvals"][0]["id"]
+        .as_str()
+        .expect("pending approval")
+        .to_owned();
+    let (status, body) = decide(&second.base, &reviewer, &approval, "approve", "fine").await;
+    assert_eq!(status, 200, "{body}");
+    let done = wait_for_status(&second.base, &admin, &run_id, "completed").await;
+    assert_eq!(done["output"], "Written.");
+    assert_eq!(
+        std::fs::read_to_string(data.path().join("workspace/default/out.txt")).expect("written"),
+        "hi"
+    );
+
+    // The stream told of the decision.
+    let mut stream = events.bytes_stream();
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !seen.contains("event: approval_decided") && tokio::time::Instant::now() < deadline {
+        use futures::StreamExt;
+        match tokio::time::timeout(Duration::from_secs(5), stream.next()).await {
+            Ok(Some(Ok(chunk))) => seen.push_str(&String::from_utf8_lossy(&chunk)),
+            _ => break,
+        }
+    }
+    assert!(seen.contains("event: approval_decided"), "{seen}");
+    assert!(seen.contains(&format!("id: {approval}:approved")), "{seen}");
+    second.stop().await;
+}

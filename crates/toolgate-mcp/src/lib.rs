@@ -25,8 +25,8 @@ use rmcp::service::{NotificationContext, Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use toolgate_core::{
-    Adapter, AuthContext, CallContext, ClientInfo, Completed, Content, ErrorKind, Executor,
-    Progress, ProgressSink, Registry, ToolError, ToolSpec, Toolset, declarations,
+    Adapter, ApprovalId, AuthContext, CallContext, ClientInfo, Completed, Content, ErrorKind,
+    Executor, Progress, ProgressSink, Registry, ToolError, ToolSpec, Toolset, declarations,
 };
 
 /// Tools per `tools/list` page.
@@ -52,6 +52,24 @@ pub struct McpAdapter {
     registry: Arc<Registry>,
     executor: Executor,
     vendor_meta: Arc<VendorMeta>,
+    desk: Option<Arc<dyn ApprovalDesk>>,
+}
+
+/// Where the MCP front door records a caller's own decision on its call, when the
+/// tenant lets callers approve their own calls and the client can ask its user
+/// (elicitation).
+#[async_trait::async_trait]
+pub trait ApprovalDesk: Send + Sync {
+    /// Whether `auth` may decide its own calls (the tenant's policy).
+    async fn may_self_approve(&self, auth: &AuthContext) -> bool;
+    /// Records `auth`'s decision on `approval`, as a decision made over REST would be.
+    async fn decide(
+        &self,
+        auth: &AuthContext,
+        approval: ApprovalId,
+        approve: bool,
+        reason: String,
+    ) -> Result<(), String>;
 }
 
 impl McpAdapter {
@@ -60,7 +78,14 @@ impl McpAdapter {
             registry,
             executor,
             vendor_meta: Arc::default(),
+            desk: None,
         }
+    }
+
+    /// Ask users through elicitation about calls they may approve themselves.
+    pub fn with_approval_desk(mut self, desk: Arc<dyn ApprovalDesk>) -> Self {
+        self.desk = Some(desk);
+        self
     }
 
     /// Which clients receive which vendor `_meta` keys (none by default).
@@ -334,7 +359,22 @@ impl ServerHandler for McpAdapter {
         }
         let args = Value::Object(request.arguments.unwrap_or_default());
         // Unknown tools go through the executor too: the attempt is audited like any call.
-        let outcome = self.executor.call(&tools, ctx, &request.name, args).await;
+        let retry = ctx.clone();
+        let mut outcome = self
+            .executor
+            .call(&tools, ctx, &request.name, args.clone())
+            .await;
+        if let Err(err) = &outcome
+            && err.kind == ErrorKind::ApprovalRequired
+            && let Some(approval) = self
+                .ask_user(&caller.auth, &context, &request.name, err)
+                .await
+        {
+            // The user decided: the call again, presenting the decision (a new call id).
+            let mut again = retry.with_approval(Some(approval));
+            again.call_id = toolgate_core::CallId::new();
+            outcome = self.executor.call(&tools, again, &request.name, args).await;
+        }
         match (outcome, known) {
             (Ok(done), Some(tool)) => {
                 let meta = self
@@ -350,6 +390,81 @@ impl ServerHandler for McpAdapter {
                 Some(json!({ "tool": request.name })),
             )),
             (Err(err), _) => Ok(error_result(&err).into()),
+        }
+    }
+}
+
+impl McpAdapter {
+    /// Asks the client's user to approve or deny a held call, when the client supports
+    /// form elicitation and the tenant lets callers decide their own calls. Returns the
+    /// approval once decided (either way); `None` leaves the call held.
+    async fn ask_user(
+        &self,
+        auth: &AuthContext,
+        context: &RequestContext<RoleServer>,
+        tool: &str,
+        err: &ToolError,
+    ) -> Option<ApprovalId> {
+        let desk = self.desk.as_ref()?;
+        let approval: ApprovalId = err
+            .details
+            .as_ref()?
+            .get("approval_id")?
+            .as_str()?
+            .parse()
+            .ok()?;
+        if !context
+            .peer
+            .supported_elicitation_modes()
+            .contains(&rmcp::service::ElicitationMode::Form)
+            || !desk.may_self_approve(auth).await
+        {
+            return None;
+        }
+        let schema = rmcp::model::ElicitationSchema::builder()
+            .required_bool("approve")
+            .optional_string("reason")
+            .description("Approve or deny this tool call")
+            .build()
+            .ok()?;
+        let asked = context
+            .peer
+            .create_elicitation_with_timeout(
+                rmcp::model::ElicitRequestParams::FormElicitationParams {
+                    meta: None,
+                    message: format!(
+                        "The tool {tool} needs your approval before it runs (approval {approval}). Allow it?"
+                    ),
+                    requested_schema: schema,
+                },
+                Some(std::time::Duration::from_secs(300)),
+            )
+            .await
+            .ok()?;
+        let content = asked.content.unwrap_or_default();
+        let (approve, reason) = match asked.action {
+            rmcp::model::ElicitationAction::Accept => (
+                content
+                    .get("approve")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
+                content
+                    .get("reason")
+                    .and_then(Value::as_str)
+                    .unwrap_or("decided by the user through their MCP client")
+                    .to_owned(),
+            ),
+            rmcp::model::ElicitationAction::Decline => (false, "declined by the user".to_owned()),
+            // Dismissed (or an action this version does not know): nobody decided; the
+            // approval stays pending for someone else.
+            _ => return None,
+        };
+        match desk.decide(auth, approval, approve, reason).await {
+            Ok(()) => Some(approval),
+            Err(e) => {
+                tracing::warn!(approval_id = %approval, error = %e, "an elicited decision could not be recorded");
+                None
+            }
         }
     }
 }

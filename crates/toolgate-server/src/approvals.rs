@@ -13,9 +13,11 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
+use toolgate_core::audit::AuditRecord;
 use toolgate_core::policy::{ApprovalError, ApprovalRequest};
 use toolgate_core::{
-    Adapter, Approvals, AuthContext, CallContext, Gate, Policy, TenantId, ToolError, Toolset,
+    Adapter, ApprovalId, Approvals, AuthContext, CallContext, ErrorKind, Gate, Outcome, Policy,
+    TenantId, ToolError, Toolset,
 };
 use toolgate_store::Store;
 use toolgate_store::approvals::ApprovalRecord;
@@ -95,6 +97,71 @@ impl Approvals for StoreApprovals {
             adapter = request.adapter.as_str(),
         );
         Ok(gate)
+    }
+}
+
+/// A decision as an audit row of adapter `approval`: the decider, the tool and masked
+/// arguments decided on, the outcome (`ok` approved, `denied`), the reason.
+pub async fn record_decision(
+    app: &AppState,
+    decider: &Arc<AuthContext>,
+    request_id: Option<&str>,
+    decided: &ApprovalRecord,
+) -> Result<(), toolgate_core::audit::AuditError> {
+    let mut ctx = CallContext::new(decider.clone(), Adapter::Approval);
+    ctx.request_id = request_id.map(str::to_owned);
+    let mut record = AuditRecord::start(&ctx, &decided.tool, &decided.arguments, &[]);
+    record.arguments_hash = decided.arguments_hash.clone();
+    record.approval = Some(decided.id);
+    let (outcome, note) = if decided.status == "approved" {
+        (Outcome::Ok, None)
+    } else {
+        (Outcome::Error(ErrorKind::Denied), decided.reason.clone())
+    };
+    app.audit
+        .record(record.finish(outcome, note, Duration::ZERO))
+        .await
+}
+
+/// Decisions made by callers on their own calls, through their MCP client's elicitation.
+pub struct McpDesk(pub AppState);
+
+#[async_trait]
+impl toolgate_mcp::ApprovalDesk for McpDesk {
+    async fn may_self_approve(&self, auth: &AuthContext) -> bool {
+        auth.has_scope(toolgate_core::auth::scopes::APPROVALS_DECIDE)
+            && self
+                .0
+                .approvals
+                .policy(auth.tenant)
+                .await
+                .is_ok_and(|p| p.self_approval)
+    }
+
+    async fn decide(
+        &self,
+        auth: &AuthContext,
+        approval: ApprovalId,
+        approve: bool,
+        reason: String,
+    ) -> Result<(), String> {
+        let app = &self.0;
+        let decision = toolgate_store::approvals::Decision {
+            approve,
+            by: auth.principal.id,
+            by_name: auth.principal.name.clone(),
+            reason,
+        };
+        let decided = app
+            .store
+            .decide_approval(auth.tenant, approval, &decision)
+            .await
+            .map_err(|e| e.to_string())?;
+        record_decision(app, &Arc::new(auth.clone()), None, &decided)
+            .await
+            .map_err(|e| e.to_string())?;
+        after_decision(app, &decided).await;
+        Ok(())
     }
 }
 

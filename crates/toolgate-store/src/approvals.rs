@@ -293,9 +293,20 @@ macro_rules! approval_store {
                             approval: f.id,
                             expires_at: f.expires_at.into(),
                         }),
+                        // Used once: of two calls racing for one approval, one runs and the
+                        // other asks anew.
                         Settle::UseApproval => {
-                            use_it(f.id, "approved").execute(&mut *tx).await?;
-                            Some(Gate::Approved { approval: f.id })
+                            let done = sqlx::query(sql(format!(
+                                "update approval set used_at = $3, call_arguments = null \
+                                 where tenant_id = $1{u} and approval_id = $2{u} and used_at is null",
+                                u = $u
+                            )))
+                            .bind(text(tenant))
+                            .bind(text(f.id))
+                            .bind(now)
+                            .execute(&mut *tx)
+                            .await?;
+                            (done.rows_affected() == 1).then_some(Gate::Approved { approval: f.id })
                         }
                         Settle::Denied => {
                             use_it(f.id, "denied").execute(&mut *tx).await?;

@@ -14,13 +14,9 @@ use axum::extract::State;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use toolgate_core::audit::AuditRecord;
 use toolgate_core::auth::scopes;
 use toolgate_core::policy::Rule;
-use toolgate_core::{
-    Action, Adapter, ApprovalId, CallContext, CallId, ErrorKind, Outcome, Policy, Risk, ToolError,
-    Violation,
-};
+use toolgate_core::{Action, Adapter, ApprovalId, CallId, Policy, Risk, ToolError, Violation};
 use toolgate_store::approvals::{ApprovalRecord, Decision};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -36,6 +32,7 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(get_policy, put_policy))
         .routes(routes!(list_approvals))
+        .routes(routes!(approval_events))
         .routes(routes!(get_approval, decide))
         .routes(routes!(get_call))
 }
@@ -387,6 +384,102 @@ async fn list_approvals(
     }))
 }
 
+/// How often the approvals stream looks at the store (decisions land on any instance).
+const EVENTS_POLL: Duration = Duration::from_secs(1);
+/// Approvals the stream compares per look: the newest.
+const EVENTS_WINDOW: i64 = 200;
+
+/// Follow the tenant's approvals as server-sent events: `approval_requested` when a call
+/// is held, `approval_decided` when someone approves or denies it, `approval_expired`
+/// when nobody did in time. Each `data` is the approval as JSON; `id` is
+/// `<approval id>:<status>`. For approval inboxes; needs `approvals:decide`.
+#[utoipa::path(
+    get,
+    path = "/v1/approvals/events",
+    tag = "approvals",
+    responses(
+        (status = 200, description = "An SSE stream of approval events", content_type = "text/event-stream", body = String),
+        (status = 401, description = "Missing or invalid credentials", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The caller lacks approvals:decide", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Internal error", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn approval_events(
+    State(app): State<AppState>,
+    caller: Caller,
+) -> Result<axum::response::Response, ApiError> {
+    use axum::response::IntoResponse;
+    use axum::response::sse::{KeepAlive, Sse};
+    caller.require(scopes::APPROVALS_DECIDE)?;
+    let tenant = caller.auth.tenant;
+    let known = app
+        .store
+        .list_approvals(tenant, None, EVENTS_WINDOW)
+        .await?;
+    let now = Utc::now();
+    let seen: std::collections::HashMap<ApprovalId, String> = known
+        .iter()
+        .map(|r| (r.id, r.effective_status(now).to_owned()))
+        .collect();
+    struct Watch {
+        app: AppState,
+        seen: std::collections::HashMap<ApprovalId, String>,
+        queue: std::collections::VecDeque<axum::response::sse::Event>,
+    }
+    let watch = Watch {
+        app,
+        seen,
+        queue: Default::default(),
+    };
+    let stream = futures::stream::unfold(watch, move |mut w| async move {
+        loop {
+            if let Some(event) = w.queue.pop_front() {
+                return Some((Ok::<_, std::convert::Infallible>(event), w));
+            }
+            tokio::select! {
+                () = tokio::time::sleep(EVENTS_POLL) => {}
+                () = w.app.shutdown.cancelled() => return None,
+            }
+            let records = match w
+                .app
+                .store
+                .list_approvals(tenant, None, EVENTS_WINDOW)
+                .await
+            {
+                Ok(records) => records,
+                Err(err) => {
+                    tracing::warn!(error = %err, "reading approvals for a stream failed");
+                    continue;
+                }
+            };
+            let now = Utc::now();
+            // Oldest first, so events come in the order things happened.
+            for record in records.iter().rev() {
+                let status = record.effective_status(now);
+                if w.seen.get(&record.id).map(String::as_str) == Some(status) {
+                    continue;
+                }
+                w.seen.insert(record.id, status.to_owned());
+                let kind = match status {
+                    "pending" => "approval_requested",
+                    "expired" => "approval_expired",
+                    _ => "approval_decided",
+                };
+                let data = serde_json::to_string(&ApprovalView::from(record)).unwrap_or_default();
+                w.queue.push_back(
+                    axum::response::sse::Event::default()
+                        .id(format!("{}:{status}", record.id))
+                        .event(kind)
+                        .data(data),
+                );
+            }
+        }
+    });
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response())
+}
+
 /// One approval, to whoever may decide it or asked for it.
 #[utoipa::path(
     get,
@@ -513,7 +606,9 @@ async fn decide(
         },
     };
     let decided = app.store.decide_approval(tenant, id, &decision).await?;
-    record_decision(&app, &caller, &request_id, &decided).await?;
+    crate::approvals::record_decision(&app, &caller.auth, Some(&request_id), &decided)
+        .await
+        .map_err(|e| ApiError::Internal(anyhow::anyhow!(e)))?;
     tracing::info!(
         target: "toolgate::approval",
         event = "approval.decided",
@@ -524,29 +619,6 @@ async fn decide(
     );
     crate::approvals::after_decision(&app, &decided).await;
     Ok(AppJson(ApprovalView::from(&decided)))
-}
-
-/// The decision as an audit row of adapter `approval`: the decider, the tool and masked
-/// arguments decided on, the outcome (`ok` approved, `denied`), the reason.
-async fn record_decision(
-    app: &AppState,
-    caller: &Caller,
-    request_id: &str,
-    decided: &ApprovalRecord,
-) -> Result<(), ApiError> {
-    let ctx = CallContext::new(caller.auth.clone(), Adapter::Approval).with_request_id(request_id);
-    let mut record = AuditRecord::start(&ctx, &decided.tool, &decided.arguments, &[]);
-    record.arguments_hash = decided.arguments_hash.clone();
-    record.approval = Some(decided.id);
-    let (outcome, note) = if decided.status == "approved" {
-        (Outcome::Ok, None)
-    } else {
-        (Outcome::Error(ErrorKind::Denied), decided.reason.clone())
-    };
-    app.audit
-        .record(record.finish(outcome, note, Duration::ZERO))
-        .await
-        .map_err(|e| ApiError::Internal(anyhow::anyhow!(e)))
 }
 
 /// A call and where it stands, for calls that waited for approval.

@@ -192,7 +192,8 @@ pub struct EventsQuery {
 ///
 /// Each event's `id` is the step number, `event` its type (`run_started`,
 /// `turn_started`, `model_message`, `tool_call_started`, `tool_call_finished`, `note`,
-/// `run_finished`) and `data` the step as JSON. Steps are stored before they are sent,
+/// `approval_requested`, `run_paused`, `run_finished`) and `data` the step as JSON. A
+/// paused run's stream stays open and goes on when the run resumes. Steps are stored before they are sent,
 /// so a client that reconnects with `Last-Event-ID` misses none, on any instance. The
 /// stream ends after `run_finished`.
 #[utoipa::path(get, path = "/v1/runs/{id}/events", tag = "runs",
