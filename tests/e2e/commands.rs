@@ -209,3 +209,47 @@ async fn read_only_tenants_cannot_write_the_workspace() {
     assert_eq!(body["structured"]["sandbox"], "read-only");
     assert!(!gw.workspace().join("b.txt").exists());
 }
+
+#[tokio::test]
+async fn git_status_reads_a_repository_without_running_its_configured_programs() {
+    let gw = Gateway::start().await;
+    let ws = gw.workspace();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(&ws)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", &ws)
+            .output()
+            .expect("run git");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    git(&["init", "-q", "-b", "main"]);
+    git(&[
+        "-c",
+        "user.email=t@example.org",
+        "-c",
+        "user.name=t",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "init",
+    ]);
+    std::fs::write(ws.join("new.txt"), "x").expect("write");
+    // A repository may name a program for git to run; git_status must not run it.
+    git(&["config", "core.fsmonitor", "touch pwned"]);
+    let (status, _, body) = gw.invoke("git_status", json!({"arguments": {}})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["structured"]["branch"], "main", "{body}");
+    assert_eq!(
+        body["structured"]["files"],
+        json!([{"path": "new.txt", "index": "?", "worktree": "?"}])
+    );
+    assert!(!ws.join("pwned").exists(), "the repository's fsmonitor ran");
+
+    let bare = Gateway::start().await;
+    bare.workspace();
+    let (status, _, body) = bare.invoke("git_status", json!({"arguments": {}})).await;
+    assert_eq!(status, 400, "{body}");
+}

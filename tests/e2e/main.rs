@@ -13,3 +13,4 @@ mod rest_errors;
 mod rest_tools;
 mod tenancy;
 mod upstream;
+mod web;

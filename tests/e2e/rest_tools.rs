@@ -12,35 +12,49 @@ fn names(list: &Value) -> Vec<&str> {
         .collect()
 }
 
+/// Every built-in with the default configuration, sorted.
+const BUILTINS: [&str; 12] = [
+    "create_directory",
+    "echo",
+    "edit_file",
+    "execute_command",
+    "git_status",
+    "list_files",
+    "read_file",
+    "search_files",
+    "sleep",
+    "web_fetch",
+    "workspace_tree",
+    "write_file",
+];
+
+const WORKSPACE: [&str; 8] = [
+    "create_directory",
+    "edit_file",
+    "git_status",
+    "list_files",
+    "read_file",
+    "search_files",
+    "workspace_tree",
+    "write_file",
+];
+
 #[tokio::test]
 async fn lists_tools_sorted_paginated_and_by_category() {
     let gw = Gateway::start().await;
     let (status, _, all) = gw.get("/v1/tools").await;
     assert_eq!(status, 200);
-    assert_eq!(
-        names(&all),
-        [
-            "echo",
-            "execute_command",
-            "list_files",
-            "read_file",
-            "search_files",
-            "sleep"
-        ]
-    );
+    assert_eq!(names(&all), BUILTINS);
     assert!(all.get("next_cursor").is_none());
 
     let (_, _, first) = gw.get("/v1/tools?limit=2").await;
-    assert_eq!(names(&first), ["echo", "execute_command"]);
+    assert_eq!(names(&first), BUILTINS[..2]);
     let cursor = first["next_cursor"].as_str().expect("cursor");
     let (_, _, second) = gw.get(&format!("/v1/tools?limit=2&cursor={cursor}")).await;
-    assert_eq!(names(&second), ["list_files", "read_file"]);
+    assert_eq!(names(&second), BUILTINS[2..4]);
 
     let (_, _, workspace) = gw.get("/v1/tools?category=workspace").await;
-    assert_eq!(
-        names(&workspace),
-        ["list_files", "read_file", "search_files"]
-    );
+    assert_eq!(names(&workspace), WORKSPACE);
 
     let (status, content_type, problem) = gw.get("/v1/tools?limit=0").await;
     assert_eq!(
@@ -52,27 +66,38 @@ async fn lists_tools_sorted_paginated_and_by_category() {
     assert_eq!(status, 400);
 }
 
+/// The declaration in `list` whose name (at `name_of`) is `name`.
+fn declaration<'a>(list: &'a Value, name: &str, name_of: &str) -> &'a Value {
+    list.as_array()
+        .expect("declarations")
+        .iter()
+        .find(|d| d.pointer(name_of) == Some(&json!(name)))
+        .unwrap_or_else(|| panic!("{name} missing from {list}"))
+}
+
 #[tokio::test]
 async fn lists_tools_as_each_providers_declarations() {
     let gw = Gateway::start().await;
     let (_, _, openai) = gw.get("/v1/tools?format=openai&category=workspace").await;
-    assert_eq!(openai.as_array().map(Vec::len), Some(3));
+    assert_eq!(openai.as_array().map(Vec::len), Some(WORKSPACE.len()));
     assert_eq!(openai[0]["type"], "function");
-    assert_eq!(openai[0]["function"]["name"], "list_files");
+    assert_eq!(openai[0]["function"]["name"], WORKSPACE[0]);
     assert_eq!(
-        openai[1]["function"]["parameters"]["required"],
+        declaration(&openai, "read_file", "/function/name")["function"]["parameters"]["required"],
         json!(["path"])
     );
 
     let (_, _, anthropic) = gw.get("/v1/tools?format=anthropic").await;
-    assert_eq!(anthropic[3]["name"], "read_file");
-    assert!(anthropic[3]["input_schema"]["properties"]["path"].is_object());
+    assert!(
+        declaration(&anthropic, "read_file", "/name")["input_schema"]["properties"]["path"]
+            .is_object()
+    );
 
     let (_, _, gemini) = gw.get("/v1/tools?format=gemini").await;
     let decls = gemini[0]["functionDeclarations"]
         .as_array()
         .expect("declarations");
-    assert_eq!(decls.len(), 6);
+    assert_eq!(decls.len(), BUILTINS.len());
     assert!(
         decls
             .iter()
@@ -80,11 +105,13 @@ async fn lists_tools_as_each_providers_declarations() {
     );
 
     let (_, _, mcp) = gw.get("/v1/tools?format=mcp").await;
-    assert_eq!(mcp[3]["name"], "read_file");
-    assert_eq!(mcp[3]["annotations"]["readOnlyHint"], true);
-    assert!(mcp[3]["outputSchema"].is_object());
-    assert_eq!(mcp[1]["name"], "execute_command");
-    assert_eq!(mcp[1]["annotations"]["destructiveHint"], true);
+    let read = declaration(&mcp, "read_file", "/name");
+    assert_eq!(read["annotations"]["readOnlyHint"], true);
+    assert!(read["outputSchema"].is_object());
+    let command = declaration(&mcp, "execute_command", "/name");
+    assert_eq!(command["annotations"]["destructiveHint"], true);
+    let fetch = declaration(&mcp, "web_fetch", "/name");
+    assert_eq!(fetch["annotations"]["openWorldHint"], true);
 }
 
 #[tokio::test]
@@ -225,10 +252,11 @@ async fn a_tool_past_its_deadline_is_504_and_the_gateway_keeps_serving() {
 async fn diagnostics_can_be_switched_off() {
     let gw = Gateway::start_with(|c| c.tools.diagnostics = false).await;
     let (_, _, all) = gw.get("/v1/tools").await;
-    assert_eq!(
-        names(&all),
-        ["execute_command", "list_files", "read_file", "search_files"]
-    );
+    let expected: Vec<&str> = BUILTINS
+        .into_iter()
+        .filter(|n| !matches!(*n, "echo" | "sleep"))
+        .collect();
+    assert_eq!(names(&all), expected);
     let (status, _, _) = gw
         .invoke("echo", json!({"arguments": {"message": "x"}}))
         .await;

@@ -330,6 +330,81 @@ pub struct ToolsConfig {
     pub max_output_chars: usize,
     /// The `execute_command` tool and its sandbox.
     pub execute_command: CommandConfig,
+    /// The `web_fetch` tool.
+    pub web_fetch: FetchConfig,
+    /// The `web_search` tool: present only when `url` is set.
+    pub web_search: SearchConfig,
+}
+
+/// `[tools.web_fetch]`: fetching public web pages.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FetchConfig {
+    pub enabled: bool,
+    /// Fetch `http://` URLs too (otherwise HTTPS only).
+    pub allow_http: bool,
+    /// Non-public networks that may still be reached, as CIDRs (`["10.20.0.0/16"]`):
+    /// an intranet, or loopback in tests. Empty by default: public addresses only.
+    pub allowed_networks: Vec<String>,
+    /// Largest body read, in bytes.
+    pub max_bytes: usize,
+}
+
+impl Default for FetchConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            allow_http: false,
+            allowed_networks: Vec::new(),
+            max_bytes: toolgate_tools::web_fetch::FetchOptions::default().max_bytes,
+        }
+    }
+}
+
+impl FetchConfig {
+    fn networks(&self) -> Result<Vec<ipnet::IpNet>, String> {
+        self.allowed_networks
+            .iter()
+            .map(|n| {
+                n.parse::<ipnet::IpNet>()
+                    .or_else(|_| n.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                    .map_err(|_| format!("{n:?} is not a CIDR network"))
+            })
+            .collect()
+    }
+
+    pub fn options(&self) -> Option<toolgate_tools::web_fetch::FetchOptions> {
+        self.enabled
+            .then(|| toolgate_tools::web_fetch::FetchOptions {
+                allow_http: self.allow_http,
+                allowed_networks: self.networks().unwrap_or_default(),
+                max_bytes: self.max_bytes,
+                ..Default::default()
+            })
+    }
+}
+
+/// `[tools.web_search]`: a SearXNG-compatible JSON search API.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SearchConfig {
+    /// The search endpoint (`https://searx.example.org/search`); unset leaves the tool out.
+    pub url: Option<String>,
+    /// Environment variable holding a bearer token for the API, if it needs one.
+    pub api_key_env: Option<String>,
+}
+
+impl SearchConfig {
+    pub fn options(&self) -> Option<toolgate_tools::web_search::SearchOptions> {
+        let url = self.url.as_deref()?.parse().ok()?;
+        Some(toolgate_tools::web_search::SearchOptions {
+            url,
+            api_key: self
+                .api_key_env
+                .as_deref()
+                .and_then(|name| std::env::var(name).ok()),
+        })
+    }
 }
 
 /// `[tools.execute_command]`: shell commands in each tenant's workspace, sandboxed.
@@ -467,6 +542,8 @@ impl Default for ToolsConfig {
             diagnostics: true,
             max_output_chars: toolgate_core::spec::DEFAULT_MAX_OUTPUT_CHARS,
             execute_command: CommandConfig::default(),
+            web_fetch: FetchConfig::default(),
+            web_search: SearchConfig::default(),
         }
     }
 }
@@ -620,6 +697,17 @@ impl Config {
         }
         if self.tools.max_output_chars == 0 {
             errors.push(("tools.max_output_chars".into(), "must be at least 1".into()));
+        }
+        if let Err(problem) = self.tools.web_fetch.networks() {
+            errors.push(("tools.web_fetch.allowed_networks".into(), problem));
+        }
+        if let Some(url) = &self.tools.web_search.url
+            && !(url.starts_with("https://") || url.starts_with("http://"))
+        {
+            errors.push((
+                "tools.web_search.url".into(),
+                format!("{url:?} is not an http(s) URL"),
+            ));
         }
         let command = &self.tools.execute_command;
         if command.default_timeout_secs == 0

@@ -109,8 +109,12 @@ pub async fn build_with(
     let options = BuiltinOptions {
         diagnostics: config.tools.diagnostics,
         commands: config.tools.execute_command.options(),
+        fetch: config.tools.web_fetch.options(),
+        search: config.tools.web_search.options(),
     };
-    for tool in builtin_tools(workspaces.clone(), &options) {
+    let builtins = builtin_tools(workspaces.clone(), &options)
+        .map_err(|e| anyhow::anyhow!("setting up the built-in tools: {e}"))?;
+    for tool in builtins {
         registry
             .register(tool)
             .context("registering the built-in tools")?;

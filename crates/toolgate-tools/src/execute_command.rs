@@ -166,131 +166,177 @@ impl Tool for ExecuteCommand {
 
     async fn call(&self, ctx: &CallContext, args: Value) -> Result<ToolOutput, ToolError> {
         let args: Args = parse_args(args)?;
-        let ws = self.workspaces.for_caller(&ctx.auth)?;
-        let rel = ws.relative(args.cwd.as_deref().unwrap_or("."))?;
-        let meta = ws.dir().metadata(&rel).map_err(|e| io_error(&rel, e))?;
-        if !meta.is_dir() {
-            return Err(ToolError::invalid_arguments(format!(
-                "cwd {:?} is not a directory",
-                display_path(&rel)
-            )));
-        }
-        let mut mode = self.options.sandbox_for(&ctx.auth.tenant_name);
-        if mode != SandboxMode::Unrestricted && !landlock_available() {
-            if !self.options.allow_unsandboxed {
-                return Err(ToolError::new(
-                    ErrorKind::Denied,
-                    "execute_command is off on this host: its kernel does not enforce Landlock, \
-                     and the operator has not allowed unsandboxed commands",
-                ));
-            }
-            mode = SandboxMode::Unrestricted;
-        }
-        let temp = tempfile::Builder::new()
-            .prefix("toolgate-cmd-")
-            .tempdir_in(&self.options.temp_root)
-            .map_err(|e| ToolError::internal(format!("cannot make the command's temp dir: {e}")))?;
-        let launch = Launch {
+        let mode = self.options.sandbox_for(&ctx.auth.tenant_name);
+        let ran = run_sandboxed(
+            &self.options,
+            &self.workspaces,
+            ctx,
+            args.cwd.as_deref().unwrap_or("."),
+            args.command,
             mode,
-            read_paths: self.options.read_paths.clone(),
-            workspace: ws.root().to_owned(),
-            temp: temp.path().to_owned(),
-            network: self.options.network,
-            limits: self.options.limits,
-            cwd: ws.root().join(&rel),
-            command: args.command,
-        };
-        let launch = serde_json::to_string(&launch).map_err(ToolError::internal)?;
-        let (tx, mut rx) = tokio::net::unix::pipe::pipe().map_err(ToolError::internal)?;
-        let out = tx.into_blocking_fd().map_err(ToolError::internal)?;
-        let err = out.try_clone().map_err(ToolError::internal)?;
-        let mut cmd = tokio::process::Command::new(&self.options.launcher);
-        cmd.arg(LAUNCHER_SUBCOMMAND)
-            .arg(launch)
-            .current_dir(ws.root())
-            .env_clear()
-            .env("PATH", PATH)
-            .env("HOME", ws.root())
-            .env("TMPDIR", temp.path())
-            .env("LANG", "C.UTF-8")
-            .env("TERM", "dumb")
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .process_group(0)
-            .kill_on_drop(true);
-        for name in &self.options.env_passthrough {
-            if let Some(value) = std::env::var_os(name) {
-                cmd.env(name, value);
-            }
-        }
-        let mut child = cmd.spawn().map_err(|e| {
-            ToolError::internal(format!(
-                "cannot start the sandbox launcher {}: {e}",
-                self.options.launcher.display()
-            ))
-        })?;
-        // Our copies of the pipe's write end must go, or reading never ends.
-        drop(cmd);
-        let group = KillGroup(child.id().and_then(|pid| i32::try_from(pid).ok()));
-
-        let mut kept = Vec::with_capacity(8192);
-        let mut written: u64 = 0;
-        let mut chunk = vec![0u8; 16 * 1024];
-        let mut status = None;
-        let mut drain_until: Option<Instant> = None;
-        loop {
-            tokio::select! {
-                read = rx.read(&mut chunk) => match read {
-                    Ok(0) => break,
-                    Ok(n) => {
-                        written += n as u64;
-                        let room = MAX_OUTPUT_BYTES.saturating_sub(kept.len());
-                        kept.extend_from_slice(&chunk[..n.min(room)]);
-                    }
-                    Err(e) => return Err(ToolError::internal(format!("reading the command's output: {e}"))),
-                },
-                exited = child.wait(), if status.is_none() => {
-                    status = Some(exited.map_err(ToolError::internal)?);
-                    group.kill();
-                    drain_until = Some(Instant::now() + DRAIN);
-                }
-                () = sleep_until(drain_until), if drain_until.is_some() => break,
-            }
-        }
-        let status = match status {
-            Some(status) => status,
-            None => child.wait().await.map_err(ToolError::internal)?,
-        };
-        group.kill();
-        drop(temp);
-
-        let (mut text, truncated) = first_chars(&kept, MAX_OUTPUT_CHARS);
-        if truncated || (kept.len() as u64) < written {
+        )
+        .await?;
+        let truncated = ran.truncated();
+        let (mut text, _) = first_chars(&ran.output, MAX_OUTPUT_CHARS);
+        if truncated {
             text.push_str(&format!(
-                "\n[output truncated: showing the first {MAX_OUTPUT_CHARS} characters of {written} bytes]"
+                "\n[output truncated: showing the first {MAX_OUTPUT_CHARS} characters of {} bytes]",
+                ran.written
             ));
         }
-        use std::os::unix::process::ExitStatusExt;
-        let code = status.code();
-        let signal = status.signal();
         if !text.is_empty() && !text.ends_with('\n') {
             text.push('\n');
         }
-        match (code, signal) {
+        match (ran.code, ran.signal) {
             (Some(code), _) => text.push_str(&format!("[exit code {code}]")),
             (None, Some(signal)) => text.push_str(&format!("[killed by signal {signal}]")),
             (None, None) => text.push_str("[exited]"),
         }
         let structured = json!({
-            "exit_code": code,
-            "signal": signal,
-            "output_bytes": written,
-            "truncated": truncated || (kept.len() as u64) < written,
-            "sandbox": mode.as_str(),
+            "exit_code": ran.code,
+            "signal": ran.signal,
+            "output_bytes": ran.written,
+            "truncated": truncated,
+            "sandbox": ran.mode.as_str(),
         });
         Ok(ToolOutput::text(text).with_structured(structured))
     }
+}
+
+/// What a sandboxed command did.
+pub(crate) struct Ran {
+    /// The first bytes of its merged stdout and stderr.
+    pub output: Vec<u8>,
+    /// Bytes it wrote in all.
+    pub written: u64,
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    /// The sandbox it ran in.
+    pub mode: SandboxMode,
+}
+
+impl Ran {
+    fn truncated(&self) -> bool {
+        (self.output.len() as u64) < self.written
+            || String::from_utf8_lossy(&self.output).chars().count() > MAX_OUTPUT_CHARS
+    }
+}
+
+/// Runs `/bin/sh -c <command>` in the caller's workspace directory `cwd`, confined by
+/// `mode` (see the module documentation), until it exits or this future is dropped.
+pub(crate) async fn run_sandboxed(
+    options: &CommandOptions,
+    workspaces: &Workspaces,
+    ctx: &CallContext,
+    cwd: &str,
+    command: String,
+    mut mode: SandboxMode,
+) -> Result<Ran, ToolError> {
+    let ws = workspaces.for_caller(&ctx.auth)?;
+    let rel = ws.relative(cwd)?;
+    let meta = ws.dir().metadata(&rel).map_err(|e| io_error(&rel, e))?;
+    if !meta.is_dir() {
+        return Err(ToolError::invalid_arguments(format!(
+            "cwd {:?} is not a directory",
+            display_path(&rel)
+        )));
+    }
+    if mode != SandboxMode::Unrestricted && !landlock_available() {
+        if !options.allow_unsandboxed {
+            return Err(ToolError::new(
+                ErrorKind::Denied,
+                "commands are off on this host: its kernel does not enforce Landlock, \
+                 and the operator has not allowed unsandboxed commands",
+            ));
+        }
+        mode = SandboxMode::Unrestricted;
+    }
+    let temp = tempfile::Builder::new()
+        .prefix("toolgate-cmd-")
+        .tempdir_in(&options.temp_root)
+        .map_err(|e| ToolError::internal(format!("cannot make the command's temp dir: {e}")))?;
+    let launch = Launch {
+        mode,
+        read_paths: options.read_paths.clone(),
+        workspace: ws.root().to_owned(),
+        temp: temp.path().to_owned(),
+        network: options.network,
+        limits: options.limits,
+        cwd: ws.root().join(&rel),
+        command,
+    };
+    let launch = serde_json::to_string(&launch).map_err(ToolError::internal)?;
+    let (tx, mut rx) = tokio::net::unix::pipe::pipe().map_err(ToolError::internal)?;
+    let out = tx.into_blocking_fd().map_err(ToolError::internal)?;
+    let err = out.try_clone().map_err(ToolError::internal)?;
+    let mut cmd = tokio::process::Command::new(&options.launcher);
+    cmd.arg(LAUNCHER_SUBCOMMAND)
+        .arg(launch)
+        .current_dir(ws.root())
+        .env_clear()
+        .env("PATH", PATH)
+        .env("HOME", ws.root())
+        .env("TMPDIR", temp.path())
+        .env("LANG", "C.UTF-8")
+        .env("TERM", "dumb")
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(0)
+        .kill_on_drop(true);
+    for name in &options.env_passthrough {
+        if let Some(value) = std::env::var_os(name) {
+            cmd.env(name, value);
+        }
+    }
+    let mut child = cmd.spawn().map_err(|e| {
+        ToolError::internal(format!(
+            "cannot start the sandbox launcher {}: {e}",
+            options.launcher.display()
+        ))
+    })?;
+    // Our copies of the pipe's write end must go, or reading never ends.
+    drop(cmd);
+    let group = KillGroup(child.id().and_then(|pid| i32::try_from(pid).ok()));
+
+    let mut kept = Vec::with_capacity(8192);
+    let mut written: u64 = 0;
+    let mut chunk = vec![0u8; 16 * 1024];
+    let mut status = None;
+    let mut drain_until: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            read = rx.read(&mut chunk) => match read {
+                Ok(0) => break,
+                Ok(n) => {
+                    written += n as u64;
+                    let room = MAX_OUTPUT_BYTES.saturating_sub(kept.len());
+                    kept.extend_from_slice(&chunk[..n.min(room)]);
+                }
+                Err(e) => return Err(ToolError::internal(format!("reading the command's output: {e}"))),
+            },
+            exited = child.wait(), if status.is_none() => {
+                status = Some(exited.map_err(ToolError::internal)?);
+                group.kill();
+                drain_until = Some(Instant::now() + DRAIN);
+            }
+            () = sleep_until(drain_until), if drain_until.is_some() => break,
+        }
+    }
+    let status = match status {
+        Some(status) => status,
+        None => child.wait().await.map_err(ToolError::internal)?,
+    };
+    group.kill();
+    drop(temp);
+    use std::os::unix::process::ExitStatusExt;
+    Ok(Ran {
+        output: kept,
+        written,
+        code: status.code(),
+        signal: status.signal(),
+        mode,
+    })
 }
 
 /// Kills a process group when told to and when dropped (deadline, cancellation).

@@ -11,9 +11,15 @@
 //!   through a `cap_std` directory handle, so absolute paths, `..` escapes and symlinks
 //!   that leave the root are refused by the kernel (`openat2(RESOLVE_BENEATH)`), not by
 //!   string checks alone.
-//! - [`list_files`], [`read_file`], [`search_files`]: read-only workspace tools.
+//! - [`list_files`], [`read_file`], [`search_files`], [`workspace_tree`]: read-only
+//!   workspace tools.
+//! - [`write_file`]: `write_file`, `edit_file`, `create_directory` (whole-file replace
+//!   by rename, never a half-written file).
+//! - [`git_status`]: `git status` through the command sandbox, read-only.
 //! - [`execute_command`]: shell commands in the workspace, confined by [`sandbox`]
 //!   (Landlock, resource limits, a scrubbed environment, process-group kill).
+//! - [`web_fetch`]: a web page's main content, SSRF-guarded (public addresses only,
+//!   pinned connections, redirects re-checked); [`web_search`]: a configured SearXNG API.
 //! - [`diagnostics`]: `echo` and `sleep`, for checking a deployment end to end (and
 //!   for benchmarks); off with `tools.diagnostics = false`.
 //!
@@ -25,11 +31,16 @@ use toolgate_core::Tool;
 
 pub mod diagnostics;
 pub mod execute_command;
+pub mod git_status;
 pub mod list_files;
 pub mod read_file;
 pub mod sandbox;
 pub mod search_files;
+pub mod web_fetch;
+pub mod web_search;
 pub mod workspace;
+pub mod workspace_tree;
+pub mod write_file;
 
 pub use execute_command::CommandOptions;
 pub use sandbox::{ResourceLimits, SandboxMode};
@@ -40,28 +51,49 @@ pub use workspace::{Workspace, Workspaces};
 pub struct BuiltinOptions {
     /// Register `echo` and `sleep`.
     pub diagnostics: bool,
-    /// Register `execute_command`, run this way; `None` leaves it out.
+    /// Register `execute_command` and `git_status`, run this way; `None` leaves them out.
     pub commands: Option<CommandOptions>,
+    /// Register `web_fetch`, reaching the web this way; `None` leaves it out.
+    pub fetch: Option<web_fetch::FetchOptions>,
+    /// Register `web_search` against this search API; `None` leaves it out.
+    pub search: Option<web_search::SearchOptions>,
 }
 
 /// The built-in tools; file tools work in the caller's tenant's workspace.
-pub fn builtin_tools(workspaces: Arc<Workspaces>, options: &BuiltinOptions) -> Vec<Arc<dyn Tool>> {
+pub fn builtin_tools(
+    workspaces: Arc<Workspaces>,
+    options: &BuiltinOptions,
+) -> Result<Vec<Arc<dyn Tool>>, toolgate_core::ToolError> {
     let mut tools: Vec<Arc<dyn Tool>> = vec![
         Arc::new(list_files::ListFiles::new(workspaces.clone())),
         Arc::new(read_file::ReadFile::new(workspaces.clone())),
         Arc::new(search_files::SearchFiles::new(workspaces.clone())),
+        Arc::new(workspace_tree::WorkspaceTree::new(workspaces.clone())),
+        Arc::new(write_file::WriteFile::new(workspaces.clone())),
+        Arc::new(write_file::EditFile::new(workspaces.clone())),
+        Arc::new(write_file::CreateDirectory::new(workspaces.clone())),
     ];
     if let Some(commands) = &options.commands {
+        tools.push(Arc::new(git_status::GitStatus::new(
+            workspaces.clone(),
+            commands.clone(),
+        )));
         tools.push(Arc::new(execute_command::ExecuteCommand::new(
             workspaces,
             commands.clone(),
         )));
     }
+    if let Some(fetch) = &options.fetch {
+        tools.push(Arc::new(web_fetch::WebFetch::new(fetch.clone())));
+    }
+    if let Some(search) = &options.search {
+        tools.push(Arc::new(web_search::WebSearch::new(search.clone())?));
+    }
     if options.diagnostics {
         tools.push(Arc::new(diagnostics::Echo::new()));
         tools.push(Arc::new(diagnostics::Sleep::new()));
     }
-    tools
+    Ok(tools)
 }
 
 /// Parses validated arguments into a tool's typed argument struct. The schema has already

@@ -1,0 +1,177 @@
+//! `web_search`: a query against the search API the operator configured, in SearXNG's
+//! JSON format (`GET <url>?q=…&format=json` answering `{"results": [{"title", "url",
+//! "content"}]}`). Absent from the registry when no search API is configured. The API's
+//! address is the operator's choice, so it is not subject to `web_fetch`'s address checks.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use toolgate_core::{CallContext, Effects, ErrorKind, Risk, Tool, ToolError, ToolOutput, ToolSpec};
+
+use crate::parse_args;
+
+/// Most results returned.
+pub const MAX_RESULTS: usize = 20;
+
+/// Where `web_search` sends queries.
+#[derive(Clone, Debug)]
+pub struct SearchOptions {
+    /// The search endpoint, e.g. `https://searx.example.org/search`.
+    pub url: reqwest::Url,
+    /// Sent as `Authorization: Bearer …` when set.
+    pub api_key: Option<String>,
+}
+
+pub struct WebSearch {
+    spec: ToolSpec,
+    options: SearchOptions,
+    client: reqwest::Client,
+}
+
+#[derive(Deserialize)]
+struct Args {
+    query: String,
+    #[serde(default = "default_count")]
+    count: usize,
+    #[serde(default)]
+    language: Option<String>,
+}
+
+fn default_count() -> usize {
+    8
+}
+
+#[derive(Deserialize)]
+struct SearxResponse {
+    #[serde(default)]
+    results: Vec<SearxResult>,
+}
+
+#[derive(Deserialize)]
+struct SearxResult {
+    #[serde(default)]
+    title: String,
+    url: String,
+    #[serde(default)]
+    content: String,
+}
+
+impl WebSearch {
+    pub fn new(options: SearchOptions) -> Result<Self, ToolError> {
+        let spec = ToolSpec::new(
+            "web_search",
+            "Search the web. Returns the top results with title, URL and a snippet; fetch a \
+             result with web_fetch to read it.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "minLength": 1, "maxLength": 500},
+                    "count": {"type": "integer", "minimum": 1, "maximum": MAX_RESULTS, "default": 8},
+                    "language": {"type": "string", "maxLength": 16, "description": "Language code, e.g. \"en\""}
+                },
+                "required": ["query"],
+                "additionalProperties": false
+            }),
+        )
+        .with_title("Web search")
+        .with_category("web")
+        .with_risk(
+            Risk::High,
+            Effects {
+                writes: false,
+                destructive: false,
+                idempotent: true,
+                open_world: true,
+            },
+        )
+        .with_timeouts(Duration::from_secs(20), Duration::from_secs(60))
+        .with_output_schema(json!({
+            "type": "object",
+            "properties": {
+                "results": {"type": "array", "items": {
+                    "type": "object",
+                    "properties": {
+                        "title": {"type": "string"},
+                        "url": {"type": "string"},
+                        "snippet": {"type": "string"}
+                    },
+                    "required": ["title", "url", "snippet"]
+                }}
+            },
+            "required": ["results"]
+        }));
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::limited(3))
+            .connect_timeout(Duration::from_secs(10))
+            .user_agent(format!(
+                "toolgate/{} (web_search)",
+                env!("CARGO_PKG_VERSION")
+            ))
+            .build()
+            .map_err(ToolError::internal)?;
+        Ok(Self {
+            spec,
+            options,
+            client,
+        })
+    }
+}
+
+#[async_trait]
+impl Tool for WebSearch {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, _ctx: &CallContext, args: Value) -> Result<ToolOutput, ToolError> {
+        let args: Args = parse_args(args)?;
+        let mut url = self.options.url.clone();
+        url.query_pairs_mut()
+            .append_pair("q", &args.query)
+            .append_pair("format", "json");
+        if let Some(language) = &args.language {
+            url.query_pairs_mut().append_pair("language", language);
+        }
+        let mut request = self.client.get(url);
+        if let Some(key) = &self.options.api_key {
+            request = request.bearer_auth(key);
+        }
+        let upstream = |message: String| ToolError::new(ErrorKind::Upstream, message);
+        let response = request
+            .send()
+            .await
+            .map_err(|e| upstream(format!("the search API did not answer: {e}")))?;
+        let status = response.status();
+        if !status.is_success() {
+            let mut err = upstream(format!("the search API answered {status}"));
+            err.recoverable = status.is_server_error() || status.as_u16() == 429;
+            return Err(err);
+        }
+        let body: SearxResponse = response
+            .json()
+            .await
+            .map_err(|e| upstream(format!("the search API's answer is not SearXNG JSON: {e}")))?;
+        let results: Vec<Value> = body
+            .results
+            .into_iter()
+            .take(args.count.min(MAX_RESULTS))
+            .map(|r| json!({"title": r.title, "url": r.url, "snippet": r.content}))
+            .collect();
+        let mut text = String::new();
+        for (n, r) in results.iter().enumerate() {
+            text.push_str(&format!(
+                "{}. {}\n   {}\n   {}\n",
+                n + 1,
+                r["title"].as_str().unwrap_or(""),
+                r["url"].as_str().unwrap_or(""),
+                r["snippet"].as_str().unwrap_or("")
+            ));
+        }
+        if results.is_empty() {
+            text.push_str("no results\n");
+        }
+        Ok(ToolOutput::text(text).with_structured(json!({"results": results})))
+    }
+}

@@ -1,0 +1,182 @@
+//! `workspace_tree`: the workspace (or a directory in it) as an indented tree, to a depth,
+//! honouring `.gitignore` and skipping hidden entries unless asked. Symbolic links are
+//! shown, never followed.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use ignore::WalkBuilder;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use toolgate_core::{CallContext, Tool, ToolError, ToolOutput, ToolSpec};
+
+use crate::workspace::{display_path, io_error};
+use crate::{Workspaces, blocking, parse_args};
+
+/// Most entries shown; the walk stops there.
+pub const MAX_ENTRIES: usize = 2000;
+pub const DEFAULT_DEPTH: usize = 3;
+pub const MAX_DEPTH: usize = 10;
+
+pub struct WorkspaceTree {
+    spec: ToolSpec,
+    workspaces: Arc<Workspaces>,
+}
+
+#[derive(Deserialize)]
+struct Args {
+    #[serde(default)]
+    path: String,
+    #[serde(default = "default_depth")]
+    depth: usize,
+    #[serde(default)]
+    include_hidden: bool,
+}
+
+fn default_depth() -> usize {
+    DEFAULT_DEPTH
+}
+
+impl WorkspaceTree {
+    pub fn new(workspaces: Arc<Workspaces>) -> Self {
+        let spec = ToolSpec::new(
+            "workspace_tree",
+            "Show the workspace (or a directory in it) as an indented tree, a few levels deep. \
+             Honours .gitignore; hidden entries only when asked. Directories end with '/', \
+             symbolic links with '@'.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "Directory relative to the workspace root; the root when omitted", "default": "."},
+                    "depth": {"type": "integer", "minimum": 1, "maximum": MAX_DEPTH, "default": DEFAULT_DEPTH, "description": "Levels below the directory to show"},
+                    "include_hidden": {"type": "boolean", "default": false}
+                },
+                "additionalProperties": false
+            }),
+        )
+        .with_title("Workspace tree")
+        .with_category("workspace")
+        .with_output_schema(json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "entries": {"type": "array", "items": {
+                    "type": "object",
+                    "properties": {
+                        "path": {"type": "string"},
+                        "type": {"enum": ["file", "dir", "symlink", "other"]}
+                    },
+                    "required": ["path", "type"]
+                }},
+                "truncated": {"type": "boolean", "description": "More entries exist than were shown"}
+            },
+            "required": ["path", "entries", "truncated"]
+        }));
+        Self { spec, workspaces }
+    }
+}
+
+#[async_trait]
+impl Tool for WorkspaceTree {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, ctx: &CallContext, args: Value) -> Result<ToolOutput, ToolError> {
+        let args: Args = parse_args(args)?;
+        let ws = self.workspaces.for_caller(&ctx.auth)?;
+        let rel = ws.relative(&args.path)?;
+        let cancel = ctx.cancel.clone();
+        blocking(move || {
+            // Checked through the capability first: `..` and symlinks out are refused.
+            let meta = ws.dir().metadata(&rel).map_err(|e| io_error(&rel, e))?;
+            if !meta.is_dir() {
+                return Err(ToolError::invalid_arguments(format!(
+                    "{:?} is not a directory",
+                    display_path(&rel)
+                )));
+            }
+            let base = ws.root().join(&rel);
+            let walk = WalkBuilder::new(&base)
+                .hidden(!args.include_hidden)
+                .require_git(false)
+                .follow_links(false)
+                .max_depth(Some(args.depth.clamp(1, MAX_DEPTH)))
+                .filter_entry(|e| e.file_name() != ".git")
+                .sort_by_file_name(|a, b| a.cmp(b))
+                .build();
+            let mut text = format!("{}/\n", display_path(&rel));
+            let mut entries = Vec::new();
+            let mut truncated = false;
+            for entry in walk {
+                let Ok(entry) = entry else { continue };
+                if entry.depth() == 0 {
+                    continue;
+                }
+                if entries.len() >= MAX_ENTRIES || cancel.is_cancelled() {
+                    truncated = true;
+                    break;
+                }
+                let kind = match entry.file_type() {
+                    Some(t) if t.is_symlink() => "symlink",
+                    Some(t) if t.is_dir() => "dir",
+                    Some(t) if t.is_file() => "file",
+                    _ => "other",
+                };
+                let path = entry
+                    .path()
+                    .strip_prefix(ws.root())
+                    .map(display_path)
+                    .unwrap_or_default();
+                text.push_str(&"  ".repeat(entry.depth()));
+                text.push_str(&entry.file_name().to_string_lossy());
+                text.push_str(match kind {
+                    "dir" => "/",
+                    "symlink" => "@",
+                    _ => "",
+                });
+                text.push('\n');
+                entries.push(json!({"path": path, "type": kind}));
+            }
+            if truncated {
+                text.push_str(&format!("[stopped after {MAX_ENTRIES} entries]\n"));
+            }
+            Ok(ToolOutput::text(text).with_structured(json!({
+                "path": display_path(&rel),
+                "entries": entries,
+                "truncated": truncated,
+            })))
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn shows_a_depth_limited_tree_honouring_gitignore() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let wss = Arc::new(Workspaces::new(tmp.path()).expect("ws"));
+        let ctx = crate::read_file::tests::ctx();
+        let root = wss.for_caller(&ctx.auth).expect("ws").root().to_path_buf();
+        std::fs::create_dir_all(root.join("src/deep/deeper")).expect("mkdir");
+        std::fs::write(root.join("src/deep/deeper/x.rs"), "").expect("write");
+        std::fs::write(root.join("src/main.rs"), "").expect("write");
+        std::fs::write(root.join(".gitignore"), "target/\n").expect("write");
+        std::fs::create_dir_all(root.join("target")).expect("mkdir");
+        std::fs::write(root.join("README.md"), "").expect("write");
+        let tool = WorkspaceTree::new(wss);
+        let out = tool.call(&ctx, json!({"depth": 2})).await.expect("tree");
+        let toolgate_core::Content::Text { text } = &out.content[0] else {
+            panic!("text")
+        };
+        assert_eq!(text, "./\n  README.md\n  src/\n    deep/\n    main.rs\n");
+        let err = tool
+            .call(&ctx, json!({"path": "../"}))
+            .await
+            .expect_err("escape");
+        assert_eq!(err.kind, toolgate_core::ErrorKind::InvalidArguments);
+    }
+}

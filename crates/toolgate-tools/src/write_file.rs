@@ -1,0 +1,414 @@
+//! `write_file`, `edit_file` and `create_directory`: the workspace tools that change
+//! files. Every write goes to a temporary file beside the target, then replaces it in one
+//! `rename`, so a reader (or a crash) never sees half a file; an edited file keeps its
+//! permissions.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use cap_std::fs::{Dir, OpenOptions};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use toolgate_core::{CallContext, Effects, Risk, Tool, ToolError, ToolOutput, ToolSpec};
+
+use crate::read_file::MAX_FILE_BYTES;
+use crate::workspace::{display_path, io_error};
+use crate::{Workspaces, blocking, parse_args};
+
+/// Longest content written in one call, in characters.
+pub const MAX_CONTENT_CHARS: u64 = 10_000_000;
+
+const CHANGES: Effects = Effects {
+    writes: true,
+    destructive: true,
+    idempotent: true,
+    open_world: false,
+};
+
+pub struct WriteFile {
+    spec: ToolSpec,
+    workspaces: Arc<Workspaces>,
+}
+
+#[derive(Deserialize)]
+struct WriteArgs {
+    path: String,
+    content: String,
+}
+
+impl WriteFile {
+    pub fn new(workspaces: Arc<Workspaces>) -> Self {
+        let spec = ToolSpec::new(
+            "write_file",
+            "Write a text file in the workspace, replacing it if it exists and creating missing \
+             parent directories. Paths are relative to the workspace root.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "minLength": 1, "description": "File path relative to the workspace root"},
+                    "content": {"type": "string", "maxLength": MAX_CONTENT_CHARS, "description": "The whole new content"}
+                },
+                "required": ["path", "content"],
+                "additionalProperties": false
+            }),
+        )
+        .with_title("Write file")
+        .with_category("workspace")
+        .with_risk(Risk::Medium, CHANGES)
+        .with_output_schema(json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "bytes": {"type": "integer"},
+                "created": {"type": "boolean", "description": "The file did not exist before"}
+            },
+            "required": ["path", "bytes", "created"]
+        }));
+        Self { spec, workspaces }
+    }
+}
+
+#[async_trait]
+impl Tool for WriteFile {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, ctx: &CallContext, args: Value) -> Result<ToolOutput, ToolError> {
+        let args: WriteArgs = parse_args(args)?;
+        let ws = self.workspaces.for_caller(&ctx.auth)?;
+        let rel = file_path(&ws.relative(&args.path)?)?;
+        blocking(move || {
+            let dir = ws.dir();
+            if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+                dir.create_dir_all(parent)
+                    .map_err(|e| io_error(parent, e))?;
+            }
+            let created = match dir.symlink_metadata(&rel) {
+                Ok(meta) if meta.is_dir() => {
+                    return Err(ToolError::invalid_arguments(format!(
+                        "{:?} is a directory",
+                        display_path(&rel)
+                    )));
+                }
+                Ok(_) => false,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+                Err(e) => return Err(io_error(&rel, e)),
+            };
+            replace(dir, &rel, args.content.as_bytes())?;
+            let bytes = args.content.len();
+            let shown = display_path(&rel);
+            Ok(ToolOutput::text(format!(
+                "{} {shown} ({bytes} bytes)",
+                if created { "created" } else { "replaced" }
+            ))
+            .with_structured(json!({"path": shown, "bytes": bytes, "created": created})))
+        })
+        .await
+    }
+}
+
+pub struct EditFile {
+    spec: ToolSpec,
+    workspaces: Arc<Workspaces>,
+}
+
+#[derive(Deserialize)]
+struct EditArgs {
+    path: String,
+    old_text: String,
+    new_text: String,
+    #[serde(default)]
+    replace_all: bool,
+}
+
+impl EditFile {
+    pub fn new(workspaces: Arc<Workspaces>) -> Self {
+        let spec = ToolSpec::new(
+            "edit_file",
+            "Replace exact text in a file of the workspace. `old_text` must occur exactly once \
+             (include surrounding lines to make it unique), or set `replace_all` to replace every \
+             occurrence. Fails, changing nothing, when the text is missing or not unique.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "minLength": 1, "description": "File path relative to the workspace root"},
+                    "old_text": {"type": "string", "minLength": 1, "description": "Exact text to find, whitespace included"},
+                    "new_text": {"type": "string", "description": "Text to put in its place"},
+                    "replace_all": {"type": "boolean", "default": false, "description": "Replace every occurrence"}
+                },
+                "required": ["path", "old_text", "new_text"],
+                "additionalProperties": false
+            }),
+        )
+        .with_title("Edit file")
+        .with_category("workspace")
+        .with_risk(
+            Risk::Medium,
+            Effects {
+                idempotent: false,
+                ..CHANGES
+            },
+        )
+        .with_output_schema(json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "replacements": {"type": "integer"}
+            },
+            "required": ["path", "replacements"]
+        }));
+        Self { spec, workspaces }
+    }
+}
+
+#[async_trait]
+impl Tool for EditFile {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, ctx: &CallContext, args: Value) -> Result<ToolOutput, ToolError> {
+        let args: EditArgs = parse_args(args)?;
+        let ws = self.workspaces.for_caller(&ctx.auth)?;
+        let rel = file_path(&ws.relative(&args.path)?)?;
+        blocking(move || {
+            let dir = ws.dir();
+            let shown = display_path(&rel);
+            let meta = dir.metadata(&rel).map_err(|e| io_error(&rel, e))?;
+            if meta.is_dir() {
+                return Err(ToolError::invalid_arguments(format!(
+                    "{shown:?} is a directory"
+                )));
+            }
+            if meta.len() > MAX_FILE_BYTES {
+                return Err(ToolError::invalid_arguments(format!(
+                    "{shown:?} is {} bytes, more than edit_file edits ({MAX_FILE_BYTES})",
+                    meta.len()
+                )));
+            }
+            let text = dir.read_to_string(&rel).map_err(|e| match e.kind() {
+                std::io::ErrorKind::InvalidData => {
+                    ToolError::invalid_arguments(format!("{shown:?} is not UTF-8 text"))
+                }
+                _ => io_error(&rel, e),
+            })?;
+            let count = text.matches(&args.old_text).count();
+            if count == 0 {
+                return Err(ToolError::invalid_arguments(format!(
+                    "old_text was not found in {shown:?}"
+                ))
+                .with_suggestion(
+                    "read the file again and copy the text exactly, whitespace included",
+                ));
+            }
+            if count > 1 && !args.replace_all {
+                return Err(ToolError::invalid_arguments(format!(
+                    "old_text occurs {count} times in {shown:?}"
+                ))
+                .with_suggestion(
+                    "include more surrounding text to make it unique, or set replace_all",
+                ));
+            }
+            let edited = if args.replace_all {
+                text.replace(&args.old_text, &args.new_text)
+            } else {
+                text.replacen(&args.old_text, &args.new_text, 1)
+            };
+            replace(dir, &rel, edited.as_bytes())?;
+            if let Err(e) = dir.set_permissions(&rel, meta.permissions()) {
+                return Err(io_error(&rel, e));
+            }
+            Ok(ToolOutput::text(format!(
+                "edited {shown}: {count} replacement{}",
+                if count == 1 { "" } else { "s" }
+            ))
+            .with_structured(json!({"path": shown, "replacements": count})))
+        })
+        .await
+    }
+}
+
+pub struct CreateDirectory {
+    spec: ToolSpec,
+    workspaces: Arc<Workspaces>,
+}
+
+#[derive(Deserialize)]
+struct DirArgs {
+    path: String,
+}
+
+impl CreateDirectory {
+    pub fn new(workspaces: Arc<Workspaces>) -> Self {
+        let spec = ToolSpec::new(
+            "create_directory",
+            "Create a directory in the workspace, with any missing parents. Succeeds when it exists.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "minLength": 1, "description": "Directory path relative to the workspace root"}
+                },
+                "required": ["path"],
+                "additionalProperties": false
+            }),
+        )
+        .with_title("Create directory")
+        .with_category("workspace")
+        .with_risk(
+            Risk::Medium,
+            Effects {
+                destructive: false,
+                ..CHANGES
+            },
+        );
+        Self { spec, workspaces }
+    }
+}
+
+#[async_trait]
+impl Tool for CreateDirectory {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, ctx: &CallContext, args: Value) -> Result<ToolOutput, ToolError> {
+        let args: DirArgs = parse_args(args)?;
+        let ws = self.workspaces.for_caller(&ctx.auth)?;
+        let rel = file_path(&ws.relative(&args.path)?)?;
+        blocking(move || {
+            ws.dir()
+                .create_dir_all(&rel)
+                .map_err(|e| io_error(&rel, e))?;
+            Ok(ToolOutput::text(format!("created {}/", display_path(&rel))))
+        })
+        .await
+    }
+}
+
+/// A path naming something below the root (not the root itself).
+fn file_path(rel: &Path) -> Result<PathBuf, ToolError> {
+    if rel == Path::new(".") {
+        return Err(ToolError::invalid_arguments(
+            "the path names the workspace root itself",
+        ));
+    }
+    Ok(rel.to_path_buf())
+}
+
+/// Writes `bytes` to a temporary file beside `rel`, then renames it over `rel`.
+fn replace(dir: &Dir, rel: &Path, bytes: &[u8]) -> Result<(), ToolError> {
+    let name = rel
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let temp = rel.with_file_name(format!(".{name}.toolgate-{:016x}", fastrand_u64()));
+    let write = || -> std::io::Result<()> {
+        let mut file = dir.open_with(&temp, OpenOptions::new().write(true).create_new(true))?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        dir.rename(&temp, dir, rel)
+    };
+    write().map_err(|e| {
+        let _ = dir.remove_file(&temp);
+        io_error(rel, e)
+    })
+}
+
+/// A random suffix for temporary names (collisions only retry, never overwrite:
+/// `create_new`).
+fn fastrand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolgate_core::ErrorKind;
+
+    fn workspaces() -> (tempfile::TempDir, Arc<Workspaces>, PathBuf) {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let wss = Arc::new(Workspaces::new(tmp.path()).expect("ws"));
+        let root = wss
+            .for_caller(&crate::read_file::tests::ctx().auth)
+            .expect("ws")
+            .root()
+            .to_path_buf();
+        (tmp, wss, root)
+    }
+
+    #[tokio::test]
+    async fn writes_create_parents_and_replace_whole_files() {
+        let (_tmp, wss, root) = workspaces();
+        let tool = WriteFile::new(wss);
+        let ctx = crate::read_file::tests::ctx();
+        let out = tool
+            .call(&ctx, json!({"path": "a/b/c.txt", "content": "one"}))
+            .await
+            .expect("write");
+        assert_eq!(
+            out.structured,
+            Some(json!({"path": "a/b/c.txt", "bytes": 3, "created": true}))
+        );
+        tool.call(&ctx, json!({"path": "a/b/c.txt", "content": "two"}))
+            .await
+            .expect("replace");
+        assert_eq!(
+            std::fs::read_to_string(root.join("a/b/c.txt")).expect("read"),
+            "two"
+        );
+        // No temporary files are left behind.
+        assert_eq!(std::fs::read_dir(root.join("a/b")).expect("dir").count(), 1);
+        for bad in ["../x", "/etc/x", ".", "a"] {
+            let err = tool
+                .call(&ctx, json!({"path": bad, "content": "x"}))
+                .await
+                .expect_err(bad);
+            assert_eq!(err.kind, ErrorKind::InvalidArguments, "{bad}: {err}");
+        }
+        // A symlink leading out is not written through.
+        let outside = _tmp.path().join("outside.txt");
+        std::os::unix::fs::symlink(&outside, root.join("out")).expect("symlink");
+        let _ = tool
+            .call(&ctx, json!({"path": "out/x", "content": "x"}))
+            .await;
+        assert!(!outside.exists());
+    }
+
+    #[tokio::test]
+    async fn edits_need_one_exact_match_unless_replacing_all() {
+        let (_tmp, wss, root) = workspaces();
+        std::fs::write(root.join("f.txt"), "a b a\n").expect("write");
+        let tool = EditFile::new(wss);
+        let ctx = crate::read_file::tests::ctx();
+        let edit = |old: &str, new: &str, all: bool| {
+            tool.call(
+                &ctx,
+                json!({"path": "f.txt", "old_text": old, "new_text": new, "replace_all": all}),
+            )
+        };
+        let err = edit("z", "y", false).await.expect_err("missing");
+        assert!(err.message.contains("not found"), "{err}");
+        let err = edit("a", "y", false).await.expect_err("twice");
+        assert!(err.message.contains("2 times"), "{err}");
+        assert_eq!(
+            std::fs::read_to_string(root.join("f.txt")).expect("read"),
+            "a b a\n"
+        );
+        edit("b", "B", false).await.expect("unique");
+        edit("a", "A", true).await.expect("all");
+        assert_eq!(
+            std::fs::read_to_string(root.join("f.txt")).expect("read"),
+            "A B A\n"
+        );
+    }
+}
