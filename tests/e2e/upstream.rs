@@ -362,3 +362,48 @@ async fn server_everything_over_stdio() {
     client.cancel().await.expect("close");
     gw.stop().await;
 }
+
+/// Upstreams that misbehave on stdout — garbage instead of JSON-RPC, or an endless flood
+/// — hold up nothing: the gateway starts, serves its own tools and stays responsive,
+/// and registers nothing from them.
+#[tokio::test]
+async fn upstreams_writing_garbage_or_flooding_stdout_hold_nothing_up() {
+    let gw = Gateway::start_with(|c| {
+        c.upstreams = vec![
+            upstream(
+                "garbage",
+                "/bin/sh",
+                &[
+                    "-c",
+                    "echo 'this is not json-rpc'; echo '{\"jsonrpc\": 7}'; sleep 600",
+                ],
+            ),
+            upstream("flood", "/usr/bin/yes", &["not json-rpc either"]),
+        ];
+    })
+    .await;
+    let started = std::time::Instant::now();
+    for _ in 0..20 {
+        let (status, _, body) = gw
+            .invoke("echo", json!({"arguments": {"message": "still here"}}))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // 20 calls and 2 s of pauses: a gateway busy parsing the flood would take far longer.
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "calls slowed to a crawl: {:?}",
+        started.elapsed()
+    );
+    let names = listed(&gw).await;
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.starts_with("garbage__") || n.starts_with("flood__")),
+        "{names:?}"
+    );
+    let (status, _, _) = gw.get("/healthz").await;
+    assert_eq!(status, 200);
+    gw.stop().await;
+}

@@ -30,8 +30,8 @@ use rmcp::model::{
     ProgressNotificationParam, ProgressToken, RequestId, ServerResult,
 };
 use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RoleClient, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ServiceError, ServiceExt};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -45,6 +45,12 @@ use toolgate_core::{
 /// connection is dropped and made again (an HTTP upstream that vanished closes nothing).
 const PING_EVERY: Duration = Duration::from_secs(30);
 const PING_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an upstream has to answer `initialize`.
+const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bytes a stdio upstream may write before it has answered `initialize`. A server that
+/// writes more is not speaking MCP (a flood of garbage): the attempt fails at once rather
+/// than parsing it for as long as it writes.
+const MAX_BYTES_BEFORE_INITIALIZE: u64 = 1 << 20;
 /// Longest wait between reconnection attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
@@ -199,7 +205,9 @@ async fn supervise(config: UpstreamConfig, registry: Arc<Registry>, shutdown: Ca
             connected = connect(&config, progress.clone(), changed_tx) => connected,
         };
         match connected {
-            Ok(service) => {
+            // The child process (stdio) lives as long as this connection: dropping it
+            // kills the process.
+            Ok((service, _child)) => {
                 let cancel = service.cancellation_token();
                 let peer = service.peer().clone();
                 let ended = service.waiting();
@@ -287,7 +295,13 @@ async fn connect(
     config: &UpstreamConfig,
     progress: ProgressRoutes,
     list_changed: tokio::sync::mpsc::Sender<()>,
-) -> Result<RunningService<RoleClient, Handler>, String> {
+) -> Result<
+    (
+        RunningService<RoleClient, Handler>,
+        Option<tokio::process::Child>,
+    ),
+    String,
+> {
     let handler = Handler {
         info: ClientConfig::new(
             ClientCapabilities::default(),
@@ -313,17 +327,33 @@ async fn connect(
             if let Some(cwd) = cwd {
                 cmd.current_dir(cwd);
             }
-            let (transport, stderr) = TokioChildProcess::builder(cmd)
+            cmd.stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
+                .kill_on_drop(true);
+            let mut child = cmd
                 .spawn()
                 .map_err(|e| format!("cannot start {command:?}: {e}"))?;
-            if let Some(stderr) = stderr {
+            if let Some(stderr) = child.stderr.take() {
                 log_stderr(config.name.clone(), stderr);
             }
-            handler
-                .serve(transport)
+            let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+                return Err("the child's stdio was not piped".into());
+            };
+            let budget = Arc::new(std::sync::atomic::AtomicU64::new(
+                MAX_BYTES_BEFORE_INITIALIZE,
+            ));
+            let stdout = Capped {
+                inner: stdout,
+                left: budget.clone(),
+            };
+            let service = tokio::time::timeout(INITIALIZE_TIMEOUT, handler.serve((stdout, stdin)))
                 .await
-                .map_err(|e| format!("initialize failed: {e}"))
+                .map_err(|_| format!("no answer to initialize within {INITIALIZE_TIMEOUT:?}"))?
+                .map_err(|e| format!("initialize failed: {e}"))?;
+            // Initialized: from now on the upstream may write as much as its results need.
+            budget.store(u64::MAX, std::sync::atomic::Ordering::Relaxed);
+            Ok((service, Some(child)))
         }
         UpstreamTransport::Http {
             url,
@@ -341,15 +371,50 @@ async fn connect(
                     .map_err(|e| format!("header {name}: {e}"))?;
                 http.custom_headers.insert(name, value);
             }
-            handler
-                .serve(StreamableHttpClientTransport::from_config(http))
-                .await
-                .map_err(|e| format!("initialize failed: {e}"))
+            let service = tokio::time::timeout(
+                INITIALIZE_TIMEOUT,
+                handler.serve(StreamableHttpClientTransport::from_config(http)),
+            )
+            .await
+            .map_err(|_| format!("no answer to initialize within {INITIALIZE_TIMEOUT:?}"))?
+            .map_err(|e| format!("initialize failed: {e}"))?;
+            Ok((service, None))
         }
     }
 }
 
 /// The child's stderr, line by line, into the gateway's log (bounded lines).
+/// A child's stdout that fails once more than its budget has been read (see
+/// [`MAX_BYTES_BEFORE_INITIALIZE`]); a budget of `u64::MAX` is unlimited.
+struct Capped<R> {
+    inner: R,
+    left: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Capped<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        use std::sync::atomic::Ordering;
+        let left = self.left.load(Ordering::Relaxed);
+        if left == 0 {
+            return std::task::Poll::Ready(Err(std::io::Error::other(
+                "the upstream wrote more than 1 MiB that is not MCP before answering initialize",
+            )));
+        }
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if left != u64::MAX && matches!(polled, std::task::Poll::Ready(Ok(()))) {
+            let read = (buf.filled().len() - before) as u64;
+            self.left
+                .store(left.saturating_sub(read), Ordering::Relaxed);
+        }
+        polled
+    }
+}
+
 fn log_stderr(upstream: String, stderr: tokio::process::ChildStderr) {
     use tokio::io::AsyncBufReadExt;
     tokio::spawn(async move {
