@@ -311,18 +311,12 @@ impl Executor {
                 decided_by,
             } => {
                 record.approval = Some(approval);
-                let message = match &decided_by {
-                    Some(who) => format!("{who} denied calling {}: {reason}", spec.name),
-                    None => format!("calling {} was not approved: {reason}", spec.name),
-                };
-                let mut err =
-                    ToolError::new(ErrorKind::Denied, message).with_details(serde_json::json!({
-                        "approval_id": approval,
-                        "reason": reason,
-                        "decided_by": decided_by,
-                    }));
-                err.recoverable = false;
-                Err(err)
+                Err(crate::policy::denied(
+                    &spec.name,
+                    approval,
+                    &reason,
+                    decided_by.as_deref(),
+                ))
             }
         }
     }

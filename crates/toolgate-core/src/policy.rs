@@ -184,6 +184,25 @@ pub enum Gate {
     },
 }
 
+/// The `denied` error of a call a person refused (`decided_by`) or nobody approved in
+/// time (`None`), naming the approval and the reason.
+pub fn denied(
+    tool: &str,
+    approval: crate::ApprovalId,
+    reason: &str,
+    decided_by: Option<&str>,
+) -> crate::ToolError {
+    let message = match decided_by {
+        Some(who) => format!("{who} denied calling {tool}: {reason}"),
+        None => format!("calling {tool} was not approved: {reason}"),
+    };
+    let mut err = crate::ToolError::new(crate::ErrorKind::Denied, message).with_details(
+        serde_json::json!({"approval_id": approval, "reason": reason, "decided_by": decided_by}),
+    );
+    err.recoverable = false;
+    err
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("approval store unavailable: {0}")]
 pub struct ApprovalError(pub String);

@@ -452,15 +452,12 @@ async fn held(
                     }
                 }
                 _ => {
-                    let reason = record.reason.clone().unwrap_or_default();
-                    return Err(ToolError::new(
-                        ErrorKind::Denied,
-                        match &record.decided_by_name {
-                            Some(who) => format!("{who} denied calling {}: {reason}", record.tool),
-                            None => format!("calling {} was not approved: {reason}", record.tool),
-                        },
+                    return Err(toolgate_core::policy::denied(
+                        &record.tool,
+                        record.id,
+                        record.reason.as_deref().unwrap_or_default(),
+                        record.decided_by_name.as_deref(),
                     )
-                    .with_details(serde_json::json!({"approval_id": record.id, "reason": reason, "decided_by": record.decided_by_name}))
                     .into());
                 }
             }
