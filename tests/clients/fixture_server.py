@@ -4,7 +4,8 @@
     .venv/bin/python fixture_server.py
 
 With FIXTURE_LOG set, it appends one line per event to that file: `pid N` at start,
-`cancelled slow` when a call of `slow` is cancelled by the client.
+`cancelled slow` when a call of `slow` is cancelled by the client. With
+FIXTURE_EXIT_AFTER=S it exits S seconds after starting (a server that keeps dying).
 """
 
 import asyncio
@@ -78,4 +79,8 @@ def widget() -> str:
 
 if __name__ == "__main__":
     log(f"pid {os.getpid()}")
+    if os.environ.get("FIXTURE_EXIT_AFTER"):
+        import threading
+
+        threading.Timer(float(os.environ["FIXTURE_EXIT_AFTER"]), lambda: os._exit(4)).start()
     server.run("stdio")

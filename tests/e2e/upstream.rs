@@ -407,3 +407,50 @@ async fn upstreams_writing_garbage_or_flooding_stdout_hold_nothing_up() {
     assert_eq!(status, 200);
     gw.stop().await;
 }
+
+/// While an upstream is away, its tools stay listed but marked unavailable (REST
+/// `available: false`, a note in the MCP description), and calls fail as `upstream`
+/// errors; they come back when it does.
+#[tokio::test]
+async fn an_upstream_that_is_away_has_its_tools_marked_unavailable() {
+    let dir = sdk_clients();
+    let python = dir.join(".venv/bin/python").display().to_string();
+    let script = dir.join("fixture_server.py").display().to_string();
+    let gw = Gateway::start_with(|c| {
+        let mut blink = upstream("blink", &python, &[&script]);
+        blink.env.insert(
+            "FIXTURE_EXIT_AFTER".into(),
+            serde_json::from_value(json!("1.5")).expect("secret"),
+        );
+        c.upstreams = vec![blink];
+    })
+    .await;
+    let mut seen = (false, false);
+    for _ in 0..1000 {
+        let (status, _, tool) = gw.get("/v1/tools/blink__add").await;
+        if status == 200 {
+            match tool["available"].as_bool() {
+                Some(true) => seen.0 = true,
+                Some(false) => {
+                    seen.1 = true;
+                    let (status, _, problem) = gw
+                        .invoke("blink__add", json!({"arguments": {"a": 1, "b": 2}}))
+                        .await;
+                    // Reconnection may win the race; otherwise a clean upstream error.
+                    assert!(matches!(status, 200 | 502), "{status}: {problem}");
+                }
+                None => panic!("no `available` field: {tool}"),
+            }
+        }
+        if seen.0 && seen.1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        seen,
+        (true, true),
+        "listed as available, then as unavailable"
+    );
+    gw.stop().await;
+}

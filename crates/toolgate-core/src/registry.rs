@@ -33,6 +33,11 @@ impl RegisteredTool {
         self.tool.spec()
     }
 
+    /// See [`Tool::available`].
+    pub fn available(&self) -> bool {
+        self.tool.available()
+    }
+
     /// Checks `args` against the input schema, listing every violation with its JSON
     /// pointer. Messages never echo the offending value (it may be a secret).
     pub fn validate(&self, args: &Value) -> Result<(), ToolError> {

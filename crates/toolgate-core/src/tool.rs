@@ -16,6 +16,12 @@ use crate::{CallContext, ToolError, ToolSpec};
 pub trait Tool: Send + Sync + 'static {
     fn spec(&self) -> &ToolSpec;
 
+    /// Whether the tool can be called now. An upstream tool whose server is away (and
+    /// being reconnected) says no; listings mark it, calls fail as `upstream` errors.
+    fn available(&self) -> bool {
+        true
+    }
+
     async fn call(&self, ctx: &CallContext, args: Value) -> Result<ToolOutput, ToolError>;
 }
 

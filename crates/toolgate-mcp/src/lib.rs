@@ -328,6 +328,10 @@ impl ServerHandler for McpAdapter {
             .iter()
             .map(|t| {
                 let mut tool = mcp_tool(t.spec())?;
+                if !t.available() {
+                    let note = "[unavailable: its upstream server is reconnecting; calls fail until it is back] ";
+                    tool.description = Some(format!("{note}{}", tool.description.unwrap_or_default()).into());
+                }
                 tool.meta = vendor.filter(&t.spec().vendor_meta);
                 Ok(tool)
             })

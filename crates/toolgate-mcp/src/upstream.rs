@@ -566,6 +566,10 @@ impl Tool for UpstreamTool {
         &self.spec
     }
 
+    fn available(&self) -> bool {
+        !self.peer.is_transport_closed()
+    }
+
     async fn call(&self, ctx: &CallContext, args: Value) -> Result<ToolOutput, ToolError> {
         let Value::Object(args) = args else {
             return Err(ToolError::invalid_arguments("arguments must be an object"));

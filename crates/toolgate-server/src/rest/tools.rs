@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolgate_core::declarations::{self, DeclarationFormat};
 use toolgate_core::{
-    Adapter, CallContext, CallId, Completed, Content, ErrorKind, Risk, ToolError, ToolSpec,
+    Adapter, CallContext, CallId, Completed, Content, ErrorKind, RegisteredTool, Risk, ToolError,
+    ToolSpec,
 };
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -45,7 +46,8 @@ const MAX_PAGE: usize = 500;
     "effects": {"writes": false, "destructive": false, "idempotent": true, "open_world": false},
     "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
     "default_timeout_ms": 30000,
-    "max_timeout_ms": 120000
+    "max_timeout_ms": 120000,
+    "available": true
 }))]
 pub struct ToolInfo {
     pub name: String,
@@ -69,6 +71,9 @@ pub struct ToolInfo {
     /// Scope needed beyond `tools:invoke`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub required_scope: Option<String>,
+    /// False while the tool's upstream MCP server is away (being reconnected): calls
+    /// fail as `upstream` errors until it is back.
+    pub available: bool,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -90,6 +95,15 @@ pub struct EffectsInfo {
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl ToolInfo {
+    fn of(tool: &RegisteredTool) -> Self {
+        Self {
+            available: tool.available(),
+            ..Self::from(tool.spec())
+        }
+    }
 }
 
 impl From<&ToolSpec> for ToolInfo {
@@ -115,6 +129,7 @@ impl From<&ToolSpec> for ToolInfo {
             default_timeout_ms: millis(spec.default_timeout),
             max_timeout_ms: millis(spec.max_timeout),
             required_scope: spec.required_scope.clone(),
+            available: true,
         }
     }
 }
@@ -202,7 +217,7 @@ async fn list_tools(
     let next_cursor = (tools.len() > limit).then(|| tools[limit - 1].spec().name.clone());
     tools.truncate(limit);
     let page = ToolList {
-        tools: tools.iter().map(|t| ToolInfo::from(t.spec())).collect(),
+        tools: tools.iter().map(|t| ToolInfo::of(t)).collect(),
         next_cursor,
     };
     Ok(AppJson(page).into_response())
@@ -227,7 +242,7 @@ async fn get_tool(
     let tool = caller.tools(&app.registry).get(&name).ok_or_else(|| {
         ToolError::not_found(format!("no tool named {name:?} is available to you"))
     })?;
-    Ok(AppJson(ToolInfo::from(tool.spec())))
+    Ok(AppJson(ToolInfo::of(&tool)))
 }
 
 /// A tool call.
