@@ -257,14 +257,24 @@ async fn an_http_upstream_is_reached_with_its_bearer_token() {
     // Without its token the upstream refuses the connection: no tools from it.
     assert!(!names.iter().any(|n| n.starts_with("nokey__")), "{names:?}");
 
-    let (status, _, done) = gw
-        .invoke("peer__echo", json!({"arguments": {"message": "across"}}))
-        .await;
+    // The caller's W3C trace context reaches the upstream (both sides audit its trace id).
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let (status, _, done) = toolgate_e2e::read(
+        gw.http
+            .post(gw.url("/v1/tools/peer__echo/invoke"))
+            .header("traceparent", format!("00-{trace}-00f067aa0ba902b7-01"))
+            .json(&json!({"arguments": {"message": "across"}}))
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
     assert_eq!(status, 200, "{done}");
     assert_eq!(done["structured"], json!({"message": "across"}), "{done}");
     let (_, _, upstream_audit) = upstream_gw.get("/v1/audit?adapter=mcp").await;
     let entries = upstream_audit["entries"].as_array().expect("entries");
     assert_eq!(entries.len(), 1, "{upstream_audit}");
+    assert_eq!(entries[0]["trace_id"], trace, "{upstream_audit}");
     assert!(
         entries[0]["client"]
             .as_str()
@@ -277,6 +287,7 @@ async fn an_http_upstream_is_reached_with_its_bearer_token() {
         Some(1),
         "{audit}"
     );
+    assert_eq!(audit["entries"][0]["trace_id"], trace, "{audit}");
     gw.stop().await;
     upstream_gw.stop().await;
 }

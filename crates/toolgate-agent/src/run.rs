@@ -781,6 +781,7 @@ impl Driver<'_> {
                 })
                 .with_timeout(self.agent.tool_timeout())
                 .with_agent(self.agent.name.clone())
+                .with_trace(None)
                 .with_approval(approval);
             ctx.cancel = self.ctx.cancel.child_token();
             if let Some(id) = &self.ctx.request_id {

@@ -59,6 +59,43 @@ pub struct Progress {
 /// (MCP `progressToken`). Reports are dropped when no one listens or the listener lags.
 pub type ProgressSink = tokio::sync::mpsc::Sender<Progress>;
 
+/// The trace id and flags of a valid W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`,
+/// ids not all zeros; later versions are read by the version-00 fields).
+fn parse_traceparent(header: &str) -> Option<(String, String)> {
+    let mut parts = header.trim().split('-');
+    let (version, trace, parent, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |s: &str, len: usize| {
+        s.len() == len
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let valid = hex(version, 2)
+        && version != "ff"
+        && (version != "00" || parts.next().is_none())
+        && hex(trace, 32)
+        && trace.bytes().any(|b| b != b'0')
+        && hex(parent, 16)
+        && parent.bytes().any(|b| b != b'0')
+        && hex(flags, 2);
+    valid.then(|| (trace.to_owned(), flags.to_owned()))
+}
+
+/// `bytes` random bytes as lowercase hex (from a v4-style random UUID's bits).
+fn random_hex(bytes: usize) -> String {
+    let mut out = String::with_capacity(bytes * 2);
+    while out.len() < bytes * 2 {
+        let id = uuid::Uuid::now_v7().into_bytes();
+        // The last 8 bytes of a v7 UUID are random (but for the variant bits).
+        for b in &id[8..] {
+            if out.len() < bytes * 2 {
+                out.push_str(&format!("{b:02x}"));
+            }
+        }
+    }
+    out
+}
+
 /// One call. Adapters build it with [`CallContext::new`] and the `with_*` methods; the
 /// executor sets the deadline.
 #[derive(Clone, Debug)]
@@ -67,8 +104,11 @@ pub struct CallContext {
     pub call_id: CallId,
     pub adapter: Adapter,
     pub request_id: Option<String>,
-    /// W3C trace id, when the request carried or started a trace.
+    /// W3C trace id (32 hex digits): the caller's, from its `traceparent`, or a new one.
     pub trace_id: Option<String>,
+    /// This call's span id (16 hex digits) and trace flags, for the `traceparent` sent
+    /// on to upstreams (see [`CallContext::traceparent`]).
+    pub span: Option<(String, String)>,
     pub run: Option<RunStep>,
     /// The agent making the call, for per-agent policy rules.
     pub agent: Option<String>,
@@ -93,6 +133,7 @@ impl CallContext {
             adapter,
             request_id: None,
             trace_id: None,
+            span: None,
             run: None,
             agent: None,
             approval: None,
@@ -107,6 +148,25 @@ impl CallContext {
     pub fn with_request_id(mut self, request_id: impl Into<String>) -> Self {
         self.request_id = Some(request_id.into());
         self
+    }
+
+    /// Continues the caller's W3C trace (`traceparent` header or `_meta`), or starts one
+    /// when it sent none or an invalid one. The call gets a span id of its own.
+    pub fn with_trace(mut self, traceparent: Option<&str>) -> Self {
+        let (trace, flags) = traceparent
+            .and_then(parse_traceparent)
+            .unwrap_or_else(|| (random_hex(16), "01".to_owned()));
+        self.trace_id = Some(trace);
+        self.span = Some((random_hex(8), flags));
+        self
+    }
+
+    /// The `traceparent` to send with work this call causes (an upstream call): this
+    /// call's trace, with its span as the parent.
+    pub fn traceparent(&self) -> Option<String> {
+        let trace = self.trace_id.as_deref()?;
+        let (span, flags) = self.span.as_ref()?;
+        Some(format!("00-{trace}-{span}-{flags}"))
     }
 
     pub fn with_timeout(mut self, timeout: Option<Duration>) -> Self {
@@ -157,5 +217,35 @@ impl CallContext {
 
     pub(crate) fn set_deadline(&mut self, deadline: Instant) {
         self.deadline = Some(deadline);
+    }
+}
+
+#[cfg(test)]
+mod trace_tests {
+    use super::*;
+
+    #[test]
+    fn a_valid_traceparent_is_continued_and_an_invalid_one_replaced() {
+        let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        assert_eq!(
+            parse_traceparent(parent),
+            Some((
+                "4bf92f3577b34da6a3ce929d0e0e4736".to_owned(),
+                "01".to_owned()
+            ))
+        );
+        for bad in [
+            "",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+        ] {
+            assert_eq!(parse_traceparent(bad), None, "{bad}");
+        }
+        let started = random_hex(16);
+        assert_eq!(started.len(), 32);
+        assert_ne!(started, random_hex(16));
     }
 }

@@ -351,8 +351,22 @@ impl ServerHandler for McpAdapter {
         let tools = caller.toolset.scope(self.registry.clone(), &caller.auth);
         let known = tools.get(&request.name);
         let client = client_info(&context);
-        let mut ctx =
-            CallContext::new(caller.auth.clone(), Adapter::Mcp).with_client(client.clone());
+        // The caller's W3C trace: in `_meta` (SEP-414), else the HTTP `traceparent` header.
+        let traceparent = context
+            .meta
+            .get_traceparent()
+            .map(str::to_owned)
+            .or_else(|| {
+                context
+                    .extensions
+                    .get::<http::request::Parts>()
+                    .and_then(|parts| parts.headers.get("traceparent"))
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+            });
+        let mut ctx = CallContext::new(caller.auth.clone(), Adapter::Mcp)
+            .with_client(client.clone())
+            .with_trace(traceparent.as_deref());
         if let Some(id) = caller.request_id {
             ctx = ctx.with_request_id(id);
         }

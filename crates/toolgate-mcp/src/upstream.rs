@@ -373,7 +373,10 @@ async fn connect(
             }
             let service = tokio::time::timeout(
                 INITIALIZE_TIMEOUT,
-                handler.serve(StreamableHttpClientTransport::from_config(http)),
+                handler.serve(StreamableHttpClientTransport::with_client(
+                    Traced(reqwest::Client::new()),
+                    http,
+                )),
             )
             .await
             .map_err(|_| format!("no answer to initialize within {INITIALIZE_TIMEOUT:?}"))?
@@ -384,6 +387,105 @@ async fn connect(
 }
 
 /// The child's stderr, line by line, into the gateway's log (bounded lines).
+/// An HTTP client for upstream MCP servers that sends a tool call's W3C trace context
+/// (its `_meta.traceparent`, set by [`UpstreamTool`]) as the `traceparent` header too, so
+/// HTTP-level tracing on the upstream's side joins the caller's trace.
+#[derive(Clone)]
+struct Traced(reqwest::Client);
+
+impl Traced {
+    fn with_trace(
+        message: &rmcp::model::ClientJsonRpcMessage,
+        mut headers: HashMap<http::HeaderName, http::HeaderValue>,
+    ) -> HashMap<http::HeaderName, http::HeaderValue> {
+        use rmcp::model::RequestParamsMeta;
+        if let rmcp::model::JsonRpcMessage::Request(request) = message
+            && let ClientRequest::CallToolRequest(call) = &request.request
+            && let Some(value) = call
+                .params
+                .traceparent()
+                .and_then(|t| http::HeaderValue::from_str(t).ok())
+        {
+            headers.insert(http::HeaderName::from_static("traceparent"), value);
+        }
+        headers
+    }
+}
+
+impl rmcp::transport::streamable_http_client::StreamableHttpClient for Traced {
+    type Error = reqwest::Error;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: rmcp::model::ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<http::HeaderName, http::HeaderValue>,
+    ) -> Result<
+        rmcp::transport::streamable_http_client::StreamableHttpPostResponse,
+        rmcp::transport::streamable_http_client::StreamableHttpError<Self::Error>,
+    > {
+        let headers = Self::with_trace(&message, custom_headers);
+        self.0
+            .post_message(uri, message, session_id, auth_header, headers)
+            .await
+    }
+
+    async fn post_message_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        message: rmcp::model::ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<http::HeaderName, http::HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<
+        rmcp::transport::streamable_http_client::StreamableHttpPostResponse,
+        rmcp::transport::streamable_http_client::StreamableHttpError<Self::Error>,
+    > {
+        let headers = Self::with_trace(&message, custom_headers);
+        self.0
+            .post_message_with_max_sse_event_size(
+                uri,
+                message,
+                session_id,
+                auth_header,
+                headers,
+                max_sse_event_size,
+            )
+            .await
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<http::HeaderName, http::HeaderValue>,
+    ) -> Result<(), rmcp::transport::streamable_http_client::StreamableHttpError<Self::Error>> {
+        self.0
+            .delete_session(uri, session_id, auth_header, custom_headers)
+            .await
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<http::HeaderName, http::HeaderValue>,
+    ) -> Result<
+        futures::stream::BoxStream<'static, Result<sse_stream::Sse, sse_stream::Error>>,
+        rmcp::transport::streamable_http_client::StreamableHttpError<Self::Error>,
+    > {
+        self.0
+            .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
+            .await
+    }
+}
+
 /// A child's stdout that fails once more than its budget has been read (see
 /// [`MAX_BYTES_BEFORE_INITIALIZE`]); a budget of `u64::MAX` is unlimited.
 struct Capped<R> {
@@ -574,9 +676,14 @@ impl Tool for UpstreamTool {
         let Value::Object(args) = args else {
             return Err(ToolError::invalid_arguments("arguments must be an object"));
         };
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(
-            CallToolRequestParams::new(self.remote.clone()).with_arguments(args),
-        ));
+        let mut params = CallToolRequestParams::new(self.remote.clone()).with_arguments(args);
+        // W3C trace context travels in `_meta` (SEP-414) to every upstream, and as the
+        // `traceparent` header to HTTP ones (see `Traced`).
+        if let Some(traceparent) = ctx.traceparent() {
+            use rmcp::model::RequestParamsMeta;
+            params.set_traceparent(&traceparent);
+        }
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let handle = self
             .peer
             .send_cancellable_request(request, PeerRequestOptions::no_options())
@@ -710,6 +817,22 @@ fn content(block: ContentBlock) -> Content {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_calls_traceparent_becomes_its_http_header() {
+        use rmcp::model::RequestParamsMeta;
+        let mut params = CallToolRequestParams::new("echo");
+        params.set_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+        let message = rmcp::model::ClientJsonRpcMessage::request(
+            ClientRequest::CallToolRequest(CallToolRequest::new(params)),
+            rmcp::model::NumberOrString::Number(1),
+        );
+        let headers = Traced::with_trace(&message, HashMap::new());
+        assert_eq!(
+            headers.get("traceparent").and_then(|v| v.to_str().ok()),
+            Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+        );
+    }
 
     #[test]
     fn debug_output_never_shows_secrets() {

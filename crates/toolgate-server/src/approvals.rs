@@ -186,8 +186,9 @@ async fn run_approved(app: &AppState, approval: ApprovalRecord) {
         ))),
         Ok(auth) => {
             let tools = Toolset::all().scope(app.registry.clone(), &auth);
-            let ctx =
-                CallContext::new(Arc::new(auth), Adapter::Rest).with_approval(Some(approval.id));
+            let ctx = CallContext::new(Arc::new(auth), Adapter::Rest)
+                .with_approval(Some(approval.id))
+                .with_trace(None);
             let args = approval.call_arguments.clone().unwrap_or(Value::Null);
             app.executor.call(&tools, ctx, &approval.tool, args).await
         }

@@ -418,8 +418,10 @@ async fn invoke_tool(
     AppPath(name): AppPath<String>,
     AppJson(body): AppJson<InvokeRequest>,
 ) -> Result<Response, ApiError> {
+    let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok());
     let ctx = CallContext::new(caller.auth.clone(), Adapter::Rest)
         .with_request_id(&*request_id)
+        .with_trace(traceparent)
         .with_timeout(body.timeout_ms.map(|ms| Duration::from_millis(ms.get())))
         .with_client(client);
     let call_id = ctx.call_id;
