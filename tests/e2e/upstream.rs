@@ -465,3 +465,71 @@ async fn an_upstream_that_is_away_has_its_tools_marked_unavailable() {
     );
     gw.stop().await;
 }
+
+/// The reference `@modelcontextprotocol/server-filesystem` (npm, pinned) over stdio,
+/// confined to one directory: its tools list, read and write there, and its own refusal
+/// of a path outside comes back as a clean upstream tool error.
+#[tokio::test]
+async fn server_filesystem_over_stdio() {
+    let dir = sdk_clients();
+    let script = dir
+        .join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")
+        .display()
+        .to_string();
+    let shared = tempfile::tempdir().expect("shared dir");
+    let root = shared.path().canonicalize().expect("canonical");
+    std::fs::write(root.join("hello.txt"), "hello from the shared dir\n").expect("write");
+    let root_arg = root.display().to_string();
+    let gw = Gateway::start_with(|c| {
+        c.upstreams = vec![upstream("files", "node", &[&script, &root_arg])];
+    })
+    .await;
+    let mut names = Vec::new();
+    for _ in 0..300 {
+        names = listed(&gw).await;
+        if names.iter().any(|n| n == "files__read_text_file") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        names.iter().any(|n| n == "files__list_directory"),
+        "{names:?}"
+    );
+
+    let path = root.join("hello.txt").display().to_string();
+    let (status, _, done) = gw
+        .invoke(
+            "files__read_text_file",
+            json!({"arguments": {"path": path}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{done}");
+    assert!(
+        done["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("hello from the shared dir")),
+        "{done}"
+    );
+    let written = root.join("made.txt").display().to_string();
+    let (status, _, done) = gw
+        .invoke(
+            "files__write_file",
+            json!({"arguments": {"path": written, "content": "made upstream"}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("made.txt")).expect("made"),
+        "made upstream"
+    );
+    let (status, _, problem) = gw
+        .invoke(
+            "files__read_text_file",
+            json!({"arguments": {"path": "/etc/passwd"}}),
+        )
+        .await;
+    assert_eq!(status, 502, "{problem}");
+    assert_eq!(problem["type"], "urn:toolgate:error:upstream", "{problem}");
+    gw.stop().await;
+}
