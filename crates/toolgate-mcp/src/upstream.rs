@@ -829,7 +829,9 @@ mod tests {
         );
         let headers = Traced::with_trace(&message, HashMap::new());
         assert_eq!(
-            headers.get("traceparent").and_then(|v| v.to_str().ok()),
+            headers
+                .get(&http::HeaderName::from_static("traceparent"))
+                .and_then(|v| v.to_str().ok()),
             Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
         );
     }
