@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# REST invoke, the gateway as shipped at another revision (A) vs. this working tree (B):
+# both with their SQLite store and durable audit, driven alternately in one run, so that
+# a change's cost is read as a ratio on the same machine at the same time.
+#
+#   bench/ab.sh 913ce9a                 # 3 rounds of 5 s per point, concurrency 1, 16, 64
+#   DURATION=10s ROUNDS=5 bench/ab.sh HEAD~3
+#
+# Builds both release binaries (the other revision in a temporary git worktree, sharing
+# this target directory's dependencies), installs oha if missing, prints a table and
+# writes it to bench/results/ab.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/lib.sh
+
+REV=${1:?usage: bench/ab.sh REVISION}
+ensure_oha
+WORK=$(mktemp -d)
+TREE="$WORK/tree"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  git worktree remove --force "$TREE" 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+git worktree add --quiet --detach "$TREE" "$REV"
+CARGO_TARGET_DIR="$PWD/target" cargo build --quiet --release --manifest-path "$TREE/Cargo.toml" -p toolgate-server
+cp target/release/toolgate "$WORK/toolgate-a"
+cargo build --quiet --release -p toolgate-server
+cp target/release/toolgate "$WORK/toolgate-b"
+
+A=$(free_port); B=$(free_port)
+mkdir -p "$WORK/a" "$WORK/b"
+env -u DATABASE_URL "$WORK/toolgate-a" serve --listen "127.0.0.1:$A" --data-dir "$WORK/a" >/dev/null 2>"$WORK/a.log" & pids+=($!)
+env -u DATABASE_URL "$WORK/toolgate-b" serve --listen "127.0.0.1:$B" --data-dir "$WORK/b" >/dev/null 2>"$WORK/b.log" & pids+=($!)
+for _ in $(seq 100); do [ -s "$WORK/a/admin-api-key" ] && [ -s "$WORK/b/admin-api-key" ] && break; sleep 0.1; done
+A_AUTH="authorization: Bearer $(cat "$WORK/a/admin-api-key")"
+B_AUTH="authorization: Bearer $(cat "$WORK/b/admin-api-key")"
+wait_ready "$A" "$A_AUTH"; wait_ready "$B" "$B_AUTH"
+
+mkdir -p bench/results
+{
+  echo "gateway at $(git rev-parse --short "$REV") (A) vs. this tree at $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes') (B), SQLite, durable audit"
+  echo
+  echo "| concurrency | B req/s | B p50 ms | B p99 ms | A req/s | A p50 ms | A p99 ms | ratio B/A |"
+  echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
+  for c in $CONCURRENCY; do
+    for r in $(seq "$ROUNDS"); do
+      measure a "$A" "$c" "$r" "$A_AUTH"
+      measure b "$B" "$c" "$r" "$B_AUTH"
+    done
+    summarize b a "$c"
+  done
+  echo
+  footer
+} | tee bench/results/ab.md
