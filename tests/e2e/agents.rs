@@ -190,6 +190,8 @@ async fn an_openai_run_calls_a_tool_answers_and_is_in_the_store_audit_and_sse() 
     let (_, _, audit) = gw.get(&format!("/v1/audit?run_id={run_id}")).await;
     let rows = audit["entries"].as_array().expect("audit rows");
     assert_eq!(rows.len(), 1, "{audit}");
+    // The run's calls share one W3C trace: the run id's hex.
+    assert_eq!(rows[0]["trace_id"], run_id.replace('-', ""), "{audit}");
     assert_eq!(rows[0]["adapter"], "agent");
     assert_eq!(rows[0]["tool"], "read_file");
     assert_eq!(rows[0]["outcome"], "ok");

@@ -781,7 +781,13 @@ impl Driver<'_> {
                 })
                 .with_timeout(self.agent.tool_timeout())
                 .with_agent(self.agent.name.clone())
-                .with_trace(None)
+                // One trace per run: its id is the run id's hex, so a run's calls (and
+                // what they cause upstream) correlate.
+                .with_trace(Some(&format!(
+                    "00-{}-{}-01",
+                    self.ctx.run_id.0.simple(),
+                    &self.ctx.run_id.0.simple().to_string()[16..]
+                )))
                 .with_approval(approval);
             ctx.cancel = self.ctx.cancel.child_token();
             if let Some(id) = &self.ctx.request_id {
