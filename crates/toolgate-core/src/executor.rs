@@ -148,20 +148,17 @@ impl Executor {
                 let timeout = spec.effective_timeout(ctx.requested_timeout);
                 let deadline = started + timeout;
                 ctx.set_deadline(deadline);
-                let cleared = match self.ratify(&ctx, &tool, &args, &mut record).await {
-                    Ok(()) => self.begin(spec.effects.writes, &record).await,
-                    Err(err) => Err(err),
-                };
-                let result = match cleared {
-                    Err(err) => Err(err),
-                    Ok(()) => run(&tool, &ctx, args, deadline, timeout)
-                        .await
-                        .map(|mut output| {
-                            let limit = spec.max_output_chars.min(self.limits.max_output_chars);
-                            let truncated = output.truncate_text(limit);
-                            (output, truncated)
-                        }),
-                };
+                // Policy, then the intent for side effects, then the tool: each may stop
+                // the call, and the record learns the approval on the way.
+                let result = async {
+                    self.ratify(&ctx, &tool, &args, &mut record).await?;
+                    self.begin(spec.effects.writes, &record).await?;
+                    let mut output = run(&tool, &ctx, args, deadline, timeout).await?;
+                    let limit = spec.max_output_chars.min(self.limits.max_output_chars);
+                    let truncated = output.truncate_text(limit);
+                    Ok((output, truncated))
+                }
+                .await;
                 (record, result)
             }
         };

@@ -467,6 +467,7 @@ impl Default for CommandConfig {
 impl CommandConfig {
     /// The tool's options, or `None` when it is off.
     pub fn options(&self) -> Option<toolgate_tools::CommandOptions> {
+        let defaults = toolgate_tools::CommandOptions::default();
         self.enabled.then(|| toolgate_tools::CommandOptions {
             sandbox: self.sandbox,
             tenant_sandbox: self.tenant_sandbox.clone().into_iter().collect(),
@@ -482,13 +483,8 @@ impl CommandConfig {
             default_timeout: std::time::Duration::from_secs(self.default_timeout_secs),
             max_timeout: std::time::Duration::from_secs(self.max_timeout_secs),
             env_passthrough: self.env_passthrough.clone(),
-            ..match &self.launcher {
-                Some(launcher) => toolgate_tools::CommandOptions {
-                    launcher: launcher.clone(),
-                    ..Default::default()
-                },
-                None => Default::default(),
-            }
+            launcher: self.launcher.clone().unwrap_or(defaults.launcher),
+            temp_root: defaults.temp_root,
         })
     }
 }

@@ -185,12 +185,13 @@ fn denied(found: &ApprovalRecord, expired: bool) -> Gate {
     }
 }
 
-/// Writes the same operations for both backends. `$u`: the cast of a text parameter to
+/// Writes the same operations for both backends. `$conn`: the backend's connection;
+/// `$u`: the cast of a text parameter to
 /// a uuid; `$j`: to JSON; `$cj`: to JSON kept as written (the call's arguments, whose
 /// hash must match when the approved call is made); `$t`: of a uuid or JSON column to
 /// text.
 macro_rules! approval_store {
-    ($store:ty, $cross:ident, $u:literal, $j:literal, $cj:literal, $t:literal) => {
+    ($store:ty, $conn:ty, $cross:ident, $u:literal, $j:literal, $cj:literal, $t:literal) => {
         impl $store {
             fn approval_columns() -> String {
                 format!(
@@ -415,6 +416,18 @@ macro_rules! approval_store {
                 value: String,
             ) -> Result<Option<ApprovalRecord>, StoreError> {
                 let mut tx = self.tenant_tx(tenant).await?;
+                let found = Self::select_approval(&mut tx, tenant, column, value).await?;
+                tx.commit().await?;
+                Ok(found)
+            }
+
+            /// The tenant's approval whose `column` is `value`, read in `conn`'s transaction.
+            async fn select_approval(
+                conn: &mut $conn,
+                tenant: TenantId,
+                column: &'static str,
+                value: String,
+            ) -> Result<Option<ApprovalRecord>, StoreError> {
                 let row: Option<ApprovalRow> = sqlx::query_as(sql(format!(
                     "select {columns} from approval where tenant_id = $1{u} and {column} = $2{u}",
                     columns = Self::approval_columns(),
@@ -422,9 +435,8 @@ macro_rules! approval_store {
                 )))
                 .bind(text(tenant))
                 .bind(value)
-                .fetch_optional(&mut *tx)
+                .fetch_optional(&mut *conn)
                 .await?;
-                tx.commit().await?;
                 row.map(ApprovalRow::into_record).transpose()
             }
 
@@ -454,17 +466,10 @@ macro_rules! approval_store {
                 .bind(now)
                 .execute(&mut *tx)
                 .await?;
-                let row: Option<ApprovalRow> = sqlx::query_as(sql(format!(
-                    "select {columns} from approval where tenant_id = $1{u} and approval_id = $2{u}",
-                    columns = Self::approval_columns(),
-                    u = $u
-                )))
-                .bind(text(tenant))
-                .bind(text(approval))
-                .fetch_optional(&mut *tx)
-                .await?;
+                let found =
+                    Self::select_approval(&mut tx, tenant, "approval_id", text(approval)).await?;
                 tx.commit().await?;
-                let Some(record) = row.map(ApprovalRow::into_record).transpose()? else {
+                let Some(record) = found else {
                     return Err(StoreError::NotFound(format!("no approval {approval} in your tenant")));
                 };
                 if done.rows_affected() == 0 {
@@ -530,22 +535,14 @@ fn risk_name(risk: toolgate_core::Risk) -> &'static str {
 
 approval_store!(
     PostgresStore,
+    sqlx::PgConnection,
     owner,
     "::uuid",
     "::jsonb",
     "::json",
     "::text"
 );
-approval_store!(SqliteStore, pool, "", "", "", "");
-
-macro_rules! dispatch {
-    ($self:ident, $s:ident => $call:expr) => {
-        match $self {
-            Store::Postgres($s) => $call,
-            Store::Sqlite($s) => $call,
-        }
-    };
-}
+approval_store!(SqliteStore, sqlx::SqliteConnection, pool, "", "", "", "");
 
 impl Store {
     /// The tenant's approval policy document, if it set one.

@@ -18,6 +18,17 @@
 //! - [`runs`]: agents, runs and run journals.
 //! - [`sqlite`], [`postgres`]: the two backends.
 
+/// Calls the same method on whichever backend the store is. Defined before the modules,
+/// so that each module's `impl Store` forwards through it.
+macro_rules! dispatch {
+    ($self:ident, $s:ident => $call:expr) => {
+        match $self {
+            Store::Postgres($s) => $call,
+            Store::Sqlite($s) => $call,
+        }
+    };
+}
+
 pub mod approvals;
 pub mod chain;
 pub mod keys;
@@ -82,15 +93,6 @@ impl StoreError {
 pub enum Store {
     Postgres(PostgresStore),
     Sqlite(SqliteStore),
-}
-
-macro_rules! dispatch {
-    ($self:ident, $s:ident => $call:expr) => {
-        match $self {
-            Store::Postgres($s) => $call,
-            Store::Sqlite($s) => $call,
-        }
-    };
 }
 
 impl Store {

@@ -710,15 +710,6 @@ async fn insert_sqlite_event(
     Ok(())
 }
 
-macro_rules! dispatch {
-    ($self:ident, $s:ident => $call:expr) => {
-        match $self {
-            Store::Postgres($s) => $call,
-            Store::Sqlite($s) => $call,
-        }
-    };
-}
-
 impl Store {
     /// Creates an agent; [`StoreError::Conflict`] when the tenant has one of that name.
     pub async fn create_agent(

@@ -176,8 +176,8 @@ impl Tool for ExecuteCommand {
             mode,
         )
         .await?;
-        let truncated = ran.truncated();
-        let (mut text, _) = first_chars(&ran.output, MAX_OUTPUT_CHARS);
+        let (mut text, cut) = first_chars(&ran.output, MAX_OUTPUT_CHARS);
+        let truncated = cut || (ran.output.len() as u64) < ran.written;
         if truncated {
             text.push_str(&format!(
                 "\n[output truncated: showing the first {MAX_OUTPUT_CHARS} characters of {} bytes]",
@@ -213,13 +213,6 @@ pub(crate) struct Ran {
     pub signal: Option<i32>,
     /// The sandbox it ran in.
     pub mode: SandboxMode,
-}
-
-impl Ran {
-    fn truncated(&self) -> bool {
-        (self.output.len() as u64) < self.written
-            || String::from_utf8_lossy(&self.output).chars().count() > MAX_OUTPUT_CHARS
-    }
 }
 
 /// Runs `/bin/sh -c <command>` in the caller's workspace directory `cwd`, confined by

@@ -304,7 +304,8 @@ fn replace(dir: &Dir, rel: &Path, bytes: &[u8]) -> Result<(), ToolError> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let temp = rel.with_file_name(format!(".{name}.toolgate-{:016x}", fastrand_u64()));
+    // Random, and `create_new`: a collision fails the write, never overwrites.
+    let temp = rel.with_file_name(format!(".{name}.toolgate-{:016x}", fastrand::u64(..)));
     let write = || -> std::io::Result<()> {
         let mut file = dir.open_with(&temp, OpenOptions::new().write(true).create_new(true))?;
         file.write_all(bytes)?;
@@ -315,19 +316,6 @@ fn replace(dir: &Dir, rel: &Path, bytes: &[u8]) -> Result<(), ToolError> {
         let _ = dir.remove_file(&temp);
         io_error(rel, e)
     })
-}
-
-/// A random suffix for temporary names (collisions only retry, never overwrite:
-/// `create_new`).
-fn fastrand_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    hasher.finish()
 }
 
 #[cfg(test)]
