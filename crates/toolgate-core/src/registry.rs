@@ -4,13 +4,13 @@
 //! Each tool's input schema is compiled once, at registration, so the per-call path only
 //! runs the compiled validator.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 
 use serde_json::Value;
 
 use crate::spec::is_valid_tool_name;
-use crate::{Tool, ToolError, ToolSpec, Violation};
+use crate::{TenantId, Tool, ToolError, ToolSpec, Violation};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
@@ -81,10 +81,54 @@ impl std::fmt::Debug for RegisteredTool {
     }
 }
 
-/// The set of all registered tools. Cheap to share behind an `Arc`; reads take a short
-/// read lock and clone an `Arc`.
+/// Whose a tool is: every tenant's (built-ins, operator-configured upstreams) or one
+/// tenant's own (an upstream that tenant added).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Owner {
+    Everyone,
+    Tenant(TenantId),
+}
+
+type Named = BTreeMap<String, Arc<RegisteredTool>>;
+
+#[derive(Default)]
+struct Tools {
+    shared: Named,
+    tenants: HashMap<TenantId, Named>,
+}
+
+impl Tools {
+    fn of(&mut self, owner: Owner) -> &mut Named {
+        match owner {
+            Owner::Everyone => &mut self.shared,
+            Owner::Tenant(tenant) => self.tenants.entry(tenant).or_default(),
+        }
+    }
+
+    /// Forgets a tenant left with no tools of its own.
+    fn prune(&mut self, owner: Owner) {
+        if let Owner::Tenant(tenant) = owner
+            && self.tenants.get(&tenant).is_some_and(Named::is_empty)
+        {
+            self.tenants.remove(&tenant);
+        }
+    }
+
+    /// Whether `name` is taken for `owner`: a tenant's tool may not take the name of a
+    /// tool every tenant sees.
+    fn taken(&self, owner: Owner, name: &str) -> bool {
+        self.shared.contains_key(name)
+            || matches!(owner, Owner::Tenant(t) if self.tenants.get(&t).is_some_and(|m| m.contains_key(name)))
+    }
+}
+
+/// The set of all registered tools, each owned by everyone or by one tenant. A tenant
+/// sees the shared tools and its own, never another tenant's. Names are unique among
+/// what one tenant sees: a tenant's tool cannot take a shared tool's name (a shared tool
+/// registered later under a tenant's name hides it). Cheap to share behind an `Arc`;
+/// reads take a short read lock and clone an `Arc`.
 pub struct Registry {
-    tools: RwLock<BTreeMap<String, Arc<RegisteredTool>>>,
+    tools: RwLock<Tools>,
     /// Bumped on every change, for adapters that tell clients (MCP `list_changed`).
     version: tokio::sync::watch::Sender<u64>,
 }
@@ -96,6 +140,20 @@ impl Default for Registry {
             version: tokio::sync::watch::Sender::new(0),
         }
     }
+}
+
+fn compile(tool: Arc<dyn Tool>) -> Result<RegisteredTool, RegistryError> {
+    let spec = tool.spec();
+    if !is_valid_tool_name(&spec.name) {
+        return Err(RegistryError::InvalidName(spec.name.clone()));
+    }
+    let validator = jsonschema::validator_for(&spec.input_schema).map_err(|e| {
+        RegistryError::InvalidSchema {
+            name: spec.name.clone(),
+            reason: e.to_string(),
+        }
+    })?;
+    Ok(RegisteredTool { tool, validator })
 }
 
 impl Registry {
@@ -112,91 +170,82 @@ impl Registry {
         self.version.send_modify(|v| *v += 1);
     }
 
-    /// Adds a tool. Fails on an invalid name, a name already taken, or an input schema
-    /// that does not compile. Compiling is CPU work: call from `spawn_blocking` when
-    /// registering many tools from async code.
-    pub fn register(&self, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
-        let spec = tool.spec();
-        if !is_valid_tool_name(&spec.name) {
-            return Err(RegistryError::InvalidName(spec.name.clone()));
-        }
-        let validator = jsonschema::validator_for(&spec.input_schema).map_err(|e| {
-            RegistryError::InvalidSchema {
-                name: spec.name.clone(),
-                reason: e.to_string(),
-            }
-        })?;
-        let name = spec.name.clone();
-        let mut tools = self
-            .tools
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Tools> {
+        self.tools
             .write()
-            .unwrap_or_else(|poison| poison.into_inner());
-        if tools.contains_key(&name) {
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Tools> {
+        self.tools
+            .read()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    /// Adds a tool every tenant sees (see [`register_as`](Self::register_as)).
+    pub fn register(&self, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
+        self.register_as(Owner::Everyone, tool)
+    }
+
+    /// Adds a tool for `owner`. Fails on an invalid name, a name already taken, or an
+    /// input schema that does not compile. Compiling is CPU work: call from
+    /// `spawn_blocking` when registering many tools from async code.
+    pub fn register_as(&self, owner: Owner, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
+        let registered = compile(tool)?;
+        let name = registered.spec().name.clone();
+        let mut tools = self.write();
+        if tools.taken(owner, &name) {
             return Err(RegistryError::Duplicate(name));
         }
-        tools.insert(name, Arc::new(RegisteredTool { tool, validator }));
+        tools.of(owner).insert(name, Arc::new(registered));
         drop(tools);
         self.changed();
         Ok(())
     }
 
-    /// Swaps the tools named `old` for `new` in one step, so no caller sees neither (a
-    /// source re-listing its tools). Each new tool is checked as by
-    /// [`register`](Self::register); the result says, per new tool, whether it went in.
+    /// Swaps `owner`'s tools named `old` for `new` in one step, so no caller sees neither
+    /// (a source re-listing its tools). Each new tool is checked as by
+    /// [`register_as`](Self::register_as); the result says, per new tool, whether it went
+    /// in.
     pub fn replace(
         &self,
+        owner: Owner,
         old: &[String],
         new: Vec<Arc<dyn Tool>>,
     ) -> Vec<(String, Result<(), RegistryError>)> {
         let compiled: Vec<(String, Result<RegisteredTool, RegistryError>)> = new
             .into_iter()
-            .map(|tool| {
-                let name = tool.spec().name.clone();
-                let checked = if is_valid_tool_name(&name) {
-                    jsonschema::validator_for(&tool.spec().input_schema)
-                        .map(|validator| RegisteredTool { tool, validator })
-                        .map_err(|e| RegistryError::InvalidSchema {
-                            name: name.clone(),
-                            reason: e.to_string(),
-                        })
-                } else {
-                    Err(RegistryError::InvalidName(name.clone()))
-                };
-                (name, checked)
-            })
+            .map(|tool| (tool.spec().name.clone(), compile(tool)))
             .collect();
-        let mut tools = self
-            .tools
-            .write()
-            .unwrap_or_else(|poison| poison.into_inner());
+        let mut tools = self.write();
         for name in old {
-            tools.remove(name);
+            tools.of(owner).remove(name);
         }
         let results = compiled
             .into_iter()
             .map(|(name, checked)| {
                 let result = checked.and_then(|registered| {
-                    if tools.contains_key(&name) {
+                    if tools.taken(owner, &name) {
                         return Err(RegistryError::Duplicate(name.clone()));
                     }
-                    tools.insert(name.clone(), Arc::new(registered));
+                    tools.of(owner).insert(name.clone(), Arc::new(registered));
                     Ok(())
                 });
                 (name, result)
             })
             .collect();
+        tools.prune(owner);
         drop(tools);
         self.changed();
         results
     }
 
-    /// Removes a tool; returns whether it was there. Calls already running finish.
-    pub fn unregister(&self, name: &str) -> bool {
-        let mut tools = self
-            .tools
-            .write()
-            .unwrap_or_else(|poison| poison.into_inner());
-        let removed = tools.remove(name).is_some();
+    /// Removes `owner`'s tool; returns whether it was there. Calls already running
+    /// finish.
+    pub fn unregister(&self, owner: Owner, name: &str) -> bool {
+        let mut tools = self.write();
+        let removed = tools.of(owner).remove(name).is_some();
+        tools.prune(owner);
         drop(tools);
         if removed {
             self.changed();
@@ -204,21 +253,25 @@ impl Registry {
         removed
     }
 
-    pub fn get(&self, name: &str) -> Option<Arc<RegisteredTool>> {
-        let tools = self
-            .tools
-            .read()
-            .unwrap_or_else(|poison| poison.into_inner());
-        tools.get(name).cloned()
+    /// The named tool as `tenant` sees it: a shared tool, or one of the tenant's own.
+    pub fn get(&self, tenant: TenantId, name: &str) -> Option<Arc<RegisteredTool>> {
+        let tools = self.read();
+        tools
+            .shared
+            .get(name)
+            .or_else(|| tools.tenants.get(&tenant)?.get(name))
+            .cloned()
     }
 
-    /// Every tool, sorted by name.
-    pub fn list(&self) -> Vec<Arc<RegisteredTool>> {
-        let tools = self
-            .tools
-            .read()
-            .unwrap_or_else(|poison| poison.into_inner());
-        tools.values().cloned().collect()
+    /// Every tool `tenant` sees, sorted by name.
+    pub fn list(&self, tenant: TenantId) -> Vec<Arc<RegisteredTool>> {
+        let tools = self.read();
+        let Some(own) = tools.tenants.get(&tenant) else {
+            return tools.shared.values().cloned().collect();
+        };
+        let mut merged: Named = own.clone();
+        merged.extend(tools.shared.iter().map(|(k, v)| (k.clone(), v.clone())));
+        merged.into_values().collect()
     }
 }
 
@@ -246,6 +299,46 @@ mod tests {
         Arc::new(Named(ToolSpec::new(name, "test tool", schema)))
     }
 
+    const TENANT_A: TenantId = TenantId(uuid::Uuid::from_u128(0xa));
+    const TENANT_B: TenantId = TenantId(uuid::Uuid::from_u128(0xb));
+
+    fn names(reg: &Registry, tenant: TenantId) -> Vec<String> {
+        reg.list(tenant)
+            .iter()
+            .map(|t| t.spec().name.clone())
+            .collect()
+    }
+
+    #[test]
+    fn a_tenants_tools_are_seen_by_that_tenant_only() {
+        let reg = Registry::new();
+        let obj = || json!({"type": "object"});
+        reg.register(tool("shared", obj())).expect("shared");
+        reg.register_as(Owner::Tenant(TENANT_A), tool("up__x", obj()))
+            .expect("a's tool");
+        // Another tenant may use the same name for a tool of its own.
+        reg.register_as(Owner::Tenant(TENANT_B), tool("up__x", obj()))
+            .expect("b's tool of the same name");
+        assert_eq!(names(&reg, TENANT_A), ["shared", "up__x"]);
+        assert!(reg.unregister(Owner::Tenant(TENANT_B), "up__x"));
+        assert_eq!(names(&reg, TENANT_B), ["shared"]);
+        assert!(reg.get(TENANT_B, "up__x").is_none());
+        assert!(reg.get(TENANT_A, "up__x").is_some());
+        // A tenant cannot take a shared tool's name…
+        assert!(matches!(
+            reg.register_as(Owner::Tenant(TENANT_A), tool("shared", obj())),
+            Err(RegistryError::Duplicate(_))
+        ));
+        // …and a shared tool registered later under a tenant's name hides the tenant's.
+        reg.register(tool("up__x", obj())).expect("shared up__x");
+        let seen = reg.get(TENANT_A, "up__x").expect("visible");
+        assert!(Arc::ptr_eq(
+            &seen,
+            &reg.get(TENANT_B, "up__x").expect("shared")
+        ));
+        assert_eq!(names(&reg, TENANT_A), ["shared", "up__x"]);
+    }
+
     #[test]
     fn duplicate_names_are_refused() {
         let reg = Registry::new();
@@ -265,6 +358,7 @@ mod tests {
             reg.register(tool(name, obj())).expect("register");
         }
         let results = reg.replace(
+            Owner::Everyone,
             &["up__a".into(), "up__b".into()],
             vec![
                 tool("up__b", obj()),
@@ -277,8 +371,7 @@ mod tests {
             .map(|(n, r)| (n.as_str(), r.is_ok()))
             .collect();
         assert_eq!(ok, [("up__b", true), ("up__c", true), ("local", false)]);
-        let names: Vec<String> = reg.list().iter().map(|t| t.spec().name.clone()).collect();
-        assert_eq!(names, ["local", "up__b", "up__c"]);
+        assert_eq!(names(&reg, TENANT_A), ["local", "up__b", "up__c"]);
     }
 
     #[test]
@@ -292,7 +385,7 @@ mod tests {
             reg.register(tool("t", json!({"type": "no-such-type"}))),
             Err(RegistryError::InvalidSchema { .. })
         ));
-        assert!(reg.list().is_empty());
+        assert!(reg.list(TENANT_A).is_empty());
     }
 
     #[test]
@@ -305,7 +398,7 @@ mod tests {
             "additionalProperties": false
         });
         reg.register(tool("t", schema)).expect("register");
-        let t = reg.get("t").expect("registered");
+        let t = reg.get(TENANT_A, "t").expect("registered");
         let err = t
             .validate(&json!({"limit": 0, "extra": "s3cret-value"}))
             .expect_err("invalid");

@@ -107,12 +107,14 @@ impl ScopedToolset {
     /// The named tool, if it exists and is in this toolset. Callers cannot tell the two
     /// apart, so names outside the toolset do not leak.
     pub fn get(&self, name: &str) -> Option<Arc<RegisteredTool>> {
-        self.registry.get(name).filter(|t| self.toolset.allows(t))
+        self.registry
+            .get(self.tenant, name)
+            .filter(|t| self.toolset.allows(t))
     }
 
     /// Every tool in this toolset, sorted by name.
     pub fn list(&self) -> Vec<Arc<RegisteredTool>> {
-        let mut tools = self.registry.list();
+        let mut tools = self.registry.list(self.tenant);
         tools.retain(|t| self.toolset.allows(t));
         tools
     }

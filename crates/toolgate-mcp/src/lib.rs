@@ -590,7 +590,7 @@ mod tests {
             .await
             .expect("list_changed after a registration")
             .expect("open");
-        assert!(registry.unregister("first"));
+        assert!(registry.unregister(toolgate_core::Owner::Everyone, "first"));
         tokio::time::timeout(Duration::from_secs(5), heard.recv())
             .await
             .expect("list_changed after an unregistration")

@@ -37,7 +37,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use toolgate_core::spec::is_valid_tool_name;
 use toolgate_core::{
-    CallContext, Content, Effects, ErrorKind, ProgressSink, Registry, Risk, Tool, ToolError,
+    CallContext, Content, Effects, ErrorKind, Owner, ProgressSink, Registry, Risk, Tool, ToolError,
     ToolOutput, ToolSpec,
 };
 
@@ -70,6 +70,9 @@ pub struct UpstreamConfig {
     /// Deadline of a call when the caller asks for none, and the longest one allowed.
     pub default_timeout: Duration,
     pub max_timeout: Duration,
+    /// Who sees its tools: every tenant (the operator's upstreams) or the tenant that
+    /// added it.
+    pub owner: Owner,
 }
 
 /// How to reach an upstream. Its `Debug` form names the keys of `env` and `headers` but
@@ -85,10 +88,13 @@ pub enum UpstreamTransport {
         cwd: Option<PathBuf>,
     },
     /// A Streamable HTTP endpoint, with static headers and an optional bearer token.
+    /// `client` is the HTTP client to reach it with (a tenant's upstream gets one that
+    /// connects only to vetted addresses); a plain one when `None`.
     Http {
         url: String,
         headers: BTreeMap<String, String>,
         bearer: Option<String>,
+        client: Option<reqwest::Client>,
     },
 }
 
@@ -111,6 +117,7 @@ impl std::fmt::Debug for UpstreamTransport {
                 url,
                 headers,
                 bearer,
+                ..
             } => f
                 .debug_struct("Http")
                 .field("url", url)
@@ -138,11 +145,68 @@ pub fn start(
 ) -> Vec<tokio::task::JoinHandle<()>> {
     upstreams
         .into_iter()
-        .map(|config| {
-            let (registry, shutdown) = (registry.clone(), shutdown.clone());
-            tokio::spawn(supervise(config, registry, shutdown))
-        })
+        .map(|config| spawn(config, registry.clone(), shutdown.clone()).task)
         .collect()
+}
+
+/// One upstream's supervisor, started by [`spawn`].
+pub struct Supervised {
+    /// Ends after `shutdown`, once the upstream's tools are unregistered and its
+    /// connection ended.
+    pub task: tokio::task::JoinHandle<()>,
+    /// What the supervisor last saw.
+    pub status: tokio::sync::watch::Receiver<Status>,
+}
+
+/// An upstream's connection as its supervisor last saw it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Status {
+    pub state: State,
+    /// The gateway's names of the upstream's registered tools.
+    pub tools: Vec<String>,
+    /// Why the last connection attempt or listing failed, if it did.
+    pub last_error: Option<String>,
+    /// When `state` last changed.
+    #[serde(skip)]
+    pub since: std::time::SystemTime,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// Not connected yet, or connecting again after the connection ended.
+    Connecting,
+    Connected,
+}
+
+/// Starts one upstream's supervisor (see [`start`]).
+pub fn spawn(
+    config: UpstreamConfig,
+    registry: Arc<Registry>,
+    shutdown: CancellationToken,
+) -> Supervised {
+    let (status, seen) = tokio::sync::watch::channel(Status {
+        state: State::Connecting,
+        tools: Vec::new(),
+        last_error: None,
+        since: std::time::SystemTime::now(),
+    });
+    Supervised {
+        task: tokio::spawn(supervise(config, registry, shutdown, status)),
+        status: seen,
+    }
+}
+
+fn report(status: &tokio::sync::watch::Sender<Status>, state: State, error: Option<String>) {
+    status.send_modify(|s| {
+        if s.state != state {
+            s.since = std::time::SystemTime::now();
+        }
+        s.state = state;
+        if error.is_some() || state == State::Connected {
+            s.last_error = error;
+        }
+    });
 }
 
 /// Where progress reports of in-flight calls go, by the progress token sent upstream.
@@ -192,7 +256,12 @@ fn token_key(token: &ProgressToken) -> String {
     }
 }
 
-async fn supervise(config: UpstreamConfig, registry: Arc<Registry>, shutdown: CancellationToken) {
+async fn supervise(
+    config: UpstreamConfig,
+    registry: Arc<Registry>,
+    shutdown: CancellationToken,
+    status: tokio::sync::watch::Sender<Status>,
+) {
     let mut backoff = FIRST_BACKOFF;
     // Tools stay registered while their upstream is away: calls then fail as `upstream`
     // errors (the connection they hold is closed) until a new connection replaces them.
@@ -208,6 +277,7 @@ async fn supervise(config: UpstreamConfig, registry: Arc<Registry>, shutdown: Ca
             // The child process (stdio) lives as long as this connection: dropping it
             // kills the process.
             Ok((service, _child)) => {
+                report(&status, State::Connected, None);
                 let cancel = service.cancellation_token();
                 let peer = service.peer().clone();
                 let ended = service.waiting();
@@ -221,9 +291,13 @@ async fn supervise(config: UpstreamConfig, registry: Arc<Registry>, shutdown: Ca
                     match rediscover(&config, &peer, &registry, &progress, &mut registered).await {
                         Ok(()) => backoff = FIRST_BACKOFF,
                         Err(err) => {
-                            tracing::warn!(upstream = %config.name, error = %err, "could not list the upstream's tools")
+                            tracing::warn!(upstream = %config.name, error = %err, "could not list the upstream's tools");
+                            status.send_modify(|s| {
+                                s.last_error = Some(format!("listing tools: {err}"))
+                            });
                         }
                     }
+                    status.send_modify(|s| s.tools.clone_from(&registered));
                     loop {
                         tokio::select! {
                             _ = shutdown.cancelled() => break 'listing End::Shutdown,
@@ -251,9 +325,15 @@ async fn supervise(config: UpstreamConfig, registry: Arc<Registry>, shutdown: Ca
                     }
                 }
                 tracing::warn!(upstream = %config.name, "upstream connection ended; reconnecting");
+                report(
+                    &status,
+                    State::Connecting,
+                    Some("the connection ended".into()),
+                );
             }
             Err(err) => {
                 tracing::warn!(upstream = %config.name, error = %err, "could not connect to the upstream");
+                report(&status, State::Connecting, Some(err));
             }
         }
         let wait = jitter(backoff);
@@ -263,7 +343,7 @@ async fn supervise(config: UpstreamConfig, registry: Arc<Registry>, shutdown: Ca
             _ = tokio::time::sleep(wait) => {}
         }
     }
-    unregister(&registry, &mut registered);
+    unregister(&config, &registry, &mut registered);
 }
 
 /// Why a connection's supervision ended.
@@ -359,6 +439,7 @@ async fn connect(
             url,
             headers,
             bearer,
+            client,
         } => {
             let mut http = StreamableHttpClientTransportConfig::with_uri(url.as_str());
             if let Some(token) = bearer {
@@ -374,7 +455,7 @@ async fn connect(
             let service = tokio::time::timeout(
                 INITIALIZE_TIMEOUT,
                 handler.serve(StreamableHttpClientTransport::with_client(
-                    Traced(reqwest::Client::new()),
+                    Traced(client.clone().unwrap_or_default()),
                     http,
                 )),
             )
@@ -386,7 +467,6 @@ async fn connect(
     }
 }
 
-/// The child's stderr, line by line, into the gateway's log (bounded lines).
 /// An HTTP client for upstream MCP servers that sends a tool call's W3C trace context
 /// (its `_meta.traceparent`, set by [`UpstreamTool`]) as the `traceparent` header too, so
 /// HTTP-level tracing on the upstream's side joins the caller's trace.
@@ -563,7 +643,7 @@ async fn rediscover(
         }));
     }
     let previous = std::mem::take(registered);
-    for (name, result) in registry.replace(&previous, found) {
+    for (name, result) in registry.replace(config.owner, &previous, found) {
         match result {
             Ok(()) => registered.push(name),
             Err(err) => {
@@ -575,10 +655,9 @@ async fn rediscover(
     Ok(())
 }
 
-fn unregister(registry: &Registry, registered: &mut Vec<String>) {
-    for name in registered.drain(..) {
-        registry.unregister(&name);
-    }
+fn unregister(config: &UpstreamConfig, registry: &Registry, registered: &mut Vec<String>) {
+    registry.replace(config.owner, registered, Vec::new());
+    registered.clear();
 }
 
 fn globs(patterns: &[String]) -> globset::GlobSet {
@@ -842,6 +921,7 @@ mod tests {
             url: "https://mcp.example.com/mcp".into(),
             headers: [("x-api-key".to_owned(), "hunter2".to_owned())].into(),
             bearer: Some("s3cr3t-token".into()),
+            client: None,
         };
         let stdio = UpstreamTransport::Stdio {
             command: "server".into(),

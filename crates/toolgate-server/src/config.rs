@@ -173,6 +173,7 @@ impl UpstreamEntry {
                 url: url.clone(),
                 headers: expose(&self.headers),
                 bearer: self.bearer.as_ref().map(|b| b.expose().to_owned()),
+                client: None,
             },
             _ => return None,
         };
@@ -184,6 +185,7 @@ impl UpstreamEntry {
             deny: self.deny.clone(),
             default_timeout: std::time::Duration::from_secs(self.timeout_secs),
             max_timeout: std::time::Duration::from_secs(self.max_timeout_secs),
+            owner: toolgate_core::Owner::Everyone,
         })
     }
 }
