@@ -16,6 +16,8 @@
 //! - [`writer`]: [`AuditWriter`], group commit of audit records (implements the core's
 //!   `AuditSink`).
 //! - [`runs`]: agents, runs and run journals.
+//! - [`approvals`]: approval policies and approvals.
+//! - [`upstreams`]: tenants' own upstream MCP servers.
 //! - [`sqlite`], [`postgres`]: the two backends.
 
 /// Calls the same method on whichever backend the store is. Defined before the modules,
@@ -36,6 +38,7 @@ pub mod model;
 pub mod postgres;
 pub mod runs;
 pub mod sqlite;
+pub mod upstreams;
 pub mod writer;
 
 use std::path::Path;
@@ -49,6 +52,7 @@ use uuid::Uuid;
 pub use model::*;
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
+pub use upstreams::{UpstreamRecord, UpstreamWrite};
 pub use writer::{AuditWriter, AuditWriterTask};
 
 #[derive(Debug, thiserror::Error)]

@@ -13,7 +13,7 @@ use toolgate_core::audit::{AuditRecord, AuditSink};
 use toolgate_core::{Adapter, CallId, ErrorKind, Outcome, PrincipalId, PrincipalKind, TenantId};
 use toolgate_store::{
     AuditFilter, AuditWriter, ChainBreak, McpEvent, McpSession, NewApiKey, NewPrincipal, Store,
-    StoreError,
+    StoreError, UpstreamWrite,
 };
 
 fn admin_url() -> String {
@@ -1093,6 +1093,84 @@ async fn approvals_are_used_once_decided_once_expire_and_stay_in_their_tenant() 
         let claimed = claim().await.expect("claim");
         assert_eq!(claimed.iter().map(|r| r.id).collect::<Vec<_>>(), [run]);
         assert_eq!(claimed[0].status, "running");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn tenant_upstreams_are_per_tenant_with_unique_names_and_revisions() {
+    on_both(|store| async move {
+        let a = store.create_tenant("upstreams-a").await.expect("tenant");
+        let b = store.create_tenant("upstreams-b").await.expect("tenant");
+        let by = store
+            .create_principal(a.id, &member("ann"))
+            .await
+            .expect("principal")
+            .id;
+        let config = json!({"url": "https://mcp.example.com/mcp", "allow": [], "deny": []});
+        let sealed = [7u8, 0, 255, 1];
+        let new = UpstreamWrite {
+            name: "docs",
+            config: &config,
+            credentials: Some(&sealed),
+        };
+        let created = store.create_upstream(a.id, &new, by).await.expect("create");
+        assert_eq!(
+            (created.revision, created.credentials.as_deref()),
+            (1, Some(&sealed[..]))
+        );
+        assert_eq!(created.created_by, Some(by));
+        let dup = store.create_upstream(a.id, &new, by).await;
+        assert!(matches!(dup, Err(StoreError::Conflict(_))), "{dup:?}");
+        // Another tenant neither sees nor changes it, and may use the same name.
+        assert!(
+            store
+                .get_upstream(b.id, "docs")
+                .await
+                .expect("get")
+                .is_none()
+        );
+        assert!(store.list_upstreams(b.id).await.expect("list").is_empty());
+        assert!(
+            store
+                .update_upstream(b.id, "docs", &new)
+                .await
+                .expect("update")
+                .is_none()
+        );
+        assert!(!store.delete_upstream(b.id, "docs").await.expect("delete"));
+        store
+            .create_upstream(b.id, &new, by)
+            .await
+            .expect("same name, other tenant");
+
+        let changed = json!({"url": "https://mcp.example.com/v2", "allow": ["search"], "deny": []});
+        let replace = UpstreamWrite {
+            name: "docs",
+            config: &changed,
+            credentials: None,
+        };
+        let updated = store
+            .update_upstream(a.id, "docs", &replace)
+            .await
+            .expect("update")
+            .expect("exists");
+        assert_eq!(
+            (
+                updated.revision,
+                &updated.config,
+                updated.credentials.as_ref()
+            ),
+            (2, &changed, None)
+        );
+        assert_eq!(updated.id, created.id);
+
+        let all = store.all_upstreams().await.expect("all");
+        assert_eq!(all.len(), 2);
+        assert!(all.iter().any(|u| u.tenant == a.id && u.revision == 2));
+        assert!(store.delete_upstream(a.id, "docs").await.expect("delete"));
+        assert!(store.list_upstreams(a.id).await.expect("list").is_empty());
+        assert_eq!(store.all_upstreams().await.expect("all").len(), 1);
     })
     .await;
 }

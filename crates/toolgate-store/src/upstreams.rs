@@ -1,0 +1,258 @@
+//! Tenants' own upstream MCP servers, on both backends.
+//!
+//! The store keeps what the gateway gives it: a JSON document without secrets, and the
+//! credentials already sealed (opaque bytes). As in [`crate::approvals`], one macro writes
+//! both implementations, ids and JSON travelling as text and cast on Postgres.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use toolgate_core::{PrincipalId, TenantId};
+use uuid::Uuid;
+
+use crate::postgres::PostgresStore;
+use crate::sqlite::{SqliteStore, uuid};
+use crate::{Store, StoreError};
+
+/// One tenant upstream as stored.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UpstreamRecord {
+    pub id: Uuid,
+    pub tenant: TenantId,
+    pub name: String,
+    /// Everything but the credentials.
+    pub config: Value,
+    /// Sealed by the gateway; the store never sees them in the clear.
+    pub credentials: Option<Vec<u8>>,
+    /// 1 at creation, one more at each change.
+    pub revision: i64,
+    pub created_by: Option<PrincipalId>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// What a tenant upstream is to be, on creation or replacement.
+#[derive(Clone, Debug)]
+pub struct UpstreamWrite<'a> {
+    pub name: &'a str,
+    pub config: &'a Value,
+    pub credentials: Option<&'a [u8]>,
+}
+
+const CONFLICT: &str = "an upstream with this name exists in your tenant";
+const CONSTRAINT: &str = "tenant_upstream_tenant_name_key";
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    upstream_id: String,
+    tenant_id: String,
+    name: String,
+    config: String,
+    credentials: Option<Vec<u8>>,
+    revision: i64,
+    created_by: Option<String>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl Row {
+    fn into_record(self) -> Result<UpstreamRecord, StoreError> {
+        Ok(UpstreamRecord {
+            id: uuid(&self.upstream_id)?,
+            tenant: TenantId(uuid(&self.tenant_id)?),
+            name: self.name,
+            config: serde_json::from_str(&self.config)
+                .map_err(|e| StoreError::Corrupt(format!("stored upstream: {e}")))?,
+            credentials: self.credentials,
+            revision: self.revision,
+            created_by: self
+                .created_by
+                .as_deref()
+                .map(uuid)
+                .transpose()?
+                .map(PrincipalId),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        })
+    }
+}
+
+fn sql(s: String) -> sqlx::AssertSqlSafe<String> {
+    sqlx::AssertSqlSafe(s)
+}
+
+/// `$cross`: the pool that reads across tenants; `$u`: the cast of a text parameter to a
+/// uuid; `$j`: to JSON; `$t`: of a uuid or JSON column to text.
+macro_rules! upstream_store {
+    ($store:ty, $cross:ident, $u:literal, $j:literal, $t:literal) => {
+        impl $store {
+            fn upstream_columns() -> String {
+                format!(
+                    "upstream_id{t} as upstream_id, tenant_id{t} as tenant_id, name, config{t} as config, credentials, \
+                     cast(revision as bigint) as revision, created_by{t} as created_by, created_at, updated_at",
+                    t = $t
+                )
+            }
+
+            pub async fn create_upstream(
+                &self,
+                tenant: TenantId,
+                new: &UpstreamWrite<'_>,
+                by: PrincipalId,
+            ) -> Result<UpstreamRecord, StoreError> {
+                let now = Utc::now();
+                let mut tx = self.tenant_tx(tenant).await?;
+                let row: Row = sqlx::query_as(sql(format!(
+                    "insert into tenant_upstream (upstream_id, tenant_id, name, config, credentials, revision, created_by, created_at, updated_at) \
+                     values ($1{u}, $2{u}, $3, $4{j}, $5, 1, $6{u}, $7, $7) returning {columns}",
+                    u = $u,
+                    j = $j,
+                    columns = Self::upstream_columns()
+                )))
+                .bind(Uuid::now_v7().to_string())
+                .bind(tenant.to_string())
+                .bind(new.name)
+                .bind(new.config.to_string())
+                .bind(new.credentials)
+                .bind(by.to_string())
+                .bind(now)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(|e| StoreError::on_constraint(e, CONSTRAINT, CONFLICT))?;
+                tx.commit().await?;
+                row.into_record()
+            }
+
+            /// The tenant's upstreams by name, or only the one named `only`.
+            pub async fn upstreams(
+                &self,
+                tenant: TenantId,
+                only: Option<&str>,
+            ) -> Result<Vec<UpstreamRecord>, StoreError> {
+                let mut tx = self.tenant_tx(tenant).await?;
+                let rows: Vec<Row> = sqlx::query_as(sql(format!(
+                    "select {columns} from tenant_upstream where tenant_id = $1{u} and ($2 = '' or name = $2) order by name",
+                    u = $u,
+                    columns = Self::upstream_columns()
+                )))
+                .bind(tenant.to_string())
+                .bind(only.unwrap_or_default())
+                .fetch_all(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                rows.into_iter().map(Row::into_record).collect()
+            }
+
+            /// Replaces the upstream named `name`; `None` when the tenant has none.
+            pub async fn update_upstream(
+                &self,
+                tenant: TenantId,
+                name: &str,
+                new: &UpstreamWrite<'_>,
+            ) -> Result<Option<UpstreamRecord>, StoreError> {
+                let mut tx = self.tenant_tx(tenant).await?;
+                let row: Option<Row> = sqlx::query_as(sql(format!(
+                    "update tenant_upstream set name = $3, config = $4{j}, credentials = $5, revision = revision + 1, updated_at = $6 \
+                     where tenant_id = $1{u} and name = $2 returning {columns}",
+                    u = $u,
+                    j = $j,
+                    columns = Self::upstream_columns()
+                )))
+                .bind(tenant.to_string())
+                .bind(name)
+                .bind(new.name)
+                .bind(new.config.to_string())
+                .bind(new.credentials)
+                .bind(Utc::now())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| StoreError::on_constraint(e, CONSTRAINT, CONFLICT))?;
+                tx.commit().await?;
+                row.map(Row::into_record).transpose()
+            }
+
+            pub async fn delete_upstream(
+                &self,
+                tenant: TenantId,
+                name: &str,
+            ) -> Result<bool, StoreError> {
+                let mut tx = self.tenant_tx(tenant).await?;
+                let done = sqlx::query(sql(format!(
+                    "delete from tenant_upstream where tenant_id = $1{u} and name = $2",
+                    u = $u
+                )))
+                .bind(tenant.to_string())
+                .bind(name)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            /// Every tenant's upstreams: what each gateway instance connects to.
+            pub async fn all_upstreams(&self) -> Result<Vec<UpstreamRecord>, StoreError> {
+                let rows: Vec<Row> = sqlx::query_as(sql(format!(
+                    "select {columns} from tenant_upstream order by tenant_id, name",
+                    columns = Self::upstream_columns()
+                )))
+                .fetch_all(&self.$cross)
+                .await?;
+                rows.into_iter().map(Row::into_record).collect()
+            }
+        }
+    };
+}
+
+upstream_store!(PostgresStore, owner, "::uuid", "::jsonb", "::text");
+upstream_store!(SqliteStore, pool, "", "", "");
+
+impl Store {
+    /// Adds a tenant upstream; [`StoreError::Conflict`] when the tenant has one of that
+    /// name.
+    pub async fn create_upstream(
+        &self,
+        tenant: TenantId,
+        new: &UpstreamWrite<'_>,
+        by: PrincipalId,
+    ) -> Result<UpstreamRecord, StoreError> {
+        dispatch!(self, s => s.create_upstream(tenant, new, by).await)
+    }
+
+    /// The tenant's upstreams, by name.
+    pub async fn list_upstreams(
+        &self,
+        tenant: TenantId,
+    ) -> Result<Vec<UpstreamRecord>, StoreError> {
+        dispatch!(self, s => s.upstreams(tenant, None).await)
+    }
+
+    pub async fn get_upstream(
+        &self,
+        tenant: TenantId,
+        name: &str,
+    ) -> Result<Option<UpstreamRecord>, StoreError> {
+        let found = dispatch!(self, s => s.upstreams(tenant, Some(name)).await)?;
+        Ok(found.into_iter().next())
+    }
+
+    /// Replaces the upstream named `name` (its revision grows by one); `None` when the
+    /// tenant has none of that name.
+    pub async fn update_upstream(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        new: &UpstreamWrite<'_>,
+    ) -> Result<Option<UpstreamRecord>, StoreError> {
+        dispatch!(self, s => s.update_upstream(tenant, name, new).await)
+    }
+
+    /// False when the tenant has no upstream of that name.
+    pub async fn delete_upstream(&self, tenant: TenantId, name: &str) -> Result<bool, StoreError> {
+        dispatch!(self, s => s.delete_upstream(tenant, name).await)
+    }
+
+    /// Every tenant's upstreams, across tenants (for the gateway's supervisors, never for
+    /// a tenant's request).
+    pub async fn all_upstreams(&self) -> Result<Vec<UpstreamRecord>, StoreError> {
+        dispatch!(self, s => s.all_upstreams().await)
+    }
+}
