@@ -12,5 +12,6 @@ mod mcp_sdk;
 mod rest_errors;
 mod rest_tools;
 mod tenancy;
+mod tenant_upstreams;
 mod upstream;
 mod web;

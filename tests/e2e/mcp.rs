@@ -48,7 +48,7 @@ async fn connect_as(
     .unwrap_or_else(|e| panic!("connect with {version}: {e}"))
 }
 
-fn call(name: &str, args: Value) -> CallToolRequestParams {
+pub(crate) fn call(name: &str, args: Value) -> CallToolRequestParams {
     let Value::Object(args) = args else {
         panic!("arguments must be an object")
     };

@@ -149,6 +149,14 @@ pub fn start(
         .collect()
 }
 
+/// An upstream's name: `^[A-Za-z0-9_.-]{1,32}$`.
+pub fn is_valid_name(name: &str) -> bool {
+    (1..=32).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
 /// One upstream's supervisor, started by [`spawn`].
 pub struct Supervised {
     /// Ends after `shutdown`, once the upstream's tools are unregistered and its
@@ -658,6 +666,11 @@ async fn rediscover(
 fn unregister(config: &UpstreamConfig, registry: &Registry, registered: &mut Vec<String>) {
     registry.replace(config.owner, registered, Vec::new());
     registered.clear();
+}
+
+/// Why `pattern` is not a valid tool-name glob, if it is not.
+pub fn glob_problem(pattern: &str) -> Option<String> {
+    globset::Glob::new(pattern).err().map(|e| e.to_string())
 }
 
 fn globs(patterns: &[String]) -> globset::GlobSet {

@@ -29,6 +29,8 @@ pub struct Config {
     pub mcp: McpConfig,
     /// Upstream MCP servers whose tools join the registry (operator-wide).
     pub upstreams: Vec<UpstreamEntry>,
+    /// Upstream MCP servers tenants add for themselves at `/v1/upstreams`.
+    pub tenant_upstreams: TenantUpstreamsConfig,
     /// LLM endpoints agents may use, by name (`[providers.openai]`). Operator-only: an
     /// agent names a provider, never a URL.
     pub providers: BTreeMap<String, ProviderEntry>,
@@ -188,6 +190,67 @@ impl UpstreamEntry {
             owner: toolgate_core::Owner::Everyone,
         })
     }
+}
+
+/// `[tenant_upstreams]`: upstream MCP servers that tenant admins add over REST. HTTP
+/// only (a stdio upstream would run a process on the gateway host), reached through the
+/// same address checks as `web_fetch`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TenantUpstreamsConfig {
+    /// Offer `/v1/upstreams`.
+    pub enabled: bool,
+    /// The key sealing their credentials at rest: 64 hex digits (32 bytes). Set the same
+    /// key on every instance sharing a database (e.g. `TOOLGATE_TENANT_UPSTREAMS__KEY`).
+    /// Unset: read from `key_file`, which is made with a random key on first start.
+    pub key: Option<Secret>,
+    /// `<data_dir>/upstream-credentials-key` when unset.
+    pub key_file: Option<PathBuf>,
+    /// Accept `http://` URLs (otherwise HTTPS only).
+    pub allow_http: bool,
+    /// Non-public networks tenants' upstreams may be on, as CIDRs; empty by default:
+    /// public addresses only.
+    pub allowed_networks: Vec<String>,
+    /// Most upstreams one tenant may have.
+    pub max_per_tenant: usize,
+    /// The longest call deadline a tenant may give its upstream, seconds.
+    pub max_timeout_secs: u64,
+    /// How often each instance reads the store for changes made on other instances,
+    /// seconds. A change made on this instance applies at once.
+    pub sync_secs: u64,
+}
+
+impl Default for TenantUpstreamsConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            key: None,
+            key_file: None,
+            allow_http: false,
+            allowed_networks: Vec::new(),
+            max_per_tenant: 16,
+            max_timeout_secs: default_upstream_max_timeout(),
+            sync_secs: 5,
+        }
+    }
+}
+
+impl TenantUpstreamsConfig {
+    pub fn networks(&self) -> Result<Vec<ipnet::IpNet>, String> {
+        parse_networks(&self.allowed_networks)
+    }
+}
+
+/// CIDR networks (or single addresses) from configuration.
+fn parse_networks(networks: &[String]) -> Result<Vec<ipnet::IpNet>, String> {
+    networks
+        .iter()
+        .map(|n| {
+            n.parse::<ipnet::IpNet>()
+                .or_else(|_| n.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| format!("{n:?} is not a CIDR network"))
+        })
+        .collect()
 }
 
 /// The MCP front door at `/mcp`.
@@ -365,14 +428,7 @@ impl Default for FetchConfig {
 
 impl FetchConfig {
     fn networks(&self) -> Result<Vec<ipnet::IpNet>, String> {
-        self.allowed_networks
-            .iter()
-            .map(|n| {
-                n.parse::<ipnet::IpNet>()
-                    .or_else(|_| n.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
-                    .map_err(|_| format!("{n:?} is not a CIDR network"))
-            })
-            .collect()
+        parse_networks(&self.allowed_networks)
     }
 
     pub fn options(&self) -> Option<toolgate_tools::web_fetch::FetchOptions> {
@@ -518,6 +574,7 @@ impl Default for Config {
             auth: AuthConfig::default(),
             mcp: McpConfig::default(),
             upstreams: Vec::new(),
+            tenant_upstreams: TenantUpstreamsConfig::default(),
             providers: BTreeMap::new(),
         }
     }
@@ -718,12 +775,7 @@ impl Config {
         }
         for (i, upstream) in self.upstreams.iter().enumerate() {
             let key = format!("upstreams[{i}]");
-            let name_ok = (1..=32).contains(&upstream.name.len())
-                && upstream
-                    .name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-            if !name_ok {
+            if !toolgate_mcp::upstream::is_valid_name(&upstream.name) {
                 errors.push((
                     format!("{key}.name"),
                     "use 1-32 letters, digits, '_', '.' or '-'".into(),
@@ -744,6 +796,24 @@ impl Config {
                     format!("{:?} is used twice", upstream.name),
                 ));
             }
+        }
+        let tenant = &self.tenant_upstreams;
+        if let Err(problem) = tenant.networks() {
+            errors.push(("tenant_upstreams.allowed_networks".into(), problem));
+        }
+        if let Some(key) = &tenant.key
+            && crate::upstreams::parse_key(key.expose()).is_none()
+        {
+            errors.push((
+                "tenant_upstreams.key".into(),
+                "must be 64 hex digits (32 bytes), e.g. from `openssl rand -hex 32`".into(),
+            ));
+        }
+        if tenant.sync_secs == 0 || tenant.max_timeout_secs == 0 {
+            errors.push((
+                "tenant_upstreams".into(),
+                "sync_secs and max_timeout_secs must be at least 1".into(),
+            ));
         }
         for (name, provider) in &self.providers {
             let key = format!("providers.{name}");
@@ -777,6 +847,14 @@ impl Config {
             .admin_key_file
             .clone()
             .unwrap_or_else(|| self.data_dir.join("admin-api-key"))
+    }
+
+    /// Where the key sealing tenant upstreams' credentials is kept when not configured.
+    pub fn upstream_key_file(&self) -> PathBuf {
+        self.tenant_upstreams
+            .key_file
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("upstream-credentials-key"))
     }
 
     /// The workspace root: `tools.workspace_root`, or `<data_dir>/workspace`.

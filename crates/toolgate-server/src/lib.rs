@@ -19,6 +19,8 @@
 //! - [`docs`]: `/openapi.json` and the offline `/docs` page.
 //! - [`state`]: [`AppState`], what handlers share.
 //! - [`telemetry`]: the `tracing` subscriber.
+//! - [`upstreams`]: tenants' own upstream MCP servers: sealed credentials, vetted
+//!   addresses, supervisors kept in step with the store.
 
 pub mod approvals;
 pub mod auth;
@@ -33,6 +35,7 @@ pub mod rest;
 pub mod runs;
 pub mod state;
 pub mod telemetry;
+pub mod upstreams;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -142,6 +145,19 @@ pub async fn build_with(
         providers.insert(name.clone(), provider);
     }
     let runs = runs::Runs::new(store.clone(), registry.clone(), executor.clone(), providers);
+    let shutdown = CancellationToken::new();
+    let upstreams = if config.tenant_upstreams.enabled {
+        let upstreams = upstreams::TenantUpstreams::new(
+            config,
+            store.clone(),
+            registry.clone(),
+            shutdown.clone(),
+        )
+        .context("setting up tenant upstreams")?;
+        Some(Arc::new(upstreams))
+    } else {
+        None
+    };
     let state = AppState::new(state::Shared {
         registry,
         executor,
@@ -151,7 +167,8 @@ pub async fn build_with(
         runs,
         approvals,
         audit,
-        shutdown: CancellationToken::new(),
+        upstreams,
+        shutdown,
     });
     Ok(Gateway {
         state,
@@ -209,7 +226,13 @@ fn cors(config: &Config) -> Option<CorsLayer> {
     Some(
         CorsLayer::new()
             .allow_origin(allow_origin)
-            .allow_methods([Method::GET, Method::POST, Method::DELETE, Method::OPTIONS])
+            .allow_methods([
+                Method::GET,
+                Method::POST,
+                Method::PUT,
+                Method::DELETE,
+                Method::OPTIONS,
+            ])
             .allow_headers([
                 header::AUTHORIZATION,
                 header::CONTENT_TYPE,
@@ -262,6 +285,11 @@ pub async fn serve_with(
         state.registry.clone(),
         streams.clone(),
     );
+    // Tenants' upstreams: every instance connects to all of them, in the background.
+    let tenant_upstreams = state
+        .upstreams
+        .clone()
+        .map(|u| tokio::spawn(u.supervise(Duration::from_secs(config.tenant_upstreams.sync_secs))));
     // Runs left by a stopped instance resume here; this instance's runs keep their leases.
     let runs = tokio::spawn(state.runs.clone().supervise(streams.clone()));
     let app = app(state, &config).into_make_service_with_connect_info::<std::net::SocketAddr>();
@@ -287,7 +315,7 @@ pub async fn serve_with(
     // Agent runs stop here and are released for the next instance to take over.
     let _ = tokio::time::timeout(grace, runs).await;
     // Upstream supervisors end their connections (child processes are killed).
-    for upstream in upstreams {
+    for upstream in upstreams.into_iter().chain(tenant_upstreams) {
         let _ = tokio::time::timeout(grace, upstream).await;
     }
     // The app (and with it every handle on the audit writer) is gone: the writer drains

@@ -26,6 +26,8 @@ pub struct Shared {
     pub approvals: Arc<crate::approvals::StoreApprovals>,
     /// Where audit rows go (the executor's sink): decisions on approvals are recorded too.
     pub audit: Arc<dyn toolgate_core::audit::AuditSink>,
+    /// Tenants' own upstream MCP servers; `None` when `tenant_upstreams.enabled` is off.
+    pub upstreams: Option<Arc<crate::upstreams::TenantUpstreams>>,
     /// Cancelled when the gateway begins to stop: long-lived streams (MCP SSE) end.
     pub shutdown: CancellationToken,
 }

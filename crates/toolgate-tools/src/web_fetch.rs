@@ -211,13 +211,7 @@ impl WebFetch {
     }
 
     fn vet(&self, url: &Url, ip: IpAddr) -> Result<(), ToolError> {
-        if is_public(ip)
-            || self
-                .options
-                .allowed_networks
-                .iter()
-                .any(|n| n.contains(&ip))
-        {
+        if is_reachable(ip, &self.options.allowed_networks) {
             return Ok(());
         }
         Err(ToolError::invalid_arguments(format!(
@@ -355,7 +349,8 @@ fn meta_charset(body: &[u8]) -> Option<String> {
     (!value.is_empty()).then_some(value)
 }
 
-fn error_chain(err: &dyn std::error::Error) -> String {
+/// An error with its causes, `: `-separated.
+pub fn error_chain(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {
@@ -364,6 +359,11 @@ fn error_chain(err: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+/// Whether `ip` may be connected to: public, or in one of the `allowed` networks.
+pub fn is_reachable(ip: IpAddr, allowed: &[ipnet::IpNet]) -> bool {
+    is_public(ip) || allowed.iter().any(|n| n.contains(&ip))
 }
 
 /// Whether `ip` is a globally reachable unicast address.

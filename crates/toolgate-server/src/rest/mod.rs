@@ -10,6 +10,7 @@ pub mod extract;
 pub mod health;
 pub mod runs;
 pub mod tools;
+pub mod upstreams;
 
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
@@ -28,6 +29,7 @@ use crate::state::AppState;
         (name = "agents", description = "Agents: a named model, prompt and toolset"),
         (name = "runs", description = "Agent runs: start, follow live (SSE), read, cancel"),
         (name = "approvals", description = "Approval policy, calls waiting for a person, decisions, and the outcome of calls that waited"),
+        (name = "upstreams", description = "The tenant's own upstream MCP servers, whose tools it alone sees"),
         (name = "audit", description = "The audit log of every tool call"),
         (name = "tenancy", description = "Tenants, principals and API keys"),
         (name = "health", description = "Liveness and readiness"),
@@ -66,6 +68,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .merge(agents::router())
         .merge(runs::router())
         .merge(approvals::router())
+        .merge(upstreams::router())
         .merge(audit::router())
         .merge(admin::router())
         .merge(health::router())

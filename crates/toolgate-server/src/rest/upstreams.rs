@@ -1,0 +1,498 @@
+//! `/v1/upstreams`: a tenant's own upstream MCP servers (create, list, read, replace,
+//! delete), each with its connection status on the instance that answers. Needs
+//! `tenant:admin`. Only Streamable HTTP upstreams: stdio ones run processes on the
+//! gateway host and are the operator's (configuration file). Their tools appear to this
+//! tenant alone, as `<name>__<tool>`. Credentials are write-only.
+
+use std::collections::BTreeMap;
+
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use toolgate_core::auth::scopes;
+use toolgate_core::{ToolError, Violation};
+use toolgate_mcp::upstream::{State as LinkState, glob_problem, is_valid_name};
+use toolgate_store::{UpstreamRecord, UpstreamWrite};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::error::{ApiError, Problem};
+use super::extract::{AppJson, AppPath};
+use crate::auth::Caller;
+use crate::state::AppState;
+use crate::upstreams::{Credentials, Seen, Stored, TenantUpstreams};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_upstreams, create_upstream))
+        .routes(routes!(get_upstream, replace_upstream, delete_upstream))
+}
+
+/// A call's deadline when the caller gives none, unless the body says otherwise.
+const DEFAULT_TIMEOUT_SECS: u64 = 60;
+
+/// Headers the gateway sets itself, which an upstream's static headers may not replace.
+const RESERVED_HEADERS: &[&str] = &[
+    "authorization",
+    "host",
+    "content-length",
+    "content-type",
+    "accept",
+    "connection",
+    "transfer-encoding",
+    "te",
+    "upgrade",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+    "traceparent",
+    "tracestate",
+];
+
+/// An upstream to add, or what it becomes. Unknown fields are refused. `headers` and
+/// `bearer` are write-only: replacing an upstream without them removes them.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({
+    "name": "docs",
+    "url": "https://mcp.example.com/mcp",
+    "bearer": "upstream-token",
+    "allow": ["search*"],
+    "timeout_secs": 30
+}))]
+pub struct UpstreamBody {
+    /// `^[A-Za-z0-9_.-]{1,32}$`, unique in the tenant; not a name of the operator's
+    /// upstreams.
+    pub name: String,
+    /// The upstream's Streamable HTTP endpoint: `https://` on a public address.
+    pub url: String,
+    /// Put before each of its tools' names; `<name>__` when absent.
+    #[serde(default)]
+    pub prefix: Option<String>,
+    /// Static headers sent with every request to the upstream. Write-only.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Sent as `Authorization: Bearer …` to the upstream. Write-only.
+    #[serde(default)]
+    pub bearer: Option<String>,
+    /// Globs over the upstream's tool names: only these (all when empty), never `deny`.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    #[serde(default)]
+    pub deny: Vec<String>,
+    /// A call's deadline when the caller gives none (default 60), seconds.
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+    /// The longest deadline a caller may ask for; at most the gateway's
+    /// `tenant_upstreams.max_timeout_secs` (its default).
+    #[serde(default)]
+    pub max_timeout_secs: Option<u64>,
+}
+
+/// A tenant upstream, without its credentials' values.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({
+    "name": "docs",
+    "url": "https://mcp.example.com/mcp",
+    "prefix": "docs__",
+    "allow": ["search*"],
+    "deny": [],
+    "timeout_secs": 30,
+    "max_timeout_secs": 300,
+    "headers": [],
+    "bearer": true,
+    "revision": 1,
+    "created_at": "2026-11-22T10:00:00Z",
+    "updated_at": "2026-11-22T10:00:00Z",
+    "status": {"state": "connected", "tools": ["docs__search"], "since": "2026-11-22T10:00:01Z"}
+}))]
+pub struct UpstreamView {
+    pub name: String,
+    pub url: String,
+    /// What its tools' names start with.
+    pub prefix: String,
+    pub allow: Vec<String>,
+    pub deny: Vec<String>,
+    pub timeout_secs: u64,
+    pub max_timeout_secs: u64,
+    /// The names of its static headers (values are never shown).
+    pub headers: Vec<String>,
+    /// Whether a bearer token is set (it is never shown).
+    pub bearer: bool,
+    /// One more at each change.
+    pub revision: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub status: UpstreamStatus,
+}
+
+/// The upstream's connection, as the instance answering sees it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UpstreamStatus {
+    /// `connected`; `connecting` (not yet, or again after losing it; calls to its tools
+    /// fail as `upstream` errors meanwhile); `failed` (cannot be started here: see
+    /// `last_error`); `starting` (this instance has not picked it up yet).
+    pub state: &'static str,
+    /// Its tools as this tenant sees them.
+    pub tools: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// When `state` last changed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UpstreamList {
+    pub upstreams: Vec<UpstreamView>,
+}
+
+fn stored(record: &UpstreamRecord) -> Result<Stored, ApiError> {
+    serde_json::from_value(record.config.clone()).map_err(|e| {
+        ApiError::Internal(anyhow::anyhow!(
+            "stored upstream {} is unreadable: {e}",
+            record.id
+        ))
+    })
+}
+
+async fn view(
+    upstreams: &TenantUpstreams,
+    record: UpstreamRecord,
+) -> Result<UpstreamView, ApiError> {
+    let config = stored(&record)?;
+    let status = match upstreams.seen(record.id).await {
+        Seen::Supervised(s) => UpstreamStatus {
+            state: match s.state {
+                LinkState::Connected => "connected",
+                LinkState::Connecting => "connecting",
+            },
+            tools: s.tools,
+            last_error: s.last_error,
+            since: Some(s.since.into()),
+        },
+        Seen::Failed(problem) => UpstreamStatus {
+            state: "failed",
+            tools: Vec::new(),
+            last_error: Some(problem),
+            since: None,
+        },
+        Seen::Unknown => UpstreamStatus {
+            state: "starting",
+            tools: Vec::new(),
+            last_error: None,
+            since: None,
+        },
+    };
+    Ok(UpstreamView {
+        prefix: config
+            .prefix
+            .clone()
+            .unwrap_or_else(|| format!("{}__", record.name)),
+        name: record.name,
+        url: config.url,
+        allow: config.allow,
+        deny: config.deny,
+        timeout_secs: config.timeout_secs,
+        max_timeout_secs: config.max_timeout_secs,
+        headers: config.header_names,
+        bearer: config.bearer,
+        revision: record.revision,
+        created_at: record.created_at,
+        updated_at: record.updated_at,
+        status,
+    })
+}
+
+/// This gateway's tenant upstreams, after checking the caller may manage them.
+fn manager<'a>(app: &'a AppState, caller: &Caller) -> Result<&'a TenantUpstreams, ApiError> {
+    caller.require(scopes::TENANT_ADMIN)?;
+    app.upstreams.as_deref().ok_or_else(|| {
+        ToolError::not_found(
+            "tenant upstreams are disabled on this gateway (tenant_upstreams.enabled)",
+        )
+        .into()
+    })
+}
+
+fn not_found(name: &str) -> ApiError {
+    ToolError::not_found(format!("no upstream {name:?} in your tenant")).into()
+}
+
+/// Checks a body, listing every problem; returns what to store and the credentials.
+async fn validate(
+    upstreams: &TenantUpstreams,
+    body: UpstreamBody,
+) -> Result<(Stored, Credentials), ApiError> {
+    let mut problems: Vec<(String, String)> = Vec::new();
+    if !is_valid_name(&body.name) {
+        problems.push((
+            "name".into(),
+            "use 1-32 letters, digits, '_', '.' or '-'".into(),
+        ));
+    } else if upstreams.reserved.iter().any(|r| r == &body.name) {
+        problems.push((
+            "name".into(),
+            format!(
+                "{:?} is the name of one of the gateway's own upstreams",
+                body.name
+            ),
+        ));
+    }
+    if let Err(problem) = upstreams.reach.check(&body.url, true).await {
+        problems.push(("url".into(), problem));
+    }
+    if let Some(prefix) = &body.prefix
+        && !(prefix.len() <= 32 && (prefix.is_empty() || is_valid_name(prefix)))
+    {
+        problems.push((
+            "prefix".into(),
+            "use at most 32 letters, digits, '_', '.' or '-'".into(),
+        ));
+    }
+    for (name, value) in &body.headers {
+        let lower = name.to_ascii_lowercase();
+        if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            problems.push((format!("headers/{name}"), "not a valid header name".into()));
+        } else if RESERVED_HEADERS.contains(&lower.as_str()) {
+            problems.push((
+                format!("headers/{name}"),
+                "set by the gateway itself (use `bearer` for Authorization)".into(),
+            ));
+        }
+        if reqwest::header::HeaderValue::from_str(value).is_err() {
+            problems.push((format!("headers/{name}"), "not a valid header value".into()));
+        }
+    }
+    if let Some(bearer) = &body.bearer
+        && (bearer.is_empty() || reqwest::header::HeaderValue::from_str(bearer).is_err())
+    {
+        problems.push(("bearer".into(), "not a valid token".into()));
+    }
+    for (field, globs) in [("allow", &body.allow), ("deny", &body.deny)] {
+        for (i, glob) in globs.iter().enumerate() {
+            if let Some(problem) = glob_problem(glob) {
+                problems.push((format!("{field}/{i}"), problem));
+            }
+        }
+    }
+    let ceiling = upstreams.max_timeout_secs;
+    let max_timeout_secs = body.max_timeout_secs.unwrap_or(ceiling);
+    let timeout_secs = body
+        .timeout_secs
+        .unwrap_or(DEFAULT_TIMEOUT_SECS.min(max_timeout_secs));
+    if !(1..=ceiling).contains(&max_timeout_secs) {
+        problems.push(("max_timeout_secs".into(), format!("must be 1 to {ceiling}")));
+    }
+    if !(1..=max_timeout_secs).contains(&timeout_secs) {
+        problems.push((
+            "timeout_secs".into(),
+            "must be 1 to max_timeout_secs".into(),
+        ));
+    }
+    if !problems.is_empty() {
+        let violations = problems
+            .into_iter()
+            .map(|(field, message)| Violation {
+                pointer: format!("/{field}"),
+                message,
+            })
+            .collect();
+        return Err(ToolError::invalid_arguments("the upstream is invalid")
+            .with_violations(violations)
+            .into());
+    }
+    let stored = Stored {
+        url: body.url,
+        prefix: body.prefix,
+        allow: body.allow,
+        deny: body.deny,
+        timeout_secs,
+        max_timeout_secs,
+        header_names: body.headers.keys().cloned().collect(),
+        bearer: body.bearer.is_some(),
+    };
+    let credentials = Credentials {
+        headers: body.headers,
+        bearer: body.bearer,
+    };
+    Ok((stored, credentials))
+}
+
+/// What to store: the body's name, its configuration and its sealed credentials.
+fn sealed(
+    upstreams: &TenantUpstreams,
+    caller: &Caller,
+    name: &str,
+    stored: &Stored,
+    credentials: &Credentials,
+) -> Result<(serde_json::Value, Option<Vec<u8>>), ApiError> {
+    let config = serde_json::to_value(stored).map_err(|e| ApiError::Internal(e.into()))?;
+    let sealed = if credentials.is_empty() {
+        None
+    } else {
+        Some(
+            upstreams
+                .sealer
+                .seal(caller.auth.tenant, name, &stored.url, credentials)
+                .map_err(ApiError::Internal)?,
+        )
+    };
+    Ok((config, sealed))
+}
+
+/// Applies a change on this instance now (other instances follow within
+/// `tenant_upstreams.sync_secs`). The change is stored already: a failure here is logged.
+async fn apply(upstreams: &TenantUpstreams) {
+    if let Err(err) = upstreams.sync().await {
+        tracing::warn!(error = %err, "could not apply a tenant upstream change now; the next sync will");
+    }
+}
+
+/// List the tenant's upstreams.
+#[utoipa::path(get, path = "/v1/upstreams", tag = "upstreams",
+    responses(
+        (status = 200, description = "The resource", body = UpstreamList),
+        (status = 403, description = "Needs `tenant:admin`", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn list_upstreams(
+    State(app): State<AppState>,
+    caller: Caller,
+) -> Result<AppJson<UpstreamList>, ApiError> {
+    let upstreams = manager(&app, &caller)?;
+    let mut views = Vec::new();
+    for record in app.store.list_upstreams(caller.auth.tenant).await? {
+        views.push(view(upstreams, record).await?);
+    }
+    Ok(AppJson(UpstreamList { upstreams: views }))
+}
+
+/// Add an upstream MCP server (Streamable HTTP) for the tenant.
+///
+/// Answers 201 once it is stored; the gateway connects in the background (`status`
+/// says how far it got; `GET` it again to follow).
+#[utoipa::path(post, path = "/v1/upstreams", tag = "upstreams",
+    request_body(content = UpstreamBody, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Created", body = UpstreamView),
+        (status = 400, description = "Invalid upstream (every problem listed)", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Needs `tenant:admin`", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "An upstream of this name exists, or the tenant has as many as allowed", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn create_upstream(
+    State(app): State<AppState>,
+    caller: Caller,
+    AppJson(body): AppJson<UpstreamBody>,
+) -> Result<Response, ApiError> {
+    let upstreams = manager(&app, &caller)?;
+    let tenant = caller.auth.tenant;
+    let name = body.name.clone();
+    let (stored, credentials) = validate(upstreams, body).await?;
+    let existing = app.store.list_upstreams(tenant).await?;
+    if existing.len() >= upstreams.max_per_tenant {
+        return Err(ApiError::Conflict(format!(
+            "your tenant has {} upstreams, the most allowed (tenant_upstreams.max_per_tenant)",
+            existing.len()
+        )));
+    }
+    let (config, sealed) = sealed(upstreams, &caller, &name, &stored, &credentials)?;
+    let write = UpstreamWrite {
+        name: &name,
+        config: &config,
+        credentials: sealed.as_deref(),
+    };
+    let record = app
+        .store
+        .create_upstream(tenant, &write, caller.auth.principal.id)
+        .await?;
+    apply(upstreams).await;
+    let location = format!("/v1/upstreams/{}", record.name);
+    let mut response =
+        (StatusCode::CREATED, AppJson(view(upstreams, record).await?)).into_response();
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        response.headers_mut().insert(header::LOCATION, v);
+    }
+    Ok(response)
+}
+
+/// Read an upstream, with its connection status.
+#[utoipa::path(get, path = "/v1/upstreams/{name}", tag = "upstreams",
+    params(("name" = String, Path, description = "Upstream name")),
+    responses(
+        (status = 200, description = "The resource", body = UpstreamView),
+        (status = 403, description = "Needs `tenant:admin`", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn get_upstream(
+    State(app): State<AppState>,
+    caller: Caller,
+    AppPath(name): AppPath<String>,
+) -> Result<AppJson<UpstreamView>, ApiError> {
+    let upstreams = manager(&app, &caller)?;
+    let record = app
+        .store
+        .get_upstream(caller.auth.tenant, &name)
+        .await?
+        .ok_or_else(|| not_found(&name))?;
+    Ok(AppJson(view(upstreams, record).await?))
+}
+
+/// Replace an upstream (credentials included: absent ones are removed). Its connection
+/// is made again.
+#[utoipa::path(put, path = "/v1/upstreams/{name}", tag = "upstreams",
+    params(("name" = String, Path, description = "Upstream name")),
+    request_body(content = UpstreamBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The resource", body = UpstreamView),
+        (status = 400, description = "Invalid upstream (every problem listed)", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Needs `tenant:admin`", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Renamed to a name in use", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn replace_upstream(
+    State(app): State<AppState>,
+    caller: Caller,
+    AppPath(name): AppPath<String>,
+    AppJson(body): AppJson<UpstreamBody>,
+) -> Result<AppJson<UpstreamView>, ApiError> {
+    let upstreams = manager(&app, &caller)?;
+    let new_name = body.name.clone();
+    let (stored, credentials) = validate(upstreams, body).await?;
+    let (config, sealed) = sealed(upstreams, &caller, &new_name, &stored, &credentials)?;
+    let write = UpstreamWrite {
+        name: &new_name,
+        config: &config,
+        credentials: sealed.as_deref(),
+    };
+    let record = app
+        .store
+        .update_upstream(caller.auth.tenant, &name, &write)
+        .await?
+        .ok_or_else(|| not_found(&name))?;
+    apply(upstreams).await;
+    Ok(AppJson(view(upstreams, record).await?))
+}
+
+/// Delete an upstream: its tools go, its connection ends.
+#[utoipa::path(delete, path = "/v1/upstreams/{name}", tag = "upstreams",
+    params(("name" = String, Path, description = "Upstream name")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 403, description = "Needs `tenant:admin`", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn delete_upstream(
+    State(app): State<AppState>,
+    caller: Caller,
+    AppPath(name): AppPath<String>,
+) -> Result<StatusCode, ApiError> {
+    let upstreams = manager(&app, &caller)?;
+    if !app.store.delete_upstream(caller.auth.tenant, &name).await? {
+        return Err(not_found(&name));
+    }
+    apply(upstreams).await;
+    Ok(StatusCode::NO_CONTENT)
+}

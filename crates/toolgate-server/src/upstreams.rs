@@ -1,0 +1,569 @@
+//! Tenants' own upstream MCP servers (`/v1/upstreams`): their credentials sealed at rest,
+//! where they may connect vetted, and each instance's connections kept in step with the
+//! store.
+//!
+//! - Credentials (static headers, a bearer token) are sealed with ChaCha20-Poly1305
+//!   under the configured key, bound to the tenant, name and URL (the associated data):
+//!   a sealed value copied to another row, tenant or URL does not open. They go nowhere
+//!   but to the upstream's URL: the API shows header names and whether a token is set,
+//!   and logs never carry them (`UpstreamTransport`'s `Debug` hides them).
+//! - HTTP only. The URL is `https://` (`http://` only when configured); a literal host
+//!   address must be public or in `allowed_networks`, and a host name is resolved by
+//!   [`VettedResolver`] at every connection, which refuses the name when any address is
+//!   not, and hands the client exactly the addresses it vetted: no second lookup, so no
+//!   rebinding window. Redirects are not followed; proxies are not used.
+//! - Their tools are registered for their tenant only ([`Owner::Tenant`]).
+//! - Every instance supervises every tenant upstream: a change made here applies at once,
+//!   one made on another instance within `sync_secs`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
+use ring::rand::{SecureRandom, SystemRandom};
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+use toolgate_core::{Owner, Registry, TenantId};
+use toolgate_mcp::upstream::{self, Status, UpstreamConfig, UpstreamTransport};
+use toolgate_store::{Store, StoreError, UpstreamRecord};
+use uuid::Uuid;
+
+use crate::config::Config;
+
+/// Sealed values start with this version byte.
+const SEALED_V1: u8 = 1;
+
+/// The longest a stopping supervisor may take to unregister its tools.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// What a tenant upstream is, as stored: everything but the credentials.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Stored {
+    pub url: String,
+    #[serde(default)]
+    pub prefix: Option<String>,
+    #[serde(default)]
+    pub allow: Vec<String>,
+    #[serde(default)]
+    pub deny: Vec<String>,
+    pub timeout_secs: u64,
+    pub max_timeout_secs: u64,
+    /// The names of the static headers (their values are sealed).
+    #[serde(default)]
+    pub header_names: Vec<String>,
+    /// Whether a bearer token is set (it is sealed).
+    #[serde(default)]
+    pub bearer: bool,
+}
+
+/// The secret part of a tenant upstream.
+#[derive(Clone, Default, Serialize, Deserialize)]
+pub struct Credentials {
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default)]
+    pub bearer: Option<String>,
+}
+
+impl Credentials {
+    pub fn is_empty(&self) -> bool {
+        self.headers.is_empty() && self.bearer.is_none()
+    }
+}
+
+/// A 32-byte key from 64 hex digits.
+pub fn parse_key(hex_digits: &str) -> Option<[u8; 32]> {
+    hex::decode(hex_digits.trim()).ok()?.try_into().ok()
+}
+
+/// The configured key, or the key file's, made with a random key (mode 0600) if absent.
+pub fn load_key(config: &Config) -> anyhow::Result<[u8; 32]> {
+    if let Some(key) = &config.tenant_upstreams.key {
+        return parse_key(key.expose()).context("tenant_upstreams.key must be 64 hex digits");
+    }
+    let path = config.upstream_key_file();
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            parse_key(&text).with_context(|| format!("{} must hold 64 hex digits", path.display()))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => create_key_file(&path),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+fn create_key_file(path: &Path) -> anyhow::Result<[u8; 32]> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut key = [0u8; 32];
+    SystemRandom::new()
+        .fill(&mut key)
+        .map_err(|_| anyhow::anyhow!("the system's random source failed"))?;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path);
+    match file {
+        Ok(mut file) => {
+            writeln!(file, "{}", hex::encode(key))
+                .with_context(|| format!("writing {}", path.display()))?;
+            Ok(key)
+        }
+        // Another process made it first: use theirs.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let text = std::fs::read_to_string(path)?;
+            parse_key(&text).with_context(|| format!("{} must hold 64 hex digits", path.display()))
+        }
+        Err(e) => Err(e).with_context(|| format!("creating {}", path.display())),
+    }
+}
+
+/// Seals and opens credentials.
+pub struct Sealer {
+    key: LessSafeKey,
+    random: SystemRandom,
+}
+
+impl Sealer {
+    pub fn new(key: &[u8; 32]) -> Self {
+        let key = UnboundKey::new(&CHACHA20_POLY1305, key).expect("a 32-byte key fits ChaCha20");
+        Self {
+            key: LessSafeKey::new(key),
+            random: SystemRandom::new(),
+        }
+    }
+
+    fn context(tenant: TenantId, name: &str, url: &str) -> Vec<u8> {
+        format!("toolgate upstream credentials\0{tenant}\0{name}\0{url}").into_bytes()
+    }
+
+    /// `version || nonce || ciphertext || tag`.
+    pub fn seal(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        url: &str,
+        credentials: &Credentials,
+    ) -> anyhow::Result<Vec<u8>> {
+        let mut nonce = [0u8; NONCE_LEN];
+        self.random
+            .fill(&mut nonce)
+            .map_err(|_| anyhow::anyhow!("the system's random source failed"))?;
+        let mut body = serde_json::to_vec(credentials)?;
+        self.key
+            .seal_in_place_append_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(Self::context(tenant, name, url)),
+                &mut body,
+            )
+            .map_err(|_| anyhow::anyhow!("sealing failed"))?;
+        let mut sealed = Vec::with_capacity(1 + NONCE_LEN + body.len());
+        sealed.push(SEALED_V1);
+        sealed.extend_from_slice(&nonce);
+        sealed.extend_from_slice(&body);
+        Ok(sealed)
+    }
+
+    /// `None` when the value was sealed under another key, or for another tenant, name
+    /// or URL, or was altered.
+    pub fn open(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        url: &str,
+        sealed: &[u8],
+    ) -> Option<Credentials> {
+        let (&version, rest) = sealed.split_first()?;
+        if version != SEALED_V1 || rest.len() < NONCE_LEN {
+            return None;
+        }
+        let (nonce, body) = rest.split_at(NONCE_LEN);
+        let nonce = Nonce::try_assume_unique_for_key(nonce).ok()?;
+        let mut body = body.to_vec();
+        let plain = self
+            .key
+            .open_in_place(
+                nonce,
+                Aad::from(Self::context(tenant, name, url)),
+                &mut body,
+            )
+            .ok()?;
+        serde_json::from_slice(plain).ok()
+    }
+}
+
+/// Where tenants' upstreams may connect.
+#[derive(Clone, Debug, Default)]
+pub struct Reach {
+    pub allow_http: bool,
+    pub allowed_networks: Vec<ipnet::IpNet>,
+}
+
+impl Reach {
+    /// Why `url` may not be an upstream's address, if it may not. A host name is checked
+    /// at each connection ([`VettedResolver`]); `resolve` checks it now too.
+    pub async fn check(&self, url: &str, resolve: bool) -> Result<url::Url, String> {
+        let parsed = url::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+        match parsed.scheme() {
+            "https" => {}
+            "http" if self.allow_http => {}
+            "http" => return Err("plain http:// is not allowed; use https://".into()),
+            other => return Err(format!("{other}: URLs are not allowed; use https://")),
+        }
+        if !parsed.username().is_empty() || parsed.password().is_some() {
+            return Err("credentials in the URL are not allowed; use `headers` or `bearer`".into());
+        }
+        match parsed.host() {
+            Some(url::Host::Ipv4(ip)) => self.vet(&parsed, IpAddr::V4(ip))?,
+            Some(url::Host::Ipv6(ip)) => self.vet(&parsed, IpAddr::V6(ip))?,
+            Some(url::Host::Domain(name)) if resolve => {
+                let port = parsed.port_or_known_default().unwrap_or(443);
+                // A name that does not resolve now may later: its connections will tell.
+                if let Ok(addrs) = tokio::net::lookup_host((name, port)).await {
+                    for addr in addrs {
+                        self.vet(&parsed, addr.ip())?;
+                    }
+                }
+            }
+            Some(url::Host::Domain(_)) => {}
+            None => return Err("the URL has no host".into()),
+        }
+        Ok(parsed)
+    }
+
+    fn vet(&self, url: &url::Url, ip: IpAddr) -> Result<(), String> {
+        if toolgate_tools::web_fetch::is_reachable(ip, &self.allowed_networks) {
+            return Ok(());
+        }
+        Err(format!(
+            "{} leads to {ip}, which is not a public address",
+            url.host_str().unwrap_or("the URL")
+        ))
+    }
+
+    /// The HTTP client every tenant upstream connects with.
+    pub fn client(self: &Arc<Self>) -> anyhow::Result<reqwest::Client> {
+        reqwest::Client::builder()
+            .dns_resolver(VettedResolver(self.clone()))
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .context("building the tenant upstreams' HTTP client")
+    }
+}
+
+/// Resolves host names for tenant upstreams, refusing any that resolves to an address
+/// that is not public (nor in `allowed_networks`).
+struct VettedResolver(Arc<Reach>);
+
+impl reqwest::dns::Resolve for VettedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let reach = self.0.clone();
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let addrs: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            if addrs.is_empty() {
+                return Err(format!("{host} has no addresses").into());
+            }
+            if let Some(bad) = addrs
+                .iter()
+                .find(|a| !toolgate_tools::web_fetch::is_reachable(a.ip(), &reach.allowed_networks))
+            {
+                return Err(format!(
+                    "{host} leads to {}, which is not a public address",
+                    bad.ip()
+                )
+                .into());
+            }
+            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+/// One tenant upstream on this instance.
+struct Running {
+    revision: i64,
+    link: Link,
+}
+
+enum Link {
+    Supervised {
+        stop: CancellationToken,
+        task: tokio::task::JoinHandle<()>,
+        status: tokio::sync::watch::Receiver<Status>,
+    },
+    /// Could not be started here (e.g. its credentials do not open with this key).
+    Failed(String),
+}
+
+/// An upstream's state on this instance, as the API shows it.
+#[derive(Clone, Debug)]
+pub enum Seen {
+    Supervised(Status),
+    Failed(String),
+    /// Not (yet) started on this instance.
+    Unknown,
+}
+
+/// Every tenant upstream this instance supervises.
+pub struct TenantUpstreams {
+    store: Store,
+    registry: Arc<Registry>,
+    pub sealer: Sealer,
+    pub reach: Arc<Reach>,
+    client: reqwest::Client,
+    /// The operator's upstreams' names, which tenants' may not take.
+    pub reserved: Vec<String>,
+    pub max_per_tenant: usize,
+    pub max_timeout_secs: u64,
+    running: tokio::sync::Mutex<HashMap<Uuid, Running>>,
+    shutdown: CancellationToken,
+}
+
+impl TenantUpstreams {
+    pub fn new(
+        config: &Config,
+        store: Store,
+        registry: Arc<Registry>,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<Self> {
+        let key = load_key(config)?;
+        let reach = Arc::new(Reach {
+            allow_http: config.tenant_upstreams.allow_http,
+            allowed_networks: config
+                .tenant_upstreams
+                .networks()
+                .map_err(anyhow::Error::msg)?,
+        });
+        Ok(Self {
+            store,
+            registry,
+            sealer: Sealer::new(&key),
+            client: reach.client()?,
+            reach,
+            reserved: config.upstreams.iter().map(|u| u.name.clone()).collect(),
+            max_per_tenant: config.tenant_upstreams.max_per_tenant,
+            max_timeout_secs: config.tenant_upstreams.max_timeout_secs,
+            running: tokio::sync::Mutex::new(HashMap::new()),
+            shutdown,
+        })
+    }
+
+    /// Brings this instance's supervisors in line with the store: starts new upstreams,
+    /// restarts changed ones and stops removed ones.
+    pub async fn sync(&self) -> Result<(), StoreError> {
+        let records = self.store.all_upstreams().await?;
+        let mut running = self.running.lock().await;
+        if self.shutdown.is_cancelled() {
+            return Ok(());
+        }
+        let wanted: HashMap<Uuid, i64> = records.iter().map(|r| (r.id, r.revision)).collect();
+        let stale: Vec<Uuid> = running
+            .iter()
+            .filter(|(id, r)| wanted.get(id) != Some(&r.revision))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in stale {
+            if let Some(old) = running.remove(&id) {
+                stop(old).await;
+            }
+        }
+        for record in records {
+            running
+                .entry(record.id)
+                .or_insert_with(|| self.start(&record));
+        }
+        Ok(())
+    }
+
+    fn start(&self, record: &UpstreamRecord) -> Running {
+        let link = match self.upstream_config(record) {
+            Ok(config) => {
+                let stop = self.shutdown.child_token();
+                let supervised = upstream::spawn(config, self.registry.clone(), stop.clone());
+                Link::Supervised {
+                    stop,
+                    task: supervised.task,
+                    status: supervised.status,
+                }
+            }
+            Err(problem) => {
+                tracing::warn!(tenant = %record.tenant, upstream = %record.name, %problem, "cannot start a tenant upstream");
+                Link::Failed(problem)
+            }
+        };
+        Running {
+            revision: record.revision,
+            link,
+        }
+    }
+
+    fn upstream_config(&self, record: &UpstreamRecord) -> Result<UpstreamConfig, String> {
+        let stored: Stored = serde_json::from_value(record.config.clone())
+            .map_err(|e| format!("its stored configuration is unreadable: {e}"))?;
+        let credentials = match &record.credentials {
+            None => Credentials::default(),
+            Some(sealed) => self
+                .sealer
+                .open(record.tenant, &record.name, &stored.url, sealed)
+                .ok_or(
+                    "its credentials do not open with this gateway's key (tenant_upstreams.key)",
+                )?,
+        };
+        Ok(UpstreamConfig {
+            name: record.name.clone(),
+            prefix: stored.prefix,
+            transport: UpstreamTransport::Http {
+                url: stored.url,
+                headers: credentials.headers,
+                bearer: credentials.bearer,
+                client: Some(self.client.clone()),
+            },
+            allow: stored.allow,
+            deny: stored.deny,
+            default_timeout: Duration::from_secs(stored.timeout_secs),
+            max_timeout: Duration::from_secs(stored.max_timeout_secs),
+            owner: Owner::Tenant(record.tenant),
+        })
+    }
+
+    /// What this instance sees of upstream `id`.
+    pub async fn seen(&self, id: Uuid) -> Seen {
+        match self.running.lock().await.get(&id).map(|r| &r.link) {
+            Some(Link::Supervised { status, .. }) => Seen::Supervised(status.borrow().clone()),
+            Some(Link::Failed(problem)) => Seen::Failed(problem.clone()),
+            None => Seen::Unknown,
+        }
+    }
+
+    /// Syncs every `every` until `shutdown`, then stops every supervisor.
+    pub async fn supervise(self: Arc<Self>, every: Duration) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = self.shutdown.cancelled() => break,
+                _ = tick.tick() => {
+                    if let Err(err) = self.sync().await {
+                        tracing::warn!(error = %err, "could not read tenant upstreams from the store");
+                    }
+                }
+            }
+        }
+        let all: Vec<Running> = self.running.lock().await.drain().map(|(_, r)| r).collect();
+        for running in all {
+            stop(running).await;
+        }
+    }
+}
+
+/// Ends a supervisor and waits (briefly) for it to unregister its tools.
+async fn stop(running: Running) {
+    if let Link::Supervised { stop, task, .. } = running.link {
+        stop.cancel();
+        let _ = tokio::time::timeout(STOP_GRACE, task).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn credentials() -> Credentials {
+        Credentials {
+            headers: [("x-api-key".to_owned(), "hunter2".to_owned())].into(),
+            bearer: Some("s3cr3t".into()),
+        }
+    }
+
+    #[test]
+    fn sealed_credentials_open_only_for_their_tenant_name_url_and_key() {
+        let sealer = Sealer::new(&[7; 32]);
+        let (tenant, other) = (TenantId(Uuid::now_v7()), TenantId(Uuid::now_v7()));
+        let url = "https://mcp.example.com/mcp";
+        let sealed = sealer
+            .seal(tenant, "docs", url, &credentials())
+            .expect("seal");
+        assert!(!String::from_utf8_lossy(&sealed).contains("hunter2"));
+        let opened = sealer.open(tenant, "docs", url, &sealed).expect("opens");
+        assert_eq!(opened.headers["x-api-key"], "hunter2");
+        assert_eq!(opened.bearer.as_deref(), Some("s3cr3t"));
+        assert!(sealer.open(other, "docs", url, &sealed).is_none());
+        assert!(sealer.open(tenant, "wiki", url, &sealed).is_none());
+        assert!(
+            sealer
+                .open(tenant, "docs", "https://evil.example/mcp", &sealed)
+                .is_none()
+        );
+        assert!(
+            Sealer::new(&[8; 32])
+                .open(tenant, "docs", url, &sealed)
+                .is_none()
+        );
+        let mut altered = sealed.clone();
+        *altered.last_mut().expect("bytes") ^= 1;
+        assert!(sealer.open(tenant, "docs", url, &altered).is_none());
+        // Two seals of the same credentials differ (a fresh nonce each).
+        assert_ne!(
+            sealed,
+            sealer
+                .seal(tenant, "docs", url, &credentials())
+                .expect("seal")
+        );
+    }
+
+    #[tokio::test]
+    async fn upstream_urls_reach_only_public_addresses_over_https() {
+        let reach = Reach::default();
+        for url in [
+            "http://mcp.example.com/mcp",
+            "ftp://mcp.example.com/",
+            "https://user:pw@mcp.example.com/mcp",
+            "https://127.0.0.1/mcp",
+            "https://2130706433/mcp",
+            "https://0x7f.1/mcp",
+            "https://[::1]/mcp",
+            "https://[::ffff:127.0.0.1]/mcp",
+            "https://169.254.169.254/latest/meta-data",
+            "https://10.0.0.8/mcp",
+            "https://0.0.0.0/mcp",
+            "https://[fd00::1]/mcp",
+            "https://localhost/mcp",
+            "not a url",
+        ] {
+            assert!(
+                reach.check(url, true).await.is_err(),
+                "{url} must be refused"
+            );
+        }
+        assert!(reach.check("https://93.184.215.14/mcp", true).await.is_ok());
+        let tests = Reach {
+            allow_http: true,
+            allowed_networks: vec!["127.0.0.0/8".parse().expect("net")],
+        };
+        assert!(tests.check("http://127.0.0.1:9/mcp", true).await.is_ok());
+        assert!(tests.check("http://10.0.0.8/mcp", true).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn the_client_refuses_names_that_resolve_to_private_addresses() {
+        let reach = Arc::new(Reach::default());
+        let client = reach.client().expect("client");
+        let err = client
+            .get("http://localhost:9/mcp")
+            .send()
+            .await
+            .expect_err("refused");
+        let chain = toolgate_tools::web_fetch::error_chain(&err);
+        assert!(chain.contains("not a public address"), "{chain}");
+    }
+}

@@ -1,0 +1,382 @@
+//! Tenants' own upstreams (`/v1/upstreams`): tenant A adds an HTTP MCP server (another
+//! toolgate's `/mcp`, reached with a bearer token); its tools appear to A over REST and
+//! MCP and work, and tenant B can neither see nor call them, nor see, change or delete
+//! the upstream. Credentials are never shown, audited or stored in the clear; addresses
+//! that are not allowed are refused; two instances on one Postgres stay in step.
+
+use std::time::Duration;
+
+use rmcp::model::ProtocolVersion;
+use serde_json::{Value, json};
+use toolgate_e2e::{Gateway, PgDb, client_with_key, read};
+use toolgate_server::config::{Config, Secret};
+
+use crate::mcp::{call, connect};
+
+const KEY: &str = "5f0c6a8e2b7d4c1f9e3a6b8d0c2e4f6a8b0d2c4e6f8a0b2c4d6e8f0a2b4c6d8e";
+
+/// Tenant upstreams on loopback over plain HTTP, as tests need (public HTTPS only by
+/// default), re-read from the store every second.
+fn loopback(c: &mut Config) {
+    c.tenant_upstreams.allow_http = true;
+    c.tenant_upstreams.allowed_networks = vec!["127.0.0.0/8".into()];
+    c.tenant_upstreams.sync_secs = 1;
+    c.tenant_upstreams.key = Some(Secret::new(KEY));
+}
+
+async fn names(http: &reqwest::Client, gw: &Gateway) -> Vec<String> {
+    let (status, _, body) = read(
+        http.get(gw.url("/v1/tools?limit=200"))
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    body["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Polls until `check` holds for the caller's tool names, or fails after 20 s.
+async fn until_tools(
+    http: &reqwest::Client,
+    gw: &Gateway,
+    what: &str,
+    check: impl Fn(&[String]) -> bool,
+) {
+    let mut seen = Vec::new();
+    for _ in 0..200 {
+        seen = names(http, gw).await;
+        if check(&seen) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{what}: tools are {seen:?}");
+}
+
+async fn send(
+    http: &reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut request = http.request(method, url);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let (status, _, body) = read(request.send().await.expect("request")).await;
+    (status, body)
+}
+
+#[tokio::test]
+async fn a_tenants_upstream_is_seen_and_called_by_that_tenant_only() {
+    let upstream = Gateway::start().await;
+    let secret = upstream.admin_key.clone();
+    let gw = Gateway::start_with(loopback).await;
+    let a = gw.http.clone();
+    let b_key = gw.create_tenant("globex").await;
+    let b = client_with_key(&b_key);
+    let upstreams = gw.url("/v1/upstreams");
+
+    // Tenants may add HTTP upstreams only, on allowed addresses, with valid fields.
+    for (body, pointer) in [
+        (
+            json!({"name": "meta", "url": "http://169.254.169.254/mcp"}),
+            "/url",
+        ),
+        (json!({"name": "ten", "url": "http://10.1.2.3/mcp"}), "/url"),
+        (
+            json!({"name": "bad name!", "url": upstream.url("/mcp")}),
+            "/name",
+        ),
+        (
+            json!({"name": "hdr", "url": upstream.url("/mcp"), "headers": {"Authorization": "x"}}),
+            "/headers/Authorization",
+        ),
+    ] {
+        let (status, problem) =
+            send(&a, reqwest::Method::POST, upstreams.clone(), Some(body)).await;
+        assert_eq!(status, 400, "{problem}");
+        assert!(
+            problem["errors"]
+                .as_array()
+                .expect("violations")
+                .iter()
+                .any(|v| v["pointer"] == pointer),
+            "{problem}"
+        );
+    }
+    let (status, problem) = send(
+        &a,
+        reqwest::Method::POST,
+        upstreams.clone(),
+        Some(json!({"name": "shell", "command": "/bin/sh"})),
+    )
+    .await;
+    assert_eq!(status, 400, "a stdio upstream is the operator's: {problem}");
+
+    // A adds the upstream with a bearer token and a static header.
+    let (status, created) = send(
+        &a,
+        reqwest::Method::POST,
+        upstreams.clone(),
+        Some(json!({
+            "name": "peer",
+            "url": upstream.url("/mcp"),
+            "bearer": secret,
+            "headers": {"x-team": "alpha-header-secret"},
+            "deny": ["execute_command"],
+        })),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let shown = created.to_string();
+    assert!(
+        !shown.contains(&secret) && !shown.contains("alpha-header-secret"),
+        "{shown}"
+    );
+    assert_eq!(created["bearer"], true, "{created}");
+    assert_eq!(created["headers"], json!(["x-team"]), "{created}");
+    assert_eq!(created["prefix"], "peer__", "{created}");
+
+    until_tools(&a, &gw, "A sees its upstream's tools", |n| {
+        n.iter().any(|t| t == "peer__echo")
+    })
+    .await;
+    let (_, listed) = send(&a, reqwest::Method::GET, gw.url("/v1/upstreams/peer"), None).await;
+    assert_eq!(listed["status"]["state"], "connected", "{listed}");
+    assert!(
+        listed["status"]["tools"]
+            .as_array()
+            .is_some_and(|t| t.contains(&json!("peer__echo"))
+                && !t.contains(&json!("peer__execute_command"))),
+        "{listed}"
+    );
+
+    // A calls it over REST and over MCP.
+    let (status, _, done) = gw
+        .invoke(
+            "peer__echo",
+            json!({"arguments": {"message": "via a tenant upstream"}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(
+        done["structured"],
+        json!({"message": "via a tenant upstream"})
+    );
+    let a_mcp = connect(&gw, &gw.admin_key, ProtocolVersion::V_2025_11_25).await;
+    let a_tools = a_mcp.list_all_tools().await.expect("tools/list");
+    assert!(a_tools.iter().any(|t| t.name == "peer__echo"));
+    let result = a_mcp
+        .call_tool(call("peer__echo", json!({"message": "over mcp"})))
+        .await
+        .expect("tools/call");
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+
+    // B sees none of it: not the tools, not the upstream; cannot call, change or delete.
+    let b_names = names(&b, &gw).await;
+    assert!(
+        !b_names.iter().any(|n| n.starts_with("peer__")),
+        "{b_names:?}"
+    );
+    let (status, body) = send(
+        &b,
+        reqwest::Method::POST,
+        gw.url("/v1/tools/peer__echo/invoke"),
+        Some(json!({"arguments": {"message": "mine now"}})),
+    )
+    .await;
+    assert_eq!(status, 404, "{body}");
+    let (status, body) = send(
+        &b,
+        reqwest::Method::GET,
+        gw.url("/v1/tools/peer__echo"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 404, "{body}");
+    let (status, body) = send(&b, reqwest::Method::GET, upstreams.clone(), None).await;
+    assert_eq!((status, &body["upstreams"]), (200, &json!([])), "{body}");
+    for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+        let (status, body) = send(&b, method, gw.url("/v1/upstreams/peer"), None).await;
+        assert_eq!(status, 404, "{body}");
+    }
+    let (status, body) = send(
+        &b,
+        reqwest::Method::PUT,
+        gw.url("/v1/upstreams/peer"),
+        Some(json!({"name": "peer", "url": upstream.url("/mcp")})),
+    )
+    .await;
+    assert_eq!(status, 404, "{body}");
+    let b_mcp = connect(&gw, &b_key, ProtocolVersion::V_2026_07_28).await;
+    let b_tools = b_mcp.list_all_tools().await.expect("tools/list");
+    assert!(!b_tools.iter().any(|t| t.name.starts_with("peer__")));
+    let refused = b_mcp
+        .call_tool(call("peer__echo", json!({"message": "mine now"})))
+        .await;
+    assert!(refused.is_err(), "an unknown tool to B: {refused:?}");
+
+    // B's own upstream of the same name is B's alone: only the tool it allows.
+    let (status, body) = send(
+        &b,
+        reqwest::Method::POST,
+        upstreams.clone(),
+        Some(json!({"name": "peer", "url": upstream.url("/mcp"), "bearer": secret, "allow": ["echo"]})),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    until_tools(&b, &gw, "B sees its own upstream", |n| {
+        n.iter().any(|t| t == "peer__echo") && !n.iter().any(|t| t == "peer__read_file")
+    })
+    .await;
+    let a_names = names(&a, &gw).await;
+    assert!(
+        a_names.iter().any(|n| n == "peer__read_file"),
+        "{a_names:?}"
+    );
+
+    // Audit rows: A's calls in A's log, none in B's, no credential anywhere.
+    let (_, a_audit) = send(
+        &a,
+        reqwest::Method::GET,
+        gw.url("/v1/audit?tool=peer__echo"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        a_audit["entries"].as_array().map(Vec::len),
+        Some(2),
+        "{a_audit}"
+    );
+    let (_, b_audit) = send(
+        &b,
+        reqwest::Method::GET,
+        gw.url("/v1/audit?tool=peer__echo"),
+        None,
+    )
+    .await;
+    // B's log holds only B's own refused attempts (REST and MCP).
+    let b_entries = b_audit["entries"].as_array().expect("entries");
+    assert_eq!(b_entries.len(), 2, "{b_audit}");
+    assert!(
+        b_entries.iter().all(|e| e["outcome"] == "not_found"),
+        "{b_audit}"
+    );
+    let audit_text = a_audit.to_string();
+    assert!(!audit_text.contains(&secret) && !audit_text.contains("alpha-header-secret"));
+    // At rest the credentials are sealed: the database file holds neither value.
+    let mut db = std::fs::read(gw.data.path().join("toolgate.db")).expect("database file");
+    db.extend(std::fs::read(gw.data.path().join("toolgate.db-wal")).unwrap_or_default());
+    let db = String::from_utf8_lossy(&db);
+    assert!(
+        db.contains("x-team"),
+        "the header's name is stored in the clear"
+    );
+    assert!(!db.contains(&secret) && !db.contains("alpha-header-secret"));
+
+    // Deleting it removes its tools from A at once.
+    let (status, body) = send(
+        &a,
+        reqwest::Method::DELETE,
+        gw.url("/v1/upstreams/peer"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 204, "{body}");
+    let a_names = names(&a, &gw).await;
+    assert!(
+        !a_names.iter().any(|n| n.starts_with("peer__")),
+        "{a_names:?}"
+    );
+    let (status, _, body) = gw
+        .invoke("peer__echo", json!({"arguments": {"message": "gone"}}))
+        .await;
+    assert_eq!(status, 404, "{body}");
+    let b_names = names(&b, &gw).await;
+    assert!(
+        b_names.iter().any(|n| n == "peer__echo"),
+        "B's own stays: {b_names:?}"
+    );
+
+    // Only tenant admins manage upstreams.
+    let (status, member) = send(
+        &a,
+        reqwest::Method::POST,
+        gw.url("/v1/keys"),
+        Some(json!({"name": "member", "scopes": ["tools:invoke"]})),
+    )
+    .await;
+    assert_eq!(status, 201, "{member}");
+    let member = client_with_key(member["secret"].as_str().expect("secret"));
+    let (status, body) = send(&member, reqwest::Method::GET, upstreams, None).await;
+    assert_eq!(status, 403, "{body}");
+
+    a_mcp.cancel().await.expect("close");
+    b_mcp.cancel().await.expect("close");
+    gw.stop().await;
+    upstream.stop().await;
+}
+
+/// Two instances on one Postgres: an upstream added through one is served by the other
+/// within the sync period, and its removal reaches both.
+#[tokio::test]
+async fn instances_on_one_postgres_follow_each_others_changes() {
+    let upstream = Gateway::start().await;
+    let db = PgDb::create().await;
+    let url = db.url.clone();
+    let first = Gateway::start_with(|c| {
+        loopback(c);
+        c.database.url = Some(Secret::new(url.clone()));
+    })
+    .await;
+    let key_file = first.data.path().join("admin-api-key");
+    let second = Gateway::start_with(|c| {
+        loopback(c);
+        c.database.url = Some(Secret::new(url.clone()));
+        c.auth.admin_key_file = Some(key_file);
+    })
+    .await;
+    let (status, body) = send(
+        &first.http,
+        reqwest::Method::POST,
+        first.url("/v1/upstreams"),
+        Some(json!({"name": "peer", "url": upstream.url("/mcp"), "bearer": upstream.admin_key})),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    until_tools(
+        &second.http,
+        &second,
+        "the second instance serves it",
+        |n| n.iter().any(|t| t == "peer__echo"),
+    )
+    .await;
+    let (status, _, done) = second
+        .invoke("peer__echo", json!({"arguments": {"message": "elsewhere"}}))
+        .await;
+    assert_eq!(status, 200, "{done}");
+
+    let (status, body) = send(
+        &second.http,
+        reqwest::Method::DELETE,
+        second.url("/v1/upstreams/peer"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 204, "{body}");
+    until_tools(&first.http, &first, "the first instance drops it", |n| {
+        !n.iter().any(|t| t.starts_with("peer__"))
+    })
+    .await;
+    first.stop().await;
+    second.stop().await;
+    upstream.stop().await;
+    db.drop_db().await;
+}
