@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
+use axum::response::Response;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -20,7 +20,7 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::error::{ApiError, Problem};
-use super::extract::{AppJson, AppPath};
+use super::extract::{AppJson, AppPath, located};
 use super::runs::{RunView, run_view};
 use crate::auth::Caller;
 use crate::request_id::RequestId;
@@ -273,11 +273,7 @@ async fn create_agent(
         .create_agent(caller.auth.tenant, &config.name, &value)
         .await?;
     let location = format!("/v1/agents/{}", record.id);
-    let mut response = (StatusCode::CREATED, AppJson(view(record)?)).into_response();
-    if let Ok(v) = HeaderValue::from_str(&location) {
-        response.headers_mut().insert(header::LOCATION, v);
-    }
-    Ok(response)
+    Ok(located(StatusCode::CREATED, &location, view(record)?))
 }
 
 /// Read an agent.
@@ -435,9 +431,9 @@ async fn start_run(
         }
     }
     let view = run_view(&app, tenant, run).await?;
-    let mut response = (StatusCode::CREATED, AppJson(view)).into_response();
-    if let Ok(v) = HeaderValue::from_str(&format!("/v1/runs/{run}")) {
-        response.headers_mut().insert(header::LOCATION, v);
-    }
-    Ok(response)
+    Ok(located(
+        StatusCode::CREATED,
+        &format!("/v1/runs/{run}"),
+        view,
+    ))
 }

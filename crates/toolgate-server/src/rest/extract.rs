@@ -22,6 +22,22 @@ impl<T: serde::Serialize> IntoResponse for AppJson<T> {
     }
 }
 
+/// A JSON body with `status` and a `Location` header (a created resource, or where to
+/// follow an accepted one).
+pub fn located<T: serde::Serialize>(
+    status: axum::http::StatusCode,
+    location: &str,
+    body: T,
+) -> Response {
+    let mut response = (status, AppJson(body)).into_response();
+    if let Ok(v) = axum::http::HeaderValue::from_str(location) {
+        response
+            .headers_mut()
+            .insert(axum::http::header::LOCATION, v);
+    }
+    response
+}
+
 /// `axum::extract::Query` with problem+json rejections.
 #[derive(FromRequestParts)]
 #[from_request(via(axum::extract::Query), rejection(ApiError))]

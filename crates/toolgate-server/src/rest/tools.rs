@@ -19,7 +19,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::{ApiError, Problem};
-use super::extract::{AppJson, AppPath, AppQuery, UserAgent};
+use super::extract::{AppJson, AppPath, AppQuery, UserAgent, located};
 use crate::auth::Caller;
 use crate::request_id::RequestId;
 use crate::state::AppState;
@@ -491,10 +491,7 @@ async fn held(
         expires_in_secs: details["expires_in_secs"].as_u64().unwrap_or(0),
         detail: err.message,
     };
-    let mut response = (StatusCode::ACCEPTED, AppJson(held)).into_response();
-    if let Ok(v) = HeaderValue::from_str(&status_url) {
-        response.headers_mut().insert(header::LOCATION, v);
-    }
+    let mut response = located(StatusCode::ACCEPTED, &status_url, held);
     if let Some(secs) = wait
         && let Ok(v) = HeaderValue::from_str(&format!("wait={secs}"))
     {

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
+use axum::response::Response;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use toolgate_core::auth::scopes;
@@ -20,7 +20,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::{ApiError, Problem};
-use super::extract::{AppJson, AppPath};
+use super::extract::{AppJson, AppPath, located};
 use crate::auth::Caller;
 use crate::state::AppState;
 use crate::upstreams::{Credentials, Seen, Stored, TenantUpstreams};
@@ -410,12 +410,11 @@ async fn create_upstream(
         .await?;
     apply(upstreams).await;
     let location = format!("/v1/upstreams/{}", record.name);
-    let mut response =
-        (StatusCode::CREATED, AppJson(view(upstreams, record).await?)).into_response();
-    if let Ok(v) = HeaderValue::from_str(&location) {
-        response.headers_mut().insert(header::LOCATION, v);
-    }
-    Ok(response)
+    Ok(located(
+        StatusCode::CREATED,
+        &location,
+        view(upstreams, record).await?,
+    ))
 }
 
 /// Read an upstream, with its connection status.
