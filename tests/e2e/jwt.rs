@@ -1,4 +1,5 @@
-//! JWT bearer tokens: HS256 from a shared secret, EdDSA from a JWKS served on loopback.
+//! JWT bearer tokens: HS256 from a shared secret; EdDSA, RS256 and ES256 from a JWKS
+//! served on loopback. The private keys in `tests/fixtures` are throwaway test keys.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -15,6 +16,13 @@ MC4CAQAwBQYDK2VwBCIEIP2+v+7mxB5dkygUdQny7b1eyxZa0pg7Jnf9pNm7THIl
 ";
 /// The public half of `ED_PRIVATE_PEM`, base64url.
 const ED_PUBLIC_X: &str = "-S-EEja0HTt88_qQbxvsfEsi9sgYaNBf4L9JwOdO-BE";
+
+/// RSA-2048 and P-256 test keys, with the public halves' JWK parameters (base64url).
+const RS_PRIVATE_PEM: &str = include_str!("../fixtures/jwt-rs256-test-key.pem");
+const RS_PUBLIC_N: &str = "tCcB1cKCDLJ-yFJySG3A4gmRT_TsuQKxkia84HAI1oXUPNWnPgsNVRn5kc4cPE-GYru4j7jiKwIUdkzTs8xfuLmhrH3HPuM5_Oq7ncnhVfKAXkQRWf94JIyHNCNhdnR4YLEJpq6TnGFvbMuvoKzVlmpx9MAB6yNSxL594qYFILu5ODcvUtH7TqbAH5aYRY1MimzDEOqSl2803oSR75DmJzS-bpCHZ-4OdsHOS1-uPb3a2419sKuRunLEl8oLNTSifAqRW9MLUqe8KiABPZHibFlaLTRbHdOPw8ODMx7dtSalr16az3jMd3IK7e37L98ky3oEKwcgMZNH06dxGppgrw";
+const EC_PRIVATE_PEM: &str = include_str!("../fixtures/jwt-es256-test-key.pem");
+const EC_PUBLIC_X: &str = "4dYOjsz9H88Ps2c6owt1nox7stLlDsH_nJI4A7M7l6E";
+const EC_PUBLIC_Y: &str = "hRRidvdSJQumHp8nMrjTMKYtxw4iiHcnwK-CvnMCS_M";
 
 fn now() -> u64 {
     SystemTime::now()
@@ -143,7 +151,11 @@ async fn hs256_tokens_are_checked_for_signature_time_issuer_audience_and_tenant(
 
 #[tokio::test]
 async fn jwks_tokens_verify_and_hmac_tokens_cannot_borrow_the_public_key() {
-    let jwks = json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": ED_PUBLIC_X, "kid": "k1", "alg": "EdDSA", "use": "sig"}]});
+    let jwks = json!({"keys": [
+        {"kty": "OKP", "crv": "Ed25519", "x": ED_PUBLIC_X, "kid": "k1", "alg": "EdDSA", "use": "sig"},
+        {"kty": "RSA", "n": RS_PUBLIC_N, "e": "AQAB", "kid": "rsa-1", "alg": "RS256", "use": "sig"},
+        {"kty": "EC", "crv": "P-256", "x": EC_PUBLIC_X, "y": EC_PUBLIC_Y, "kid": "ec-1", "alg": "ES256", "use": "sig"},
+    ]});
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -169,14 +181,57 @@ async fn jwks_tokens_verify_and_hmac_tokens_cannot_borrow_the_public_key() {
     let unknown_kid = jsonwebtoken::encode(&header, &claims(json!({})), &key).expect("encode");
     assert_eq!(status(&gw, &unknown_kid).await, 401);
 
-    // HS/RS confusion: an HMAC token keyed with the public key's bytes.
-    let mut hs = Header::new(Algorithm::HS256);
-    hs.kid = Some("k1".into());
-    for secret in [ED_PUBLIC_X.as_bytes(), jwks.to_string().as_bytes()] {
-        let confused =
-            jsonwebtoken::encode(&hs, &claims(json!({})), &EncodingKey::from_secret(secret))
+    // RS256 and ES256 from the same set, each by its kid.
+    let rsa = EncodingKey::from_rsa_pem(RS_PRIVATE_PEM.as_bytes()).expect("rsa key");
+    let ec = EncodingKey::from_ec_pem(EC_PRIVATE_PEM.as_bytes()).expect("ec key");
+    for (alg, kid, key) in [
+        (Algorithm::RS256, "rsa-1", &rsa),
+        (Algorithm::ES256, "ec-1", &ec),
+    ] {
+        let mut header = Header::new(alg);
+        header.kid = Some(kid.into());
+        let good = jsonwebtoken::encode(&header, &claims(json!({})), key).expect("encode");
+        assert_eq!(status(&gw, &good).await, 200, "{alg:?}");
+        let expired = jsonwebtoken::encode(&header, &claims(json!({"exp": now() - 120})), key)
+            .expect("encode");
+        assert_eq!(status(&gw, &expired).await, 401, "{alg:?} expired");
+        let wrong_aud =
+            jsonwebtoken::encode(&header, &claims(json!({"aud": "another-service"})), key)
                 .expect("encode");
-        assert_eq!(status(&gw, &confused).await, 401);
+        assert_eq!(status(&gw, &wrong_aud).await, 401, "{alg:?} wrong audience");
+    }
+    // A token signed by one key but naming another's kid fails.
+    let mut header = Header::new(Algorithm::ES256);
+    header.kid = Some("rsa-1".into());
+    let mismatched = jsonwebtoken::encode(&header, &claims(json!({})), &ec).expect("encode");
+    assert_eq!(status(&gw, &mismatched).await, 401);
+    // Signed with a key the JWKS does not hold, under a kid it does.
+    let mut header = Header::new(Algorithm::RS256);
+    header.kid = Some("rsa-1".into());
+    let forged = jsonwebtoken::encode(
+        &header,
+        &claims(json!({})),
+        &EncodingKey::from_rsa_pem(include_bytes!("../fixtures/jwt-rs256-other-test-key.pem"))
+            .expect("rsa key"),
+    )
+    .expect("encode");
+    assert_eq!(status(&gw, &forged).await, 401);
+
+    // HS/RS confusion: an HMAC token keyed with a public key's bytes, under each kid.
+    for kid in ["k1", "rsa-1", "ec-1"] {
+        let mut hs = Header::new(Algorithm::HS256);
+        hs.kid = Some(kid.into());
+        for secret in [
+            ED_PUBLIC_X.as_bytes(),
+            RS_PUBLIC_N.as_bytes(),
+            EC_PUBLIC_X.as_bytes(),
+            jwks.to_string().as_bytes(),
+        ] {
+            let confused =
+                jsonwebtoken::encode(&hs, &claims(json!({})), &EncodingKey::from_secret(secret))
+                    .expect("encode");
+            assert_eq!(status(&gw, &confused).await, 401, "HS256 under {kid}");
+        }
     }
     assert_eq!(status(&gw, &unsigned(&claims(json!({})))).await, 401);
 }
