@@ -1174,3 +1174,58 @@ async fn tenant_upstreams_are_per_tenant_with_unique_names_and_revisions() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn postgres_row_level_security_hides_other_tenants_upstreams() {
+    on_postgres(|store, _url| async move {
+        let config = json!({"url": "https://mcp.example.com/mcp"});
+        let mut ids = Vec::new();
+        for name in ["rls-a", "rls-b"] {
+            let tenant = store.create_tenant(name).await.expect("tenant");
+            let by = store
+                .create_principal(tenant.id, &member("ann"))
+                .await
+                .expect("principal")
+                .id;
+            let new = UpstreamWrite {
+                name: "docs",
+                config: &config,
+                credentials: Some(b"sealed"),
+            };
+            store
+                .create_upstream(tenant.id, &new, by)
+                .await
+                .expect("create");
+            ids.push(tenant.id);
+        }
+        let Store::Postgres(pg) = &store else {
+            unreachable!("postgres")
+        };
+        let mut conn = pg.app_pool().acquire().await.expect("conn");
+        let visible: i64 = sqlx::query_scalar("select count(*) from tenant_upstream")
+            .fetch_one(&mut *conn)
+            .await
+            .expect("count");
+        assert_eq!(visible, 0, "no tenant named: nothing");
+        let mut tx = conn.begin().await.expect("tx");
+        sqlx::query("select set_config('toolgate.tenant_id', $1, true)")
+            .bind(ids[0].to_string())
+            .execute(&mut *tx)
+            .await
+            .expect("set");
+        let tenants: Vec<uuid::Uuid> = sqlx::query_scalar("select tenant_id from tenant_upstream")
+            .fetch_all(&mut *tx)
+            .await
+            .expect("select");
+        assert_eq!(tenants, [ids[0].0]);
+        let moved = sqlx::query("update tenant_upstream set tenant_id = $1")
+            .bind(ids[1].0)
+            .execute(&mut *tx)
+            .await;
+        assert!(
+            moved.is_err(),
+            "RLS with check: a row cannot be handed to another tenant"
+        );
+    })
+    .await;
+}
