@@ -325,7 +325,10 @@ pub struct TenantUpstreams {
     pub reserved: Vec<String>,
     pub max_per_tenant: usize,
     pub max_timeout_secs: u64,
-    running: tokio::sync::Mutex<HashMap<Uuid, Running>>,
+    running: std::sync::Mutex<HashMap<Uuid, Running>>,
+    /// Held through a whole [`sync`](Self::sync), so an older reading of the store never
+    /// lands after a newer one.
+    syncing: tokio::sync::Mutex<()>,
     shutdown: CancellationToken,
 }
 
@@ -353,7 +356,8 @@ impl TenantUpstreams {
             reserved: config.upstreams.iter().map(|u| u.name.clone()).collect(),
             max_per_tenant: config.tenant_upstreams.max_per_tenant,
             max_timeout_secs: config.tenant_upstreams.max_timeout_secs,
-            running: tokio::sync::Mutex::new(HashMap::new()),
+            running: std::sync::Mutex::new(HashMap::new()),
+            syncing: tokio::sync::Mutex::new(()),
             shutdown,
         })
     }
@@ -361,28 +365,36 @@ impl TenantUpstreams {
     /// Brings this instance's supervisors in line with the store: starts new upstreams,
     /// restarts changed ones and stops removed ones.
     pub async fn sync(&self) -> Result<(), StoreError> {
-        let records = self.store.all_upstreams().await?;
-        let mut running = self.running.lock().await;
+        let _one_at_a_time = self.syncing.lock().await;
         if self.shutdown.is_cancelled() {
             return Ok(());
         }
+        let records = self.store.all_upstreams().await?;
         let wanted: HashMap<Uuid, i64> = records.iter().map(|r| (r.id, r.revision)).collect();
-        let stale: Vec<Uuid> = running
-            .iter()
-            .filter(|(id, r)| wanted.get(id) != Some(&r.revision))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in stale {
-            if let Some(old) = running.remove(&id) {
-                stop(old).await;
-            }
+        let stale: Vec<Running> = {
+            let mut running = self.running();
+            let ids: Vec<Uuid> = running
+                .iter()
+                .filter(|(id, r)| wanted.get(id) != Some(&r.revision))
+                .map(|(id, _)| *id)
+                .collect();
+            ids.iter().filter_map(|id| running.remove(id)).collect()
+        };
+        // A changed upstream's old tools are gone before its new connection registers.
+        for old in stale {
+            stop(old).await;
         }
+        let mut running = self.running();
         for record in records {
             running
                 .entry(record.id)
                 .or_insert_with(|| self.start(&record));
         }
         Ok(())
+    }
+
+    fn running(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, Running>> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn start(&self, record: &UpstreamRecord) -> Running {
@@ -437,8 +449,8 @@ impl TenantUpstreams {
     }
 
     /// What this instance sees of upstream `id`.
-    pub async fn seen(&self, id: Uuid) -> Seen {
-        match self.running.lock().await.get(&id).map(|r| &r.link) {
+    pub fn seen(&self, id: Uuid) -> Seen {
+        match self.running().get(&id).map(|r| &r.link) {
             Some(Link::Supervised { status, .. }) => Seen::Supervised(status.borrow().clone()),
             Some(Link::Failed(problem)) => Seen::Failed(problem.clone()),
             None => Seen::Unknown,
@@ -459,7 +471,8 @@ impl TenantUpstreams {
                 }
             }
         }
-        let all: Vec<Running> = self.running.lock().await.drain().map(|(_, r)| r).collect();
+        let _no_more_syncs = self.syncing.lock().await;
+        let all: Vec<Running> = self.running().drain().map(|(_, r)| r).collect();
         for running in all {
             stop(running).await;
         }

@@ -159,12 +159,9 @@ fn stored(record: &UpstreamRecord) -> Result<Stored, ApiError> {
     })
 }
 
-async fn view(
-    upstreams: &TenantUpstreams,
-    record: UpstreamRecord,
-) -> Result<UpstreamView, ApiError> {
+fn view(upstreams: &TenantUpstreams, record: UpstreamRecord) -> Result<UpstreamView, ApiError> {
     let config = stored(&record)?;
-    let status = match upstreams.seen(record.id).await {
+    let status = match upstreams.seen(record.id) {
         Seen::Supervised(s) => UpstreamStatus {
             state: match s.state {
                 LinkState::Connected => "connected",
@@ -365,7 +362,7 @@ async fn list_upstreams(
     let upstreams = manager(&app, &caller)?;
     let mut views = Vec::new();
     for record in app.store.list_upstreams(caller.auth.tenant).await? {
-        views.push(view(upstreams, record).await?);
+        views.push(view(upstreams, record)?);
     }
     Ok(AppJson(UpstreamList { upstreams: views }))
 }
@@ -413,7 +410,7 @@ async fn create_upstream(
     Ok(located(
         StatusCode::CREATED,
         &location,
-        view(upstreams, record).await?,
+        view(upstreams, record)?,
     ))
 }
 
@@ -436,7 +433,7 @@ async fn get_upstream(
         .get_upstream(caller.auth.tenant, &name)
         .await?
         .ok_or_else(|| not_found(&name))?;
-    Ok(AppJson(view(upstreams, record).await?))
+    Ok(AppJson(view(upstreams, record)?))
 }
 
 /// Replace an upstream (credentials included: absent ones are removed). Its connection
@@ -472,7 +469,7 @@ async fn replace_upstream(
         .await?
         .ok_or_else(|| not_found(&name))?;
     apply(upstreams).await;
-    Ok(AppJson(view(upstreams, record).await?))
+    Ok(AppJson(view(upstreams, record)?))
 }
 
 /// Delete an upstream: its tools go, its connection ends.
