@@ -360,10 +360,13 @@ async fn list_upstreams(
     caller: Caller,
 ) -> Result<AppJson<UpstreamList>, ApiError> {
     let upstreams = manager(&app, &caller)?;
-    let mut views = Vec::new();
-    for record in app.store.list_upstreams(caller.auth.tenant).await? {
-        views.push(view(upstreams, record)?);
-    }
+    let views = app
+        .store
+        .list_upstreams(caller.auth.tenant)
+        .await?
+        .into_iter()
+        .map(|record| view(upstreams, record))
+        .collect::<Result<_, _>>()?;
     Ok(AppJson(UpstreamList { upstreams: views }))
 }
 
