@@ -374,6 +374,101 @@ async fn server_everything_over_stdio() {
     gw.stop().await;
 }
 
+/// The same reference server over Streamable HTTP (its `streamableHttp` transport, a
+/// child process listening on a loopback port), configured by URL.
+#[tokio::test]
+async fn server_everything_over_http() {
+    let script =
+        sdk_clients().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        probe.local_addr().expect("addr").port()
+    };
+    let mut server = tokio::process::Command::new("node")
+        .arg(&script)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start server-everything");
+    let mut up = false;
+    for _ in 0..300 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(up, "server-everything did not listen on port {port}");
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let gw = Gateway::start_with(|c| {
+        c.upstreams = vec![
+            serde_json::from_value(json!({"name": "everything", "url": url}))
+                .expect("an upstream entry"),
+        ];
+    })
+    .await;
+    let mut names = Vec::new();
+    for _ in 0..300 {
+        names = listed(&gw).await;
+        if names.iter().any(|n| n == "everything__get-sum") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(names.iter().any(|n| n == "everything__echo"), "{names:?}");
+    let (status, _, done) = gw
+        .invoke(
+            "everything__get-sum",
+            json!({"arguments": {"a": 20, "b": 22}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(
+        done["content"][0]["text"], "The sum of 20 and 22 is 42.",
+        "{done}"
+    );
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(gw.url("/mcp"))
+            .auth_header(gw.admin_key.clone()),
+    );
+    let client = ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("e2e", "1"),
+    )
+    .serve(transport)
+    .await
+    .expect("connect");
+    let Value::Object(args) = json!({"message": "over http"}) else {
+        unreachable!("an object")
+    };
+    let echoed = client
+        .call_tool(rmcp::model::CallToolRequestParams::new("everything__echo").with_arguments(args))
+        .await
+        .expect("tools/call");
+    assert_eq!(
+        echoed.content[0].as_text().map(|t| t.text.as_str()),
+        Some("Echo: over http")
+    );
+    // The upstream goes away: its tool fails as an `upstream` error, nothing hangs.
+    server.kill().await.expect("kill server-everything");
+    let (status, _, problem) = gw
+        .invoke(
+            "everything__get-sum",
+            json!({"arguments": {"a": 1, "b": 1}}),
+        )
+        .await;
+    assert_eq!(status, 502, "{problem}");
+    assert_eq!(problem["type"], "urn:toolgate:error:upstream", "{problem}");
+    client.cancel().await.expect("close");
+    gw.stop().await;
+}
+
 /// Upstreams that misbehave on stdout — garbage instead of JSON-RPC, or an endless flood
 /// — hold up nothing: the gateway starts, serves its own tools and stays responsive,
 /// and registers nothing from them.
