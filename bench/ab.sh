@@ -29,6 +29,10 @@ trap cleanup EXIT
 git worktree add --quiet --detach "$TREE" "$REV"
 CARGO_TARGET_DIR="$PWD/target" cargo build --quiet --release --manifest-path "$TREE/Cargo.toml" -p toolgate-server
 cp target/release/toolgate "$WORK/toolgate-a"
+# Both builds share one target directory, and Cargo names a workspace crate's artifacts
+# the same whatever its path: A's fresh checkout left them newer than this tree's
+# sources, which would pass as up to date. Make this tree's sources the newer ones.
+touch crates/*/src/lib.rs
 cargo build --quiet --release -p toolgate-server
 cp target/release/toolgate "$WORK/toolgate-b"
 
