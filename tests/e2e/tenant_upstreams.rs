@@ -380,3 +380,86 @@ async fn instances_on_one_postgres_follow_each_others_changes() {
     upstream.stop().await;
     db.drop_db().await;
 }
+
+/// Counts the `notifications/tools/list_changed` a session hears.
+struct Heard(tokio::sync::mpsc::UnboundedSender<()>);
+
+impl rmcp::ClientHandler for Heard {
+    async fn on_tool_list_changed(
+        &self,
+        _context: rmcp::service::NotificationContext<rmcp::RoleClient>,
+    ) {
+        let _ = self.0.send(());
+    }
+
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        rmcp::model::ClientConfig::new(
+            rmcp::model::ClientCapabilities::default(),
+            rmcp::model::Implementation::new("e2e-watcher", "1"),
+        )
+        .with_protocol_version(ProtocolVersion::V_2025_11_25)
+    }
+}
+
+async fn watch(
+    gw: &Gateway,
+    key: &str,
+) -> (
+    rmcp::service::RunningService<rmcp::RoleClient, Heard>,
+    tokio::sync::mpsc::UnboundedReceiver<()>,
+) {
+    use rmcp::ServiceExt;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let (tx, heard) = tokio::sync::mpsc::unbounded_channel();
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(gw.url("/mcp")).auth_header(key),
+    );
+    let session = Heard(tx).serve(transport).await.expect("connect");
+    (session, heard)
+}
+
+/// A change to one tenant's upstream tools is news to that tenant's MCP sessions only.
+#[tokio::test]
+async fn only_sessions_of_the_tenant_whose_tools_changed_hear_of_it() {
+    let upstream = Gateway::start().await;
+    let gw = Gateway::start_with(loopback).await;
+    let b_key = gw.create_tenant("globex").await;
+    let b = client_with_key(&b_key);
+    let (a_session, mut a_heard) = watch(&gw, &gw.admin_key).await;
+    let (b_session, mut b_heard) = watch(&gw, &b_key).await;
+    // Each session's watcher starts on `initialized`, sent right after the handshake.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let add = |name: &str| json!({"name": name, "url": upstream.url("/mcp"), "bearer": upstream.admin_key, "allow": ["echo"]});
+    let (status, body) = send(
+        &gw.http,
+        reqwest::Method::POST,
+        gw.url("/v1/upstreams"),
+        Some(add("peer")),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    tokio::time::timeout(Duration::from_secs(20), a_heard.recv())
+        .await
+        .expect("A hears of its new tools")
+        .expect("open");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(b_heard.try_recv().is_err(), "B heard of A's tools");
+    // B's own change reaches B.
+    let (status, body) = send(
+        &b,
+        reqwest::Method::POST,
+        gw.url("/v1/upstreams"),
+        Some(add("own")),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    tokio::time::timeout(Duration::from_secs(20), b_heard.recv())
+        .await
+        .expect("B hears of its own new tools")
+        .expect("open");
+    a_session.cancel().await.expect("close");
+    b_session.cancel().await.expect("close");
+    gw.stop().await;
+    upstream.stop().await;
+}

@@ -95,6 +95,8 @@ type Named = BTreeMap<String, Arc<RegisteredTool>>;
 struct Tools {
     shared: Named,
     tenants: HashMap<TenantId, Named>,
+    /// How many times each owner's tools changed.
+    changes: HashMap<Owner, u64>,
 }
 
 impl Tools {
@@ -103,6 +105,10 @@ impl Tools {
             Owner::Everyone => &mut self.shared,
             Owner::Tenant(tenant) => self.tenants.entry(tenant).or_default(),
         }
+    }
+
+    fn bump(&mut self, owner: Owner) {
+        *self.changes.entry(owner).or_default() += 1;
     }
 
     /// Forgets a tenant left with no tools of its own.
@@ -161,9 +167,18 @@ impl Registry {
         Self::default()
     }
 
-    /// Wakes whenever a tool is registered or unregistered.
+    /// Wakes whenever a tool is registered or unregistered, whoever owns it; see
+    /// [`generation`](Self::generation) for whether `tenant` would notice.
     pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.version.subscribe()
+    }
+
+    /// Grows with every change to what `tenant` sees (shared tools and its own), and
+    /// only then.
+    pub fn generation(&self, tenant: TenantId) -> u64 {
+        let tools = self.read();
+        let of = |owner| tools.changes.get(&owner).copied().unwrap_or(0);
+        of(Owner::Everyone) + of(Owner::Tenant(tenant))
     }
 
     fn changed(&self) {
@@ -198,6 +213,7 @@ impl Registry {
             return Err(RegistryError::Duplicate(name));
         }
         tools.of(owner).insert(name, Arc::new(registered));
+        tools.bump(owner);
         drop(tools);
         self.changed();
         Ok(())
@@ -235,6 +251,7 @@ impl Registry {
             })
             .collect();
         tools.prune(owner);
+        tools.bump(owner);
         drop(tools);
         self.changed();
         results
@@ -246,6 +263,9 @@ impl Registry {
         let mut tools = self.write();
         let removed = tools.of(owner).remove(name).is_some();
         tools.prune(owner);
+        if removed {
+            tools.bump(owner);
+        }
         drop(tools);
         if removed {
             self.changed();
@@ -320,7 +340,14 @@ mod tests {
         reg.register_as(Owner::Tenant(TENANT_B), tool("up__x", obj()))
             .expect("b's tool of the same name");
         assert_eq!(names(&reg, TENANT_A), ["shared", "up__x"]);
+        let (a_seen, b_seen) = (reg.generation(TENANT_A), reg.generation(TENANT_B));
         assert!(reg.unregister(Owner::Tenant(TENANT_B), "up__x"));
+        // B's change is B's news only; a shared change is everyone's.
+        assert_eq!(reg.generation(TENANT_A), a_seen);
+        assert!(reg.generation(TENANT_B) > b_seen);
+        reg.register(tool("shared2", obj())).expect("shared");
+        assert!(reg.generation(TENANT_A) > a_seen);
+        reg.unregister(Owner::Everyone, "shared2");
         assert_eq!(names(&reg, TENANT_B), ["shared"]);
         assert!(reg.get(TENANT_B, "up__x").is_none());
         assert!(reg.get(TENANT_A, "up__x").is_some());

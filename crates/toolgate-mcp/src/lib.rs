@@ -26,7 +26,8 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use toolgate_core::{
     Adapter, ApprovalId, AuthContext, CallContext, ClientInfo, Completed, Content, ErrorKind,
-    Executor, Progress, ProgressSink, Registry, ToolError, ToolSpec, Toolset, declarations,
+    Executor, Progress, ProgressSink, Registry, TenantId, ToolError, ToolSpec, Toolset,
+    declarations,
 };
 
 /// Tools per `tools/list` page.
@@ -262,16 +263,28 @@ fn forward_progress(token: ProgressToken, peer: Peer<RoleServer>) -> ProgressSin
     sink
 }
 
-/// Tells one session's client whenever the registry changes, until the session ends.
-fn watch_tool_list(registry: &Registry, peer: Peer<RoleServer>) {
+/// Tells one session's client whenever the tools its tenant sees change (any change
+/// when the tenant is unknown), until the session ends.
+fn watch_tool_list(registry: Arc<Registry>, tenant: Option<TenantId>, peer: Peer<RoleServer>) {
     let mut changes = registry.changes();
     changes.mark_unchanged();
+    let mut seen = tenant.map(|t| registry.generation(t));
     tokio::spawn(async move {
         let mut alive = tokio::time::interval(SESSION_CHECK);
         loop {
             tokio::select! {
                 changed = changes.changed() => {
-                    if changed.is_err() || peer.notify_tool_list_changed().await.is_err() {
+                    if changed.is_err() {
+                        break;
+                    }
+                    if let (Some(t), Some(last)) = (tenant, seen.as_mut()) {
+                        let now = registry.generation(t);
+                        if now == *last {
+                            continue;
+                        }
+                        *last = now;
+                    }
+                    if peer.notify_tool_list_changed().await.is_err() {
                         break;
                     }
                 }
@@ -304,7 +317,12 @@ impl ServerHandler for McpAdapter {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        watch_tool_list(&self.registry, context.peer);
+        let tenant = context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<McpCaller>())
+            .map(|caller| caller.auth.tenant);
+        watch_tool_list(self.registry.clone(), tenant, context.peer);
     }
 
     async fn list_tools(
