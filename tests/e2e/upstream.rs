@@ -292,6 +292,33 @@ async fn an_http_upstream_is_reached_with_its_bearer_token() {
     upstream_gw.stop().await;
 }
 
+/// server-everything's `echo`, federated as `everything__echo`, called over MCP.
+async fn everything_echo_over_mcp(gw: &Gateway, message: &str) -> String {
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(gw.url("/mcp"))
+            .auth_header(gw.admin_key.clone()),
+    );
+    let client = ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("e2e", "1"),
+    )
+    .serve(transport)
+    .await
+    .expect("connect");
+    let Value::Object(args) = json!({ "message": message }) else {
+        unreachable!("an object")
+    };
+    let echoed = client
+        .call_tool(rmcp::model::CallToolRequestParams::new("everything__echo").with_arguments(args))
+        .await
+        .expect("tools/call");
+    client.cancel().await.expect("close");
+    echoed.content[0]
+        .as_text()
+        .map(|t| t.text.clone())
+        .unwrap_or_default()
+}
+
 /// The reference server `@modelcontextprotocol/server-everything` (npm, pinned in
 /// `tests/clients`) over stdio: its tools, hyphenated names and all, over REST and MCP.
 #[tokio::test]
@@ -348,29 +375,10 @@ async fn server_everything_over_stdio() {
     assert_eq!(status, 400, "{problem}");
 
     // Over MCP the same tool, the same answer.
-    let transport = StreamableHttpClientTransport::from_config(
-        StreamableHttpClientTransportConfig::with_uri(gw.url("/mcp"))
-            .auth_header(gw.admin_key.clone()),
-    );
-    let client = ClientConfig::new(
-        ClientCapabilities::default(),
-        Implementation::new("e2e", "1"),
-    )
-    .serve(transport)
-    .await
-    .expect("connect");
-    let Value::Object(args) = json!({"message": "through two hops"}) else {
-        unreachable!("an object")
-    };
-    let echoed = client
-        .call_tool(rmcp::model::CallToolRequestParams::new("everything__echo").with_arguments(args))
-        .await
-        .expect("tools/call");
     assert_eq!(
-        echoed.content[0].as_text().map(|t| t.text.as_str()),
-        Some("Echo: through two hops")
+        everything_echo_over_mcp(&gw, "through two hops").await,
+        "Echo: through two hops"
     );
-    client.cancel().await.expect("close");
     gw.stop().await;
 }
 
@@ -433,27 +441,9 @@ async fn server_everything_over_http() {
         done["content"][0]["text"], "The sum of 20 and 22 is 42.",
         "{done}"
     );
-    let transport = StreamableHttpClientTransport::from_config(
-        StreamableHttpClientTransportConfig::with_uri(gw.url("/mcp"))
-            .auth_header(gw.admin_key.clone()),
-    );
-    let client = ClientConfig::new(
-        ClientCapabilities::default(),
-        Implementation::new("e2e", "1"),
-    )
-    .serve(transport)
-    .await
-    .expect("connect");
-    let Value::Object(args) = json!({"message": "over http"}) else {
-        unreachable!("an object")
-    };
-    let echoed = client
-        .call_tool(rmcp::model::CallToolRequestParams::new("everything__echo").with_arguments(args))
-        .await
-        .expect("tools/call");
     assert_eq!(
-        echoed.content[0].as_text().map(|t| t.text.as_str()),
-        Some("Echo: over http")
+        everything_echo_over_mcp(&gw, "over http").await,
+        "Echo: over http"
     );
     // The upstream goes away: its tool fails as an `upstream` error, nothing hangs.
     server.kill().await.expect("kill server-everything");
@@ -465,7 +455,6 @@ async fn server_everything_over_http() {
         .await;
     assert_eq!(status, 502, "{problem}");
     assert_eq!(problem["type"], "urn:toolgate:error:upstream", "{problem}");
-    client.cancel().await.expect("close");
     gw.stop().await;
 }
 
