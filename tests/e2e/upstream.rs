@@ -30,6 +30,20 @@ async fn listed(gw: &Gateway) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The tool names the admin sees once `tool` is among them (or after 15 s, whatever
+/// they are then).
+async fn listed_once(gw: &Gateway, tool: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for _ in 0..300 {
+        names = listed(gw).await;
+        if names.iter().any(|n| n == tool) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    names
+}
+
 #[tokio::test]
 async fn a_stdio_upstream_joins_the_registry_and_is_called_through_the_executor() {
     let dir = sdk_clients();
@@ -55,14 +69,7 @@ async fn a_stdio_upstream_joins_the_registry_and_is_called_through_the_executor(
         .invoke("echo", json!({"arguments": {"message": "up"}}))
         .await;
     assert_eq!(status, 200);
-    let mut names = Vec::new();
-    for _ in 0..300 {
-        names = listed(&gw).await;
-        if names.iter().any(|n| n == "fx__widget") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let names = listed_once(&gw, "fx__widget").await;
     for expected in [
         "fx__add",
         "fx__picture",
@@ -245,14 +252,7 @@ async fn an_http_upstream_is_reached_with_its_bearer_token() {
         ];
     })
     .await;
-    let mut names = Vec::new();
-    for _ in 0..200 {
-        names = listed(&gw).await;
-        if names.iter().any(|n| n == "peer__echo") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let names = listed_once(&gw, "peer__echo").await;
     assert!(names.iter().any(|n| n == "peer__read_file"), "{names:?}");
     // Without its token the upstream refuses the connection: no tools from it.
     assert!(!names.iter().any(|n| n.starts_with("nokey__")), "{names:?}");
@@ -332,14 +332,7 @@ async fn server_everything_over_stdio() {
         c.upstreams = vec![upstream("everything", "node", &[&script, "stdio"])];
     })
     .await;
-    let mut names = Vec::new();
-    for _ in 0..300 {
-        names = listed(&gw).await;
-        if names.iter().any(|n| n == "everything__get-sum") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let names = listed_once(&gw, "everything__get-sum").await;
     assert!(names.iter().any(|n| n == "everything__echo"), "{names:?}");
 
     let (status, _, done) = gw
@@ -421,14 +414,7 @@ async fn server_everything_over_http() {
         ];
     })
     .await;
-    let mut names = Vec::new();
-    for _ in 0..300 {
-        names = listed(&gw).await;
-        if names.iter().any(|n| n == "everything__get-sum") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let names = listed_once(&gw, "everything__get-sum").await;
     assert!(names.iter().any(|n| n == "everything__echo"), "{names:?}");
     let (status, _, done) = gw
         .invoke(
@@ -568,14 +554,7 @@ async fn server_filesystem_over_stdio() {
         c.upstreams = vec![upstream("files", "node", &[&script, &root_arg])];
     })
     .await;
-    let mut names = Vec::new();
-    for _ in 0..300 {
-        names = listed(&gw).await;
-        if names.iter().any(|n| n == "files__read_text_file") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let names = listed_once(&gw, "files__read_text_file").await;
     assert!(
         names.iter().any(|n| n == "files__list_directory"),
         "{names:?}"
