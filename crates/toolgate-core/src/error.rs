@@ -192,3 +192,19 @@ impl From<std::io::Error> for ToolError {
         ToolError::internal(err)
     }
 }
+
+/// An error with its causes, `: `-separated (a cause its parent already quotes is not
+/// repeated).
+pub fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    text
+}

@@ -469,7 +469,7 @@ async fn connect(
             )
             .await
             .map_err(|_| format!("no answer to initialize within {INITIALIZE_TIMEOUT:?}"))?
-            .map_err(|e| format!("initialize failed: {e}"))?;
+            .map_err(|e| format!("initialize failed: {}", toolgate_core::error::chain(&e)))?;
             Ok((service, None))
         }
     }

@@ -576,7 +576,7 @@ mod tests {
             .send()
             .await
             .expect_err("refused");
-        let chain = toolgate_tools::web_fetch::error_chain(&err);
+        let chain = toolgate_core::error::chain(&err);
         assert!(chain.contains("not a public address"), "{chain}");
     }
 }

@@ -205,7 +205,7 @@ impl WebFetch {
                 } else {
                     ErrorKind::Upstream
                 },
-                format!("fetching {url} failed: {}", error_chain(&e)),
+                format!("fetching {url} failed: {}", toolgate_core::error::chain(&e)),
             )
         })
     }
@@ -237,7 +237,7 @@ impl WebFetch {
         while let Some(chunk) = response.chunk().await.map_err(|e| {
             ToolError::new(
                 ErrorKind::Upstream,
-                format!("reading {url} failed: {}", error_chain(&e)),
+                format!("reading {url} failed: {}", toolgate_core::error::chain(&e)),
             )
         })? {
             let room = self.options.max_bytes.saturating_sub(body.len());
@@ -347,18 +347,6 @@ fn meta_charset(body: &[u8]) -> Option<String> {
         .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ':' | '.'))
         .collect();
     (!value.is_empty()).then_some(value)
-}
-
-/// An error with its causes, `: `-separated.
-pub fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// Whether `ip` may be connected to: public, or in one of the `allowed` networks.
