@@ -291,6 +291,8 @@ pub async fn serve_with(
         .clone()
         .map(|u| tokio::spawn(u.supervise(Duration::from_secs(config.tenant_upstreams.sync_secs))));
     // Runs left by a stopped instance resume here; this instance's runs keep their leases.
+    // Before the listener serves: a run started here must not pass for an orphan.
+    state.runs.adopt_orphans().await;
     let runs = tokio::spawn(state.runs.clone().supervise(streams.clone()));
     let app = app(state, &config).into_make_service_with_connect_info::<std::net::SocketAddr>();
     let addr = listener

@@ -240,10 +240,9 @@ impl Runs {
         }
     }
 
-    /// Renews leases, passes on cancel requests and takes over orphaned runs until
-    /// `shutdown`; then stops this instance's drivers and frees their runs at once for
-    /// the next instance.
-    pub async fn supervise(self: Arc<Self>, shutdown: CancellationToken) {
+    /// Takes over the runs a stopped gateway left. Call before serving: on SQLite every
+    /// running run counts, and a run this instance started would be driven twice.
+    pub async fn adopt_orphans(self: &Arc<Self>) {
         // An SQLite file has one gateway: at start-up every running run is an orphan,
         // even one whose lease has not run out (its gateway was killed).
         let startup_cutoff = match self.store {
@@ -251,6 +250,12 @@ impl Runs {
             Store::Postgres(_) => Utc::now(),
         };
         self.claim_orphans(startup_cutoff).await;
+    }
+
+    /// Renews leases, passes on cancel requests and takes over orphaned runs until
+    /// `shutdown`; then stops this instance's drivers and frees their runs at once for
+    /// the next instance. Start it after [`adopt_orphans`](Self::adopt_orphans).
+    pub async fn supervise(self: Arc<Self>, shutdown: CancellationToken) {
         let mut renew = tokio::time::interval(RENEW_EVERY);
         let mut scan = tokio::time::interval(ORPHAN_SCAN_EVERY);
         renew.tick().await;
