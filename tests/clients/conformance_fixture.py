@@ -1,16 +1,26 @@
 """The tools the MCP conformance suite's server scenarios call, by the names and with the
 results the scenarios ask for, on the official Python SDK (mcp 2.x) over stdio. The e2e
 conformance test federates this server into toolgate with no prefix, so the suite checks
-the gateway's relaying of each kind of content, errors and progress.
+the gateway's relaying of each kind of content, errors, progress, log messages, sampling
+and elicitation. With FIXTURE_PORT set it serves Streamable HTTP on 127.0.0.1 at that
+port (path /mcp) instead of stdio.
 
     .venv/bin/python conformance_fixture.py
 """
 
 import asyncio
+import os
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import AudioContent, EmbeddedResource, ImageContent, TextContent, TextResourceContents
+from mcp.types import (
+    AudioContent,
+    EmbeddedResource,
+    ImageContent,
+    SamplingMessage,
+    TextContent,
+    TextResourceContents,
+)
 
 server = MCPServer("toolgate-conformance-fixture")
 
@@ -74,6 +84,100 @@ async def test_tool_with_progress(ctx: Context) -> str:
     return "Progress test completed"
 
 
+@server.tool()
+async def test_tool_with_logging(ctx: Context) -> str:
+    """Sends three info log messages, 50 ms apart."""
+    for i, text in enumerate(("Tool execution started", "Tool processing data", "Tool execution completed")):
+        if i:
+            await asyncio.sleep(0.05)
+        await ctx.info(text)
+    return "Logging test completed"
+
+
+@server.tool()
+async def test_sampling(prompt: str, ctx: Context) -> str:
+    """Asks the client's model to answer `prompt` (sampling/createMessage)."""
+    result = await ctx.session.create_message(
+        [SamplingMessage(role="user", content=TextContent(type="text", text=prompt))],
+        max_tokens=100,
+        related_request_id=ctx.request_id,
+    )
+    text = result.content.text if isinstance(result.content, TextContent) else str(result.content)
+    return f"LLM response: {text}"
+
+
+async def elicit(ctx: Context, message: str, schema: dict) -> str:
+    result = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
+    return f"Elicitation completed: action={result.action}, content={result.content}"
+
+
+@server.tool()
+async def test_elicitation(message: str, ctx: Context) -> str:
+    """Asks the client's user for a username and an email (elicitation/create)."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "username": {"type": "string", "description": "User's response"},
+            "email": {"type": "string", "description": "User's email address"},
+        },
+        "required": ["username", "email"],
+    }
+    result = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
+    return f"User response: action={result.action}, content={result.content}"
+
+
+@server.tool()
+async def test_elicitation_sep1034_defaults(ctx: Context) -> str:
+    """Elicits a form whose every primitive field has a default (SEP-1034)."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "default": "John Doe"},
+            "age": {"type": "integer", "default": 30},
+            "score": {"type": "number", "default": 95.5},
+            "status": {"type": "string", "enum": ["active", "inactive", "pending"], "default": "active"},
+            "verified": {"type": "boolean", "default": True},
+        },
+    }
+    return await elicit(ctx, "Please review your details", schema)
+
+
+@server.tool()
+async def test_elicitation_sep1330_enums(ctx: Context) -> str:
+    """Elicits a form with the five enum shapes of SEP-1330."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
+            "titledSingle": {
+                "type": "string",
+                "oneOf": [
+                    {"const": "value1", "title": "First Option"},
+                    {"const": "value2", "title": "Second Option"},
+                    {"const": "value3", "title": "Third Option"},
+                ],
+            },
+            "legacyEnum": {
+                "type": "string",
+                "enum": ["opt1", "opt2", "opt3"],
+                "enumNames": ["Option One", "Option Two", "Option Three"],
+            },
+            "untitledMulti": {"type": "array", "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
+            "titledMulti": {
+                "type": "array",
+                "items": {
+                    "anyOf": [
+                        {"const": "value1", "title": "First Choice"},
+                        {"const": "value2", "title": "Second Choice"},
+                        {"const": "value3", "title": "Third Choice"},
+                    ]
+                },
+            },
+        },
+    }
+    return await elicit(ctx, "Please choose", schema)
+
+
 def json_schema_2020_12_tool(name: str | None = None, address: dict | None = None) -> str:
     """Tool with JSON Schema 2020-12 features"""
     return f"name={name} address={address}"
@@ -97,4 +201,8 @@ server._tool_manager.get_tool("json_schema_2020_12_tool").parameters = {
 
 
 if __name__ == "__main__":
-    server.run("stdio")
+    port = os.environ.get("FIXTURE_PORT")
+    if port:
+        server.run("streamable-http", host="127.0.0.1", port=int(port))
+    else:
+        server.run("stdio")

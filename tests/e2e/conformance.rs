@@ -11,12 +11,16 @@ use toolgate_e2e::{Gateway, auth_proxy, sdk_clients};
 async fn mcp_conformance_suite() {
     let dir = sdk_clients();
     // The scenarios' fixture tools come from an upstream of our own, federated with no
-    // prefix: the suite then checks how the gateway relays each kind of result.
+    // prefix: the suite then checks how the gateway relays each kind of result, and the
+    // upstream's log messages and sampling and elicitation requests. Over stdio nothing
+    // ties those to a call: the suite makes one call at a time, so the only call in
+    // flight is theirs (`relay_unattributed`).
     let fixture: toolgate_server::config::UpstreamEntry = serde_json::from_value(json!({
         "name": "conformance",
         "prefix": "",
         "command": dir.join(".venv/bin/python"),
         "args": [dir.join("conformance_fixture.py")],
+        "relay_unattributed": true,
     }))
     .expect("an upstream entry");
     let gw = Gateway::start_with(|c| c.upstreams = vec![fixture]).await;

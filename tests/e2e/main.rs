@@ -9,6 +9,7 @@ mod docs;
 mod jwt;
 mod mcp;
 mod mcp_sdk;
+mod relay;
 mod rest_errors;
 mod rest_tools;
 mod tenancy;

@@ -10,7 +10,7 @@ use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::{Value, json};
-use toolgate_e2e::{Gateway, sdk_clients};
+use toolgate_e2e::{Gateway, sdk_clients, serve_on_free_port};
 use toolgate_server::config::UpstreamEntry;
 
 fn upstream(name: &str, command: &str, args: &[&str]) -> UpstreamEntry {
@@ -32,7 +32,7 @@ async fn listed(gw: &Gateway) -> Vec<String> {
 
 /// The tool names the admin sees once `tool` is among them (or after 15 s, whatever
 /// they are then).
-async fn listed_once(gw: &Gateway, tool: &str) -> Vec<String> {
+pub(crate) async fn listed_once(gw: &Gateway, tool: &str) -> Vec<String> {
     let mut names = Vec::new();
     for _ in 0..300 {
         names = listed(gw).await;
@@ -381,31 +381,9 @@ async fn server_everything_over_stdio() {
 async fn server_everything_over_http() {
     let script =
         sdk_clients().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    let port = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        probe.local_addr().expect("addr").port()
-    };
-    let mut server = tokio::process::Command::new("node")
-        .arg(&script)
-        .arg("streamableHttp")
-        .env("PORT", port.to_string())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start server-everything");
-    let mut up = false;
-    for _ in 0..300 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
-            up = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(up, "server-everything did not listen on port {port}");
+    let mut command = tokio::process::Command::new("node");
+    command.arg(&script).arg("streamableHttp");
+    let (mut server, port) = serve_on_free_port(command, "PORT").await;
     let url = format!("http://127.0.0.1:{port}/mcp");
     let gw = Gateway::start_with(|c| {
         c.upstreams = vec![

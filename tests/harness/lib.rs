@@ -298,6 +298,37 @@ pub fn sdk_clients() -> &'static std::path::Path {
     })
 }
 
+/// Starts `command` as a server on a free loopback port, told through the environment
+/// variable `port_env`, and waits (up to 15 s) until it accepts connections. The child
+/// is killed when dropped.
+pub async fn serve_on_free_port(
+    mut command: tokio::process::Command,
+    port_env: &str,
+) -> (tokio::process::Child, u16) {
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        probe.local_addr().expect("addr").port()
+    };
+    let child = command
+        .env(port_env, port.to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the server");
+    for _ in 0..300 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return (child, port);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the server did not listen on port {port} within 15 s");
+}
+
 /// Runs one of the SDK client scripts; returns its exit success and its stdout as JSON
 /// (`null` when it printed none).
 pub async fn run_sdk_client(program: &str, args: &[&str]) -> (bool, serde_json::Value, String) {

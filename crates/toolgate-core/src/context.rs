@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::client::{Client, ClientChannel};
 use crate::{ApprovalId, AuthContext, CallId, RunId};
 
 /// The front door a call came through.
@@ -122,6 +123,9 @@ pub struct CallContext {
     pub cancel: CancellationToken,
     /// Progress reports for the caller, when it asked for them.
     pub progress: Option<ProgressSink>,
+    /// The calling client, when its front door lets a tool's server reach it mid-call
+    /// (log messages, sampling, elicitation: MCP).
+    pub peer: Option<Client>,
     deadline: Option<Instant>,
 }
 
@@ -141,6 +145,7 @@ impl CallContext {
             requested_timeout: None,
             cancel: CancellationToken::new(),
             progress: None,
+            peer: None,
             deadline: None,
         }
     }
@@ -196,6 +201,11 @@ impl CallContext {
 
     pub fn with_progress(mut self, sink: ProgressSink) -> Self {
         self.progress = Some(sink);
+        self
+    }
+
+    pub fn with_peer(mut self, peer: Arc<dyn ClientChannel>) -> Self {
+        self.peer = Some(Client(peer));
         self
     }
 

@@ -18,6 +18,8 @@
 //! - [`tool`]: the [`Tool`] trait and [`ToolOutput`].
 //! - [`auth`]: [`AuthContext`], who calls.
 //! - [`context`]: [`CallContext`], one call.
+//! - [`client`]: [`ClientChannel`], the calling client as a tool's server may reach it
+//!   mid-call (log messages, sampling, elicitation).
 //! - [`registry`]: [`Registry`], every tool by unique name, schemas compiled once.
 //! - [`toolset`]: [`Toolset`] filters and the [`ScopedToolset`] capability.
 //! - [`executor`]: [`Executor`], the one path.
@@ -30,6 +32,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod client;
 pub mod context;
 pub mod declarations;
 pub mod error;
@@ -43,6 +46,7 @@ pub mod tool;
 pub mod toolset;
 
 pub use auth::{AuthContext, Principal, PrincipalKind};
+pub use client::{Client, ClientChannel, ClientError, ClientRequest};
 pub use context::{Adapter, CallContext, ClientInfo, Progress, ProgressSink, RunStep};
 pub use declarations::DeclarationFormat;
 pub use error::{ErrorKind, ToolError, Violation};

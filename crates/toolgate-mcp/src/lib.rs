@@ -12,6 +12,7 @@
 //! adapter `mcp`, [`ToolError`] ↔ an `isError` result (or, for an unknown tool, the JSON-RPC
 //! error -32602 the 2025-11-25 specification asks for).
 
+pub mod relay;
 pub mod upstream;
 
 use std::sync::Arc;
@@ -54,6 +55,8 @@ pub struct McpAdapter {
     executor: Executor,
     vendor_meta: Arc<VendorMeta>,
     desk: Option<Arc<dyn ApprovalDesk>>,
+    /// This session's `logging/setLevel` choice (see [`McpAdapter::for_session`]).
+    log_level: Arc<relay::LogLevel>,
 }
 
 /// Where the MCP front door records a caller's own decision on its call, when the
@@ -80,6 +83,16 @@ impl McpAdapter {
             executor,
             vendor_meta: Arc::default(),
             desk: None,
+            log_level: Arc::default(),
+        }
+    }
+
+    /// The handler for a new session: shares everything but the session's own state
+    /// (its log level). rmcp's service factory calls this once per session.
+    pub fn for_session(&self) -> Self {
+        Self {
+            log_level: Arc::default(),
+            ..self.clone()
         }
     }
 
@@ -299,11 +312,13 @@ fn watch_tool_list(registry: Arc<Registry>, tenant: Option<TenantId>, peer: Peer
 }
 
 impl ServerHandler for McpAdapter {
+    #[allow(deprecated)] // logging: deprecated by SEP-2577 (2026-07-28), used before it
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tool_list_changed()
+                .enable_logging()
                 .build(),
         )
         .with_server_info(
@@ -323,6 +338,17 @@ impl ServerHandler for McpAdapter {
             .and_then(|parts| parts.extensions.get::<McpCaller>())
             .map(|caller| caller.auth.tenant);
         watch_tool_list(self.registry.clone(), tenant, context.peer);
+    }
+
+    /// The lowest level of upstream log messages this session hears from its calls.
+    #[allow(deprecated)] // logging is deprecated by SEP-2577 (2026-07-28), still used before it
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.log_level.set(request.level);
+        Ok(())
     }
 
     async fn list_tools(
@@ -393,6 +419,12 @@ impl ServerHandler for McpAdapter {
         if let Some(token) = context.meta.get_progress_token() {
             ctx = ctx.with_progress(forward_progress(token, context.peer.clone()));
         }
+        // An upstream tool's log messages, sampling and elicitation reach this client.
+        ctx = ctx.with_peer(Arc::new(relay::CallerPeer::new(
+            context.peer.clone(),
+            context.id.clone(),
+            self.log_level.clone(),
+        )));
         let args = Value::Object(request.arguments.unwrap_or_default());
         // Unknown tools go through the executor too: the attempt is audited like any call.
         let retry = ctx.clone();

@@ -13,7 +13,9 @@
 //!
 //! Faithful relaying: content (text, image, audio, embedded resources, resource links),
 //! structured content and `_meta` come back as the upstream sent them; progress the
-//! upstream reports reaches the caller's progress sink; the call's cancellation (the
+//! upstream reports reaches the caller's progress sink; its log messages, sampling and
+//! elicitation requests reach the caller's client when they can be tied to the call (see
+//! `Routes`); the call's cancellation (the
 //! caller's, or the executor's deadline) sends `notifications/cancelled` upstream. An
 //! `isError` result is a [`ToolError`] of kind `upstream` carrying the upstream's text;
 //! JSON-RPC errors map by code (-32602 → `invalid_arguments`, others → `upstream`).
@@ -29,7 +31,11 @@ use rmcp::model::{
     ClientCapabilities, ClientConfig, ClientRequest, ContentBlock, Implementation, NumberOrString,
     ProgressNotificationParam, ProgressToken, RequestId, ServerResult,
 };
-use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RoleClient, RunningService};
+use rmcp::model::{ErrorCode, ErrorData};
+use rmcp::service::{
+    InboundStreamOrigin, NotificationContext, Peer, PeerRequestOptions, RequestContext, RoleClient,
+    RunningService,
+};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, ServiceError, ServiceExt};
@@ -37,8 +43,8 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use toolgate_core::spec::is_valid_tool_name;
 use toolgate_core::{
-    CallContext, Content, Effects, ErrorKind, Owner, ProgressSink, Registry, Risk, Tool, ToolError,
-    ToolOutput, ToolSpec,
+    CallContext, Client, Content, Effects, ErrorKind, Owner, ProgressSink, Registry, Risk, Tool,
+    ToolError, ToolOutput, ToolSpec,
 };
 
 /// How often a connected upstream is pinged, and how long it has to answer before the
@@ -73,6 +79,9 @@ pub struct UpstreamConfig {
     /// Who sees its tools: every tenant (the operator's upstreams) or the tenant that
     /// added it.
     pub owner: Owner,
+    /// Whether log messages and requests that the transport does not tie to a call go
+    /// to the one call in flight, when exactly one is (see [`Routes`]).
+    pub relay_unattributed: bool,
 }
 
 /// How to reach an upstream. Its `Debug` form names the keys of `env` and `headers` but
@@ -217,16 +226,131 @@ fn report(status: &tokio::sync::watch::Sender<Status>, state: State, error: Opti
     });
 }
 
-/// Where progress reports of in-flight calls go, by the progress token sent upstream.
-type ProgressRoutes = Arc<Mutex<HashMap<String, ProgressSink>>>;
+/// How an upstream's messages about its in-flight calls find their call.
+///
+/// Progress names the call (its progress token). Sampling and elicitation requests over
+/// Streamable HTTP name it too: they arrive on the response stream of the `tools/call`
+/// they belong to, which rmcp records (SEP-2260). Everything else — such requests over
+/// stdio, and log messages on any transport — carries nothing that ties it to a call.
+/// Those go to the one call in flight when exactly one is and the upstream allows it
+/// (`relay_unattributed`: on for a tenant's own upstreams, which only that tenant's calls
+/// share, off by default for the operator's, which every tenant's calls share); otherwise
+/// log messages are dropped and requests refused, so nothing reaches a caller it may not
+/// belong to.
+struct Routes {
+    progress: Mutex<HashMap<String, ProgressSink>>,
+    /// Calls in flight by their upstream request id, with their way back to the caller
+    /// when their front door gave one.
+    calls: Mutex<HashMap<String, Option<Client>>>,
+    /// Woken whenever a call is filed under its request id.
+    filed: tokio::sync::Notify,
+    relay_unattributed: bool,
+}
 
-/// The client side of one upstream connection: relays progress, hears list changes.
+impl Routes {
+    fn new(relay_unattributed: bool) -> Arc<Self> {
+        Arc::new(Self {
+            progress: Mutex::default(),
+            calls: Mutex::default(),
+            filed: tokio::sync::Notify::new(),
+            relay_unattributed,
+        })
+    }
+
+    /// The caller of the call an upstream request or log message belongs to.
+    async fn caller(&self, origin: Option<&InboundStreamOrigin>) -> Result<Client, String> {
+        if let Some(InboundStreamOrigin::OutboundRequest(id)) = origin {
+            // The request may arrive before the call that caused it is filed under its
+            // request id (see `InFlight::sent`): wait a moment for that.
+            let key = request_key(id);
+            let until = tokio::time::Instant::now() + Duration::from_secs(1);
+            loop {
+                let filed = self.filed.notified();
+                if let Some(found) = lock(&self.calls).get(&key) {
+                    return reachable(found);
+                }
+                if tokio::time::timeout_at(until, filed).await.is_err() {
+                    return Err("it names no call in flight".into());
+                }
+            }
+        }
+        self.only_call(origin)
+    }
+
+    /// The one call in flight, for what the transport ties to no call.
+    fn only_call(&self, origin: Option<&InboundStreamOrigin>) -> Result<Client, String> {
+        if origin.is_some() {
+            return Err("it was not sent in the course of a tool call".into());
+        }
+        if !self.relay_unattributed {
+            return Err(
+                "its transport does not tie it to a call, and relaying such messages is off for this upstream (relay_unattributed)"
+                    .into(),
+            );
+        }
+        let calls = lock(&self.calls);
+        let mut in_flight = calls.values();
+        match (in_flight.next(), in_flight.next()) {
+            (Some(only), None) => reachable(only),
+            (None, _) => Err("no call is in flight".into()),
+            (Some(_), Some(_)) => Err(format!(
+                "its transport does not tie it to a call and {} calls are in flight",
+                calls.len()
+            )),
+        }
+    }
+}
+
+fn reachable(caller: &Option<Client>) -> Result<Client, String> {
+    caller
+        .clone()
+        .ok_or_else(|| "the calling client cannot be reached (it did not call over MCP)".into())
+}
+
+/// The client side of one upstream connection: relays progress, log messages, sampling
+/// and elicitation to the calls they belong to, and hears list changes.
 struct Handler {
     info: ClientConfig,
-    progress: ProgressRoutes,
+    routes: Arc<Routes>,
     list_changed: tokio::sync::mpsc::Sender<()>,
 }
 
+impl Handler {
+    /// Asks the caller of the call `context`'s request belongs to, or says why not.
+    async fn ask_caller<T: serde::de::DeserializeOwned>(
+        &self,
+        request: toolgate_core::ClientRequest,
+        params: impl serde::Serialize,
+        context: &RequestContext<RoleClient>,
+    ) -> Result<T, ErrorData> {
+        let refuse = |why: String| {
+            ErrorData::new(
+                ErrorCode::INVALID_REQUEST,
+                format!("toolgate cannot relay this {}: {why}", request.method()),
+                None,
+            )
+        };
+        let caller = self
+            .routes
+            .caller(context.extensions.get::<InboundStreamOrigin>())
+            .await
+            .map_err(refuse)?;
+        let params = serde_json::to_value(params)
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let answer = caller
+            .0
+            .request(request, params)
+            .await
+            .map_err(|e| ErrorData::new(ErrorCode(e.code), e.message, None))?;
+        serde_json::from_value(answer).map_err(|e| {
+            ErrorData::internal_error(format!("the caller's answer is not valid: {e}"), None)
+        })
+    }
+}
+
+// Sampling and logging are deprecated by SEP-2577 (protocol 2026-07-28); upstreams
+// speaking earlier versions still use them.
+#[allow(deprecated)]
 impl ClientHandler for Handler {
     fn get_info(&self) -> ClientConfig {
         self.info.clone()
@@ -238,7 +362,7 @@ impl ClientHandler for Handler {
         _context: NotificationContext<RoleClient>,
     ) {
         let key = token_key(&params.progress_token);
-        let sink = lock(&self.progress).get(&key).cloned();
+        let sink = lock(&self.routes.progress).get(&key).cloned();
         if let Some(sink) = sink {
             let _ = sink.try_send(toolgate_core::Progress {
                 progress: params.progress,
@@ -248,17 +372,58 @@ impl ClientHandler for Handler {
         }
     }
 
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        match self.routes.only_call(None) {
+            Ok(caller) => {
+                if let Ok(message) = serde_json::to_value(&params) {
+                    caller.0.log(message);
+                }
+            }
+            Err(why) => tracing::debug!(reason = %why, "an upstream log message was not relayed"),
+        }
+    }
+
+    async fn create_message(
+        &self,
+        params: rmcp::model::CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, ErrorData> {
+        self.ask_caller(toolgate_core::ClientRequest::Sampling, params, &context)
+            .await
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: rmcp::model::ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, ErrorData> {
+        self.ask_caller(toolgate_core::ClientRequest::Elicitation, params, &context)
+            .await
+    }
+
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         let _ = self.list_changed.try_send(());
     }
 }
 
-fn lock(routes: &ProgressRoutes) -> std::sync::MutexGuard<'_, HashMap<String, ProgressSink>> {
-    routes.lock().unwrap_or_else(|p| p.into_inner())
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn token_key(token: &ProgressToken) -> String {
-    match &token.0 {
+    number_or_string(&token.0)
+}
+
+fn request_key(id: &RequestId) -> String {
+    number_or_string(id)
+}
+
+fn number_or_string(id: &NumberOrString) -> String {
+    match id {
         NumberOrString::Number(n) => n.to_string(),
         NumberOrString::String(s) => s.to_string(),
     }
@@ -276,10 +441,10 @@ async fn supervise(
     let mut registered = Vec::new();
     loop {
         let (changed_tx, mut changed) = tokio::sync::mpsc::channel(1);
-        let progress = ProgressRoutes::default();
+        let routes = Routes::new(config.relay_unattributed);
         let connected = tokio::select! {
             _ = shutdown.cancelled() => break,
-            connected = connect(&config, progress.clone(), changed_tx) => connected,
+            connected = connect(&config, routes.clone(), changed_tx) => connected,
         };
         match connected {
             // The child process (stdio) lives as long as this connection: dropping it
@@ -296,7 +461,7 @@ async fn supervise(
                     // A closed service cannot list: this fails (the tools listed before
                     // stay, failing as upstream errors) and the connection's end is
                     // noticed next.
-                    match rediscover(&config, &peer, &registry, &progress, &mut registered).await {
+                    match rediscover(&config, &peer, &registry, &routes, &mut registered).await {
                         Ok(()) => backoff = FIRST_BACKOFF,
                         Err(err) => {
                             tracing::warn!(upstream = %config.name, error = %err, "could not list the upstream's tools");
@@ -381,7 +546,7 @@ fn jitter(backoff: Duration) -> Duration {
 
 async fn connect(
     config: &UpstreamConfig,
-    progress: ProgressRoutes,
+    routes: Arc<Routes>,
     list_changed: tokio::sync::mpsc::Sender<()>,
 ) -> Result<
     (
@@ -390,12 +555,18 @@ async fn connect(
     ),
     String,
 > {
+    // Sampling is deprecated by SEP-2577 (2026-07-28); upstreams before it still use it.
+    #[allow(deprecated)]
     let handler = Handler {
+        // Sampling and elicitation are relayed to the calling client, when it can answer.
         info: ClientConfig::new(
-            ClientCapabilities::default(),
+            ClientCapabilities::builder()
+                .enable_sampling()
+                .enable_elicitation()
+                .build(),
             Implementation::new("toolgate", env!("CARGO_PKG_VERSION")),
         ),
-        progress,
+        routes,
         list_changed,
     };
     match &config.transport {
@@ -623,7 +794,7 @@ async fn rediscover(
     config: &UpstreamConfig,
     peer: &Peer<RoleClient>,
     registry: &Registry,
-    progress: &ProgressRoutes,
+    routes: &Arc<Routes>,
     registered: &mut Vec<String>,
 ) -> Result<(), ServiceError> {
     let tools = peer.list_all_tools().await?;
@@ -647,7 +818,7 @@ async fn rediscover(
             upstream: config.name.clone(),
             remote,
             peer: peer.clone(),
-            progress: progress.clone(),
+            routes: routes.clone(),
         }));
     }
     let previous = std::mem::take(registered);
@@ -739,18 +910,55 @@ pub struct UpstreamTool {
     upstream: String,
     remote: String,
     peer: Peer<RoleClient>,
-    progress: ProgressRoutes,
+    routes: Arc<Routes>,
 }
 
-/// Removes a call's progress route when the call ends, however it ends.
-struct Route<'a> {
-    routes: &'a ProgressRoutes,
-    key: String,
+/// A call on the upstream's connection, filed in its [`Routes`] until it ends, however
+/// it ends.
+struct InFlight<'a> {
+    routes: &'a Routes,
+    call: String,
+    progress: Option<String>,
 }
 
-impl Drop for Route<'_> {
+impl<'a> InFlight<'a> {
+    /// Files a call about to be sent. Until it is sent and has a request id, it is
+    /// filed under its call id: counted as in flight, but not found by request id.
+    fn file(routes: &'a Routes, ctx: &CallContext) -> Self {
+        let call = format!("call:{}", ctx.call_id);
+        lock(&routes.calls).insert(call.clone(), ctx.peer.clone());
+        Self {
+            routes,
+            call,
+            progress: None,
+        }
+    }
+
+    /// The call went out as `handle`: file it under its request id, and route what
+    /// arrives under its progress token to the caller's sink, if it asked for progress.
+    fn sent(&mut self, handle: &rmcp::service::RequestHandle<RoleClient>, ctx: &CallContext) {
+        let id = request_key(&handle.id);
+        {
+            let mut calls = lock(&self.routes.calls);
+            let caller = calls.remove(&self.call).flatten();
+            calls.insert(id.clone(), caller);
+        }
+        self.call = id;
+        self.routes.filed.notify_waiters();
+        if let Some(sink) = ctx.progress.clone() {
+            let key = token_key(&handle.progress_token);
+            lock(&self.routes.progress).insert(key.clone(), sink);
+            self.progress = Some(key);
+        }
+    }
+}
+
+impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        lock(self.routes).remove(&self.key);
+        lock(&self.routes.calls).remove(&self.call);
+        if let Some(key) = &self.progress {
+            lock(&self.routes.progress).remove(key);
+        }
     }
 }
 
@@ -776,21 +984,14 @@ impl Tool for UpstreamTool {
             params.set_traceparent(&traceparent);
         }
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        // Filed before it is sent, so that what the upstream says about it finds it.
+        let mut in_flight = InFlight::file(&self.routes, ctx);
         let handle = self
             .peer
             .send_cancellable_request(request, PeerRequestOptions::no_options())
             .await
             .map_err(|e| self.service_error(e))?;
-        // rmcp gives every request a progress token of its own: route what arrives under
-        // it to this call's sink, and stop when the call ends, however it ends.
-        let _route = ctx.progress.clone().map(|sink| {
-            let key = token_key(&handle.progress_token);
-            lock(&self.progress).insert(key.clone(), sink);
-            Route {
-                routes: &self.progress,
-                key,
-            }
-        });
+        in_flight.sent(&handle, ctx);
         // Cancelled by the caller, or dropped at the executor's deadline: tell the
         // upstream (`notifications/cancelled`) so it can stop.
         let mut pending = Pending {

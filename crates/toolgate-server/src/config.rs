@@ -144,6 +144,13 @@ pub struct UpstreamEntry {
     pub timeout_secs: u64,
     #[serde(default = "default_upstream_max_timeout")]
     pub max_timeout_secs: u64,
+    /// Relay the upstream's log messages, sampling and elicitation requests that its
+    /// transport does not tie to a call (all of them over stdio, log messages over HTTP)
+    /// to the one call in flight, when exactly one is. Off by default: every tenant's
+    /// calls share this connection, and a message the upstream sends outside any call
+    /// would reach whichever caller happens to be alone on it.
+    #[serde(default)]
+    pub relay_unattributed: bool,
 }
 
 fn default_upstream_timeout() -> u64 {
@@ -188,6 +195,7 @@ impl UpstreamEntry {
             default_timeout: std::time::Duration::from_secs(self.timeout_secs),
             max_timeout: std::time::Duration::from_secs(self.max_timeout_secs),
             owner: toolgate_core::Owner::Everyone,
+            relay_unattributed: self.relay_unattributed,
         })
     }
 }

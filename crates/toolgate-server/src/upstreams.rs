@@ -445,6 +445,9 @@ impl TenantUpstreams {
             default_timeout: Duration::from_secs(stored.timeout_secs),
             max_timeout: Duration::from_secs(stored.max_timeout_secs),
             owner: Owner::Tenant(record.tenant),
+            // Only this tenant's calls share the connection: a log message or request
+            // the transport does not tie to a call may go to its only call in flight.
+            relay_unattributed: true,
         })
     }
 

@@ -88,7 +88,7 @@ pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> 
         transport.with_allowed_hosts(mcp.allowed_hosts.clone())
     };
     let service = StreamableHttpService::new(
-        move || Ok(adapter.clone()),
+        move || Ok(adapter.for_session()),
         Arc::new(StoredSessions::new(state.store.clone(), durable_events)),
         transport,
     );

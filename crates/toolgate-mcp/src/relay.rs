@@ -1,0 +1,190 @@
+//! The MCP front door's side of relaying: an MCP caller as the [`ClientChannel`] of its
+//! call, so that an upstream tool's log messages, sampling and elicitation requests reach
+//! the client that made the call (the upstream side attributes them, see
+//! [`crate::upstream`]).
+//!
+//! - Log messages go out as `notifications/message`, at or above the level the session
+//!   chose with `logging/setLevel` (everything until it chooses), in the order they came.
+//! - Sampling and elicitation requests go out only when the client declared the
+//!   capability, and on the call's own response stream (SEP-2260: the request is marked
+//!   with the `tools/call` it belongs to). On protocol 2026-07-28, which has no
+//!   server-to-client requests, rmcp refuses to send them and the upstream hears why.
+//!
+//! Logging and sampling are deprecated by SEP-2577 (2026-07-28), which is why this module
+//! allows rmcp's deprecation warnings: clients of 2025-11-25 and earlier still use them.
+#![allow(deprecated)]
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use async_trait::async_trait;
+use rmcp::model::{
+    ClientResult, CreateMessageRequest, ElicitRequest, LoggingLevel, LoggingMessageNotification,
+    LoggingMessageNotificationParam, RequestId, ServerNotification, ServerRequest,
+};
+use rmcp::service::{OriginatingRequestId, Peer};
+use rmcp::{RoleServer, ServiceError};
+use serde_json::Value;
+use toolgate_core::{ClientChannel, ClientError, ClientRequest};
+
+/// Log messages queued for a slow client before newer ones are dropped.
+const LOG_BACKLOG: usize = 64;
+
+/// The lowest level a session wants to hear (`logging/setLevel`); all until it says.
+#[derive(Debug, Default)]
+pub struct LogLevel(AtomicU8);
+
+impl LogLevel {
+    pub fn set(&self, level: LoggingLevel) {
+        self.0.store(rank(level), Ordering::Relaxed);
+    }
+
+    fn passes(&self, level: LoggingLevel) -> bool {
+        rank(level) >= self.0.load(Ordering::Relaxed)
+    }
+}
+
+fn rank(level: LoggingLevel) -> u8 {
+    match level {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
+    }
+}
+
+/// One MCP `tools/call`'s way back to its client.
+pub struct CallerPeer {
+    peer: Peer<RoleServer>,
+    /// The `tools/call` request: requests made for it ride its response stream.
+    call: RequestId,
+    level: Arc<LogLevel>,
+    /// Started at the first log message: one task per call keeps them in order.
+    logs: OnceLock<tokio::sync::mpsc::Sender<LoggingMessageNotificationParam>>,
+}
+
+impl CallerPeer {
+    pub fn new(peer: Peer<RoleServer>, call: RequestId, level: Arc<LogLevel>) -> Self {
+        Self {
+            peer,
+            call,
+            level,
+            logs: OnceLock::new(),
+        }
+    }
+
+    fn log_sender(&self) -> &tokio::sync::mpsc::Sender<LoggingMessageNotificationParam> {
+        self.logs.get_or_init(|| {
+            let (tx, mut rx) = tokio::sync::mpsc::channel(LOG_BACKLOG);
+            let peer = self.peer.clone();
+            tokio::spawn(async move {
+                while let Some(param) = rx.recv().await {
+                    let note = ServerNotification::LoggingMessageNotification(
+                        LoggingMessageNotification::new(param),
+                    );
+                    if peer.send_notification(note).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            tx
+        })
+    }
+
+    fn capable(&self, request: ClientRequest) -> bool {
+        let Some(info) = self.peer.peer_info() else {
+            return false;
+        };
+        match request {
+            ClientRequest::Sampling => info.capabilities.sampling.is_some(),
+            ClientRequest::Elicitation => info.capabilities.elicitation.is_some(),
+        }
+    }
+}
+
+#[async_trait]
+impl ClientChannel for CallerPeer {
+    fn log(&self, message: Value) {
+        let Ok(param) = serde_json::from_value::<LoggingMessageNotificationParam>(message) else {
+            return;
+        };
+        if self.level.passes(param.level) {
+            let _ = self.log_sender().try_send(param);
+        }
+    }
+
+    async fn request(&self, request: ClientRequest, params: Value) -> Result<Value, ClientError> {
+        if !self.capable(request) {
+            return Err(ClientError::new(
+                ClientError::METHOD_NOT_FOUND,
+                format!(
+                    "the calling client does not support {} (it did not declare the capability)",
+                    request.method()
+                ),
+            ));
+        }
+        let invalid = |e: serde_json::Error| {
+            ClientError::new(
+                ClientError::INVALID_PARAMS,
+                format!("invalid {} params: {e}", request.method()),
+            )
+        };
+        let mut outbound = match request {
+            ClientRequest::Sampling => ServerRequest::CreateMessageRequest(
+                CreateMessageRequest::new(serde_json::from_value(params).map_err(invalid)?),
+            ),
+            ClientRequest::Elicitation => ServerRequest::ElicitRequest(ElicitRequest::new(
+                serde_json::from_value(params).map_err(invalid)?,
+            )),
+        };
+        // Ride the `tools/call`'s own response stream (the tool runs on a task of its own,
+        // where rmcp cannot see which request it serves).
+        use rmcp::model::GetExtensions;
+        outbound
+            .extensions_mut()
+            .insert(OriginatingRequestId(self.call.clone()));
+        let answer = self
+            .peer
+            .send_request(outbound)
+            .await
+            .map_err(|e| match e {
+                ServiceError::McpError(e) => ClientError::new(e.code.0, e.message),
+                other => ClientError::new(ClientError::INTERNAL, other.to_string()),
+            })?;
+        match answer {
+            ClientResult::CreateMessageResult(_) | ClientResult::ElicitResult(_) => {
+                serde_json::to_value(&answer)
+                    .map_err(|e| ClientError::new(ClientError::INTERNAL, e.to_string()))
+            }
+            _ => Err(ClientError::new(
+                ClientError::INTERNAL,
+                format!(
+                    "the client answered {} with something else",
+                    request.method()
+                ),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_hears_everything_until_it_sets_a_level_then_that_level_and_above() {
+        let level = LogLevel::default();
+        assert!(level.passes(LoggingLevel::Debug));
+        level.set(LoggingLevel::Warning);
+        assert!(!level.passes(LoggingLevel::Debug));
+        assert!(!level.passes(LoggingLevel::Notice));
+        assert!(level.passes(LoggingLevel::Warning));
+        assert!(level.passes(LoggingLevel::Emergency));
+        level.set(LoggingLevel::Debug);
+        assert!(level.passes(LoggingLevel::Info));
+    }
+}

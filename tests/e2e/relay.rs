@@ -1,0 +1,255 @@
+//! An upstream tool's log messages, sampling and elicitation requests, relayed to the MCP
+//! client whose call caused them, and to no one else: the conformance fixture
+//! (`tests/clients/conformance_fixture.py`, the official Python SDK) federated over
+//! Streamable HTTP, where each request arrives on its call's own response stream, and
+//! over stdio, where nothing ties a message to a call.
+// Sampling and logging are deprecated by SEP-2577 (2026-07-28); 2025-11-25 clients use them.
+#![allow(deprecated)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolResult, ClientCapabilities, ClientConfig, CreateMessageRequestParams,
+    CreateMessageResult, ElicitRequestParams, ElicitResult, ElicitationAction, ErrorData,
+    Implementation, LoggingMessageNotificationParam, SamplingMessage,
+};
+use rmcp::service::{NotificationContext, RequestContext, RoleClient, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, ServiceExt};
+use serde_json::{Value, json};
+use toolgate_e2e::{Gateway, sdk_clients, serve_on_free_port};
+
+use crate::mcp::call;
+use crate::upstream::listed_once;
+
+/// An MCP client that answers sampling as `name`, accepts elicitations with its name,
+/// and keeps the log messages it hears.
+struct Answering {
+    name: &'static str,
+    /// How long it takes to answer, so that calls overlap.
+    delay: Duration,
+    logs: Arc<Mutex<Vec<Value>>>,
+}
+
+impl ClientHandler for Answering {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::builder()
+                .enable_sampling()
+                .enable_elicitation()
+                .build(),
+            Implementation::new(self.name, "1.0.0"),
+        )
+    }
+
+    async fn create_message(
+        &self,
+        _params: CreateMessageRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        tokio::time::sleep(self.delay).await;
+        Ok(CreateMessageResult::new(
+            SamplingMessage::assistant_text(format!("sampled by {}", self.name)),
+            "test-model".into(),
+        ))
+    }
+
+    async fn create_elicitation(
+        &self,
+        _params: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        Ok(ElicitResult::new(ElicitationAction::Accept)
+            .with_content(json!({"username": self.name, "email": "x@example.com"})))
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.logs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(params.data);
+    }
+}
+
+async fn client(
+    gw: &Gateway,
+    name: &'static str,
+    delay: Duration,
+) -> (
+    RunningService<RoleClient, Answering>,
+    Arc<Mutex<Vec<Value>>>,
+) {
+    let logs = Arc::new(Mutex::new(Vec::new()));
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(gw.url("/mcp")).auth_header(&gw.admin_key),
+    );
+    let service = Answering {
+        name,
+        delay,
+        logs: logs.clone(),
+    }
+    .serve(transport)
+    .await
+    .expect("connect");
+    (service, logs)
+}
+
+fn text(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+async fn gateway_with_fixture(upstream: Value) -> Gateway {
+    let gw = Gateway::start_with(|c| {
+        c.upstreams = vec![serde_json::from_value(upstream).expect("an upstream entry")];
+    })
+    .await;
+    listed_once(&gw, "fx__test_sampling").await;
+    gw
+}
+
+/// Over Streamable HTTP each sampling or elicitation request arrives on the response
+/// stream of the call that made it: two clients calling at once each get their own
+/// answer. Log messages carry no such tie, so with `relay_unattributed` off (the
+/// default for the operator's upstreams) they reach no one.
+#[tokio::test]
+async fn over_http_each_request_reaches_the_client_whose_call_made_it() {
+    let dir = sdk_clients();
+    let mut command = tokio::process::Command::new(dir.join(".venv/bin/python"));
+    command.arg(dir.join("conformance_fixture.py"));
+    let (_server, port) = serve_on_free_port(command, "FIXTURE_PORT").await;
+    let gw = gateway_with_fixture(json!({
+        "name": "fx",
+        "url": format!("http://127.0.0.1:{port}/mcp"),
+    }))
+    .await;
+    let (alice, alice_logs) = client(&gw, "alice", Duration::from_millis(300)).await;
+    let (bob, bob_logs) = client(&gw, "bob", Duration::from_millis(300)).await;
+    let ask = |name| {
+        call(
+            "fx__test_sampling",
+            json!({"prompt": format!("hello from {name}")}),
+        )
+    };
+    let (a, b) = tokio::join!(alice.call_tool(ask("alice")), bob.call_tool(ask("bob")));
+    let (a, b) = (a.expect("alice's call"), b.expect("bob's call"));
+    assert_eq!(text(&a), "LLM response: sampled by alice", "{a:?}");
+    assert_eq!(text(&b), "LLM response: sampled by bob", "{b:?}");
+
+    let asked = alice
+        .call_tool(call(
+            "fx__test_elicitation",
+            json!({"message": "who are you?"}),
+        ))
+        .await
+        .expect("elicitation call");
+    assert_eq!(asked.is_error, Some(false), "{asked:?}");
+    assert!(text(&asked).contains("'username': 'alice'"), "{asked:?}");
+
+    let logged = alice
+        .call_tool(call("fx__test_tool_with_logging", json!({})))
+        .await
+        .expect("logging call");
+    assert_eq!(logged.is_error, Some(false), "{logged:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(alice_logs.lock().expect("logs").is_empty());
+    assert!(bob_logs.lock().expect("logs").is_empty());
+
+    // A caller that is not an MCP client cannot be asked: the tool hears why.
+    let (status, _, problem) = gw
+        .invoke(
+            "fx__test_sampling",
+            json!({"arguments": {"prompt": "from curl"}}),
+        )
+        .await;
+    assert_eq!(status, 502, "{problem}");
+    assert!(
+        problem.to_string().contains("did not call over MCP"),
+        "{problem}"
+    );
+    alice.cancel().await.expect("close");
+    bob.cancel().await.expect("close");
+    gw.stop().await;
+}
+
+/// Over stdio nothing ties a message to a call. With `relay_unattributed` on, a log
+/// message or request goes to the one call in flight; while two calls are in flight it
+/// goes to neither (refused), never to the wrong one.
+#[tokio::test]
+async fn over_stdio_only_the_one_call_in_flight_hears_its_upstream() {
+    let dir = sdk_clients();
+    let gw = gateway_with_fixture(json!({
+        "name": "fx",
+        "command": dir.join(".venv/bin/python"),
+        "args": [dir.join("conformance_fixture.py")],
+        "relay_unattributed": true,
+    }))
+    .await;
+    let (alice, alice_logs) = client(&gw, "alice", Duration::from_millis(500)).await;
+    let (bob, bob_logs) = client(&gw, "bob", Duration::from_millis(500)).await;
+
+    let logged = alice
+        .call_tool(call("fx__test_tool_with_logging", json!({})))
+        .await
+        .expect("logging call");
+    assert_eq!(logged.is_error, Some(false), "{logged:?}");
+    let mut heard = Vec::new();
+    for _ in 0..40 {
+        heard = alice_logs.lock().expect("logs").clone();
+        if heard.len() == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        heard,
+        vec![
+            json!("Tool execution started"),
+            json!("Tool processing data"),
+            json!("Tool execution completed")
+        ]
+    );
+    assert!(bob_logs.lock().expect("logs").is_empty());
+
+    // Alone, a call's sampling request reaches its client.
+    let ask = |name| {
+        call(
+            "fx__test_sampling",
+            json!({"prompt": format!("hello from {name}")}),
+        )
+    };
+    let alone = alice.call_tool(ask("alice")).await.expect("alice's call");
+    assert_eq!(text(&alone), "LLM response: sampled by alice", "{alone:?}");
+
+    // Side by side (each client takes 500 ms to answer, so the calls overlap), a request
+    // goes to its own caller or to no one.
+    let (a, b) = tokio::join!(alice.call_tool(ask("alice")), bob.call_tool(ask("bob")));
+    let (a, b) = (a.expect("alice's call"), b.expect("bob's call"));
+    let mut refused = 0;
+    for (result, own) in [(&a, "alice"), (&b, "bob")] {
+        let said = text(result);
+        if result.is_error == Some(true) {
+            assert!(said.contains("calls are in flight"), "{said}");
+            refused += 1;
+        } else {
+            assert_eq!(said, format!("LLM response: sampled by {own}"));
+        }
+    }
+    assert!(
+        refused > 0,
+        "two calls in flight, yet both requests were relayed: {a:?} {b:?}"
+    );
+    alice.cancel().await.expect("close");
+    bob.cancel().await.expect("close");
+    gw.stop().await;
+}
