@@ -9,8 +9,11 @@
 //! Verified API keys are cached for [`KEY_CACHE_TTL`] so a request does not cost a store
 //! round trip. Revocation through this instance empties the cache at once. On Postgres a
 //! revocation anywhere else (another instance, the CLI) is announced by `NOTIFY` and
-//! empties every listening instance's cache as it commits. Besides, and alone on SQLite,
-//! every instance polls the store's revocation marker each [`REVOCATION_POLL`].
+//! empties every listening instance's cache as it commits. On SQLite every revocation,
+//! by any process, replaces a signal file beside the database, and a cached key is
+//! trusted only after a `stat` of that file shows no change since it was cached: the CLI's
+//! `keys revoke` takes effect the moment it returns. Besides, every instance polls the
+//! store's revocation marker each [`REVOCATION_POLL`].
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -75,6 +78,18 @@ pub struct Authenticator {
     generation: std::sync::atomic::AtomicU64,
     touched: Mutex<HashMap<Uuid, Instant>>,
     security_window: Mutex<(Instant, u32)>,
+    /// SQLite: the revocation signal file, and the version of it last seen.
+    signal: Option<(std::path::PathBuf, Mutex<Option<FileVersion>>)>,
+}
+
+/// Which file a path names and when it was last written: changes whenever the file is
+/// replaced (a new inode) or written.
+type FileVersion = (u64, u64, std::time::SystemTime);
+
+fn file_version(path: &std::path::Path) -> Option<FileVersion> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.dev(), meta.ino(), meta.modified().ok()?))
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -88,12 +103,30 @@ impl std::fmt::Debug for Authenticator {
 impl Authenticator {
     pub fn new(store: Store, jwt: Option<JwtVerifier>) -> Self {
         Self {
-            store,
             jwt,
             keys: Mutex::new(HashMap::new()),
             generation: std::sync::atomic::AtomicU64::new(0),
             touched: Mutex::new(HashMap::new()),
             security_window: Mutex::new((Instant::now(), 0)),
+            signal: store
+                .revocation_signal()
+                .map(|path| (path.clone(), Mutex::new(file_version(&path)))),
+            store,
+        }
+    }
+
+    /// Empties the key cache if a key was revoked since the signal file was last seen
+    /// (SQLite; see [`Store::revocation_signal`]).
+    fn check_revocation_signal(&self) {
+        let Some((path, seen)) = &self.signal else {
+            return;
+        };
+        let now = file_version(path);
+        let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+        if *seen != now {
+            *seen = now;
+            drop(seen);
+            self.clear_keys();
         }
     }
 
@@ -114,6 +147,7 @@ impl Authenticator {
 
     async fn api_key(&self, secret: &str) -> Result<Arc<AuthContext>, ToolError> {
         let hash = keys::hash(secret);
+        self.check_revocation_signal();
         let cached = {
             let cache = self.keys.lock().unwrap_or_else(|p| p.into_inner());
             cache.get(&hash).cloned()

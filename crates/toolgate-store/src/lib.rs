@@ -224,6 +224,18 @@ impl Store {
         }
     }
 
+    /// On SQLite, a file beside the database that every revocation replaces (a new inode
+    /// each time), by whichever process made it — the CLI included. A gateway that checks
+    /// it before trusting a cached key sees a revocation the moment the revoking command
+    /// returns, at the cost of one `stat`. `None` on Postgres, which announces
+    /// revocations with `NOTIFY` ([`watch_revocations`](Self::watch_revocations)).
+    pub fn revocation_signal(&self) -> Option<std::path::PathBuf> {
+        match self {
+            Store::Postgres(_) => None,
+            Store::Sqlite(s) => Some(s.revocation_signal()),
+        }
+    }
+
     /// Changes whenever any key is revoked, in any instance or by the CLI: how many keys
     /// are revoked, and the latest revocation time.
     pub async fn revocation_marker(&self) -> Result<(i64, Option<DateTime<Utc>>), StoreError> {

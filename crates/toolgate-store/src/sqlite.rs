@@ -406,7 +406,35 @@ impl SqliteStore {
         .bind(now())
         .execute(&self.pool)
         .await?;
-        Ok(done.rows_affected() > 0)
+        let revoked = done.rows_affected() > 0;
+        if revoked {
+            self.signal_revocation();
+        }
+        Ok(revoked)
+    }
+
+    /// The file replaced after every revocation (see [`Store::revocation_signal`]).
+    pub fn revocation_signal(&self) -> std::path::PathBuf {
+        let mut name = self.path.clone().into_os_string();
+        name.push("-revoked");
+        name.into()
+    }
+
+    /// Replaces the signal file with a new one (a new inode: see
+    /// [`Store::revocation_signal`]). The revocation is already committed; if the file
+    /// cannot be written, gateways still see it at their next poll.
+    fn signal_revocation(&self) {
+        let signal = self.revocation_signal();
+        let mut temp = signal.clone().into_os_string();
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        temp.push(format!(".{}.{n}", std::process::id()));
+        let written = std::fs::write(&temp, now().to_rfc3339())
+            .and_then(|()| std::fs::rename(&temp, &signal));
+        if let Err(err) = written {
+            let _ = std::fs::remove_file(&temp);
+            tracing::warn!(error = %err, path = %signal.display(), "could not signal a key revocation to running gateways; they notice it within a second");
+        }
     }
 
     /// One query: the key, its principal and its tenant's name. Revocation and expiry
