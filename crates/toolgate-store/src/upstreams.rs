@@ -82,8 +82,10 @@ fn sql(s: String) -> sqlx::AssertSqlSafe<String> {
 
 /// `$cross`: the pool that reads across tenants; `$u`: the cast of a text parameter to a
 /// uuid; `$j`: to JSON; `$t`: of a uuid or JSON column to text.
+/// `$lock`: a statement that serializes, until the transaction ends, the tenant's
+/// creations (SQLite's write transaction already does).
 macro_rules! upstream_store {
-    ($store:ty, $cross:ident, $u:literal, $j:literal, $t:literal) => {
+    ($store:ty, $cross:ident, $u:literal, $j:literal, $t:literal, $lock:literal) => {
         impl $store {
             fn upstream_columns() -> String {
                 format!(
@@ -98,9 +100,28 @@ macro_rules! upstream_store {
                 tenant: TenantId,
                 new: &UpstreamWrite<'_>,
                 by: PrincipalId,
+                most: usize,
             ) -> Result<UpstreamRecord, StoreError> {
                 let now = Utc::now();
                 let mut tx = self.tenant_tx(tenant).await?;
+                // Counted and inserted under one lock: two creations at once cannot both
+                // take the last place.
+                sqlx::query($lock)
+                    .bind(tenant.to_string())
+                    .execute(&mut *tx)
+                    .await?;
+                let (count,): (i64,) = sqlx::query_as(sql(format!(
+                    "select count(*) from tenant_upstream where tenant_id = $1{u}",
+                    u = $u
+                )))
+                .bind(tenant.to_string())
+                .fetch_one(&mut *tx)
+                .await?;
+                if usize::try_from(count).unwrap_or(usize::MAX) >= most {
+                    return Err(StoreError::Conflict(format!(
+                        "your tenant has {count} upstreams, the most allowed (tenant_upstreams.max_per_tenant)"
+                    )));
+                }
                 let row: Row = sqlx::query_as(sql(format!(
                     "insert into tenant_upstream (upstream_id, tenant_id, name, config, credentials, revision, created_by, created_at, updated_at) \
                      values ($1{u}, $2{u}, $3, $4{j}, $5, 1, $6{u}, $7, $7) returning {columns}",
@@ -202,19 +223,27 @@ macro_rules! upstream_store {
     };
 }
 
-upstream_store!(PostgresStore, owner, "::uuid", "::jsonb", "::text");
-upstream_store!(SqliteStore, pool, "", "", "");
+upstream_store!(
+    PostgresStore,
+    owner,
+    "::uuid",
+    "::jsonb",
+    "::text",
+    "select pg_advisory_xact_lock(hashtextextended('toolgate.tenant_upstream:' || $1, 0))"
+);
+upstream_store!(SqliteStore, pool, "", "", "", "select $1 where 0");
 
 impl Store {
     /// Adds a tenant upstream; [`StoreError::Conflict`] when the tenant has one of that
-    /// name.
+    /// name, or already has `most`.
     pub async fn create_upstream(
         &self,
         tenant: TenantId,
         new: &UpstreamWrite<'_>,
         by: PrincipalId,
+        most: usize,
     ) -> Result<UpstreamRecord, StoreError> {
-        dispatch!(self, s => s.create_upstream(tenant, new, by).await)
+        dispatch!(self, s => s.create_upstream(tenant, new, by, most).await)
     }
 
     /// The tenant's upstreams, by name.

@@ -1114,13 +1114,16 @@ async fn tenant_upstreams_are_per_tenant_with_unique_names_and_revisions() {
             config: &config,
             credentials: Some(&sealed),
         };
-        let created = store.create_upstream(a.id, &new, by).await.expect("create");
+        let created = store
+            .create_upstream(a.id, &new, by, 16)
+            .await
+            .expect("create");
         assert_eq!(
             (created.revision, created.credentials.as_deref()),
             (1, Some(&sealed[..]))
         );
         assert_eq!(created.created_by, Some(by));
-        let dup = store.create_upstream(a.id, &new, by).await;
+        let dup = store.create_upstream(a.id, &new, by, 16).await;
         assert!(matches!(dup, Err(StoreError::Conflict(_))), "{dup:?}");
         // Another tenant neither sees nor changes it, and may use the same name.
         assert!(
@@ -1140,7 +1143,7 @@ async fn tenant_upstreams_are_per_tenant_with_unique_names_and_revisions() {
         );
         assert!(!store.delete_upstream(b.id, "docs").await.expect("delete"));
         store
-            .create_upstream(b.id, &new, by)
+            .create_upstream(b.id, &new, by, 16)
             .await
             .expect("same name, other tenant");
 
@@ -1175,6 +1178,49 @@ async fn tenant_upstreams_are_per_tenant_with_unique_names_and_revisions() {
     .await;
 }
 
+/// A tenant's upstreams are capped, and creations racing for the last places cannot
+/// exceed the cap: counted and inserted under one lock.
+#[tokio::test]
+async fn concurrent_upstream_creations_never_exceed_the_tenant_cap() {
+    on_both(|store| async move {
+        let tenant = store.create_tenant("upstreams-cap").await.expect("tenant");
+        let by = store
+            .create_principal(tenant.id, &member("ann"))
+            .await
+            .expect("principal")
+            .id;
+        let mut attempts = tokio::task::JoinSet::new();
+        for i in 0..8 {
+            let store = store.clone();
+            attempts.spawn(async move {
+                let config = json!({"url": "https://mcp.example.com/mcp"});
+                let name = format!("u{i}");
+                let new = UpstreamWrite {
+                    name: &name,
+                    config: &config,
+                    credentials: None,
+                };
+                store.create_upstream(tenant.id, &new, by, 3).await
+            });
+        }
+        let results = attempts.join_all().await;
+        let created = results.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(created, 3, "{results:?}");
+        assert!(
+            results
+                .iter()
+                .filter_map(|r| r.as_ref().err())
+                .all(|e| matches!(e, StoreError::Conflict(m) if m.contains("the most allowed"))),
+            "{results:?}"
+        );
+        assert_eq!(
+            store.list_upstreams(tenant.id).await.expect("list").len(),
+            3
+        );
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn postgres_row_level_security_hides_other_tenants_upstreams() {
     on_postgres(|store, _url| async move {
@@ -1193,7 +1239,7 @@ async fn postgres_row_level_security_hides_other_tenants_upstreams() {
                 credentials: Some(b"sealed"),
             };
             store
-                .create_upstream(tenant.id, &new, by)
+                .create_upstream(tenant.id, &new, by, 16)
                 .await
                 .expect("create");
             ids.push(tenant.id);

@@ -391,13 +391,6 @@ async fn create_upstream(
     let tenant = caller.auth.tenant;
     let name = body.name.clone();
     let (stored, credentials) = validate(upstreams, body).await?;
-    let existing = app.store.list_upstreams(tenant).await?;
-    if existing.len() >= upstreams.max_per_tenant {
-        return Err(ApiError::Conflict(format!(
-            "your tenant has {} upstreams, the most allowed (tenant_upstreams.max_per_tenant)",
-            existing.len()
-        )));
-    }
     let (config, sealed) = sealed(upstreams, &caller, &name, &stored, &credentials)?;
     let write = UpstreamWrite {
         name: &name,
@@ -406,7 +399,12 @@ async fn create_upstream(
     };
     let record = app
         .store
-        .create_upstream(tenant, &write, caller.auth.principal.id)
+        .create_upstream(
+            tenant,
+            &write,
+            caller.auth.principal.id,
+            upstreams.max_per_tenant,
+        )
         .await?;
     apply(upstreams).await;
     let location = format!("/v1/upstreams/{}", record.name);
