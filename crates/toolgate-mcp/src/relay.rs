@@ -19,10 +19,11 @@ use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use rmcp::model::{
-    ClientResult, CreateMessageRequest, ElicitRequest, LoggingLevel, LoggingMessageNotification,
-    LoggingMessageNotificationParam, RequestId, ServerNotification, ServerRequest,
+    ClientResult, CreateMessageRequest, CreateMessageRequestParams, ElicitRequest,
+    ElicitRequestParams, LoggingLevel, LoggingMessageNotification, LoggingMessageNotificationParam,
+    RequestId, ServerNotification, ServerRequest,
 };
-use rmcp::service::{OriginatingRequestId, Peer};
+use rmcp::service::{ElicitationMode, OriginatingRequestId, Peer};
 use rmcp::{RoleServer, ServiceError};
 use serde_json::Value;
 use toolgate_core::{ClientChannel, ClientError, ClientRequest};
@@ -133,13 +134,35 @@ impl ClientChannel for CallerPeer {
                 format!("invalid {} params: {e}", request.method()),
             )
         };
+        let unsupported = |what: &str| {
+            Err(ClientError::new(
+                ClientError::INVALID_PARAMS,
+                format!("the calling client does not support {what}"),
+            ))
+        };
         let mut outbound = match request {
-            ClientRequest::Sampling => ServerRequest::CreateMessageRequest(
-                CreateMessageRequest::new(serde_json::from_value(params).map_err(invalid)?),
-            ),
-            ClientRequest::Elicitation => ServerRequest::ElicitRequest(ElicitRequest::new(
-                serde_json::from_value(params).map_err(invalid)?,
-            )),
+            ClientRequest::Sampling => {
+                let params: CreateMessageRequestParams =
+                    serde_json::from_value(params).map_err(invalid)?;
+                if (params.tools.is_some() || params.tool_choice.is_some())
+                    && !self.peer.supports_sampling_tools()
+                {
+                    return unsupported("tools in sampling");
+                }
+                ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params))
+            }
+            ClientRequest::Elicitation => {
+                let params: ElicitRequestParams =
+                    serde_json::from_value(params).map_err(invalid)?;
+                let mode = match &params {
+                    ElicitRequestParams::UrlElicitationParams { .. } => ElicitationMode::Url,
+                    _ => ElicitationMode::Form,
+                };
+                if !self.peer.supported_elicitation_modes().contains(&mode) {
+                    return unsupported(&format!("{mode:?} elicitation"));
+                }
+                ServerRequest::ElicitRequest(ElicitRequest::new(params))
+            }
         };
         // Ride the `tools/call`'s own response stream (the tool runs on a task of its own,
         // where rmcp cannot see which request it serves).
