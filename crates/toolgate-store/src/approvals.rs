@@ -207,7 +207,7 @@ macro_rules! approval_store {
                 &self,
                 tenant: TenantId,
             ) -> Result<Option<Value>, StoreError> {
-                let mut tx = self.tenant_tx(tenant).await?;
+                let mut tx = self.tenant_read(tenant).await?;
                 let row: Option<(String,)> = sqlx::query_as(sql(format!(
                     "select policy{t} from tenant_policy where tenant_id = $1{u}",
                     t = $t,
@@ -371,7 +371,7 @@ macro_rules! approval_store {
                 status: Option<&str>,
                 limit: i64,
             ) -> Result<Vec<ApprovalRecord>, StoreError> {
-                let mut tx = self.tenant_tx(tenant).await?;
+                let mut tx = self.tenant_read(tenant).await?;
                 let columns = Self::approval_columns();
                 let now = Utc::now();
                 // `pending` means still open; `expired` includes pending ones past time.
@@ -415,7 +415,7 @@ macro_rules! approval_store {
                 column: &'static str,
                 value: String,
             ) -> Result<Option<ApprovalRecord>, StoreError> {
-                let mut tx = self.tenant_tx(tenant).await?;
+                let mut tx = self.tenant_read(tenant).await?;
                 let found = Self::select_approval(&mut tx, tenant, column, value).await?;
                 tx.commit().await?;
                 Ok(found)

@@ -248,6 +248,14 @@ impl PostgresStore {
         Ok(self.app.begin_with(begin_for(tenant)).await?)
     }
 
+    /// A transaction that only reads; on Postgres the same as [`Self::tenant_tx`].
+    pub(crate) async fn tenant_read(
+        &self,
+        tenant: TenantId,
+    ) -> Result<Transaction<'static, Postgres>, StoreError> {
+        self.tenant_tx(tenant).await
+    }
+
     pub async fn create_tenant(&self, name: &str) -> Result<Tenant, StoreError> {
         let tenant = Tenant {
             id: TenantId::new(),

@@ -39,6 +39,17 @@ impl SqliteStore {
     ) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, StoreError> {
         Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
     }
+
+    /// A transaction that only reads: deferred, so it takes no write lock and never
+    /// queues behind the audit writer (in WAL mode readers do not wait for writers).
+    /// Taking the write lock to read made a policy lookup under load wait in SQLite's
+    /// busy handler, whose sleeps reach 100 ms each: requests stalled for up to seconds.
+    pub(crate) async fn tenant_read(
+        &self,
+        _tenant: TenantId,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, StoreError> {
+        Ok(self.pool.begin().await?)
+    }
 }
 
 pub(crate) fn id(u: Uuid) -> String {

@@ -149,7 +149,7 @@ macro_rules! upstream_store {
                 tenant: TenantId,
                 only: Option<&str>,
             ) -> Result<Vec<UpstreamRecord>, StoreError> {
-                let mut tx = self.tenant_tx(tenant).await?;
+                let mut tx = self.tenant_read(tenant).await?;
                 let rows: Vec<Row> = sqlx::query_as(sql(format!(
                     "select {columns} from tenant_upstream where tenant_id = $1{u} and ($2 = '' or name = $2) order by name",
                     u = $u,

@@ -1178,6 +1178,45 @@ async fn tenant_upstreams_are_per_tenant_with_unique_names_and_revisions() {
     .await;
 }
 
+/// On SQLite, what the request path reads (a tenant's policy, its approvals and
+/// upstreams) never waits for the write lock: while another connection holds it (as the
+/// audit writer does, transaction after transaction, under load), those reads still
+/// answer. Taking the write lock to read once stalled requests for up to seconds.
+#[tokio::test]
+async fn sqlite_reads_do_not_wait_for_the_write_lock() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(None, dir.path()).await.expect("open sqlite");
+    store.migrate().await.expect("migrate");
+    let tenant = store.create_tenant("reads").await.expect("tenant");
+    let mut writer = sqlx::SqliteConnection::connect(&format!(
+        "sqlite://{}",
+        dir.path().join("toolgate.db").display()
+    ))
+    .await
+    .expect("second connection");
+    sqlx::query("begin immediate")
+        .execute(&mut writer)
+        .await
+        .expect("take the write lock");
+    let reads = async {
+        store.approval_policy(tenant.id).await.expect("policy");
+        store
+            .list_approvals(tenant.id, None, 10)
+            .await
+            .expect("approvals");
+        store.list_upstreams(tenant.id).await.expect("upstreams");
+    };
+    // The store's busy timeout is 10 s: a read that queued for the lock would still be
+    // waiting at 5.
+    tokio::time::timeout(Duration::from_secs(5), reads)
+        .await
+        .expect("the reads waited for the write lock");
+    sqlx::query("rollback")
+        .execute(&mut writer)
+        .await
+        .expect("release");
+}
+
 /// A tenant's upstreams are capped, and creations racing for the last places cannot
 /// exceed the cap: counted and inserted under one lock.
 #[tokio::test]
