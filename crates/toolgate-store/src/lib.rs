@@ -35,6 +35,7 @@ pub mod approvals;
 pub mod chain;
 pub mod keys;
 pub mod model;
+mod nodelay;
 pub mod postgres;
 pub mod runs;
 pub mod sqlite;

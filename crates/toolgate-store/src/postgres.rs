@@ -39,6 +39,8 @@ pub struct PostgresStore {
     heads: Arc<Mutex<HashMap<TenantId, (i64, String)>>>,
     /// Kept to open the writer's own pools; boxed, it is large and rarely read.
     options: Box<PgConnectOptions>,
+    /// The relay this store's TCP connections go through (see [`crate::nodelay`]).
+    _relay: Option<Arc<crate::nodelay::NoDelayRelay>>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -204,13 +206,28 @@ impl PostgresStore {
         Self::from_options((*self.options).clone())
     }
 
+    /// Pools on `options`, through a [`NoDelayRelay`](crate::nodelay::NoDelayRelay) on
+    /// the current runtime when they name a TCP server.
     fn from_options(options: PgConnectOptions) -> Self {
+        let tcp = options.get_socket().is_none() && !options.get_host().starts_with('/');
+        let relay = tcp
+            .then(|| crate::nodelay::NoDelayRelay::start(options.get_host(), options.get_port()))
+            .and_then(|started| {
+                started
+                    .map_err(|err| tracing::warn!(error = %err, "cannot start the TCP_NODELAY relay; connecting to Postgres directly, where statements over 16 KiB may stall ~40 ms"))
+                    .ok()
+            })
+            .map(Arc::new);
+        let connect = match &relay {
+            Some(relay) => options.clone().socket(relay.dir()),
+            None => options.clone(),
+        };
         // Postgres allows ~100 connections by default; two pools per instance of 16 and 4
         // leave room for several gateway instances and ops sessions.
         let owner = PgPoolOptions::new()
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(5))
-            .connect_lazy_with(options.clone());
+            .connect_lazy_with(connect.clone());
         let app = PgPoolOptions::new()
             .max_connections(16)
             .acquire_timeout(Duration::from_secs(5))
@@ -220,12 +237,13 @@ impl PostgresStore {
                     Ok(())
                 })
             })
-            .connect_lazy_with(options.clone());
+            .connect_lazy_with(connect);
         Self {
             owner,
             app,
             heads: Arc::default(),
             options: Box::new(options),
+            _relay: relay,
         }
     }
 
@@ -845,13 +863,10 @@ fn chain_rows(records: &[&AuditRecord], head: &(i64, String)) -> Vec<AuditRow> {
 /// The `NOTIFY` channel that announces key revocations to every instance.
 const REVOCATIONS_CHANNEL: &str = "toolgate_key_revoked";
 
-/// Rows per statement. sqlx 0.9.0 does not set TCP_NODELAY (transact-rs/sqlx#4335, fixed
-/// upstream after the release): a statement larger than the socket's send buffer goes out
-/// in two writes and its tail waits ~40 ms for a delayed ACK. Measured on the audit
-/// benchmark: 47-row statements took 44 ms, 16-row ones about 1.5 ms. Sixteen rows keep a
-/// statement near 8 KB for usual arguments; a batch is several such statements in one
-/// transaction, so the commit is still shared.
-const ROWS_PER_STATEMENT: usize = 16;
+/// Rows per statement, to bound a statement's size; a batch is one or more statements in
+/// one transaction, so the commit is shared. (It was 16 while connections left Nagle's
+/// algorithm on, see [`crate::nodelay`]: larger statements stalled ~40 ms each.)
+const ROWS_PER_STATEMENT: usize = 128;
 
 /// Appends `rows` chunk by chunk, each chunk moving the head on from the previous one.
 /// `false` (nothing written) when the first chunk finds the head moved by someone else;

@@ -1178,6 +1178,41 @@ async fn tenant_upstreams_are_per_tenant_with_unique_names_and_revisions() {
     .await;
 }
 
+/// A batch of large rows (300 calls with 4 KB arguments: several statements of many
+/// kilobytes in one transaction) is written whole and reads back byte for byte. On
+/// Postgres over TCP the store connects through its `TCP_NODELAY` relay (a Unix socket),
+/// so such statements do not wait for delayed ACKs.
+#[tokio::test]
+async fn a_batch_of_large_rows_is_written_whole() {
+    on_both(|store| async move {
+        if let Store::Postgres(pg) = &store {
+            assert!(
+                pg.app_pool().connect_options().get_socket().is_some(),
+                "a TCP Postgres is reached through the relay"
+            );
+        }
+        let tenant = store.create_tenant("large-rows").await.expect("tenant");
+        let who = store
+            .create_principal(tenant.id, &member("ann"))
+            .await
+            .expect("principal");
+        let records: Vec<AuditRecord> = (0..300)
+            .map(|i| {
+                let mut r = record(tenant.id, who.id, "write_file");
+                r.arguments = json!({"path": format!("f{i}.txt"), "content": "é".repeat(2048)});
+                r
+            })
+            .collect();
+        store.append_audit(&records).await.expect("append");
+        let rows = store.audit_chain(tenant.id).await.expect("chain");
+        assert_eq!(rows.len(), 300);
+        let back: serde_json::Value = serde_json::from_str(&rows[299].arguments).expect("json");
+        assert_eq!(back, records[299].arguments);
+        assert_eq!(store.verify_chain(tenant.id).await.expect("verify"), None);
+    })
+    .await;
+}
+
 /// On SQLite, what the request path reads (a tenant's policy, its approvals and
 /// upstreams) never waits for the write lock: while another connection holds it (as the
 /// audit writer does, transaction after transaction, under load), those reads still
