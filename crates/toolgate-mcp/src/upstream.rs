@@ -28,10 +28,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
-    ClientCapabilities, ClientConfig, ClientRequest, ContentBlock, Implementation, NumberOrString,
-    ProgressNotificationParam, ProgressToken, RequestId, ServerResult,
+    ClientCapabilities, ClientConfig, ClientRequest, ContentBlock, ErrorCode, ErrorData,
+    Implementation, NumberOrString, ProgressNotificationParam, ProgressToken, RequestId,
+    ServerResult,
 };
-use rmcp::model::{ErrorCode, ErrorData};
 use rmcp::service::{
     InboundStreamOrigin, NotificationContext, Peer, PeerRequestOptions, RequestContext, RoleClient,
     RunningService,
