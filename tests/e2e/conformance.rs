@@ -24,13 +24,7 @@ async fn mcp_conformance_suite() {
     }))
     .expect("an upstream entry");
     let gw = Gateway::start_with(|c| c.upstreams = vec![fixture]).await;
-    for _ in 0..300 {
-        let (_, _, tools) = gw.get("/v1/tools?limit=200").await;
-        if tools.to_string().contains("test_tool_with_progress") {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    crate::upstream::listed_once(&gw, "test_tool_with_progress").await;
     // The suite sends no credentials: a loopback proxy adds the admin key and forwards
     // everything else (Host and Origin included) as it came.
     let proxy = auth_proxy(&gw.base, &gw.admin_key).await;

@@ -319,33 +319,40 @@ async fn everything_echo_over_mcp(gw: &Gateway, message: &str) -> String {
         .unwrap_or_default()
 }
 
-/// The reference server `@modelcontextprotocol/server-everything` (npm, pinned in
-/// `tests/clients`) over stdio: its tools, hyphenated names and all, over REST and MCP.
-#[tokio::test]
-async fn server_everything_over_stdio() {
-    let dir = sdk_clients();
-    let script = dir
-        .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
-        .display()
-        .to_string();
-    let gw = Gateway::start_with(|c| {
-        c.upstreams = vec![upstream("everything", "node", &[&script, "stdio"])];
-    })
-    .await;
-    let names = listed_once(&gw, "everything__get-sum").await;
-    assert!(names.iter().any(|n| n == "everything__echo"), "{names:?}");
+/// server-everything's entry point, installed by the test setup.
+fn everything_script() -> std::path::PathBuf {
+    sdk_clients().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+}
 
+/// Waits for server-everything's tools to be listed (`echo` among them), then has its
+/// `get-sum` add `a` and `b` over REST.
+async fn assert_everything_sums(gw: &Gateway, a: i64, b: i64) {
+    let names = listed_once(gw, "everything__get-sum").await;
+    assert!(names.iter().any(|n| n == "everything__echo"), "{names:?}");
     let (status, _, done) = gw
         .invoke(
             "everything__get-sum",
-            json!({"arguments": {"a": 1, "b": 2}}),
+            json!({"arguments": {"a": a, "b": b}}),
         )
         .await;
     assert_eq!(status, 200, "{done}");
     assert_eq!(
-        done["content"][0]["text"], "The sum of 1 and 2 is 3.",
+        done["content"][0]["text"],
+        format!("The sum of {a} and {b} is {}.", a + b),
         "{done}"
     );
+}
+
+/// The reference server `@modelcontextprotocol/server-everything` (npm, pinned in
+/// `tests/clients`) over stdio: its tools, hyphenated names and all, over REST and MCP.
+#[tokio::test]
+async fn server_everything_over_stdio() {
+    let script = everything_script().display().to_string();
+    let gw = Gateway::start_with(|c| {
+        c.upstreams = vec![upstream("everything", "node", &[&script, "stdio"])];
+    })
+    .await;
+    assert_everything_sums(&gw, 1, 2).await;
     // Resource links come back as links.
     let (status, _, done) = gw
         .invoke(
@@ -379,10 +386,8 @@ async fn server_everything_over_stdio() {
 /// child process listening on a loopback port), configured by URL.
 #[tokio::test]
 async fn server_everything_over_http() {
-    let script =
-        sdk_clients().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     let mut command = tokio::process::Command::new("node");
-    command.arg(&script).arg("streamableHttp");
+    command.arg(everything_script()).arg("streamableHttp");
     let (mut server, port) = serve_on_free_port(command, "PORT").await;
     let url = format!("http://127.0.0.1:{port}/mcp");
     let gw = Gateway::start_with(|c| {
@@ -392,19 +397,7 @@ async fn server_everything_over_http() {
         ];
     })
     .await;
-    let names = listed_once(&gw, "everything__get-sum").await;
-    assert!(names.iter().any(|n| n == "everything__echo"), "{names:?}");
-    let (status, _, done) = gw
-        .invoke(
-            "everything__get-sum",
-            json!({"arguments": {"a": 20, "b": 22}}),
-        )
-        .await;
-    assert_eq!(status, 200, "{done}");
-    assert_eq!(
-        done["content"][0]["text"], "The sum of 20 and 22 is 42.",
-        "{done}"
-    );
+    assert_everything_sums(&gw, 20, 22).await;
     assert_eq!(
         everything_echo_over_mcp(&gw, "over http").await,
         "Echo: over http"

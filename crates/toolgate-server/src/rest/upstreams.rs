@@ -319,6 +319,19 @@ async fn validate(
     Ok((stored, credentials))
 }
 
+/// A body checked and ready to store: its name, its configuration without secrets, and
+/// its credentials sealed.
+async fn prepare(
+    upstreams: &TenantUpstreams,
+    caller: &Caller,
+    body: UpstreamBody,
+) -> Result<(String, serde_json::Value, Option<Vec<u8>>), ApiError> {
+    let name = body.name.clone();
+    let (stored, credentials) = validate(upstreams, body).await?;
+    let (config, sealed) = sealed(upstreams, caller, &name, &stored, &credentials)?;
+    Ok((name, config, sealed))
+}
+
 /// What to store: the body's name, its configuration and its sealed credentials.
 fn sealed(
     upstreams: &TenantUpstreams,
@@ -389,9 +402,7 @@ async fn create_upstream(
 ) -> Result<Response, ApiError> {
     let upstreams = manager(&app, &caller)?;
     let tenant = caller.auth.tenant;
-    let name = body.name.clone();
-    let (stored, credentials) = validate(upstreams, body).await?;
-    let (config, sealed) = sealed(upstreams, &caller, &name, &stored, &credentials)?;
+    let (name, config, sealed) = prepare(upstreams, &caller, body).await?;
     let write = UpstreamWrite {
         name: &name,
         config: &config,
@@ -456,9 +467,7 @@ async fn replace_upstream(
     AppJson(body): AppJson<UpstreamBody>,
 ) -> Result<AppJson<UpstreamView>, ApiError> {
     let upstreams = manager(&app, &caller)?;
-    let new_name = body.name.clone();
-    let (stored, credentials) = validate(upstreams, body).await?;
-    let (config, sealed) = sealed(upstreams, &caller, &new_name, &stored, &credentials)?;
+    let (new_name, config, sealed) = prepare(upstreams, &caller, body).await?;
     let write = UpstreamWrite {
         name: &new_name,
         config: &config,
