@@ -654,14 +654,17 @@ impl PostgresStore {
         Ok(())
     }
 
-    /// Appends `records` in one transaction, extending each tenant's chain.
+    /// Appends `records` atomically, extending each tenant's chain.
     ///
-    /// Per tenant it is one statement: the chain head moves from the position this writer
-    /// last saw to the new one *only if it is still there* (a conditional upsert), and the
-    /// rows are inserted only if the head moved. Another instance having extended the
-    /// chain meanwhile makes it a no-op; the head is then read under `for update` and the
-    /// rows are chained again from it. The common case costs four round trips (begin
-    /// naming the tenant, the statement, commit) whatever the batch size.
+    /// Per tenant it is one call of `toolgate_append_audit` (migration 0009): the chain
+    /// head moves from the position this writer last saw to the new one *only if it is
+    /// still there*, and the rows are inserted only if the head moved. Another instance
+    /// having extended the chain meanwhile makes it a no-op; the head is then read under
+    /// `for update` and the rows are chained again from it.
+    ///
+    /// The common case — one tenant, a head this writer knows, one statement's worth of
+    /// rows — is that one call in autocommit: one round trip, its own transaction and
+    /// commit. Otherwise the calls share an explicit transaction.
     pub async fn append_audit(&self, records: &[AuditRecord]) -> Result<(), StoreError> {
         let mut by_tenant: BTreeMap<TenantId, Vec<&AuditRecord>> = BTreeMap::new();
         for record in records {
@@ -670,19 +673,37 @@ impl PostgresStore {
         let Some(first) = by_tenant.keys().next().copied() else {
             return Ok(());
         };
+        if by_tenant.len() == 1
+            && records.len() <= ROWS_PER_STATEMENT
+            && let Some(expected) = self.cached_head(first)
+        {
+            let rows = chain_rows(&by_tenant[&first], &expected);
+            let appended = try_append(&self.app, first, &expected, &rows).await;
+            let mut heads = self.heads.lock().unwrap_or_else(|p| p.into_inner());
+            match appended {
+                Ok(true) => {
+                    if let Some(last) = rows.last() {
+                        heads.insert(first, (last.seq, last.row_hash.clone()));
+                    }
+                    return Ok(());
+                }
+                // Another instance moved the head: lock it and chain again, below.
+                Ok(false) => {
+                    heads.remove(&first);
+                }
+                Err(err) => {
+                    heads.remove(&first);
+                    return Err(err);
+                }
+            }
+        }
         let mut tx = self.app.begin_with(begin_for(first)).await?;
         let mut moved = Vec::new();
         for (tenant, records) in &by_tenant {
             if *tenant != first {
                 set_tenant(&mut tx, *tenant).await?;
             }
-            let cached = self
-                .heads
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(tenant)
-                .cloned();
-            let expected = match cached {
+            let expected = match self.cached_head(*tenant) {
                 Some(head) => head,
                 None => read_head(&mut tx, *tenant, false).await?,
             };
@@ -714,6 +735,15 @@ impl PostgresStore {
                 Err(err.into())
             }
         }
+    }
+
+    /// The chain head this writer last committed for `tenant`, if it knows one.
+    fn cached_head(&self, tenant: TenantId) -> Option<(i64, String)> {
+        self.heads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&tenant)
+            .cloned()
     }
 
     pub async fn unfinished_calls(&self) -> Result<Vec<AuditRecord>, StoreError> {
@@ -879,7 +909,7 @@ async fn append_chunks(
 ) -> Result<bool, StoreError> {
     let mut head = expected.clone();
     for (i, chunk) in rows.chunks(ROWS_PER_STATEMENT).enumerate() {
-        if !try_append(tx, tenant, &head, chunk).await? {
+        if !try_append(&mut **tx, tenant, &head, chunk).await? {
             if i == 0 {
                 return Ok(false);
             }
@@ -896,10 +926,10 @@ async fn append_chunks(
 
 /// Moves the head from `expected` to the last of `rows` and inserts `rows`, in one
 /// statement; `false` (and nothing written) when the head is no longer at `expected`.
-/// Rows travel as arrays through `unnest`, so the statement text is the same for every
-/// batch size: prepared once per connection, never re-planned for a new shape.
-async fn try_append(
-    tx: &mut Transaction<'static, Postgres>,
+/// Rows travel as arrays, so the statement text is the same for every batch size:
+/// prepared once per connection, never re-planned for a new shape.
+async fn try_append<'c>(
+    db: impl sqlx::PgExecutor<'c>,
     tenant: TenantId,
     expected: &(i64, String),
     rows: &[AuditRow],
@@ -910,7 +940,7 @@ async fn try_append(
     let col = |f: fn(&AuditRow) -> String| rows.iter().map(f).collect::<Vec<String>>();
     let opt =
         |f: fn(&AuditRow) -> Option<String>| rows.iter().map(f).collect::<Vec<Option<String>>>();
-    let done = sqlx::query(APPEND)
+    let inserted: i64 = sqlx::query_scalar(APPEND)
         .bind(tenant.0)
         .bind(last.seq)
         .bind(&last.row_hash)
@@ -952,31 +982,13 @@ async fn try_append(
                 .map(|r| r.approval_id)
                 .collect::<Vec<Option<Uuid>>>(),
         )
-        .execute(&mut **tx)
+        .fetch_one(db)
         .await?;
-    Ok(done.rows_affected() == rows.len() as u64)
+    Ok(inserted == rows.len() as i64)
 }
 
-const APPEND: &str = "with head as (
-    insert into audit_chain_head (tenant_id, seq, row_hash) values ($1, $2, $3)
-    on conflict (tenant_id) do update set seq = excluded.seq, row_hash = excluded.row_hash
-    where audit_chain_head.seq = $4 and audit_chain_head.row_hash = $5
-    returning 1
-), cleared as (
-    delete from call_intent where tenant_id = $1 and call_id = any($6) and exists (select 1 from head)
-)
-insert into audit_log (call_id, tenant_id, seq, principal_id, adapter, tool, arguments, arguments_hash, outcome, error,
-                       duration_us, request_id, trace_id, run_id, step, client, started_at, finished_at, prev_hash, row_hash,
-                       approval_id)
-select r.call_id, $1, r.seq, r.principal_id, r.adapter, r.tool, r.arguments::json, r.arguments_hash, r.outcome, r.error,
-       r.duration_us, r.request_id, r.trace_id, r.run_id, r.step, r.client, r.started_at, r.finished_at, r.prev_hash, r.row_hash,
-       r.approval_id
-from unnest($6::uuid[], $7::int8[], $8::uuid[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[],
-            $15::int8[], $16::text[], $17::text[], $18::uuid[], $19::int4[], $20::text[], $21::timestamptz[],
-            $22::timestamptz[], $23::text[], $24::text[], $25::uuid[])
-    as r(call_id, seq, principal_id, adapter, tool, arguments, arguments_hash, outcome, error, duration_us, request_id,
-         trace_id, run_id, step, client, started_at, finished_at, prev_hash, row_hash, approval_id)
-where exists (select 1 from head)";
+const APPEND: &str = "select toolgate_append_audit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, \
+    $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)";
 
 async fn set_tenant(
     tx: &mut Transaction<'static, Postgres>,
