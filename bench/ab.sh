@@ -5,6 +5,9 @@
 #
 #   bench/ab.sh 913ce9a                 # 3 rounds of 5 s per point, concurrency 1, 16, 64
 #   DURATION=10s ROUNDS=5 bench/ab.sh HEAD~3
+#   AB_POSTGRES=1 bench/ab.sh HEAD~1    # each on a Postgres database of its own (created
+#                                       # on 127.0.0.1:5432 and dropped afterwards;
+#                                       # TOOLGATE_BENCH_PG overrides the admin URL)
 #
 # Builds both release binaries (the other revision in a temporary git worktree, sharing
 # this target directory's dependencies), installs oha if missing, prints a table and
@@ -25,6 +28,20 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
+STORE=SQLite
+DB_A=; DB_B=
+if [ -n "${AB_POSTGRES:-}" ]; then
+  ADMIN=${TOOLGATE_BENCH_PG:-postgres://postgres@127.0.0.1:5432/postgres}
+  DB_A=toolgate_bench_a_$$; DB_B=toolgate_bench_b_$$
+  STORE=Postgres
+  drop_dbs() { psql "$ADMIN" -qc "drop database if exists $DB_A with (force)" -c "drop database if exists $DB_B with (force)" || true; }
+  trap 'cleanup; drop_dbs' EXIT
+  psql "$ADMIN" -qc "create database $DB_A" -c "create database $DB_B"
+fi
+# store_env DB: the environment that points a gateway at its store.
+store_env() {
+  if [ -n "$1" ]; then echo "DATABASE_URL=${ADMIN%/*}/$1"; else echo "-u DATABASE_URL"; fi
+}
 
 git worktree add --quiet --detach "$TREE" "$REV"
 CARGO_TARGET_DIR="$PWD/target" cargo build --quiet --release --manifest-path "$TREE/Cargo.toml" -p toolgate-server
@@ -38,8 +55,8 @@ cp target/release/toolgate "$WORK/toolgate-b"
 
 A=$(free_port); B=$(free_port)
 mkdir -p "$WORK/a" "$WORK/b"
-env -u DATABASE_URL "$WORK/toolgate-a" serve --listen "127.0.0.1:$A" --data-dir "$WORK/a" >/dev/null 2>"$WORK/a.log" & pids+=($!)
-env -u DATABASE_URL "$WORK/toolgate-b" serve --listen "127.0.0.1:$B" --data-dir "$WORK/b" >/dev/null 2>"$WORK/b.log" & pids+=($!)
+env $(store_env "$DB_A") "$WORK/toolgate-a" serve --listen "127.0.0.1:$A" --data-dir "$WORK/a" >/dev/null 2>"$WORK/a.log" & pids+=($!)
+env $(store_env "$DB_B") "$WORK/toolgate-b" serve --listen "127.0.0.1:$B" --data-dir "$WORK/b" >/dev/null 2>"$WORK/b.log" & pids+=($!)
 for _ in $(seq 100); do [ -s "$WORK/a/admin-api-key" ] && [ -s "$WORK/b/admin-api-key" ] && break; sleep 0.1; done
 A_AUTH="authorization: Bearer $(cat "$WORK/a/admin-api-key")"
 B_AUTH="authorization: Bearer $(cat "$WORK/b/admin-api-key")"
@@ -47,7 +64,7 @@ wait_ready "$A" "$A_AUTH"; wait_ready "$B" "$B_AUTH"
 
 mkdir -p bench/results
 {
-  echo "gateway at $(git rev-parse --short "$REV") (A) vs. this tree at $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes') (B), SQLite, durable audit"
+  echo "gateway at $(git rev-parse --short "$REV") (A) vs. this tree at $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes') (B), $STORE, durable audit"
   echo
   echo "| concurrency | B req/s | B p50 ms | B p99 ms | A req/s | A p50 ms | A p99 ms | ratio B/A |"
   echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
