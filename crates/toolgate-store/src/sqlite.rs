@@ -2,7 +2,7 @@
 //! timeout, foreign keys on. SQLite has no row-level security; every query here filters
 //! by tenant itself.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
@@ -622,23 +622,40 @@ impl SqliteStore {
     }
 
     /// Appends `records` in one transaction, extending each tenant's chain.
+    ///
+    /// Every statement is a round trip to the connection's own thread (sqlx runs SQLite
+    /// there), so a batch takes three: the write lock with the chain heads, the rows,
+    /// and the intents cleared with the heads moved and the commit. The first and last
+    /// are unprepared SQL whose only values are ids, sequence numbers and hex hashes
+    /// formatted here.
     pub async fn append_audit(&self, records: &[AuditRecord]) -> Result<(), StoreError> {
+        let tenants: BTreeSet<TenantId> = records.iter().map(|r| r.tenant).collect();
+        if tenants.is_empty() {
+            return Ok(());
+        }
         // BEGIN IMMEDIATE: take the write lock first, so two writers never interleave
         // reads of a chain head with each other's appends.
         let mut conn = self.pool.acquire().await?;
-        sqlx::query("begin immediate").execute(&mut *conn).await?;
         let result = async {
-            let mut heads: BTreeMap<TenantId, (i64, String)> = BTreeMap::new();
+            let quoted = |ids: &mut dyn Iterator<Item = Uuid>| {
+                ids.map(|u| format!("'{}'", id(u))).collect::<Vec<_>>().join(", ")
+            };
+            let lock_and_read = format!(
+                "begin immediate; select tenant_id, seq, row_hash from audit_chain_head where tenant_id in ({})",
+                quoted(&mut tenants.iter().map(|t| t.0))
+            );
+            let found: Vec<(String, i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(lock_and_read))
+                .fetch_all(&mut *conn)
+                .await?;
+            let mut heads: BTreeMap<TenantId, (i64, String)> = tenants
+                .iter()
+                .map(|t| (*t, (0, GENESIS.to_owned())))
+                .collect();
+            for (tenant, seq, hash) in found {
+                heads.insert(TenantId(uuid(&tenant)?), (seq, hash));
+            }
             let mut rows = Vec::with_capacity(records.len());
             for record in records {
-                if let std::collections::btree_map::Entry::Vacant(slot) = heads.entry(record.tenant) {
-                    let head: Option<(i64, String)> =
-                        sqlx::query_as("select seq, row_hash from audit_chain_head where tenant_id = $1")
-                            .bind(id(record.tenant.0))
-                            .fetch_optional(&mut *conn)
-                            .await?;
-                    slot.insert(head.unwrap_or((0, GENESIS.to_owned())));
-                }
                 let head = heads.get_mut(&record.tenant).ok_or_else(|| StoreError::Corrupt("chain head".into()))?;
                 let row = row_from_record(record, head.0 + 1, head.1.clone());
                 *head = (row.seq, row.row_hash.clone());
@@ -670,38 +687,30 @@ impl SqliteStore {
                         .push_bind(row.approval_id.map(id));
                 });
                 insert.build().execute(&mut *conn).await?;
-                let mut clear = QueryBuilder::<Sqlite>::new("delete from call_intent where call_id in (");
-                let mut ids = clear.separated(", ");
-                for row in chunk {
-                    ids.push_bind(id(row.call_id));
-                }
-                clear.push(")");
-                clear.build().execute(&mut *conn).await?;
             }
+            let mut finish = format!(
+                "delete from call_intent where call_id in ({});",
+                quoted(&mut rows.iter().map(|r| r.call_id))
+            );
             for (tenant, (seq, hash)) in &heads {
-                sqlx::query(
-                    "insert into audit_chain_head (tenant_id, seq, row_hash) values ($1, $2, $3)
-                     on conflict (tenant_id) do update set seq = excluded.seq, row_hash = excluded.row_hash",
-                )
-                .bind(id(tenant.0))
-                .bind(seq)
-                .bind(hash)
-                .execute(&mut *conn)
-                .await?;
+                if !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(StoreError::Corrupt("audit chain head is not a hash".into()));
+                }
+                finish.push_str(&format!(
+                    " insert into audit_chain_head (tenant_id, seq, row_hash) values ('{}', {seq}, '{hash}')
+                     on conflict (tenant_id) do update set seq = excluded.seq, row_hash = excluded.row_hash;",
+                    id(tenant.0)
+                ));
             }
+            finish.push_str(" commit");
+            sqlx::raw_sql(sqlx::AssertSqlSafe(finish)).execute(&mut *conn).await?;
             Ok::<_, StoreError>(())
         }
         .await;
-        match result {
-            Ok(()) => {
-                sqlx::query("commit").execute(&mut *conn).await?;
-                Ok(())
-            }
-            Err(err) => {
-                let _ = sqlx::query("rollback").execute(&mut *conn).await;
-                Err(err)
-            }
+        if result.is_err() {
+            let _ = sqlx::query("rollback").execute(&mut *conn).await;
         }
+        result
     }
 
     /// Calls with side effects that started and were never recorded (the gateway stopped
