@@ -640,10 +640,28 @@ async fn connect(
             )
             .await
             .map_err(|_| format!("no answer to initialize within {INITIALIZE_TIMEOUT:?}"))?
-            .map_err(|e| format!("initialize failed: {}", toolgate_core::error::chain(&e)))?;
+            .map_err(|e| initialize_failure(&e))?;
             Ok((service, None))
         }
     }
+}
+
+/// Why `initialize` failed over HTTP, down to the socket: rmcp's error ends its `source()`
+/// chain at the HTTP client's error (its `Client(E)` is not marked as a source), so
+/// "error sending request" would reach the operator without "connection refused".
+fn initialize_failure(err: &rmcp::service::ClientInitializeError) -> String {
+    use std::error::Error as _;
+    let mut text = format!("initialize failed: {}", toolgate_core::error::chain(err));
+    if let rmcp::service::ClientInitializeError::TransportError { error, .. } = err
+        && let Some(rmcp::transport::streamable_http_client::StreamableHttpError::Client(http)) =
+            error.error.downcast_ref::<rmcp::transport::streamable_http_client::StreamableHttpError<reqwest::Error>>()
+        && let Some(cause) = http.source()
+    {
+        text.push_str(" (");
+        text.push_str(&toolgate_core::error::chain(cause));
+        text.push(')');
+    }
+    text
 }
 
 /// An HTTP client for upstream MCP servers that sends a tool call's W3C trace context
@@ -1110,6 +1128,37 @@ fn content(block: ContentBlock) -> Content {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn an_unreachable_http_upstream_is_reported_with_its_cause() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}/mcp", closed.local_addr().expect("addr"));
+        drop(closed);
+        let config = UpstreamConfig {
+            name: "gone".into(),
+            prefix: None,
+            transport: UpstreamTransport::Http {
+                url,
+                headers: BTreeMap::new(),
+                bearer: None,
+                client: None,
+            },
+            allow: Vec::new(),
+            deny: Vec::new(),
+            default_timeout: Duration::from_secs(5),
+            max_timeout: Duration::from_secs(5),
+            owner: Owner::Everyone,
+            relay_unattributed: false,
+        };
+        let (list_changed, _) = tokio::sync::mpsc::channel(1);
+        let Err(error) = connect(&config, Routes::new(false), list_changed).await else {
+            panic!("connected to a closed port");
+        };
+        assert!(
+            error.to_lowercase().contains("connection refused"),
+            "the socket's cause is named: {error}"
+        );
+    }
 
     #[test]
     fn a_calls_traceparent_becomes_its_http_header() {
