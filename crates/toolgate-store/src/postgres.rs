@@ -679,22 +679,13 @@ impl PostgresStore {
         {
             let rows = chain_rows(&by_tenant[&first], &expected);
             let appended = try_append(&self.app, first, &expected, &rows).await;
-            let mut heads = self.heads.lock().unwrap_or_else(|p| p.into_inner());
-            match appended {
-                Ok(true) => {
-                    if let Some(last) = rows.last() {
-                        heads.insert(first, (last.seq, last.row_hash.clone()));
-                    }
-                    return Ok(());
-                }
-                // Another instance moved the head: lock it and chain again, below.
-                Ok(false) => {
-                    heads.remove(&first);
-                }
-                Err(err) => {
-                    heads.remove(&first);
-                    return Err(err);
-                }
+            let moved = rows
+                .last()
+                .map(|last| (first, (last.seq, last.row_hash.clone())));
+            self.settle_heads(matches!(appended, Ok(true)), moved, std::iter::once(first));
+            // `Ok(false)`: another instance moved the head; lock it and chain again, below.
+            if appended? {
+                return Ok(());
             }
         }
         let mut tx = self.app.begin_with(begin_for(first)).await?;
@@ -722,17 +713,25 @@ impl PostgresStore {
             }
         }
         let committed = tx.commit().await;
+        self.settle_heads(committed.is_ok(), moved, by_tenant.keys().copied());
+        Ok(committed?)
+    }
+
+    /// What an append did to the chain heads this writer knows: the heads it `moved`
+    /// when it committed; otherwise none of `tenants`' heads is known (the next append
+    /// reads them again).
+    fn settle_heads(
+        &self,
+        committed: bool,
+        moved: impl IntoIterator<Item = (TenantId, (i64, String))>,
+        tenants: impl IntoIterator<Item = TenantId>,
+    ) {
         let mut heads = self.heads.lock().unwrap_or_else(|p| p.into_inner());
-        match committed {
-            Ok(()) => {
-                heads.extend(moved);
-                Ok(())
-            }
-            Err(err) => {
-                for tenant in by_tenant.keys() {
-                    heads.remove(tenant);
-                }
-                Err(err.into())
+        if committed {
+            heads.extend(moved);
+        } else {
+            for tenant in tenants {
+                heads.remove(&tenant);
             }
         }
     }

@@ -56,6 +56,13 @@ pub(crate) fn id(u: Uuid) -> String {
     u.hyphenated().to_string()
 }
 
+/// Ids as an SQL list of string literals (`'…', '…'`): hex digits and dashes only.
+fn quoted(ids: impl Iterator<Item = Uuid>) -> String {
+    ids.map(|u| format!("'{}'", id(u)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 pub(crate) fn uuid(s: &str) -> Result<Uuid, StoreError> {
     Uuid::parse_str(s).map_err(|e| StoreError::Corrupt(format!("bad uuid {s:?}: {e}")))
 }
@@ -637,12 +644,9 @@ impl SqliteStore {
         // reads of a chain head with each other's appends.
         let mut conn = self.pool.acquire().await?;
         let result = async {
-            let quoted = |ids: &mut dyn Iterator<Item = Uuid>| {
-                ids.map(|u| format!("'{}'", id(u))).collect::<Vec<_>>().join(", ")
-            };
             let lock_and_read = format!(
                 "begin immediate; select tenant_id, seq, row_hash from audit_chain_head where tenant_id in ({})",
-                quoted(&mut tenants.iter().map(|t| t.0))
+                quoted(tenants.iter().map(|t| t.0))
             );
             let found: Vec<(String, i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(lock_and_read))
                 .fetch_all(&mut *conn)
@@ -690,7 +694,7 @@ impl SqliteStore {
             }
             let mut finish = format!(
                 "delete from call_intent where call_id in ({});",
-                quoted(&mut rows.iter().map(|r| r.call_id))
+                quoted(rows.iter().map(|r| r.call_id))
             );
             for (tenant, (seq, hash)) in &heads {
                 if !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
