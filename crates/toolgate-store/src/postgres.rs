@@ -16,7 +16,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::types::Json;
-use sqlx::{Executor, PgPool, Postgres, QueryBuilder, Transaction};
+use sqlx::{Connection, Executor, PgConnection, PgPool, Postgres, QueryBuilder, Transaction};
 use toolgate_core::audit::AuditRecord;
 use toolgate_core::{PrincipalId, RunId, TenantId};
 use uuid::Uuid;
@@ -37,6 +37,11 @@ pub struct PostgresStore {
     /// The chain head this process last wrote, per tenant: the expected position for the
     /// next append (checked by the database, so a stale entry costs a retry, not a fork).
     heads: Arc<Mutex<HashMap<TenantId, (i64, String)>>>,
+    /// The connection audit batches are appended on, held from one batch to the next.
+    /// Through the pool each batch paid two more round trips than its statement: sqlx
+    /// pings a connection when it is acquired and again when it is released. Dropped
+    /// after any failed append (its state is then unknown); the next batch takes a new one.
+    audit_conn: Arc<tokio::sync::Mutex<Option<PgConnection>>>,
     /// Kept to open the writer's own pools; boxed, it is large and rarely read.
     options: Box<PgConnectOptions>,
     /// The relay this store's TCP connections go through (see [`crate::nodelay`]).
@@ -242,6 +247,7 @@ impl PostgresStore {
             owner,
             app,
             heads: Arc::default(),
+            audit_conn: Arc::default(),
             options: Box::new(options),
             _relay: relay,
         }
@@ -666,6 +672,33 @@ impl PostgresStore {
     /// rows — is that one call in autocommit: one round trip, its own transaction and
     /// commit. Otherwise the calls share an explicit transaction.
     pub async fn append_audit(&self, records: &[AuditRecord]) -> Result<(), StoreError> {
+        let mut held = self.audit_conn.lock().await;
+        // The held connection may have died since the last batch (a server restart, an
+        // idle timeout): the batch is then tried once more on a new connection, as the
+        // pool's ping would have found it dead. Each attempt is one transaction; should
+        // the first have committed unseen, the second fails on the calls' primary keys.
+        if let Some(conn) = held.as_mut() {
+            match self.append_on(conn, records).await {
+                Ok(()) => return Ok(()),
+                Err(err) => {
+                    tracing::debug!(error = %err, "audit append failed on the held connection; trying a new one");
+                    *held = None;
+                }
+            }
+        }
+        let conn = held.insert(self.app.acquire().await?.detach());
+        let appended = self.append_on(conn, records).await;
+        if appended.is_err() {
+            *held = None;
+        }
+        appended
+    }
+
+    async fn append_on(
+        &self,
+        conn: &mut PgConnection,
+        records: &[AuditRecord],
+    ) -> Result<(), StoreError> {
         let mut by_tenant: BTreeMap<TenantId, Vec<&AuditRecord>> = BTreeMap::new();
         for record in records {
             by_tenant.entry(record.tenant).or_default().push(record);
@@ -678,7 +711,7 @@ impl PostgresStore {
             && let Some(expected) = self.cached_head(first)
         {
             let rows = chain_rows(&by_tenant[&first], &expected);
-            let appended = try_append(&self.app, first, &expected, &rows).await;
+            let appended = try_append(&mut *conn, first, &expected, &rows).await;
             let moved = rows
                 .last()
                 .map(|last| (first, (last.seq, last.row_hash.clone())));
@@ -688,7 +721,7 @@ impl PostgresStore {
                 return Ok(());
             }
         }
-        let mut tx = self.app.begin_with(begin_for(first)).await?;
+        let mut tx = conn.begin_with(begin_for(first)).await?;
         let mut moved = Vec::new();
         for (tenant, records) in &by_tenant {
             if *tenant != first {
@@ -860,7 +893,7 @@ fn begin_for(tenant: TenantId) -> sqlx::AssertSqlSafe<String> {
 
 /// A tenant's chain head: `(seq, row_hash)`, `(0, GENESIS)` before its first row.
 async fn read_head(
-    tx: &mut Transaction<'static, Postgres>,
+    tx: &mut Transaction<'_, Postgres>,
     tenant: TenantId,
     lock: bool,
 ) -> Result<(i64, String), StoreError> {
@@ -901,7 +934,7 @@ const ROWS_PER_STATEMENT: usize = 128;
 /// `false` (nothing written) when the first chunk finds the head moved by someone else;
 /// after it succeeds, this transaction holds the head row's lock.
 async fn append_chunks(
-    tx: &mut Transaction<'static, Postgres>,
+    tx: &mut Transaction<'_, Postgres>,
     tenant: TenantId,
     expected: &(i64, String),
     rows: &[AuditRow],
@@ -990,7 +1023,7 @@ const APPEND: &str = "select toolgate_append_audit($1, $2, $3, $4, $5, $6, $7, $
     $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)";
 
 async fn set_tenant(
-    tx: &mut Transaction<'static, Postgres>,
+    tx: &mut Transaction<'_, Postgres>,
     tenant: TenantId,
 ) -> Result<(), StoreError> {
     sqlx::query("select set_config('toolgate.tenant_id', $1, true)")

@@ -480,6 +480,45 @@ async fn postgres_app_role_cannot_change_audit_rows_and_sees_only_its_tenant() {
 }
 
 #[tokio::test]
+async fn an_audit_writer_whose_connection_is_cut_still_records_every_call() {
+    on_postgres(|store, url| async move {
+        let a = store.create_tenant("acme").await.expect("tenant");
+        let p = store
+            .create_principal(a.id, &member("alice"))
+            .await
+            .expect("principal");
+        let (writer, task) = AuditWriter::spawn(store.clone()).expect("writer thread");
+        for _ in 0..3 {
+            writer
+                .record(record(a.id, p.id, "echo"))
+                .await
+                .expect("record");
+        }
+        // Every other session on the database ends: the writer's own held connection too.
+        let mut admin = sqlx::PgConnection::connect(&url).await.expect("admin");
+        let cut: Vec<(bool,)> = sqlx::query_as(
+            "select pg_terminate_backend(pid) from pg_stat_activity \
+             where datname = current_database() and pid <> pg_backend_pid()",
+        )
+        .fetch_all(&mut admin)
+        .await
+        .expect("terminate");
+        assert!(!cut.is_empty(), "the writer held a connection");
+        for _ in 0..3 {
+            writer
+                .record(record(a.id, p.id, "echo"))
+                .await
+                .expect("record after the cut");
+        }
+        drop(writer);
+        task.join().await;
+        assert_eq!(store.audit_chain(a.id).await.expect("chain").len(), 6);
+        assert_eq!(store.verify_chain(a.id).await.expect("verify"), None);
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn two_instances_extend_one_chain_without_forking_it() {
     on_postgres(|first, url| async move {
         let second = Store::open(Some(&url), std::path::Path::new("/nonexistent"))
