@@ -5,12 +5,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::types::Json;
-use sqlx::{QueryBuilder, Sqlite, SqlitePool};
+use sqlx::{QueryBuilder, Sqlite, SqliteConnection, SqlitePool};
 use toolgate_core::audit::AuditRecord;
 use toolgate_core::{PrincipalId, RunId, TenantId};
 use uuid::Uuid;
@@ -25,6 +26,11 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/
 pub struct SqliteStore {
     pub(crate) pool: SqlitePool,
     path: std::path::PathBuf,
+    /// The connection audit batches are written on, held from one batch to the next:
+    /// through the pool each batch paid two more round trips to the connection's thread
+    /// (sqlx pings a connection when it is acquired and when it is released). Dropped
+    /// after a failed batch; the next one takes a new connection.
+    audit_conn: Arc<tokio::sync::Mutex<Option<SqliteConnection>>>,
 }
 
 impl SqliteStore {
@@ -251,6 +257,7 @@ impl SqliteStore {
         Ok(Self {
             pool,
             path: path.to_path_buf(),
+            audit_conn: Arc::default(),
         })
     }
 
@@ -642,7 +649,11 @@ impl SqliteStore {
         }
         // BEGIN IMMEDIATE: take the write lock first, so two writers never interleave
         // reads of a chain head with each other's appends.
-        let mut conn = self.pool.acquire().await?;
+        let mut held = self.audit_conn.lock().await;
+        let conn = match &mut *held {
+            Some(conn) => conn,
+            None => held.insert(self.pool.acquire().await?.detach()),
+        };
         let result = async {
             let lock_and_read = format!(
                 "begin immediate; select tenant_id, seq, row_hash from audit_chain_head where tenant_id in ({})",
@@ -713,6 +724,7 @@ impl SqliteStore {
         .await;
         if result.is_err() {
             let _ = sqlx::query("rollback").execute(&mut *conn).await;
+            *held = None;
         }
         result
     }

@@ -480,6 +480,34 @@ async fn postgres_app_role_cannot_change_audit_rows_and_sees_only_its_tenant() {
 }
 
 #[tokio::test]
+async fn a_failed_audit_batch_writes_nothing_and_the_next_one_is_written() {
+    on_both(|store| async move {
+        let a = store.create_tenant("acme").await.expect("tenant");
+        let p = store
+            .create_principal(a.id, &member("alice"))
+            .await
+            .expect("principal");
+        let first = record(a.id, p.id, "echo");
+        store
+            .append_audit(&[first.clone(), record(a.id, p.id, "echo")])
+            .await
+            .expect("append");
+        // The same call twice: the whole batch fails, its new record included.
+        let again = [record(a.id, p.id, "echo"), first];
+        assert!(store.append_audit(&again).await.is_err());
+        store
+            .append_audit(&[record(a.id, p.id, "read_file")])
+            .await
+            .expect("append after a failed batch");
+        let chain = store.audit_chain(a.id).await.expect("chain");
+        let tools: Vec<&str> = chain.iter().map(|r| r.tool.as_str()).collect();
+        assert_eq!(tools, ["echo", "echo", "read_file"]);
+        assert_eq!(store.verify_chain(a.id).await.expect("verify"), None);
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn an_audit_writer_whose_connection_is_cut_still_records_every_call() {
     on_postgres(|store, url| async move {
         let a = store.create_tenant("acme").await.expect("tenant");
