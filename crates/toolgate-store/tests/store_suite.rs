@@ -117,6 +117,16 @@ where
     db.drop_db().await;
 }
 
+/// Tenant "acme" with its member "alice": most tests' starting point.
+async fn acme_alice(store: &Store) -> (toolgate_store::Tenant, toolgate_store::Principal) {
+    let a = store.create_tenant("acme").await.expect("tenant");
+    let p = store
+        .create_principal(a.id, &member("alice"))
+        .await
+        .expect("principal");
+    (a, p)
+}
+
 fn member(name: &str) -> NewPrincipal {
     NewPrincipal {
         kind: PrincipalKind::User,
@@ -328,11 +338,7 @@ async fn concurrent_records_become_exactly_one_row_each_in_a_verified_chain() {
 #[tokio::test]
 async fn unfinished_side_effect_calls_are_recovered_as_interrupted() {
     on_both(|store| async move {
-        let a = store.create_tenant("acme").await.expect("tenant");
-        let p = store
-            .create_principal(a.id, &member("alice"))
-            .await
-            .expect("principal");
+        let (a, p) = acme_alice(&store).await;
         let rec = record(a.id, p.id, "write_file");
         store.begin_call(&rec).await.expect("intent");
         assert_eq!(store.recover_unfinished().await.expect("recover"), 1);
@@ -425,11 +431,7 @@ async fn tampering_is_named_by_verification() {
 }
 
 async fn seeded(store: &Store) -> (TenantId, Vec<toolgate_store::AuditRow>) {
-    let a = store.create_tenant("acme").await.expect("tenant");
-    let p = store
-        .create_principal(a.id, &member("alice"))
-        .await
-        .expect("principal");
+    let (a, p) = acme_alice(&store).await;
     let mut records: Vec<AuditRecord> = (0..5).map(|_| record(a.id, p.id, "read_file")).collect();
     records[2].outcome = Outcome::Error(ErrorKind::Forbidden);
     records[2].error = Some("missing scope".into());
@@ -482,11 +484,7 @@ async fn postgres_app_role_cannot_change_audit_rows_and_sees_only_its_tenant() {
 #[tokio::test]
 async fn a_failed_audit_batch_writes_nothing_and_the_next_one_is_written() {
     on_both(|store| async move {
-        let a = store.create_tenant("acme").await.expect("tenant");
-        let p = store
-            .create_principal(a.id, &member("alice"))
-            .await
-            .expect("principal");
+        let (a, p) = acme_alice(&store).await;
         let first = record(a.id, p.id, "echo");
         store
             .append_audit(&[first.clone(), record(a.id, p.id, "echo")])
@@ -510,11 +508,7 @@ async fn a_failed_audit_batch_writes_nothing_and_the_next_one_is_written() {
 #[tokio::test]
 async fn an_audit_writer_whose_connection_is_cut_still_records_every_call() {
     on_postgres(|store, url| async move {
-        let a = store.create_tenant("acme").await.expect("tenant");
-        let p = store
-            .create_principal(a.id, &member("alice"))
-            .await
-            .expect("principal");
+        let (a, p) = acme_alice(&store).await;
         let (writer, task) = AuditWriter::spawn(store.clone()).expect("writer thread");
         for _ in 0..3 {
             writer
@@ -552,11 +546,7 @@ async fn two_instances_extend_one_chain_without_forking_it() {
         let second = Store::open(Some(&url), std::path::Path::new("/nonexistent"))
             .await
             .expect("second instance");
-        let a = first.create_tenant("acme").await.expect("tenant");
-        let p = first
-            .create_principal(a.id, &member("alice"))
-            .await
-            .expect("principal");
+        let (a, p) = acme_alice(&first).await;
         for round in 0..10 {
             let store = if round % 2 == 0 { &first } else { &second };
             let batch: Vec<AuditRecord> = (0..3).map(|_| record(a.id, p.id, "echo")).collect();
