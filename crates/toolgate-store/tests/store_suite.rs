@@ -431,7 +431,7 @@ async fn tampering_is_named_by_verification() {
 }
 
 async fn seeded(store: &Store) -> (TenantId, Vec<toolgate_store::AuditRow>) {
-    let (a, p) = acme_alice(&store).await;
+    let (a, p) = acme_alice(store).await;
     let mut records: Vec<AuditRecord> = (0..5).map(|_| record(a.id, p.id, "read_file")).collect();
     records[2].outcome = Outcome::Error(ErrorKind::Forbidden);
     records[2].error = Some("missing scope".into());
