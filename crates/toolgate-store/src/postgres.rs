@@ -40,7 +40,8 @@ pub struct PostgresStore {
     /// The connection audit batches are appended on, held from one batch to the next.
     /// Through the pool each batch paid two more round trips than its statement: sqlx
     /// pings a connection when it is acquired and again when it is released. Dropped
-    /// after any failed append (its state is then unknown); the next batch takes a new one.
+    /// after any failed append (its state is then unknown); see [`Self::append_audit`]
+    /// for the one retry on a new connection.
     audit_conn: Arc<tokio::sync::Mutex<Option<PgConnection>>>,
     /// Kept to open the writer's own pools; boxed, it is large and rarely read.
     options: Box<PgConnectOptions>,

@@ -647,14 +647,14 @@ impl SqliteStore {
         if tenants.is_empty() {
             return Ok(());
         }
-        // BEGIN IMMEDIATE: take the write lock first, so two writers never interleave
-        // reads of a chain head with each other's appends.
         let mut held = self.audit_conn.lock().await;
         let conn = match &mut *held {
             Some(conn) => conn,
             None => held.insert(self.pool.acquire().await?.detach()),
         };
         let result = async {
+            // BEGIN IMMEDIATE: take the write lock first, so two writers never interleave
+            // reads of a chain head with each other's appends.
             let lock_and_read = format!(
                 "begin immediate; select tenant_id, seq, row_hash from audit_chain_head where tenant_id in ({})",
                 quoted(tenants.iter().map(|t| t.0))
