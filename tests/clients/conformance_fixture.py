@@ -9,6 +9,8 @@ port (path /mcp) instead of stdio.
 """
 
 import asyncio
+import base64
+import json
 import os
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -198,6 +200,64 @@ server._tool_manager.get_tool("json_schema_2020_12_tool").parameters = {
     "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"}},
     "additionalProperties": False,
 }
+
+
+# Resources and prompts of the resources-* and prompts-* scenarios: the gateway lists them
+# beside its tools and relays reads and gets here.
+@server.resource("test://static-text", name="static-text", mime_type="text/plain")
+def static_text() -> str:
+    """A static text resource."""
+    return "This is the content of the static text resource."
+
+
+@server.resource("test://static-binary", name="static-binary", mime_type="image/png")
+def static_binary() -> bytes:
+    """A static binary resource (a one-pixel PNG)."""
+    return base64.b64decode(PNG)
+
+
+@server.resource("test://watched-resource", name="watched-resource", mime_type="text/plain")
+def watched_resource() -> str:
+    """A resource clients may watch."""
+    return "Watched resource content"
+
+
+@server.resource("test://template/{id}/data", name="template-data", mime_type="application/json")
+def template_data(id: str) -> str:
+    """Data for an id, from a template."""
+    return json.dumps({"id": id, "templateTest": True, "data": f"Data for ID: {id}"})
+
+
+@server.prompt()
+def test_simple_prompt() -> list:
+    """A simple prompt without arguments."""
+    return [{"role": "user", "content": {"type": "text", "text": "This is a simple prompt for testing."}}]
+
+
+@server.prompt()
+def test_prompt_with_arguments(arg1: str, arg2: str) -> list:
+    """A prompt with two required arguments."""
+    text = f"Prompt with arguments: arg1='{arg1}', arg2='{arg2}'"
+    return [{"role": "user", "content": {"type": "text", "text": text}}]
+
+
+@server.prompt()
+def test_prompt_with_embedded_resource(resourceUri: str) -> list:
+    """A prompt embedding the resource it is given."""
+    resource = {"uri": resourceUri, "mimeType": "text/plain", "text": "Embedded resource content for testing."}
+    return [
+        {"role": "user", "content": {"type": "resource", "resource": resource}},
+        {"role": "user", "content": {"type": "text", "text": "Please process the embedded resource above."}},
+    ]
+
+
+@server.prompt()
+def test_prompt_with_image() -> list:
+    """A prompt with an image."""
+    return [
+        {"role": "user", "content": {"type": "image", "data": PNG, "mimeType": "image/png"}},
+        {"role": "user", "content": {"type": "text", "text": "Please analyze the image above."}},
+    ]
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ mod jwt;
 mod mcp;
 mod mcp_sdk;
 mod relay;
+mod resources;
 mod rest_errors;
 mod rest_tools;
 mod tenancy;

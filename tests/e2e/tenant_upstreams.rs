@@ -17,7 +17,7 @@ const KEY: &str = "5f0c6a8e2b7d4c1f9e3a6b8d0c2e4f6a8b0d2c4e6f8a0b2c4d6e8f0a2b4c6
 
 /// Tenant upstreams on loopback over plain HTTP, as tests need (public HTTPS only by
 /// default), re-read from the store every second.
-fn loopback(c: &mut Config) {
+pub(crate) fn loopback(c: &mut Config) {
     c.tenant_upstreams.allow_http = true;
     c.tenant_upstreams.allowed_networks = vec!["127.0.0.0/8".into()];
     c.tenant_upstreams.sync_secs = 1;
@@ -42,7 +42,7 @@ async fn names(http: &reqwest::Client, gw: &Gateway) -> Vec<String> {
 }
 
 /// Polls until `check` holds for the caller's tool names, or fails after 20 s.
-async fn until_tools(
+pub(crate) async fn until_tools(
     http: &reqwest::Client,
     gw: &Gateway,
     what: &str,

@@ -76,6 +76,11 @@ impl Toolset {
         Toolset { filters }
     }
 
+    /// Whether this toolset admits every tool (no filter at all).
+    pub fn is_all(&self) -> bool {
+        self.filters.is_empty()
+    }
+
     pub fn allows(&self, tool: &RegisteredTool) -> bool {
         self.filters.iter().all(|f| f.allows(tool))
     }

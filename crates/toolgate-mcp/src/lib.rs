@@ -12,6 +12,7 @@
 //! adapter `mcp`, [`ToolError`] ↔ an `isError` result (or, for an unknown tool, the JSON-RPC
 //! error -32602 the 2025-11-25 specification asks for).
 
+pub mod catalog;
 pub mod relay;
 pub mod upstream;
 
@@ -19,8 +20,10 @@ use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
-    Implementation, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
-    ProgressToken, ServerCapabilities, ServerConfig, Tool,
+    GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -57,6 +60,8 @@ pub struct McpAdapter {
     desk: Option<Arc<dyn ApprovalDesk>>,
     /// This session's `logging/setLevel` choice (see [`McpAdapter::for_session`]).
     log_level: Arc<relay::LogLevel>,
+    /// Upstreams' resources and prompts.
+    catalog: Arc<catalog::Catalog>,
 }
 
 /// Where the MCP front door records a caller's own decision on its call, when the
@@ -84,6 +89,7 @@ impl McpAdapter {
             vendor_meta: Arc::default(),
             desk: None,
             log_level: Arc::default(),
+            catalog: Arc::default(),
         }
     }
 
@@ -100,6 +106,22 @@ impl McpAdapter {
     pub fn with_approval_desk(mut self, desk: Arc<dyn ApprovalDesk>) -> Self {
         self.desk = Some(desk);
         self
+    }
+
+    /// Serve the resources and prompts the upstreams' supervisors file in `catalog`.
+    pub fn with_catalog(mut self, catalog: Arc<catalog::Catalog>) -> Self {
+        self.catalog = catalog;
+        self
+    }
+
+    /// The upstreams whose resources and prompts this request's caller may see.
+    fn visible_upstreams(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Vec<Arc<catalog::Entry>>, ErrorData> {
+        let caller = caller(context)?;
+        let scoped = caller.toolset.scope(self.registry.clone(), &caller.auth);
+        Ok(self.catalog.visible(&caller.auth, &caller.toolset, &scoped))
     }
 
     /// Which clients receive which vendor `_meta` keys (none by default).
@@ -183,6 +205,18 @@ impl VendorPrefixes<'_> {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         (!seen.is_empty()).then_some(rmcp::model::MetaObject(seen))
+    }
+}
+
+/// An upstream's failure to answer a relayed request: its own JSON-RPC error as it sent
+/// it; anything else (the connection is gone, the answer made no sense) as an internal
+/// error naming the upstream.
+fn upstream_error(upstream: &str, err: rmcp::ServiceError) -> ErrorData {
+    match err {
+        rmcp::ServiceError::McpError(data) => data,
+        other => {
+            ErrorData::internal_error(format!("upstream {upstream} did not answer: {other}"), None)
+        }
     }
 }
 
@@ -316,6 +350,8 @@ impl ServerHandler for McpAdapter {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
+                .enable_prompts()
+                .enable_resources()
                 .enable_tools()
                 .enable_tool_list_changed()
                 .enable_logging()
@@ -349,6 +385,86 @@ impl ServerHandler for McpAdapter {
     ) -> Result<(), ErrorData> {
         self.log_level.set(request.level);
         Ok(())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let upstreams = self.visible_upstreams(&context)?;
+        let resources = upstreams.iter().flat_map(|u| u.resources.iter().cloned());
+        Ok(ListResourcesResult::with_all_items(resources.collect()))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let upstreams = self.visible_upstreams(&context)?;
+        let templates = upstreams.iter().flat_map(|u| u.templates.iter().cloned());
+        Ok(ListResourceTemplatesResult::with_all_items(
+            templates.collect(),
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let upstreams = self.visible_upstreams(&context)?;
+        let upstream = upstreams
+            .iter()
+            .find(|u| u.lists(&request.uri))
+            .or_else(|| upstreams.iter().find(|u| u.templates_match(&request.uri)))
+            .ok_or_else(|| {
+                ErrorData::resource_not_found(
+                    "no resource with this URI is available to your credentials",
+                    Some(json!({ "uri": request.uri })),
+                )
+            })?;
+        tracing::info!(upstream = %upstream.upstream, uri = %request.uri, "resource read relayed");
+        upstream
+            .peer
+            .read_resource_once(request)
+            .await
+            .map_err(|e| upstream_error(&upstream.upstream, e))
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let upstreams = self.visible_upstreams(&context)?;
+        let prompts = upstreams.iter().flat_map(|u| u.named_prompts());
+        Ok(ListPromptsResult::with_all_items(prompts.collect()))
+    }
+
+    async fn get_prompt(
+        &self,
+        mut request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let upstreams = self.visible_upstreams(&context)?;
+        let Some((upstream, remote)) = upstreams
+            .iter()
+            .find_map(|u| u.remote_prompt(&request.name).map(|remote| (u, remote)))
+        else {
+            return Err(ErrorData::invalid_params(
+                "no prompt with this name is available to your credentials",
+                Some(json!({ "prompt": request.name })),
+            ));
+        };
+        tracing::info!(upstream = %upstream.upstream, prompt = %request.name, "prompt relayed");
+        request.name = remote;
+        upstream
+            .peer
+            .get_prompt_once(request)
+            .await
+            .map_err(|e| upstream_error(&upstream.upstream, e))
     }
 
     async fn list_tools(

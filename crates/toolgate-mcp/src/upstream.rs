@@ -4,10 +4,13 @@
 //! process over stdio, or Streamable HTTP), lists every page of its tools, and registers
 //! each as an [`UpstreamTool`] named `<prefix><tool>` (prefix `<upstream>__` unless
 //! configured). Calls then go through the executor like any tool's: audit, events,
-//! deadline. The supervisor re-lists on `notifications/tools/list_changed`, pings the
-//! upstream every 30 s (10 s to answer), and reconnects
-//! with exponential backoff and jitter when the connection ends; meanwhile the upstream's
-//! tools stay listed and their calls fail as `upstream` errors. An upstream that fails to
+//! deadline. Its resources, resource templates and prompts are filed in the
+//! [`Catalog`](crate::catalog::Catalog) the MCP front door serves them from. The
+//! supervisor re-lists on the upstream's `list_changed` notifications (tools, resources,
+//! prompts), pings the upstream every 30 s (10 s to answer), and reconnects with
+//! exponential backoff and jitter when the connection ends; meanwhile the upstream's tools
+//! stay listed and their calls fail as `upstream` errors (its resources and prompts are
+//! not listed until it is back). An upstream that fails to
 //! start or dies never blocks start-up or other tools. On shutdown its tools are removed
 //! and its connection ended (a child process is killed).
 //!
@@ -25,6 +28,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::catalog::Catalog;
 use async_trait::async_trait;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
@@ -150,11 +154,12 @@ impl UpstreamConfig {
 pub fn start(
     upstreams: Vec<UpstreamConfig>,
     registry: Arc<Registry>,
+    catalog: Arc<Catalog>,
     shutdown: CancellationToken,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     upstreams
         .into_iter()
-        .map(|config| spawn(config, registry.clone(), shutdown.clone()).task)
+        .map(|config| spawn(config, registry.clone(), catalog.clone(), shutdown.clone()).task)
         .collect()
 }
 
@@ -200,6 +205,7 @@ pub enum State {
 pub fn spawn(
     config: UpstreamConfig,
     registry: Arc<Registry>,
+    catalog: Arc<Catalog>,
     shutdown: CancellationToken,
 ) -> Supervised {
     let (status, seen) = tokio::sync::watch::channel(Status {
@@ -209,7 +215,7 @@ pub fn spawn(
         since: std::time::SystemTime::now(),
     });
     Supervised {
-        task: tokio::spawn(supervise(config, registry, shutdown, status)),
+        task: tokio::spawn(supervise(config, registry, catalog, shutdown, status)),
         status: seen,
     }
 }
@@ -408,6 +414,14 @@ impl ClientHandler for Handler {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         let _ = self.list_changed.try_send(());
     }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        let _ = self.list_changed.try_send(());
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        let _ = self.list_changed.try_send(());
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -432,6 +446,7 @@ fn number_or_string(id: &NumberOrString) -> String {
 async fn supervise(
     config: UpstreamConfig,
     registry: Arc<Registry>,
+    catalog: Arc<Catalog>,
     shutdown: CancellationToken,
     status: tokio::sync::watch::Sender<Status>,
 ) {
@@ -471,6 +486,15 @@ async fn supervise(
                         }
                     }
                     status.send_modify(|s| s.tools.clone_from(&registered));
+                    let prefix = config.prefix();
+                    let listed =
+                        catalog.refresh(&config.name, config.owner, &prefix, &registered, &peer);
+                    if let Err(err) = listed.await {
+                        tracing::warn!(upstream = %config.name, error = %err, "could not list the upstream's resources and prompts");
+                        status.send_modify(|s| {
+                            s.last_error = Some(format!("listing resources and prompts: {err}"))
+                        });
+                    }
                     loop {
                         tokio::select! {
                             _ = shutdown.cancelled() => break 'listing End::Shutdown,
@@ -484,6 +508,7 @@ async fn supervise(
                         }
                     }
                 };
+                catalog.remove(&config.name, config.owner);
                 match end {
                     End::Closed => {}
                     End::Unresponsive => {

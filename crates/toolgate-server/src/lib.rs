@@ -50,6 +50,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use toolgate_core::audit::AuditSink;
 use toolgate_core::{Executor, ExecutorLimits, Registry, TracingSink};
+use toolgate_mcp::catalog::Catalog;
 use toolgate_store::{AuditWriter, Store};
 use toolgate_tools::{BuiltinOptions, Workspaces, builtin_tools};
 use tower_http::cors::{AllowOrigin, CorsLayer};
@@ -146,11 +147,13 @@ pub async fn build_with(
     }
     let runs = runs::Runs::new(store.clone(), registry.clone(), executor.clone(), providers);
     let shutdown = CancellationToken::new();
+    let catalog = Catalog::new();
     let upstreams = if config.tenant_upstreams.enabled {
         let upstreams = upstreams::TenantUpstreams::new(
             config,
             store.clone(),
             registry.clone(),
+            catalog.clone(),
             shutdown.clone(),
         )
         .context("setting up tenant upstreams")?;
@@ -160,6 +163,7 @@ pub async fn build_with(
     };
     let state = AppState::new(state::Shared {
         registry,
+        catalog,
         executor,
         authenticator,
         workspaces,
@@ -283,6 +287,7 @@ pub async fn serve_with(
             .filter_map(config::UpstreamEntry::to_upstream)
             .collect(),
         state.registry.clone(),
+        state.catalog.clone(),
         streams.clone(),
     );
     // Tenants' upstreams: every instance connects to all of them, in the background.

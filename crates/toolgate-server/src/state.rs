@@ -16,6 +16,8 @@ pub struct AppState(Arc<Shared>);
 
 pub struct Shared {
     pub registry: Arc<Registry>,
+    /// Upstreams' resources and prompts, served over MCP.
+    pub catalog: Arc<toolgate_mcp::catalog::Catalog>,
     pub executor: Executor,
     pub authenticator: Arc<Authenticator>,
     pub workspaces: Arc<Workspaces>,

@@ -28,6 +28,7 @@ use ring::rand::{SecureRandom, SystemRandom};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use toolgate_core::{Owner, Registry, TenantId};
+use toolgate_mcp::catalog::Catalog;
 use toolgate_mcp::upstream::{self, Status, UpstreamConfig, UpstreamTransport};
 use toolgate_store::{Store, StoreError, UpstreamRecord};
 use uuid::Uuid;
@@ -318,6 +319,7 @@ pub enum Seen {
 pub struct TenantUpstreams {
     store: Store,
     registry: Arc<Registry>,
+    catalog: Arc<Catalog>,
     pub sealer: Sealer,
     pub reach: Arc<Reach>,
     client: reqwest::Client,
@@ -337,6 +339,7 @@ impl TenantUpstreams {
         config: &Config,
         store: Store,
         registry: Arc<Registry>,
+        catalog: Arc<Catalog>,
         shutdown: CancellationToken,
     ) -> anyhow::Result<Self> {
         let key = load_key(config)?;
@@ -350,6 +353,7 @@ impl TenantUpstreams {
         Ok(Self {
             store,
             registry,
+            catalog,
             sealer: Sealer::new(&key),
             client: reach.client()?,
             reach,
@@ -401,7 +405,12 @@ impl TenantUpstreams {
         let link = match self.upstream_config(record) {
             Ok(config) => {
                 let stop = self.shutdown.child_token();
-                let supervised = upstream::spawn(config, self.registry.clone(), stop.clone());
+                let supervised = upstream::spawn(
+                    config,
+                    self.registry.clone(),
+                    self.catalog.clone(),
+                    stop.clone(),
+                );
                 Link::Supervised {
                     stop,
                     task: supervised.task,

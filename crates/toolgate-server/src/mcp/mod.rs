@@ -60,6 +60,7 @@ struct Guard {
 /// streams and sessions when the gateway stops.
 pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> Router {
     let adapter = McpAdapter::new(state.registry.clone(), state.executor.clone())
+        .with_catalog(state.catalog.clone())
         .with_approval_desk(Arc::new(crate::approvals::McpDesk(state.clone())))
         // Checked when the configuration was loaded.
         .with_vendor_meta(config.mcp.vendor_meta().unwrap_or_default());

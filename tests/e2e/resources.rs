@@ -1,0 +1,162 @@
+//! Upstreams' resources and prompts over MCP: a tenant's own upstream (the conformance
+//! fixture on the official Python SDK, over Streamable HTTP) is listed, read and asked
+//! for prompts by that tenant's callers holding `tools:invoke`, and by no one else.
+
+use rmcp::ServiceError;
+use rmcp::model::{ErrorCode, GetPromptRequestParams, ProtocolVersion, ReadResourceRequestParams};
+use rmcp::service::{RoleClient, RunningService};
+use serde_json::{Value, json};
+use toolgate_e2e::{Gateway, sdk_clients, serve_on_free_port};
+
+use crate::mcp::connect;
+use crate::tenant_upstreams::{loopback, until_tools};
+
+type Client = RunningService<RoleClient, rmcp::model::ClientConfig>;
+
+/// What `client` is shown: resource URIs, template URIs and prompt names.
+async fn shown(client: &Client) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let resources = client.list_all_resources().await.expect("resources/list");
+    let templates = client
+        .list_all_resource_templates()
+        .await
+        .expect("resources/templates/list");
+    let prompts = client.list_all_prompts().await.expect("prompts/list");
+    (
+        resources.into_iter().map(|r| r.uri).collect(),
+        templates.into_iter().map(|t| t.uri_template).collect(),
+        prompts.into_iter().map(|p| p.name).collect(),
+    )
+}
+
+fn code(result: Result<impl std::fmt::Debug, ServiceError>) -> ErrorCode {
+    match result {
+        Err(ServiceError::McpError(err)) => err.code,
+        other => panic!("expected a JSON-RPC error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_tenants_upstream_resources_and_prompts_reach_that_tenant_only() {
+    let dir = sdk_clients();
+    let mut command = tokio::process::Command::new(dir.join(".venv/bin/python"));
+    command.arg(dir.join("conformance_fixture.py"));
+    let (_fixture, port) = serve_on_free_port(command, "FIXTURE_PORT").await;
+    let gw = Gateway::start_with(loopback).await;
+    let b_key = gw.create_tenant("globex").await;
+    let (status, _, created) = gw
+        .post(
+            "/v1/upstreams",
+            json!({"name": "fx", "url": format!("http://127.0.0.1:{port}/mcp")}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    until_tools(&gw.http, &gw, "A sees its upstream's tools", |n| {
+        n.iter().any(|t| t == "fx__test_simple_text")
+    })
+    .await;
+
+    // A sees the upstream's resources as they are, its prompts under the upstream's prefix.
+    let a = connect(&gw, &gw.admin_key, ProtocolVersion::V_2025_11_25).await;
+    let (resources, templates, prompts) = shown(&a).await;
+    assert!(
+        resources.contains(&"test://static-text".to_owned()),
+        "{resources:?}"
+    );
+    assert_eq!(templates, ["test://template/{id}/data"]);
+    assert!(
+        prompts.contains(&"fx__test_prompt_with_arguments".to_owned()),
+        "{prompts:?}"
+    );
+    assert!(
+        !prompts.contains(&"test_simple_prompt".to_owned()),
+        "{prompts:?}"
+    );
+
+    // Reads go to the upstream that listed the URI, or whose template matches it.
+    let read = |uri: &str| ReadResourceRequestParams::new(uri);
+    let text = a
+        .read_resource(read("test://static-text"))
+        .await
+        .expect("read");
+    let text = serde_json::to_value(&text).expect("json");
+    assert_eq!(
+        text["contents"][0]["text"], "This is the content of the static text resource.",
+        "{text}"
+    );
+    let data = a
+        .read_resource(read("test://template/42/data"))
+        .await
+        .expect("read through a template");
+    let data = serde_json::to_value(&data).expect("json");
+    let data: Value = serde_json::from_str(data["contents"][0]["text"].as_str().expect("text"))
+        .expect("the template's JSON");
+    assert_eq!(data["id"], "42", "{data}");
+    assert_eq!(
+        code(a.read_resource(read("test://nowhere")).await),
+        ErrorCode::RESOURCE_NOT_FOUND
+    );
+
+    // Prompts go to the upstream under its own name, with the arguments as given.
+    let mut args = serde_json::Map::new();
+    args.insert("arg1".into(), json!("hello"));
+    args.insert("arg2".into(), json!("world"));
+    let got = a
+        .get_prompt(
+            GetPromptRequestParams::new("fx__test_prompt_with_arguments").with_arguments(args),
+        )
+        .await
+        .expect("prompts/get");
+    let got = serde_json::to_value(&got).expect("json").to_string();
+    assert!(got.contains("arg1='hello', arg2='world'"), "{got}");
+
+    // Tenant B sees none of it and reaches none of it, by URI or by name.
+    let b = connect(&gw, &b_key, ProtocolVersion::V_2025_11_25).await;
+    assert_eq!(shown(&b).await, (vec![], vec![], vec![]));
+    assert_eq!(
+        code(b.read_resource(read("test://static-text")).await),
+        ErrorCode::RESOURCE_NOT_FOUND
+    );
+    assert_eq!(
+        code(b.read_resource(read("test://template/42/data")).await),
+        ErrorCode::RESOURCE_NOT_FOUND
+    );
+    assert_eq!(
+        code(
+            b.get_prompt(GetPromptRequestParams::new("fx__test_simple_prompt"))
+                .await
+        ),
+        ErrorCode::INVALID_PARAMS
+    );
+
+    // Nor does a principal of A without `tools:invoke`.
+    let (status, _, viewer) = gw
+        .post(
+            "/v1/principals",
+            json!({"name": "viewer", "scopes": ["audit:read"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{viewer}");
+    let (status, _, key) = gw
+        .post(
+            "/v1/keys",
+            json!({"name": "viewer", "principal_id": viewer["id"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{key}");
+    let viewer = connect(
+        &gw,
+        key["secret"].as_str().expect("secret"),
+        ProtocolVersion::V_2025_11_25,
+    )
+    .await;
+    assert_eq!(shown(&viewer).await, (vec![], vec![], vec![]));
+    assert_eq!(
+        code(viewer.read_resource(read("test://static-text")).await),
+        ErrorCode::RESOURCE_NOT_FOUND
+    );
+
+    for client in [a, b, viewer] {
+        let _ = client.cancel().await;
+    }
+    gw.stop().await;
+}
