@@ -18,10 +18,13 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import (
     AudioContent,
     EmbeddedResource,
+    EmptyResult,
     ImageContent,
     SamplingMessage,
+    SubscribeRequestParams,
     TextContent,
     TextResourceContents,
+    UnsubscribeRequestParams,
 )
 
 server = MCPServer("toolgate-conformance-fixture")
@@ -226,6 +229,36 @@ def watched_resource() -> str:
 def template_data(id: str) -> str:
     """Data for an id, from a template."""
     return json.dumps({"id": id, "templateTest": True, "data": f"Data for ID: {id}"})
+
+
+# Subscriptions to resources (resources/subscribe, before 2026-07-28). The gateway's
+# upstream connections use these; `test_update_resource` makes the fixture announce a
+# change on every connection subscribed to the URI. A connection is known by the
+# SDK's connection object (each request gets a session wrapper of its own).
+SUBSCRIBED: dict[str, dict[int, object]] = {}
+
+
+async def subscribe_resource(ctx, params: SubscribeRequestParams) -> EmptyResult:
+    SUBSCRIBED.setdefault(str(params.uri), {})[id(ctx.session._connection)] = ctx.session
+    return EmptyResult()
+
+
+async def unsubscribe_resource(ctx, params: UnsubscribeRequestParams) -> EmptyResult:
+    SUBSCRIBED.get(str(params.uri), {}).pop(id(ctx.session._connection), None)
+    return EmptyResult()
+
+
+server._lowlevel_server.add_request_handler("resources/subscribe", SubscribeRequestParams, subscribe_resource)
+server._lowlevel_server.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, unsubscribe_resource)
+
+
+@server.tool()
+async def test_update_resource(uri: str) -> str:
+    """Announces that the resource `uri` changed, to the clients subscribed to it."""
+    sessions = list(SUBSCRIBED.get(uri, {}).values())
+    for session in sessions:
+        await session.send_resource_updated(uri)
+    return f"{len(sessions)} subscriber(s) told"
 
 
 @server.prompt()

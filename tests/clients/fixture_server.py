@@ -71,6 +71,23 @@ def crash() -> str:
     os._exit(3)
 
 
+@server.tool()
+async def grow(ctx: Context) -> str:
+    """Adds the tool `grown` and tells listening clients the tool list changed."""
+    if server._tool_manager.get_tool("grown") is None:
+        server.add_tool(grown)
+    # Clients at 2026-07-28 hear of it on their subscriptions/listen stream, earlier ones
+    # (toolgate's upstream connections) as a plain notification.
+    await ctx.notify_tools_changed()
+    await ctx.session.send_tool_list_changed()
+    return "grown"
+
+
+def grown() -> str:
+    """Exists once `grow` was called."""
+    return "here"
+
+
 @server.tool(meta={"openai/outputTemplate": "ui://fixture/widget.html"})
 def widget() -> str:
     """A tool with vendor metadata."""

@@ -1,6 +1,7 @@
 //! Upstreams' resources and prompts over MCP: a tenant's own upstream (the conformance
-//! fixture on the official Python SDK, over Streamable HTTP) is listed, read and asked
-//! for prompts by that tenant's callers holding `tools:invoke`, and by no one else.
+//! fixture on the official Python SDK, over Streamable HTTP) is listed, read, subscribed
+//! to and asked for prompts by that tenant's callers holding `tools:invoke`, and by no one
+//! else; subscriptions are shared upstream and end with the sessions that hold them.
 
 use rmcp::ServiceError;
 use rmcp::model::{ErrorCode, GetPromptRequestParams, ProtocolVersion, ReadResourceRequestParams};
@@ -36,6 +37,7 @@ fn code(result: Result<impl std::fmt::Debug, ServiceError>) -> ErrorCode {
 }
 
 #[tokio::test]
+#[allow(deprecated)] // resources/subscribe: what clients before 2026-07-28 use
 async fn a_tenants_upstream_resources_and_prompts_reach_that_tenant_only() {
     let dir = sdk_clients();
     let mut command = tokio::process::Command::new(dir.join(".venv/bin/python"));
@@ -122,6 +124,15 @@ async fn a_tenants_upstream_resources_and_prompts_reach_that_tenant_only() {
     );
     assert_eq!(
         code(
+            b.subscribe(rmcp::model::SubscribeRequestParams::new(
+                "test://watched-resource"
+            ))
+            .await
+        ),
+        ErrorCode::RESOURCE_NOT_FOUND
+    );
+    assert_eq!(
+        code(
             b.get_prompt(GetPromptRequestParams::new("fx__test_simple_prompt"))
                 .await
         ),
@@ -158,5 +169,127 @@ async fn a_tenants_upstream_resources_and_prompts_reach_that_tenant_only() {
     for client in [a, b, viewer] {
         let _ = client.cancel().await;
     }
+    gw.stop().await;
+}
+
+/// Hears the `notifications/resources/updated` a session receives.
+struct Updates(tokio::sync::mpsc::UnboundedSender<String>);
+
+impl rmcp::ClientHandler for Updates {
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        let _ = self.0.send(params.uri);
+    }
+
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        rmcp::model::ClientConfig::new(
+            rmcp::model::ClientCapabilities::default(),
+            rmcp::model::Implementation::new("e2e-subscriber", "1"),
+        )
+        .with_protocol_version(ProtocolVersion::V_2025_11_25)
+    }
+}
+
+type Subscriber = (
+    RunningService<RoleClient, Updates>,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+);
+
+async fn subscriber(gw: &Gateway, key: &str) -> Subscriber {
+    use rmcp::ServiceExt;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let (tx, heard) = tokio::sync::mpsc::unbounded_channel();
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(gw.url("/mcp")).auth_header(key),
+    );
+    (Updates(tx).serve(transport).await.expect("connect"), heard)
+}
+
+/// Asks the fixture to announce a change to `uri`; returns how many of its own
+/// connections it told (the gateway holds one subscription upstream however many of its
+/// sessions watch the URI).
+async fn touch(gw: &Gateway, uri: &str) -> String {
+    let (status, _, done) = gw
+        .invoke("test_update_resource", json!({"arguments": {"uri": uri}}))
+        .await;
+    assert_eq!(status, 200, "{done}");
+    done.to_string()
+}
+
+async fn heard_within(
+    heard: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    ms: u64,
+) -> Option<String> {
+    tokio::time::timeout(std::time::Duration::from_millis(ms), heard.recv())
+        .await
+        .ok()
+        .flatten()
+}
+
+const WATCHED: &str = "test://watched-resource";
+
+/// `resources/subscribe` through the gateway: one upstream subscription per URI however
+/// many sessions hold it, each update reaching exactly the sessions that hold it, given
+/// back when the last one unsubscribes or its session ends.
+#[tokio::test]
+#[allow(deprecated)] // resources/subscribe: what clients before 2026-07-28 use
+async fn resource_subscriptions_are_shared_upstream_and_end_with_their_sessions() {
+    let dir = sdk_clients();
+    let fixture: toolgate_server::config::UpstreamEntry = serde_json::from_value(json!({
+        "name": "fixture",
+        "prefix": "",
+        "command": dir.join(".venv/bin/python"),
+        "args": [dir.join("conformance_fixture.py")],
+    }))
+    .expect("an upstream entry");
+    let gw = Gateway::start_with(|c| c.upstreams = vec![fixture]).await;
+    crate::upstream::listed_once(&gw, "test_update_resource").await;
+    assert!(touch(&gw, WATCHED).await.contains("0 subscriber"));
+
+    let (one, mut one_heard) = subscriber(&gw, &gw.admin_key).await;
+    let (two, mut two_heard) = subscriber(&gw, &gw.admin_key).await;
+    let subscribe = || rmcp::model::SubscribeRequestParams::new(WATCHED);
+    one.subscribe(subscribe()).await.expect("one subscribes");
+    two.subscribe(subscribe()).await.expect("two subscribes");
+    assert!(
+        touch(&gw, WATCHED).await.contains("1 subscriber"),
+        "one upstream subscription"
+    );
+    assert_eq!(
+        heard_within(&mut one_heard, 5000).await.as_deref(),
+        Some(WATCHED)
+    );
+    assert_eq!(
+        heard_within(&mut two_heard, 5000).await.as_deref(),
+        Some(WATCHED)
+    );
+
+    // One unsubscribes: only the other hears, and the upstream subscription stays.
+    one.unsubscribe(rmcp::model::UnsubscribeRequestParams::new(WATCHED))
+        .await
+        .expect("one unsubscribes");
+    assert!(touch(&gw, WATCHED).await.contains("1 subscriber"));
+    assert_eq!(
+        heard_within(&mut two_heard, 5000).await.as_deref(),
+        Some(WATCHED)
+    );
+    assert_eq!(heard_within(&mut one_heard, 300).await, None);
+
+    // The last holder's session ends: the gateway unsubscribes upstream.
+    let _ = two.cancel().await;
+    let mut told = String::new();
+    for _ in 0..100 {
+        told = touch(&gw, WATCHED).await;
+        if told.contains("0 subscriber") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(told.contains("0 subscriber"), "{told}");
+    let _ = one.cancel().await;
     gw.stop().await;
 }

@@ -460,6 +460,25 @@ async fn upstreams_writing_garbage_or_flooding_stdout_hold_nothing_up() {
     gw.stop().await;
 }
 
+/// An upstream whose tool list changes (`notifications/tools/list_changed`) is listed
+/// again: the new tool appears and can be called.
+#[tokio::test]
+async fn an_upstream_whose_tools_change_is_listed_again() {
+    let dir = sdk_clients();
+    let python = dir.join(".venv/bin/python").display().to_string();
+    let script = dir.join("fixture_server.py").display().to_string();
+    let gw = Gateway::start_with(|c| c.upstreams = vec![upstream("fx", &python, &[&script])]).await;
+    let names = listed_once(&gw, "fx__grow").await;
+    assert!(!names.contains(&"fx__grown".to_owned()), "{names:?}");
+    let (status, _, done) = gw.invoke("fx__grow", json!({"arguments": {}})).await;
+    assert_eq!(status, 200, "{done}");
+    let names = listed_once(&gw, "fx__grown").await;
+    assert!(names.contains(&"fx__grown".to_owned()), "{names:?}");
+    let (status, _, done) = gw.invoke("fx__grown", json!({"arguments": {}})).await;
+    assert_eq!(status, 200, "{done}");
+    gw.stop().await;
+}
+
 /// While an upstream is away, its tools stay listed but marked unavailable (REST
 /// `available: false`, a note in the MCP description), and calls fail as `upstream`
 /// errors; they come back when it does.

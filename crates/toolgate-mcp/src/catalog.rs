@@ -15,29 +15,53 @@
 //! resources refer to them), and a read goes to the visible upstream that listed the URI,
 //! else to one whose template matches it.
 //!
-//! Not federated yet: `resources/subscribe` (upstream connections speak 2026-07-28, where
-//! subscriptions are `subscriptions/listen`) and argument completion for prompts.
+//! Subscriptions: a session's `resources/subscribe` to a URI of an upstream that offers
+//! subscriptions holds one count on (upstream, URI); the first count subscribes upstream,
+//! the last one released (`resources/unsubscribe`, or the session's end) unsubscribes, and
+//! a new connection to the upstream subscribes again to whatever is still held. The
+//! upstream's `notifications/resources/updated` reach the sessions holding that URI.
+//!
+//! Not federated yet: argument completion for prompts.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{Prompt, Resource, ResourceTemplate};
 use rmcp::service::Peer;
-use rmcp::{RoleClient, ServiceError};
+use rmcp::{RoleClient, RoleServer, ServiceError};
 use toolgate_core::auth::scopes;
 use toolgate_core::{AuthContext, Owner, ScopedToolset, Toolset};
 
 /// Every connected upstream's resources and prompts. Shared by the upstreams'
 /// supervisors (which fill it) and the MCP front door (which serves it).
-#[derive(Default)]
 pub struct Catalog {
     entries: Mutex<HashMap<(Owner, String), Arc<Entry>>>,
+    /// Sessions' subscriptions held per upstream and URI.
+    held: Mutex<HashMap<Watched, usize>>,
+    /// `notifications/resources/updated` from the upstreams, to the sessions' forwarders.
+    updates: tokio::sync::broadcast::Sender<Watched>,
 }
+
+/// A URI of one upstream: `(owner, upstream, uri)`.
+pub type Watched = (Owner, String, String);
+
+impl Default for Catalog {
+    fn default() -> Self {
+        Self {
+            entries: Mutex::default(),
+            held: Mutex::default(),
+            updates: tokio::sync::broadcast::channel(UPDATES_BACKLOG).0,
+        }
+    }
+}
+
+/// Resource updates queued for a slow session before older ones are dropped.
+const UPDATES_BACKLOG: usize = 256;
 
 /// One connected upstream's listing.
 pub struct Entry {
     pub upstream: String,
-    owner: Owner,
+    pub owner: Owner,
     prefix: String,
     /// The gateway's names of the upstream's tools (for visibility).
     tools: Vec<String>,
@@ -45,6 +69,8 @@ pub struct Entry {
     pub resources: Vec<Resource>,
     pub templates: Vec<ResourceTemplate>,
     pub prompts: Vec<Prompt>,
+    /// Whether the upstream offers `resources/subscribe`.
+    pub subscribable: bool,
 }
 
 impl std::fmt::Debug for Catalog {
@@ -61,7 +87,7 @@ impl Catalog {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(Owner, String), Arc<Entry>>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.entries)
     }
 
     /// Lists what `peer` offers (only what its capabilities declare) and files it under
@@ -78,6 +104,11 @@ impl Catalog {
         let capabilities = peer.peer_info().map(|info| info.capabilities.clone());
         let offers_resources = capabilities.as_ref().is_some_and(|c| c.resources.is_some());
         let offers_prompts = capabilities.as_ref().is_some_and(|c| c.prompts.is_some());
+        let subscribable = capabilities
+            .as_ref()
+            .and_then(|c| c.resources.as_ref())
+            .and_then(|r| r.subscribe)
+            == Some(true);
         let (resources, templates) = if offers_resources {
             (
                 peer.list_all_resources().await?,
@@ -109,10 +140,84 @@ impl Catalog {
             resources,
             templates,
             prompts,
+            subscribable,
         };
-        self.lock()
-            .insert((owner, upstream.to_owned()), Arc::new(entry));
+        let first = self
+            .lock()
+            .insert((owner, upstream.to_owned()), Arc::new(entry))
+            .is_none();
+        // A new connection: the upstream knows none of the subscriptions sessions hold.
+        if first && subscribable {
+            for uri in self.held_uris(owner, upstream) {
+                if let Err(err) = subscribe_upstream(peer, &uri).await {
+                    tracing::warn!(upstream, uri, error = %err, "could not subscribe again to a resource sessions watch");
+                }
+            }
+        }
         Ok(())
+    }
+
+    fn held_uris(&self, owner: Owner, upstream: &str) -> Vec<String> {
+        lock(&self.held)
+            .keys()
+            .filter(|(o, u, _)| *o == owner && u == upstream)
+            .map(|(_, _, uri)| uri.clone())
+            .collect()
+    }
+
+    /// Takes one count on `uri` of `entry`'s upstream, subscribing upstream for the first.
+    pub async fn hold(&self, entry: &Entry, uri: &str) -> Result<(), ServiceError> {
+        let key = (entry.owner, entry.upstream.clone(), uri.to_owned());
+        if lock(&self.held).get(&key).is_none_or(|n| *n == 0) {
+            subscribe_upstream(&entry.peer, uri).await?;
+        }
+        *lock(&self.held).entry(key).or_default() += 1;
+        Ok(())
+    }
+
+    /// Gives back one count on `watched`; the last one unsubscribes upstream (in the
+    /// background: a session ending cannot wait for it).
+    pub fn release(&self, watched: &Watched) {
+        let last = {
+            let mut held = lock(&self.held);
+            match held.get_mut(watched) {
+                Some(n) if *n > 1 => {
+                    *n -= 1;
+                    false
+                }
+                Some(_) => {
+                    held.remove(watched);
+                    true
+                }
+                None => false,
+            }
+        };
+        let entry = self.lock().get(&(watched.0, watched.1.clone())).cloned();
+        // Without a runtime (the gateway is stopping) there is no connection to tell.
+        let runtime = tokio::runtime::Handle::try_current();
+        if let (true, Some(entry), Ok(runtime)) = (last, entry, runtime) {
+            let uri = watched.2.clone();
+            runtime.spawn(async move {
+                #[allow(deprecated)] // legacy-only, as are the upstream connections
+                let done = entry
+                    .peer
+                    .unsubscribe(rmcp::model::UnsubscribeRequestParams::new(uri.clone()))
+                    .await;
+                if let Err(err) = done {
+                    tracing::debug!(upstream = %entry.upstream, uri, error = %err, "unsubscribing upstream failed");
+                }
+            });
+        }
+    }
+
+    /// An upstream says `uri` changed.
+    pub(crate) fn updated(&self, owner: Owner, upstream: &str, uri: String) {
+        let _ = self.updates.send((owner, upstream.to_owned(), uri));
+    }
+
+    /// Resource updates from every upstream, for one session's forwarder.
+    pub fn updates(&self) -> tokio::sync::broadcast::Receiver<Watched> {
+        self.updates.subscribe()
     }
 
     /// The upstream is gone (its connection ended, or it was removed).
@@ -175,6 +280,102 @@ impl Entry {
             .iter()
             .any(|t| matches_template(&t.uri_template, uri))
     }
+}
+
+/// One session's resource subscriptions. Its counts are given back when the session ends
+/// (when the last handle on this drops).
+pub struct Held {
+    catalog: Arc<Catalog>,
+    /// URI → the upstream's URI it holds.
+    uris: Mutex<HashMap<String, Watched>>,
+    forwarder: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl Held {
+    pub fn new(catalog: Arc<Catalog>) -> Arc<Self> {
+        Arc::new(Self {
+            catalog,
+            uris: Mutex::default(),
+            forwarder: Mutex::default(),
+        })
+    }
+
+    /// Subscribes this session to `uri` of `entry`'s upstream; its updates go to `peer`.
+    pub async fn subscribe(
+        self: &Arc<Self>,
+        entry: &Entry,
+        uri: &str,
+        peer: Peer<RoleServer>,
+    ) -> Result<(), ServiceError> {
+        let watched = (entry.owner, entry.upstream.clone(), uri.to_owned());
+        if lock(&self.uris).get(uri) == Some(&watched) {
+            return Ok(());
+        }
+        self.catalog.hold(entry, uri).await?;
+        if let Some(before) = lock(&self.uris).insert(uri.to_owned(), watched) {
+            self.catalog.release(&before);
+        }
+        self.forward(peer);
+        Ok(())
+    }
+
+    /// Ends this session's subscription to `uri`, if it has one.
+    pub fn unsubscribe(&self, uri: &str) {
+        let held = lock(&self.uris).remove(uri);
+        if let Some(watched) = held {
+            self.catalog.release(&watched);
+        }
+    }
+
+    /// Starts, once, the task that passes this session's updates to `peer`.
+    fn forward(self: &Arc<Self>, peer: Peer<RoleServer>) {
+        let mut slot = lock(&self.forwarder);
+        if slot.is_some() {
+            return;
+        }
+        let mut updates = self.catalog.updates();
+        let held = Arc::downgrade(self);
+        let task = tokio::spawn(async move {
+            loop {
+                let watched = match updates.recv().await {
+                    Ok(watched) => watched,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                };
+                let Some(held) = held.upgrade() else { break };
+                let wanted = lock(&held.uris).get(&watched.2) == Some(&watched);
+                drop(held);
+                if wanted {
+                    let update = rmcp::model::ResourceUpdatedNotificationParam::new(watched.2);
+                    if peer.notify_resource_updated(update).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        *slot = Some(task.abort_handle());
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(task) = lock(&self.forwarder).take() {
+            task.abort();
+        }
+        for watched in lock(&self.uris).values() {
+            self.catalog.release(watched);
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+async fn subscribe_upstream(peer: &Peer<RoleClient>, uri: &str) -> Result<(), ServiceError> {
+    #[allow(deprecated)] // legacy-only, as are the upstream connections (legacy initialize)
+    peer.subscribe(rmcp::model::SubscribeRequestParams::new(uri))
+        .await
 }
 
 /// Whether RFC 6570 `template` can expand to `uri`: each `{var}` stands for one or more

@@ -23,7 +23,7 @@ use rmcp::model::{
     GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
     ProgressNotificationParam, ProgressToken, ReadResourceRequestParams, ReadResourceResponse,
-    ServerCapabilities, ServerConfig, Tool,
+    ServerCapabilities, ServerConfig, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -62,6 +62,8 @@ pub struct McpAdapter {
     log_level: Arc<relay::LogLevel>,
     /// Upstreams' resources and prompts.
     catalog: Arc<catalog::Catalog>,
+    /// This session's resource subscriptions (see [`McpAdapter::for_session`]).
+    held: Arc<catalog::Held>,
 }
 
 /// Where the MCP front door records a caller's own decision on its call, when the
@@ -83,13 +85,15 @@ pub trait ApprovalDesk: Send + Sync {
 
 impl McpAdapter {
     pub fn new(registry: Arc<Registry>, executor: Executor) -> Self {
+        let catalog = Arc::<catalog::Catalog>::default();
         Self {
             registry,
             executor,
             vendor_meta: Arc::default(),
             desk: None,
             log_level: Arc::default(),
-            catalog: Arc::default(),
+            held: catalog::Held::new(catalog.clone()),
+            catalog,
         }
     }
 
@@ -98,6 +102,7 @@ impl McpAdapter {
     pub fn for_session(&self) -> Self {
         Self {
             log_level: Arc::default(),
+            held: catalog::Held::new(self.catalog.clone()),
             ..self.clone()
         }
     }
@@ -110,6 +115,7 @@ impl McpAdapter {
 
     /// Serve the resources and prompts the upstreams' supervisors file in `catalog`.
     pub fn with_catalog(mut self, catalog: Arc<catalog::Catalog>) -> Self {
+        self.held = catalog::Held::new(catalog.clone());
         self.catalog = catalog;
         self
     }
@@ -122,6 +128,24 @@ impl McpAdapter {
         let caller = caller(context)?;
         let scoped = caller.toolset.scope(self.registry.clone(), &caller.auth);
         Ok(self.catalog.visible(&caller.auth, &caller.toolset, &scoped))
+    }
+
+    /// The visible upstream that serves `uri`: the one that listed it, else one whose
+    /// template matches it.
+    fn resource_upstream(
+        &self,
+        context: &RequestContext<RoleServer>,
+        uri: &str,
+    ) -> Result<Arc<catalog::Entry>, ErrorData> {
+        let upstreams = self.visible_upstreams(context)?;
+        let found = upstreams.iter().position(|u| u.lists(uri));
+        let found = found.or_else(|| upstreams.iter().position(|u| u.templates_match(uri)));
+        found.map(|i| upstreams[i].clone()).ok_or_else(|| {
+            ErrorData::resource_not_found(
+                "no resource with this URI is available to your credentials",
+                Some(json!({ "uri": uri })),
+            )
+        })
     }
 
     /// Which clients receive which vendor `_meta` keys (none by default).
@@ -352,6 +376,7 @@ impl ServerHandler for McpAdapter {
             ServerCapabilities::builder()
                 .enable_prompts()
                 .enable_resources()
+                .enable_resources_subscribe()
                 .enable_tools()
                 .enable_tool_list_changed()
                 .enable_logging()
@@ -414,23 +439,44 @@ impl ServerHandler for McpAdapter {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        let upstreams = self.visible_upstreams(&context)?;
-        let upstream = upstreams
-            .iter()
-            .find(|u| u.lists(&request.uri))
-            .or_else(|| upstreams.iter().find(|u| u.templates_match(&request.uri)))
-            .ok_or_else(|| {
-                ErrorData::resource_not_found(
-                    "no resource with this URI is available to your credentials",
-                    Some(json!({ "uri": request.uri })),
-                )
-            })?;
+        let upstream = self.resource_upstream(&context, &request.uri)?;
         tracing::info!(upstream = %upstream.upstream, uri = %request.uri, "resource read relayed");
         upstream
             .peer
             .read_resource_once(request)
             .await
             .map_err(|e| upstream_error(&upstream.upstream, e))
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let upstream = self.resource_upstream(&context, &request.uri)?;
+        if !upstream.subscribable {
+            return Err(ErrorData::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!(
+                    "upstream {} does not offer subscriptions to its resources",
+                    upstream.upstream
+                ),
+                Some(json!({ "uri": request.uri })),
+            ));
+        }
+        self.held
+            .subscribe(&upstream, &request.uri, context.peer.clone())
+            .await
+            .map_err(|e| upstream_error(&upstream.upstream, e))
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.held.unsubscribe(&request.uri);
+        Ok(())
     }
 
     async fn list_prompts(

@@ -319,6 +319,10 @@ struct Handler {
     info: ClientConfig,
     routes: Arc<Routes>,
     list_changed: tokio::sync::mpsc::Sender<()>,
+    /// Where `notifications/resources/updated` go, as this upstream's.
+    catalog: Arc<Catalog>,
+    owner: Owner,
+    upstream: String,
 }
 
 impl Handler {
@@ -415,6 +419,14 @@ impl ClientHandler for Handler {
         let _ = self.list_changed.try_send(());
     }
 
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.catalog.updated(self.owner, &self.upstream, params.uri);
+    }
+
     async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
         let _ = self.list_changed.try_send(());
     }
@@ -459,7 +471,7 @@ async fn supervise(
         let routes = Routes::new(config.relay_unattributed);
         let connected = tokio::select! {
             _ = shutdown.cancelled() => break,
-            connected = connect(&config, routes.clone(), changed_tx) => connected,
+            connected = connect(&config, routes.clone(), changed_tx, catalog.clone()) => connected,
         };
         match connected {
             // The child process (stdio) lives as long as this connection: dropping it
@@ -573,6 +585,7 @@ async fn connect(
     config: &UpstreamConfig,
     routes: Arc<Routes>,
     list_changed: tokio::sync::mpsc::Sender<()>,
+    catalog: Arc<Catalog>,
 ) -> Result<
     (
         RunningService<RoleClient, Handler>,
@@ -593,6 +606,9 @@ async fn connect(
         ),
         routes,
         list_changed,
+        catalog,
+        owner: config.owner,
+        upstream: config.name.clone(),
     };
     match &config.transport {
         UpstreamTransport::Stdio {
@@ -1176,7 +1192,8 @@ mod tests {
             relay_unattributed: false,
         };
         let (list_changed, _) = tokio::sync::mpsc::channel(1);
-        let Err(error) = connect(&config, Routes::new(false), list_changed).await else {
+        let Err(error) = connect(&config, Routes::new(false), list_changed, Catalog::new()).await
+        else {
             panic!("connected to a closed port");
         };
         assert!(
