@@ -293,3 +293,92 @@ async fn resource_subscriptions_are_shared_upstream_and_end_with_their_sessions(
     let _ = one.cancel().await;
     gw.stop().await;
 }
+
+/// The next notification on a listen stream, within 5 s.
+async fn next(stream: &mut rmcp::service::Subscription) -> rmcp::model::ServerNotification {
+    tokio::time::timeout(std::time::Duration::from_secs(5), stream.next())
+        .await
+        .expect("a notification within 5 s")
+        .expect("the stream")
+        .expect("not ended")
+}
+
+/// Protocol 2026-07-28: `subscriptions/listen` carries the same resource updates, and tool
+/// list changes; the stream's end gives its upstream subscriptions back.
+#[tokio::test]
+async fn a_listen_stream_hears_resource_updates_and_tool_list_changes() {
+    let dir = sdk_clients();
+    let python = dir.join(".venv/bin/python");
+    let upstreams: Vec<toolgate_server::config::UpstreamEntry> = serde_json::from_value(json!([
+        {"name": "fixture", "prefix": "", "command": python, "args": [dir.join("conformance_fixture.py")]},
+        {"name": "fx", "command": python, "args": [dir.join("fixture_server.py")]},
+    ]))
+    .expect("upstream entries");
+    let gw = Gateway::start_with(|c| c.upstreams = upstreams).await;
+    crate::upstream::listed_once(&gw, "test_update_resource").await;
+    crate::upstream::listed_once(&gw, "fx__grow").await;
+
+    let client = {
+        use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+        use rmcp::transport::StreamableHttpClientTransport;
+        use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+        let transport = StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(gw.url("/mcp"))
+                .auth_header(&gw.admin_key),
+        );
+        rmcp::model::ClientConfig::new(
+            rmcp::model::ClientCapabilities::default(),
+            rmcp::model::Implementation::new("e2e-listener", "1"),
+        )
+        .serve_with_lifecycle(
+            transport,
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("connect at 2026-07-28")
+    };
+    let filter = rmcp::model::SubscriptionFilter::builder()
+        .tools_list_changed()
+        .resource_subscription(WATCHED)
+        .build();
+    let mut stream = client
+        .peer()
+        .listen(filter)
+        .await
+        .expect("subscriptions/listen");
+    assert_eq!(
+        stream.acknowledged().resource_subscriptions.as_deref(),
+        Some(&[WATCHED.to_owned()][..])
+    );
+    assert!(touch(&gw, WATCHED).await.contains("1 subscriber"));
+    let heard = serde_json::to_value(next(&mut stream).await).expect("json");
+    assert_eq!(
+        heard["method"], "notifications/resources/updated",
+        "{heard}"
+    );
+    assert_eq!(heard["params"]["uri"], WATCHED, "{heard}");
+
+    let (status, _, done) = gw.invoke("fx__grow", json!({"arguments": {}})).await;
+    assert_eq!(status, 200, "{done}");
+    let heard = serde_json::to_value(next(&mut stream).await).expect("json");
+    assert_eq!(
+        heard["method"], "notifications/tools/list_changed",
+        "{heard}"
+    );
+
+    // The stream ends: the gateway unsubscribes upstream.
+    drop(stream);
+    let mut told = String::new();
+    for _ in 0..100 {
+        told = touch(&gw, WATCHED).await;
+        if told.contains("0 subscriber") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(told.contains("0 subscriber"), "{told}");
+    let _ = client.cancel().await;
+    gw.stop().await;
+}

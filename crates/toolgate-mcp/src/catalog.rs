@@ -15,11 +15,13 @@
 //! resources refer to them), and a read goes to the visible upstream that listed the URI,
 //! else to one whose template matches it.
 //!
-//! Subscriptions: a session's `resources/subscribe` to a URI of an upstream that offers
-//! subscriptions holds one count on (upstream, URI); the first count subscribes upstream,
-//! the last one released (`resources/unsubscribe`, or the session's end) unsubscribes, and
-//! a new connection to the upstream subscribes again to whatever is still held. The
-//! upstream's `notifications/resources/updated` reach the sessions holding that URI.
+//! Subscriptions: a session's `resources/subscribe` (or a 2026-07-28 `subscriptions/listen`
+//! stream's URI) of an upstream that offers subscriptions holds one count on (upstream,
+//! URI); the first count subscribes upstream, the last one released (`resources/unsubscribe`,
+//! the session's or the stream's end) unsubscribes, and a new connection to the upstream
+//! subscribes again to whatever is still held. The upstream's
+//! `notifications/resources/updated` reach the holders of that URI. Upstream connections
+//! use the legacy lifecycle, so subscribing upstream is always `resources/subscribe`.
 //!
 //! Not federated yet: argument completion for prompts.
 
@@ -282,8 +284,27 @@ impl Entry {
     }
 }
 
-/// One session's resource subscriptions. Its counts are given back when the session ends
-/// (when the last handle on this drops).
+/// Where a holder's resource updates go: a session (`resources/subscribe`, before
+/// 2026-07-28) or one `subscriptions/listen` stream (2026-07-28).
+#[derive(Clone)]
+pub enum Listener {
+    Session(Peer<RoleServer>),
+    Stream(rmcp::service::SubscriptionSink),
+}
+
+impl Listener {
+    /// Tells of an update to `uri`; `false` once the listener is gone.
+    async fn updated(&self, uri: String) -> bool {
+        let update = rmcp::model::ResourceUpdatedNotificationParam::new(uri);
+        match self {
+            Listener::Session(peer) => peer.notify_resource_updated(update).await.is_ok(),
+            Listener::Stream(sink) => sink.notify_resource_updated(update.uri).await.is_ok(),
+        }
+    }
+}
+
+/// One session's (or one listen stream's) resource subscriptions. Its counts are given
+/// back when it ends (when the last handle on this drops).
 pub struct Held {
     catalog: Arc<Catalog>,
     /// URI → the upstream's URI it holds.
@@ -300,12 +321,12 @@ impl Held {
         })
     }
 
-    /// Subscribes this session to `uri` of `entry`'s upstream; its updates go to `peer`.
+    /// Subscribes to `uri` of `entry`'s upstream; its updates go to `listener`.
     pub async fn subscribe(
         self: &Arc<Self>,
         entry: &Entry,
         uri: &str,
-        peer: Peer<RoleServer>,
+        listener: Listener,
     ) -> Result<(), ServiceError> {
         let watched = (entry.owner, entry.upstream.clone(), uri.to_owned());
         if lock(&self.uris).get(uri) == Some(&watched) {
@@ -315,7 +336,7 @@ impl Held {
         if let Some(before) = lock(&self.uris).insert(uri.to_owned(), watched) {
             self.catalog.release(&before);
         }
-        self.forward(peer);
+        self.forward(listener);
         Ok(())
     }
 
@@ -327,8 +348,8 @@ impl Held {
         }
     }
 
-    /// Starts, once, the task that passes this session's updates to `peer`.
-    fn forward(self: &Arc<Self>, peer: Peer<RoleServer>) {
+    /// Starts, once, the task that passes the updates held here to `listener`.
+    fn forward(self: &Arc<Self>, listener: Listener) {
         let mut slot = lock(&self.forwarder);
         if slot.is_some() {
             return;
@@ -345,11 +366,8 @@ impl Held {
                 let Some(held) = held.upgrade() else { break };
                 let wanted = lock(&held.uris).get(&watched.2) == Some(&watched);
                 drop(held);
-                if wanted {
-                    let update = rmcp::model::ResourceUpdatedNotificationParam::new(watched.2);
-                    if peer.notify_resource_updated(update).await.is_err() {
-                        break;
-                    }
+                if wanted && !listener.updated(watched.2).await {
+                    break;
                 }
             }
         });

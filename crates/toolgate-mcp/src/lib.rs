@@ -23,9 +23,10 @@ use rmcp::model::{
     GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
     ProgressNotificationParam, ProgressToken, ReadResourceRequestParams, ReadResourceResponse,
-    ServerCapabilities, ServerConfig, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
+    ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter, Tool,
+    UnsubscribeRequestParams,
 };
-use rmcp::service::{NotificationContext, Peer, RequestContext};
+use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use toolgate_core::{
@@ -344,18 +345,8 @@ fn watch_tool_list(registry: Arc<Registry>, tenant: Option<TenantId>, peer: Peer
         let mut alive = tokio::time::interval(SESSION_CHECK);
         loop {
             tokio::select! {
-                changed = changes.changed() => {
-                    if changed.is_err() {
-                        break;
-                    }
-                    if let (Some(t), Some(last)) = (tenant, seen.as_mut()) {
-                        let now = registry.generation(t);
-                        if now == *last {
-                            continue;
-                        }
-                        *last = now;
-                    }
-                    if peer.notify_tool_list_changed().await.is_err() {
+                changed = next_tool_change(&registry, &mut changes, tenant, &mut seen) => {
+                    if !changed || peer.notify_tool_list_changed().await.is_err() {
                         break;
                     }
                 }
@@ -367,6 +358,29 @@ fn watch_tool_list(registry: Arc<Registry>, tenant: Option<TenantId>, peer: Peer
             }
         }
     });
+}
+
+/// Waits for the next change to `tenant`'s tools (to any tool when the tenant is not
+/// known); `false` when the registry is gone.
+async fn next_tool_change(
+    registry: &Registry,
+    changes: &mut tokio::sync::watch::Receiver<u64>,
+    tenant: Option<TenantId>,
+    seen: &mut Option<u64>,
+) -> bool {
+    loop {
+        if changes.changed().await.is_err() {
+            return false;
+        }
+        if let (Some(t), Some(last)) = (tenant, seen.as_mut()) {
+            let now = registry.generation(t);
+            if now == *last {
+                continue;
+            }
+            *last = now;
+        }
+        return true;
+    }
 }
 
 impl ServerHandler for McpAdapter {
@@ -465,9 +479,64 @@ impl ServerHandler for McpAdapter {
             ));
         }
         self.held
-            .subscribe(&upstream, &request.uri, context.peer.clone())
+            .subscribe(
+                &upstream,
+                &request.uri,
+                catalog::Listener::Session(context.peer.clone()),
+            )
             .await
             .map_err(|e| upstream_error(&upstream.upstream, e))
+    }
+
+    /// Protocol 2026-07-28's `subscriptions/listen`: tool list changes and resource
+    /// updates (prompt and resource list changes are not announced). Which URIs a caller
+    /// may watch is decided in [`Self::listen`], where the caller is known; a URI it cannot
+    /// see is acknowledged and never updated, as a URI that does not exist.
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        let mut accepted = SubscriptionFilter::builder();
+        if requested.tools_list_changed == Some(true) {
+            accepted = accepted.tools_list_changed();
+        }
+        if let Some(uris) = &requested.resource_subscriptions {
+            accepted = accepted.resource_subscriptions(uris.iter().cloned());
+        }
+        Some(accepted.build())
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let request = context.request_context();
+        let tenant = caller(request)?.auth.tenant;
+        let sink = context.sink().clone();
+        let held = catalog::Held::new(self.catalog.clone());
+        for uri in context.accepted().resource_subscriptions.iter().flatten() {
+            let Ok(upstream) = self.resource_upstream(request, uri) else {
+                continue;
+            };
+            if !upstream.subscribable {
+                continue;
+            }
+            let listener = catalog::Listener::Stream(sink.clone());
+            if let Err(err) = held.subscribe(&upstream, uri, listener).await {
+                tracing::warn!(upstream = %upstream.upstream, uri, error = %err, "could not subscribe upstream for a listen stream");
+            }
+        }
+        let mut tools = context.accepted().tools_list_changed == Some(true);
+        let mut changes = self.registry.changes();
+        changes.mark_unchanged();
+        let mut seen = Some(self.registry.generation(tenant));
+        loop {
+            tokio::select! {
+                () = context.cancelled() => break,
+                changed = next_tool_change(&self.registry, &mut changes, Some(tenant), &mut seen), if tools => {
+                    tools = changed && sink.notify_tool_list_changed().await.is_ok();
+                }
+            }
+        }
+        // `held` drops here: its upstream subscriptions are given back.
+        Ok(())
     }
 
     async fn unsubscribe(
