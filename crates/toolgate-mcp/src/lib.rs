@@ -450,11 +450,14 @@ impl ServerHandler for McpAdapter {
 
     async fn read_resource(
         &self,
-        request: ReadResourceRequestParams,
+        mut request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let upstream = self.resource_upstream(&context, &request.uri)?;
         tracing::info!(upstream = %upstream.upstream, uri = %request.uri, "resource read relayed");
+        // The upstream connection is shared: the caller's `_meta` (a progress token, say)
+        // stays here, where it means something.
+        request.meta = None;
         upstream
             .peer
             .read_resource_once(request)
@@ -575,6 +578,7 @@ impl ServerHandler for McpAdapter {
         };
         tracing::info!(upstream = %upstream.upstream, prompt = %request.name, "prompt relayed");
         request.name = remote;
+        request.meta = None;
         upstream
             .peer
             .get_prompt_once(request)
