@@ -261,6 +261,13 @@ async def test_update_resource(uri: str) -> str:
     return f"{len(sessions)} subscriber(s) told"
 
 
+@server.tool()
+async def fixture_exit() -> str:
+    """Ends this server's process 50 ms from now (toolgate's tests: a connection lost)."""
+    asyncio.get_running_loop().call_later(0.05, os._exit, 0)
+    return "exiting"
+
+
 @server.prompt()
 def test_simple_prompt() -> list:
     """A simple prompt without arguments."""

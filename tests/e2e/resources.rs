@@ -233,8 +233,9 @@ async fn heard_within(
 const WATCHED: &str = "test://watched-resource";
 
 /// `resources/subscribe` through the gateway: one upstream subscription per URI however
-/// many sessions hold it, each update reaching exactly the sessions that hold it, given
-/// back when the last one unsubscribes or its session ends.
+/// many sessions hold it, each update reaching exactly the sessions that hold it, made
+/// again on a new upstream connection, given back when the last one unsubscribes or its
+/// session ends.
 #[tokio::test]
 #[allow(deprecated)] // resources/subscribe: what clients before 2026-07-28 use
 async fn resource_subscriptions_are_shared_upstream_and_end_with_their_sessions() {
@@ -278,6 +279,30 @@ async fn resource_subscriptions_are_shared_upstream_and_end_with_their_sessions(
         Some(WATCHED)
     );
     assert_eq!(heard_within(&mut one_heard, 300).await, None);
+
+    // The upstream's process ends: on the new connection the gateway subscribes again
+    // to what sessions still hold.
+    let (status, _, done) = gw.invoke("fixture_exit", json!({"arguments": {}})).await;
+    assert_eq!(status, 200, "{done}");
+    let mut told = String::new();
+    for _ in 0..200 {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let (status, _, done) = gw
+            .invoke(
+                "test_update_resource",
+                json!({"arguments": {"uri": WATCHED}}),
+            )
+            .await;
+        told = done.to_string();
+        if status == 200 && told.contains("1 subscriber") {
+            break;
+        }
+    }
+    assert!(told.contains("1 subscriber"), "subscribed again: {told}");
+    assert_eq!(
+        heard_within(&mut two_heard, 5000).await.as_deref(),
+        Some(WATCHED)
+    );
 
     // The last holder's session ends: the gateway unsubscribes upstream.
     let _ = two.cancel().await;

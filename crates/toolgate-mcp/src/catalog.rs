@@ -38,14 +38,21 @@ use toolgate_core::{AuthContext, Owner, ScopedToolset, Toolset};
 /// supervisors (which fill it) and the MCP front door (which serves it).
 pub struct Catalog {
     entries: Mutex<HashMap<(Owner, String), Arc<Entry>>>,
-    /// Sessions' subscriptions held per upstream and URI.
-    held: Mutex<HashMap<Watched, usize>>,
+    /// Sessions' subscriptions held per upstream and URI. A count goes from 0 to 1
+    /// (subscribing upstream) and back (unsubscribing) under its own lock, so a
+    /// subscription and the end of the previous one reach the upstream in order.
+    held: Mutex<HashMap<Watched, Count>>,
     /// `notifications/resources/updated` from the upstreams, to the sessions' forwarders.
     updates: tokio::sync::broadcast::Sender<Watched>,
 }
 
 /// A URI of one upstream: `(owner, upstream, uri)`.
 pub type Watched = (Owner, String, String);
+
+type Count = Arc<tokio::sync::Mutex<usize>>;
+
+/// How long an upstream has to answer `resources/subscribe` or `resources/unsubscribe`.
+const SUBSCRIBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Default for Catalog {
     fn default() -> Self {
@@ -150,8 +157,16 @@ impl Catalog {
             .is_none();
         // A new connection: the upstream knows none of the subscriptions sessions hold.
         if first && subscribable {
-            for uri in self.held_uris(owner, upstream) {
-                if let Err(err) = subscribe_upstream(peer, &uri).await {
+            let held: Vec<(Watched, Count)> = lock(&self.held)
+                .iter()
+                .filter(|((o, u, _), _)| *o == owner && u == upstream)
+                .map(|(key, count)| (key.clone(), count.clone()))
+                .collect();
+            for ((_, _, uri), count) in held {
+                let n = count.lock().await;
+                if *n > 0
+                    && let Err(err) = subscribe_upstream(peer, &uri).await
+                {
                     tracing::warn!(upstream, uri, error = %err, "could not subscribe again to a resource sessions watch");
                 }
             }
@@ -159,57 +174,59 @@ impl Catalog {
         Ok(())
     }
 
-    fn held_uris(&self, owner: Owner, upstream: &str) -> Vec<String> {
-        lock(&self.held)
-            .keys()
-            .filter(|(o, u, _)| *o == owner && u == upstream)
-            .map(|(_, _, uri)| uri.clone())
-            .collect()
+    /// The count on `key`, made when there is none.
+    fn count(&self, key: &Watched) -> Count {
+        lock(&self.held).entry(key.clone()).or_default().clone()
+    }
+
+    /// Drops the count on `key` when it is zero and no one else is about to use it.
+    fn forget_if_idle(&self, key: &Watched, count: &Count) {
+        let mut held = lock(&self.held);
+        // The map and the caller hold it; taking another handle needs the map's lock.
+        if Arc::strong_count(count) == 2 && count.try_lock().is_ok_and(|n| *n == 0) {
+            held.remove(key);
+        }
     }
 
     /// Takes one count on `uri` of `entry`'s upstream, subscribing upstream for the first.
     pub async fn hold(&self, entry: &Entry, uri: &str) -> Result<(), ServiceError> {
         let key = (entry.owner, entry.upstream.clone(), uri.to_owned());
-        if lock(&self.held).get(&key).is_none_or(|n| *n == 0) {
-            subscribe_upstream(&entry.peer, uri).await?;
+        let count = self.count(&key);
+        let mut n = count.lock().await;
+        let subscribed = if *n == 0 {
+            subscribe_upstream(&entry.peer, uri).await
+        } else {
+            Ok(())
+        };
+        if subscribed.is_ok() {
+            *n += 1;
         }
-        *lock(&self.held).entry(key).or_default() += 1;
-        Ok(())
+        drop(n);
+        self.forget_if_idle(&key, &count);
+        subscribed
     }
 
-    /// Gives back one count on `watched`; the last one unsubscribes upstream (in the
-    /// background: a session ending cannot wait for it).
-    pub fn release(&self, watched: &Watched) {
-        let last = {
-            let mut held = lock(&self.held);
-            match held.get_mut(watched) {
-                Some(n) if *n > 1 => {
-                    *n -= 1;
-                    false
-                }
-                Some(_) => {
-                    held.remove(watched);
-                    true
-                }
-                None => false,
-            }
+    /// Gives back one count on `watched`; the last one unsubscribes upstream. In the
+    /// background: a session ending cannot wait for it (and without a runtime, the
+    /// gateway is stopping and its upstream connections with it).
+    pub fn release(self: &Arc<Self>, watched: &Watched) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
         };
-        let entry = self.lock().get(&(watched.0, watched.1.clone())).cloned();
-        // Without a runtime (the gateway is stopping) there is no connection to tell.
-        let runtime = tokio::runtime::Handle::try_current();
-        if let (true, Some(entry), Ok(runtime)) = (last, entry, runtime) {
-            let uri = watched.2.clone();
-            runtime.spawn(async move {
-                #[allow(deprecated)] // legacy-only, as are the upstream connections
-                let done = entry
-                    .peer
-                    .unsubscribe(rmcp::model::UnsubscribeRequestParams::new(uri.clone()))
-                    .await;
-                if let Err(err) = done {
-                    tracing::debug!(upstream = %entry.upstream, uri, error = %err, "unsubscribing upstream failed");
-                }
-            });
-        }
+        let (catalog, watched) = (self.clone(), watched.clone());
+        runtime.spawn(async move {
+            let count = catalog.count(&watched);
+            let mut n = count.lock().await;
+            *n = n.saturating_sub(1);
+            let entry = catalog.lock().get(&(watched.0, watched.1.clone())).cloned();
+            if let (0, Some(entry)) = (*n, entry)
+                && let Err(err) = unsubscribe_upstream(&entry.peer, &watched.2).await
+            {
+                tracing::debug!(upstream = %entry.upstream, uri = %watched.2, error = %err, "unsubscribing upstream failed");
+            }
+            drop(n);
+            catalog.forget_if_idle(&watched, &count);
+        });
     }
 
     /// An upstream says `uri` changed.
@@ -390,10 +407,25 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+// `resources/subscribe` is legacy-only, as are the upstream connections (legacy initialize).
+#[allow(deprecated)]
 async fn subscribe_upstream(peer: &Peer<RoleClient>, uri: &str) -> Result<(), ServiceError> {
-    #[allow(deprecated)] // legacy-only, as are the upstream connections (legacy initialize)
-    peer.subscribe(rmcp::model::SubscribeRequestParams::new(uri))
+    let request = peer.subscribe(rmcp::model::SubscribeRequestParams::new(uri));
+    tokio::time::timeout(SUBSCRIBE_TIMEOUT, request)
         .await
+        .map_err(|_| ServiceError::Timeout {
+            timeout: SUBSCRIBE_TIMEOUT,
+        })?
+}
+
+#[allow(deprecated)]
+async fn unsubscribe_upstream(peer: &Peer<RoleClient>, uri: &str) -> Result<(), ServiceError> {
+    let request = peer.unsubscribe(rmcp::model::UnsubscribeRequestParams::new(uri));
+    tokio::time::timeout(SUBSCRIBE_TIMEOUT, request)
+        .await
+        .map_err(|_| ServiceError::Timeout {
+            timeout: SUBSCRIBE_TIMEOUT,
+        })?
 }
 
 /// Whether RFC 6570 `template` can expand to `uri`: each `{var}` stands for one or more
