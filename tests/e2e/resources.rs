@@ -220,6 +220,26 @@ async fn touch(gw: &Gateway, uri: &str) -> String {
     done.to_string()
 }
 
+/// Announces a change to the watched resource until the fixture says it told `what`
+/// (`"1 subscriber"`), failing after 10 s; calls may fail meanwhile (a reconnecting upstream).
+async fn until_told(gw: &Gateway, what: &str) {
+    let mut told = String::new();
+    for _ in 0..200 {
+        let (status, _, done) = gw
+            .invoke(
+                "test_update_resource",
+                json!({"arguments": {"uri": WATCHED}}),
+            )
+            .await;
+        told = done.to_string();
+        if status == 200 && told.contains(what) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the fixture never told {what}: {told}");
+}
+
 async fn heard_within(
     heard: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
     ms: u64,
@@ -284,21 +304,7 @@ async fn resource_subscriptions_are_shared_upstream_and_end_with_their_sessions(
     // to what sessions still hold.
     let (status, _, done) = gw.invoke("fixture_exit", json!({"arguments": {}})).await;
     assert_eq!(status, 200, "{done}");
-    let mut told = String::new();
-    for _ in 0..200 {
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        let (status, _, done) = gw
-            .invoke(
-                "test_update_resource",
-                json!({"arguments": {"uri": WATCHED}}),
-            )
-            .await;
-        told = done.to_string();
-        if status == 200 && told.contains("1 subscriber") {
-            break;
-        }
-    }
-    assert!(told.contains("1 subscriber"), "subscribed again: {told}");
+    until_told(&gw, "1 subscriber").await;
     assert_eq!(
         heard_within(&mut two_heard, 5000).await.as_deref(),
         Some(WATCHED)
@@ -306,15 +312,7 @@ async fn resource_subscriptions_are_shared_upstream_and_end_with_their_sessions(
 
     // The last holder's session ends: the gateway unsubscribes upstream.
     let _ = two.cancel().await;
-    let mut told = String::new();
-    for _ in 0..100 {
-        told = touch(&gw, WATCHED).await;
-        if told.contains("0 subscriber") {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert!(told.contains("0 subscriber"), "{told}");
+    until_told(&gw, "0 subscriber").await;
     let _ = one.cancel().await;
     gw.stop().await;
 }
@@ -395,15 +393,7 @@ async fn a_listen_stream_hears_resource_updates_and_tool_list_changes() {
 
     // The stream ends: the gateway unsubscribes upstream.
     drop(stream);
-    let mut told = String::new();
-    for _ in 0..100 {
-        told = touch(&gw, WATCHED).await;
-        if told.contains("0 subscriber") {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert!(told.contains("0 subscriber"), "{told}");
+    until_told(&gw, "0 subscriber").await;
     let _ = client.cancel().await;
     gw.stop().await;
 }

@@ -410,17 +410,18 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 // `resources/subscribe` is legacy-only, as are the upstream connections (legacy initialize).
 #[allow(deprecated)]
 async fn subscribe_upstream(peer: &Peer<RoleClient>, uri: &str) -> Result<(), ServiceError> {
-    let request = peer.subscribe(rmcp::model::SubscribeRequestParams::new(uri));
-    tokio::time::timeout(SUBSCRIBE_TIMEOUT, request)
-        .await
-        .map_err(|_| ServiceError::Timeout {
-            timeout: SUBSCRIBE_TIMEOUT,
-        })?
+    in_time(peer.subscribe(rmcp::model::SubscribeRequestParams::new(uri))).await
 }
 
 #[allow(deprecated)]
 async fn unsubscribe_upstream(peer: &Peer<RoleClient>, uri: &str) -> Result<(), ServiceError> {
-    let request = peer.unsubscribe(rmcp::model::UnsubscribeRequestParams::new(uri));
+    in_time(peer.unsubscribe(rmcp::model::UnsubscribeRequestParams::new(uri))).await
+}
+
+/// The upstream's answer, or a timeout after [`SUBSCRIBE_TIMEOUT`].
+async fn in_time(
+    request: impl std::future::Future<Output = Result<(), ServiceError>>,
+) -> Result<(), ServiceError> {
     tokio::time::timeout(SUBSCRIBE_TIMEOUT, request)
         .await
         .map_err(|_| ServiceError::Timeout {
