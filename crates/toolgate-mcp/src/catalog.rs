@@ -100,8 +100,8 @@ impl Catalog {
     }
 
     /// Lists what `peer` offers (only what its capabilities declare) and files it under
-    /// the upstream, replacing the previous listing. Fails, leaving the previous listing,
-    /// when a listing fails.
+    /// the upstream, replacing the previous listing. A list the upstream fails to give is
+    /// filed empty (the others are still served) and its error returned.
     pub(crate) async fn refresh(
         &self,
         upstream: &str,
@@ -118,16 +118,17 @@ impl Catalog {
             .and_then(|c| c.resources.as_ref())
             .and_then(|r| r.subscribe)
             == Some(true);
+        let mut failed = None;
         let (resources, templates) = if offers_resources {
             (
-                peer.list_all_resources().await?,
-                peer.list_all_resource_templates().await?,
+                or_empty(peer.list_all_resources().await, &mut failed),
+                or_empty(peer.list_all_resource_templates().await, &mut failed),
             )
         } else {
             (Vec::new(), Vec::new())
         };
         let prompts = if offers_prompts {
-            peer.list_all_prompts().await?
+            or_empty(peer.list_all_prompts().await, &mut failed)
         } else {
             Vec::new()
         };
@@ -171,7 +172,7 @@ impl Catalog {
                 }
             }
         }
-        Ok(())
+        failed.map_or(Ok(()), Err)
     }
 
     /// The count on `key`, made when there is none.
@@ -401,6 +402,14 @@ impl Drop for Held {
             self.catalog.release(watched);
         }
     }
+}
+
+/// The list, or none when the upstream failed to give it (the first failure kept).
+fn or_empty<T>(listed: Result<Vec<T>, ServiceError>, failed: &mut Option<ServiceError>) -> Vec<T> {
+    listed.unwrap_or_else(|err| {
+        failed.get_or_insert(err);
+        Vec::new()
+    })
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
