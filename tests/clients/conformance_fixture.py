@@ -225,6 +225,13 @@ def watched_resource() -> str:
     return "Watched resource content"
 
 
+@server.resource("test://slow", name="slow", mime_type="text/plain")
+async def slow_resource() -> str:
+    """A resource that takes 5 s to read (toolgate's tests: a deadline)."""
+    await asyncio.sleep(5)
+    return "finally"
+
+
 @server.resource("test://template/{id}/data", name="template-data", mime_type="application/json")
 def template_data(id: str) -> str:
     """Data for an id, from a template."""

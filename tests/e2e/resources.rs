@@ -252,10 +252,10 @@ async fn heard_within(
 
 const WATCHED: &str = "test://watched-resource";
 
-/// `resources/subscribe` through the gateway: one upstream subscription per URI however
-/// many sessions hold it, each update reaching exactly the sessions that hold it, made
-/// again on a new upstream connection, given back when the last one unsubscribes or its
-/// session ends.
+/// A relayed read within the upstream's deadline, and `resources/subscribe` through the
+/// gateway: one upstream subscription per URI however many sessions hold it, each update
+/// reaching exactly the sessions that hold it, made again on a new upstream connection,
+/// given back when the last one unsubscribes or its session ends.
 #[tokio::test]
 #[allow(deprecated)] // resources/subscribe: what clients before 2026-07-28 use
 async fn resource_subscriptions_are_shared_upstream_and_end_with_their_sessions() {
@@ -265,6 +265,7 @@ async fn resource_subscriptions_are_shared_upstream_and_end_with_their_sessions(
         "prefix": "",
         "command": dir.join(".venv/bin/python"),
         "args": [dir.join("conformance_fixture.py")],
+        "timeout_secs": 1,
     }))
     .expect("an upstream entry");
     let gw = Gateway::start_with(|c| c.upstreams = vec![fixture]).await;
@@ -272,6 +273,16 @@ async fn resource_subscriptions_are_shared_upstream_and_end_with_their_sessions(
     assert!(touch(&gw, WATCHED).await.contains("0 subscriber"));
 
     let (one, mut one_heard) = subscriber(&gw, &gw.admin_key).await;
+    // A relayed read keeps the upstream's deadline (1 s here; the resource takes 5 s).
+    let started = std::time::Instant::now();
+    let slow = one
+        .read_resource(ReadResourceRequestParams::new("test://slow"))
+        .await;
+    assert!(
+        matches!(&slow, Err(ServiceError::McpError(e)) if e.message.contains("within 1 s")),
+        "{slow:?}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(4));
     let (two, mut two_heard) = subscriber(&gw, &gw.admin_key).await;
     let subscribe = || rmcp::model::SubscribeRequestParams::new(WATCHED);
     one.subscribe(subscribe()).await.expect("one subscribes");

@@ -34,6 +34,8 @@ use rmcp::{RoleClient, RoleServer, ServiceError};
 use toolgate_core::auth::scopes;
 use toolgate_core::{AuthContext, Owner, ScopedToolset, Toolset};
 
+use crate::upstream::UpstreamConfig;
+
 /// Every connected upstream's resources and prompts. Shared by the upstreams'
 /// supervisors (which fill it) and the MCP front door (which serves it).
 pub struct Catalog {
@@ -72,6 +74,8 @@ pub struct Entry {
     pub upstream: String,
     pub owner: Owner,
     prefix: String,
+    /// How long a relayed read or prompt may take: the upstream's default call deadline.
+    pub timeout: std::time::Duration,
     /// The gateway's names of the upstream's tools (for visibility).
     tools: Vec<String>,
     pub peer: Peer<RoleClient>,
@@ -104,12 +108,11 @@ impl Catalog {
     /// filed empty (the others are still served) and its error returned.
     pub(crate) async fn refresh(
         &self,
-        upstream: &str,
-        owner: Owner,
-        prefix: &str,
+        config: &UpstreamConfig,
         tools: &[String],
         peer: &Peer<RoleClient>,
     ) -> Result<(), ServiceError> {
+        let (upstream, owner) = (config.name.as_str(), config.owner);
         let capabilities = peer.peer_info().map(|info| info.capabilities.clone());
         let offers_resources = capabilities.as_ref().is_some_and(|c| c.resources.is_some());
         let offers_prompts = capabilities.as_ref().is_some_and(|c| c.prompts.is_some());
@@ -144,7 +147,8 @@ impl Catalog {
         let entry = Entry {
             upstream: upstream.to_owned(),
             owner,
-            prefix: prefix.to_owned(),
+            prefix: config.prefix(),
+            timeout: config.default_timeout,
             tools: tools.to_vec(),
             peer: peer.clone(),
             resources,
@@ -241,8 +245,8 @@ impl Catalog {
     }
 
     /// The upstream is gone (its connection ended, or it was removed).
-    pub(crate) fn remove(&self, upstream: &str, owner: Owner) {
-        self.lock().remove(&(owner, upstream.to_owned()));
+    pub(crate) fn remove(&self, config: &UpstreamConfig) {
+        self.lock().remove(&(config.owner, config.name.clone()));
     }
 
     /// The upstreams `auth` may see through `toolset`, by name.

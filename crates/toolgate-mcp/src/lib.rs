@@ -245,6 +245,25 @@ fn upstream_error(upstream: &str, err: rmcp::ServiceError) -> ErrorData {
     }
 }
 
+/// A relayed request's answer, within the upstream's deadline (dropping it on timeout
+/// sends `notifications/cancelled` upstream).
+async fn in_time<T>(
+    upstream: &catalog::Entry,
+    request: impl std::future::Future<Output = Result<T, rmcp::ServiceError>>,
+) -> Result<T, ErrorData> {
+    match tokio::time::timeout(upstream.timeout, request).await {
+        Ok(answer) => answer.map_err(|e| upstream_error(&upstream.upstream, e)),
+        Err(_) => Err(ErrorData::internal_error(
+            format!(
+                "upstream {} did not answer within {} s",
+                upstream.upstream,
+                upstream.timeout.as_secs_f64()
+            ),
+            None,
+        )),
+    }
+}
+
 fn caller(context: &RequestContext<RoleServer>) -> Result<McpCaller, ErrorData> {
     context
         .extensions
@@ -458,11 +477,8 @@ impl ServerHandler for McpAdapter {
         // The upstream connection is shared: the caller's `_meta` (a progress token, say)
         // stays here, where it means something.
         request.meta = None;
-        upstream
-            .peer
-            .read_resource_once(request)
-            .await
-            .map_err(|e| upstream_error(&upstream.upstream, e))
+        let read = upstream.peer.read_resource_once(request);
+        in_time(&upstream, read).await
     }
 
     async fn subscribe(
@@ -579,11 +595,8 @@ impl ServerHandler for McpAdapter {
         tracing::info!(upstream = %upstream.upstream, prompt = %request.name, "prompt relayed");
         request.name = remote;
         request.meta = None;
-        upstream
-            .peer
-            .get_prompt_once(request)
-            .await
-            .map_err(|e| upstream_error(&upstream.upstream, e))
+        let got = upstream.peer.get_prompt_once(request);
+        in_time(upstream, got).await
     }
 
     async fn list_tools(

@@ -142,7 +142,7 @@ impl std::fmt::Debug for UpstreamTransport {
 }
 
 impl UpstreamConfig {
-    fn prefix(&self) -> String {
+    pub(crate) fn prefix(&self) -> String {
         self.prefix
             .clone()
             .unwrap_or_else(|| format!("{}__", self.name))
@@ -498,9 +498,7 @@ async fn supervise(
                         }
                     }
                     status.send_modify(|s| s.tools.clone_from(&registered));
-                    let prefix = config.prefix();
-                    let listed =
-                        catalog.refresh(&config.name, config.owner, &prefix, &registered, &peer);
+                    let listed = catalog.refresh(&config, &registered, &peer);
                     if let Err(err) = listed.await {
                         tracing::warn!(upstream = %config.name, error = %err, "could not list the upstream's resources and prompts");
                         status.send_modify(|s| {
@@ -520,7 +518,7 @@ async fn supervise(
                         }
                     }
                 };
-                catalog.remove(&config.name, config.owner);
+                catalog.remove(&config);
                 match end {
                     End::Closed => {}
                     End::Unresponsive => {
