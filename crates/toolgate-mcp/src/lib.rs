@@ -233,6 +233,24 @@ impl VendorPrefixes<'_> {
     }
 }
 
+/// One page of `items` in the order of `key`, after the request's cursor (the last key of
+/// the page before), and the cursor of the next page. Items whose key repeats an earlier
+/// one's are left out: a URI two upstreams list is read from the first.
+fn page<T>(
+    mut items: Vec<T>,
+    key: impl Fn(&T) -> &str,
+    request: Option<PaginatedRequestParams>,
+) -> (Vec<T>, Option<String>) {
+    items.sort_by(|a, b| key(a).cmp(key(b)));
+    items.dedup_by(|b, a| key(a) == key(b));
+    if let Some(cursor) = request.and_then(|r| r.cursor) {
+        items.retain(|t| key(t) > cursor.as_str());
+    }
+    let next = (items.len() > PAGE).then(|| key(&items[PAGE - 1]).to_owned());
+    items.truncate(PAGE);
+    (items, next)
+}
+
 /// An upstream's failure to answer a relayed request: its own JSON-RPC error as it sent
 /// it; anything else (the connection is gone, the answer made no sense) as an internal
 /// error naming the upstream.
@@ -447,24 +465,28 @@ impl ServerHandler for McpAdapter {
 
     async fn list_resources(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         let upstreams = self.visible_upstreams(&context)?;
         let resources = upstreams.iter().flat_map(|u| u.resources.iter().cloned());
-        Ok(ListResourcesResult::with_all_items(resources.collect()))
+        let (resources, next_cursor) = page(resources.collect(), |r| &r.uri, request);
+        let mut listed = ListResourcesResult::with_all_items(resources);
+        listed.next_cursor = next_cursor;
+        Ok(listed)
     }
 
     async fn list_resource_templates(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         let upstreams = self.visible_upstreams(&context)?;
         let templates = upstreams.iter().flat_map(|u| u.templates.iter().cloned());
-        Ok(ListResourceTemplatesResult::with_all_items(
-            templates.collect(),
-        ))
+        let (templates, next_cursor) = page(templates.collect(), |t| &t.uri_template, request);
+        let mut listed = ListResourceTemplatesResult::with_all_items(templates);
+        listed.next_cursor = next_cursor;
+        Ok(listed)
     }
 
     async fn read_resource(
@@ -569,12 +591,15 @@ impl ServerHandler for McpAdapter {
 
     async fn list_prompts(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
         let upstreams = self.visible_upstreams(&context)?;
         let prompts = upstreams.iter().flat_map(|u| u.named_prompts());
-        Ok(ListPromptsResult::with_all_items(prompts.collect()))
+        let (prompts, next_cursor) = page(prompts.collect(), |p| &p.name, request);
+        let mut listed = ListPromptsResult::with_all_items(prompts);
+        listed.next_cursor = next_cursor;
+        Ok(listed)
     }
 
     async fn get_prompt(
@@ -605,15 +630,11 @@ impl ServerHandler for McpAdapter {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let caller = caller(&context)?;
-        let mut tools = caller
+        let tools = caller
             .toolset
             .scope(self.registry.clone(), &caller.auth)
             .list();
-        if let Some(cursor) = request.and_then(|r| r.cursor) {
-            tools.retain(|t| t.spec().name.as_str() > cursor.as_str());
-        }
-        let next_cursor = (tools.len() > PAGE).then(|| tools[PAGE - 1].spec().name.clone());
-        tools.truncate(PAGE);
+        let (tools, next_cursor) = page(tools, |t| &t.spec().name, request);
         let client = client_info(&context);
         let vendor = self.vendor_meta.for_client(client.as_ref());
         let tools = tools
@@ -824,6 +845,35 @@ mod tests {
             "test",
             json!({"type": "object"}),
         )))
+    }
+
+    #[test]
+    fn pages_follow_their_cursor_and_list_a_repeated_key_once() {
+        let items: Vec<(String, usize)> = (0..PAGE + 5)
+            .rev()
+            .map(|i| (format!("k{i:04}"), i))
+            .chain([("k0000".to_owned(), usize::MAX)])
+            .collect();
+        fn key(t: &(String, usize)) -> &str {
+            &t.0
+        }
+        let (first, cursor) = page(items.clone(), key, None);
+        assert_eq!(first.len(), PAGE);
+        assert_eq!(
+            first[0],
+            ("k0000".to_owned(), 0),
+            "the first listed keeps its key"
+        );
+        let cursor = cursor.expect("a next page");
+        assert_eq!(cursor, format!("k{:04}", PAGE - 1));
+        let (rest, next) = page(
+            items,
+            key,
+            Some(PaginatedRequestParams::default().with_cursor(Some(cursor))),
+        );
+        let rest: Vec<usize> = rest.into_iter().map(|t| t.1).collect();
+        assert_eq!(rest, (PAGE..PAGE + 5).collect::<Vec<_>>());
+        assert_eq!(next, None);
     }
 
     #[test]
