@@ -269,6 +269,15 @@ async def test_update_resource(uri: str) -> str:
 
 
 @server.tool()
+async def test_add_resource(uri: str, ctx: Context) -> str:
+    """Adds a text resource at `uri` and tells clients the resource list changed."""
+    server.resource(uri, name=uri.rsplit("/", 1)[-1], mime_type="text/plain")(lambda: f"added {uri}")
+    await ctx.notify_resources_changed()
+    await ctx.session.send_resource_list_changed()
+    return "added"
+
+
+@server.tool()
 async def fixture_exit() -> str:
     """Ends this server's process 50 ms from now (toolgate's tests: a connection lost)."""
     asyncio.get_running_loop().call_later(0.05, os._exit, 0)

@@ -184,6 +184,13 @@ impl rmcp::ClientHandler for Updates {
         let _ = self.0.send(params.uri);
     }
 
+    async fn on_resource_list_changed(
+        &self,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        let _ = self.0.send("resources/list_changed".into());
+    }
+
     fn get_info(&self) -> rmcp::model::ClientConfig {
         rmcp::model::ClientConfig::new(
             rmcp::model::ClientCapabilities::default(),
@@ -324,6 +331,19 @@ async fn resource_subscriptions_are_shared_upstream_and_end_with_their_sessions(
     // The last holder's session ends: the gateway unsubscribes upstream.
     let _ = two.cancel().await;
     until_told(&gw, "0 subscriber").await;
+
+    // The upstream's resource list changes: the session hears it, and lists the new one.
+    let added = "test://added-later";
+    let (status, _, done) = gw
+        .invoke("test_add_resource", json!({"arguments": {"uri": added}}))
+        .await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(
+        heard_within(&mut one_heard, 5000).await.as_deref(),
+        Some("resources/list_changed")
+    );
+    let resources = one.list_all_resources().await.expect("resources/list");
+    assert!(resources.iter().any(|r| r.uri == added), "{resources:?}");
     let _ = one.cancel().await;
     gw.stop().await;
 }
@@ -338,9 +358,9 @@ async fn next(stream: &mut rmcp::service::Subscription) -> rmcp::model::ServerNo
 }
 
 /// Protocol 2026-07-28: `subscriptions/listen` carries the same resource updates, and tool
-/// list changes; the stream's end gives its upstream subscriptions back.
+/// and resource list changes; the stream's end gives its upstream subscriptions back.
 #[tokio::test]
-async fn a_listen_stream_hears_resource_updates_and_tool_list_changes() {
+async fn a_listen_stream_hears_resource_updates_and_list_changes() {
     let dir = sdk_clients();
     let python = dir.join(".venv/bin/python");
     let upstreams: Vec<toolgate_server::config::UpstreamEntry> = serde_json::from_value(json!([
@@ -375,6 +395,7 @@ async fn a_listen_stream_hears_resource_updates_and_tool_list_changes() {
     };
     let filter = rmcp::model::SubscriptionFilter::builder()
         .tools_list_changed()
+        .resources_list_changed()
         .resource_subscription(WATCHED)
         .build();
     let mut stream = client
@@ -401,6 +422,22 @@ async fn a_listen_stream_hears_resource_updates_and_tool_list_changes() {
         heard["method"], "notifications/tools/list_changed",
         "{heard}"
     );
+
+    let (status, _, done) = gw
+        .invoke(
+            "test_add_resource",
+            json!({"arguments": {"uri": "test://added"}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{done}");
+    // (The upstream's tools are listed again too, which the stream may also hear.)
+    let wanted = json!("notifications/resources/list_changed");
+    let mut methods = Vec::new();
+    while !methods.contains(&wanted) && methods.len() < 3 {
+        let heard = serde_json::to_value(next(&mut stream).await).expect("json");
+        methods.push(heard["method"].clone());
+    }
+    assert!(methods.contains(&wanted), "{methods:?}");
 
     // The stream ends: the gateway unsubscribes upstream.
     drop(stream);

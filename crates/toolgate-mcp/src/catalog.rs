@@ -3,7 +3,8 @@
 //! Each upstream's supervisor lists its resources, resource templates and prompts when it
 //! connects and again on the upstream's `list_changed` notifications, and files them here
 //! under the upstream; the MCP front door serves them to the callers who may see that
-//! upstream and relays `resources/read` and `prompts/get` to it.
+//! upstream, relays `resources/read` and `prompts/get` to it, and tells a tenant's
+//! sessions when what the tenant sees has changed ([`Catalog::generation`]).
 //!
 //! Who sees an upstream's resources and prompts: callers holding `tools:invoke`, of the
 //! tenant that owns the upstream (every tenant for the operator's upstreams), whose toolset
@@ -32,7 +33,7 @@ use rmcp::model::{Prompt, Resource, ResourceTemplate};
 use rmcp::service::Peer;
 use rmcp::{RoleClient, RoleServer, ServiceError};
 use toolgate_core::auth::scopes;
-use toolgate_core::{AuthContext, Owner, ScopedToolset, Toolset};
+use toolgate_core::{AuthContext, Owner, ScopedToolset, TenantId, Toolset};
 
 use crate::upstream::UpstreamConfig;
 
@@ -46,6 +47,9 @@ pub struct Catalog {
     held: Mutex<HashMap<Watched, Count>>,
     /// `notifications/resources/updated` from the upstreams, to the sessions' forwarders.
     updates: tokio::sync::broadcast::Sender<Watched>,
+    /// Bumped whenever an upstream's resources or prompts change, counted per owner.
+    version: tokio::sync::watch::Sender<u64>,
+    generations: Mutex<HashMap<Owner, u64>>,
 }
 
 /// A URI of one upstream: `(owner, upstream, uri)`.
@@ -62,6 +66,8 @@ impl Default for Catalog {
             entries: Mutex::default(),
             held: Mutex::default(),
             updates: tokio::sync::broadcast::channel(UPDATES_BACKLOG).0,
+            version: tokio::sync::watch::channel(0).0,
+            generations: Mutex::default(),
         }
     }
 }
@@ -70,6 +76,7 @@ impl Default for Catalog {
 const UPDATES_BACKLOG: usize = 256;
 
 /// One connected upstream's listing.
+#[derive(Clone)]
 pub struct Entry {
     pub upstream: String,
     pub owner: Owner,
@@ -156,10 +163,15 @@ impl Catalog {
             prompts,
             subscribable,
         };
-        let first = self
+        let before = self
             .lock()
-            .insert((owner, upstream.to_owned()), Arc::new(entry))
-            .is_none();
+            .insert((owner, upstream.to_owned()), Arc::new(entry.clone()));
+        if before.as_ref().is_some_and(|b| !b.lists_same(&entry))
+            || before.is_none() && !entry.lists_nothing()
+        {
+            self.changed(owner);
+        }
+        let first = before.is_none();
         // A new connection: the upstream knows none of the subscriptions sessions hold.
         if first && subscribable {
             let held: Vec<(Watched, Count)> = lock(&self.held)
@@ -246,7 +258,28 @@ impl Catalog {
 
     /// The upstream is gone (its connection ended, or it was removed).
     pub(crate) fn remove(&self, config: &UpstreamConfig) {
-        self.lock().remove(&(config.owner, config.name.clone()));
+        let removed = self.lock().remove(&(config.owner, config.name.clone()));
+        if removed.is_some_and(|e| !e.lists_nothing()) {
+            self.changed(config.owner);
+        }
+    }
+
+    fn changed(&self, owner: Owner) {
+        *lock(&self.generations).entry(owner).or_default() += 1;
+        self.version.send_modify(|v| *v += 1);
+    }
+
+    /// Wakes on every change to any upstream's resources or prompts.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.version.subscribe()
+    }
+
+    /// Grows with every change to the resources and prompts `tenant` may see (the
+    /// operator's upstreams' and its own), and only then.
+    pub fn generation(&self, tenant: TenantId) -> u64 {
+        let generations = lock(&self.generations);
+        let of = |owner| generations.get(&owner).copied().unwrap_or(0);
+        of(Owner::Everyone) + of(Owner::Tenant(tenant))
     }
 
     /// The upstreams `auth` may see through `toolset`, by name.
@@ -275,6 +308,16 @@ impl Catalog {
 }
 
 impl Entry {
+    fn lists_same(&self, other: &Entry) -> bool {
+        self.resources == other.resources
+            && self.templates == other.templates
+            && self.prompts == other.prompts
+    }
+
+    fn lists_nothing(&self) -> bool {
+        self.resources.is_empty() && self.templates.is_empty() && self.prompts.is_empty()
+    }
+
     /// This upstream's prompts under the gateway's names.
     pub fn named_prompts(&self) -> impl Iterator<Item = Prompt> + '_ {
         self.prompts.iter().map(|p| {

@@ -372,18 +372,35 @@ fn forward_progress(token: ProgressToken, peer: Peer<RoleServer>) -> ProgressSin
     sink
 }
 
-/// Tells one session's client whenever the tools its tenant sees change (any change
-/// when the tenant is unknown), until the session ends.
-fn watch_tool_list(registry: Arc<Registry>, tenant: Option<TenantId>, peer: Peer<RoleServer>) {
-    let mut changes = registry.changes();
-    changes.mark_unchanged();
-    let mut seen = tenant.map(|t| registry.generation(t));
+/// Tells one session's client whenever the tools, or the upstreams' resources and
+/// prompts, its tenant sees change (any change when the tenant is unknown), until the
+/// session ends.
+fn watch_lists(
+    registry: Arc<Registry>,
+    catalog: Arc<catalog::Catalog>,
+    tenant: Option<TenantId>,
+    peer: Peer<RoleServer>,
+) {
+    let mut tools = ListWatch::new(registry.changes(), move || {
+        tenant.map(|t| registry.generation(t))
+    });
+    let mut lists = ListWatch::new(catalog.changes(), move || {
+        tenant.map(|t| catalog.generation(t))
+    });
     tokio::spawn(async move {
         let mut alive = tokio::time::interval(SESSION_CHECK);
         loop {
             tokio::select! {
-                changed = next_tool_change(&registry, &mut changes, tenant, &mut seen) => {
+                changed = tools.next() => {
                     if !changed || peer.notify_tool_list_changed().await.is_err() {
+                        break;
+                    }
+                }
+                changed = lists.next() => {
+                    if !changed
+                        || peer.notify_resource_list_changed().await.is_err()
+                        || peer.notify_prompt_list_changed().await.is_err()
+                    {
                         break;
                     }
                 }
@@ -397,26 +414,41 @@ fn watch_tool_list(registry: Arc<Registry>, tenant: Option<TenantId>, peer: Peer
     });
 }
 
-/// Waits for the next change to `tenant`'s tools (to any tool when the tenant is not
-/// known); `false` when the registry is gone.
-async fn next_tool_change(
-    registry: &Registry,
-    changes: &mut tokio::sync::watch::Receiver<u64>,
-    tenant: Option<TenantId>,
-    seen: &mut Option<u64>,
-) -> bool {
-    loop {
-        if changes.changed().await.is_err() {
-            return false;
+/// Changes to one kind of list a tenant sees: `changes` wakes on every change, to anyone's
+/// list; `generation` (the tenant's count of changes, `None` when the tenant is unknown)
+/// tells which were the tenant's.
+struct ListWatch<F> {
+    changes: tokio::sync::watch::Receiver<u64>,
+    generation: F,
+    seen: Option<u64>,
+}
+
+impl<F: Fn() -> Option<u64>> ListWatch<F> {
+    fn new(mut changes: tokio::sync::watch::Receiver<u64>, generation: F) -> Self {
+        changes.mark_unchanged();
+        let seen = generation();
+        Self {
+            changes,
+            generation,
+            seen,
         }
-        if let (Some(t), Some(last)) = (tenant, seen.as_mut()) {
-            let now = registry.generation(t);
-            if now == *last {
-                continue;
+    }
+
+    /// Waits for the next change to the tenant's list; `false` when changes can no longer
+    /// come.
+    async fn next(&mut self) -> bool {
+        loop {
+            if self.changes.changed().await.is_err() {
+                return false;
             }
-            *last = now;
+            if let (Some(now), Some(last)) = ((self.generation)(), self.seen.as_mut()) {
+                if now == *last {
+                    continue;
+                }
+                *last = now;
+            }
+            return true;
         }
-        return true;
     }
 }
 
@@ -426,7 +458,9 @@ impl ServerHandler for McpAdapter {
         ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_prompts()
+                .enable_prompts_list_changed()
                 .enable_resources()
+                .enable_resources_list_changed()
                 .enable_resources_subscribe()
                 .enable_tools()
                 .enable_tool_list_changed()
@@ -449,7 +483,12 @@ impl ServerHandler for McpAdapter {
             .get::<http::request::Parts>()
             .and_then(|parts| parts.extensions.get::<McpCaller>())
             .map(|caller| caller.auth.tenant);
-        watch_tool_list(self.registry.clone(), tenant, context.peer);
+        watch_lists(
+            self.registry.clone(),
+            self.catalog.clone(),
+            tenant,
+            context.peer,
+        );
     }
 
     /// The lowest level of upstream log messages this session hears from its calls.
@@ -529,8 +568,8 @@ impl ServerHandler for McpAdapter {
             .map_err(|e| upstream_error(&upstream.upstream, e))
     }
 
-    /// Protocol 2026-07-28's `subscriptions/listen`: tool list changes and resource
-    /// updates (prompt and resource list changes are not announced). Which URIs a caller
+    /// Protocol 2026-07-28's `subscriptions/listen`: changes to the caller's tools,
+    /// resources and prompts, and resource updates. Which URIs a caller
     /// may watch is decided in [`Self::listen`], where the caller is known; a URI it cannot
     /// see is acknowledged and never updated, as a URI that does not exist.
     fn accepted_subscription_filter(
@@ -540,6 +579,12 @@ impl ServerHandler for McpAdapter {
         let mut accepted = SubscriptionFilter::builder();
         if requested.tools_list_changed == Some(true) {
             accepted = accepted.tools_list_changed();
+        }
+        if requested.resources_list_changed == Some(true) {
+            accepted = accepted.resources_list_changed();
+        }
+        if requested.prompts_list_changed == Some(true) {
+            accepted = accepted.prompts_list_changed();
         }
         if let Some(uris) = &requested.resource_subscriptions {
             accepted = accepted.resource_subscriptions(uris.iter().cloned());
@@ -564,15 +609,28 @@ impl ServerHandler for McpAdapter {
                 tracing::warn!(upstream = %upstream.upstream, uri, error = %err, "could not subscribe upstream for a listen stream");
             }
         }
-        let mut tools = context.accepted().tools_list_changed == Some(true);
-        let mut changes = self.registry.changes();
-        changes.mark_unchanged();
-        let mut seen = Some(self.registry.generation(tenant));
+        let accepted = context.accepted();
+        let on = |flag: Option<bool>| flag == Some(true);
+        let (resources_on, prompts_on) = (
+            on(accepted.resources_list_changed),
+            on(accepted.prompts_list_changed),
+        );
+        let mut tools_on = on(accepted.tools_list_changed);
+        let mut lists_on = resources_on || prompts_on;
+        let registry = self.registry.clone();
+        let mut tools = ListWatch::new(registry.changes(), || Some(registry.generation(tenant)));
+        let catalog = self.catalog.clone();
+        let mut lists = ListWatch::new(catalog.changes(), || Some(catalog.generation(tenant)));
         loop {
             tokio::select! {
                 () = context.cancelled() => break,
-                changed = next_tool_change(&self.registry, &mut changes, Some(tenant), &mut seen), if tools => {
-                    tools = changed && sink.notify_tool_list_changed().await.is_ok();
+                changed = tools.next(), if tools_on => {
+                    tools_on = changed && sink.notify_tool_list_changed().await.is_ok();
+                }
+                changed = lists.next(), if lists_on => {
+                    lists_on = changed
+                        && (!resources_on || sink.notify_resource_list_changed().await.is_ok())
+                        && (!prompts_on || sink.notify_prompt_list_changed().await.is_ok());
                 }
             }
         }
