@@ -166,9 +166,27 @@ async fn a_tenants_upstream_resources_and_prompts_reach_that_tenant_only() {
         ErrorCode::RESOURCE_NOT_FOUND
     );
 
+    // A change to A's upstream's resources is news to A's sessions only.
+    let (a_session, mut a_heard) = subscriber(&gw, &gw.admin_key).await;
+    let (b_session, mut b_heard) = subscriber(&gw, &b_key).await;
+    let (status, _, done) = gw
+        .invoke(
+            "fx__test_add_resource",
+            json!({"arguments": {"uri": "test://added"}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(
+        heard_within(&mut a_heard, 5000).await.as_deref(),
+        Some("resources/list_changed")
+    );
+    assert_eq!(heard_within(&mut b_heard, 500).await, None);
+
     for client in [a, b, viewer] {
         let _ = client.cancel().await;
     }
+    let _ = a_session.cancel().await;
+    let _ = b_session.cancel().await;
     gw.stop().await;
 }
 
