@@ -54,7 +54,7 @@ pub use event::{Event, EventSink, Outcome, TracingSink};
 pub use executor::{Completed, Executor, ExecutorLimits};
 pub use ids::{ApprovalId, CallId, PrincipalId, RunId, TenantId};
 pub use policy::{Action, Approvals, Gate, NoApprovals, Policy};
-pub use registry::{Owner, RegisteredTool, Registry, RegistryError};
+pub use registry::{ChangeLog, Owner, RegisteredTool, Registry, RegistryError};
 pub use spec::{Effects, Risk, ToolSpec};
 pub use tool::{Content, Tool, ToolOutput};
 pub use toolset::{ScopedToolset, Toolset};

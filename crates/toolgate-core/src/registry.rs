@@ -95,8 +95,6 @@ type Named = BTreeMap<String, Arc<RegisteredTool>>;
 struct Tools {
     shared: Named,
     tenants: HashMap<TenantId, Named>,
-    /// How many times each owner's tools changed.
-    changes: HashMap<Owner, u64>,
 }
 
 impl Tools {
@@ -105,10 +103,6 @@ impl Tools {
             Owner::Everyone => &mut self.shared,
             Owner::Tenant(tenant) => self.tenants.entry(tenant).or_default(),
         }
-    }
-
-    fn bump(&mut self, owner: Owner) {
-        *self.changes.entry(owner).or_default() += 1;
     }
 
     /// Forgets a tenant left with no tools of its own.
@@ -133,18 +127,55 @@ impl Tools {
 /// what one tenant sees: a tenant's tool cannot take a shared tool's name (a shared tool
 /// registered later under a tenant's name hides it). Cheap to share behind an `Arc`;
 /// reads take a short read lock and clone an `Arc`.
+#[derive(Default)]
 pub struct Registry {
     tools: RwLock<Tools>,
-    /// Bumped on every change, for adapters that tell clients (MCP `list_changed`).
-    version: tokio::sync::watch::Sender<u64>,
+    /// Every change, for adapters that tell clients (MCP `list_changed`).
+    log: ChangeLog,
 }
 
-impl Default for Registry {
+/// Changes to something each owner (everyone, or one tenant) has a part of — the
+/// registry's tools, upstreams' resources and prompts — for adapters that tell clients:
+/// every change wakes the [`subscribe`](Self::subscribe)rs, and
+/// [`generation`](Self::generation) says whether a tenant would notice.
+pub struct ChangeLog {
+    version: tokio::sync::watch::Sender<u64>,
+    /// How many times each owner's part changed.
+    per_owner: std::sync::Mutex<HashMap<Owner, u64>>,
+}
+
+impl Default for ChangeLog {
     fn default() -> Self {
         Self {
-            tools: RwLock::default(),
             version: tokio::sync::watch::Sender::new(0),
+            per_owner: std::sync::Mutex::default(),
         }
+    }
+}
+
+impl ChangeLog {
+    /// `owner`'s part changed.
+    pub fn changed(&self, owner: Owner) {
+        *self
+            .per_owner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(owner)
+            .or_default() += 1;
+        self.version.send_modify(|v| *v += 1);
+    }
+
+    /// Wakes on every change, whoever's part changed.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.version.subscribe()
+    }
+
+    /// Grows with every change to what `tenant` sees (everyone's part and its own), and
+    /// only then.
+    pub fn generation(&self, tenant: TenantId) -> u64 {
+        let per_owner = self.per_owner.lock().unwrap_or_else(|p| p.into_inner());
+        let of = |owner| per_owner.get(&owner).copied().unwrap_or(0);
+        of(Owner::Everyone) + of(Owner::Tenant(tenant))
     }
 }
 
@@ -170,19 +201,13 @@ impl Registry {
     /// Wakes whenever a tool is registered or unregistered, whoever owns it; see
     /// [`generation`](Self::generation) for whether `tenant` would notice.
     pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.version.subscribe()
+        self.log.subscribe()
     }
 
     /// Grows with every change to what `tenant` sees (shared tools and its own), and
     /// only then.
     pub fn generation(&self, tenant: TenantId) -> u64 {
-        let tools = self.read();
-        let of = |owner| tools.changes.get(&owner).copied().unwrap_or(0);
-        of(Owner::Everyone) + of(Owner::Tenant(tenant))
-    }
-
-    fn changed(&self) {
-        self.version.send_modify(|v| *v += 1);
+        self.log.generation(tenant)
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Tools> {
@@ -213,9 +238,8 @@ impl Registry {
             return Err(RegistryError::Duplicate(name));
         }
         tools.of(owner).insert(name, Arc::new(registered));
-        tools.bump(owner);
         drop(tools);
-        self.changed();
+        self.log.changed(owner);
         Ok(())
     }
 
@@ -251,9 +275,8 @@ impl Registry {
             })
             .collect();
         tools.prune(owner);
-        tools.bump(owner);
         drop(tools);
-        self.changed();
+        self.log.changed(owner);
         results
     }
 
@@ -263,12 +286,9 @@ impl Registry {
         let mut tools = self.write();
         let removed = tools.of(owner).remove(name).is_some();
         tools.prune(owner);
-        if removed {
-            tools.bump(owner);
-        }
         drop(tools);
         if removed {
-            self.changed();
+            self.log.changed(owner);
         }
         removed
     }

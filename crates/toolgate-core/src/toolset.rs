@@ -76,11 +76,6 @@ impl Toolset {
         Toolset { filters }
     }
 
-    /// Whether this toolset admits every tool (no filter at all).
-    pub fn is_all(&self) -> bool {
-        self.filters.is_empty()
-    }
-
     pub fn allows(&self, tool: &RegisteredTool) -> bool {
         self.filters.iter().all(|f| f.allows(tool))
     }
@@ -107,6 +102,11 @@ pub struct ScopedToolset {
 impl ScopedToolset {
     pub fn tenant(&self) -> TenantId {
         self.tenant
+    }
+
+    /// Whether this toolset admits every tool (no filter at all).
+    pub fn admits_all(&self) -> bool {
+        self.toolset.filters.is_empty()
     }
 
     /// The named tool, if it exists and is in this toolset. Callers cannot tell the two

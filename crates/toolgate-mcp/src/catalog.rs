@@ -4,7 +4,7 @@
 //! connects and again on the upstream's `list_changed` notifications, and files them here
 //! under the upstream; the MCP front door serves them to the callers who may see that
 //! upstream, relays `resources/read` and `prompts/get` to it, and tells a tenant's
-//! sessions when what the tenant sees has changed ([`Catalog::generation`]).
+//! sessions when what the tenant sees has changed ([`Catalog::changes`]).
 //!
 //! Who sees an upstream's resources and prompts: callers holding `tools:invoke`, of the
 //! tenant that owns the upstream (every tenant for the operator's upstreams), whose toolset
@@ -33,7 +33,7 @@ use rmcp::model::{Prompt, Resource, ResourceTemplate};
 use rmcp::service::Peer;
 use rmcp::{RoleClient, RoleServer, ServiceError};
 use toolgate_core::auth::scopes;
-use toolgate_core::{AuthContext, Owner, ScopedToolset, TenantId, Toolset};
+use toolgate_core::{AuthContext, ChangeLog, Owner, ScopedToolset};
 
 use crate::upstream::UpstreamConfig;
 
@@ -47,9 +47,8 @@ pub struct Catalog {
     held: Mutex<HashMap<Watched, Count>>,
     /// `notifications/resources/updated` from the upstreams, to the sessions' forwarders.
     updates: tokio::sync::broadcast::Sender<Watched>,
-    /// Bumped whenever an upstream's resources or prompts change, counted per owner.
-    version: tokio::sync::watch::Sender<u64>,
-    generations: Mutex<HashMap<Owner, u64>>,
+    /// Changes to the upstreams' resources and prompts, per owner.
+    log: ChangeLog,
 }
 
 /// A URI of one upstream: `(owner, upstream, uri)`.
@@ -66,8 +65,7 @@ impl Default for Catalog {
             entries: Mutex::default(),
             held: Mutex::default(),
             updates: tokio::sync::broadcast::channel(UPDATES_BACKLOG).0,
-            version: tokio::sync::watch::channel(0).0,
-            generations: Mutex::default(),
+            log: ChangeLog::default(),
         }
     }
 }
@@ -76,7 +74,6 @@ impl Default for Catalog {
 const UPDATES_BACKLOG: usize = 256;
 
 /// One connected upstream's listing.
-#[derive(Clone)]
 pub struct Entry {
     pub upstream: String,
     pub owner: Owner,
@@ -163,13 +160,14 @@ impl Catalog {
             prompts,
             subscribable,
         };
+        let entry = Arc::new(entry);
         let before = self
             .lock()
-            .insert((owner, upstream.to_owned()), Arc::new(entry.clone()));
+            .insert((owner, upstream.to_owned()), entry.clone());
         if before.as_ref().is_some_and(|b| !b.lists_same(&entry))
             || before.is_none() && !entry.lists_nothing()
         {
-            self.changed(owner);
+            self.log.changed(owner);
         }
         let first = before.is_none();
         // A new connection: the upstream knows none of the subscriptions sessions hold.
@@ -260,35 +258,17 @@ impl Catalog {
     pub(crate) fn remove(&self, config: &UpstreamConfig) {
         let removed = self.lock().remove(&(config.owner, config.name.clone()));
         if removed.is_some_and(|e| !e.lists_nothing()) {
-            self.changed(config.owner);
+            self.log.changed(config.owner);
         }
     }
 
-    fn changed(&self, owner: Owner) {
-        *lock(&self.generations).entry(owner).or_default() += 1;
-        self.version.send_modify(|v| *v += 1);
+    /// Changes to the upstreams' resources and prompts, and which a tenant would notice.
+    pub fn changes(&self) -> &ChangeLog {
+        &self.log
     }
 
-    /// Wakes on every change to any upstream's resources or prompts.
-    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.version.subscribe()
-    }
-
-    /// Grows with every change to the resources and prompts `tenant` may see (the
-    /// operator's upstreams' and its own), and only then.
-    pub fn generation(&self, tenant: TenantId) -> u64 {
-        let generations = lock(&self.generations);
-        let of = |owner| generations.get(&owner).copied().unwrap_or(0);
-        of(Owner::Everyone) + of(Owner::Tenant(tenant))
-    }
-
-    /// The upstreams `auth` may see through `toolset`, by name.
-    pub fn visible(
-        &self,
-        auth: &AuthContext,
-        toolset: &Toolset,
-        scoped: &ScopedToolset,
-    ) -> Vec<Arc<Entry>> {
+    /// The upstreams `auth` may see through its toolset `scoped`, by name.
+    pub fn visible(&self, auth: &AuthContext, scoped: &ScopedToolset) -> Vec<Arc<Entry>> {
         if !auth.has_scope(scopes::TOOLS_INVOKE) {
             return Vec::new();
         }
@@ -299,7 +279,7 @@ impl Catalog {
                 Owner::Everyone => true,
                 Owner::Tenant(t) => t == auth.tenant,
             })
-            .filter(|e| toolset.is_all() || e.tools.iter().any(|t| scoped.get(t).is_some()))
+            .filter(|e| scoped.admits_all() || e.tools.iter().any(|t| scoped.get(t).is_some()))
             .cloned()
             .collect();
         entries.sort_by(|a, b| a.upstream.cmp(&b.upstream));
@@ -347,6 +327,15 @@ impl Entry {
             .iter()
             .any(|t| matches_template(&t.uri_template, uri))
     }
+}
+
+/// The upstream among `upstreams` that serves `uri`: the first that listed it, else the
+/// first whose template matches it.
+pub fn serving(upstreams: &[Arc<Entry>], uri: &str) -> Option<Arc<Entry>> {
+    let listed = upstreams.iter().find(|u| u.lists(uri));
+    listed
+        .or_else(|| upstreams.iter().find(|u| u.templates_match(uri)))
+        .cloned()
 }
 
 /// Where a holder's resource updates go: a session (`resources/subscribe`, before

@@ -128,20 +128,17 @@ impl McpAdapter {
     ) -> Result<Vec<Arc<catalog::Entry>>, ErrorData> {
         let caller = caller(context)?;
         let scoped = caller.toolset.scope(self.registry.clone(), &caller.auth);
-        Ok(self.catalog.visible(&caller.auth, &caller.toolset, &scoped))
+        Ok(self.catalog.visible(&caller.auth, &scoped))
     }
 
-    /// The visible upstream that serves `uri`: the one that listed it, else one whose
-    /// template matches it.
+    /// The visible upstream that serves `uri` (see [`catalog::serving`]).
     fn resource_upstream(
         &self,
         context: &RequestContext<RoleServer>,
         uri: &str,
     ) -> Result<Arc<catalog::Entry>, ErrorData> {
         let upstreams = self.visible_upstreams(context)?;
-        let found = upstreams.iter().position(|u| u.lists(uri));
-        let found = found.or_else(|| upstreams.iter().position(|u| u.templates_match(uri)));
-        found.map(|i| upstreams[i].clone()).ok_or_else(|| {
+        catalog::serving(&upstreams, uri).ok_or_else(|| {
             ErrorData::resource_not_found(
                 "no resource with this URI is available to your credentials",
                 Some(json!({ "uri": uri })),
@@ -384,8 +381,8 @@ fn watch_lists(
     let mut tools = ListWatch::new(registry.changes(), move || {
         tenant.map(|t| registry.generation(t))
     });
-    let mut lists = ListWatch::new(catalog.changes(), move || {
-        tenant.map(|t| catalog.generation(t))
+    let mut lists = ListWatch::new(catalog.changes().subscribe(), move || {
+        tenant.map(|t| catalog.changes().generation(t))
     });
     tokio::spawn(async move {
         let mut alive = tokio::time::interval(SESSION_CHECK);
@@ -597,8 +594,9 @@ impl ServerHandler for McpAdapter {
         let tenant = caller(request)?.auth.tenant;
         let sink = context.sink().clone();
         let held = catalog::Held::new(self.catalog.clone());
+        let upstreams = self.visible_upstreams(request)?;
         for uri in context.accepted().resource_subscriptions.iter().flatten() {
-            let Ok(upstream) = self.resource_upstream(request, uri) else {
+            let Some(upstream) = catalog::serving(&upstreams, uri) else {
                 continue;
             };
             if !upstream.subscribable {
@@ -617,10 +615,10 @@ impl ServerHandler for McpAdapter {
         );
         let mut tools_on = on(accepted.tools_list_changed);
         let mut lists_on = resources_on || prompts_on;
-        let registry = self.registry.clone();
+        let registry = &self.registry;
         let mut tools = ListWatch::new(registry.changes(), || Some(registry.generation(tenant)));
-        let catalog = self.catalog.clone();
-        let mut lists = ListWatch::new(catalog.changes(), || Some(catalog.generation(tenant)));
+        let changes = self.catalog.changes();
+        let mut lists = ListWatch::new(changes.subscribe(), || Some(changes.generation(tenant)));
         loop {
             tokio::select! {
                 () = context.cancelled() => break,
