@@ -90,6 +90,14 @@ async def test_tool_with_progress(ctx: Context) -> str:
 
 
 @server.tool()
+async def test_reconnection() -> str:
+    """Outlasts the gateway's SSE polling threshold in the conformance test (1 s), so the
+    gateway closes the call's stream mid-call and the client resumes it (SEP-1699)."""
+    await asyncio.sleep(1.5)
+    return "Reconnection test completed successfully"
+
+
+@server.tool()
 async def test_tool_with_logging(ctx: Context) -> str:
     """Sends three info log messages, 50 ms apart."""
     for i, text in enumerate(("Tool execution started", "Tool processing data", "Tool execution completed")):

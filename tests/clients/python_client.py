@@ -1,7 +1,7 @@
 """Drives toolgate's /mcp with the official Python SDK client (`mcp`, pinned in
 requirements.txt) and prints one JSON object describing what it saw.
 
-    python_client.py URL TOKEN [--cancel]
+    python_client.py URL TOKEN [--cancel] [--long]
 """
 
 import json
@@ -13,7 +13,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 
-async def main(url: str, token: str, cancel: bool) -> dict:
+async def main(url: str, token: str, cancel: bool, long: bool) -> dict:
     seen: dict = {}
     http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
     async with http, streamable_http_client(url, http_client=http) as streams:
@@ -53,9 +53,14 @@ async def main(url: str, token: str, cancel: bool) -> dict:
                 # The session still works after a cancelled call.
                 again = await session.call_tool("echo", {"message": "after cancel"})
                 seen["after_cancel"] = again.content[0].text
+            if long:
+                # Against a gateway with SSE polling on, this call's stream is closed
+                # mid-call and the SDK must resume it (Last-Event-ID) to get the result.
+                result = await session.call_tool("sleep", {"seconds": 1.5})
+                seen["long"] = {"is_error": result.is_error, "text": result.content[0].text}
     return seen
 
 
 if __name__ == "__main__":
     url, token = sys.argv[1], sys.argv[2]
-    print(json.dumps(anyio.run(main, url, token, "--cancel" in sys.argv[3:])))
+    print(json.dumps(anyio.run(main, url, token, "--cancel" in sys.argv[3:], "--long" in sys.argv[3:])))

@@ -2,7 +2,10 @@
 // (@modelcontextprotocol/sdk, pinned in package.json) and prints one JSON object
 // describing what it saw.
 //
-//     node ts_client.mjs URL TOKEN [--cancel]
+//     node ts_client.mjs URL TOKEN [--cancel] [--long]
+//
+// --long calls `sleep` for 1.5 s: against a gateway with SSE polling on, its POST stream
+// is closed mid-call and the SDK must resume it (Last-Event-ID) to get the result.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
@@ -44,6 +47,10 @@ if (flags.includes("--cancel")) {
   }
   const again = await client.callTool({ name: "echo", arguments: { message: "after cancel" } });
   seen.after_cancel = again.content[0].text;
+}
+if (flags.includes("--long")) {
+  const long = await client.callTool({ name: "sleep", arguments: { seconds: 1.5 } });
+  seen.long = { is_error: long.isError ?? false, text: long.content[0]?.text ?? null };
 }
 await transport.terminateSession().catch(() => {});
 await client.close();

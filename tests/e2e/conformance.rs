@@ -23,7 +23,13 @@ async fn mcp_conformance_suite() {
         "relay_unattributed": true,
     }))
     .expect("an upstream entry");
-    let gw = Gateway::start_with(|c| c.upstreams = vec![fixture]).await;
+    // SSE polling (SEP-1699) on: `test_reconnection` outlasts it, so its stream is closed
+    // mid-call and the suite resumes it; the other fixture tools finish well before.
+    let gw = Gateway::start_with(|c| {
+        c.upstreams = vec![fixture];
+        c.mcp.sse_poll_after_ms = Some(1000);
+    })
+    .await;
     crate::upstream::listed_once(&gw, "test_tool_with_progress").await;
     // The suite sends no credentials: a loopback proxy adds the admin key and forwards
     // everything else (Host and Origin included) as it came.

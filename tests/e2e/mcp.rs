@@ -11,7 +11,8 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ServiceError, ServiceExt};
 use serde_json::{Value, json};
-use toolgate_e2e::{Gateway, read};
+use toolgate_e2e::{Gateway, PgDb, read};
+use toolgate_server::config::Secret;
 
 const VERSIONS: [ProtocolVersion; 5] = [
     ProtocolVersion::V_2024_11_05,
@@ -173,6 +174,41 @@ fn initialize_body() -> Value {
     json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {},
         "clientInfo": {"name": "raw", "version": "0"}}})
+}
+
+/// A raw 2025-11-25 session of the admin's, initialized.
+async fn open_session(gw: &Gateway) -> String {
+    let opened = post_mcp(gw, &gw.http, None, initialize_body()).await;
+    let session = opened
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .expect("session id")
+        .to_owned();
+    drop(opened);
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    post_mcp(gw, &gw.http, Some(&session), initialized).await;
+    session
+}
+
+/// The events of an SSE body: (id, retry, JSON data), in order.
+fn sse_events(body: &str) -> Vec<(Option<String>, Option<u64>, Option<Value>)> {
+    body.split("\n\n")
+        .filter(|event| !event.trim().is_empty())
+        .map(|event| {
+            let field = |name: &str| {
+                event
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .map(|v| v.trim().to_owned())
+            };
+            (
+                field("id:"),
+                field("retry:").and_then(|r| r.parse().ok()),
+                field("data:").and_then(|d| serde_json::from_str(&d).ok()),
+            )
+        })
+        .collect()
 }
 
 async fn post_mcp(
@@ -377,16 +413,7 @@ async fn malformed_messages_get_errors() {
 #[tokio::test]
 async fn a_progress_token_gets_progress_notifications_before_the_result() {
     let gw = Gateway::start().await;
-    let opened = post_mcp(&gw, &gw.http, None, initialize_body()).await;
-    let session = opened
-        .headers()
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .expect("session id")
-        .to_owned();
-    drop(opened);
-    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    post_mcp(&gw, &gw.http, Some(&session), initialized).await;
+    let session = open_session(&gw).await;
     let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
         "name": "sleep", "arguments": {"seconds": 2.2}, "_meta": {"progressToken": "p-1"}}});
     let response = post_mcp(&gw, &gw.http, Some(&session), call).await;
@@ -409,6 +436,106 @@ async fn a_progress_token_gets_progress_notifications_before_the_result() {
     let last = messages.last().expect("result");
     assert_eq!(last["id"], 7, "the result comes last: {body}");
     assert_eq!(last["result"]["isError"], false);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_long_call_lets_go_of_its_stream_and_the_client_resumes_it() {
+    fn polling(c: &mut toolgate_server::config::Config) {
+        c.mcp.sse_poll_after_ms = Some(300);
+        c.mcp.sse_retry_ms = 250;
+    }
+    // Polling keeps the events in the store, SQLite's or Postgres's.
+    resumes_a_polled_call(Gateway::start_with(polling).await).await;
+    let db = PgDb::create().await;
+    let url = Secret::new(db.url.clone());
+    let gw = Gateway::start_with(|c| {
+        polling(c);
+        c.database.url = Some(url);
+    })
+    .await;
+    resumes_a_polled_call(gw).await;
+    db.drop_db().await;
+}
+
+async fn resumes_a_polled_call(gw: Gateway) {
+    let session = open_session(&gw).await;
+    // A call shorter than the threshold answers on its own stream.
+    let echo = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"message": "quick"}}});
+    let body = post_mcp(&gw, &gw.http, Some(&session), echo)
+        .await
+        .text()
+        .await
+        .expect("SSE body");
+    assert!(
+        sse_events(&body).iter().any(|(_, _, data)| data
+            .as_ref()
+            .is_some_and(|d| d["id"] == 8 && d["result"]["isError"] == false)),
+        "{body}"
+    );
+
+    let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+        "name": "sleep", "arguments": {"seconds": 1.5}, "_meta": {"progressToken": "p-9"}}});
+    let first = post_mcp(&gw, &gw.http, Some(&session), call).await;
+    assert_eq!(first.status(), 200);
+    let body = first.text().await.expect("the stream ends before the call");
+    let events = sse_events(&body);
+    let (last_id, retry, _) = events.last().expect("events").clone();
+    assert_eq!(
+        retry,
+        Some(250),
+        "the stream ends telling when to come back: {body}"
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|(_, _, d)| d.as_ref().is_some_and(|d| d["id"] == 9)),
+        "the result came before the stream was let go: {body}"
+    );
+
+    let mut last_id = last_id.expect("an event id to resume from");
+    let mut seen = Vec::new();
+    let mut resumptions = 0;
+    for _ in 0..40 {
+        resumptions += 1;
+        let resumed = gw
+            .http
+            .get(gw.url("/mcp"))
+            .header("accept", "text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .header("mcp-session-id", &session)
+            .header("last-event-id", &last_id)
+            .send()
+            .await
+            .expect("resume");
+        assert_eq!(resumed.status(), 200);
+        let events = sse_events(&resumed.text().await.expect("resumed body"));
+        if let Some(id) = events.iter().rev().find_map(|(id, _, _)| id.clone()) {
+            last_id = id;
+        }
+        seen.extend(events.into_iter().filter_map(|(_, _, data)| data));
+        if seen.iter().any(|d| d["id"] == 9) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let result = seen
+        .iter()
+        .find(|d| d["id"] == 9)
+        .unwrap_or_else(|| panic!("the result after resuming: {seen:?}"));
+    assert_eq!(result["result"]["isError"], false, "{result}");
+    // 1.5 s at 300 ms a stream: a resumed stream is let go of too.
+    assert!(resumptions >= 2, "{resumptions} resumptions");
+    assert!(
+        seen.iter()
+            .any(|d| d["method"] == "notifications/progress"
+                && d["params"]["progressToken"] == "p-9"),
+        "progress reported while the client was away reaches it: {seen:?}"
+    );
+    let rows = audit(&gw, &gw.http, "adapter=mcp&tool=sleep").await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["outcome"], "ok", "{rows:?}");
     gw.stop().await;
 }
 

@@ -84,6 +84,30 @@ async fn python_and_typescript_sdk_clients_list_call_and_cancel() {
     gw.stop().await;
 }
 
+/// SSE polling (SEP-1699) against the official clients: the gateway lets go of a long
+/// call's POST stream after 300 ms (that it does is `mcp::a_long_call_…`'s to prove), and
+/// each SDK resumes the stream with `Last-Event-ID` and gets the result.
+#[tokio::test]
+async fn sdk_clients_resume_a_call_whose_stream_the_gateway_let_go() {
+    let gw = Gateway::start_with(|c| {
+        c.mcp.sse_poll_after_ms = Some(300);
+        c.mcp.sse_retry_ms = 200;
+    })
+    .await;
+    let url = gw.url("/mcp");
+    for (program, script) in [("python", "python_client.py"), ("node", "ts_client.mjs")] {
+        let (ok, seen, stderr) =
+            run_sdk_client(program, &[script, &url, &gw.admin_key, "--long"]).await;
+        assert!(ok, "{script} failed: {stderr}");
+        assert_eq!(
+            seen["long"],
+            json!({"is_error": false, "text": "slept 1.5 s"}),
+            "{script}: {seen}"
+        );
+    }
+    gw.stop().await;
+}
+
 #[tokio::test]
 async fn sdk_clients_without_a_valid_token_are_refused() {
     let gw = Gateway::start().await;

@@ -286,10 +286,20 @@ pub struct McpConfig {
     pub public_url: Option<String>,
     /// Commit every SSE event of a session to the store before sending it, so a client
     /// resumes a broken stream (`Last-Event-ID`) on any instance. Default: on with
-    /// Postgres, off with SQLite (one instance; recent events are kept in memory).
+    /// Postgres or with SSE polling, otherwise off (one SQLite instance; recent events are
+    /// kept in memory).
     pub durable_streams: Option<bool>,
     /// How long stored SSE events are kept for resumption.
     pub event_retention_secs: u64,
+    /// SSE polling (SEP-1699): a session request still running after this long has its
+    /// POST stream closed, and the client resumes it with `Last-Event-ID` (a GET) after
+    /// `sse_retry_ms`; a resumed stream is let go of after as long again. Frees the
+    /// connections of long calls behind proxies that cut long-lived responses. Needs the
+    /// events in the store (`durable_streams`). Off when unset.
+    pub sse_poll_after_ms: Option<u64>,
+    /// The `retry` SSE clients are told to wait before reconnecting: in the event that
+    /// opens every session request's stream, and in the one that closes it for polling.
+    pub sse_retry_ms: u64,
     /// Which clients receive which vendor-specific `_meta` keys of tools and results.
     /// A key goes to a client only when a rule for its prefix names that client.
     pub vendor_meta: Vec<VendorMetaRule>,
@@ -333,6 +343,8 @@ impl Default for McpConfig {
             public_url: None,
             durable_streams: None,
             event_retention_secs: 3600,
+            sse_poll_after_ms: None,
+            sse_retry_ms: 3000,
             // OpenAI's Apps SDK keys (`openai/outputTemplate`, …) for OpenAI's clients.
             vendor_meta: vec![VendorMetaRule {
                 prefix: "openai/".into(),
@@ -847,6 +859,18 @@ impl Config {
         if let Err(e) = self.mcp.vendor_meta() {
             errors.push(("mcp.vendor_meta".into(), e));
         }
+        if self.mcp.sse_poll_after_ms == Some(0) {
+            errors.push((
+                "mcp.sse_poll_after_ms".into(),
+                "must be at least 1 (unset turns polling off)".into(),
+            ));
+        }
+        if self.mcp.sse_poll_after_ms.is_some() && self.mcp.durable_streams == Some(false) {
+            errors.push((
+                "mcp.durable_streams".into(),
+                "SSE polling (sse_poll_after_ms) keeps the events of a stream it lets go of in the store: unset durable_streams or set it true".into(),
+            ));
+        }
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log.filter) {
             errors.push(("log.filter".into(), e.to_string()));
         }
@@ -976,6 +1000,7 @@ mod tests {
             env(&[
                 ("DATABASE_URL", "mysql://nope"),
                 ("TOOLGATE_TOOLS__MAX_OUTPUT_CHARS", "0"),
+                ("TOOLGATE_MCP__SSE_POLL_AFTER_MS", "0"),
                 ("TOOLGATE_LOG__FILTER", "[[["),
             ]),
         )
@@ -983,9 +1008,26 @@ mod tests {
         let keys: Vec<&str> = err.0.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(
             keys,
-            ["database.url", "tools.max_output_chars", "log.filter"],
+            [
+                "database.url",
+                "tools.max_output_chars",
+                "mcp.sse_poll_after_ms",
+                "log.filter"
+            ],
             "{err}"
         );
+    }
+
+    #[test]
+    fn sse_polling_needs_the_events_in_the_store() {
+        let polling = [("TOOLGATE_MCP__SSE_POLL_AFTER_MS", "30000")];
+        Config::load(&Overrides::default(), env(&polling)).expect("polling alone");
+        let err = Config::load(
+            &Overrides::default(),
+            env(&[polling[0], ("TOOLGATE_MCP__DURABLE_STREAMS", "false")]),
+        )
+        .expect_err("polling with events in memory");
+        assert_eq!(err.0[0].0, "mcp.durable_streams", "{err}");
     }
 
     #[test]

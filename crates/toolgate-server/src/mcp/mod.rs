@@ -66,9 +66,11 @@ pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> 
         .with_vendor_meta(config.mcp.vendor_meta().unwrap_or_default());
     let mcp = &config.mcp;
     let sessions = Arc::new(Sessions::new(state.store.clone()));
+    // Polling needs the events in the store: a result sent while its client is away is
+    // kept there (rmcp's memory drops a finished request's events).
     let durable_events = mcp
         .durable_streams
-        .unwrap_or(matches!(state.store, Store::Postgres(_)));
+        .unwrap_or(matches!(state.store, Store::Postgres(_)) || mcp.sse_poll_after_ms.is_some());
     if durable_events {
         prune_events(
             state.store.clone(),
@@ -78,6 +80,7 @@ pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> 
     }
     let mut transport = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(mcp.sessions)
+        .with_sse_retry(Some(Duration::from_millis(mcp.sse_retry_ms)))
         .with_cancellation_token(shutdown.clone())
         .with_max_request_body_bytes(config.http.max_body_bytes)
         .with_allowed_origins(mcp.allowed_origins.clone())
@@ -90,7 +93,12 @@ pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> 
     };
     let service = StreamableHttpService::new(
         move || Ok(adapter.for_session()),
-        Arc::new(StoredSessions::new(state.store.clone(), durable_events)),
+        Arc::new(StoredSessions::new(
+            state.store.clone(),
+            durable_events,
+            Duration::from_millis(mcp.sse_retry_ms),
+            mcp.sse_poll_after_ms.map(Duration::from_millis),
+        )),
         transport,
     );
     let guard = Guard {

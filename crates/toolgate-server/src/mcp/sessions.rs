@@ -15,6 +15,14 @@
 //! instance it reaches. Off (the default on SQLite, a single instance), rmcp keeps each
 //! stream's recent events in memory. Stateless (2026-07-28) requests are not replayable
 //! either way: their events have no session to bind them to a caller.
+//!
+//! SSE polling (SEP-1699, `mcp.sse_poll_after_ms`): a session request still running after
+//! that long has its POST stream closed with a `retry` event; the client comes back with
+//! `Last-Event-ID` and gets what was stored since, then what is stored next (looked for
+//! every 50 ms, whichever instance stores it) until the answer, or until as long again has
+//! passed, when it is let go of once more. Polling keeps events in the store: rmcp's
+//! memory drops a request's events once it has answered, so an answer given while its
+//! client was away would be lost.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -27,12 +35,14 @@ use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::WorkerTransport;
 use rmcp::transport::common::server_side_http::ServerSseMessage;
 use rmcp::transport::streamable_http_server::session::local::{
-    LocalSessionManager, LocalSessionManagerError, LocalSessionWorker, SessionConfig,
+    LocalSessionHandle, LocalSessionManager, LocalSessionManagerError, LocalSessionWorker,
+    SessionConfig,
 };
 use rmcp::transport::streamable_http_server::session::{
     EventId, EventStore, EventStoreError, EventStream, RestoreOutcome, SessionId, SessionManager,
     SessionState, SessionStore, SessionStoreError,
 };
+use tokio_util::sync::{CancellationToken, DropGuard};
 use toolgate_core::TenantId;
 use toolgate_store::{McpSession, Store, StoreError};
 
@@ -131,6 +141,8 @@ pub(super) struct StoredSessions {
     config: SessionConfig,
     /// Store each session's SSE events (resumable on any instance), or keep them in memory.
     durable_events: bool,
+    /// Close the POST stream of a request still running after this long (SSE polling).
+    poll_after: Option<Duration>,
     live: tokio::sync::RwLock<HashMap<SessionId, Arc<LocalSessionManager>>>,
 }
 
@@ -143,12 +155,46 @@ fn boxed(stream: impl Stream<Item = ServerSseMessage> + Send + Sync + 'static) -
     Box::pin(stream)
 }
 
+/// `stream`, holding `guard` for as long as it lives.
+fn holding(
+    stream: impl Stream<Item = ServerSseMessage> + Send + Sync + 'static,
+    guard: Option<DropGuard>,
+) -> SseStream {
+    let mut stream = Box::pin(stream);
+    boxed(futures::stream::poll_fn(move |cx| {
+        let _ = &guard;
+        stream.as_mut().poll_next(cx)
+    }))
+}
+
+/// rmcp's handle on live session `id` of `manager`.
+async fn session_handle(
+    manager: &LocalSessionManager,
+    id: &SessionId,
+) -> ManagerResult<LocalSessionHandle> {
+    manager
+        .sessions
+        .read()
+        .await
+        .get(id)
+        .cloned()
+        .ok_or_else(|| LocalSessionManagerError::SessionNotFound(id.clone()))
+}
+
 impl StoredSessions {
-    pub(super) fn new(store: Store, durable_events: bool) -> Self {
+    pub(super) fn new(
+        store: Store,
+        durable_events: bool,
+        retry: Duration,
+        poll_after: Option<Duration>,
+    ) -> Self {
+        let mut config = SessionConfig::default();
+        config.sse_retry = Some(retry);
         Self {
             store,
-            config: SessionConfig::default(),
+            config,
             durable_events,
+            poll_after,
             live: Default::default(),
         }
     }
@@ -172,8 +218,34 @@ impl StoredSessions {
             store: self.store.clone(),
             tenant,
             session: OnceLock::new(),
+            poll: self.poll_after.map(|after| Polling {
+                after,
+                retry: self.config.sse_retry.unwrap_or(after),
+            }),
         });
         Ok((manager.with_event_store(events.clone()), Some(events)))
+    }
+
+    /// With polling on, closes request `request`'s stream of session `handle` once
+    /// `poll_after` has passed, unless the guard returned (held by the stream) is dropped
+    /// first, when the stream ended because the request finished.
+    fn let_go_later(&self, handle: LocalSessionHandle, request: u64) -> Option<DropGuard> {
+        let after = self.poll_after?;
+        let retry = self.config.sse_retry;
+        let done = CancellationToken::new();
+        let guard = done.clone().drop_guard();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = done.cancelled() => {}
+                () = tokio::time::sleep(after) => {
+                    // An error means the request finished meanwhile: nothing to close.
+                    if handle.close_sse_stream(request, retry).await.is_ok() {
+                        tracing::debug!(request, "a long request's SSE stream closed for polling");
+                    }
+                }
+            }
+        });
+        Some(guard)
     }
 
     async fn get(&self, id: &SessionId) -> ManagerResult<Arc<LocalSessionManager>> {
@@ -231,8 +303,20 @@ impl SessionManager for StoredSessions {
         message: ClientJsonRpcMessage,
     ) -> ManagerResult<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static> {
         let manager = self.get(id).await?;
-        let stream = manager.create_stream(id, message).await?;
-        Ok(boxed(stream))
+        if self.poll_after.is_none() {
+            return Ok(boxed(manager.create_stream(id, message).await?));
+        }
+        // rmcp's `create_stream`, keeping the stream's request id to close it by.
+        let handle = session_handle(&manager, id).await?;
+        let receiver = handle.establish_request_wise_channel().await?;
+        let request = receiver.http_request_id;
+        handle.push_message(message, request).await?;
+        let close = request.and_then(|request| self.let_go_later(handle, request));
+        let mut events = receiver.inner;
+        Ok(holding(
+            futures::stream::poll_fn(move |cx| events.poll_recv(cx)),
+            close,
+        ))
     }
 
     async fn accept_message(
@@ -286,7 +370,20 @@ struct SessionEvents {
     store: Store,
     tenant: TenantId,
     session: OnceLock<SessionId>,
+    /// SSE polling: a resumed stream follows its request for this long.
+    poll: Option<Polling>,
 }
+
+#[derive(Clone, Copy)]
+struct Polling {
+    /// How long a stream is held before it is let go of.
+    after: Duration,
+    /// The `retry` the client is told when it is.
+    retry: Duration,
+}
+
+/// How often a followed stream looks for new events in the store.
+const FOLLOW_EVERY: Duration = Duration::from_millis(50);
 
 impl SessionEvents {
     fn session(&self) -> Result<&str, EventStoreError> {
@@ -330,25 +427,79 @@ impl EventStore for SessionEvents {
         last_event_id: &str,
     ) -> Result<EventStream, EventStoreError> {
         let seq: i64 = last_event_id.parse()?;
-        let events = self
-            .store
-            .mcp_events_after(self.tenant, self.session()?, seq)
-            .await?;
-        let replay = events
-            .into_iter()
-            .map(|event| {
-                let id = event.seq.to_string();
-                Ok(match (event.message, event.retry_ms) {
-                    (Some(message), _) => {
-                        ServerSseMessage::new(id, serde_json::from_str(&message)?)
+        let session = self.session()?.to_owned();
+        let replay = stored_after(&self.store, self.tenant, &session, seq).await?;
+        let Some(poll) = self.poll else {
+            return Ok(Box::pin(futures::stream::iter(replay)));
+        };
+        // Polling: follow the stream (what other instances store included) until it
+        // carries its request's answer, or until it is time to let go of it as well.
+        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+        let (store, tenant) = (self.store.clone(), self.tenant);
+        tokio::spawn(async move {
+            let deadline = tokio::time::Instant::now() + poll.after;
+            let (mut last, mut pending) = (seq, replay);
+            loop {
+                for event in pending.drain(..) {
+                    last = event
+                        .event_id
+                        .as_deref()
+                        .and_then(|id| id.parse().ok())
+                        .unwrap_or(last);
+                    let answer = matches!(
+                        event.message.as_deref(),
+                        Some(ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_))
+                    );
+                    if tx.send(event).await.is_err() || answer {
+                        return;
                     }
-                    (None, retry) => ServerSseMessage::priming(
-                        id,
-                        Duration::from_millis(retry.unwrap_or(0).max(0) as u64),
-                    ),
-                })
-            })
-            .collect::<Result<Vec<_>, serde_json::Error>>()?;
-        Ok(Box::pin(futures::stream::iter(replay)))
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    let _ = tx
+                        .send(ServerSseMessage::priming(last.to_string(), poll.retry))
+                        .await;
+                    return;
+                }
+                tokio::select! {
+                    () = tx.closed() => return,
+                    () = tokio::time::sleep(FOLLOW_EVERY) => {}
+                }
+                match stored_after(&store, tenant, &session, last).await {
+                    Ok(found) => pending = found,
+                    Err(err) => {
+                        // The client comes back and tries again.
+                        tracing::warn!(error = %err, "a resumed SSE stream could not be followed");
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(Box::pin(futures::stream::poll_fn(move |cx| {
+            rx.poll_recv(cx)
+        })))
     }
+}
+
+/// The stored events of `session` after `seq`, on the stream of `seq`.
+async fn stored_after(
+    store: &Store,
+    tenant: TenantId,
+    session: &str,
+    seq: i64,
+) -> Result<Vec<ServerSseMessage>, EventStoreError> {
+    let events = store.mcp_events_after(tenant, session, seq).await?;
+    let replay = events
+        .into_iter()
+        .map(|event| {
+            let id = event.seq.to_string();
+            Ok(match (event.message, event.retry_ms) {
+                (Some(message), _) => ServerSseMessage::new(id, serde_json::from_str(&message)?),
+                (None, retry) => ServerSseMessage::priming(
+                    id,
+                    Duration::from_millis(retry.unwrap_or(0).max(0) as u64),
+                ),
+            })
+        })
+        .collect::<Result<Vec<_>, serde_json::Error>>()?;
+    Ok(replay)
 }
