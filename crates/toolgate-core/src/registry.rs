@@ -204,6 +204,12 @@ impl Registry {
         self.log.subscribe()
     }
 
+    /// Tells whoever sees `owner`'s tools that their list changed though no declaration
+    /// did: a source's tools became unavailable, or available again.
+    pub fn touch(&self, owner: Owner) {
+        self.log.changed(owner);
+    }
+
     /// Grows with every change to what `tenant` sees (shared tools and its own), and
     /// only then.
     pub fn generation(&self, tenant: TenantId) -> u64 {
@@ -258,16 +264,21 @@ impl Registry {
             .map(|tool| (tool.spec().name.clone(), compile(tool)))
             .collect();
         let mut tools = self.write();
-        for name in old {
-            tools.of(owner).remove(name);
-        }
-        let results = compiled
+        let previous: HashMap<String, Arc<RegisteredTool>> = old
+            .iter()
+            .filter_map(|name| Some((name.clone(), tools.of(owner).remove(name)?)))
+            .collect();
+        let mut same = true;
+        let results: Vec<_> = compiled
             .into_iter()
             .map(|(name, checked)| {
                 let result = checked.and_then(|registered| {
                     if tools.taken(owner, &name) {
                         return Err(RegistryError::Duplicate(name.clone()));
                     }
+                    same &= previous
+                        .get(&name)
+                        .is_some_and(|was| was.spec() == registered.spec());
                     tools.of(owner).insert(name.clone(), Arc::new(registered));
                     Ok(())
                 });
@@ -276,7 +287,12 @@ impl Registry {
             .collect();
         tools.prune(owner);
         drop(tools);
-        self.log.changed(owner);
+        // The same declarations again (a source re-listed after a reconnection, or for
+        // its resources' sake) are no news to anyone's tool list.
+        let listed = results.iter().filter(|(_, r)| r.is_ok()).count();
+        if !(same && listed == previous.len()) {
+            self.log.changed(owner);
+        }
         results
     }
 
@@ -419,6 +435,33 @@ mod tests {
             .collect();
         assert_eq!(ok, [("up__b", true), ("up__c", true), ("local", false)]);
         assert_eq!(names(&reg, TENANT_A), ["local", "up__b", "up__c"]);
+    }
+
+    #[test]
+    fn replacing_tools_with_the_same_declarations_is_no_change() {
+        let reg = Registry::new();
+        let obj = || json!({"type": "object"});
+        let both = || vec![tool("up__a", obj()), tool("up__b", obj())];
+        reg.replace(Owner::Everyone, &[], both());
+        let listed = ["up__a".to_owned(), "up__b".to_owned()];
+        let before = reg.generation(TENANT_A);
+        reg.replace(Owner::Everyone, &listed, both());
+        assert_eq!(reg.generation(TENANT_A), before, "the same tools again");
+        reg.replace(
+            Owner::Everyone,
+            &listed,
+            vec![
+                tool("up__a", obj()),
+                tool("up__b", json!({"type": "object", "required": ["x"]})),
+            ],
+        );
+        let changed = reg.generation(TENANT_A);
+        assert!(changed > before, "a changed schema");
+        reg.replace(Owner::Everyone, &listed, vec![tool("up__a", obj())]);
+        assert!(reg.generation(TENANT_A) > changed, "a tool gone");
+        let fewer = reg.generation(TENANT_A);
+        reg.touch(Owner::Everyone);
+        assert!(reg.generation(TENANT_A) > fewer, "touched");
     }
 
     #[test]

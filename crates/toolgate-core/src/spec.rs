@@ -50,7 +50,7 @@ impl Effects {
 
 /// A tool's declaration: everything the executor and the adapters need to know about it
 /// without calling it.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ToolSpec {
     /// Unique in the registry; `^[A-Za-z0-9_.-]{1,64}$`.
     pub name: String,

@@ -484,6 +484,10 @@ async fn supervise(
                 tokio::pin!(ended);
                 // List now and on every `list_changed`, ping now and then, until the
                 // connection ends, stops answering, or the gateway stops.
+                // Tools kept from the previous connection were listed as unavailable;
+                // they are news again once listed on this one, declarations unchanged
+                // or not.
+                let mut carried = !registered.is_empty();
                 let end = 'listing: loop {
                     // A closed service cannot list: this fails (the tools listed before
                     // stay, failing as upstream errors) and the connection's end is
@@ -498,6 +502,9 @@ async fn supervise(
                         }
                     }
                     status.send_modify(|s| s.tools.clone_from(&registered));
+                    if std::mem::take(&mut carried) {
+                        registry.touch(config.owner);
+                    }
                     let listed = catalog.refresh(&config, &registered, &peer);
                     if let Err(err) = listed.await {
                         tracing::warn!(upstream = %config.name, error = %err, "could not list the upstream's resources and prompts");
@@ -519,6 +526,10 @@ async fn supervise(
                     }
                 };
                 catalog.remove(&config);
+                if !registered.is_empty() {
+                    // The tools stay listed, now unavailable.
+                    registry.touch(config.owner);
+                }
                 match end {
                     End::Closed => {}
                     End::Unresponsive => {
