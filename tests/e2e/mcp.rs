@@ -179,6 +179,7 @@ fn initialize_body() -> Value {
 /// A raw 2025-11-25 session of the admin's, initialized.
 async fn open_session(gw: &Gateway) -> String {
     let opened = post_mcp(gw, &gw.http, None, initialize_body()).await;
+    assert_eq!(opened.status(), 200);
     let session = opened
         .headers()
         .get("mcp-session-id")
@@ -187,7 +188,8 @@ async fn open_session(gw: &Gateway) -> String {
         .to_owned();
     drop(opened);
     let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    post_mcp(gw, &gw.http, Some(&session), initialized).await;
+    let ack = post_mcp(gw, &gw.http, Some(&session), initialized).await;
+    assert_eq!(ack.status(), 202);
     session
 }
 
@@ -286,18 +288,7 @@ async fn a_session_answers_only_the_principal_that_opened_it() {
     assert_eq!(status, 201, "{key}");
     let same_tenant = toolgate_e2e::client_with_key(key["secret"].as_str().expect("secret"));
 
-    let opened = post_mcp(&gw, &gw.http, None, initialize_body()).await;
-    assert_eq!(opened.status(), 200);
-    let session = opened
-        .headers()
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .expect("session id")
-        .to_owned();
-    drop(opened);
-    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    let ack = post_mcp(&gw, &gw.http, Some(&session), initialized).await;
-    assert_eq!(ack.status(), 202);
+    let session = open_session(&gw).await;
     let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
     for intruder in [&other_tenant, &same_tenant] {
         let refused = post_mcp(&gw, intruder, Some(&session), list.clone()).await;
