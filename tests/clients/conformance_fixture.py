@@ -273,7 +273,7 @@ async def test_update_resource(uri: str) -> str:
     sessions = list(SUBSCRIBED.get(uri, {}).values())
     for session in sessions:
         await session.send_resource_updated(uri)
-    return f"{len(sessions)} subscriber(s) told"
+    return f"{len(sessions)} subscriber(s) told by process {os.getpid()}"
 
 
 @server.tool()

@@ -246,8 +246,9 @@ async fn touch(gw: &Gateway, uri: &str) -> String {
 }
 
 /// Announces a change to the watched resource until the fixture says it told `what`
-/// (`"1 subscriber"`), failing after 10 s; calls may fail meanwhile (a reconnecting upstream).
-async fn until_told(gw: &Gateway, what: &str) {
+/// (`"1 subscriber"`, or `"1 subscriber(s) told by process 42"`), failing after 10 s;
+/// calls may fail meanwhile (a reconnecting upstream).
+async fn until_told(gw: &Gateway, what: &str) -> String {
     let mut told = String::new();
     for _ in 0..200 {
         let (status, _, done) = gw
@@ -258,11 +259,19 @@ async fn until_told(gw: &Gateway, what: &str) {
             .await;
         told = done.to_string();
         if status == 200 && told.contains(what) {
-            return;
+            return told;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     panic!("the fixture never told {what}: {told}");
+}
+
+/// The fixture process that answered `told` (a `test_update_resource` result).
+fn process_of(told: &str) -> &str {
+    let after = told.split("by process ").nth(1).unwrap_or_default();
+    &after[..after
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(after.len())]
 }
 
 async fn heard_within(
@@ -329,7 +338,9 @@ async fn resource_subscriptions_are_shared_upstream_and_end_with_their_sessions(
     one.unsubscribe(rmcp::model::UnsubscribeRequestParams::new(WATCHED))
         .await
         .expect("one unsubscribes");
-    assert!(touch(&gw, WATCHED).await.contains("1 subscriber"));
+    let told = touch(&gw, WATCHED).await;
+    assert!(told.contains("1 subscriber"), "{told}");
+    let process = process_of(&told).to_owned();
     assert_eq!(
         heard_within(&mut two_heard, 5000).await.as_deref(),
         Some(WATCHED)
@@ -340,7 +351,14 @@ async fn resource_subscriptions_are_shared_upstream_and_end_with_their_sessions(
     // to what sessions still hold.
     let (status, _, done) = gw.invoke("fixture_exit", json!({"arguments": {}})).await;
     assert_eq!(status, 200, "{done}");
-    until_told(&gw, "1 subscriber").await;
+    // The old process answers for another 50 ms: wait for the new one's word.
+    loop {
+        let told = until_told(&gw, "1 subscriber").await;
+        if process_of(&told) != process {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     assert_eq!(
         heard_within(&mut two_heard, 5000).await.as_deref(),
         Some(WATCHED)
@@ -356,11 +374,18 @@ async fn resource_subscriptions_are_shared_upstream_and_end_with_their_sessions(
         .invoke("test_add_resource", json!({"arguments": {"uri": added}}))
         .await;
     assert_eq!(status, 200, "{done}");
-    assert_eq!(
-        heard_within(&mut one_heard, 5000).await.as_deref(),
-        Some("resources/list_changed")
-    );
-    let resources = one.list_all_resources().await.expect("resources/list");
+    // (News of the reconnection's lists may still be queued ahead of it.)
+    let mut resources = Vec::new();
+    for _ in 0..5 {
+        assert_eq!(
+            heard_within(&mut one_heard, 5000).await.as_deref(),
+            Some("resources/list_changed")
+        );
+        resources = one.list_all_resources().await.expect("resources/list");
+        if resources.iter().any(|r| r.uri == added) {
+            break;
+        }
+    }
     assert!(resources.iter().any(|r| r.uri == added), "{resources:?}");
     let _ = one.cancel().await;
     gw.stop().await;
