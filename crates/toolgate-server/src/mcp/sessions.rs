@@ -141,8 +141,8 @@ pub(super) struct StoredSessions {
     config: SessionConfig,
     /// Store each session's SSE events (resumable on any instance), or keep them in memory.
     durable_events: bool,
-    /// Close the POST stream of a request still running after this long (SSE polling).
-    poll_after: Option<Duration>,
+    /// SSE polling, when on.
+    poll: Option<Polling>,
     live: tokio::sync::RwLock<HashMap<SessionId, Arc<LocalSessionManager>>>,
 }
 
@@ -153,18 +153,6 @@ type SseStream = Pin<Box<dyn Stream<Item = ServerSseMessage> + Send + Sync>>;
 /// boxing lets the per-session manager's `Arc` go while the stream lives on.
 fn boxed(stream: impl Stream<Item = ServerSseMessage> + Send + Sync + 'static) -> SseStream {
     Box::pin(stream)
-}
-
-/// `stream`, holding `guard` for as long as it lives.
-fn holding(
-    stream: impl Stream<Item = ServerSseMessage> + Send + Sync + 'static,
-    guard: Option<DropGuard>,
-) -> SseStream {
-    let mut stream = Box::pin(stream);
-    boxed(futures::stream::poll_fn(move |cx| {
-        let _ = &guard;
-        stream.as_mut().poll_next(cx)
-    }))
 }
 
 /// rmcp's handle on live session `id` of `manager`.
@@ -194,7 +182,7 @@ impl StoredSessions {
             store,
             config,
             durable_events,
-            poll_after,
+            poll: poll_after.map(|after| Polling { after, retry }),
             live: Default::default(),
         }
     }
@@ -218,20 +206,16 @@ impl StoredSessions {
             store: self.store.clone(),
             tenant,
             session: OnceLock::new(),
-            poll: self.poll_after.map(|after| Polling {
-                after,
-                retry: self.config.sse_retry.unwrap_or(after),
-            }),
+            poll: self.poll,
         });
         Ok((manager.with_event_store(events.clone()), Some(events)))
     }
 
     /// With polling on, closes request `request`'s stream of session `handle` once
-    /// `poll_after` has passed, unless the guard returned (held by the stream) is dropped
+    /// `poll.after` has passed, unless the guard returned (held by the stream) is dropped
     /// first, when the stream ended because the request finished.
     fn let_go_later(&self, handle: LocalSessionHandle, request: u64) -> Option<DropGuard> {
-        let after = self.poll_after?;
-        let retry = self.config.sse_retry;
+        let Polling { after, retry } = self.poll?;
         let done = CancellationToken::new();
         let guard = done.clone().drop_guard();
         tokio::spawn(async move {
@@ -239,7 +223,7 @@ impl StoredSessions {
                 () = done.cancelled() => {}
                 () = tokio::time::sleep(after) => {
                     // An error means the request finished meanwhile: nothing to close.
-                    if handle.close_sse_stream(request, retry).await.is_ok() {
+                    if handle.close_sse_stream(request, Some(retry)).await.is_ok() {
                         tracing::debug!(request, "a long request's SSE stream closed for polling");
                     }
                 }
@@ -303,7 +287,7 @@ impl SessionManager for StoredSessions {
         message: ClientJsonRpcMessage,
     ) -> ManagerResult<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static> {
         let manager = self.get(id).await?;
-        if self.poll_after.is_none() {
+        if self.poll.is_none() {
             return Ok(boxed(manager.create_stream(id, message).await?));
         }
         // rmcp's `create_stream`, keeping the stream's request id to close it by.
@@ -313,10 +297,10 @@ impl SessionManager for StoredSessions {
         handle.push_message(message, request).await?;
         let close = request.and_then(|request| self.let_go_later(handle, request));
         let mut events = receiver.inner;
-        Ok(holding(
-            futures::stream::poll_fn(move |cx| events.poll_recv(cx)),
-            close,
-        ))
+        Ok(boxed(futures::stream::poll_fn(move |cx| {
+            let _ = &close; // the timer goes when the stream does
+            events.poll_recv(cx)
+        })))
     }
 
     async fn accept_message(
@@ -370,7 +354,7 @@ struct SessionEvents {
     store: Store,
     tenant: TenantId,
     session: OnceLock<SessionId>,
-    /// SSE polling: a resumed stream follows its request for this long.
+    /// SSE polling: a resumed stream follows its request for `after`.
     poll: Option<Polling>,
 }
 
