@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Where an MCP `tools/call` spends CPU: per call, by thread, for one server under one
+# load. Complements bench/mcp.sh (throughput ratios) with the cost behind them.
+#
+#   bench/cpu.sh                          # every server, both modes, concurrency 64, 8 s
+#   SERVERS="gw noaudit" MODES=stateless DURATION=10s C=16 bench/cpu.sh
+#
+# Servers: gw (the gateway as shipped: SQLite, API key, durable audit), noaudit (the
+# gateway without its audit sink), bare (the bare rmcp echo). Each runs alone: started,
+# warmed up for 2 s, then measured with wrk (bench/mcp_call.lua). CPU comes from
+# /proc/PID/task/*/stat (user and system time) and context switches from
+# /proc/PID/task/*/status, read just before and after the measured run; threads are
+# grouped by name with their numbering dropped. Prints one table per server and mode,
+# and writes them to bench/results/cpu.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DURATION=${DURATION:-8s}
+source bench/lib.sh
+
+SERVERS=${SERVERS:-"bare noaudit gw"}
+MODES=${MODES:-"stateless session"}
+C=${C:-64}
+
+if ! command -v wrk >/dev/null; then
+  echo "installing wrk (Debian package)…" >&2
+  apt-get install -y -qq wrk >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
+fi
+cargo build --quiet --release -p toolgate-server -p toolgate-bench
+WORK=$(mktemp -d)
+pid=
+cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+ACCEPT='accept: application/json, text/event-stream'
+CT='content-type: application/json'
+
+# start SERVER PORT: runs it in the background, sets pid and AUTH.
+start() {
+  local dir="$WORK/$1"
+  rm -rf "$dir"; mkdir -p "$dir"
+  case $1 in
+    gw) env -u DATABASE_URL target/release/toolgate serve --listen "127.0.0.1:$2" --data-dir "$dir" >/dev/null 2>"$dir.log" & pid=$! ;;
+    noaudit) env -u DATABASE_URL target/release/gateway-unaudited "127.0.0.1:$2" "$dir" >/dev/null 2>"$dir.log" & pid=$! ;;
+    bare) target/release/bare-rmcp-echo "127.0.0.1:$2" >/dev/null 2>"$dir.log" & pid=$! ;;
+  esac
+  AUTH="x-none: none"
+  if [ "$1" != bare ]; then
+    for _ in $(seq 100); do [ -s "$dir/admin-api-key" ] && break; sleep 0.1; done
+    AUTH="authorization: Bearer $(cat "$dir/admin-api-key")"
+    wait_ready "$2" "$AUTH"
+  else
+    sleep 0.5
+  fi
+}
+
+# open_session PORT: initialize + initialized, prints the session id.
+open_session() {
+  local init='{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"wrk","version":"4"}}}'
+  local sid
+  sid=$(curl -s -D - -o /dev/null -X POST -H "$AUTH" -H "$CT" -H "$ACCEPT" -d "$init" \
+    "http://127.0.0.1:$1/mcp" | tr -d '\r' | awk 'tolower($1)=="mcp-session-id:" {print $2}')
+  curl -s -o /dev/null -X POST -H "$AUTH" -H "$CT" -H "$ACCEPT" -H "mcp-session-id: $sid" \
+    -H 'mcp-protocol-version: 2025-11-25' \
+    -d '{"jsonrpc":"2.0","method":"notifications/initialized"}' "http://127.0.0.1:$1/mcp"
+  echo "$sid"
+}
+
+# snapshot FILE: one line per thread: name, user ticks, system ticks, voluntary and
+# involuntary context switches.
+snapshot() {
+  for task in /proc/"$pid"/task/*; do
+    local stat name
+    stat=$(cat "$task/stat" 2>/dev/null) || continue
+    name=$(grep '^Name:' "$task/status" | cut -f2)
+    # utime and stime are fields 14 and 15, counted after the parenthesised name.
+    set -- ${stat##*) }
+    echo "$name|${12}|${13}|$(awk '/^voluntary_ctxt_switches/ {v=$2} /^nonvoluntary_ctxt_switches/ {n=$2} END {print v "|" n}' "$task/status")"
+  done > "$1"
+}
+
+mkdir -p bench/results
+: > bench/results/cpu.md
+for server in $SERVERS; do
+  for mode in $MODES; do
+    port=$(free_port)
+    start "$server" "$port"
+    headers=(-H "$AUTH" -H "$CT" -H "$ACCEPT")
+    if [ "$mode" = session ]; then
+      headers+=(-H "mcp-session-id: $(open_session "$port")" -H 'mcp-protocol-version: 2025-11-25')
+    else
+      headers+=(-H 'mcp-protocol-version: 2026-07-28' -H 'mcp-method: tools/call' -H 'mcp-name: echo')
+    fi
+    export MCP_STATELESS=$([ "$mode" = stateless ] && echo 1 || echo 0)
+    wrk -t2 -c"$C" -d2s -s bench/mcp_call.lua "${headers[@]}" "http://127.0.0.1:$port/mcp" >/dev/null
+    snapshot "$WORK/before"
+    wrk -t2 -c"$C" -d"$DURATION" -s bench/mcp_call.lua "${headers[@]}" "http://127.0.0.1:$port/mcp" \
+      | grep '^{' > "$WORK/wrk.json"
+    snapshot "$WORK/after"
+    kill "$pid"; wait "$pid" 2>/dev/null || true; pid=
+    python3 - "$WORK" "$server" "$mode" "$C" "$(getconf CLK_TCK)" <<'PY' | tee -a bench/results/cpu.md
+import collections, json, re, sys
+work, server, mode, c, hz = sys.argv[1:]
+hz = int(hz)
+run = json.load(open(f"{work}/wrk.json"))
+if run["bad"] or run["socket_errors"]:
+    sys.exit(f"{server} {mode}: {run['bad']} bad responses, {run['socket_errors']} socket errors")
+def load(path):
+    groups = collections.defaultdict(lambda: [0, 0, 0, 0])
+    for line in open(path):
+        name, *counts = line.rstrip("\n").split("|")
+        group = re.sub(r"[-_ ]?\d+$", "", name)
+        for i, v in enumerate(counts):
+            groups[group][i] += int(v)
+    return groups
+before, after = load(f"{work}/before"), load(f"{work}/after")
+calls = run["requests"]
+rows, total = [], [0.0, 0.0, 0.0, 0.0]
+for group, counts in after.items():
+    d = [a - b for a, b in zip(counts, before.get(group, [0, 0, 0, 0]))]
+    per = [d[0] / hz * 1e6 / calls, d[1] / hz * 1e6 / calls, d[2] / calls, d[3] / calls]
+    total = [t + p for t, p in zip(total, per)]
+    if per[0] + per[1] >= 0.5 or per[2] + per[3] >= 0.05:
+        rows.append((group, per))
+rows.sort(key=lambda r: -(r[1][0] + r[1][1]))
+print(f"{server}, {mode}, concurrency {c}: {run['rps']:.0f} req/s, p50 {run['p50_ms']:.2f} ms, p99 {run['p99_ms']:.2f} ms")
+print()
+print("| threads | user µs/call | system µs/call | switches/call (voluntary) | (involuntary) |")
+print("|---|---:|---:|---:|---:|")
+for group, p in rows + [("all", total)]:
+    print(f"| {group} | {p[0]:.0f} | {p[1]:.0f} | {p[2]:.2f} | {p[3]:.2f} |")
+print()
+PY
+  done
+done
+echo "(one ${DURATION} wrk run per table after a 2 s warm-up; $(nproc) cores shared by the server and wrk; $(date -u +%Y-%m-%d))" | tee -a bench/results/cpu.md
