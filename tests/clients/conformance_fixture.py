@@ -17,9 +17,12 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import (
     AudioContent,
+    Completion,
     EmbeddedResource,
     EmptyResult,
     ImageContent,
+    PromptReference,
+    ResourceTemplateReference,
     SamplingMessage,
     SubscribeRequestParams,
     TextContent,
@@ -322,6 +325,25 @@ def test_prompt_with_image() -> list:
         {"role": "user", "content": {"type": "image", "data": PNG, "mimeType": "image/png"}},
         {"role": "user", "content": {"type": "text", "text": "Please analyze the image above."}},
     ]
+
+
+# Completion (completion/complete) of test_prompt_with_arguments' arguments and of the
+# template's id: the choices that start with what was typed. arg2's choices follow arg1's
+# value from the request's context, so a test can see the context relayed too.
+@server.completion()
+async def complete(ref, argument, context) -> Completion | None:
+    choices: list[str] = []
+    if isinstance(ref, PromptReference) and ref.name == "test_prompt_with_arguments":
+        if argument.name == "arg1":
+            choices = ["hello", "help", "world"]
+        elif argument.name == "arg2":
+            arg1 = ((context and context.arguments) or {}).get("arg1", "")
+            choices = [f"{arg1}-again", f"{arg1}-once"]
+    elif isinstance(ref, ResourceTemplateReference) and ref.uri == "test://template/{id}/data":
+        if argument.name == "id":
+            choices = ["41", "42", "420"]
+    values = [c for c in choices if c.startswith(argument.value)]
+    return Completion(values=values, total=len(values), has_more=False)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,14 @@
 //! Upstreams' resources and prompts over MCP: a tenant's own upstream (the conformance
 //! fixture on the official Python SDK, over Streamable HTTP) is listed, read, subscribed
-//! to and asked for prompts by that tenant's callers holding `tools:invoke`, and by no one
-//! else; subscriptions are shared upstream and end with the sessions that hold them.
+//! to, asked for prompts and for argument completions by that tenant's callers holding
+//! `tools:invoke`, and by no one else; subscriptions are shared upstream and end with the
+//! sessions that hold them.
 
 use rmcp::ServiceError;
-use rmcp::model::{ErrorCode, GetPromptRequestParams, ProtocolVersion, ReadResourceRequestParams};
+use rmcp::model::{
+    ArgumentInfo, CompleteRequestParams, CompleteResult, CompletionContext, ErrorCode,
+    GetPromptRequestParams, ProtocolVersion, ReadResourceRequestParams, Reference,
+};
 use rmcp::service::{RoleClient, RunningService};
 use serde_json::{Value, json};
 use toolgate_e2e::{Gateway, sdk_clients, serve_on_free_port};
@@ -111,6 +115,58 @@ async fn a_tenants_upstream_resources_and_prompts_reach_that_tenant_only() {
     let got = serde_json::to_value(&got).expect("json").to_string();
     assert!(got.contains("arg1='hello', arg2='world'"), "{got}");
 
+    // Argument completion goes to the upstream too: a prompt's under its own name (with the
+    // context of arguments already given), a template's by the template.
+    assert!(
+        a.peer_info()
+            .is_some_and(|info| info.capabilities.completions.is_some()),
+        "the gateway offers completion"
+    );
+    let prompt_ref = || Reference::for_prompt("fx__test_prompt_with_arguments");
+    let completed = |result: Result<CompleteResult, ServiceError>| {
+        result.expect("completion/complete").completion.values
+    };
+    assert_eq!(
+        completed(
+            a.complete(CompleteRequestParams::new(
+                prompt_ref(),
+                ArgumentInfo::new("arg1", "hel")
+            ))
+            .await
+        ),
+        ["hello", "help"]
+    );
+    let mut given = CompleteRequestParams::new(prompt_ref(), ArgumentInfo::new("arg2", ""));
+    given.context = Some(CompletionContext::with_arguments(
+        [("arg1".to_owned(), "world".to_owned())].into(),
+    ));
+    assert_eq!(
+        completed(a.complete(given).await),
+        ["world-again", "world-once"]
+    );
+    let template_ref = || Reference::for_resource("test://template/{id}/data");
+    assert_eq!(
+        completed(
+            a.complete(CompleteRequestParams::new(
+                template_ref(),
+                ArgumentInfo::new("id", "42")
+            ))
+            .await
+        ),
+        ["42", "420"]
+    );
+    assert_eq!(
+        code(
+            a.complete(CompleteRequestParams::new(
+                Reference::for_prompt("test_prompt_with_arguments"),
+                ArgumentInfo::new("arg1", "")
+            ))
+            .await
+        ),
+        ErrorCode::INVALID_PARAMS,
+        "a prompt is completed only under the gateway's name"
+    );
+
     // Tenant B sees none of it and reaches none of it, by URI or by name.
     let b = connect(&gw, &b_key, ProtocolVersion::V_2025_11_25).await;
     assert_eq!(shown(&b).await, (vec![], vec![], vec![]));
@@ -138,6 +194,18 @@ async fn a_tenants_upstream_resources_and_prompts_reach_that_tenant_only() {
         ),
         ErrorCode::INVALID_PARAMS
     );
+    for reference in [prompt_ref(), template_ref()] {
+        assert_eq!(
+            code(
+                b.complete(CompleteRequestParams::new(
+                    reference,
+                    ArgumentInfo::new("arg1", "")
+                ))
+                .await
+            ),
+            ErrorCode::INVALID_PARAMS
+        );
+    }
 
     // Nor does a principal of A without `tools:invoke`.
     let (status, _, viewer) = gw

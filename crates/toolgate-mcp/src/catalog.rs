@@ -24,7 +24,9 @@
 //! `notifications/resources/updated` reach the holders of that URI. Upstream connections
 //! use the legacy lifecycle, so subscribing upstream is always `resources/subscribe`.
 //!
-//! Not federated yet: argument completion for prompts.
+//! Argument completion (`completion/complete`) for a prompt goes to the upstream that
+//! offers it, under the upstream's own name; for a resource template (or a URI), to the
+//! upstream that lists it. An upstream that offers no completion completes nothing.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -88,6 +90,8 @@ pub struct Entry {
     pub prompts: Vec<Prompt>,
     /// Whether the upstream offers `resources/subscribe`.
     pub subscribable: bool,
+    /// Whether the upstream offers `completion/complete`.
+    pub completes: bool,
 }
 
 impl std::fmt::Debug for Catalog {
@@ -125,6 +129,9 @@ impl Catalog {
             .and_then(|c| c.resources.as_ref())
             .and_then(|r| r.subscribe)
             == Some(true);
+        let completes = capabilities
+            .as_ref()
+            .is_some_and(|c| c.completions.is_some());
         let mut failed = None;
         let (resources, templates) = if offers_resources {
             (
@@ -159,6 +166,7 @@ impl Catalog {
             templates,
             prompts,
             subscribable,
+            completes,
         };
         let entry = Arc::new(entry);
         let before = self
@@ -319,6 +327,11 @@ impl Entry {
     /// Whether this upstream listed `uri`.
     pub fn lists(&self, uri: &str) -> bool {
         self.resources.iter().any(|r| r.uri == uri)
+    }
+
+    /// Whether this upstream lists the resource template `template` (as written).
+    pub fn has_template(&self, template: &str) -> bool {
+        self.templates.iter().any(|t| t.uri_template == template)
     }
 
     /// Whether one of this upstream's templates produces `uri`.

@@ -19,12 +19,12 @@ pub mod upstream;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
-    GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ProgressToken, ReadResourceRequestParams, ReadResourceResponse,
-    ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter, Tool,
-    UnsubscribeRequestParams,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    ContentBlock, ErrorCode, GetPromptRequestParams, GetPromptResponse, Implementation,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ReadResourceRequestParams,
+    ReadResourceResponse, Reference, ServerCapabilities, ServerConfig, SubscribeRequestParams,
+    SubscriptionFilter, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -462,6 +462,7 @@ impl ServerHandler for McpAdapter {
                 .enable_tools()
                 .enable_tool_list_changed()
                 .enable_logging()
+                .enable_completions()
                 .build(),
         )
         .with_server_info(
@@ -678,6 +679,55 @@ impl ServerHandler for McpAdapter {
         request.meta = None;
         let got = upstream.peer.get_prompt_once(request);
         in_time(upstream, got).await
+    }
+
+    /// Argument completion for an upstream's prompt or resource template, relayed to the
+    /// upstream that offers it; one that offers no completion completes nothing.
+    async fn complete(
+        &self,
+        mut request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let upstreams = self.visible_upstreams(&context)?;
+        let upstream = match &mut request.r#ref {
+            Reference::Prompt(prompt) => {
+                let Some((upstream, remote)) = upstreams
+                    .iter()
+                    .find_map(|u| u.remote_prompt(&prompt.name).map(|remote| (u.clone(), remote)))
+                else {
+                    return Err(ErrorData::invalid_params(
+                        "no prompt with this name is available to your credentials",
+                        Some(json!({ "prompt": prompt.name })),
+                    ));
+                };
+                prompt.name = remote;
+                upstream
+            }
+            Reference::Resource(resource) => upstreams
+                .iter()
+                .find(|u| u.has_template(&resource.uri))
+                .cloned()
+                .or_else(|| catalog::serving(&upstreams, &resource.uri))
+                .ok_or_else(|| {
+                    ErrorData::invalid_params(
+                        "no resource template or resource with this URI is available to your credentials",
+                        Some(json!({ "uri": resource.uri })),
+                    )
+                })?,
+            other => {
+                return Err(ErrorData::invalid_params(
+                    "completion is offered for prompts (ref/prompt) and resource templates (ref/resource)",
+                    serde_json::to_value(other).ok(),
+                ));
+            }
+        };
+        if !upstream.completes {
+            return Ok(CompleteResult::default());
+        }
+        tracing::debug!(upstream = %upstream.upstream, argument = %request.argument.name, "completion relayed");
+        request.meta = None;
+        let completed = upstream.peer.complete(request);
+        in_time(&upstream, completed).await
     }
 
     async fn list_tools(
