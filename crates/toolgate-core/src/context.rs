@@ -82,19 +82,15 @@ fn parse_traceparent(header: &str) -> Option<(String, String)> {
     valid.then(|| (trace.to_owned(), flags.to_owned()))
 }
 
-/// `bytes` random bytes as lowercase hex (from a v4-style random UUID's bits).
+/// `bytes` random bytes as lowercase hex (the random tails of v7 UUIDs).
 fn random_hex(bytes: usize) -> String {
-    let mut out = String::with_capacity(bytes * 2);
-    while out.len() < bytes * 2 {
-        let id = uuid::Uuid::now_v7().into_bytes();
+    let mut random = Vec::with_capacity(bytes + 8);
+    while random.len() < bytes {
         // The last 8 bytes of a v7 UUID are random (but for the variant bits).
-        for b in &id[8..] {
-            if out.len() < bytes * 2 {
-                out.push_str(&format!("{b:02x}"));
-            }
-        }
+        random.extend_from_slice(&uuid::Uuid::now_v7().as_bytes()[8..]);
     }
-    out
+    random.truncate(bytes);
+    hex::encode(random)
 }
 
 /// One call. Adapters build it with [`CallContext::new`] and the `with_*` methods; the

@@ -51,16 +51,9 @@ impl StoreApprovals {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<TenantId, (Instant, Arc<Policy>)>> {
         self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
-}
 
-#[async_trait]
-impl Approvals for StoreApprovals {
-    async fn policy(&self, tenant: TenantId) -> Result<Arc<Policy>, ApprovalError> {
-        if let Some((at, policy)) = self.lock().get(&tenant)
-            && at.elapsed() < POLICY_TTL
-        {
-            return Ok(policy.clone());
-        }
+    /// The tenant's policy from the store, cached for [`POLICY_TTL`].
+    async fn load_policy(&self, tenant: TenantId) -> Result<Arc<Policy>, ApprovalError> {
         let stored = self
             .store
             .approval_policy(tenant)
@@ -74,6 +67,20 @@ impl Approvals for StoreApprovals {
         let policy = Arc::new(policy);
         self.lock().insert(tenant, (Instant::now(), policy.clone()));
         Ok(policy)
+    }
+}
+
+#[async_trait]
+impl Approvals for StoreApprovals {
+    async fn policy(&self, tenant: TenantId) -> Result<Arc<Policy>, ApprovalError> {
+        if let Some((at, policy)) = self.lock().get(&tenant)
+            && at.elapsed() < POLICY_TTL
+        {
+            return Ok(policy.clone());
+        }
+        // Boxed apart: the store read's future is kilobytes, and every call's (cached)
+        // policy lookup would otherwise allocate and copy it.
+        Box::pin(self.load_policy(tenant)).await
     }
 
     async fn gate(&self, request: ApprovalRequest) -> Result<Gate, ApprovalError> {

@@ -27,7 +27,10 @@ pub const MAX_BATCH: usize = 512;
 /// Records waiting for the writer before callers wait to enqueue.
 pub const QUEUE: usize = 8192;
 
-type Ack = oneshot::Sender<Result<(), String>>;
+/// A record's outcome, with the record itself handed back so that the request thread that
+/// built it also frees it: measured under load, records freed on the writer's thread cost
+/// mimalloc's cross-thread free path on both sides.
+type Ack = oneshot::Sender<(Result<(), String>, AuditRecord)>;
 
 /// A handle on the writer task. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -76,8 +79,8 @@ impl AuditWriter {
 
 /// Fails every record that arrives: calls fail closed rather than run unaudited.
 async fn refuse_all(mut rx: mpsc::Receiver<(AuditRecord, Ack)>, reason: &str) {
-    while let Some((_, ack)) = rx.recv().await {
-        let _ = ack.send(Err(reason.to_owned()));
+    while let Some((record, ack)) = rx.recv().await {
+        let _ = ack.send((Err(reason.to_owned()), record));
     }
 }
 
@@ -94,14 +97,14 @@ async fn run(store: Store, mut rx: mpsc::Receiver<(AuditRecord, Ack)>) {
                     elapsed_ms = started.elapsed().as_secs_f64() * 1000.0,
                     "audit batch committed"
                 );
-                for ack in acks {
-                    let _ = ack.send(Ok(()));
+                for (record, ack) in records.into_iter().zip(acks) {
+                    let _ = ack.send((Ok(()), record));
                 }
             }
             Err(err) if records.len() == 1 => {
                 tracing::error!(error = %err, "audit record could not be written");
-                for ack in acks {
-                    let _ = ack.send(Err(err.to_string()));
+                for (record, ack) in records.into_iter().zip(acks) {
+                    let _ = ack.send((Err(err.to_string()), record));
                 }
             }
             Err(err) => {
@@ -111,7 +114,7 @@ async fn run(store: Store, mut rx: mpsc::Receiver<(AuditRecord, Ack)>) {
                     if let Err(err) = &result {
                         tracing::error!(error = %err, call_id = %record.call_id, "audit record could not be written");
                     }
-                    let _ = ack.send(result.map_err(|e| e.to_string()));
+                    let _ = ack.send((result.map_err(|e| e.to_string()), record));
                 }
             }
         }
@@ -134,8 +137,8 @@ impl AuditSink for AuditWriter {
             .await
             .map_err(|_| AuditError("the audit writer has stopped".into()))?;
         match done.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(err)) => Err(AuditError(err)),
+            Ok((Ok(()), _record)) => Ok(()),
+            Ok((Err(err), _)) => Err(AuditError(err)),
             Err(_) => Err(AuditError(
                 "the audit writer stopped before committing".into(),
             )),
