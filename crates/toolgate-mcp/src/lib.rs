@@ -537,14 +537,14 @@ impl ServerHandler for McpAdapter {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         Box::pin(async move {
-        let upstream = self.resource_upstream(&context, &request.uri)?;
-        tracing::info!(upstream = %upstream.upstream, uri = %request.uri, "resource read relayed");
-        // The upstream connection is shared: the caller's `_meta` (a progress token, say)
-        // stays here, where it means something.
-        request.meta = None;
-        let read = upstream.peer.read_resource_once(request);
-        in_time(&upstream, read).await
-    })
+            let upstream = self.resource_upstream(&context, &request.uri)?;
+            tracing::info!(upstream = %upstream.upstream, uri = %request.uri, "resource read relayed");
+            // The upstream connection is shared: the caller's `_meta` (a progress token, say)
+            // stays here, where it means something.
+            request.meta = None;
+            let read = upstream.peer.read_resource_once(request);
+            in_time(&upstream, read).await
+        })
         .await
     }
 
@@ -603,51 +603,51 @@ impl ServerHandler for McpAdapter {
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         Box::pin(async move {
-        let request = context.request_context();
-        let tenant = caller(request)?.auth.tenant;
-        let sink = context.sink().clone();
-        let held = catalog::Held::new(self.catalog.clone());
-        let upstreams = self.visible_upstreams(request)?;
-        for uri in context.accepted().resource_subscriptions.iter().flatten() {
-            let Some(upstream) = catalog::serving(&upstreams, uri) else {
-                continue;
-            };
-            if !upstream.subscribable {
-                continue;
-            }
-            let listener = catalog::Listener::Stream(sink.clone());
-            if let Err(err) = held.subscribe(&upstream, uri, listener).await {
-                tracing::warn!(upstream = %upstream.upstream, uri, error = %err, "could not subscribe upstream for a listen stream");
-            }
-        }
-        let accepted = context.accepted();
-        let on = |flag: Option<bool>| flag == Some(true);
-        let (resources_on, prompts_on) = (
-            on(accepted.resources_list_changed),
-            on(accepted.prompts_list_changed),
-        );
-        let mut tools_on = on(accepted.tools_list_changed);
-        let mut lists_on = resources_on || prompts_on;
-        let registry = &self.registry;
-        let mut tools = ListWatch::new(registry.changes(), || Some(registry.generation(tenant)));
-        let changes = self.catalog.changes();
-        let mut lists = ListWatch::new(changes.subscribe(), || Some(changes.generation(tenant)));
-        loop {
-            tokio::select! {
-                () = context.cancelled() => break,
-                changed = tools.next(), if tools_on => {
-                    tools_on = changed && sink.notify_tool_list_changed().await.is_ok();
+            let request = context.request_context();
+            let tenant = caller(request)?.auth.tenant;
+            let sink = context.sink().clone();
+            let held = catalog::Held::new(self.catalog.clone());
+            let upstreams = self.visible_upstreams(request)?;
+            for uri in context.accepted().resource_subscriptions.iter().flatten() {
+                let Some(upstream) = catalog::serving(&upstreams, uri) else {
+                    continue;
+                };
+                if !upstream.subscribable {
+                    continue;
                 }
-                changed = lists.next(), if lists_on => {
-                    lists_on = changed
-                        && (!resources_on || sink.notify_resource_list_changed().await.is_ok())
-                        && (!prompts_on || sink.notify_prompt_list_changed().await.is_ok());
+                let listener = catalog::Listener::Stream(sink.clone());
+                if let Err(err) = held.subscribe(&upstream, uri, listener).await {
+                    tracing::warn!(upstream = %upstream.upstream, uri, error = %err, "could not subscribe upstream for a listen stream");
                 }
             }
-        }
-        // `held` drops here: its upstream subscriptions are given back.
-        Ok(())
-    })
+            let accepted = context.accepted();
+            let on = |flag: Option<bool>| flag == Some(true);
+            let (resources_on, prompts_on) = (
+                on(accepted.resources_list_changed),
+                on(accepted.prompts_list_changed),
+            );
+            let mut tools_on = on(accepted.tools_list_changed);
+            let mut lists_on = resources_on || prompts_on;
+            let registry = &self.registry;
+            let mut tools = ListWatch::new(registry.changes(), || Some(registry.generation(tenant)));
+            let changes = self.catalog.changes();
+            let mut lists = ListWatch::new(changes.subscribe(), || Some(changes.generation(tenant)));
+            loop {
+                tokio::select! {
+                    () = context.cancelled() => break,
+                    changed = tools.next(), if tools_on => {
+                        tools_on = changed && sink.notify_tool_list_changed().await.is_ok();
+                    }
+                    changed = lists.next(), if lists_on => {
+                        lists_on = changed
+                            && (!resources_on || sink.notify_resource_list_changed().await.is_ok())
+                            && (!prompts_on || sink.notify_prompt_list_changed().await.is_ok());
+                    }
+                }
+            }
+            // `held` drops here: its upstream subscriptions are given back.
+            Ok(())
+        })
         .await
     }
 
@@ -706,47 +706,47 @@ impl ServerHandler for McpAdapter {
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
         Box::pin(async move {
-        let upstreams = self.visible_upstreams(&context)?;
-        let upstream = match &mut request.r#ref {
-            Reference::Prompt(prompt) => {
-                let Some((upstream, remote)) = upstreams
+            let upstreams = self.visible_upstreams(&context)?;
+            let upstream = match &mut request.r#ref {
+                Reference::Prompt(prompt) => {
+                    let Some((upstream, remote)) = upstreams
+                        .iter()
+                        .find_map(|u| u.remote_prompt(&prompt.name).map(|remote| (u.clone(), remote)))
+                    else {
+                        return Err(ErrorData::invalid_params(
+                            "no prompt with this name is available to your credentials",
+                            Some(json!({ "prompt": prompt.name })),
+                        ));
+                    };
+                    prompt.name = remote;
+                    upstream
+                }
+                Reference::Resource(resource) => upstreams
                     .iter()
-                    .find_map(|u| u.remote_prompt(&prompt.name).map(|remote| (u.clone(), remote)))
-                else {
+                    .find(|u| u.has_template(&resource.uri))
+                    .cloned()
+                    .or_else(|| catalog::serving(&upstreams, &resource.uri))
+                    .ok_or_else(|| {
+                        ErrorData::invalid_params(
+                            "no resource template or resource with this URI is available to your credentials",
+                            Some(json!({ "uri": resource.uri })),
+                        )
+                    })?,
+                other => {
                     return Err(ErrorData::invalid_params(
-                        "no prompt with this name is available to your credentials",
-                        Some(json!({ "prompt": prompt.name })),
+                        "completion is offered for prompts (ref/prompt) and resource templates (ref/resource)",
+                        serde_json::to_value(other).ok(),
                     ));
-                };
-                prompt.name = remote;
-                upstream
+                }
+            };
+            if !upstream.completes {
+                return Ok(CompleteResult::default());
             }
-            Reference::Resource(resource) => upstreams
-                .iter()
-                .find(|u| u.has_template(&resource.uri))
-                .cloned()
-                .or_else(|| catalog::serving(&upstreams, &resource.uri))
-                .ok_or_else(|| {
-                    ErrorData::invalid_params(
-                        "no resource template or resource with this URI is available to your credentials",
-                        Some(json!({ "uri": resource.uri })),
-                    )
-                })?,
-            other => {
-                return Err(ErrorData::invalid_params(
-                    "completion is offered for prompts (ref/prompt) and resource templates (ref/resource)",
-                    serde_json::to_value(other).ok(),
-                ));
-            }
-        };
-        if !upstream.completes {
-            return Ok(CompleteResult::default());
-        }
-        tracing::debug!(upstream = %upstream.upstream, argument = %request.argument.name, "completion relayed");
-        request.meta = None;
-        let completed = upstream.peer.complete(request);
-        in_time(&upstream, completed).await
-    })
+            tracing::debug!(upstream = %upstream.upstream, argument = %request.argument.name, "completion relayed");
+            request.meta = None;
+            let completed = upstream.peer.complete(request);
+            in_time(&upstream, completed).await
+        })
         .await
     }
 
