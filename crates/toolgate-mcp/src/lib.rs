@@ -131,6 +131,25 @@ impl McpAdapter {
         Ok(self.catalog.visible(&caller.auth, &scoped))
     }
 
+    /// The visible upstream offering the prompt the gateway names `name`, and the
+    /// upstream's own name for it.
+    fn prompt_upstream(
+        &self,
+        context: &RequestContext<RoleServer>,
+        name: &str,
+    ) -> Result<(Arc<catalog::Entry>, String), ErrorData> {
+        let upstreams = self.visible_upstreams(context)?;
+        upstreams
+            .into_iter()
+            .find_map(|u| u.remote_prompt(name).map(|remote| (u, remote)))
+            .ok_or_else(|| {
+                ErrorData::invalid_params(
+                    "no prompt with this name is available to your credentials",
+                    Some(json!({ "prompt": name })),
+                )
+            })
+    }
+
     /// The visible upstream that serves `uri` (see [`catalog::serving`]).
     fn resource_upstream(
         &self,
@@ -679,21 +698,12 @@ impl ServerHandler for McpAdapter {
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
         Box::pin(async move {
-            let upstreams = self.visible_upstreams(&context)?;
-            let Some((upstream, remote)) = upstreams
-                .iter()
-                .find_map(|u| u.remote_prompt(&request.name).map(|remote| (u, remote)))
-            else {
-                return Err(ErrorData::invalid_params(
-                    "no prompt with this name is available to your credentials",
-                    Some(json!({ "prompt": request.name })),
-                ));
-            };
+            let (upstream, remote) = self.prompt_upstream(&context, &request.name)?;
             tracing::info!(upstream = %upstream.upstream, prompt = %request.name, "prompt relayed");
             request.name = remote;
             request.meta = None;
             let got = upstream.peer.get_prompt_once(request);
-            in_time(upstream, got).await
+            in_time(&upstream, got).await
         })
         .await
     }
@@ -706,32 +716,26 @@ impl ServerHandler for McpAdapter {
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
         Box::pin(async move {
-            let upstreams = self.visible_upstreams(&context)?;
             let upstream = match &mut request.r#ref {
                 Reference::Prompt(prompt) => {
-                    let Some((upstream, remote)) = upstreams
-                        .iter()
-                        .find_map(|u| u.remote_prompt(&prompt.name).map(|remote| (u.clone(), remote)))
-                    else {
-                        return Err(ErrorData::invalid_params(
-                            "no prompt with this name is available to your credentials",
-                            Some(json!({ "prompt": prompt.name })),
-                        ));
-                    };
+                    let (upstream, remote) = self.prompt_upstream(&context, &prompt.name)?;
                     prompt.name = remote;
                     upstream
                 }
-                Reference::Resource(resource) => upstreams
-                    .iter()
-                    .find(|u| u.has_template(&resource.uri))
-                    .cloned()
-                    .or_else(|| catalog::serving(&upstreams, &resource.uri))
-                    .ok_or_else(|| {
-                        ErrorData::invalid_params(
-                            "no resource template or resource with this URI is available to your credentials",
-                            Some(json!({ "uri": resource.uri })),
-                        )
-                    })?,
+                Reference::Resource(resource) => {
+                    let upstreams = self.visible_upstreams(&context)?;
+                    upstreams
+                        .iter()
+                        .find(|u| u.has_template(&resource.uri))
+                        .cloned()
+                        .or_else(|| catalog::serving(&upstreams, &resource.uri))
+                        .ok_or_else(|| {
+                            ErrorData::invalid_params(
+                                "no resource template or resource with this URI is available to your credentials",
+                                Some(json!({ "uri": resource.uri })),
+                            )
+                        })?
+                }
                 other => {
                     return Err(ErrorData::invalid_params(
                         "completion is offered for prompts (ref/prompt) and resource templates (ref/resource)",
