@@ -28,9 +28,10 @@ pub struct SqliteStore {
     path: std::path::PathBuf,
     /// The connection audit batches are written on, held from one batch to the next:
     /// through the pool each batch paid two more round trips to the connection's thread
-    /// (sqlx pings a connection when it is acquired and when it is released). Dropped
-    /// after a failed batch; the next one takes a new connection.
-    audit_conn: Arc<tokio::sync::Mutex<Option<SqliteConnection>>>,
+    /// (sqlx pings a connection when it is acquired and when it is released). Dropped,
+    /// with the chain heads it remembers, after a failed batch; the next one takes a new
+    /// connection.
+    audit_conn: Arc<tokio::sync::Mutex<Option<AuditConn>>>,
 }
 
 impl SqliteStore {
@@ -56,6 +57,106 @@ impl SqliteStore {
     ) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, StoreError> {
         Ok(self.pool.begin().await?)
     }
+}
+
+/// The connection audit batches are written on, held from one batch to the next, with the
+/// chain heads (`seq`, `row_hash`) its last commit left for each tenant it wrote.
+#[derive(Debug)]
+struct AuditConn {
+    conn: SqliteConnection,
+    heads: BTreeMap<TenantId, (i64, String)>,
+}
+
+/// One audit batch (see [`SqliteStore::append_audit`]): from the heads `audit` remembers
+/// as one query, or, when it does not remember them all or `reread`, in two: the write
+/// lock with the heads as stored, then the rest. On success `audit` remembers the heads
+/// committed.
+async fn append_batch(
+    audit: &mut AuditConn,
+    tenants: &BTreeSet<TenantId>,
+    records: &[AuditRecord],
+    reread: bool,
+) -> Result<(), StoreError> {
+    let remembered: Option<BTreeMap<TenantId, (i64, String)>> = if reread {
+        None
+    } else {
+        tenants
+            .iter()
+            .map(|t| audit.heads.get(t).map(|head| (*t, head.clone())))
+            .collect()
+    };
+    let (mut heads, begin) = match remembered {
+        Some(heads) => (heads, "begin immediate; "),
+        None => {
+            // BEGIN IMMEDIATE: take the write lock first, so that no other connection
+            // appends between this read of the heads and the rows that extend them.
+            let found: Vec<(String, i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "begin immediate; select tenant_id, seq, row_hash from audit_chain_head where tenant_id in ({})",
+                quoted(tenants.iter().map(|t| t.0))
+            )))
+            .fetch_all(&mut audit.conn)
+            .await?;
+            let mut heads: BTreeMap<TenantId, (i64, String)> = tenants
+                .iter()
+                .map(|t| (*t, (0, GENESIS.to_owned())))
+                .collect();
+            for (tenant, seq, hash) in found {
+                heads.insert(TenantId(uuid(&tenant)?), (seq, hash));
+            }
+            (heads, "")
+        }
+    };
+    let mut rows = Vec::with_capacity(records.len());
+    for record in records {
+        let head = heads
+            .get_mut(&record.tenant)
+            .ok_or_else(|| StoreError::Corrupt("chain head".into()))?;
+        let row = row_from_record(record, head.0 + 1, std::mem::take(&mut head.1));
+        *head = (row.seq, row.row_hash.clone());
+        rows.push(row);
+    }
+    let mut batch =
+        QueryBuilder::<Sqlite>::new(format!("{begin}insert into audit_log ({AUDIT_COLUMNS}) "));
+    batch.push_values(&rows, |mut b, row| {
+        b.push_bind(id(row.call_id))
+            .push_bind(id(row.tenant.0))
+            .push_bind(row.seq)
+            .push_bind(id(row.principal.0))
+            .push_bind(&row.adapter)
+            .push_bind(&row.tool)
+            .push_bind(&row.arguments)
+            .push_bind(&row.arguments_hash)
+            .push_bind(&row.outcome)
+            .push_bind(&row.error)
+            .push_bind(row.duration_us)
+            .push_bind(&row.request_id)
+            .push_bind(&row.trace_id)
+            .push_bind(row.run_id.map(|r| id(r.0)))
+            .push_bind(row.step)
+            .push_bind(&row.client)
+            .push_bind(row.started_at)
+            .push_bind(row.finished_at)
+            .push_bind(&row.prev_hash)
+            .push_bind(&row.row_hash)
+            .push_bind(row.approval_id.map(id));
+    });
+    batch.push("; delete from call_intent where call_id in (");
+    let mut ids = batch.separated(", ");
+    for row in &rows {
+        ids.push_bind(id(row.call_id));
+    }
+    batch.push("); insert into audit_chain_head (tenant_id, seq, row_hash) ");
+    batch.push_values(&heads, |mut b, (tenant, (seq, hash))| {
+        b.push_bind(id(tenant.0))
+            .push_bind(*seq)
+            .push_bind(hash.clone());
+    });
+    batch.push(
+        " on conflict (tenant_id) do update set seq = excluded.seq, row_hash = excluded.row_hash; commit",
+    );
+    batch.build().execute(&mut audit.conn).await?;
+    audit.heads.extend(heads);
+    Ok(())
 }
 
 pub(crate) fn id(u: Uuid) -> String {
@@ -638,95 +739,43 @@ impl SqliteStore {
     /// Appends `records` in one transaction, extending each tenant's chain.
     ///
     /// Every statement is a round trip to the connection's own thread (sqlx runs SQLite
-    /// there), so a batch takes three: the write lock with the chain heads, the rows,
-    /// and the intents cleared with the heads moved and the commit. The first and last
-    /// are unprepared SQL whose only values are ids, sequence numbers and hex hashes
-    /// formatted here.
+    /// there), so a batch is one: the write lock, the rows, the intents cleared, the chain
+    /// heads moved and the commit, in one multi-statement query whose text depends only on
+    /// the numbers of records and tenants (prepared once for each). The chain heads come
+    /// from the previous batch on this connection; no read is needed to extend them. That
+    /// is safe because `(tenant_id, seq)` is unique: if another connection appended since,
+    /// the first row reuses a taken `seq` and the batch fails whole; it is then retried
+    /// once with the heads read under the write lock, as a batch for a tenant this
+    /// connection has not written is.
     pub async fn append_audit(&self, records: &[AuditRecord]) -> Result<(), StoreError> {
         let tenants: BTreeSet<TenantId> = records.iter().map(|r| r.tenant).collect();
         if tenants.is_empty() {
             return Ok(());
         }
         let mut held = self.audit_conn.lock().await;
-        let conn = match &mut *held {
-            Some(conn) => conn,
-            None => held.insert(self.pool.acquire().await?.detach()),
-        };
-        let result = async {
-            // BEGIN IMMEDIATE: take the write lock first, so two writers never interleave
-            // reads of a chain head with each other's appends.
-            let lock_and_read = format!(
-                "begin immediate; select tenant_id, seq, row_hash from audit_chain_head where tenant_id in ({})",
-                quoted(tenants.iter().map(|t| t.0))
-            );
-            let found: Vec<(String, i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(lock_and_read))
-                .fetch_all(&mut *conn)
-                .await?;
-            let mut heads: BTreeMap<TenantId, (i64, String)> = tenants
-                .iter()
-                .map(|t| (*t, (0, GENESIS.to_owned())))
-                .collect();
-            for (tenant, seq, hash) in found {
-                heads.insert(TenantId(uuid(&tenant)?), (seq, hash));
-            }
-            let mut rows = Vec::with_capacity(records.len());
-            for record in records {
-                let head = heads.get_mut(&record.tenant).ok_or_else(|| StoreError::Corrupt("chain head".into()))?;
-                let row = row_from_record(record, head.0 + 1, head.1.clone());
-                *head = (row.seq, row.row_hash.clone());
-                rows.push(row);
-            }
-            for chunk in rows.chunks(500) {
-                let mut insert = QueryBuilder::<Sqlite>::new(format!("insert into audit_log ({AUDIT_COLUMNS}) "));
-                insert.push_values(chunk, |mut b, row| {
-                    b.push_bind(id(row.call_id))
-                        .push_bind(id(row.tenant.0))
-                        .push_bind(row.seq)
-                        .push_bind(id(row.principal.0))
-                        .push_bind(&row.adapter)
-                        .push_bind(&row.tool)
-                        .push_bind(&row.arguments)
-                        .push_bind(&row.arguments_hash)
-                        .push_bind(&row.outcome)
-                        .push_bind(&row.error)
-                        .push_bind(row.duration_us)
-                        .push_bind(&row.request_id)
-                        .push_bind(&row.trace_id)
-                        .push_bind(row.run_id.map(|r| id(r.0)))
-                        .push_bind(row.step)
-                        .push_bind(&row.client)
-                        .push_bind(row.started_at)
-                        .push_bind(row.finished_at)
-                        .push_bind(&row.prev_hash)
-                        .push_bind(&row.row_hash)
-                        .push_bind(row.approval_id.map(id));
-                });
-                insert.build().execute(&mut *conn).await?;
-            }
-            let mut finish = format!(
-                "delete from call_intent where call_id in ({});",
-                quoted(rows.iter().map(|r| r.call_id))
-            );
-            for (tenant, (seq, hash)) in &heads {
-                if !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
-                    return Err(StoreError::Corrupt("audit chain head is not a hash".into()));
+        let mut reread = false;
+        loop {
+            let audit = match &mut *held {
+                Some(audit) => audit,
+                None => held.insert(AuditConn {
+                    conn: self.pool.acquire().await?.detach(),
+                    heads: BTreeMap::new(),
+                }),
+            };
+            let from_memory = !reread && tenants.iter().all(|t| audit.heads.contains_key(t));
+            match append_batch(audit, &tenants, records, reread).await {
+                Ok(()) => return Ok(()),
+                Err(err) => {
+                    let _ = sqlx::query("rollback").execute(&mut audit.conn).await;
+                    *held = None;
+                    if !from_memory {
+                        return Err(err);
+                    }
+                    tracing::debug!(error = %err, "audit batch from remembered chain heads failed; retrying under the write lock");
+                    reread = true;
                 }
-                finish.push_str(&format!(
-                    " insert into audit_chain_head (tenant_id, seq, row_hash) values ('{}', {seq}, '{hash}')
-                     on conflict (tenant_id) do update set seq = excluded.seq, row_hash = excluded.row_hash;",
-                    id(tenant.0)
-                ));
             }
-            finish.push_str(" commit");
-            sqlx::raw_sql(sqlx::AssertSqlSafe(finish)).execute(&mut *conn).await?;
-            Ok::<_, StoreError>(())
         }
-        .await;
-        if result.is_err() {
-            let _ = sqlx::query("rollback").execute(&mut *conn).await;
-            *held = None;
-        }
-        result
     }
 
     /// Calls with side effects that started and were never recorded (the gateway stopped

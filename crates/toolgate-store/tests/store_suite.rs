@@ -542,10 +542,10 @@ async fn an_audit_writer_whose_connection_is_cut_still_records_every_call() {
 
 #[tokio::test]
 async fn two_instances_extend_one_chain_without_forking_it() {
-    on_postgres(|first, url| async move {
-        let second = Store::open(Some(&url), std::path::Path::new("/nonexistent"))
-            .await
-            .expect("second instance");
+    // Each instance's writer remembers the chain heads it left (SQLite): the other's
+    // appends must make it notice, not fork the chain.
+    on_both(|first| async move {
+        let second = first.reopen().await.expect("second instance");
         let (a, p) = acme_alice(&first).await;
         for round in 0..10 {
             let store = if round % 2 == 0 { &first } else { &second };
