@@ -4,13 +4,15 @@
 #
 #   bench/cpu.sh                          # every server, both modes, concurrency 64, 8 s
 #   SERVERS="gw noaudit" MODES=stateless DURATION=10s C=16 bench/cpu.sh
+#   MODES="stateless rest" SERVERS=gw bench/cpu.sh   # the same gateway's REST invoke beside it
 #
 # Servers: gw (the gateway as shipped: SQLite, API key, durable audit), noaudit (the
 # gateway without its audit sink), bare (the bare rmcp echo). Each runs alone: started,
 # warmed up for 2 s, then measured with wrk (bench/mcp_call.lua). CPU comes from
 # /proc/PID/task/*/stat (user and system time) and context switches from
 # /proc/PID/task/*/status, read just before and after the measured run; threads are
-# grouped by name with their numbering dropped. Prints one table per server and mode,
+# grouped by name with their numbering dropped. Modes: session, stateless (MCP) and rest
+# (REST invoke of the same tool; not for bare). Prints one table per server and mode,
 # and writes them to bench/results/cpu.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -85,15 +87,18 @@ for server in $SERVERS; do
     port=$(free_port)
     start "$server" "$port"
     headers=(-H "$AUTH" -H "$CT" -H "$ACCEPT")
-    if [ "$mode" = session ]; then
-      headers+=(-H "mcp-session-id: $(open_session "$port")" -H 'mcp-protocol-version: 2025-11-25')
-    else
-      headers+=(-H 'mcp-protocol-version: 2026-07-28' -H 'mcp-method: tools/call' -H 'mcp-name: echo')
-    fi
+    url="http://127.0.0.1:$port/mcp"
+    case $mode in
+      session) headers+=(-H "mcp-session-id: $(open_session "$port")" -H 'mcp-protocol-version: 2025-11-25') ;;
+      stateless) headers+=(-H 'mcp-protocol-version: 2026-07-28' -H 'mcp-method: tools/call' -H 'mcp-name: echo') ;;
+      rest) [ "$server" = bare ] && { kill "$pid"; wait "$pid" 2>/dev/null || true; pid=; continue; }
+            url="http://127.0.0.1:$port$PATH_INVOKE"; headers=(-H "$AUTH" -H "$CT") ;;
+    esac
     export MCP_STATELESS=$([ "$mode" = stateless ] && echo 1 || echo 0)
-    wrk -t2 -c"$C" -d2s -s bench/mcp_call.lua "${headers[@]}" "http://127.0.0.1:$port/mcp" >/dev/null
+    export BENCH_REST=$([ "$mode" = rest ] && echo 1 || echo 0)
+    wrk -t2 -c"$C" -d2s -s bench/mcp_call.lua "${headers[@]}" "$url" >/dev/null
     snapshot "$WORK/before"
-    wrk -t2 -c"$C" -d"$DURATION" -s bench/mcp_call.lua "${headers[@]}" "http://127.0.0.1:$port/mcp" \
+    wrk -t2 -c"$C" -d"$DURATION" -s bench/mcp_call.lua "${headers[@]}" "$url" \
       | grep '^{' > "$WORK/wrk.json"
     snapshot "$WORK/after"
     kill "$pid"; wait "$pid" 2>/dev/null || true; pid=
