@@ -5,7 +5,8 @@
 
 With FIXTURE_LOG set, it appends one line per event to that file: `pid N` at start,
 `cancelled slow` when a call of `slow` is cancelled by the client. With
-FIXTURE_EXIT_AFTER=S it exits S seconds after starting (a server that keeps dying).
+FIXTURE_EXIT_AFTER=S it exits S seconds after starting (a server that keeps dying); with
+FIXTURE_EXIT_ONCE=FILE as well, only the start that finds no FILE (and creates it) does.
 """
 
 import asyncio
@@ -96,8 +97,11 @@ def widget() -> str:
 
 if __name__ == "__main__":
     log(f"pid {os.getpid()}")
-    if os.environ.get("FIXTURE_EXIT_AFTER"):
+    once = os.environ.get("FIXTURE_EXIT_ONCE")
+    if os.environ.get("FIXTURE_EXIT_AFTER") and not (once and os.path.exists(once)):
         import threading
 
+        if once:
+            open(once, "w").close()
         threading.Timer(float(os.environ["FIXTURE_EXIT_AFTER"]), lambda: os._exit(4)).start()
     server.run("stdio")

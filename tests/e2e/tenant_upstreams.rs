@@ -382,7 +382,7 @@ async fn instances_on_one_postgres_follow_each_others_changes() {
 }
 
 /// Counts the `notifications/tools/list_changed` a session hears.
-struct Heard(tokio::sync::mpsc::UnboundedSender<()>);
+pub(crate) struct Heard(tokio::sync::mpsc::UnboundedSender<()>);
 
 impl rmcp::ClientHandler for Heard {
     async fn on_tool_list_changed(
@@ -401,7 +401,8 @@ impl rmcp::ClientHandler for Heard {
     }
 }
 
-async fn watch(
+/// A legacy session for `key`, and what it hears of tool list changes.
+pub(crate) async fn watch(
     gw: &Gateway,
     key: &str,
 ) -> (

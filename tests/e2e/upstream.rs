@@ -481,48 +481,82 @@ async fn an_upstream_whose_tools_change_is_listed_again() {
 
 /// While an upstream is away, its tools stay listed but marked unavailable (REST
 /// `available: false`, a note in the MCP description), and calls fail as `upstream`
-/// errors; they come back when it does.
+/// errors; they come back when it does. A connected MCP session hears of both changes
+/// (`notifications/tools/list_changed`).
 #[tokio::test]
 async fn an_upstream_that_is_away_has_its_tools_marked_unavailable() {
     let dir = sdk_clients();
     let python = dir.join(".venv/bin/python").display().to_string();
     let script = dir.join("fixture_server.py").display().to_string();
+    // It dies once, 1.5 s after its first start, and stays up once restarted.
+    let once = tempfile::tempdir().expect("tempdir");
+    let marker = once.path().join("exited").display().to_string();
     let gw = Gateway::start_with(|c| {
         let mut blink = upstream("blink", &python, &[&script]);
-        blink.env.insert(
-            "FIXTURE_EXIT_AFTER".into(),
-            serde_json::from_value(json!("1.5")).expect("secret"),
-        );
+        for (name, value) in [
+            ("FIXTURE_EXIT_AFTER", "1.5"),
+            ("FIXTURE_EXIT_ONCE", &marker),
+        ] {
+            blink.env.insert(
+                name.into(),
+                serde_json::from_value(json!(value)).expect("secret"),
+            );
+        }
         c.upstreams = vec![blink];
     })
     .await;
-    let mut seen = (false, false);
-    for _ in 0..1000 {
+    // Listed as available (a session then starts watching), away, then back.
+    enum Phase {
+        Up,
+        Away,
+        Back,
+    }
+    let mut phase = Phase::Up;
+    let mut watcher = None;
+    for _ in 0..2000 {
         let (status, _, tool) = gw.get("/v1/tools/blink__add").await;
         if status == 200 {
-            match tool["available"].as_bool() {
-                Some(true) => seen.0 = true,
-                Some(false) => {
-                    seen.1 = true;
-                    let (status, _, problem) = gw
-                        .invoke("blink__add", json!({"arguments": {"a": 1, "b": 2}}))
-                        .await;
-                    // Reconnection may win the race; otherwise a clean upstream error.
-                    assert!(matches!(status, 200 | 502), "{status}: {problem}");
+            let available = tool["available"]
+                .as_bool()
+                .unwrap_or_else(|| panic!("no `available` field: {tool}"));
+            match (&phase, available) {
+                (Phase::Up, true) if watcher.is_none() => {
+                    watcher = Some(crate::tenant_upstreams::watch(&gw, &gw.admin_key).await);
                 }
-                None => panic!("no `available` field: {tool}"),
+                (Phase::Up, false) if watcher.is_some() => phase = Phase::Away,
+                (Phase::Away, true) => {
+                    phase = Phase::Back;
+                    break;
+                }
+                _ => {}
             }
-        }
-        if seen.0 && seen.1 {
-            break;
+            if matches!(phase, Phase::Away) {
+                let (status, _, problem) = gw
+                    .invoke("blink__add", json!({"arguments": {"a": 1, "b": 2}}))
+                    .await;
+                // Reconnection may win the race; otherwise a clean upstream error.
+                assert!(matches!(status, 200 | 502), "{status}: {problem}");
+            }
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(
-        seen,
-        (true, true),
-        "listed as available, then as unavailable"
+    assert!(
+        matches!(phase, Phase::Back),
+        "listed as available, then as unavailable, then as available again"
     );
+    let (session, mut heard) = watcher.expect("watching");
+    let mut told = 0;
+    while told < 2 {
+        match tokio::time::timeout(Duration::from_secs(10), heard.recv()).await {
+            Ok(Some(())) => told += 1,
+            _ => break,
+        }
+    }
+    assert_eq!(
+        told, 2,
+        "tools/list_changed when the upstream went away and came back"
+    );
+    session.cancel().await.expect("close");
     gw.stop().await;
 }
 
