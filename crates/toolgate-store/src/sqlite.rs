@@ -67,44 +67,41 @@ struct AuditConn {
     heads: BTreeMap<TenantId, (i64, String)>,
 }
 
-/// One audit batch (see [`SqliteStore::append_audit`]): from the heads `audit` remembers
-/// as one query, or, when it does not remember them all or `reread`, in two: the write
-/// lock with the heads as stored, then the rest. On success `audit` remembers the heads
-/// committed.
+/// One audit batch (see [`SqliteStore::append_audit`]): extending the heads `audit`
+/// remembers, as one query, or, unless `from_memory`, in two: the write lock with the
+/// heads as stored, then the rest. On success `audit` remembers the heads committed.
 async fn append_batch(
     audit: &mut AuditConn,
     tenants: &BTreeSet<TenantId>,
     records: &[AuditRecord],
-    reread: bool,
+    from_memory: bool,
 ) -> Result<(), StoreError> {
-    let remembered: Option<BTreeMap<TenantId, (i64, String)>> = if reread {
-        None
-    } else {
-        tenants
-            .iter()
-            .map(|t| audit.heads.get(t).map(|head| (*t, head.clone())))
-            .collect()
-    };
-    let (mut heads, begin) = match remembered {
-        Some(heads) => (heads, "begin immediate; "),
-        None => {
-            // BEGIN IMMEDIATE: take the write lock first, so that no other connection
-            // appends between this read of the heads and the rows that extend them.
-            let found: Vec<(String, i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "begin immediate; select tenant_id, seq, row_hash from audit_chain_head where tenant_id in ({})",
-                quoted(tenants.iter().map(|t| t.0))
-            )))
-            .fetch_all(&mut audit.conn)
-            .await?;
-            let mut heads: BTreeMap<TenantId, (i64, String)> = tenants
-                .iter()
-                .map(|t| (*t, (0, GENESIS.to_owned())))
-                .collect();
-            for (tenant, seq, hash) in found {
-                heads.insert(TenantId(uuid(&tenant)?), (seq, hash));
+    let mut heads: BTreeMap<TenantId, (i64, String)> = tenants
+        .iter()
+        .map(|t| (*t, (0, GENESIS.to_owned())))
+        .collect();
+    let begin = if from_memory {
+        for (tenant, head) in &mut heads {
+            // Always found (the caller checked); were it not, the genesis head's `seq`
+            // would be taken and the batch retried from the stored heads.
+            if let Some(known) = audit.heads.get(tenant) {
+                head.clone_from(known);
             }
-            (heads, "")
         }
+        "begin immediate; "
+    } else {
+        // BEGIN IMMEDIATE: take the write lock first, so that no other connection
+        // appends between this read of the heads and the rows that extend them.
+        let found: Vec<(String, i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "begin immediate; select tenant_id, seq, row_hash from audit_chain_head where tenant_id in ({})",
+            quoted(tenants.iter().map(|t| t.0))
+        )))
+        .fetch_all(&mut audit.conn)
+        .await?;
+        for (tenant, seq, hash) in found {
+            heads.insert(TenantId(uuid(&tenant)?), (seq, hash));
+        }
+        ""
     };
     let mut rows = Vec::with_capacity(records.len());
     for record in records {
@@ -763,7 +760,7 @@ impl SqliteStore {
                 }),
             };
             let from_memory = !reread && tenants.iter().all(|t| audit.heads.contains_key(t));
-            match append_batch(audit, &tenants, records, reread).await {
+            match append_batch(audit, &tenants, records, from_memory).await {
                 Ok(()) => return Ok(()),
                 Err(err) => {
                     let _ = sqlx::query("rollback").execute(&mut audit.conn).await;
