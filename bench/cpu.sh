@@ -84,6 +84,7 @@ mkdir -p bench/results
 : > bench/results/cpu.md
 for server in $SERVERS; do
   for mode in $MODES; do
+    [ "$mode" = rest ] && [ "$server" = bare ] && continue
     port=$(free_port)
     start "$server" "$port"
     headers=(-H "$AUTH" -H "$CT" -H "$ACCEPT")
@@ -91,8 +92,7 @@ for server in $SERVERS; do
     case $mode in
       session) headers+=(-H "mcp-session-id: $(open_session "$port")" -H 'mcp-protocol-version: 2025-11-25') ;;
       stateless) headers+=(-H 'mcp-protocol-version: 2026-07-28' -H 'mcp-method: tools/call' -H 'mcp-name: echo') ;;
-      rest) [ "$server" = bare ] && { kill "$pid"; wait "$pid" 2>/dev/null || true; pid=; continue; }
-            url="http://127.0.0.1:$port$PATH_INVOKE"; headers=(-H "$AUTH" -H "$CT") ;;
+      rest) url="http://127.0.0.1:$port$PATH_INVOKE"; headers=(-H "$AUTH" -H "$CT") ;;
     esac
     export MCP_STATELESS=$([ "$mode" = stateless ] && echo 1 || echo 0)
     export BENCH_REST=$([ "$mode" = rest ] && echo 1 || echo 0)

@@ -144,9 +144,7 @@ async fn append_batch(
     }
     batch.push("); insert into audit_chain_head (tenant_id, seq, row_hash) ");
     batch.push_values(&heads, |mut b, (tenant, (seq, hash))| {
-        b.push_bind(id(tenant.0))
-            .push_bind(*seq)
-            .push_bind(hash.clone());
+        b.push_bind(id(tenant.0)).push_bind(*seq).push_bind(hash);
     });
     batch.push(
         " on conflict (tenant_id) do update set seq = excluded.seq, row_hash = excluded.row_hash; commit",
