@@ -12,6 +12,7 @@ mod sessions;
 
 use sessions::{Sessions, StoredSessions};
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,6 +29,7 @@ use toolgate_core::auth::scopes;
 use toolgate_core::{ErrorKind, PrincipalId, TenantId, ToolError};
 use toolgate_mcp::{McpAdapter, McpCaller};
 use toolgate_store::Store;
+use tower::service_fn;
 
 use crate::config::Config;
 use crate::request_id::RequestId;
@@ -48,8 +50,11 @@ tokio::task_local! {
     pub(super) static CALLER: Owner;
 }
 
+/// The authentication layer's state, cloned for every request (hence one `Arc`).
 #[derive(Clone)]
-struct Guard {
+struct Guard(Arc<GuardInner>);
+
+struct GuardInner {
     state: AppState,
     sessions: Arc<Sessions>,
     public_url: Option<String>,
@@ -91,7 +96,10 @@ pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> 
     } else {
         transport.with_allowed_hosts(mcp.allowed_hosts.clone())
     };
-    let service = StreamableHttpService::new(
+    // One service shared by reference: rmcp's own `Service` impl clones it (and its
+    // configuration: host and origin lists, a cancellation token) for every request, and
+    // axum clones a route's service once more.
+    let service = Arc::new(StreamableHttpService::new(
         move || Ok(adapter.for_session()),
         Arc::new(StoredSessions::new(
             state.store.clone(),
@@ -100,8 +108,8 @@ pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> 
             mcp.sse_poll_after_ms.map(Duration::from_millis),
         )),
         transport,
-    );
-    let guard = Guard {
+    ));
+    let guard = Guard(Arc::new(GuardInner {
         state,
         sessions,
         public_url: mcp
@@ -109,9 +117,13 @@ pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> 
             .as_ref()
             .map(|u| u.trim_end_matches('/').to_owned()),
         authorization_servers: mcp.authorization_servers.clone(),
-    };
+    }));
+    let mcp = service_fn(move |request: Request| {
+        let service = service.clone();
+        async move { Ok::<_, Infallible>(service.handle(request).await) }
+    });
     Router::new()
-        .route_service("/mcp", service)
+        .route_service("/mcp", mcp)
         .layer(middleware::from_fn_with_state(guard.clone(), authenticate))
         .route("/.well-known/oauth-protected-resource", get(metadata))
         .route(METADATA_PATH, get(metadata))
@@ -138,7 +150,7 @@ fn prune_events(store: Store, retention: Duration, shutdown: CancellationToken) 
 
 impl Guard {
     fn base_url(&self, headers: &HeaderMap) -> String {
-        if let Some(url) = &self.public_url {
+        if let Some(url) = &self.0.public_url {
             return url.clone();
         }
         let host = headers
@@ -152,7 +164,7 @@ impl Guard {
 /// Authenticates every `/mcp` request and keeps sessions with their owners.
 async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
-    let authenticator = &guard.state.authenticator;
+    let authenticator = &guard.0.state.authenticator;
     let caller = match authenticator.authenticate(&parts).await {
         Ok(caller) => caller,
         Err(err) => {
@@ -169,7 +181,7 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     if let Some(id) = &session {
-        let known = match guard.sessions.owner(id).await {
+        let known = match guard.0.sessions.owner(id).await {
             Ok(known) => known,
             Err(err) => return ApiError::from(err).into_response(),
         };
@@ -228,7 +240,7 @@ async fn metadata(State(guard): State<Guard>, headers: HeaderMap) -> Response {
     let base = guard.base_url(&headers);
     axum::Json(json!({
         "resource": format!("{base}/mcp"),
-        "authorization_servers": guard.authorization_servers,
+        "authorization_servers": guard.0.authorization_servers,
         "bearer_methods_supported": ["header"],
         "scopes_supported": scopes::ALL,
         "resource_name": "toolgate",
