@@ -87,7 +87,9 @@ impl AuditRecord {
 /// without `preserve_order`), so a value read back from a store that reorders keys
 /// (Postgres `jsonb`) hashes the same: approvals match calls by this hash.
 pub fn hash_json(value: &Value) -> String {
-    hex::encode(Sha256::digest(value.to_string().as_bytes()))
+    crate::to_hex(&Sha256::digest(
+        serde_json::to_vec(value).unwrap_or_default(),
+    ))
 }
 
 /// `args` with the values at `pointers` replaced by [`MASK`].
@@ -135,6 +137,17 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn json_hashes_are_those_of_the_value_as_displayed() {
+        // Approvals stored before the hash was written straight from bytes must still match.
+        let value =
+            json!({"b": [1, 2.5, null, true], "a": "é \" \n \u{1}", "c": {"z": {}, "y": []}});
+        assert_eq!(
+            hash_json(&value),
+            hex::encode(Sha256::digest(value.to_string().as_bytes()))
+        );
+    }
 
     #[test]
     fn secret_fields_are_masked_but_hashed() {

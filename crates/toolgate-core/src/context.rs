@@ -90,7 +90,7 @@ fn random_hex(bytes: usize) -> String {
         random.extend_from_slice(&uuid::Uuid::now_v7().as_bytes()[8..]);
     }
     random.truncate(bytes);
-    hex::encode(random)
+    crate::to_hex(&random)
 }
 
 /// One call. Adapters build it with [`CallContext::new`] and the `with_*` methods; the

@@ -58,3 +58,27 @@ pub use registry::{ChangeLog, Owner, RegisteredTool, Registry, RegistryError};
 pub use spec::{Effects, Risk, ToolSpec};
 pub use tool::{Content, Tool, ToolOutput};
 pub use toolset::{ScopedToolset, Toolset};
+
+/// Lower-case hex of `bytes`. Used on every call (key, argument and row hashes, trace
+/// ids): `hex::encode` collects an iterator of `char`s into its `String` one push at a
+/// time, this writes the digits into one buffer.
+pub fn to_hex(bytes: &[u8]) -> String {
+    let mut digits = vec![0; bytes.len() * 2];
+    // Cannot fail: the buffer is exactly twice the input's length.
+    let _ = hex::encode_to_slice(bytes, &mut digits);
+    String::from_utf8(digits).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod hex_tests {
+    #[test]
+    fn to_hex_matches_the_hex_crate() {
+        for bytes in [
+            &b""[..],
+            &[0, 1, 0x7f, 0x80, 0xab, 0xff][..],
+            &[0x5a; 33][..],
+        ] {
+            assert_eq!(super::to_hex(bytes), hex::encode(bytes));
+        }
+    }
+}

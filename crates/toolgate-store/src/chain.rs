@@ -86,7 +86,7 @@ pub fn row_hash(row: &AuditRow) -> String {
         prev_hash: &row.prev_hash,
     };
     let text = serde_json::to_string(&hashed).unwrap_or_default();
-    hex::encode(Sha256::digest(text.as_bytes()))
+    toolgate_core::to_hex(&Sha256::digest(text.as_bytes()))
 }
 
 /// Checks rows of one tenant given in `seq` order; the first break, if any.

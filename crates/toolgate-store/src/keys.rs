@@ -17,7 +17,7 @@ pub fn generate() -> Result<String, getrandom::Error> {
 
 /// The stored hash of a key.
 pub fn hash(secret: &str) -> String {
-    hex::encode(Sha256::digest(secret.as_bytes()))
+    toolgate_core::to_hex(&Sha256::digest(secret.as_bytes()))
 }
 
 /// Whether `s` has the shape of one of our keys (so other bearer tokens are tried as JWTs).
