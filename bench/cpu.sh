@@ -7,7 +7,8 @@
 #   MODES="stateless rest" SERVERS=gw bench/cpu.sh   # the same gateway's REST invoke beside it
 #
 # Servers: gw (the gateway as shipped: SQLite, API key, durable audit), noaudit (the
-# gateway without its audit sink), bare (the bare rmcp echo). Each runs alone: started,
+# gateway without its audit sink), first (the gateway answering before its audit row
+# commits; never shipped), bare (the bare rmcp echo). Each runs alone: started,
 # warmed up for 2 s, then measured with wrk (bench/mcp_call.lua). CPU comes from
 # /proc/PID/task/*/stat (user and system time) and context switches from
 # /proc/PID/task/*/status, read just before and after the measured run; threads are
@@ -43,6 +44,7 @@ start() {
   case $1 in
     gw) env -u DATABASE_URL target/release/toolgate serve --listen "127.0.0.1:$2" --data-dir "$dir" >/dev/null 2>"$dir.log" & pid=$! ;;
     noaudit) env -u DATABASE_URL target/release/gateway-unaudited "127.0.0.1:$2" "$dir" >/dev/null 2>"$dir.log" & pid=$! ;;
+    first) env -u DATABASE_URL target/release/gateway-unaudited "127.0.0.1:$2" "$dir" reply-first >/dev/null 2>"$dir.log" & pid=$! ;;
     bare) target/release/bare-rmcp-echo "127.0.0.1:$2" >/dev/null 2>"$dir.log" & pid=$! ;;
   esac
   AUTH="x-none: none"

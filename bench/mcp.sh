@@ -6,6 +6,8 @@
 #
 #   bench/mcp.sh                       # 3 rounds of 5 s per point, concurrency 1, 16, 64
 #   DURATION=10s ROUNDS=5 bench/mcp.sh
+#   REPLY_FIRST=1 bench/mcp.sh          # also the gateway answering before its audit row
+#                                      # commits (gateway-unaudited reply-first; never shipped)
 #
 # Load generator: wrk (Debian package, installed if missing) with bench/mcp_call.lua, which
 # gives every request a JSON-RPC id of its own and counts any response that is not a
@@ -33,6 +35,14 @@ for _ in $(seq 100); do [ -s "$WORK/gw/admin-api-key" ] && [ -s "$WORK/noaudit/a
 GW_AUTH="authorization: Bearer $(cat "$WORK/gw/admin-api-key")"
 NA_AUTH="authorization: Bearer $(cat "$WORK/noaudit/admin-api-key")"
 wait_ready "$GW" "$GW_AUTH"; wait_ready "$NOAUDIT" "$NA_AUTH"
+REPLY_FIRST=${REPLY_FIRST:-0}
+if [ "$REPLY_FIRST" = 1 ]; then
+  FIRST=$(free_port); mkdir -p "$WORK/first"
+  env -u DATABASE_URL target/release/gateway-unaudited "127.0.0.1:$FIRST" "$WORK/first" reply-first >/dev/null 2>"$WORK/first.log" & pids+=($!)
+  for _ in $(seq 100); do [ -s "$WORK/first/admin-api-key" ] && break; sleep 0.1; done
+  FIRST_AUTH="authorization: Bearer $(cat "$WORK/first/admin-api-key")"
+  wait_ready "$FIRST" "$FIRST_AUTH"
+fi
 
 ACCEPT='accept: application/json, text/event-stream'
 CT='content-type: application/json'
@@ -89,14 +99,17 @@ PY
 GW_SID=$(session "$GW" "$GW_AUTH")
 NA_SID=$(session "$NOAUDIT" "$NA_AUTH")
 BARE_SID=$(session "$BARE" "x-none: none")
+FIRST_SID=
+if [ "$REPLY_FIRST" = 1 ]; then FIRST_SID=$(session "$FIRST" "$FIRST_AUTH"); fi
 
-sid_of() { case $1 in gw) echo "$GW_SID";; noaudit) echo "$NA_SID";; bare) echo "$BARE_SID";; esac; }
+sid_of() { case $1 in gw) echo "$GW_SID";; noaudit) echo "$NA_SID";; bare) echo "$BARE_SID";; first) echo "$FIRST_SID";; esac; }
 for c in $CONCURRENCY; do
   for r in $(seq "$ROUNDS"); do
     for mode in session stateless; do
       run bare "$BARE" "$mode" "$c" "$r" "x-none: none" "$(sid_of bare)"
       run gw "$GW" "$mode" "$c" "$r" "$GW_AUTH" "$(sid_of gw)"
       run noaudit "$NOAUDIT" "$mode" "$c" "$r" "$NA_AUTH" "$(sid_of noaudit)"
+      if [ "$REPLY_FIRST" = 1 ]; then run first "$FIRST" "$mode" "$c" "$r" "$FIRST_AUTH" "$(sid_of first)"; fi
     done
     run gw "$GW" rest "$c" "$r" "$GW_AUTH"
   done
@@ -116,6 +129,13 @@ SEP="|---|---:|---:|---:|---:|---:|---:|---:|---:|"
   echo "$HEAD"; echo "$SEP"
   for mode in session stateless; do for c in $CONCURRENCY; do row "$mode" "$c" noaudit bare; done; done
   echo
+  if [ "$REPLY_FIRST" = 1 ]; then
+    echo "A = toolgate MCP answering before its audit row commits (real writer; never shipped); B = bare rmcp echo"
+    echo
+    echo "$HEAD"; echo "$SEP"
+    for mode in session stateless; do for c in $CONCURRENCY; do row "$mode" "$c" first bare; done; done
+    echo
+  fi
   echo "A = toolgate MCP (stateless) as shipped; B = toolgate REST invoke as shipped, same wrk"
   echo
   echo "$HEAD"; echo "$SEP"
