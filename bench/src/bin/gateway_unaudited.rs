@@ -5,17 +5,17 @@
 //! Usage: `gateway-unaudited ADDR DATA_DIR [MODE]` with `DATABASE_URL` set as for
 //! `toolgate`. MODE:
 //! - `none` (the default): a sink that records nothing;
-//! - `reply-first`: the real audit writer, but a call is answered as soon as its record is
-//!   queued, before the row commits. It measures what giving up "no answer before the row
-//!   is durable" would buy: the writer and the database still do all their work.
+//! - `reply-first`: the real audit writer, but a call is answered at once while a task
+//!   of its own queues the record and waits for the commit. It measures what giving up
+//!   "no answer before the row is durable" would buy: the writer and the database still do
+//!   all their work.
 
 use std::sync::Arc;
 
-use anyhow::Context;
 use async_trait::async_trait;
 use toolgate_core::audit::{AuditError, AuditRecord, AuditSink, NoAudit};
 use toolgate_server::config::{Config, Overrides};
-use toolgate_store::{AuditWriter, Store};
+use toolgate_store::AuditWriter;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -54,13 +54,7 @@ async fn main() -> anyhow::Result<()> {
     let sink: Arc<dyn AuditSink> = match mode.as_str() {
         "none" => Arc::new(NoAudit),
         "reply-first" => {
-            let store = Store::open(
-                config.database.url.as_ref().map(|u| u.expose()),
-                &config.data_dir,
-            )
-            .await
-            .context("opening the store")?;
-            store.migrate().await.context("migrating the store")?;
+            let store = toolgate_server::cli::open_store(&config).await?;
             Arc::new(ReplyFirst(AuditWriter::spawn(store)?.0))
         }
         other => anyhow::bail!("unknown mode {other:?}: none or reply-first"),

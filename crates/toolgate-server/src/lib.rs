@@ -51,7 +51,7 @@ use tokio_util::sync::CancellationToken;
 use toolgate_core::audit::AuditSink;
 use toolgate_core::{Executor, ExecutorLimits, Registry, TracingSink};
 use toolgate_mcp::catalog::Catalog;
-use toolgate_store::{AuditWriter, Store};
+use toolgate_store::AuditWriter;
 use toolgate_tools::{BuiltinOptions, Workspaces, builtin_tools};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
@@ -79,13 +79,7 @@ pub async fn build_with(
     config: &Config,
     audit: Option<Arc<dyn AuditSink>>,
 ) -> anyhow::Result<Gateway> {
-    let store = Store::open(
-        config.database.url.as_ref().map(|u| u.expose()),
-        &config.data_dir,
-    )
-    .await
-    .context("opening the store")?;
-    store.migrate().await.context("migrating the store")?;
+    let store = cli::open_store(config).await?;
     let recovered = store
         .recover_unfinished()
         .await

@@ -54,6 +54,14 @@ tokio::task_local! {
 #[derive(Clone)]
 struct Guard(Arc<GuardInner>);
 
+impl std::ops::Deref for Guard {
+    type Target = GuardInner;
+
+    fn deref(&self) -> &GuardInner {
+        &self.0
+    }
+}
+
 struct GuardInner {
     state: AppState,
     sessions: Arc<Sessions>,
@@ -150,7 +158,7 @@ fn prune_events(store: Store, retention: Duration, shutdown: CancellationToken) 
 
 impl Guard {
     fn base_url(&self, headers: &HeaderMap) -> String {
-        if let Some(url) = &self.0.public_url {
+        if let Some(url) = &self.public_url {
             return url.clone();
         }
         let host = headers
@@ -164,7 +172,7 @@ impl Guard {
 /// Authenticates every `/mcp` request and keeps sessions with their owners.
 async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
-    let authenticator = &guard.0.state.authenticator;
+    let authenticator = &guard.state.authenticator;
     let caller = match authenticator.authenticate(&parts).await {
         Ok(caller) => caller,
         Err(err) => {
@@ -181,7 +189,7 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     if let Some(id) = &session {
-        let known = match guard.0.sessions.owner(id).await {
+        let known = match guard.sessions.owner(id).await {
             Ok(known) => known,
             Err(err) => return ApiError::from(err).into_response(),
         };
@@ -240,7 +248,7 @@ async fn metadata(State(guard): State<Guard>, headers: HeaderMap) -> Response {
     let base = guard.base_url(&headers);
     axum::Json(json!({
         "resource": format!("{base}/mcp"),
-        "authorization_servers": guard.0.authorization_servers,
+        "authorization_servers": guard.authorization_servers,
         "bearer_methods_supported": ["header"],
         "scopes_supported": scopes::ALL,
         "resource_name": "toolgate",
