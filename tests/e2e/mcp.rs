@@ -555,3 +555,68 @@ async fn vendor_meta_goes_only_to_the_clients_that_asked_for_it() {
     }
     gw.stop().await;
 }
+
+/// A 2026-07-28 request as a stateless client sends it: no session, the client's
+/// context in `_meta` and the routing headers.
+async fn post_stateless(
+    gw: &Gateway,
+    client_name: &str,
+    id: u64,
+    method: &str,
+    params: Value,
+) -> Value {
+    let mut params = params;
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": client_name, "version": "7.0"}
+    });
+    let mut request = gw
+        .http
+        .post(gw.url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method);
+    if let Some(name) = params["name"].as_str() {
+        request = request.header("mcp-name", name);
+    }
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let response = request.json(&body).send().await.expect("request");
+    assert_eq!(response.status(), 200, "{method}");
+    let text = response.text().await.expect("body");
+    // JSON, or one SSE event carrying it.
+    serde_json::from_str(&text)
+        .ok()
+        .or_else(|| sse_events(&text).into_iter().find_map(|(_, _, data)| data))
+        .unwrap_or_else(|| panic!("{method}: no JSON-RPC message in {text:?}"))
+}
+
+#[tokio::test]
+async fn stateless_clients_are_known_by_the_client_info_in_their_meta() {
+    let gw = Gateway::start().await;
+    let done = post_stateless(
+        &gw,
+        "stateless-e2e",
+        1,
+        "tools/call",
+        json!({"name": "echo", "arguments": {"message": "hi"}}),
+    )
+    .await;
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    let rows = audit(&gw, &gw.http, "adapter=mcp").await;
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    assert_eq!(rows[0]["client"], "stateless-e2e/7.0", "{rows:#?}");
+
+    // Client-aware rendering reads the same clientInfo.
+    for (client, vendor) in [("openai-mcp", true), ("claude-ai", false)] {
+        let listed = post_stateless(&gw, client, 2, "tools/list", json!({})).await;
+        let tools = listed["result"]["tools"].as_array().expect("tools").clone();
+        let echo = tools.iter().find(|t| t["name"] == "echo").expect("echo");
+        assert_eq!(
+            echo["_meta"]["openai/toolInvocation/invoking"] == "Echoing…",
+            vendor,
+            "{client}: {echo}"
+        );
+    }
+    gw.stop().await;
+}

@@ -314,10 +314,11 @@ pub fn mcp_tool(spec: &ToolSpec) -> Result<Tool, serde_json::Error> {
     serde_json::from_value(declarations::mcp(spec))
 }
 
-/// `clientInfo` of the session (legacy protocol versions) or of this request (2026-07-28).
+/// `clientInfo` of this request's `_meta` (2026-07-28), else of the session (legacy
+/// protocol versions). Not `peer_info()` alone: for a stateless request rmcp fills it with
+/// its own name, and the client's is in `_meta`.
 fn client_info(context: &RequestContext<RoleServer>) -> Option<ClientInfo> {
-    let peer = context.peer.peer_info()?;
-    let info = &peer.client_info;
+    let info = context.client_info()?;
     Some(ClientInfo {
         name: info.name.chars().take(128).collect(),
         version: Some(info.version.chars().take(64).collect()),
