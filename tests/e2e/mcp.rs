@@ -557,20 +557,25 @@ async fn vendor_meta_goes_only_to_the_clients_that_asked_for_it() {
 }
 
 /// A 2026-07-28 request as a stateless client sends it: no session, the client's
-/// context in `_meta` and the routing headers.
-async fn post_stateless(
+/// context in `_meta` (beside any `_meta` keys `params` has) and the routing headers.
+/// Returns the JSON-RPC messages of the answer, the response last.
+pub(crate) async fn post_stateless(
     gw: &Gateway,
     client_name: &str,
     id: u64,
     method: &str,
     params: Value,
-) -> Value {
+) -> Vec<Value> {
     let mut params = params;
-    params["_meta"] = json!({
+    let mut meta = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {},
         "io.modelcontextprotocol/clientInfo": {"name": client_name, "version": "7.0"}
     });
+    if let (Some(meta), Some(extra)) = (meta.as_object_mut(), params["_meta"].as_object()) {
+        meta.extend(extra.clone());
+    }
+    params["_meta"] = meta;
     let mut request = gw
         .http
         .post(gw.url("/mcp"))
@@ -584,11 +589,19 @@ async fn post_stateless(
     let response = request.json(&body).send().await.expect("request");
     assert_eq!(response.status(), 200, "{method}");
     let text = response.text().await.expect("body");
-    // JSON, or one SSE event carrying it.
-    serde_json::from_str(&text)
-        .ok()
-        .or_else(|| sse_events(&text).into_iter().find_map(|(_, _, data)| data))
-        .unwrap_or_else(|| panic!("{method}: no JSON-RPC message in {text:?}"))
+    // JSON, or SSE events carrying it.
+    let messages = match serde_json::from_str(&text) {
+        Ok(message) => vec![message],
+        Err(_) => sse_events(&text)
+            .into_iter()
+            .filter_map(|(_, _, data)| data)
+            .collect(),
+    };
+    assert!(
+        messages.last().is_some_and(|m| m["id"] == id),
+        "{method}: no response in {text:?}"
+    );
+    messages
 }
 
 #[tokio::test]
@@ -602,6 +615,7 @@ async fn stateless_clients_are_known_by_the_client_info_in_their_meta() {
         json!({"name": "echo", "arguments": {"message": "hi"}}),
     )
     .await;
+    let done = done.last().expect("response");
     assert_eq!(done["result"]["isError"], false, "{done}");
     let rows = audit(&gw, &gw.http, "adapter=mcp").await;
     assert_eq!(rows.len(), 1, "{rows:#?}");
@@ -610,7 +624,10 @@ async fn stateless_clients_are_known_by_the_client_info_in_their_meta() {
     // Client-aware rendering reads the same clientInfo.
     for (client, vendor) in [("openai-mcp", true), ("claude-ai", false)] {
         let listed = post_stateless(&gw, client, 2, "tools/list", json!({})).await;
-        let tools = listed["result"]["tools"].as_array().expect("tools").clone();
+        let tools = listed.last().expect("response")["result"]["tools"]
+            .as_array()
+            .expect("tools")
+            .clone();
         let echo = tools.iter().find(|t| t["name"] == "echo").expect("echo");
         assert_eq!(
             echo["_meta"]["openai/toolInvocation/invoking"] == "Echoing…",

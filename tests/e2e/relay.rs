@@ -21,7 +21,7 @@ use rmcp::{ClientHandler, ServiceExt};
 use serde_json::{Value, json};
 use toolgate_e2e::{Gateway, sdk_clients, serve_on_free_port};
 
-use crate::mcp::call;
+use crate::mcp::{call, post_stateless};
 use crate::upstream::listed_once;
 
 /// An MCP client that answers sampling as `name`, accepts elicitations with its name,
@@ -251,5 +251,35 @@ async fn over_stdio_only_the_one_call_in_flight_hears_its_upstream() {
     );
     alice.cancel().await.expect("close");
     bob.cancel().await.expect("close");
+    gw.stop().await;
+}
+
+/// A 2026-07-28 request hears log messages only at the level in its own `_meta`, and none
+/// without one (SEP-2575: the server MUST NOT send them); `logging/setLevel` is a session's.
+#[tokio::test]
+async fn a_stateless_call_hears_log_messages_only_at_the_level_it_asked_for() {
+    let dir = sdk_clients();
+    let gw = gateway_with_fixture(json!({
+        "name": "fx",
+        "command": dir.join(".venv/bin/python"),
+        "args": [dir.join("conformance_fixture.py")],
+        "relay_unattributed": true,
+    }))
+    .await;
+    // The fixture logs three messages at `info`.
+    for (id, level, heard) in [(1, None, 0), (2, Some("warning"), 0), (3, Some("info"), 3)] {
+        let mut params = json!({"name": "fx__test_tool_with_logging", "arguments": {}});
+        if let Some(level) = level {
+            params["_meta"] = json!({"io.modelcontextprotocol/logLevel": level});
+        }
+        let messages = post_stateless(&gw, "stateless", id, "tools/call", params).await;
+        let (response, before) = messages.split_last().expect("response");
+        assert_eq!(response["result"]["isError"], false, "{response}");
+        let logs: Vec<&Value> = before
+            .iter()
+            .filter(|m| m["method"] == "notifications/message")
+            .collect();
+        assert_eq!(logs.len(), heard, "level {level:?}: {messages:#?}");
+    }
     gw.stop().await;
 }

@@ -819,11 +819,18 @@ impl ServerHandler for McpAdapter {
         if let Some(token) = context.meta.get_progress_token() {
             ctx = ctx.with_progress(forward_progress(token, context.peer.clone()));
         }
-        // An upstream tool's log messages, sampling and elicitation reach this client.
+        // An upstream tool's log messages, sampling and elicitation reach this client. Log
+        // messages at the level of the session (`logging/setLevel`), or for a 2026-07-28
+        // request (its protocol version in `_meta`), at the level in its `_meta`.
+        let level = if context.meta.protocol_version().is_some() {
+            Arc::new(relay::LogLevel::per_request(context.meta.log_level()))
+        } else {
+            self.log_level.clone()
+        };
         ctx = ctx.with_peer(Arc::new(relay::CallerPeer::new(
             context.peer.clone(),
             context.id.clone(),
-            self.log_level.clone(),
+            level,
         )));
         let args = Value::Object(request.arguments.unwrap_or_default());
         // Unknown tools go through the executor too: the attempt is audited like any call.

@@ -35,7 +35,17 @@ const LOG_BACKLOG: usize = 64;
 #[derive(Debug, Default)]
 pub struct LogLevel(AtomicU8);
 
+/// Above every level: nothing passes.
+const SILENT: u8 = u8::MAX;
+
 impl LogLevel {
+    /// A 2026-07-28 request's own level (`io.modelcontextprotocol/logLevel` in its
+    /// `_meta`); without one the request hears no log messages (SEP-2575: the server
+    /// MUST NOT send any).
+    pub fn per_request(level: Option<LoggingLevel>) -> Self {
+        Self(AtomicU8::new(level.map_or(SILENT, rank)))
+    }
+
     pub fn set(&self, level: LoggingLevel) {
         self.0.store(rank(level), Ordering::Relaxed);
     }
