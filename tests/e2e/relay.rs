@@ -109,6 +109,17 @@ fn text(result: &CallToolResult) -> String {
         .join("\n")
 }
 
+/// The fixture over stdio as upstream `fx`, relaying messages to the one call in flight.
+fn stdio_fixture() -> Value {
+    let dir = sdk_clients();
+    json!({
+        "name": "fx",
+        "command": dir.join(".venv/bin/python"),
+        "args": [dir.join("conformance_fixture.py")],
+        "relay_unattributed": true,
+    })
+}
+
 async fn gateway_with_fixture(upstream: Value) -> Gateway {
     let gw = Gateway::start_with(|c| {
         c.upstreams = vec![serde_json::from_value(upstream).expect("an upstream entry")];
@@ -187,14 +198,7 @@ async fn over_http_each_request_reaches_the_client_whose_call_made_it() {
 /// goes to neither (refused), never to the wrong one.
 #[tokio::test]
 async fn over_stdio_only_the_one_call_in_flight_hears_its_upstream() {
-    let dir = sdk_clients();
-    let gw = gateway_with_fixture(json!({
-        "name": "fx",
-        "command": dir.join(".venv/bin/python"),
-        "args": [dir.join("conformance_fixture.py")],
-        "relay_unattributed": true,
-    }))
-    .await;
+    let gw = gateway_with_fixture(stdio_fixture()).await;
     let (alice, alice_logs) = client(&gw, "alice", Duration::from_millis(500)).await;
     let (bob, bob_logs) = client(&gw, "bob", Duration::from_millis(500)).await;
 
@@ -258,14 +262,7 @@ async fn over_stdio_only_the_one_call_in_flight_hears_its_upstream() {
 /// without one (SEP-2575: the server MUST NOT send them); `logging/setLevel` is a session's.
 #[tokio::test]
 async fn a_stateless_call_hears_log_messages_only_at_the_level_it_asked_for() {
-    let dir = sdk_clients();
-    let gw = gateway_with_fixture(json!({
-        "name": "fx",
-        "command": dir.join(".venv/bin/python"),
-        "args": [dir.join("conformance_fixture.py")],
-        "relay_unattributed": true,
-    }))
-    .await;
+    let gw = gateway_with_fixture(stdio_fixture()).await;
     // The fixture logs three messages at `info`.
     for (id, level, heard) in [(1, None, 0), (2, Some("warning"), 0), (3, Some("info"), 3)] {
         let mut params = json!({"name": "fx__test_tool_with_logging", "arguments": {}});
