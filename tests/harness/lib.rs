@@ -360,11 +360,11 @@ pub async fn run_sdk_client(program: &str, args: &[&str]) -> (bool, serde_json::
     (output.status.success(), json, stderr)
 }
 
-/// A reverse proxy on loopback that adds `Authorization: Bearer <key>` to every request
+/// A reverse proxy on `listener` that adds `Authorization: Bearer <key>` to every request
 /// and forwards it to `target` (e.g. `http://127.0.0.1:PORT`) as it came, `Host` included,
-/// streaming both ways. For peers that send no credentials, like the MCP conformance
-/// suite. Returns the proxy's base URL; the proxy lives as long as the runtime.
-pub async fn auth_proxy(target: &str, key: &str) -> String {
+/// streaming both ways, until the listener fails. For peers that send no credentials,
+/// like the MCP conformance suite; the `toolgate-auth-proxy` binary runs it.
+pub async fn serve_auth_proxy(listener: TcpListener, target: String, key: String) {
     use axum::body::Body;
     use axum::extract::Request;
     use axum::response::Response;
@@ -374,7 +374,7 @@ pub async fn auth_proxy(target: &str, key: &str) -> String {
         .build()
         .expect("client");
     let target = target.trim_end_matches('/').to_owned();
-    let bearer = format!("Bearer {key}");
+    let bearer = format!("Bearer {}", key.trim());
     let forward = move |request: Request| {
         let (client, target, bearer) = (client.clone(), target.clone(), bearer.clone());
         async move {
@@ -408,10 +408,5 @@ pub async fn auth_proxy(target: &str, key: &str) -> String {
             }
         }
     };
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, axum::Router::new().fallback(forward)).await;
-    });
-    format!("http://{addr}")
+    let _ = axum::serve(listener, axum::Router::new().fallback(forward)).await;
 }
