@@ -8,7 +8,8 @@
 #
 # Servers: gw (the gateway as shipped: SQLite, API key, durable audit), noaudit (the
 # gateway without its audit sink), first (the gateway answering before its audit row
-# commits; never shipped), bare (the bare rmcp echo). Each runs alone: started,
+# commits; never shipped), bare (the bare rmcp echo), baresse (the same, streaming every
+# stateless answer as SSE: rmcp's default). Each runs alone: started,
 # warmed up for 2 s, then measured with wrk (bench/mcp_call.lua). CPU comes from
 # /proc/PID/task/*/stat (user and system time) and context switches from
 # /proc/PID/task/*/status, read just before and after the measured run; threads are
@@ -46,9 +47,10 @@ start() {
     noaudit) env -u DATABASE_URL target/release/gateway-unaudited "127.0.0.1:$2" "$dir" >/dev/null 2>"$dir.log" & pid=$! ;;
     first) env -u DATABASE_URL target/release/gateway-unaudited "127.0.0.1:$2" "$dir" reply-first >/dev/null 2>"$dir.log" & pid=$! ;;
     bare) target/release/bare-rmcp-echo "127.0.0.1:$2" >/dev/null 2>"$dir.log" & pid=$! ;;
+    baresse) target/release/bare-rmcp-echo "127.0.0.1:$2" sse >/dev/null 2>"$dir.log" & pid=$! ;;
   esac
   AUTH="x-none: none"
-  if [ "$1" != bare ]; then
+  if [ "${1#bare}" = "$1" ]; then
     for _ in $(seq 100); do [ -s "$dir/admin-api-key" ] && break; sleep 0.1; done
     AUTH="authorization: Bearer $(cat "$dir/admin-api-key")"
     wait_ready "$2" "$AUTH"
@@ -86,7 +88,7 @@ mkdir -p bench/results
 : > bench/results/cpu.md
 for server in $SERVERS; do
   for mode in $MODES; do
-    [ "$mode" = rest ] && [ "$server" = bare ] && continue
+    [ "$mode" = rest ] && [ "${server#bare}" != "$server" ] && continue
     port=$(free_port)
     start "$server" "$port"
     headers=(-H "$AUTH" -H "$CT" -H "$ACCEPT")

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # MCP `tools/call` through toolgate vs. a bare rmcp 3.9 echo server (the library's own
-# ceiling), in session mode (protocol 2025-11-25, one session shared by all connections)
-# and stateless (2026-07-28), beside the REST invoke figure of the same gateway. Also the
-# gateway without its audit sink, to separate the audit's cost from the adapter's.
+# ceiling, with the gateway's transport configuration), in session mode (protocol
+# 2025-11-25, one session shared by all connections) and stateless (2026-07-28), beside
+# the REST invoke figure of the same gateway. Also the gateway without its audit sink, to
+# separate the audit's cost from the adapter's, and, stateless, the bare echo with rmcp's
+# default of streaming every answer (SSE) where the gateway answers a lone result as JSON.
 #
 #   bench/mcp.sh                       # 3 rounds of 5 s per point, concurrency 1, 16, 64
 #   DURATION=10s ROUNDS=5 bench/mcp.sh
@@ -26,11 +28,12 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT
 
-GW=$(free_port); NOAUDIT=$(free_port); BARE=$(free_port)
+GW=$(free_port); NOAUDIT=$(free_port); BARE=$(free_port); BARESSE=$(free_port)
 mkdir -p "$WORK/gw" "$WORK/noaudit"
 env -u DATABASE_URL target/release/toolgate serve --listen "127.0.0.1:$GW" --data-dir "$WORK/gw" >/dev/null 2>"$WORK/gw.log" & pids+=($!)
 env -u DATABASE_URL target/release/gateway-unaudited "127.0.0.1:$NOAUDIT" "$WORK/noaudit" >/dev/null 2>"$WORK/noaudit.log" & pids+=($!)
 target/release/bare-rmcp-echo "127.0.0.1:$BARE" >/dev/null & pids+=($!)
+target/release/bare-rmcp-echo "127.0.0.1:$BARESSE" sse >/dev/null & pids+=($!)
 for _ in $(seq 100); do [ -s "$WORK/gw/admin-api-key" ] && [ -s "$WORK/noaudit/admin-api-key" ] && break; sleep 0.1; done
 GW_AUTH="authorization: Bearer $(cat "$WORK/gw/admin-api-key")"
 NA_AUTH="authorization: Bearer $(cat "$WORK/noaudit/admin-api-key")"
@@ -111,6 +114,7 @@ for c in $CONCURRENCY; do
       run noaudit "$NOAUDIT" "$mode" "$c" "$r" "$NA_AUTH" "$(sid_of noaudit)"
       if [ "$REPLY_FIRST" = 1 ]; then run first "$FIRST" "$mode" "$c" "$r" "$FIRST_AUTH" "$(sid_of first)"; fi
     done
+    run baresse "$BARESSE" stateless "$c" "$r" "x-none: none"
     run gw "$GW" rest "$c" "$r" "$GW_AUTH"
   done
 done
@@ -136,6 +140,12 @@ SEP="|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     for mode in session stateless; do for c in $CONCURRENCY; do row "$mode" "$c" first bare; done; done
     echo
   fi
+  echo "A = toolgate MCP (stateless); B = bare rmcp echo streaming every answer as SSE (rmcp's default; the gateway and the bare echo above answer a lone result as JSON)"
+  echo
+  echo "$HEAD"; echo "$SEP"
+  for c in $CONCURRENCY; do row stateless "$c" gw baresse; done
+  for c in $CONCURRENCY; do row stateless "$c" noaudit baresse | sed 's/^| stateless |/| stateless, no audit |/'; done
+  echo
   echo "A = toolgate MCP (stateless) as shipped; B = toolgate REST invoke as shipped, same wrk"
   echo
   echo "$HEAD"; echo "$SEP"

@@ -566,12 +566,28 @@ pub(crate) async fn post_stateless(
     method: &str,
     params: Value,
 ) -> Vec<Value> {
+    post_stateless_typed(gw, Some(client_name), id, method, params)
+        .await
+        .1
+}
+
+/// [`post_stateless`], with the response's content type; `client_name` `None` sends no
+/// `clientInfo`, and `User-Agent: ua-e2e/1` instead.
+async fn post_stateless_typed(
+    gw: &Gateway,
+    client_name: Option<&str>,
+    id: u64,
+    method: &str,
+    params: Value,
+) -> (String, Vec<Value>) {
     let mut params = params;
     let mut meta = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": client_name, "version": "7.0"}
     });
+    if let Some(name) = client_name {
+        meta["io.modelcontextprotocol/clientInfo"] = json!({"name": name, "version": "7.0"});
+    }
     if let (Some(meta), Some(extra)) = (meta.as_object_mut(), params["_meta"].as_object()) {
         meta.extend(extra.clone());
     }
@@ -579,6 +595,7 @@ pub(crate) async fn post_stateless(
     let mut request = gw
         .http
         .post(gw.url("/mcp"))
+        .header("user-agent", "ua-e2e/1")
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", "2026-07-28")
         .header("mcp-method", method);
@@ -588,6 +605,12 @@ pub(crate) async fn post_stateless(
     let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
     let response = request.json(&body).send().await.expect("request");
     assert_eq!(response.status(), 200, "{method}");
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
     let text = response.text().await.expect("body");
     // JSON, or SSE events carrying it.
     let messages = match serde_json::from_str(&text) {
@@ -601,7 +624,74 @@ pub(crate) async fn post_stateless(
         messages.last().is_some_and(|m| m["id"] == id),
         "{method}: no response in {text:?}"
     );
-    messages
+    (content_type, messages)
+}
+
+/// With `mcp.sessions` off, rmcp serves every protocol version statelessly: the
+/// `clientInfo` of an `initialize` is gone by the next request, so calls are known by their
+/// `User-Agent`, not by the name rmcp gives such a request's peer (its own).
+#[tokio::test]
+async fn without_sessions_legacy_calls_are_known_by_their_user_agent() {
+    let gw = Gateway::start_with(|c| c.mcp.sessions = false).await;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"message": "hi"}}});
+    // This client's User-Agent is toolgate-e2e/1.
+    let response = post_mcp(
+        &gw,
+        &toolgate_e2e::client_with_key(&gw.admin_key),
+        None,
+        call,
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.expect("body");
+    assert!(text.contains(r#""isError":false"#), "{text}");
+    let rows = audit(&gw, &gw.http, "adapter=mcp").await;
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    assert_eq!(rows[0]["client"], "toolgate-e2e/1", "{rows:#?}");
+    gw.stop().await;
+}
+
+/// A 2026-07-28 call whose result is all it sends is answered as one JSON body: nothing
+/// to stream, and one write instead of a stream's head and event, then its end (split
+/// apart by the wait for the audit commit). A call that sends progress first is
+/// streamed, the result last.
+#[tokio::test]
+async fn a_stateless_result_alone_is_json_and_progress_makes_it_a_stream() {
+    let gw = Gateway::start().await;
+    let (content_type, messages) = post_stateless_typed(
+        &gw,
+        Some("json-e2e"),
+        1,
+        "tools/call",
+        json!({"name": "echo", "arguments": {"message": "hi"}}),
+    )
+    .await;
+    assert!(
+        content_type.starts_with("application/json"),
+        "{content_type}"
+    );
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    assert_eq!(messages[0]["result"]["isError"], false, "{messages:?}");
+
+    let (content_type, messages) = post_stateless_typed(
+        &gw,
+        Some("json-e2e"),
+        2,
+        "tools/call",
+        json!({"name": "sleep", "arguments": {"seconds": 0.2}, "_meta": {"progressToken": "p-2"}}),
+    )
+    .await;
+    assert!(
+        content_type.starts_with("text/event-stream"),
+        "{content_type}"
+    );
+    assert_eq!(
+        messages[0]["method"], "notifications/progress",
+        "{messages:?}"
+    );
+    assert_eq!(messages.last().expect("result")["result"]["isError"], false);
+    gw.stop().await;
 }
 
 #[tokio::test]
@@ -620,6 +710,21 @@ async fn stateless_clients_are_known_by_the_client_info_in_their_meta() {
     let rows = audit(&gw, &gw.http, "adapter=mcp").await;
     assert_eq!(rows.len(), 1, "{rows:#?}");
     assert_eq!(rows[0]["client"], "stateless-e2e/7.0", "{rows:#?}");
+
+    // One that names no client is known by its User-Agent, as on REST, not by the
+    // name rmcp gives a stateless request's peer (its own).
+    let (_, done) = post_stateless_typed(
+        &gw,
+        None,
+        3,
+        "tools/call",
+        json!({"name": "echo", "arguments": {"message": "hi"}}),
+    )
+    .await;
+    assert_eq!(done.last().expect("response")["result"]["isError"], false);
+    let rows = audit(&gw, &gw.http, "adapter=mcp").await;
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    assert_eq!(rows[0]["client"], "ua-e2e/1", "{rows:#?}");
 
     // Client-aware rendering reads the same clientInfo.
     for (client, vendor) in [("openai-mcp", true), ("claude-ai", false)] {

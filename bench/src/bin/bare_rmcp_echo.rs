@@ -4,9 +4,11 @@
 //! no auth, no audit, no executor. The library's own ceiling, which is what the gateway's
 //! MCP path is measured against.
 //!
-//! Usage: `bare-rmcp-echo ADDR`; prints `listening ADDR` when ready. Serves `/mcp` in
-//! rmcp's legacy session mode, so clients negotiating 2025-11-25 or older get sessions and
-//! 2026-07-28 clients are served statelessly, as by the gateway's default configuration.
+//! Usage: `bare-rmcp-echo ADDR [sse]`; prints `listening ADDR` when ready. Serves `/mcp`
+//! in rmcp's legacy session mode, so clients negotiating 2025-11-25 or older get sessions
+//! and 2026-07-28 clients are served statelessly, and with rmcp's `json_response`, so a
+//! stateless result goes out as one JSON body: the gateway's transport configuration.
+//! `sse` streams every stateless answer instead (rmcp's default), for comparison.
 
 use std::sync::Arc;
 
@@ -66,6 +68,7 @@ async fn main() -> anyhow::Result<()> {
     let addr = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "127.0.0.1:18082".to_owned());
+    let json_response = std::env::args().nth(2).as_deref() != Some("sse");
     let tool: Tool = serde_json::from_value(json!({
         "name": "echo",
         "description": "Returns the message it is given.",
@@ -87,7 +90,9 @@ async fn main() -> anyhow::Result<()> {
     let service = StreamableHttpService::new(
         move || Ok(handler.clone()),
         Arc::new(LocalSessionManager::default()),
-        StreamableHttpServerConfig::default().with_legacy_session_mode(true),
+        StreamableHttpServerConfig::default()
+            .with_legacy_session_mode(true)
+            .with_json_response(json_response),
     );
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     println!("listening {}", listener.local_addr()?);

@@ -46,6 +46,16 @@ pub struct ClientInfo {
     pub version: Option<String>,
 }
 
+impl ClientInfo {
+    /// A client known only by its HTTP `User-Agent` (first 200 characters).
+    pub fn user_agent(value: &str) -> Self {
+        Self {
+            name: value.chars().take(200).collect(),
+            version: None,
+        }
+    }
+}
+
 /// How far a long call has come, reported by the tool as it works.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Progress {

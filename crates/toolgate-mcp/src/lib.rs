@@ -27,6 +27,7 @@ use rmcp::model::{
     SubscriptionFilter, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
+use rmcp::transport::common::http_header::HEADER_SESSION_ID;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use toolgate_core::{
@@ -314,15 +315,31 @@ pub fn mcp_tool(spec: &ToolSpec) -> Result<Tool, serde_json::Error> {
     serde_json::from_value(declarations::mcp(spec))
 }
 
-/// `clientInfo` of this request's `_meta` (2026-07-28), else of the session (legacy
-/// protocol versions). Not `peer_info()` alone: for a stateless request rmcp fills it with
-/// its own name, and the client's is in `_meta`.
+/// The client as it names itself: `clientInfo` of the session (legacy protocol versions),
+/// or in the request's `_meta` (2026-07-28). A request outside any session that names none
+/// (2026-07-28, or any version with `mcp.sessions` off) is known by its `User-Agent`, as on
+/// REST; never by `peer_info()`, which rmcp fills with its own name for such a request.
 fn client_info(context: &RequestContext<RoleServer>) -> Option<ClientInfo> {
-    let info = context.client_info()?;
-    Some(ClientInfo {
-        name: info.name.chars().take(128).collect(),
-        version: Some(info.version.chars().take(64).collect()),
-    })
+    let headers = context
+        .extensions
+        .get::<http::request::Parts>()
+        .map(|parts| &parts.headers);
+    let in_session = headers.is_some_and(|h| h.contains_key(HEADER_SESSION_ID));
+    let info = if in_session {
+        context.client_info()
+    } else {
+        context.meta.client_info()
+    };
+    match info {
+        Some(info) => Some(ClientInfo {
+            name: info.name.chars().take(128).collect(),
+            version: Some(info.version.chars().take(64).collect()),
+        }),
+        None => headers
+            .and_then(|h| h.get(http::header::USER_AGENT))
+            .and_then(|v| v.to_str().ok())
+            .map(ClientInfo::user_agent),
+    }
 }
 
 /// A failed call as the model should read it: the error as JSON (kind, message,

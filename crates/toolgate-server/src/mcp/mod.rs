@@ -93,6 +93,12 @@ pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> 
     }
     let mut transport = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(mcp.sessions)
+        // A 2026-07-28 call whose result is all it sends is answered as one JSON body;
+        // one that sends progress, log messages or requests first is streamed (rmcp
+        // decides on the first message). Streamed, a result that waits for its audit
+        // commit goes out as head and event, then the stream's end: two writes and
+        // wake-ups where JSON needs one (docs/BENCHMARKS.md).
+        .with_json_response(true)
         .with_sse_retry(Some(Duration::from_millis(mcp.sse_retry_ms)))
         .with_cancellation_token(shutdown.clone())
         .with_max_request_body_bytes(config.http.max_body_bytes)

@@ -59,10 +59,7 @@ impl<S: Send + Sync> FromRequestParts<S> for UserAgent {
             .headers
             .get(USER_AGENT)
             .and_then(|v| v.to_str().ok())
-            .map(|ua| ClientInfo {
-                name: ua.chars().take(200).collect(),
-                version: None,
-            });
+            .map(ClientInfo::user_agent);
         Ok(UserAgent(client))
     }
 }
