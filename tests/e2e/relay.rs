@@ -280,3 +280,88 @@ async fn a_stateless_call_hears_log_messages_only_at_the_level_it_asked_for() {
     }
     gw.stop().await;
 }
+
+/// An upstream that writes a call's progress report, log message and result in one write
+/// (`tests/clients/one_write_server.py`): the gateway reads all three at once, and still
+/// relays the first two before the result ends the call. Before, rmcp's task per
+/// notification raced the result, and lost whenever the call had ended first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_an_upstream_says_before_its_result_arrives_before_it() {
+    let dir = sdk_clients();
+    let gw = Gateway::start_with(|c| {
+        c.upstreams = vec![
+            serde_json::from_value(json!({
+                "name": "ow",
+                "command": dir.join(".venv/bin/python"),
+                "args": [dir.join("one_write_server.py")],
+                "relay_unattributed": true,
+            }))
+            .expect("an upstream entry"),
+        ];
+    })
+    .await;
+    listed_once(&gw, "ow__say_then_answer").await;
+
+    // A session hears each call's log message (on its standalone stream).
+    let (alice, logs) = client(&gw, "alice", Duration::ZERO).await;
+    const CALLS: usize = 30;
+    for n in 0..CALLS {
+        let done = alice
+            .call_tool(call("ow__say_then_answer", json!({"n": n})))
+            .await
+            .expect("call");
+        assert_eq!(text(&done), format!("answer {n}"), "{done:?}");
+    }
+    let expected: Vec<Value> = (0..CALLS)
+        .map(|n| json!(format!("said before answer {n}")))
+        .collect();
+    let mut heard = Vec::new();
+    for _ in 0..40 {
+        heard = logs.lock().expect("logs").clone();
+        if heard.len() >= CALLS {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(heard, expected);
+    alice.cancel().await.expect("close");
+
+    // A stateless call hears progress and the log message on its own stream, before the
+    // result that ends it (each kind in order; the two kinds are not ordered between
+    // them).
+    for n in 0..10 {
+        let messages = post_stateless(
+            &gw,
+            "stateless",
+            n,
+            "tools/call",
+            json!({"name": "ow__say_then_answer", "arguments": {"n": n},
+                   "_meta": {"progressToken": format!("p-{n}"),
+                             "io.modelcontextprotocol/logLevel": "info"}}),
+        )
+        .await;
+        let (result, before) = messages.split_last().expect("a response");
+        assert_eq!(
+            result["result"]["content"][0]["text"],
+            format!("answer {n}")
+        );
+        assert_eq!(before.len(), 2, "{messages:#?}");
+        let said = |method: &str, field: &str| {
+            before
+                .iter()
+                .find(|m| m["method"] == method)
+                .map(|m| m["params"][field].clone())
+        };
+        assert_eq!(
+            said("notifications/progress", "progressToken"),
+            Some(json!(format!("p-{n}"))),
+            "{messages:#?}"
+        );
+        assert_eq!(
+            said("notifications/message", "data"),
+            Some(json!(format!("said before answer {n}"))),
+            "{messages:#?}"
+        );
+    }
+    gw.stop().await;
+}

@@ -33,15 +33,16 @@ use async_trait::async_trait;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
     ClientCapabilities, ClientConfig, ClientRequest, ContentBlock, ErrorCode, ErrorData,
-    Implementation, NumberOrString, ProgressNotificationParam, ProgressToken, RequestId,
+    Implementation, JsonRpcMessage, NumberOrString, ProgressToken, RequestId, ServerNotification,
     ServerResult,
 };
 use rmcp::service::{
     InboundStreamOrigin, NotificationContext, Peer, PeerRequestOptions, RequestContext, RoleClient,
-    RunningService,
+    RunningService, RxJsonRpcMessage, TxJsonRpcMessage,
 };
-use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, Transport};
 use rmcp::{ClientHandler, ServiceError, ServiceExt};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -305,6 +306,71 @@ impl Routes {
             )),
         }
     }
+
+    /// Relays a progress report or log message to the call it belongs to, if any. Called
+    /// by [`Relaying`] as each is read, before whatever the upstream wrote after it.
+    fn relay(&self, notification: &ServerNotification) {
+        match notification {
+            ServerNotification::ProgressNotification(note) => {
+                let key = token_key(&note.params.progress_token);
+                let sink = lock(&self.progress).get(&key).cloned();
+                if let Some(sink) = sink {
+                    let _ = sink.try_send(toolgate_core::Progress {
+                        progress: note.params.progress,
+                        total: note.params.total,
+                        message: note.params.message.clone(),
+                    });
+                }
+            }
+            ServerNotification::LoggingMessageNotification(note) => match self.only_call(None) {
+                Ok(caller) => {
+                    if let Ok(message) = serde_json::to_value(&note.params) {
+                        caller.0.log(message);
+                    }
+                }
+                Err(why) => {
+                    tracing::debug!(reason = %why, "an upstream log message was not relayed");
+                }
+            },
+            _ => {}
+        }
+    }
+}
+
+/// An upstream's transport that relays progress and log messages the moment they are
+/// read. rmcp hands each notification to a task of its own but a response straight to
+/// the call awaiting it, so a log message written just before a result raced it, and lost
+/// whenever the call ended (leaving [`Routes`]) first: the conformance suite's three log
+/// messages arrived as two about one run in five on a busy machine. Relayed here, in the
+/// order the upstream wrote them, they are in the caller's queue before the result reaches
+/// the call. rmcp still gets them (its progress timeouts hear them); [`Handler`] leaves
+/// them alone.
+struct Relaying<T> {
+    inner: T,
+    routes: Arc<Routes>,
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Relaying<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let message = self.inner.receive().await?;
+        if let JsonRpcMessage::Notification(note) = &message {
+            self.routes.relay(&note.notification);
+        }
+        Some(message)
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
 }
 
 fn reachable(caller: &Option<Client>) -> Result<Client, String> {
@@ -364,37 +430,6 @@ impl Handler {
 impl ClientHandler for Handler {
     fn get_info(&self) -> ClientConfig {
         self.info.clone()
-    }
-
-    async fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        let key = token_key(&params.progress_token);
-        let sink = lock(&self.routes.progress).get(&key).cloned();
-        if let Some(sink) = sink {
-            let _ = sink.try_send(toolgate_core::Progress {
-                progress: params.progress,
-                total: params.total,
-                message: params.message,
-            });
-        }
-    }
-
-    async fn on_logging_message(
-        &self,
-        params: rmcp::model::LoggingMessageNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        match self.routes.only_call(None) {
-            Ok(caller) => {
-                if let Ok(message) = serde_json::to_value(&params) {
-                    caller.0.log(message);
-                }
-            }
-            Err(why) => tracing::debug!(reason = %why, "an upstream log message was not relayed"),
-        }
     }
 
     async fn create_message(
@@ -613,7 +648,7 @@ async fn connect(
                 .build(),
             Implementation::new("toolgate", env!("CARGO_PKG_VERSION")),
         ),
-        routes,
+        routes: routes.clone(),
         list_changed,
         catalog,
         owner: config.owner,
@@ -656,7 +691,11 @@ async fn connect(
                 inner: stdout,
                 left: budget.clone(),
             };
-            let service = tokio::time::timeout(INITIALIZE_TIMEOUT, handler.serve((stdout, stdin)))
+            let transport = Relaying {
+                inner: AsyncRwTransport::new_client(stdout, stdin),
+                routes,
+            };
+            let service = tokio::time::timeout(INITIALIZE_TIMEOUT, handler.serve(transport))
                 .await
                 .map_err(|_| format!("no answer to initialize within {INITIALIZE_TIMEOUT:?}"))?
                 .map_err(|e| format!("initialize failed: {e}"))?;
@@ -683,10 +722,13 @@ async fn connect(
             }
             let service = tokio::time::timeout(
                 INITIALIZE_TIMEOUT,
-                handler.serve(StreamableHttpClientTransport::with_client(
-                    Traced(client.clone().unwrap_or_default()),
-                    http,
-                )),
+                handler.serve(Relaying {
+                    inner: StreamableHttpClientTransport::with_client(
+                        Traced(client.clone().unwrap_or_default()),
+                        http,
+                    ),
+                    routes,
+                }),
             )
             .await
             .map_err(|_| format!("no answer to initialize within {INITIALIZE_TIMEOUT:?}"))?
