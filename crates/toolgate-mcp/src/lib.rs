@@ -22,9 +22,9 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
     ContentBlock, ErrorCode, GetPromptRequestParams, GetPromptResponse, Implementation,
     ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ReadResourceRequestParams,
-    ReadResourceResponse, Reference, ServerCapabilities, ServerConfig, SubscribeRequestParams,
-    SubscriptionFilter, Tool, UnsubscribeRequestParams,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, Reference,
+    ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter, Tool,
+    UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
 use rmcp::transport::common::http_header::HEADER_SESSION_ID;
@@ -32,14 +32,11 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use toolgate_core::{
     Adapter, ApprovalId, AuthContext, CallContext, ClientInfo, Completed, Content, ErrorKind,
-    Executor, Progress, ProgressSink, Registry, TenantId, ToolError, ToolSpec, Toolset,
-    declarations,
+    Executor, Registry, TenantId, ToolError, ToolSpec, Toolset, declarations,
 };
 
 /// Tools per `tools/list` page.
 pub const PAGE: usize = 100;
-/// Progress reports queued for a slow client before newer ones are dropped.
-const PROGRESS_BACKLOG: usize = 16;
 /// How often a session's list-change watcher checks that the session still exists.
 const SESSION_CHECK: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -383,27 +380,6 @@ fn content_block(content: Content) -> ContentBlock {
 fn json_block(block: Value) -> ContentBlock {
     serde_json::from_value(block)
         .unwrap_or_else(|e| ContentBlock::text(format!("[content not valid MCP: {e}]")))
-}
-
-/// Progress reports of one call, sent as `notifications/progress` with the caller's token
-/// until the call ends (its context, holding the sender, is dropped).
-fn forward_progress(token: ProgressToken, peer: Peer<RoleServer>) -> ProgressSink {
-    let (sink, mut reports) = tokio::sync::mpsc::channel::<Progress>(PROGRESS_BACKLOG);
-    tokio::spawn(async move {
-        while let Some(report) = reports.recv().await {
-            let mut param = ProgressNotificationParam::new(token.clone(), report.progress);
-            if let Some(total) = report.total {
-                param = param.with_total(total);
-            }
-            if let Some(message) = report.message {
-                param = param.with_message(message);
-            }
-            if peer.notify_progress(param).await.is_err() {
-                break;
-            }
-        }
-    });
-    sink
 }
 
 /// Tells one session's client whenever the tools, or the upstreams' resources and
@@ -833,9 +809,6 @@ impl ServerHandler for McpAdapter {
         }
         // `notifications/cancelled` for this request cancels rmcp's token.
         ctx.cancel = context.ct.child_token();
-        if let Some(token) = context.meta.get_progress_token() {
-            ctx = ctx.with_progress(forward_progress(token, context.peer.clone()));
-        }
         // An upstream tool's log messages, sampling and elicitation reach this client. Log
         // messages at the level of the session (`logging/setLevel`), or for a 2026-07-28
         // request (its protocol version in `_meta`), at the level in its `_meta`.
@@ -844,17 +817,18 @@ impl ServerHandler for McpAdapter {
         } else {
             self.log_level.clone()
         };
-        ctx = ctx.with_peer(Arc::new(relay::CallerPeer::new(
-            context.peer.clone(),
-            context.id.clone(),
-            level,
-        )));
+        let (peer, mut said) =
+            relay::CallerPeer::new(context.peer.clone(), context.id.clone(), level);
+        ctx = ctx.with_peer(Arc::new(peer));
+        if let Some(token) = context.meta.get_progress_token() {
+            ctx = ctx.with_progress(said.progress(token));
+        }
         let args = Value::Object(request.arguments.unwrap_or_default());
         // Unknown tools go through the executor too: the attempt is audited like any call.
         let retry = ctx.clone();
-        let mut outcome = self
-            .executor
-            .call(&tools, ctx, &request.name, args.clone())
+        // Progress and log messages go out as they come, and all of them before the result.
+        let mut outcome = said
+            .along(self.executor.call(&tools, ctx, &request.name, args.clone()))
             .await;
         if let Err(err) = &outcome
             && err.kind == ErrorKind::ApprovalRequired
@@ -864,7 +838,14 @@ impl ServerHandler for McpAdapter {
             // The user decided: the call again, presenting the decision (a new call id).
             let mut again = retry.with_approval(Some(approval));
             again.call_id = toolgate_core::CallId::new();
-            outcome = Box::pin(self.executor.call(&tools, again, &request.name, args)).await;
+            outcome = said
+                .along(Box::pin(self.executor.call(
+                    &tools,
+                    again,
+                    &request.name,
+                    args,
+                )))
+                .await;
         }
         match (outcome, known) {
             (Ok(done), Some(tool)) => {

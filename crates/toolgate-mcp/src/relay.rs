@@ -14,22 +14,25 @@
 //! allows rmcp's deprecation warnings: clients of 2025-11-25 and earlier still use them.
 #![allow(deprecated)]
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use rmcp::model::{
     ClientResult, CreateMessageRequest, CreateMessageRequestParams, ElicitRequest,
-    ElicitRequestParams, LoggingLevel, LoggingMessageNotification, LoggingMessageNotificationParam,
-    RequestId, ServerNotification, ServerRequest,
+    ElicitRequestParams, LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam,
+    ProgressToken, RequestId, ServerRequest,
 };
 use rmcp::service::{ElicitationMode, OriginatingRequestId, Peer};
 use rmcp::{RoleServer, ServiceError};
 use serde_json::Value;
-use toolgate_core::{ClientChannel, ClientError, ClientRequest};
+use tokio::sync::mpsc;
+use toolgate_core::{ClientChannel, ClientError, ClientRequest, Progress, ProgressSink};
 
 /// Log messages queued for a slow client before newer ones are dropped.
 const LOG_BACKLOG: usize = 64;
+/// Progress reports queued for a slow client before newer ones are dropped.
+const PROGRESS_BACKLOG: usize = 16;
 
 /// The lowest level a session wants to hear (`logging/setLevel`); all until it says.
 #[derive(Debug, Default)]
@@ -74,36 +77,27 @@ pub struct CallerPeer {
     /// The `tools/call` request: requests made for it ride its response stream.
     call: RequestId,
     level: Arc<LogLevel>,
-    /// Started at the first log message: one task per call keeps them in order.
-    logs: OnceLock<tokio::sync::mpsc::Sender<LoggingMessageNotificationParam>>,
+    /// Into the call's [`Said`], which sends them in order, before the result.
+    logs: mpsc::Sender<LoggingMessageNotificationParam>,
 }
 
 impl CallerPeer {
-    pub fn new(peer: Peer<RoleServer>, call: RequestId, level: Arc<LogLevel>) -> Self {
-        Self {
+    /// The call's way back, and the [`Said`] that must drive the call for its log
+    /// messages and progress reports to go out.
+    pub fn new(peer: Peer<RoleServer>, call: RequestId, level: Arc<LogLevel>) -> (Self, Said) {
+        let (logs, queued) = mpsc::channel(LOG_BACKLOG);
+        let said = Said {
+            peer: peer.clone(),
+            progress: None,
+            logs: queued,
+        };
+        let caller = Self {
             peer,
             call,
             level,
-            logs: OnceLock::new(),
-        }
-    }
-
-    fn log_sender(&self) -> &tokio::sync::mpsc::Sender<LoggingMessageNotificationParam> {
-        self.logs.get_or_init(|| {
-            let (tx, mut rx) = tokio::sync::mpsc::channel(LOG_BACKLOG);
-            let peer = self.peer.clone();
-            tokio::spawn(async move {
-                while let Some(param) = rx.recv().await {
-                    let note = ServerNotification::LoggingMessageNotification(
-                        LoggingMessageNotification::new(param),
-                    );
-                    if peer.send_notification(note).await.is_err() {
-                        break;
-                    }
-                }
-            });
-            tx
-        })
+            logs,
+        };
+        (caller, said)
     }
 
     fn capable(&self, request: ClientRequest) -> bool {
@@ -124,7 +118,7 @@ impl ClientChannel for CallerPeer {
             return;
         };
         if self.level.passes(param.level) {
-            let _ = self.log_sender().try_send(param);
+            let _ = self.logs.try_send(param);
         }
     }
 
@@ -201,6 +195,93 @@ impl ClientChannel for CallerPeer {
                 ),
             )),
         }
+    }
+}
+
+/// What one call says to its client before its result: progress reports (through the
+/// [`ProgressSink`] it hands the call) and log messages (through the call's
+/// [`CallerPeer`]). [`Said::along`] drives the call and sends them as they come, and once
+/// the call is done whatever is still queued, so all of it goes out before the result.
+/// A task per call forwarding them raced the result instead, and lost now and then on a
+/// busy machine: a stateless call's stream, or a session call's progress, ends with its
+/// result, and what came after was gone.
+pub struct Said {
+    peer: Peer<RoleServer>,
+    progress: Option<(ProgressToken, mpsc::Receiver<Progress>)>,
+    logs: mpsc::Receiver<LoggingMessageNotificationParam>,
+}
+
+enum Notice {
+    Progress(Progress),
+    Log(LoggingMessageNotificationParam),
+}
+
+impl Said {
+    /// A sink for the call's progress, reported to the client under its `token`.
+    pub fn progress(&mut self, token: ProgressToken) -> ProgressSink {
+        let (sink, reports) = mpsc::channel(PROGRESS_BACKLOG);
+        self.progress = Some((token, reports));
+        sink
+    }
+
+    /// Runs `call` to its end, sending what it says meanwhile, then what is left.
+    pub async fn along<F: Future>(&mut self, call: F) -> F::Output {
+        let mut call = std::pin::pin!(call);
+        loop {
+            tokio::select! {
+                out = &mut call => {
+                    while let Some(notice) = self.queued() {
+                        self.send(notice).await;
+                    }
+                    return out;
+                }
+                Some(notice) = self.next() => self.send(notice).await,
+            }
+        }
+    }
+
+    async fn next(&mut self) -> Option<Notice> {
+        let Self { progress, logs, .. } = self;
+        let report = async {
+            match progress {
+                Some((_, reports)) => reports.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            Some(report) = report => Some(Notice::Progress(report)),
+            Some(log) = logs.recv() => Some(Notice::Log(log)),
+            else => None,
+        }
+    }
+
+    fn queued(&mut self) -> Option<Notice> {
+        if let Some((_, reports)) = &mut self.progress
+            && let Ok(report) = reports.try_recv()
+        {
+            return Some(Notice::Progress(report));
+        }
+        self.logs.try_recv().ok().map(Notice::Log)
+    }
+
+    /// Sends one notice; a client that has gone misses it, and the call goes on.
+    async fn send(&self, notice: Notice) {
+        let _ = match notice {
+            Notice::Progress(report) => {
+                let Some((token, _)) = &self.progress else {
+                    return;
+                };
+                let mut param = ProgressNotificationParam::new(token.clone(), report.progress);
+                if let Some(total) = report.total {
+                    param = param.with_total(total);
+                }
+                if let Some(message) = report.message {
+                    param = param.with_message(message);
+                }
+                self.peer.notify_progress(param).await
+            }
+            Notice::Log(param) => self.peer.notify_logging_message(param).await,
+        };
     }
 }
 
