@@ -8,6 +8,8 @@
 #   AB_POSTGRES=1 bench/ab.sh HEAD~1    # each on a Postgres database of its own (created
 #                                       # on 127.0.0.1:5432 and dropped afterwards;
 #                                       # TOOLGATE_BENCH_PG overrides the admin URL)
+#   AB_MCP=1 bench/ab.sh HEAD~1         # MCP tools/call of echo instead, stateless
+#                                       # (2026-07-28) and in one session, driven by wrk
 #
 # Builds both release binaries (the other revision in a temporary git worktree, sharing
 # this target directory's dependencies), installs oha if missing, prints a table and
@@ -17,7 +19,8 @@ cd "$(dirname "$0")/.."
 source bench/lib.sh
 
 REV=${1:?usage: bench/ab.sh REVISION}
-ensure_oha
+AB_MCP=${AB_MCP:-}
+if [ -n "$AB_MCP" ]; then ensure_wrk; else ensure_oha; fi
 WORK=$(mktemp -d)
 TREE="$WORK/tree"
 pids=()
@@ -64,17 +67,32 @@ wait_ready "$A" "$A_AUTH"; wait_ready "$B" "$B_AUTH"
 
 mkdir -p bench/results
 {
-  echo "gateway at $(git rev-parse --short "$REV") (A) vs. this tree at $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes') (B), $STORE, durable audit"
+  echo "gateway at $(git rev-parse --short "$REV") (A) vs. this tree at $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes') (B), $STORE, durable audit, $([ -n "$AB_MCP" ] && echo "MCP tools/call" || echo "REST invoke")"
   echo
-  echo "| concurrency | B req/s | B p50 ms | B p99 ms | A req/s | A p50 ms | A p99 ms | ratio B/A |"
-  echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
-  for c in $CONCURRENCY; do
-    for r in $(seq "$ROUNDS"); do
-      measure a "$A" "$c" "$r" "$A_AUTH"
-      measure b "$B" "$c" "$r" "$B_AUTH"
+  if [ -n "$AB_MCP" ]; then
+    A_SID=$(session "$A" "$A_AUTH"); B_SID=$(session "$B" "$B_AUTH")
+    echo "| mode | concurrency | B req/s | B p50 ms | B p99 ms | A req/s | A p50 ms | A p99 ms | ratio B/A |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    for mode in stateless session; do
+      for c in $CONCURRENCY; do
+        for r in $(seq "$ROUNDS"); do
+          run a "$A" "$mode" "$c" "$r" "$A_AUTH" "$A_SID"
+          run b "$B" "$mode" "$c" "$r" "$B_AUTH" "$B_SID"
+        done
+        row "$mode" "$c" b a
+      done
     done
-    summarize b a "$c"
-  done
+  else
+    echo "| concurrency | B req/s | B p50 ms | B p99 ms | A req/s | A p50 ms | A p99 ms | ratio B/A |"
+    echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
+    for c in $CONCURRENCY; do
+      for r in $(seq "$ROUNDS"); do
+        measure a "$A" "$c" "$r" "$A_AUTH"
+        measure b "$B" "$c" "$r" "$B_AUTH"
+      done
+      summarize b a "$c"
+    done
+  fi
   echo
   footer
-} | tee bench/results/ab.md
+} | tee bench/results/ab${AB_MCP:+-mcp}.md

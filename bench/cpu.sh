@@ -25,18 +25,12 @@ SERVERS=${SERVERS:-"bare noaudit gw"}
 MODES=${MODES:-"stateless session"}
 C=${C:-64}
 
-if ! command -v wrk >/dev/null; then
-  echo "installing wrk (Debian package)…" >&2
-  apt-get install -y -qq wrk >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
-fi
+ensure_wrk
 cargo build --quiet --release -p toolgate-server -p toolgate-bench
 WORK=$(mktemp -d)
 pid=
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT
-
-ACCEPT='accept: application/json, text/event-stream'
-CT='content-type: application/json'
 
 # start SERVER PORT: runs it in the background, sets pid and AUTH.
 start() {
@@ -57,18 +51,6 @@ start() {
   else
     sleep 0.5
   fi
-}
-
-# open_session PORT: initialize + initialized, prints the session id.
-open_session() {
-  local init='{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"wrk","version":"4"}}}'
-  local sid
-  sid=$(curl -s -D - -o /dev/null -X POST -H "$AUTH" -H "$CT" -H "$ACCEPT" -d "$init" \
-    "http://127.0.0.1:$1/mcp" | tr -d '\r' | awk 'tolower($1)=="mcp-session-id:" {print $2}')
-  curl -s -o /dev/null -X POST -H "$AUTH" -H "$CT" -H "$ACCEPT" -H "mcp-session-id: $sid" \
-    -H 'mcp-protocol-version: 2025-11-25' \
-    -d '{"jsonrpc":"2.0","method":"notifications/initialized"}' "http://127.0.0.1:$1/mcp"
-  echo "$sid"
 }
 
 # snapshot FILE: one line per thread: name, user ticks, system ticks, voluntary and
@@ -94,7 +76,7 @@ for server in $SERVERS; do
     headers=(-H "$AUTH" -H "$CT" -H "$ACCEPT")
     url="http://127.0.0.1:$port/mcp"
     case $mode in
-      session) headers+=(-H "mcp-session-id: $(open_session "$port")" -H 'mcp-protocol-version: 2025-11-25') ;;
+      session) headers+=(-H "mcp-session-id: $(session "$port" "$AUTH")" -H 'mcp-protocol-version: 2025-11-25') ;;
       stateless) headers+=(-H 'mcp-protocol-version: 2026-07-28' -H 'mcp-method: tools/call' -H 'mcp-name: echo') ;;
       rest) url="http://127.0.0.1:$port$PATH_INVOKE"; headers=(-H "$AUTH" -H "$CT") ;;
     esac

@@ -18,10 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
 
-if ! command -v wrk >/dev/null; then
-  echo "installing wrk (Debian package)…" >&2
-  apt-get install -y -qq wrk >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
-fi
+ensure_wrk
 cargo build --quiet --release -p toolgate-server -p toolgate-bench
 WORK=$(mktemp -d)
 pids=()
@@ -47,57 +44,6 @@ if [ "$REPLY_FIRST" = 1 ]; then
   wait_ready "$FIRST" "$FIRST_AUTH"
 fi
 
-ACCEPT='accept: application/json, text/event-stream'
-CT='content-type: application/json'
-
-# session PORT AUTH: opens an MCP session (initialize + initialized), prints its id.
-session() {
-  local init='{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"wrk","version":"4"}}}'
-  local sid
-  sid=$(curl -s -D - -o /dev/null -X POST -H "$2" -H "$CT" -H "$ACCEPT" -d "$init" \
-    "http://127.0.0.1:$1/mcp" | tr -d '\r' | awk 'tolower($1)=="mcp-session-id:" {print $2}')
-  [ -n "$sid" ] || { echo "no session from port $1" >&2; return 1; }
-  curl -s -o /dev/null -X POST -H "$2" -H "$CT" -H "$ACCEPT" -H "mcp-session-id: $sid" \
-    -H 'mcp-protocol-version: 2025-11-25' \
-    -d '{"jsonrpc":"2.0","method":"notifications/initialized"}' "http://127.0.0.1:$1/mcp"
-  echo "$sid"
-}
-
-# run NAME PORT MODE CONCURRENCY ROUND AUTH [SESSION]: one wrk round, its JSON summary kept.
-run() {
-  local name=$1 port=$2 mode=$3 c=$4 round=$5 auth=$6 sid=${7:-}
-  local threads=2 url="http://127.0.0.1:$port/mcp"
-  [ "$c" -lt 2 ] && threads=1
-  local headers=(-H "$auth" -H "$CT" -H "$ACCEPT")
-  case $mode in
-    session) headers+=(-H "mcp-session-id: $sid" -H 'mcp-protocol-version: 2025-11-25') ;;
-    stateless) headers+=(-H 'mcp-protocol-version: 2026-07-28' -H 'mcp-method: tools/call' -H 'mcp-name: echo') ;;
-    rest) url="http://127.0.0.1:$port$PATH_INVOKE"; headers=(-H "$auth" -H "$CT") ;;
-  esac
-  MCP_STATELESS=$([ "$mode" = stateless ] && echo 1 || echo 0) \
-  BENCH_REST=$([ "$mode" = rest ] && echo 1 || echo 0) \
-    wrk -t"$threads" -c"$c" -d"$DURATION" -s bench/mcp_call.lua "${headers[@]}" "$url" \
-    | grep '^{' > "$WORK/$name-$mode-$c-$round.json"
-}
-
-# row MODE CONCURRENCY A B: medians of A and B, ratio A/B.
-row() {
-  python3 - "$WORK" "$@" <<'PY'
-import glob, json, sys
-work, mode, c, a, b = sys.argv[1:]
-def median(name):
-    runs = []
-    for p in glob.glob(f"{work}/{name}-{mode}-{c}-*.json"):
-        d = json.load(open(p))
-        if d["bad"] or d["socket_errors"]:
-            sys.exit(f"{p}: {d['bad']} bad responses, {d['socket_errors']} socket errors")
-        runs.append((d["rps"], d["p50_ms"], d["p99_ms"]))
-    runs.sort()
-    return runs[len(runs) // 2]
-x, y = median(a), median(b)
-print(f"| {mode} | {c} | {x[0]:.0f} | {x[1]:.3f} | {x[2]:.3f} | {y[0]:.0f} | {y[1]:.3f} | {y[2]:.3f} | {x[0]/y[0]:.2f} |")
-PY
-}
 
 GW_SID=$(session "$GW" "$GW_AUTH")
 NA_SID=$(session "$NOAUDIT" "$NA_AUTH")

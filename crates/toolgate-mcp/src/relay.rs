@@ -4,7 +4,8 @@
 //! [`crate::upstream`]).
 //!
 //! - Log messages go out as `notifications/message`, at or above the level the session
-//!   chose with `logging/setLevel` (everything until it chooses), in the order they came.
+//!   chose with `logging/setLevel` (everything until it chooses), in the order they came,
+//!   and, like the call's progress, before its result ([`Said`]).
 //! - Sampling and elicitation requests go out only when the client declared the
 //!   capability, and on the call's own response stream (SEP-2260: the request is marked
 //!   with the `tools/call` it belongs to). On protocol 2026-07-28, which has no
