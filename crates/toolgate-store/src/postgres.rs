@@ -8,6 +8,10 @@
 //! `set_config('toolgate.tenant_id', …, true)` — transaction-local, so a pooled
 //! connection never carries one tenant into another's request. Row-level security is then
 //! the second wall behind the `tenant_id` filter each query has anyway.
+//!
+//! No connection commits asynchronously: a server, database or role default of
+//! `synchronous_commit = off` is overridden when a connection opens, since the audit's
+//! promise is that an acknowledged call's row survives a crash.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -233,13 +237,22 @@ impl PostgresStore {
         let owner = PgPoolOptions::new()
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(5))
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    conn.execute(SYNCHRONOUS_COMMIT).await?;
+                    Ok(())
+                })
+            })
             .connect_lazy_with(connect.clone());
         let app = PgPoolOptions::new()
             .max_connections(16)
             .acquire_timeout(Duration::from_secs(5))
             .after_connect(|conn, _meta| {
                 Box::pin(async move {
-                    conn.execute("set role toolgate_app").await?;
+                    conn.execute(sqlx::AssertSqlSafe(format!(
+                        "set role toolgate_app; {SYNCHRONOUS_COMMIT}"
+                    )))
+                    .await?;
                     Ok(())
                 })
             })
@@ -882,6 +895,12 @@ impl PostgresStore {
         &self.owner
     }
 }
+
+/// An acknowledged call's audit row must survive a crash of the database server, so no
+/// session of ours commits asynchronously: a server, database or role default of
+/// `synchronous_commit = off` (which lost acknowledged rows) is overridden for the
+/// session when it connects. Stronger settings (`remote_apply`…) are kept as they are.
+const SYNCHRONOUS_COMMIT: &str = "select set_config('synchronous_commit', 'on', false) where current_setting('synchronous_commit') = 'off'";
 
 /// `begin` that names the tenant in the same round trip. The id is formatted from a
 /// `Uuid`, so it is hex digits and dashes only.

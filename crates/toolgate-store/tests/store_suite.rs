@@ -1406,3 +1406,67 @@ async fn postgres_row_level_security_hides_other_tenants_upstreams() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn postgres_audit_commits_synchronously_even_when_the_database_says_off() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = PgDb::create().await;
+    let mut admin = sqlx::PgConnection::connect(&db.url).await.expect("admin");
+    // The database's default loses acknowledged commits in a crash. A trigger notes the
+    // setting inside each audit transaction, as `SHOW synchronous_commit` would.
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "alter database {} set synchronous_commit = off",
+        db.name
+    )))
+    .execute(&mut admin)
+    .await
+    .expect("alter database");
+    let store = Store::open(Some(&db.url), dir.path()).await.expect("open");
+    store.migrate().await.expect("migrate");
+    for sql in [
+        "create table seen_commit_mode (mode text not null)",
+        "create function note_commit_mode() returns trigger language plpgsql security definer as $$ \
+         begin insert into seen_commit_mode values (current_setting('synchronous_commit')); return null; end $$",
+        "create trigger note_commit_mode after insert on audit_log for each row execute function note_commit_mode()",
+    ] {
+        sqlx::query(sql).execute(&mut admin).await.expect(sql);
+    }
+    let default_mode: String = sqlx::query_scalar("show synchronous_commit")
+        .fetch_one(&mut sqlx::PgConnection::connect(&db.url).await.expect("conn"))
+        .await
+        .expect("show");
+    assert_eq!(default_mode, "off", "the test's premise");
+
+    let (a, p) = acme_alice(&store).await;
+    // Both append paths: one row in autocommit, and a batch over two tenants in one
+    // explicit transaction.
+    store
+        .append_audit(&[record(a.id, p.id, "echo")])
+        .await
+        .expect("append");
+    let b = store.create_tenant("globex").await.expect("tenant");
+    let pb = store
+        .create_principal(b.id, &member("bob"))
+        .await
+        .expect("principal");
+    store
+        .append_audit(&[record(a.id, p.id, "echo"), record(b.id, pb.id, "echo")])
+        .await
+        .expect("append");
+    let (writer, task) = AuditWriter::spawn(store.clone()).expect("writer thread");
+    writer
+        .record(record(a.id, p.id, "echo"))
+        .await
+        .expect("record");
+    drop(writer);
+    task.join().await;
+
+    let modes: Vec<String> = sqlx::query_scalar("select mode from seen_commit_mode")
+        .fetch_all(&mut admin)
+        .await
+        .expect("modes");
+    assert_eq!(modes, ["on", "on", "on", "on"]);
+    drop(store);
+    drop(admin);
+    db.drop_db().await;
+}
