@@ -15,6 +15,7 @@ import os
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ImageContent, TextContent, ToolAnnotations
+from pydantic import SecretStr
 
 server = MCPServer("toolgate-fixture")
 LOG = os.environ.get("FIXTURE_LOG")
@@ -63,6 +64,12 @@ async def slow(seconds: float, ctx: Context) -> str:
 def environment() -> dict:
     """What the process's environment holds of two variables."""
     return {"FIXTURE_TOKEN": os.environ.get("FIXTURE_TOKEN"), "HOME": os.environ.get("HOME")}
+
+
+@server.tool()
+def unlock(door: str, pin: SecretStr) -> str:
+    """Opens a door with a PIN. The schema marks `pin` writeOnly / format password."""
+    return f"door {door} opened with a {len(pin.get_secret_value())}-digit pin"
 
 
 @server.tool()

@@ -13,6 +13,7 @@ mod relay;
 mod resources;
 mod rest_errors;
 mod rest_tools;
+mod secrets;
 mod tenancy;
 mod tenant_upstreams;
 mod upstream;

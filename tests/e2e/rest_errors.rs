@@ -24,8 +24,12 @@ async fn schema_violations_are_400_listing_each_with_its_pointer() {
         .map(|e| e["pointer"].as_str().expect("pointer"))
         .collect();
     pointers.sort();
-    // missing "path" and unknown "colour" at the root; bad offset; bad limit.
-    assert_eq!(pointers, ["", "", "/limit", "/offset"], "{problem}");
+    // Missing "path" and unknown "colour" are pointed at by name, not at their object.
+    assert_eq!(
+        pointers,
+        ["/colour", "/limit", "/offset", "/path"],
+        "{problem}"
+    );
     assert!(
         errors
             .iter()

@@ -46,9 +46,10 @@ pub struct AuditRecord {
 }
 
 impl AuditRecord {
-    /// A record for `ctx`'s call of `tool` with `args`, masking `secret_fields` (JSON
-    /// pointers). Outcome and times are filled in by [`AuditRecord::finish`].
-    pub fn start(ctx: &CallContext, tool: &str, args: &Value, secret_fields: &[String]) -> Self {
+    /// A record for `ctx`'s call of `tool` with `args`, keeping `masked` (the arguments
+    /// with their secrets masked, see [`crate::secrets`]) and the hash of `args`. Outcome
+    /// and times are filled in by [`AuditRecord::finish`].
+    pub fn start(ctx: &CallContext, tool: &str, args: &Value, masked: Value) -> Self {
         let now = SystemTime::now();
         Self {
             call_id: ctx.call_id,
@@ -56,7 +57,7 @@ impl AuditRecord {
             principal: ctx.auth.principal.id,
             adapter: ctx.adapter,
             tool: tool.chars().take(128).collect(),
-            arguments: mask(args, secret_fields),
+            arguments: masked,
             arguments_hash: hash_json(args),
             outcome: Outcome::Ok,
             error: None,
@@ -90,17 +91,6 @@ pub fn hash_json(value: &Value) -> String {
     crate::to_hex(&Sha256::digest(
         serde_json::to_vec(value).unwrap_or_default(),
     ))
-}
-
-/// `args` with the values at `pointers` replaced by [`MASK`].
-pub fn mask(args: &Value, pointers: &[String]) -> Value {
-    let mut masked = args.clone();
-    for pointer in pointers {
-        if let Some(slot) = masked.pointer_mut(pointer) {
-            *slot = Value::String(MASK.to_owned());
-        }
-    }
-    masked
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -152,7 +142,12 @@ mod tests {
     #[test]
     fn secret_fields_are_masked_but_hashed() {
         let args = json!({"url": "https://x", "auth": {"token": "s3cret"}});
-        let masked = mask(&args, &["/auth/token".to_owned(), "/missing".to_owned()]);
+        let masked = crate::secrets::mask(
+            &args,
+            &crate::secrets::SchemaSecrets::default(),
+            &["/auth/token".to_owned(), "/missing".to_owned()],
+            &crate::SecretNames::new("^$").expect("pattern"),
+        );
         assert_eq!(
             masked,
             json!({"url": "https://x", "auth": {"token": "***"}})

@@ -29,7 +29,7 @@ use crate::auth::scopes;
 use crate::policy::{Action, ApprovalRequest, Approvals, Gate, NoApprovals};
 use crate::{
     CallContext, CallId, ErrorKind, Event, EventSink, Outcome, RegisteredTool, Risk, ScopedToolset,
-    ToolError, ToolOutput,
+    SecretNames, ToolError, ToolOutput,
 };
 
 /// A successful call.
@@ -64,6 +64,7 @@ pub struct Executor {
     audit: Arc<dyn AuditSink>,
     approvals: Arc<dyn Approvals>,
     limits: ExecutorLimits,
+    secret_names: SecretNames,
 }
 
 impl Executor {
@@ -77,7 +78,16 @@ impl Executor {
             audit,
             approvals: Arc::new(NoApprovals),
             limits,
+            secret_names: SecretNames::default(),
         }
+    }
+
+    /// Masks, in audit rows and approvals, every argument whose name `names` matches
+    /// (by default [`crate::secrets::DEFAULT_SECRET_NAMES`]), beside the fields each
+    /// tool's schema marks secret.
+    pub fn with_secret_names(mut self, names: SecretNames) -> Self {
+        self.secret_names = names;
+        self
     }
 
     /// Asks `approvals` for tenants' policies and approvals (by default every policy is
@@ -133,18 +143,28 @@ impl Executor {
 
     async fn run_prepared(
         &self,
-        prepared: Result<Arc<RegisteredTool>, ToolError>,
+        prepared: Result<Arc<RegisteredTool>, Refused>,
         mut ctx: CallContext,
         name: String,
         args: Value,
         started: Instant,
     ) -> Result<Completed, ToolError> {
         let (record, result) = match prepared {
-            // An unresolved tool has no declared secret fields: keep no arguments at all.
-            Err(err) => (AuditRecord::start(&ctx, &name, &Value::Null, &[]), Err(err)),
+            // What was sent is kept, masked as well as the gateway can: by the tool's
+            // schema when it resolved (invalid arguments, forbidden), else by name alone.
+            Err(Refused { tool, error }) => {
+                let masked = match &tool {
+                    Some(tool) => tool.mask(&args, &self.secret_names),
+                    None => {
+                        crate::secrets::mask(&args, &Default::default(), &[], &self.secret_names)
+                    }
+                };
+                (AuditRecord::start(&ctx, &name, &args, masked), Err(error))
+            }
             Ok(tool) => {
                 let spec = tool.spec();
-                let mut record = AuditRecord::start(&ctx, &name, &args, &spec.secret_fields);
+                let masked = tool.mask(&args, &self.secret_names);
+                let mut record = AuditRecord::start(&ctx, &name, &args, masked);
                 let timeout = spec.effective_timeout(ctx.requested_timeout);
                 let deadline = started + timeout;
                 ctx.set_deadline(deadline);
@@ -340,20 +360,35 @@ impl Executor {
         ctx: &CallContext,
         name: &str,
         args: &Value,
-    ) -> Result<Arc<RegisteredTool>, ToolError> {
+    ) -> Result<Arc<RegisteredTool>, Refused> {
         if tools.tenant() != ctx.auth.tenant {
-            return Err(ToolError::internal(
-                "BUG: toolset scoped for another tenant than the caller's",
-            ));
+            return Err(Refused {
+                tool: None,
+                error: ToolError::internal(
+                    "BUG: toolset scoped for another tenant than the caller's",
+                ),
+            });
         }
-        let tool = tools.get(name).ok_or_else(|| {
-            ToolError::not_found(format!("no tool named {name:?} is available to you"))
-                .with_suggestion("list the available tools with GET /v1/tools or tools/list")
+        let tool = tools.get(name).ok_or_else(|| Refused {
+            tool: None,
+            error: ToolError::not_found(format!("no tool named {name:?} is available to you"))
+                .with_suggestion("list the available tools with GET /v1/tools or tools/list"),
         })?;
-        tool.validate(args)?;
-        authorize(ctx, &tool)?;
+        if let Err(error) = tool.validate(args).and_then(|()| authorize(ctx, &tool)) {
+            return Err(Refused {
+                tool: Some(tool),
+                error,
+            });
+        }
         Ok(tool)
     }
+}
+
+/// A call refused before it ran, with the tool when it resolved (its schema says which
+/// arguments to mask in the audit row).
+struct Refused {
+    tool: Option<Arc<RegisteredTool>>,
+    error: ToolError,
 }
 
 /// The caller needs `tools:invoke`, the tool's own required scope, and

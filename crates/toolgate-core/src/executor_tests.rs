@@ -356,8 +356,13 @@ async fn every_call_leaves_exactly_one_audit_record_whatever_its_outcome() {
     let records = f.audit.records.lock().expect("lock");
     assert_eq!(
         records[1].arguments,
-        Value::Null,
-        "unknown tools keep no arguments"
+        json!({"secret": "***"}),
+        "unknown tools keep their arguments, masked by name"
+    );
+    assert_eq!(
+        records[2].arguments,
+        json!({"n": "bad"}),
+        "invalid calls keep what was sent"
     );
     assert_eq!(records[0].arguments, json!({"n": 1}));
     assert!(

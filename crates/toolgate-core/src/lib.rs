@@ -26,6 +26,8 @@
 //! - [`policy`]: [`Policy`] (ratification level and rules) and the [`Approvals`] seam the
 //!   executor asks before a call that needs a person's approval.
 //! - [`audit`]: [`audit::AuditRecord`] and the [`audit::AuditSink`] the executor awaits.
+//! - [`secrets`]: which argument values the audit masks (schema marks, declared fields,
+//!   the deployment's secret-name pattern).
 //! - [`event`]: [`Event`] and the [`EventSink`] seam (tracing now; audit and SSE later).
 //! - [`declarations`]: a toolset rendered as OpenAI, Anthropic, Gemini or MCP tool
 //!   declarations, generated from the specs.
@@ -41,6 +43,7 @@ pub mod executor;
 pub mod ids;
 pub mod policy;
 pub mod registry;
+pub mod secrets;
 pub mod spec;
 pub mod tool;
 pub mod toolset;
@@ -55,6 +58,7 @@ pub use executor::{Completed, Executor, ExecutorLimits};
 pub use ids::{ApprovalId, CallId, PrincipalId, RunId, TenantId};
 pub use policy::{Action, Approvals, Gate, NoApprovals, Policy};
 pub use registry::{ChangeLog, Owner, RegisteredTool, Registry, RegistryError};
+pub use secrets::SecretNames;
 pub use spec::{Effects, Risk, ToolSpec};
 pub use tool::{Content, Tool, ToolOutput};
 pub use toolset::{ScopedToolset, Toolset};

@@ -9,6 +9,7 @@ use std::sync::{Arc, RwLock};
 
 use serde_json::Value;
 
+use crate::secrets::{SchemaSecrets, SecretNames};
 use crate::spec::is_valid_tool_name;
 use crate::{TenantId, Tool, ToolError, ToolSpec, Violation};
 
@@ -26,11 +27,19 @@ pub enum RegistryError {
 pub struct RegisteredTool {
     pub tool: Arc<dyn Tool>,
     validator: jsonschema::Validator,
+    /// The argument fields its input schema marks secret.
+    secrets: SchemaSecrets,
 }
 
 impl RegisteredTool {
     pub fn spec(&self) -> &ToolSpec {
         self.tool.spec()
+    }
+
+    /// `args` as the audit keeps them: the fields its schema or declaration marks secret,
+    /// and those `names` matches, masked.
+    pub fn mask(&self, args: &Value, names: &SecretNames) -> Value {
+        crate::secrets::mask(args, &self.secrets, &self.spec().secret_fields, names)
     }
 
     /// See [`Tool::available`].
@@ -47,9 +56,14 @@ impl RegisteredTool {
         let violations: Vec<Violation> = self
             .validator
             .iter_errors(args)
-            .map(|e| Violation {
-                pointer: e.instance_path().to_string(),
-                message: e.masked().to_string(),
+            .flat_map(|e| {
+                let message = e.masked().to_string();
+                violation_pointers(&e)
+                    .into_iter()
+                    .map(move |pointer| Violation {
+                        pointer,
+                        message: message.clone(),
+                    })
             })
             .collect();
         let summary = match violations.as_slice() {
@@ -70,6 +84,24 @@ impl RegisteredTool {
             .with_suggestion(
                 "fix the listed fields and call again; the tool's input schema is in its listing",
             ))
+    }
+}
+
+/// Where a violation is, as JSON pointers: the value's own, except for a missing required
+/// property or unexpected properties, which are pointed at by name (the object holding
+/// them is not what the caller must fix).
+fn violation_pointers(error: &jsonschema::ValidationError<'_>) -> Vec<String> {
+    use jsonschema::error::ValidationErrorKind as Kind;
+    let at = error.instance_path().to_string();
+    let child = |name: &str| format!("{at}/{}", name.replace('~', "~0").replace('/', "~1"));
+    match error.kind() {
+        Kind::Required {
+            property: Value::String(name),
+        } => vec![child(name)],
+        Kind::AdditionalProperties { unexpected } if !unexpected.is_empty() => {
+            unexpected.iter().map(|name| child(name)).collect()
+        }
+        _ => vec![at],
     }
 }
 
@@ -190,7 +222,12 @@ fn compile(tool: Arc<dyn Tool>) -> Result<RegisteredTool, RegistryError> {
             reason: e.to_string(),
         }
     })?;
-    Ok(RegisteredTool { tool, validator })
+    let secrets = SchemaSecrets::of(&spec.input_schema);
+    Ok(RegisteredTool {
+        tool,
+        validator,
+        secrets,
+    })
 }
 
 impl Registry {
@@ -495,7 +532,9 @@ mod tests {
         let pointers: Vec<&str> = err.violations.iter().map(|v| v.pointer.as_str()).collect();
         assert_eq!(err.violations.len(), 3, "{:?}", err.violations);
         assert!(pointers.contains(&"/limit"), "{pointers:?}");
-        assert!(pointers.contains(&""), "{pointers:?}");
+        // The missing and the unexpected property are pointed at by name.
+        assert!(pointers.contains(&"/path"), "{pointers:?}");
+        assert!(pointers.contains(&"/extra"), "{pointers:?}");
         let text = serde_json::to_string(&err).expect("serializes");
         assert!(
             !text.contains("s3cret-value"),

@@ -117,7 +117,12 @@ pub async fn record_decision(
 ) -> Result<(), toolgate_core::audit::AuditError> {
     let mut ctx = CallContext::new(decider.clone(), Adapter::Approval);
     ctx.request_id = request_id.map(str::to_owned);
-    let mut record = AuditRecord::start(&ctx, &decided.tool, &decided.arguments, &[]);
+    let mut record = AuditRecord::start(
+        &ctx,
+        &decided.tool,
+        &decided.arguments,
+        decided.arguments.clone(),
+    );
     record.arguments_hash = decided.arguments_hash.clone();
     record.approval = Some(decided.id);
     let (outcome, note) = if decided.status == "approved" {

@@ -413,6 +413,10 @@ pub struct ToolsConfig {
     pub diagnostics: bool,
     /// Gateway-wide cap on a call's text output, in characters.
     pub max_output_chars: usize,
+    /// Arguments whose names match this pattern (Rust regex, matched against the name in
+    /// lower snake case: `apiKey` → `api_key`) are masked in audit rows and approvals, in
+    /// every tool, beside the fields its schema marks `writeOnly` / `format: password`.
+    pub secret_names: String,
     /// The `execute_command` tool and its sandbox.
     pub execute_command: CommandConfig,
     /// The `web_fetch` tool.
@@ -616,6 +620,7 @@ impl Default for ToolsConfig {
             workspace_root: None,
             diagnostics: true,
             max_output_chars: toolgate_core::spec::DEFAULT_MAX_OUTPUT_CHARS,
+            secret_names: toolgate_core::secrets::DEFAULT_SECRET_NAMES.to_owned(),
             execute_command: CommandConfig::default(),
             web_fetch: FetchConfig::default(),
             web_search: SearchConfig::default(),
@@ -775,6 +780,9 @@ impl Config {
         }
         if self.tools.max_output_chars == 0 {
             errors.push(("tools.max_output_chars".into(), "must be at least 1".into()));
+        }
+        if let Err(err) = toolgate_core::SecretNames::new(&self.tools.secret_names) {
+            errors.push(("tools.secret_names".into(), err.to_string()));
         }
         if let Err(problem) = self.tools.web_fetch.networks() {
             errors.push(("tools.web_fetch.allowed_networks".into(), problem));

@@ -131,8 +131,11 @@ pub async fn build_with(
     authenticator.watch_revocations();
     let audit = audit.unwrap_or_else(|| Arc::new(writer));
     let approvals = Arc::new(approvals::StoreApprovals::new(store.clone()));
+    let secret_names = toolgate_core::SecretNames::new(&config.tools.secret_names)
+        .context("tools.secret_names")?;
     let executor = Executor::new(Arc::new(TracingSink), audit.clone(), limits)
-        .with_approvals(approvals.clone());
+        .with_approvals(approvals.clone())
+        .with_secret_names(secret_names);
     let mut providers = std::collections::HashMap::new();
     for (name, entry) in &config.providers {
         let provider = toolgate_agent::provider::build(&entry.to_provider())

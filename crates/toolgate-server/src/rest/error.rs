@@ -32,7 +32,7 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
     "recoverable": true,
     "suggestion": "fix the listed fields and call again; the tool's input schema is in its listing",
     "errors": [
-        {"pointer": "", "message": "\"path\" is a required property"},
+        {"pointer": "/path", "message": "\"path\" is a required property"},
         {"pointer": "/limit", "message": "value is less than the minimum of 1"}
     ]
 }))]

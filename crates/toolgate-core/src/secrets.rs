@@ -1,0 +1,338 @@
+//! Which argument values are secrets, so that audit rows, approvals and logs keep a mask
+//! instead (the argument hash is still of the unmasked value, and the chain verifies).
+//!
+//! Three sources, any of which makes a value secret:
+//! - the tool's input schema: a property whose schema says `writeOnly: true` or
+//!   `format: "password"`, found once when the tool is registered ([`SchemaSecrets`]),
+//!   through `properties`, `items`, `prefixItems`, `additionalProperties`,
+//!   `allOf`/`anyOf`/`oneOf` and local `$ref`s — for built-in and federated tools alike;
+//! - the tool's own declaration ([`crate::ToolSpec::secret_fields`], JSON pointers);
+//! - the deployment's secret-name pattern ([`SecretNames`]): any object key, at any
+//!   depth, whose name matches it. The pattern is matched against the key in lower
+//!   snake case (`apiKey` and `API-Key` are both seen as `api_key`), so one pattern
+//!   covers the usual spellings.
+
+use serde_json::Value;
+
+use crate::audit::MASK;
+
+/// The default secret-name pattern: words that name credentials, as whole `_`-separated
+/// words of the snake-cased key (`api_key`, `accessToken`, `db_password`; not
+/// `max_tokens` or `author`).
+pub const DEFAULT_SECRET_NAMES: &str = r"(^|_)(password|passwd|passphrase|pwd|secret|token|api_?key|apikey|access_?key|private_?key|authorization|auth_?header|credentials?|cookie|session_?id|client_?secret|bearer)(_|$)";
+
+/// The deployment's secret-name pattern. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct SecretNames(regex::Regex);
+
+impl SecretNames {
+    /// A pattern (Rust `regex` syntax) matched against snake-cased argument names.
+    pub fn new(pattern: &str) -> Result<Self, regex::Error> {
+        Ok(Self(regex::Regex::new(pattern)?))
+    }
+
+    /// Whether an argument named `key` holds a secret.
+    pub fn matches(&self, key: &str) -> bool {
+        self.0.is_match(&snake_case(key))
+    }
+}
+
+impl Default for SecretNames {
+    fn default() -> Self {
+        Self::new(DEFAULT_SECRET_NAMES).expect("the default secret-name pattern compiles")
+    }
+}
+
+/// `apiKey`, `API-Key`, `api key` → `api_key`.
+fn snake_case(key: &str) -> String {
+    let mut out = String::with_capacity(key.len() + 4);
+    let mut previous_lower = false;
+    for c in key.chars() {
+        if c.is_uppercase() {
+            if previous_lower {
+                out.push('_');
+            }
+            out.extend(c.to_lowercase());
+            previous_lower = false;
+        } else if c == '-' || c == ' ' || c == '.' {
+            out.push('_');
+            previous_lower = false;
+        } else {
+            out.push(c);
+            previous_lower = c.is_lowercase() || c.is_ascii_digit();
+        }
+    }
+    out
+}
+
+/// One step of a path into the arguments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Step {
+    Key(String),
+    /// Any key of an object (`additionalProperties`).
+    AnyKey,
+    /// Any element of an array (`items`).
+    AnyIndex,
+    Index(usize),
+}
+
+/// The argument paths an input schema marks secret.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SchemaSecrets(Vec<Vec<Step>>);
+
+/// How deep the schema walk goes (nesting and `$ref` hops together), and how many schema
+/// nodes it visits in all: bounds against recursive or hostile (federated) schemas, far
+/// beyond any real tool's arguments.
+const MAX_DEPTH: usize = 24;
+const MAX_NODES: usize = 10_000;
+
+impl SchemaSecrets {
+    /// The secret paths of `schema`.
+    pub fn of(schema: &Value) -> Self {
+        let mut walker = Walker {
+            root: schema,
+            found: Vec::new(),
+            path: Vec::new(),
+            following: Vec::new(),
+            budget: MAX_NODES,
+        };
+        walker.walk(schema);
+        let mut paths = walker.found;
+        paths.sort_by_key(|p| format!("{p:?}"));
+        paths.dedup();
+        Self(paths)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+fn is_secret(schema: &Value) -> bool {
+    schema.get("writeOnly") == Some(&Value::Bool(true))
+        || schema.get("format").and_then(Value::as_str) == Some("password")
+}
+
+/// One walk over a schema, collecting the paths of secret fields.
+struct Walker<'a> {
+    root: &'a Value,
+    found: Vec<Vec<Step>>,
+    /// Where in the arguments the schema being walked applies.
+    path: Vec<Step>,
+    /// The `$ref`s being followed, outermost first.
+    following: Vec<&'a str>,
+    budget: usize,
+}
+
+impl<'a> Walker<'a> {
+    fn walk(&mut self, schema: &'a Value) {
+        if self.path.len() + self.following.len() > MAX_DEPTH || self.budget == 0 {
+            return;
+        }
+        self.budget -= 1;
+        let Some(object) = schema.as_object() else {
+            return;
+        };
+        if is_secret(schema) && !self.path.is_empty() {
+            self.found.push(self.path.clone());
+            return;
+        }
+        // A `$ref` is followed unless it is already being followed further up: a
+        // recursive schema marks the same fields at every level, so one level tells all.
+        if let Some(reference) = object.get("$ref").and_then(Value::as_str)
+            && let Some(target) = reference
+                .strip_prefix('#')
+                .and_then(|p| self.root.pointer(p))
+            && !self.following.contains(&reference)
+        {
+            self.following.push(reference);
+            self.walk(target);
+            self.following.pop();
+        }
+        for key in ["allOf", "anyOf", "oneOf"] {
+            for branch in object
+                .get(key)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                self.walk(branch);
+            }
+        }
+        if let Some(properties) = object.get("properties").and_then(Value::as_object) {
+            for (name, sub) in properties {
+                self.nested(Step::Key(name.clone()), sub);
+            }
+        }
+        if let Some(sub) = object.get("additionalProperties") {
+            self.nested(Step::AnyKey, sub);
+        }
+        if let Some(prefix) = object.get("prefixItems").and_then(Value::as_array) {
+            for (i, sub) in prefix.iter().enumerate() {
+                self.nested(Step::Index(i), sub);
+            }
+        }
+        match object.get("items") {
+            Some(Value::Array(tuple)) => {
+                for (i, sub) in tuple.iter().enumerate() {
+                    self.nested(Step::Index(i), sub);
+                }
+            }
+            Some(sub) => self.nested(Step::AnyIndex, sub),
+            None => {}
+        }
+    }
+
+    fn nested(&mut self, step: Step, schema: &'a Value) {
+        self.path.push(step);
+        self.walk(schema);
+        self.path.pop();
+    }
+}
+
+/// `args` as the audit keeps them: every secret value replaced by [`MASK`].
+pub fn mask(
+    args: &Value,
+    schema: &SchemaSecrets,
+    pointers: &[String],
+    names: &SecretNames,
+) -> Value {
+    let mut masked = args.clone();
+    for path in &schema.0 {
+        mask_path(&mut masked, path);
+    }
+    for pointer in pointers {
+        if let Some(slot) = masked.pointer_mut(pointer) {
+            *slot = Value::String(MASK.to_owned());
+        }
+    }
+    mask_names(&mut masked, names, 0);
+    masked
+}
+
+fn mask_path(value: &mut Value, path: &[Step]) {
+    let Some((step, rest)) = path.split_first() else {
+        *value = Value::String(MASK.to_owned());
+        return;
+    };
+    match (step, value) {
+        (Step::Key(key), Value::Object(map)) => {
+            if let Some(slot) = map.get_mut(key) {
+                mask_path(slot, rest);
+            }
+        }
+        (Step::AnyKey, Value::Object(map)) => {
+            for slot in map.values_mut() {
+                mask_path(slot, rest);
+            }
+        }
+        (Step::AnyIndex, Value::Array(items)) => {
+            for slot in items {
+                mask_path(slot, rest);
+            }
+        }
+        (Step::Index(i), Value::Array(items)) => {
+            if let Some(slot) = items.get_mut(*i) {
+                mask_path(slot, rest);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Masks every value under a key `names` matches. Arguments nest no deeper than JSON
+/// parsing allowed (serde_json's 128 levels); the bound is kept here too.
+fn mask_names(value: &mut Value, names: &SecretNames, depth: usize) {
+    if depth > 128 {
+        return;
+    }
+    match value {
+        Value::Object(map) => {
+            for (key, slot) in map.iter_mut() {
+                if names.matches(key) {
+                    *slot = Value::String(MASK.to_owned());
+                } else {
+                    mask_names(slot, names, depth + 1);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for slot in items {
+                mask_names(slot, names, depth + 1);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn names_are_matched_as_snake_case_words() {
+        let names = SecretNames::default();
+        for secret in [
+            "api_key",
+            "apiKey",
+            "API-Key",
+            "token",
+            "accessToken",
+            "db_password",
+            "client_secret",
+            "Authorization",
+            "x-api-key",
+        ] {
+            assert!(names.matches(secret), "{secret}");
+        }
+        for plain in ["max_tokens", "author", "path", "tokenizer", "keys", "url"] {
+            assert!(!names.matches(plain), "{plain}");
+        }
+    }
+
+    #[test]
+    fn schema_marks_are_found_through_nesting_and_refs() {
+        let schema = json!({
+            "type": "object",
+            "$defs": {"cred": {"type": "string", "writeOnly": true}},
+            "properties": {
+                "url": {"type": "string"},
+                "login": {"type": "object", "properties": {"pin": {"type": "string", "format": "password"}}},
+                "keys": {"type": "array", "items": {"$ref": "#/$defs/cred"}},
+                "headers": {"type": "object", "additionalProperties": {"type": "string", "writeOnly": true}},
+                "either": {"anyOf": [{"type": "object", "properties": {"otp": {"writeOnly": true}}}]}
+            }
+        });
+        let secrets = SchemaSecrets::of(&schema);
+        let args = json!({
+            "url": "https://x",
+            "login": {"pin": "1234"},
+            "keys": ["a", "b"],
+            "headers": {"X-Custom": "v"},
+            "either": {"otp": "9"},
+            "nested": {"config": {"apiKey": "k", "name": "n"}}
+        });
+        let masked = mask(&args, &secrets, &[], &SecretNames::default());
+        assert_eq!(
+            masked,
+            json!({
+                "url": "https://x",
+                "login": {"pin": "***"},
+                "keys": ["***", "***"],
+                "headers": {"X-Custom": "***"},
+                "either": {"otp": "***"},
+                "nested": {"config": {"apiKey": "***", "name": "n"}}
+            })
+        );
+    }
+
+    #[test]
+    fn a_recursive_schema_is_walked_to_a_bound() {
+        // Two branches per level: unbounded, this would visit 2^24 nodes.
+        let schema = json!({"properties": {"a": {"$ref": "#"}, "b": {"$ref": "#"}, "c": {"writeOnly": true}}});
+        let secrets = SchemaSecrets::of(&schema);
+        assert!(!secrets.is_empty());
+    }
+}
