@@ -86,15 +86,7 @@ impl Tool for ReadFile {
         let rel = ws.relative(&args.path)?;
         let cancel = ctx.cancel.clone();
         blocking(move || {
-            let file = ws.dir().open(&rel).map_err(|e| io_error(&rel, e))?;
-            let meta = file.metadata().map_err(|e| io_error(&rel, e))?;
-            if meta.is_dir() {
-                return Err(ToolError::invalid_arguments(format!(
-                    "{:?} is a directory",
-                    display_path(&rel)
-                ))
-                .with_suggestion("use list_files to see a directory"));
-            }
+            let (file, meta) = ws.open_regular(&rel)?;
             if meta.len() > MAX_FILE_BYTES {
                 return Err(ToolError::invalid_arguments(format!(
                     "{:?} is {} bytes, more than read_file reads ({MAX_FILE_BYTES})",
@@ -221,6 +213,9 @@ pub(crate) mod tests {
         std::fs::write(ws.root().join("bin"), b"\x00\x01").expect("write");
         std::fs::create_dir(ws.root().join("d")).expect("mkdir");
         std::os::unix::fs::symlink("../secret", ws.root().join("link")).expect("symlink");
+        // A FIFO nobody writes to: opening it to read used to block a thread for ever.
+        nix::unistd::mkfifo(&ws.root().join("pipe"), nix::sys::stat::Mode::S_IRWXU)
+            .expect("mkfifo");
         let tool = ReadFile::new(wss);
         for path in [
             "../secret",
@@ -229,11 +224,15 @@ pub(crate) mod tests {
             "bin",
             "d",
             "d/../../secret",
+            "pipe",
         ] {
-            let err = tool
-                .call(&ctx(), json!({"path": path}))
-                .await
-                .expect_err(path);
+            let err = tokio::time::timeout(
+                std::time::Duration::from_secs(30),
+                tool.call(&ctx(), json!({"path": path})),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("reading {path} hung"))
+            .expect_err(path);
             assert_eq!(err.kind, ErrorKind::InvalidArguments, "{path}: {err}");
         }
         let err = tool

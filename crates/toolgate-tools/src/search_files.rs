@@ -209,8 +209,8 @@ impl Tool for SearchFiles {
 /// The file's lines, when it is a readable text file of acceptable size. Opened through
 /// the capability handle, so a file swapped for an escaping symlink mid-walk is refused.
 fn open_text(ws: &Workspace, rel: &Path) -> Option<std::io::Split<BufReader<cap_std::fs::File>>> {
-    let file = ws.dir().open(rel).ok()?;
-    if file.metadata().ok()?.len() > MAX_FILE_BYTES {
+    let (file, meta) = ws.open_to_read(rel).ok()?;
+    if !meta.is_file() || meta.len() > MAX_FILE_BYTES {
         return None;
     }
     let mut reader = BufReader::new(file);
@@ -246,6 +246,9 @@ mod tests {
         std::fs::write(root.join("notes.txt"), "needle in notes\n").expect("write");
         std::fs::write(tmp.path().join("outside.txt"), "needle outside\n").expect("write");
         std::os::unix::fs::symlink("../outside.txt", root.join("escape.txt")).expect("symlink");
+        // A FIFO nobody writes to is skipped, never opened to block.
+        nix::unistd::mkfifo(&root.join("needle.fifo"), nix::sys::stat::Mode::S_IRWXU)
+            .expect("mkfifo");
         (tmp, wss)
     }
 
@@ -263,10 +266,13 @@ mod tests {
     async fn finds_matches_respecting_gitignore_and_never_following_links_out() {
         let (_tmp, ws) = workspace();
         let tool = SearchFiles::new(ws);
-        let out = tool
-            .call(&ctx(), json!({"pattern": "needle"}))
-            .await
-            .expect("search");
+        let out = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            tool.call(&ctx(), json!({"pattern": "needle"})),
+        )
+        .await
+        .expect("the search hung")
+        .expect("search");
         let mut found = paths(&out);
         found.sort();
         assert_eq!(found, ["notes.txt:1", "src/main.rs:2"]);

@@ -45,6 +45,48 @@ impl Workspace {
         &self.dir
     }
 
+    /// Opens `rel` to read it, with its metadata. The open does not block: a FIFO with no
+    /// writer (or a device) would otherwise hold a blocking-pool thread for ever. Callers
+    /// refuse what is not a regular file ([`Self::open_regular`]) before reading.
+    pub fn open_to_read(
+        &self,
+        rel: &Path,
+    ) -> io::Result<(cap_std::fs::File, cap_std::fs::Metadata)> {
+        use cap_std::fs::OpenOptionsExt;
+        let file = self.dir.open_with(
+            rel,
+            cap_std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits()),
+        )?;
+        let meta = file.metadata()?;
+        Ok((file, meta))
+    }
+
+    /// Opens `rel` to read it if it is a regular file: a directory, FIFO, socket or
+    /// device is refused with a clear error (and never blocks, see
+    /// [`Self::open_to_read`]).
+    pub fn open_regular(
+        &self,
+        rel: &Path,
+    ) -> Result<(cap_std::fs::File, cap_std::fs::Metadata), ToolError> {
+        let (file, meta) = self.open_to_read(rel).map_err(|e| io_error(rel, e))?;
+        if meta.is_dir() {
+            return Err(ToolError::invalid_arguments(format!(
+                "{:?} is a directory",
+                rel.display()
+            ))
+            .with_suggestion("use list_files to see a directory"));
+        }
+        if !meta.is_file() {
+            return Err(ToolError::invalid_arguments(format!(
+                "{:?} is not a regular file (a FIFO, socket or device), so it is not read",
+                rel.display()
+            )));
+        }
+        Ok((file, meta))
+    }
+
     /// Turns a caller's path into a normalized path relative to the root, or explains why
     /// it is refused. `""` and `"."` are the root itself, returned as `"."`.
     pub fn relative(&self, input: &str) -> Result<PathBuf, ToolError> {
