@@ -187,9 +187,19 @@ pub fn io_error(path: &Path, err: io::Error) -> ToolError {
         io::ErrorKind::NotFound => {
             ToolError::not_found(format!("{shown:?} does not exist in the workspace"))
         }
-        io::ErrorKind::PermissionDenied => ToolError::invalid_arguments(format!(
-            "{shown:?} leads outside the workspace or is not accessible"
+        io::ErrorKind::PermissionDenied | io::ErrorKind::CrossesDevices => {
+            ToolError::invalid_arguments(format!(
+                "{shown:?} leads outside the workspace or is not accessible"
+            ))
+        }
+        // A link where a directory is needed (`out/x` with `out` a symlink to a file, or
+        // to nothing): the path names something that is in the way.
+        io::ErrorKind::AlreadyExists => ToolError::invalid_arguments(format!(
+            "{shown:?} exists and is not a directory (a file or a symbolic link)"
         )),
+        _ if err.raw_os_error() == Some(nix::libc::ELOOP) => {
+            ToolError::invalid_arguments(format!("{shown:?} goes through too many symbolic links"))
+        }
         io::ErrorKind::NotADirectory => {
             ToolError::invalid_arguments(format!("{shown:?} is not a directory"))
         }

@@ -363,13 +363,22 @@ mod tests {
                 .expect_err(bad);
             assert_eq!(err.kind, ErrorKind::InvalidArguments, "{bad}: {err}");
         }
-        // A symlink leading out is not written through.
+        // A symlink leading out is not written through: the caller's mistake, a 400.
         let outside = _tmp.path().join("outside.txt");
         std::os::unix::fs::symlink(&outside, root.join("out")).expect("symlink");
-        let _ = tool
-            .call(&ctx, json!({"path": "out/x", "content": "x"}))
-            .await;
+        let outside_dir = _tmp.path().join("elsewhere");
+        std::fs::create_dir(&outside_dir).expect("mkdir");
+        std::os::unix::fs::symlink(&outside_dir, root.join("linked")).expect("symlink");
+        std::os::unix::fs::symlink("../../elsewhere", root.join("a/up")).expect("symlink");
+        for path in ["out/x", "linked/x", "linked/deeper/x", "a/up/x"] {
+            let err = tool
+                .call(&ctx, json!({"path": path, "content": "x"}))
+                .await
+                .expect_err(path);
+            assert_eq!(err.kind, ErrorKind::InvalidArguments, "{path}: {err}");
+        }
         assert!(!outside.exists());
+        assert_eq!(std::fs::read_dir(&outside_dir).expect("dir").count(), 0);
     }
 
     #[tokio::test]
