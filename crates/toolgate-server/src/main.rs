@@ -121,7 +121,7 @@ fn main() -> ExitCode {
 /// Returns only when the command could not be started (exit code 126, as a shell does).
 fn sandbox_exec(launch: &str) -> ExitCode {
     let err = match serde_json::from_str::<toolgate_tools::sandbox::Launch>(launch) {
-        Ok(launch) => launch.exec(),
+        Ok(launch) => launch.run(),
         Err(err) => std::io::Error::other(format!("bad launch description: {err}")),
     };
     eprintln!("toolgate: the sandboxed command could not start: {err}");

@@ -516,3 +516,45 @@ async fn two_processes_on_one_postgres_share_an_mcp_session() {
         running.child.wait().expect("wait");
     }
 }
+
+/// A gateway killed with SIGKILL mid-command takes the command with it: neither the
+/// shell nor what it started in the background gets to its side effect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_command_kills_the_command_before_its_side_effects() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let running = start(dir.path(), None);
+    let workspace = dir.path().join("workspace").join("default");
+    std::fs::create_dir_all(&workspace).expect("workspace");
+    let http = client(&running.key);
+    let url = format!("http://{}/v1/tools/execute_command/invoke", running.addr);
+    let command = "(sleep 2; echo late > background.txt) & \
+                   echo up > started.txt; sleep 2; echo late > foreground.txt; wait";
+    let call = tokio::spawn(async move {
+        http.post(url)
+            .json(&json!({"arguments": {"command": command}}))
+            .send()
+            .await
+    });
+    for _ in 0..600 {
+        if workspace.join("started.txt").exists() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(workspace.join("started.txt").exists(), "the command ran");
+    let mut child = running.child;
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    assert!(
+        call.await.expect("join").is_err(),
+        "no answer from a dead gateway"
+    );
+    // Past the command's own sleep, with room to spare: nothing of it may still run.
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    for file in ["foreground.txt", "background.txt"] {
+        assert!(
+            !workspace.join(file).exists(),
+            "{file} was written after the gateway died"
+        );
+    }
+}

@@ -10,7 +10,8 @@
 //!   the first 30,000 characters are kept, with a marker when more were written.
 //! - When the shell exits, whatever it left running in its group is killed; when the call
 //!   passes its deadline or is cancelled (the executor drops this future), the whole group
-//!   is killed.
+//!   is killed; when the gateway itself dies (even by `kill -9`), the launcher sees its
+//!   stdin close and kills the group (see [`crate::sandbox`]).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -272,7 +273,8 @@ pub(crate) async fn run_sandboxed(
         .env("TMPDIR", temp.path())
         .env("LANG", "C.UTF-8")
         .env("TERM", "dumb")
-        .stdin(Stdio::null())
+        // Held open while the call runs: the launcher kills the command when it closes.
+        .stdin(Stdio::piped())
         .stdout(out)
         .stderr(err)
         .process_group(0)
@@ -290,6 +292,7 @@ pub(crate) async fn run_sandboxed(
     })?;
     // Our copies of the pipe's write end must go, or reading never ends.
     drop(cmd);
+    let _lifeline = child.stdin.take();
     let group = KillGroup(child.id().and_then(|pid| i32::try_from(pid).ok()));
 
     let mut kept = Vec::with_capacity(8192);

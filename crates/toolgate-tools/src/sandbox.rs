@@ -3,8 +3,14 @@
 //! The gateway does not confine a child between `fork` and `exec` (that needs `unsafe`
 //! and async-signal-safe code); it starts its own binary as a launcher
 //! (`toolgate sandbox-exec <json>`), which confines itself with safe calls and then
-//! `exec`s the shell. Landlock domains and rlimits survive `exec` and are inherited by
-//! every descendant.
+//! starts the shell. Landlock domains and rlimits are inherited by every descendant.
+//!
+//! The launcher stays, as the shell's parent, to tie the command's life to the
+//! gateway's: the gateway holds the write end of the launcher's stdin open while the call
+//! runs, and the launcher kills its whole process group (the shell and everything it
+//! started) the moment that pipe closes — when the gateway exits, however it dies
+//! (`kill -9` included; a `PR_SET_PDEATHSIG` would not do here: it fires when the
+//! *thread* that spawned the child ends, and the runtime's blocking threads come and go).
 //!
 //! What the sandbox allows, by [`SandboxMode`]:
 //! - reads and execution beneath the configured system directories (`/usr`, `/etc`, …),
@@ -17,8 +23,6 @@
 use std::io;
 use std::path::PathBuf;
 use std::sync::OnceLock;
-
-use std::os::unix::process::CommandExt;
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, RestrictionStatus, Ruleset,
@@ -117,21 +121,52 @@ pub struct Launch {
 }
 
 impl Launch {
-    /// Confines this process as described, then replaces it with `/bin/sh -c <command>`.
-    /// Returns only on failure. The environment is inherited: the gateway scrubbed it when
-    /// it started the launcher.
-    pub fn exec(self) -> io::Error {
+    /// Confines this process as described, runs `/bin/sh -c <command>` under it, and
+    /// ends as the shell ended: with its exit code, or killed by the signal that killed
+    /// it. Should stdin close first (the gateway is gone), kills the process group — the
+    /// shell, what it started, and this launcher. Returns only when the shell could not
+    /// start. The environment is inherited: the gateway scrubbed it when it started the
+    /// launcher.
+    pub fn run(self) -> io::Error {
         if let Err(err) = self.limits.apply() {
             return err;
         }
         if let Err(err) = self.restrict() {
             return err;
         }
-        std::process::Command::new("/bin/sh")
+        let mut shell = match std::process::Command::new("/bin/sh")
             .arg("-c")
             .arg(&self.command)
             .current_dir(&self.cwd)
-            .exec()
+            .stdin(std::process::Stdio::null())
+            .spawn()
+        {
+            Ok(shell) => shell,
+            Err(err) => return err,
+        };
+        std::thread::spawn(|| {
+            use std::io::Read;
+            let mut sink = [0u8; 64];
+            while matches!(io::stdin().read(&mut sink), Ok(n) if n > 0) {}
+            // The gateway is gone: nothing of this command may outlive it.
+            let _ =
+                nix::sys::signal::killpg(nix::unistd::getpgrp(), nix::sys::signal::Signal::SIGKILL);
+        });
+        let status = match shell.wait() {
+            Ok(status) => status,
+            Err(err) => return err,
+        };
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(signal) = status
+            .signal()
+            .and_then(|s| nix::sys::signal::Signal::try_from(s).ok())
+        {
+            // No handler is set in this process, so the default action ends it the way
+            // the shell ended; should it not (a stopped-only signal), exit as a shell would.
+            let _ = nix::sys::signal::raise(signal);
+            std::process::exit(128 + signal as i32);
+        }
+        std::process::exit(status.code().unwrap_or(1));
     }
 
     /// Applies Landlock to this process (and so to everything it executes).
