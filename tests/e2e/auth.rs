@@ -41,6 +41,12 @@ async fn missing_or_bad_credentials_are_401_with_www_authenticate() {
             .map(|v| v.to_str().expect("ascii").to_owned())
             .unwrap_or_else(|| panic!("{header:?}: no WWW-Authenticate"));
         assert!(challenge.starts_with("Bearer"), "{challenge}");
+        // RFC 6750 §3.1: no error code when no credentials came at all.
+        assert_eq!(
+            challenge.contains("error="),
+            header.is_some(),
+            "{header:?}: {challenge}"
+        );
         let (_, content_type, problem) = read(response).await;
         assert_eq!(content_type, "application/problem+json");
         assert_eq!(problem["type"], "urn:toolgate:error:unauthenticated");
@@ -121,6 +127,13 @@ async fn missing_scopes_are_403_and_a_denied_tool_call_is_audited() {
         .await
         .expect("request");
     assert_eq!(response.status(), 403);
+    assert_eq!(
+        response
+            .headers()
+            .get("www-authenticate")
+            .map(|v| v.to_str().expect("ascii")),
+        Some(r#"Bearer realm="toolgate", error="insufficient_scope", scope="audit:read""#)
+    );
     let response = viewer
         .post(gw.url("/v1/tools/echo/invoke"))
         .json(&json!({"arguments": {"message": "hi"}}))
@@ -194,4 +207,52 @@ async fn a_key_revoked_by_the_cli_is_refused_as_soon_as_the_command_returns() {
         String::from_utf8_lossy(&revoked.stderr)
     );
     assert_eq!(list_tools().await, 401, "a revoked key was still accepted");
+}
+
+/// Two `Authorization` headers: which one counts is where a proxy and the gateway could
+/// disagree, so the request is refused (400) on REST and /mcp, whatever the two hold.
+#[tokio::test]
+async fn two_authorization_headers_are_refused() {
+    let gw = Gateway::start().await;
+    let good = format!("Bearer {}", gw.admin_key);
+    for (first, second) in [
+        (good.as_str(), "Bearer nope"),
+        ("Bearer nope", good.as_str()),
+        (good.as_str(), good.as_str()),
+    ] {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.append("authorization", first.parse().expect("value"));
+        headers.append("authorization", second.parse().expect("value"));
+        let response = gw
+            .anonymous
+            .get(gw.url("/v1/tools"))
+            .headers(headers.clone())
+            .send()
+            .await
+            .expect("request");
+        let (status, content_type, problem) = read(response).await;
+        assert_eq!(
+            (status, content_type.as_str()),
+            (400, "application/problem+json"),
+            "{problem}"
+        );
+        assert!(
+            problem["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("more than one Authorization")),
+            "{problem}"
+        );
+        let response = gw
+            .anonymous
+            .post(gw.url("/mcp"))
+            .headers(headers)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .body(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#)
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(response.status(), 400);
+    }
 }

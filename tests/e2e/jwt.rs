@@ -235,3 +235,139 @@ async fn jwks_tokens_verify_and_hmac_tokens_cannot_borrow_the_public_key() {
     }
     assert_eq!(status(&gw, &unsigned(&claims(json!({})))).await, 401);
 }
+
+/// A token may not make its holder the gateway's operator, nor name a tenant its issuer is
+/// not bound to, nor carry critical header extensions.
+#[tokio::test]
+async fn tokens_cannot_claim_operator_scopes_foreign_tenants_or_crit_extensions() {
+    let gw = Gateway::start_with(|c| {
+        let mut jwt = config(true, None);
+        jwt.tenants = vec!["default".into()];
+        c.auth.jwt = Some(jwt);
+    })
+    .await;
+    gw.create_tenant("acme").await;
+    let operator = hs256(&claims(
+        json!({"scope": "tools:invoke audit:read tenants:manage"}),
+    ));
+    let response = client_with_key(&operator)
+        .post(gw.url("/v1/tenants"))
+        .json(&json!({"name": "minted-by-a-token"}))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(
+        response.status(),
+        403,
+        "tenants:manage from a token is dropped"
+    );
+    assert_eq!(
+        status(&gw, &operator).await,
+        200,
+        "its other scopes still count"
+    );
+
+    let foreign = hs256(&claims(json!({"tenant": "acme"})));
+    assert_eq!(
+        status(&gw, &foreign).await,
+        401,
+        "acme is not this issuer's"
+    );
+
+    let mut header = Header::new(Algorithm::HS256);
+    header.crit = Some(vec!["exp-ext".into()]);
+    let critical = jsonwebtoken::encode(
+        &header,
+        &claims(json!({})),
+        &EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .expect("encode");
+    assert_eq!(status(&gw, &critical).await, 401);
+}
+
+/// The operator may grant operator scopes from tokens, explicitly.
+#[tokio::test]
+async fn operator_scopes_from_tokens_only_when_configured() {
+    let gw = Gateway::start_with(|c| {
+        let mut jwt = config(true, None);
+        jwt.operator_scopes = true;
+        c.auth.jwt = Some(jwt);
+    })
+    .await;
+    let operator = hs256(&claims(json!({"scope": "tenants:manage"})));
+    let response = client_with_key(&operator)
+        .post(gw.url("/v1/tenants"))
+        .json(&json!({"name": "acme"}))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 201);
+}
+
+/// A JWKS endpoint that never answers holds up only the tokens whose kid is unknown, and
+/// them only for the fetch's deadline; tokens with known kids go on meanwhile.
+#[tokio::test]
+async fn a_hanging_jwks_endpoint_does_not_stall_known_keys() {
+    let jwks = json!({"keys": [
+        {"kty": "OKP", "crv": "Ed25519", "x": ED_PUBLIC_X, "kid": "k1", "alg": "EdDSA", "use": "sig"},
+    ]});
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let served = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = served.clone();
+    tokio::spawn(async move {
+        let app = axum::Router::new().route(
+            "/jwks.json",
+            axum::routing::get(move || {
+                let count = count.clone();
+                let jwks = jwks.clone();
+                async move {
+                    // The first fetch answers; every later one hangs.
+                    if count.fetch_add(1, std::sync::atomic::Ordering::SeqCst) > 0 {
+                        std::future::pending::<()>().await;
+                    }
+                    axum::Json(jwks)
+                }
+            }),
+        );
+        let _ = axum::serve(listener, app).await;
+    });
+    let url = format!("http://{addr}/jwks.json");
+    let gw = Gateway::start_with(|c| {
+        let mut jwt = config(false, Some(url));
+        jwt.jwks_refresh_secs = 1;
+        c.auth.jwt = Some(jwt);
+    })
+    .await;
+    let key = EncodingKey::from_ed_pem(ED_PRIVATE_PEM.as_bytes()).expect("key");
+    let token = |kid: &str| {
+        let mut header = Header::new(Algorithm::EdDSA);
+        header.kid = Some(kid.into());
+        jsonwebtoken::encode(&header, &claims(json!({})), &key).expect("encode")
+    };
+    assert_eq!(status(&gw, &token("k1")).await, 200);
+    // Past the refresh interval, an unknown kid starts a fetch that hangs...
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let unknown = tokio::spawn({
+        let gw_url = gw.url("/v1/audit");
+        let token = token("k2");
+        async move {
+            client_with_key(&token)
+                .get(gw_url)
+                .send()
+                .await
+                .expect("request")
+                .status()
+                .as_u16()
+        }
+    });
+    while served.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // ...while the known kid is served, and the hung fetch gives up with a 401.
+    assert_eq!(status(&gw, &token("k1")).await, 200);
+    assert!(!unknown.is_finished(), "the unknown kid waits on its fetch");
+    assert_eq!(unknown.await.expect("join"), 401);
+}

@@ -406,7 +406,8 @@ fn authorize(ctx: &CallContext, tool: &RegisteredTool) -> Result<(), ToolError> 
             return Err(ToolError::forbidden(format!(
                 "calling {} needs the scope {scope:?}, which your credentials lack",
                 spec.name
-            )));
+            ))
+            .with_details(serde_json::json!({"required_scope": scope})));
         }
     }
     Ok(())

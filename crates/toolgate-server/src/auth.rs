@@ -352,11 +352,21 @@ fn unauthenticated(message: &str) -> ToolError {
         .with_suggestion("send Authorization: Bearer <API key or JWT>")
 }
 
+/// The message of the 401 for a request with no credentials at all: its challenge names
+/// no error (RFC 6750 §3.1).
+pub const MISSING_TOKEN: &str = "missing bearer token";
+
 fn bearer(parts: &Parts) -> Result<&str, ToolError> {
-    let header = parts
-        .headers
-        .get(AUTHORIZATION)
-        .ok_or_else(|| unauthenticated("missing bearer token"))?;
+    let mut headers = parts.headers.get_all(AUTHORIZATION).iter();
+    let header = headers
+        .next()
+        .ok_or_else(|| unauthenticated(MISSING_TOKEN))?;
+    if headers.next().is_some() {
+        // Which one would count is for a proxy and the gateway to disagree on.
+        return Err(ToolError::invalid_arguments(
+            "the request has more than one Authorization header; send exactly one",
+        ));
+    }
     let value = header
         .to_str()
         .map_err(|_| unauthenticated("malformed Authorization header"))?;
@@ -390,6 +400,7 @@ impl Caller {
             Err(ToolError::forbidden(format!(
                 "this needs the scope {scope:?}, which your credentials lack"
             ))
+            .with_details(serde_json::json!({"required_scope": scope}))
             .into())
         }
     }
@@ -409,6 +420,9 @@ where
             Err(err) => {
                 if err.kind == ErrorKind::Unauthenticated {
                     authenticator.security_event(parts, &err.message);
+                }
+                if err.kind == ErrorKind::InvalidArguments {
+                    return Err(ApiError::Malformed(err.message));
                 }
                 Err(err.into())
             }

@@ -652,6 +652,17 @@ pub struct Overrides {
 #[derive(Debug)]
 pub struct ConfigError(pub Vec<(String, String)>);
 
+/// `Ok` when `url` is an absolute `http(s)` URL with a host; else what is wrong with it.
+pub fn http_url(url: &str) -> Result<(), String> {
+    match reqwest::Url::parse(url) {
+        Ok(parsed) if matches!(parsed.scheme(), "https" | "http") && parsed.host().is_some() => {
+            Ok(())
+        }
+        Ok(_) => Err(format!("{url:?} is not an http(s) URL")),
+        Err(err) => Err(format!("{url:?} is not a URL: {err}")),
+    }
+}
+
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "invalid configuration:")?;
@@ -766,6 +777,11 @@ impl Config {
         }
         if let Some(jwt) = &self.auth.jwt {
             errors.extend(jwt.problems());
+        }
+        for server in &self.mcp.authorization_servers {
+            if let Err(problem) = http_url(server) {
+                errors.push(("mcp.authorization_servers".into(), problem));
+            }
         }
         if self.http.max_body_bytes == 0 {
             errors.push(("http.max_body_bytes".into(), "must be at least 1".into()));
@@ -1022,6 +1038,29 @@ mod tests {
                 "mcp.sse_poll_after_ms",
                 "log.filter"
             ],
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn jwks_and_authorization_server_urls_are_checked_at_start() {
+        let err = Config::load(
+            &Overrides::default(),
+            env(&[
+                ("TOOLGATE_AUTH__JWT__ISSUER", "https://idp.test/"),
+                ("TOOLGATE_AUTH__JWT__AUDIENCE", "toolgate"),
+                ("TOOLGATE_AUTH__JWT__JWKS_URL", "idp.test/jwks"),
+                (
+                    "TOOLGATE_MCP__AUTHORIZATION_SERVERS",
+                    "[\"ftp://idp.test\"]",
+                ),
+            ]),
+        )
+        .expect_err("bad URLs");
+        let keys: Vec<&str> = err.0.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            ["auth.jwt.jwks_url", "mcp.authorization_servers"],
             "{err}"
         );
     }

@@ -5,11 +5,22 @@
 //! a public key as its secret (HS/RS confusion), and `alg: none` is never accepted.
 //! `exp` is required, `nbf` honoured, both with a small leeway; `iss` and `aud` must match
 //! the configuration. The JWKS is fetched on first use and again when a token names an
-//! unknown `kid`, at most once per [`JWKS_REFRESH_EVERY`].
+//! unknown `kid`, at most once per `jwks_refresh_secs` (30 by default).
 //!
-//! Claims map to the caller: the tenant claim holds the tenant's *name*; the subject
-//! becomes a stable principal id (UUIDv5 of tenant id and subject); roles and scopes come
-//! from their claims (an array, or a space-separated string as in OAuth `scope`).
+//! A token with a `crit` header is refused: it names extensions this gateway does not
+//! understand (RFC 7515 §4.1.11).
+//!
+//! The JWKS is fetched outside the key lock, under a short deadline
+//! ([`JWKS_FETCH_TIMEOUT`]): a slow or hanging JWKS endpoint delays only the token whose
+//! `kid` is unknown, never logins with keys already known.
+//!
+//! Claims map to the caller: the tenant claim holds the tenant's *name* (and, with
+//! `tenants` set, only those tenants may be named by this issuer); the subject becomes a
+//! stable principal id (UUIDv5 of tenant id and subject); roles and scopes come from their
+//! claims (an array, or a space-separated string as in OAuth `scope`). Operator-level
+//! scopes (`tenants:manage`) never come from a token unless the operator says so
+//! (`operator_scopes = true`): an IdP's tenant admin must not become the gateway's
+//! operator by writing a claim.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -26,8 +37,8 @@ use toolgate_store::Store;
 
 use crate::config::Secret;
 
-/// Least time between two JWKS fetches.
-pub const JWKS_REFRESH_EVERY: Duration = Duration::from_secs(30);
+/// Longest a JWKS fetch may take.
+pub const JWKS_FETCH_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// `[auth.jwt]` in the configuration.
 #[derive(Clone, Debug, Deserialize)]
@@ -43,6 +54,9 @@ pub struct JwtConfig {
     pub jwks_url: Option<String>,
     #[serde(default = "default_leeway")]
     pub leeway_secs: u64,
+    /// Least time between two JWKS fetches, in seconds.
+    #[serde(default = "default_jwks_refresh")]
+    pub jwks_refresh_secs: u64,
     #[serde(default = "default_tenant_claim")]
     pub tenant_claim: String,
     #[serde(default = "default_subject_claim")]
@@ -51,9 +65,19 @@ pub struct JwtConfig {
     pub roles_claim: String,
     #[serde(default = "default_scopes_claim")]
     pub scopes_claim: String,
+    /// The tenants this issuer's tokens may name; empty: any tenant.
+    #[serde(default)]
+    pub tenants: Vec<String>,
+    /// Whether operator-level scopes (`tenants:manage`) in a token's scope claim are
+    /// honoured. Off by default: they are dropped.
+    #[serde(default)]
+    pub operator_scopes: bool,
 }
 
 fn default_leeway() -> u64 {
+    30
+}
+fn default_jwks_refresh() -> u64 {
     30
 }
 fn default_tenant_claim() -> String {
@@ -86,6 +110,11 @@ impl JwtConfig {
         }
         if self.audience.is_empty() {
             problems.push(("auth.jwt.audience".into(), "must not be empty".into()));
+        }
+        if let Some(url) = &self.jwks_url
+            && let Err(problem) = crate::config::http_url(url)
+        {
+            problems.push(("auth.jwt.jwks_url".into(), problem));
         }
         problems
     }
@@ -131,7 +160,8 @@ impl JwtVerifier {
             keys: Mutex::new(keys),
             store,
             http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(10))
+                .timeout(JWKS_FETCH_TIMEOUT)
+                .connect_timeout(JWKS_FETCH_TIMEOUT)
                 .build()
                 .unwrap_or_default(),
             tenants: Mutex::new(HashMap::new()),
@@ -140,6 +170,11 @@ impl JwtVerifier {
 
     pub async fn verify(&self, token: &str) -> Result<AuthContext, ToolError> {
         let header = jsonwebtoken::decode_header(token).map_err(|e| invalid(e.kind_name()))?;
+        if header.crit.is_some() {
+            return Err(invalid(
+                "it names critical header extensions (crit), which this gateway does not understand",
+            ));
+        }
         let (key, alg) = self.key_for(&header).await?;
         let mut validation = Validation::new(alg);
         validation.algorithms = vec![alg];
@@ -159,40 +194,59 @@ impl JwtVerifier {
         &self,
         header: &jsonwebtoken::Header,
     ) -> Result<(DecodingKey, Algorithm), ToolError> {
-        let mut keys = self.keys.lock().await;
-        match &mut *keys {
-            Keys::Hs256(key) => match header.alg {
-                Algorithm::HS256 => Ok((key.clone(), Algorithm::HS256)),
-                other => Err(invalid(format!("algorithm {other:?} is not accepted"))),
-            },
-            Keys::Jwks { url, set, fetched } => {
-                if !matches!(
-                    header.alg,
-                    Algorithm::RS256 | Algorithm::ES256 | Algorithm::EdDSA
-                ) {
-                    return Err(invalid(format!(
-                        "algorithm {:?} is not accepted",
-                        header.alg
-                    )));
+        let url = {
+            let mut keys = self.keys.lock().await;
+            match &mut *keys {
+                Keys::Hs256(key) => {
+                    return match header.alg {
+                        Algorithm::HS256 => Ok((key.clone(), Algorithm::HS256)),
+                        other => Err(invalid(format!("algorithm {other:?} is not accepted"))),
+                    };
                 }
-                let kid = header.kid.as_deref().ok_or_else(|| invalid("no kid"))?;
-                let known = set.as_ref().and_then(|s| s.find(kid)).is_some();
-                let may_fetch = fetched.is_none_or(|t| t.elapsed() >= JWKS_REFRESH_EVERY);
-                if !known && may_fetch {
-                    *fetched = Some(Instant::now());
-                    match self.fetch_jwks(url).await {
-                        Ok(fresh) => *set = Some(fresh),
-                        Err(err) => tracing::warn!(error = %err, "could not fetch the JWKS"),
+                Keys::Jwks { url, set, fetched } => {
+                    if !matches!(
+                        header.alg,
+                        Algorithm::RS256 | Algorithm::ES256 | Algorithm::EdDSA
+                    ) {
+                        return Err(invalid(format!(
+                            "algorithm {:?} is not accepted",
+                            header.alg
+                        )));
                     }
+                    let kid = header.kid.as_deref().ok_or_else(|| invalid("no kid"))?;
+                    if let Some(jwk) = set.as_ref().and_then(|s| s.find(kid)) {
+                        let key = DecodingKey::from_jwk(jwk).map_err(|e| invalid(e.kind_name()))?;
+                        return Ok((key, header.alg));
+                    }
+                    let refresh = Duration::from_secs(self.config.jwks_refresh_secs);
+                    if fetched.is_some_and(|t| t.elapsed() < refresh) {
+                        return Err(invalid("unknown kid"));
+                    }
+                    // Marked before the fetch, so concurrent unknown kids fetch once.
+                    *fetched = Some(Instant::now());
+                    url.clone()
                 }
-                let jwk = set
-                    .as_ref()
-                    .and_then(|s| s.find(kid))
-                    .ok_or_else(|| invalid("unknown kid"))?;
-                let key = DecodingKey::from_jwk(jwk).map_err(|e| invalid(e.kind_name()))?;
-                Ok((key, header.alg))
             }
+        };
+        // The lock is not held across the fetch: tokens with known kids go on meanwhile.
+        let fresh = match self.fetch_jwks(&url).await {
+            Ok(fresh) => fresh,
+            Err(err) => {
+                tracing::warn!(error = %err, "could not fetch the JWKS");
+                return Err(invalid("unknown kid"));
+            }
+        };
+        let kid = header.kid.as_deref().unwrap_or_default();
+        let key = fresh
+            .find(kid)
+            .map(DecodingKey::from_jwk)
+            .transpose()
+            .map_err(|e| invalid(e.kind_name()))?;
+        if let Keys::Jwks { set, .. } = &mut *self.keys.lock().await {
+            *set = Some(fresh);
         }
+        key.map(|key| (key, header.alg))
+            .ok_or_else(|| invalid("unknown kid"))
     }
 
     async fn fetch_jwks(&self, url: &str) -> Result<JwkSet, reqwest::Error> {
@@ -212,7 +266,14 @@ impl JwtVerifier {
         let subject = text(&self.config.subject_claim)
             .filter(|s| !s.is_empty())
             .ok_or_else(|| invalid(format!("no {:?} claim", self.config.subject_claim)))?;
+        if !self.config.tenants.is_empty() && !self.config.tenants.contains(&tenant_name) {
+            return Err(invalid("this issuer may not name that tenant"));
+        }
         let tenant = self.tenant(&tenant_name).await?;
+        let mut scopes = strings(claims.get(&self.config.scopes_claim));
+        if !self.config.operator_scopes {
+            scopes.retain(|s| s != crate::auth::TENANTS_MANAGE);
+        }
         Ok(AuthContext {
             tenant,
             tenant_name,
@@ -222,7 +283,7 @@ impl JwtVerifier {
                 name: subject,
             },
             roles: strings(claims.get(&self.config.roles_claim)),
-            scopes: strings(claims.get(&self.config.scopes_claim)),
+            scopes,
         })
     }
 

@@ -230,6 +230,11 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
 
 /// 401 naming the protected-resource metadata, so OAuth clients can find a token issuer.
 fn unauthorized(guard: &Guard, headers: &HeaderMap, err: ToolError) -> Response {
+    match err.kind {
+        ErrorKind::Unauthenticated => {}
+        ErrorKind::InvalidArguments => return ApiError::Malformed(err.message).into_response(),
+        _ => return ApiError::from(err).into_response(),
+    }
     let presented = headers.contains_key(header::AUTHORIZATION);
     let mut response = ApiError::from(err).into_response();
     let metadata = format!("{}{METADATA_PATH}", guard.base_url(headers));

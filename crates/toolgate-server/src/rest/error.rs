@@ -216,18 +216,55 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// The `WWW-Authenticate` challenge of a 401 or 403 (RFC 6750 §3): no error code when
+    /// no credentials came, `invalid_token` for bad ones, `insufficient_scope` (naming the
+    /// scope when known) when they do not reach far enough.
+    fn challenge(&self) -> Option<String> {
+        let ApiError::Tool(err) = self else {
+            return None;
+        };
+        match err.kind {
+            ErrorKind::Unauthenticated if err.message == crate::auth::MISSING_TOKEN => {
+                Some(r#"Bearer realm="toolgate""#.into())
+            }
+            ErrorKind::Unauthenticated => {
+                Some(r#"Bearer realm="toolgate", error="invalid_token""#.into())
+            }
+            ErrorKind::Forbidden => {
+                let scope = err
+                    .details
+                    .as_ref()
+                    .and_then(|d| d.get("required_scope"))
+                    .and_then(|s| s.as_str())
+                    .filter(|s| {
+                        s.bytes()
+                            .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\')
+                    });
+                Some(match scope {
+                    Some(scope) => format!(
+                        r#"Bearer realm="toolgate", error="insufficient_scope", scope="{scope}""#
+                    ),
+                    None => r#"Bearer realm="toolgate", error="insufficient_scope""#.into(),
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let challenge = self.challenge();
         let (status, problem, cause) = self.into_problem();
         let mut response = (status, Json(problem)).into_response();
         response
             .headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
-        if status == StatusCode::UNAUTHORIZED {
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static(r#"Bearer realm="toolgate", error="invalid_token""#),
-            );
+        if let Some(value) = challenge.and_then(|c| HeaderValue::from_str(&c).ok()) {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, value);
         }
         if let Some(cause) = cause {
             response
