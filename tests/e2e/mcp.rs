@@ -374,11 +374,40 @@ async fn malformed_messages_get_errors() {
         .send()
         .await
         .expect("request");
-    assert!(
-        garbage.status().is_client_error(),
-        "status {}",
-        garbage.status()
-    );
+    // 400 with JSON-RPC's parse error, not rmcp's 415 in plain text.
+    let (status, _, body) = read(garbage).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], -32700, "{body}");
+    assert_eq!(body["id"], Value::Null, "{body}");
+    // A known method with params that do not fit it: -32602, not "method not found".
+    let session = open_session(&gw).await;
+    for (params, code) in [
+        (json!({"name": 5}), -32602),
+        (json!({"arguments": {}}), -32602),
+    ] {
+        let response = post_mcp(
+            &gw,
+            &gw.http,
+            Some(&session),
+            json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params}),
+        )
+        .await;
+        let text = response.text().await.expect("body");
+        let error = sse_events(&text)
+            .into_iter()
+            .find_map(|(_, _, data)| data.filter(|d| d["id"] == 7))
+            .unwrap_or_else(|| panic!("an answer to 7 in {text}"));
+        assert_eq!(error["error"]["code"], code, "{params}: {error}");
+    }
+    let unknown_method = post_mcp(
+        &gw,
+        &gw.http,
+        Some(&session),
+        json!({"jsonrpc": "2.0", "id": 8, "method": "tools/frobnicate", "params": {}}),
+    )
+    .await;
+    let text = unknown_method.text().await.expect("body");
+    assert!(text.contains("-32601"), "{text}");
     let too_big = gw
         .http
         .post(gw.url("/mcp"))

@@ -212,6 +212,12 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
     }
     let request_id = parts.extensions.get::<RequestId>().map(|r| r.0.to_string());
     let ending = parts.method == Method::DELETE;
+    let json_post = parts.method == Method::POST
+        && parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/json"));
     parts.extensions.insert(McpCaller {
         auth: caller.auth,
         toolset: caller.toolset,
@@ -225,7 +231,22 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
     if ending && response.status() == StatusCode::ACCEPTED {
         *response.status_mut() = StatusCode::OK;
     }
+    // rmcp answers a JSON body it cannot parse with 415 and plain text; JSON-RPC says
+    // -32700, and HTTP says the media type was fine: the body was not.
+    if json_post && response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
+        return parse_error();
+    }
     response
+}
+
+/// 400 with the JSON-RPC parse error (its id is null: none could be read).
+fn parse_error() -> Response {
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {"code": -32700, "message": "Parse error: the body is not a JSON-RPC message"},
+    });
+    (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
 }
 
 /// 401 naming the protected-resource metadata, so OAuth clients can find a token issuer.
