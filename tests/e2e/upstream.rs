@@ -620,3 +620,75 @@ async fn server_filesystem_over_stdio() {
     assert_eq!(problem["type"], "urn:toolgate:error:upstream", "{problem}");
     gw.stop().await;
 }
+
+/// An operator's HTTP upstream that redirects to another origin is not followed there:
+/// its configured secret header must never reach the redirect's target.
+#[tokio::test]
+async fn an_http_upstream_is_not_followed_to_another_origin() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let catcher = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let caught_port = catcher.local_addr().expect("addr").port();
+    let caught = Arc::new(AtomicUsize::new(0));
+    let seen = caught.clone();
+    tokio::spawn(async move {
+        let app = axum::Router::new().fallback(move || {
+            let seen = seen.clone();
+            async move {
+                seen.fetch_add(1, Ordering::SeqCst);
+                axum::http::StatusCode::NOT_FOUND
+            }
+        });
+        let _ = axum::serve(catcher, app).await;
+    });
+    let redirector = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let redirector_addr = redirector.local_addr().expect("addr");
+    let redirected = Arc::new(AtomicUsize::new(0));
+    let hits = redirected.clone();
+    tokio::spawn(async move {
+        // "localhost" is another origin than "127.0.0.1", whatever the port.
+        let target = format!("http://localhost:{caught_port}/mcp");
+        let app = axum::Router::new().fallback(move || {
+            let (hits, target) = (hits.clone(), target.clone());
+            async move {
+                hits.fetch_add(1, Ordering::SeqCst);
+                (
+                    axum::http::StatusCode::TEMPORARY_REDIRECT,
+                    [(axum::http::header::LOCATION, target)],
+                )
+            }
+        });
+        let _ = axum::serve(redirector, app).await;
+    });
+    let entry: UpstreamEntry = serde_json::from_value(json!({
+        "name": "moved",
+        "url": format!("http://{redirector_addr}/mcp"),
+        "headers": {"x-api-key": "s3cret-upstream-key"},
+    }))
+    .expect("an upstream entry");
+    let gw = Gateway::start_with(|c| c.upstreams = vec![entry]).await;
+    for _ in 0..500 {
+        if redirected.load(Ordering::SeqCst) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        redirected.load(Ordering::SeqCst) > 0,
+        "the gateway tried the upstream"
+    );
+    // Give a followed redirect ample time to arrive.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        caught.load(Ordering::SeqCst),
+        0,
+        "the redirect was followed"
+    );
+    let (_, _, upstreams) = gw.get("/v1/upstreams").await;
+    assert!(!upstreams.to_string().contains("s3cret"), "{upstreams}");
+    gw.stop().await;
+}

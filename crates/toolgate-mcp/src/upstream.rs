@@ -724,7 +724,7 @@ async fn connect(
                 INITIALIZE_TIMEOUT,
                 handler.serve(Relaying {
                     inner: StreamableHttpClientTransport::with_client(
-                        Traced(client.clone().unwrap_or_default()),
+                        Traced(client.clone().unwrap_or_else(operator_client)),
                         http,
                     ),
                     routes,
@@ -908,8 +908,13 @@ async fn rediscover(
     registered: &mut Vec<String>,
 ) -> Result<(), ServiceError> {
     let tools = peer.list_all_tools().await?;
-    let allow = globs(&config.allow);
-    let deny = globs(&config.deny);
+    // Configurations are checked before they get here; should a bad glob slip through,
+    // nothing is registered rather than a `deny` that denies nothing.
+    let (Ok(allow), Ok(deny)) = (globs(&config.allow), globs(&config.deny)) else {
+        tracing::error!(upstream = %config.name, "an allow or deny glob is invalid; no tool of this upstream is offered");
+        unregister(config, registry, registered);
+        return Ok(());
+    };
     let prefix = config.prefix();
     let mut found: Vec<Arc<dyn Tool>> = Vec::new();
     for tool in tools {
@@ -919,7 +924,9 @@ async fn rediscover(
         }
         let name = format!("{prefix}{remote}");
         if !is_valid_tool_name(&name) {
-            tracing::warn!(upstream = %config.name, tool = %name, "skipped an upstream tool whose name is not valid here");
+            // Logged escaped and cut: an upstream's name must not write log lines of its own.
+            let shown: String = name.chars().take(128).collect();
+            tracing::warn!(upstream = %config.name, tool = ?shown, "skipped an upstream tool whose name is not valid here");
             continue;
         }
         let spec = spec_for(config, &name, &tool);
@@ -936,7 +943,7 @@ async fn rediscover(
         match result {
             Ok(()) => registered.push(name),
             Err(err) => {
-                tracing::warn!(upstream = %config.name, tool = %name, error = %err, "upstream tool not registered")
+                tracing::warn!(upstream = %config.name, tool = ?name, error = %err, "upstream tool not registered")
             }
         }
     }
@@ -949,24 +956,50 @@ fn unregister(config: &UpstreamConfig, registry: &Registry, registered: &mut Vec
     registered.clear();
 }
 
+/// The HTTP client of an operator's upstream (tenant upstreams bring their own, which
+/// follows no redirect at all). A redirect is followed only within the upstream's own
+/// origin (scheme, host and port), at most five times: the upstream's configured headers
+/// and token go along with every request, and must never reach another server.
+fn operator_client() -> reqwest::Client {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            let policy = reqwest::redirect::Policy::custom(|attempt| {
+                let same_origin = attempt
+                    .previous()
+                    .first()
+                    .is_some_and(|first| first.origin() == attempt.url().origin());
+                if !same_origin {
+                    let to = attempt.url().origin().ascii_serialization();
+                    attempt.error(format!(
+                        "refused a redirect to another origin ({to}): the upstream's credentials would follow it"
+                    ))
+                } else if attempt.previous().len() > 5 {
+                    attempt.error("more than five redirects")
+                } else {
+                    attempt.follow()
+                }
+            });
+            reqwest::Client::builder()
+                .redirect(policy)
+                .connect_timeout(std::time::Duration::from_secs(10))
+                .build()
+                .unwrap_or_default()
+        })
+        .clone()
+}
+
 /// Why `pattern` is not a valid tool-name glob, if it is not.
 pub fn glob_problem(pattern: &str) -> Option<String> {
     globset::Glob::new(pattern).err().map(|e| e.to_string())
 }
 
-fn globs(patterns: &[String]) -> globset::GlobSet {
+fn globs(patterns: &[String]) -> Result<globset::GlobSet, globset::Error> {
     let mut set = globset::GlobSetBuilder::new();
     for pattern in patterns {
-        match globset::Glob::new(pattern) {
-            Ok(glob) => {
-                set.add(glob);
-            }
-            Err(err) => {
-                tracing::warn!(pattern, error = %err, "ignored an invalid upstream tool glob")
-            }
-        }
+        set.add(globset::Glob::new(pattern)?);
     }
-    set.build().unwrap_or_else(|_| globset::GlobSet::empty())
+    set.build()
 }
 
 /// The gateway's declaration of an upstream tool. Risk follows the upstream's hints, read

@@ -837,6 +837,14 @@ impl Config {
             if upstream.timeout_secs == 0 {
                 errors.push((format!("{key}.timeout_secs"), "must be at least 1".into()));
             }
+            // A bad glob dropped silently would fail open (a `deny` that denies nothing).
+            for (field, globs) in [("allow", &upstream.allow), ("deny", &upstream.deny)] {
+                for glob in globs {
+                    if let Some(problem) = toolgate_mcp::upstream::glob_problem(glob) {
+                        errors.push((format!("{key}.{field}"), format!("{glob:?}: {problem}")));
+                    }
+                }
+            }
             if self.upstreams[..i].iter().any(|u| u.name == upstream.name) {
                 errors.push((
                     format!("{key}.name"),
@@ -1040,6 +1048,25 @@ mod tests {
             ],
             "{err}"
         );
+    }
+
+    #[test]
+    fn an_invalid_upstream_glob_stops_start_up() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("toolgate.toml");
+        std::fs::write(
+            &path,
+            "[[upstreams]]\nname = \"fx\"\ncommand = \"fx-server\"\nallow = [\"*\"]\ndeny = [\"delete_*\", \"[unclosed\"]\n",
+        )
+        .expect("write");
+        let overrides = Overrides {
+            config_file: Some(path),
+            ..Overrides::default()
+        };
+        let err = Config::load(&overrides, env(&[])).expect_err("a bad deny glob");
+        assert_eq!(err.0.len(), 1, "{err}");
+        assert_eq!(err.0[0].0, "upstreams[0].deny", "{err}");
+        assert!(err.0[0].1.contains("[unclosed"), "{err}");
     }
 
     #[test]
