@@ -232,6 +232,12 @@ pub struct RunState {
     pub repeat_at: HashMap<String, u32>,
     /// The next model call must answer without tools.
     pub answer_now: bool,
+    /// The current turn's calls that ran (refused repetitions and unexecuted extras
+    /// aside): how many, how many failed, how many failed for a reason the model cannot
+    /// fix by calling differently (forbidden, denied, timeout, upstream…).
+    pub turn_calls: TurnCalls,
+    /// Turns in a row, up to the last settled one, in which every call that ran failed.
+    pub failed_streak: u32,
     /// Pending calls held for approval, by call id: made again, presenting it.
     pub approvals: HashMap<String, ApprovalId>,
     /// The current turn has started but its model message is not in (the gateway
@@ -240,7 +246,48 @@ pub struct RunState {
     pub finished: Option<RunOutcome>,
 }
 
+/// See [`RunState::turn_calls`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TurnCalls {
+    pub ran: u32,
+    pub failed: u32,
+    pub unfixable: u32,
+}
+
+impl TurnCalls {
+    fn count(&mut self, is_error: bool, category: Option<&str>) {
+        if matches!(category, Some("repetition" | "not_executed")) {
+            return;
+        }
+        self.ran += 1;
+        if is_error {
+            self.failed += 1;
+            // What the model can put right in its next message.
+            let fixable = matches!(
+                category,
+                Some("invalid_arguments" | "not_found" | "truncated" | "rate_limited")
+            );
+            if !fixable {
+                self.unfixable += 1;
+            }
+        }
+    }
+
+    fn all_failed(&self) -> bool {
+        self.ran > 0 && self.failed == self.ran
+    }
+}
+
 impl RunState {
+    /// Whether the model should now answer without tools: every call of the last two
+    /// turns failed, and those of the last one for reasons it cannot fix. One failed
+    /// turn is not enough: the model gets a chance to correct itself first.
+    pub fn tools_are_no_use(&self) -> bool {
+        self.failed_streak >= 2
+            && self.turn_calls.all_failed()
+            && self.turn_calls.unfixable == self.turn_calls.ran
+    }
+
     /// Rebuilds a run from its events, in order.
     pub fn fold(events: &[RunEvent]) -> RunState {
         let mut state = RunState::default();
@@ -274,6 +321,7 @@ impl RunState {
                     .map(|c| (c.clone(), false))
                     .collect();
                 self.partial.clear();
+                self.turn_calls = TurnCalls::default();
                 for call in &message.tool_calls {
                     let sig = call.signature();
                     if self.last_signature.as_deref() == Some(sig.as_str()) {
@@ -292,7 +340,10 @@ impl RunState {
                     }
                 }
             }
-            RunEvent::ToolCallFinished { result, .. } => {
+            RunEvent::ToolCallFinished {
+                result, category, ..
+            } => {
+                self.turn_calls.count(result.is_error, category.as_deref());
                 self.approvals.remove(&result.call_id);
                 self.partial.insert(result.call_id.clone(), result.clone());
                 self.settle_if_complete();
@@ -351,6 +402,11 @@ impl RunState {
         self.partial.clear();
         self.repeat_at.clear();
         self.history.push(Message::ToolResults { results });
+        if self.turn_calls.all_failed() {
+            self.failed_streak += 1;
+        } else if self.turn_calls.ran > 0 {
+            self.failed_streak = 0;
+        }
     }
 }
 
@@ -472,9 +528,23 @@ impl Driver<'_> {
                 Ok(reply) => reply,
                 Err(err) => return self.provider_failed(state, err).await,
             };
+            let truncated = crate::provider::is_truncation(reply.meta.stop_reason.as_deref());
             let (message, final_answer) = self.interpret(turn, reply.message);
             let calls = message.tool_calls.clone();
             self.append(state, reply.meta.event(turn, message)).await?;
+            if truncated && !calls.is_empty() && choice != ToolChoice::None {
+                // A call cut off at the token limit may be missing arguments that would
+                // have changed what it does: it is never run. The model hears why.
+                self.answer_pending(
+                    state,
+                    turn,
+                    "truncated",
+                    "your message was cut off at the output token limit, so this call may be incomplete; it was not executed",
+                    Some("make the call again, with shorter arguments or fewer calls in one message"),
+                )
+                .await?;
+                continue;
+            }
             if calls.is_empty() || choice == ToolChoice::None {
                 let output = final_answer.unwrap_or_default();
                 if choice == ToolChoice::None && !calls.is_empty() {
@@ -648,9 +718,6 @@ impl Driver<'_> {
             }
             out
         };
-        // Refused repetitions and unexecuted extras are not failures of the tools.
-        let mut all_failed = false;
-        let mut any_ran = false;
         let mut held = false;
         for settled in results {
             let (result, category, duration_ms) = match settled? {
@@ -661,14 +728,6 @@ impl Driver<'_> {
                     continue;
                 }
             };
-            if !matches!(category.as_deref(), Some("repetition" | "not_executed")) {
-                all_failed = if any_ran {
-                    all_failed && result.is_error
-                } else {
-                    result.is_error
-                };
-                any_ran = true;
-            }
             self.append(
                 state,
                 RunEvent::ToolCallFinished {
@@ -683,13 +742,13 @@ impl Driver<'_> {
         if held {
             return Ok(Flow::Paused);
         }
-        if all_failed && !hard_stop {
+        if state.tools_are_no_use() && !hard_stop {
             self.append(
                 state,
                 RunEvent::Note {
                     turn,
                     reason: NoteReason::AllToolsFailed,
-                    text: "Every tool call in your last message failed. Answer now from what you already know, and say what is missing.".into(),
+                    text: "Your tool calls keep failing for reasons you cannot fix by calling differently. Answer now from what you already know, and say what is missing.".into(),
                 },
             )
             .await?;
@@ -829,9 +888,22 @@ impl Driver<'_> {
         turn: u32,
         why: &str,
     ) -> Result<(), Stop> {
+        self.answer_pending(state, turn, "not_executed", why, None)
+            .await
+    }
+
+    /// Answers every call still pending with an error of `category`, none of them run.
+    async fn answer_pending(
+        &self,
+        state: &mut RunState,
+        turn: u32,
+        category: &str,
+        why: &str,
+        suggestion: Option<&str>,
+    ) -> Result<(), Stop> {
         let pending: Vec<ToolCall> = state.pending.iter().map(|(c, _)| c.clone()).collect();
         for call in pending {
-            let (result, category) = error_result(&call, "not_executed", why, None);
+            let (result, category) = error_result(&call, category, why, suggestion);
             self.append(
                 state,
                 RunEvent::ToolCallFinished {
@@ -1121,4 +1193,87 @@ fn summarize(history: &[Message], why: &str) -> String {
         out.push_str("- nothing: no tool call succeeded.\n");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// A turn of one call to `tool` that ends with an error of `category` (or succeeds).
+    fn turn(n: u32, tool: &str, category: Option<&str>) -> Vec<RunEvent> {
+        let call = ToolCall {
+            id: format!("c{n}"),
+            provider_id: true,
+            name: tool.into(),
+            arguments: json!({}),
+            malformed: None,
+        };
+        vec![
+            RunEvent::TurnStarted { turn: n },
+            RunEvent::ModelMessage {
+                turn: n,
+                message: AssistantMessage {
+                    tool_calls: vec![call.clone()],
+                    ..AssistantMessage::default()
+                },
+                stop_reason: None,
+                usage: None,
+                duration_ms: 0.0,
+            },
+            RunEvent::ToolCallFinished {
+                turn: n,
+                result: ToolResult {
+                    call_id: call.id,
+                    provider_id: true,
+                    name: tool.into(),
+                    content: "{}".into(),
+                    is_error: category.is_some(),
+                },
+                category: category.map(str::to_owned),
+                duration_ms: 0.0,
+            },
+        ]
+    }
+
+    fn fold(turns: &[Vec<RunEvent>]) -> RunState {
+        RunState::fold(&turns.concat())
+    }
+
+    #[test]
+    fn tools_are_taken_away_only_after_a_second_turn_of_failures_the_model_cannot_fix() {
+        // One failed turn: the model gets to correct itself, whatever the reason.
+        assert!(!fold(&[turn(1, "t", Some("denied"))]).tools_are_no_use());
+        // Failures it can fix never take the tools away.
+        let fixable = [
+            turn(1, "t", Some("invalid_arguments")),
+            turn(2, "u", Some("not_found")),
+            turn(3, "t", Some("truncated")),
+        ];
+        assert!(!fold(&fixable).tools_are_no_use());
+        // Two turns in a row whose calls all failed, the last for reasons beyond the
+        // model: answer without tools.
+        assert!(
+            fold(&[
+                turn(1, "t", Some("invalid_arguments")),
+                turn(2, "t", Some("forbidden"))
+            ])
+            .tools_are_no_use()
+        );
+        // A success in between starts the count again.
+        let state = fold(&[
+            turn(1, "t", Some("denied")),
+            turn(2, "t", None),
+            turn(3, "t", Some("denied")),
+        ]);
+        assert!(!state.tools_are_no_use());
+        assert_eq!(state.failed_streak, 1);
+        // Refused repetitions are not the tools' failures.
+        let state = fold(&[
+            turn(1, "t", Some("denied")),
+            turn(2, "t", Some("repetition")),
+        ]);
+        assert_eq!(state.failed_streak, 1);
+    }
 }

@@ -190,6 +190,13 @@ pub struct ModelTurn {
     pub raw: Value,
 }
 
+/// Whether a stop reason says the provider cut the reply off at the output token limit
+/// (OpenAI and Ollama `length`, Anthropic `max_tokens`, Gemini `MAX_TOKENS`): its tool
+/// calls may be incomplete, however well-formed they look.
+pub fn is_truncation(stop_reason: Option<&str>) -> bool {
+    matches!(stop_reason, Some("length" | "max_tokens" | "MAX_TOKENS"))
+}
+
 /// What went wrong calling a provider.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
