@@ -824,3 +824,81 @@ async fn a_paused_run_resumes_after_a_restart_and_decisions_stream_as_events() {
     assert!(seen.contains(&format!("id: {approval}:approved")), "{seen}");
     second.stop().await;
 }
+
+/// Two runs hold the same call: each gets its own approval. Approving one resumes that run
+/// alone; cancelling the other expires its approval, which leaves the inbox.
+#[tokio::test]
+async fn two_runs_holding_the_same_call_are_approved_and_cancelled_apart() {
+    let call = || {
+        Reply::ok(says::openai_calls(&[(
+            "c1",
+            "write_file",
+            r#"{"path":"out.txt","content":"hi"}"#,
+        )]))
+    };
+    // Both runs ask first; the one approved then hears the tool's result and answers.
+    let mock = MockLlm::start(
+        Wire::Openai,
+        vec![call(), call(), Reply::ok(says::openai_text("Written."))],
+    )
+    .await;
+    let llm = mock.base.clone();
+    let gw = Gateway::start_with(move |c| {
+        c.providers
+            .insert("llm".into(), crate::agents::provider(Wire::Openai, &llm));
+    })
+    .await;
+    let base = gw.base.clone();
+    put_policy(&base, &gw.http, json!({"level": 5})).await;
+    let reviewer = principal(&base, &gw.http, "reviewer", &["approvals:decide"]).await;
+    let (status, _, agent) = gw
+        .post(
+            "/v1/agents",
+            json!({"name": "writer", "provider": "llm", "model": "gpt-test", "tools": ["write_file"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{agent}");
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let (status, _, run) = gw
+            .post(
+                &format!("/v1/agents/{}/runs", agent["id"].as_str().expect("id")),
+                json!({"input": "write it", "wait_secs": 30}),
+            )
+            .await;
+        assert_eq!(
+            (status, run["status"].as_str()),
+            (201, Some("awaiting_approval")),
+            "{run}"
+        );
+        runs.push(run["id"].as_str().expect("id").to_owned());
+    }
+    let (_, list) = get(&base, &reviewer, "/v1/approvals").await;
+    let pending = list["approvals"].as_array().expect("approvals").clone();
+    assert_eq!(pending.len(), 2, "one approval per run: {list:#}");
+    let of_run = |run: &str| {
+        pending
+            .iter()
+            .find(|a| a["run_id"] == run)
+            .and_then(|a| a["id"].as_str())
+            .unwrap_or_else(|| panic!("an approval for run {run}: {pending:#?}"))
+            .to_owned()
+    };
+    let (first, second) = (of_run(&runs[0]), of_run(&runs[1]));
+    let (status, body) = decide(&base, &reviewer, &first, "approve", "fine").await;
+    assert_eq!(status, 200, "{body}");
+    wait_for_status(&base, &gw.http, &runs[0], "completed").await;
+    let (_, other) = get(&base, &gw.http, &format!("/v1/runs/{}", runs[1])).await;
+    assert_eq!(other["status"], "awaiting_approval", "{other:#}");
+
+    let (status, _, _) = gw
+        .post(&format!("/v1/runs/{}/cancel", runs[1]), json!({}))
+        .await;
+    assert_eq!(status, 202);
+    wait_for_status(&base, &gw.http, &runs[1], "cancelled").await;
+    let (_, held) = get(&base, &reviewer, &format!("/v1/approvals/{second}")).await;
+    assert_eq!(held["status"], "expired", "{held:#}");
+    let (_, list) = get(&base, &reviewer, "/v1/approvals").await;
+    assert_eq!(list["approvals"], json!([]), "{list:#}");
+    gw.stop().await;
+}

@@ -205,6 +205,16 @@ impl Runs {
         run: RunId,
     ) -> Result<bool, StoreError> {
         let requested = self.store.request_run_cancel(tenant, run).await?;
+        if requested {
+            // Nobody waits for what the run held any more: its approvals leave the inbox.
+            for approval in self
+                .store
+                .expire_run_approvals(tenant, run, "the run that asked for it was cancelled")
+                .await?
+            {
+                tracing::info!(target: "toolgate::approval", %tenant, approval_id = %approval, run_id = %run, "approval expired with its cancelled run");
+            }
+        }
         let here = requested
             && match self.lock_active().get(&run) {
                 Some(active) => {

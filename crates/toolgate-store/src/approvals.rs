@@ -246,8 +246,13 @@ macro_rules! approval_store {
                 let now = Utc::now();
                 let mut tx = self.tenant_tx(tenant).await?;
                 let columns = Self::approval_columns();
-                // The approval presented, if it is this call's; else the latest unused one
-                // for the same requester, tool and arguments.
+                // An approval is bound to the one call that asked for it: presented by that
+                // call's run (an agent resuming) or by the deciding instance (a REST call);
+                // else found by requester, tool and arguments only where the same call is
+                // made again — by the same run at the same step, or by an MCP client
+                // (which makes an approved call again) among MCP approvals outside any run.
+                // An agent run's approval is never taken by another run or adapter, and a
+                // decision on one call never lands on a later call nobody saw.
                 let mut found: Option<ApprovalRow> = None;
                 if let Some(presented) = request.presented {
                     found = sqlx::query_as(sql(format!(
@@ -263,16 +268,45 @@ macro_rules! approval_store {
                     .fetch_optional(&mut *tx)
                     .await?;
                 }
-                if found.is_none() {
+                // A presented approval asked for by another run is not this call's.
+                if let Some(f) = &found {
+                    let asked_by = f.run_id.as_deref().map(uuid).transpose()?;
+                    if asked_by != request.run.map(|r| r.run_id.0) {
+                        found = None;
+                    }
+                }
+                if let (None, Some(run)) = (&found, request.run) {
                     found = sqlx::query_as(sql(format!(
                         "select {columns} from approval where tenant_id = $1{u} and requester_id = $2{u} \
-                         and tool = $3 and arguments_hash = $4 and used_at is null order by created_at desc limit 1",
+                         and tool = $3 and arguments_hash = $4 and used_at is null and run_id = $5{u} and step = $6 \
+                         order by created_at desc limit 1",
                         u = $u
                     )))
                     .bind(text(tenant))
                     .bind(text(request.requester))
                     .bind(&request.tool)
                     .bind(&request.arguments_hash)
+                    .bind(text(run.run_id))
+                    .bind(i64::from(run.step))
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                }
+                let implicit = found.is_none()
+                    && request.presented.is_none()
+                    && request.run.is_none()
+                    && request.adapter == toolgate_core::Adapter::Mcp;
+                if implicit {
+                    found = sqlx::query_as(sql(format!(
+                        "select {columns} from approval where tenant_id = $1{u} and requester_id = $2{u} \
+                         and tool = $3 and arguments_hash = $4 and used_at is null and adapter = $5 and run_id is null \
+                         order by created_at desc limit 1",
+                        u = $u
+                    )))
+                    .bind(text(tenant))
+                    .bind(text(request.requester))
+                    .bind(&request.tool)
+                    .bind(&request.arguments_hash)
+                    .bind(request.adapter.as_str())
                     .fetch_optional(&mut *tx)
                     .await?;
                 }
@@ -503,6 +537,33 @@ macro_rules! approval_store {
                 Ok(())
             }
 
+            /// Expires the pending approvals of `run` (it was cancelled: nobody waits for
+            /// them); returns their ids.
+            pub async fn expire_run_approvals(
+                &self,
+                tenant: TenantId,
+                run: RunId,
+                reason: &str,
+            ) -> Result<Vec<ApprovalId>, StoreError> {
+                let mut tx = self.tenant_tx(tenant).await?;
+                let rows: Vec<(String,)> = sqlx::query_as(sql(format!(
+                    "update approval set status = 'expired', reason = $3 \
+                     where tenant_id = $1{u} and run_id = $2{u} and status = 'pending' \
+                     returning approval_id{t}",
+                    u = $u,
+                    t = $t
+                )))
+                .bind(text(tenant))
+                .bind(text(run))
+                .bind(reason)
+                .fetch_all(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                rows.into_iter()
+                    .map(|(a,)| Ok(ApprovalId(uuid(&a)?)))
+                    .collect()
+            }
+
             /// Marks every pending approval past its time as expired, in every tenant;
             /// returns the tenant and id of each.
             pub async fn expire_approvals(
@@ -610,5 +671,15 @@ impl Store {
 
     pub async fn expire_approvals(&self) -> Result<Vec<(TenantId, ApprovalId)>, StoreError> {
         dispatch!(self, s => s.expire_approvals().await)
+    }
+
+    /// Expires what `run` still waits for (see the backends' `expire_run_approvals`).
+    pub async fn expire_run_approvals(
+        &self,
+        tenant: TenantId,
+        run: RunId,
+        reason: &str,
+    ) -> Result<Vec<ApprovalId>, StoreError> {
+        dispatch!(self, s => s.expire_run_approvals(tenant, run, reason).await)
     }
 }

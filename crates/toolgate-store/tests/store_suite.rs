@@ -939,7 +939,8 @@ async fn approvals_are_used_once_decided_once_expire_and_stay_in_their_tenant() 
             requester: asker,
             requester_name: "asker".into(),
             auth: json!({"tenant": a.id}),
-            adapter: Adapter::Rest,
+            // MCP: the adapter whose clients make an approved call again, unpresented.
+            adapter: Adapter::Mcp,
             tool: "execute_command".into(),
             risk: toolgate_core::Risk::High,
             arguments: json!({"command": "ls", "token": "***"}),
@@ -1469,4 +1470,150 @@ async fn postgres_audit_commits_synchronously_even_when_the_database_says_off() 
     drop(store);
     drop(admin);
     db.drop_db().await;
+}
+
+/// An approval belongs to the one call that asked for it: two runs holding the same call
+/// get one approval each, a run never takes another's (nor an MCP or REST call's), a REST
+/// denial never lands on a later agent call, and a cancelled run's approvals expire.
+#[tokio::test]
+async fn approvals_are_bound_to_the_call_that_asked() {
+    use toolgate_core::policy::ApprovalRequest;
+    use toolgate_core::{Gate, RunId, RunStep};
+    use toolgate_store::approvals::Decision;
+
+    on_both(|store| async move {
+        let a = store.create_tenant("bound").await.expect("tenant");
+        let asker = PrincipalId::new();
+        let request = |adapter: Adapter, run: Option<RunId>, presented| ApprovalRequest {
+            tenant: a.id,
+            call_id: CallId::new(),
+            requester: asker,
+            requester_name: "asker".into(),
+            auth: json!({}),
+            adapter,
+            tool: "execute_command".into(),
+            risk: toolgate_core::Risk::High,
+            arguments: json!({"command": "deploy"}),
+            call_arguments: json!({"command": "deploy"}),
+            arguments_hash: "aa".repeat(32),
+            run: run.map(|run_id| RunStep { run_id, step: 1 }),
+            agent: run.map(|_| "ops".into()),
+            presented,
+            expires_at: SystemTime::now() + Duration::from_secs(60),
+        };
+        let pending = |gate: Gate| match gate {
+            Gate::Pending { approval, .. } => approval,
+            other => panic!("pending, not {other:?}"),
+        };
+        let decide = |approval, approve: bool| {
+            let store = store.clone();
+            async move {
+                store
+                    .decide_approval(
+                        a.id,
+                        approval,
+                        &Decision {
+                            approve,
+                            by: PrincipalId::new(),
+                            by_name: "boss".into(),
+                            reason: "decided".into(),
+                        },
+                    )
+                    .await
+                    .expect("decide")
+            }
+        };
+        let gate = |r: ApprovalRequest| {
+            let store = store.clone();
+            async move { store.gate_approval(&r).await.expect("gate") }
+        };
+
+        // Two runs, the same held call: one approval each.
+        let (run1, run2) = (RunId::new(), RunId::new());
+        let first = pending(gate(request(Adapter::Agent, Some(run1), None)).await);
+        let second = pending(gate(request(Adapter::Agent, Some(run2), None)).await);
+        assert_ne!(first, second);
+        decide(first, true).await;
+        // The second run presenting the first's approval does not get it.
+        assert!(matches!(
+            gate(request(Adapter::Agent, Some(run2), Some(first))).await,
+            Gate::Pending { .. }
+        ));
+        // Neither does an MCP call making the same call again.
+        let mcp = gate(request(Adapter::Mcp, None, None)).await;
+        assert!(
+            matches!(mcp, Gate::Pending { approval, .. } if approval != first),
+            "{mcp:?}"
+        );
+        // The first run, presenting its own, does; the second still waits on its own.
+        assert_eq!(
+            gate(request(Adapter::Agent, Some(run1), Some(first))).await,
+            Gate::Approved { approval: first }
+        );
+        assert_eq!(
+            store
+                .get_approval(a.id, second)
+                .await
+                .expect("get")
+                .expect("found")
+                .status,
+            "pending"
+        );
+
+        // An MCP approval is never used by an agent run's call.
+        let for_mcp = match mcp {
+            Gate::Pending { approval, .. } => approval,
+            _ => unreachable!("checked above"),
+        };
+        decide(for_mcp, true).await;
+        let run3 = RunId::new();
+        assert!(matches!(
+            gate(request(Adapter::Agent, Some(run3), None)).await,
+            Gate::Pending { approval, .. } if approval != for_mcp
+        ));
+        // ...while the MCP client making its call again uses it.
+        assert_eq!(
+            gate(request(Adapter::Mcp, None, None)).await,
+            Gate::Approved { approval: for_mcp }
+        );
+
+        // A REST denial does not land on a later agent call nobody saw, nor on a REST
+        // call that does not present it.
+        let rest = pending(gate(request(Adapter::Rest, None, None)).await);
+        decide(rest, false).await;
+        let run4 = RunId::new();
+        assert!(matches!(
+            gate(request(Adapter::Agent, Some(run4), None)).await,
+            Gate::Pending { .. }
+        ));
+        assert!(matches!(
+            gate(request(Adapter::Rest, None, None)).await,
+            Gate::Pending { approval, .. } if approval != rest
+        ));
+        assert!(matches!(
+            gate(request(Adapter::Rest, None, Some(rest))).await,
+            Gate::Denied { approval, .. } if approval == rest
+        ));
+
+        // A cancelled run's approvals expire; other runs' stay.
+        let expired = store
+            .expire_run_approvals(a.id, run2, "the run was cancelled")
+            .await
+            .expect("expire");
+        assert_eq!(expired, [second]);
+        let record = store
+            .get_approval(a.id, second)
+            .await
+            .expect("get")
+            .expect("found");
+        assert_eq!(record.status, "expired");
+        assert_eq!(
+            store
+                .expire_run_approvals(a.id, run2, "again")
+                .await
+                .expect("expire"),
+            []
+        );
+    })
+    .await;
 }
