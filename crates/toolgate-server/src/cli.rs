@@ -47,11 +47,27 @@ pub enum KeysCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum AuditCommand {
-    /// Walk a tenant's hash chain and name the first broken row.
+    /// Walk a tenant's hash chain and name the first broken row; check it reaches the
+    /// stored chain head and every signed checkpoint (the stored ones, and those in
+    /// `--checkpoints`, an export kept off the host).
     Verify {
         #[arg(long)]
         tenant: String,
+        /// JSON lines from `toolgate audit checkpoints`.
+        #[arg(long)]
+        checkpoints: Option<std::path::PathBuf>,
+        /// The deployment's public key (64 hex digits), when this host does not hold its
+        /// signing key.
+        #[arg(long)]
+        public_key: Option<String>,
     },
+    /// Print a tenant's signed checkpoints as JSON lines, for keeping off the host.
+    Checkpoints {
+        #[arg(long)]
+        tenant: String,
+    },
+    /// Print the public half of the deployment's audit signing key and its id.
+    PublicKey,
 }
 
 /// The configured store, migrated.
@@ -162,10 +178,47 @@ pub async fn keys(config: &Config, command: KeysCommand) -> anyhow::Result<()> {
 pub async fn audit(config: &Config, command: AuditCommand) -> anyhow::Result<()> {
     let store = open_store(config).await?;
     match command {
-        AuditCommand::Verify { tenant: name } => {
+        AuditCommand::PublicKey => {
+            let signer = config.audit_signer()?;
+            println!("{} {}", signer.public_key_hex(), signer.key_id());
+        }
+        AuditCommand::Checkpoints { tenant: name } => {
             let t = tenant(&store, &name).await?;
+            for cp in store.checkpoints(t.id).await? {
+                println!("{}", serde_json::to_string(&cp)?);
+            }
+        }
+        AuditCommand::Verify {
+            tenant: name,
+            checkpoints,
+            public_key,
+        } => {
+            let t = tenant(&store, &name).await?;
+            let key = match public_key {
+                Some(hex) => Some(
+                    toolgate_store::checkpoint::parse_public_key(&hex)
+                        .context("--public-key must be 64 hex digits of an Ed25519 key")?,
+                ),
+                // The deployment's key when this host holds it; never a new one.
+                None if config.audit.signing_key.is_some() || config.audit_key_file().exists() => {
+                    Some(config.audit_signer()?.public_key())
+                }
+                None => None,
+            };
+            let exported = match checkpoints {
+                Some(path) => std::fs::read_to_string(&path)
+                    .with_context(|| format!("reading {}", path.display()))?
+                    .lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .map(serde_json::from_str)
+                    .collect::<Result<Vec<toolgate_store::checkpoint::Checkpoint>, _>>()
+                    .with_context(|| {
+                        format!("{} must hold checkpoints as JSON lines", path.display())
+                    })?,
+                None => Vec::new(),
+            };
             let rows = store.audit_chain(t.id).await?.len();
-            match toolgate_store::chain::verify(&store.audit_chain(t.id).await?) {
+            match store.verify_audit(t.id, key.as_ref(), &exported).await? {
                 None => println!("ok: {rows} rows of tenant {name:?} verify"),
                 Some(ChainBreak::Altered { seq, call_id }) => {
                     bail!(
@@ -177,6 +230,17 @@ pub async fn audit(config: &Config, command: AuditCommand) -> anyhow::Result<()>
                 }
                 Some(ChainBreak::Gap { expected, found }) => {
                     bail!("row {expected} is missing (the chain jumps to {found})")
+                }
+                Some(ChainBreak::Truncated { recorded, found }) => {
+                    bail!(
+                        "the chain ends at row {found}, but row {recorded} was recorded (by the chain head or a signed checkpoint): its newest rows were removed"
+                    )
+                }
+                Some(ChainBreak::Rewritten { seq }) => {
+                    bail!("row {seq} is not the row a signed checkpoint recorded there")
+                }
+                Some(ChainBreak::Forged { seq }) => {
+                    bail!("the checkpoint at row {seq} is not signed by this deployment's key")
                 }
             }
         }

@@ -34,6 +34,32 @@ pub struct Config {
     /// LLM endpoints agents may use, by name (`[providers.openai]`). Operator-only: an
     /// agent names a provider, never a URL.
     pub providers: BTreeMap<String, ProviderEntry>,
+    pub audit: AuditConfig,
+}
+
+/// `[audit]`: signed checkpoints of the audit chains (see `toolgate_store::checkpoint`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuditConfig {
+    /// The Ed25519 key (its 32-byte seed, 64 hex digits) signing checkpoints. Set the same
+    /// key on every instance sharing a database (`TOOLGATE_AUDIT__SIGNING_KEY`, from a
+    /// secret store). Unset: read from `signing_key_file`, made on first start.
+    pub signing_key: Option<Secret>,
+    /// `<data_dir>/audit-signing-key` when unset.
+    pub signing_key_file: Option<PathBuf>,
+    /// How often every tenant's chain head is signed, in seconds (only heads that moved).
+    /// 0 turns checkpoints off.
+    pub checkpoint_secs: u64,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        Self {
+            signing_key: None,
+            signing_key_file: None,
+            checkpoint_secs: 60,
+        }
+    }
 }
 
 /// One `[providers.<name>]` entry.
@@ -600,6 +626,7 @@ impl Default for Config {
             upstreams: Vec::new(),
             tenant_upstreams: TenantUpstreamsConfig::default(),
             providers: BTreeMap::new(),
+            audit: AuditConfig::default(),
         }
     }
 }
@@ -797,6 +824,11 @@ impl Config {
         if self.tools.max_output_chars == 0 {
             errors.push(("tools.max_output_chars".into(), "must be at least 1".into()));
         }
+        if let Some(key) = &self.audit.signing_key
+            && crate::key_file::parse_key(key.expose()).is_none()
+        {
+            errors.push(("audit.signing_key".into(), "must be 64 hex digits".into()));
+        }
         if let Err(err) = toolgate_core::SecretNames::new(&self.tools.secret_names) {
             errors.push(("tools.secret_names".into(), err.to_string()));
         }
@@ -857,7 +889,7 @@ impl Config {
             errors.push(("tenant_upstreams.allowed_networks".into(), problem));
         }
         if let Some(key) = &tenant.key
-            && crate::upstreams::parse_key(key.expose()).is_none()
+            && crate::key_file::parse_key(key.expose()).is_none()
         {
             errors.push((
                 "tenant_upstreams.key".into(),
@@ -914,6 +946,24 @@ impl Config {
             .admin_key_file
             .clone()
             .unwrap_or_else(|| self.data_dir.join("admin-api-key"))
+    }
+
+    /// Where the audit signing key is kept when not configured.
+    pub fn audit_key_file(&self) -> PathBuf {
+        self.audit
+            .signing_key_file
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("audit-signing-key"))
+    }
+
+    /// The key signing audit checkpoints: configured, or from its file (made if absent).
+    pub fn audit_signer(&self) -> anyhow::Result<toolgate_store::checkpoint::AuditSigner> {
+        let seed = crate::key_file::load(
+            self.audit.signing_key.as_ref(),
+            &self.audit_key_file(),
+            "audit.signing_key",
+        )?;
+        Ok(toolgate_store::checkpoint::AuditSigner::from_seed(&seed))
     }
 
     /// Where the key sealing tenant upstreams' credentials is kept when not configured.

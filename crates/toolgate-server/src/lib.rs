@@ -21,6 +21,7 @@
 //! - [`telemetry`]: the `tracing` subscriber.
 //! - [`upstreams`]: tenants' own upstream MCP servers: sealed credentials, vetted
 //!   addresses, supervisors kept in step with the store.
+//! - [`key_file`]: 32-byte keys from the configuration or a file made on first start.
 
 pub mod approvals;
 pub mod auth;
@@ -29,6 +30,7 @@ pub mod cli;
 pub mod config;
 pub mod docs;
 pub mod jwt;
+pub mod key_file;
 pub mod mcp;
 pub mod request_id;
 pub mod rest;
@@ -177,6 +179,30 @@ pub async fn build_with(
     })
 }
 
+/// Signs every tenant's chain head that moved, every `every`, until `stop`.
+async fn sign_checkpoints(
+    store: toolgate_store::Store,
+    signer: toolgate_store::checkpoint::AuditSigner,
+    every: Duration,
+    stop: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        match store.write_checkpoints(&signer).await {
+            Ok(0) => {}
+            Ok(signed) => {
+                tracing::debug!(signed, key_id = %signer.key_id(), "audit checkpoints signed")
+            }
+            Err(err) => tracing::warn!(error = %err, "could not sign audit checkpoints"),
+        }
+    }
+}
+
 /// The OpenAPI document of the REST API, as served at `/openapi.json`.
 pub fn openapi() -> utoipa::openapi::OpenApi {
     rest::router().split_for_parts().1
@@ -271,11 +297,24 @@ pub async fn serve_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
     audit: Option<Arc<dyn AuditSink>>,
 ) -> anyhow::Result<()> {
+    let signer = (config.audit.checkpoint_secs > 0)
+        .then(|| config.audit_signer())
+        .transpose()
+        .context("loading the audit signing key")?;
     let Gateway {
         state,
         audit_writer,
     } = build_with(&config, audit).await?;
     let streams = state.shutdown.clone();
+    let checkpoints = signer.clone().map(|signer| {
+        tokio::spawn(sign_checkpoints(
+            state.store.clone(),
+            signer,
+            Duration::from_secs(config.audit.checkpoint_secs),
+            streams.clone(),
+        ))
+    });
+    let store = state.store.clone();
     // Upstreams connect in the background: one that is down never delays start-up.
     let upstreams = toolgate_mcp::upstream::start(
         config
@@ -327,6 +366,15 @@ pub async fn serve_with(
     match tokio::time::timeout(grace, audit_writer.join()).await {
         Ok(_) => tracing::info!("audit log flushed"),
         Err(_) => tracing::error!("the audit writer did not drain within the grace period"),
+    }
+    // The last rows written are signed too.
+    if let Some(task) = checkpoints {
+        let _ = task.await;
+    }
+    if let Some(signer) = &signer
+        && let Err(err) = store.write_checkpoints(signer).await
+    {
+        tracing::warn!(error = %err, "could not sign the final audit checkpoints");
     }
     tracing::info!("stopped");
     Ok(())

@@ -18,7 +18,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -76,54 +75,13 @@ impl Credentials {
     }
 }
 
-/// A 32-byte key from 64 hex digits.
-pub fn parse_key(hex_digits: &str) -> Option<[u8; 32]> {
-    hex::decode(hex_digits.trim()).ok()?.try_into().ok()
-}
-
 /// The configured key, or the key file's, made with a random key (mode 0600) if absent.
 pub fn load_key(config: &Config) -> anyhow::Result<[u8; 32]> {
-    if let Some(key) = &config.tenant_upstreams.key {
-        return parse_key(key.expose()).context("tenant_upstreams.key must be 64 hex digits");
-    }
-    let path = config.upstream_key_file();
-    match std::fs::read_to_string(&path) {
-        Ok(text) => {
-            parse_key(&text).with_context(|| format!("{} must hold 64 hex digits", path.display()))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => create_key_file(&path),
-        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
-    }
-}
-
-fn create_key_file(path: &Path) -> anyhow::Result<[u8; 32]> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut key = [0u8; 32];
-    SystemRandom::new()
-        .fill(&mut key)
-        .map_err(|_| anyhow::anyhow!("the system's random source failed"))?;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path);
-    match file {
-        Ok(mut file) => {
-            writeln!(file, "{}", hex::encode(key))
-                .with_context(|| format!("writing {}", path.display()))?;
-            Ok(key)
-        }
-        // Another process made it first: use theirs.
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            let text = std::fs::read_to_string(path)?;
-            parse_key(&text).with_context(|| format!("{} must hold 64 hex digits", path.display()))
-        }
-        Err(e) => Err(e).with_context(|| format!("creating {}", path.display())),
-    }
+    crate::key_file::load(
+        config.tenant_upstreams.key.as_ref(),
+        &config.upstream_key_file(),
+        "tenant_upstreams.key",
+    )
 }
 
 /// Seals and opens credentials.

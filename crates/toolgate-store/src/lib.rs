@@ -33,6 +33,7 @@ macro_rules! dispatch {
 
 pub mod approvals;
 pub mod chain;
+pub mod checkpoint;
 pub mod keys;
 pub mod model;
 mod nodelay;
@@ -327,10 +328,79 @@ impl Store {
         dispatch!(self, s => s.audit_chain(tenant).await)
     }
 
-    /// Walks a tenant's chain; the first break, if any.
+    /// Walks a tenant's chain, then checks that it reaches the stored chain head; the
+    /// first break, if any. (See [`Store::verify_audit`] for checkpoints too.)
     pub async fn verify_chain(&self, tenant: TenantId) -> Result<Option<ChainBreak>, StoreError> {
+        self.verify_audit(tenant, None, &[]).await
+    }
+
+    /// [`Store::verify_chain`], and every checkpoint — the stored ones and `exported`
+    /// (kept off the host) — must name a row that is there with its hash; with `key`, each
+    /// must also carry its valid signature.
+    pub async fn verify_audit(
+        &self,
+        tenant: TenantId,
+        key: Option<&ed25519_dalek::VerifyingKey>,
+        exported: &[checkpoint::Checkpoint],
+    ) -> Result<Option<ChainBreak>, StoreError> {
+        // The head and checkpoints first: rows appended meanwhile (a live gateway) only
+        // lengthen the chain read after them.
+        let head = dispatch!(self, s => s.audit_head(tenant).await)?;
+        let mut checkpoints = dispatch!(self, s => s.checkpoints(tenant).await)?;
+        checkpoints.extend(exported.iter().filter(|c| c.tenant == tenant).cloned());
         let rows = self.audit_chain(tenant).await?;
-        Ok(chain::verify(&rows))
+        if let Some(broken) = chain::verify(&rows) {
+            return Ok(Some(broken));
+        }
+        let last_seq = rows.last().map_or(0, |r| r.seq);
+        // Where the chain must reach, with the hash it must have there.
+        let row_at =
+            |seq: i64, hash: &str| match usize::try_from(seq - 1).ok().and_then(|i| rows.get(i)) {
+                Some(row) if row.row_hash == hash => None,
+                Some(_) => Some(ChainBreak::Rewritten { seq }),
+                None => Some(ChainBreak::Truncated {
+                    recorded: seq,
+                    found: last_seq,
+                }),
+            };
+        if let Some((seq, hash)) = &head
+            && let Some(broken) = row_at(*seq, hash)
+        {
+            return Ok(Some(broken));
+        }
+        for cp in &checkpoints {
+            if let Some(key) = key
+                && !cp.is_signed_by(key)
+            {
+                return Ok(Some(ChainBreak::Forged { seq: cp.seq }));
+            }
+            if let Some(broken) = row_at(cp.seq, &cp.row_hash) {
+                return Ok(Some(broken));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Signs and stores a checkpoint of every tenant's chain head that moved since its
+    /// last one; returns how many were written. Cheap when nothing moved.
+    pub async fn write_checkpoints(
+        &self,
+        signer: &checkpoint::AuditSigner,
+    ) -> Result<usize, StoreError> {
+        let heads = dispatch!(self, s => s.unsigned_heads().await)?;
+        for (tenant, seq, hash) in &heads {
+            let cp = signer.sign(*tenant, *seq, hash);
+            dispatch!(self, s => s.insert_checkpoint(&cp).await)?;
+        }
+        Ok(heads.len())
+    }
+
+    /// A tenant's stored checkpoints in chain order (for export).
+    pub async fn checkpoints(
+        &self,
+        tenant: TenantId,
+    ) -> Result<Vec<checkpoint::Checkpoint>, StoreError> {
+        dispatch!(self, s => s.checkpoints(tenant).await)
     }
 
     pub async fn record_security_event(

@@ -136,6 +136,13 @@ pub enum ChainBreak {
     Relinked { seq: i64, call_id: Uuid },
     /// Sequence numbers skip (a row was removed).
     Gap { expected: i64, found: i64 },
+    /// The chain ends before a row the store recorded: the chain head or a checkpoint
+    /// names row `recorded`, the last row there is `found` (its newest rows were removed).
+    Truncated { recorded: i64, found: i64 },
+    /// A checkpoint names row `seq` with another hash than the row there has.
+    Rewritten { seq: i64 },
+    /// A checkpoint's signature is not the deployment key's.
+    Forged { seq: i64 },
 }
 
 pub(crate) fn kind_str(kind: PrincipalKind) -> &'static str {

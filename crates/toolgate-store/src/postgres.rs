@@ -26,6 +26,7 @@ use toolgate_core::{PrincipalId, RunId, TenantId};
 use uuid::Uuid;
 
 use crate::chain::{GENESIS, canonical_json, row_from_record};
+use crate::checkpoint::Checkpoint;
 use crate::model::*;
 use crate::{StoreError, keys};
 
@@ -868,6 +869,74 @@ impl PostgresStore {
         .await?;
         tx.commit().await?;
         Ok(rows.into_iter().map(AuditRow::from).collect())
+    }
+
+    /// A tenant's stored chain head, `None` before its first row.
+    pub async fn audit_head(&self, tenant: TenantId) -> Result<Option<(i64, String)>, StoreError> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let head =
+            sqlx::query_as("select seq, row_hash from audit_chain_head where tenant_id = $1")
+                .bind(tenant.0)
+                .fetch_optional(&mut *tx)
+                .await?;
+        tx.commit().await?;
+        Ok(head)
+    }
+
+    /// Every tenant's chain head that no checkpoint covers yet.
+    pub async fn unsigned_heads(&self) -> Result<Vec<(TenantId, i64, String)>, StoreError> {
+        let rows: Vec<(Uuid, i64, String)> = sqlx::query_as(
+            "select h.tenant_id, h.seq, h.row_hash from audit_chain_head h \
+             where h.seq > coalesce((select max(c.seq) from audit_checkpoint c where c.tenant_id = h.tenant_id), 0)",
+        )
+        .fetch_all(&self.owner)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(t, seq, hash)| (TenantId(t), seq, hash))
+            .collect())
+    }
+
+    pub async fn insert_checkpoint(&self, cp: &Checkpoint) -> Result<(), StoreError> {
+        let mut tx = self.tenant_tx(cp.tenant).await?;
+        sqlx::query(
+            "insert into audit_checkpoint (tenant_id, seq, row_hash, key_id, signature, signed_at) \
+             values ($1, $2, $3, $4, $5, $6) on conflict do nothing",
+        )
+        .bind(cp.tenant.0)
+        .bind(cp.seq)
+        .bind(&cp.row_hash)
+        .bind(&cp.key_id)
+        .bind(&cp.signature)
+        .bind(cp.signed_at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// A tenant's checkpoints in chain order.
+    pub async fn checkpoints(&self, tenant: TenantId) -> Result<Vec<Checkpoint>, StoreError> {
+        let mut tx = self.tenant_tx(tenant).await?;
+        let rows: Vec<(i64, String, String, String, DateTime<Utc>)> = sqlx::query_as(
+            "select seq, row_hash, key_id, signature, signed_at from audit_checkpoint \
+             where tenant_id = $1 order by seq",
+        )
+        .bind(tenant.0)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(rows
+            .into_iter()
+            .map(|(seq, row_hash, key_id, signature, signed_at)| Checkpoint {
+                tenant,
+                seq,
+                row_hash,
+                key_id,
+                signature,
+                signed_at,
+            })
+            .collect())
     }
 
     pub async fn record_security_event(

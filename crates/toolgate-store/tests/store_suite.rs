@@ -1617,3 +1617,161 @@ async fn approvals_are_bound_to_the_call_that_asked() {
     })
     .await;
 }
+
+/// Runs `sqls` around the store's own guards, as someone with the database would.
+async fn tamper(store: &Store, sqls: &[String]) {
+    match store {
+        Store::Sqlite(sqlite) => {
+            for sql in [
+                "drop trigger if exists audit_log_no_delete",
+                "drop trigger if exists audit_checkpoint_no_delete",
+            ] {
+                sqlx::query(sql).execute(sqlite.pool()).await.expect(sql);
+            }
+            for sql in sqls {
+                sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                    .execute(sqlite.pool())
+                    .await
+                    .expect("tamper");
+            }
+        }
+        Store::Postgres(pg) => {
+            let mut conn = pg.owner_pool().acquire().await.expect("conn");
+            sqlx::query("set session_replication_role = replica")
+                .execute(&mut *conn)
+                .await
+                .expect("bypass triggers");
+            for sql in sqls {
+                sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                    .execute(&mut *conn)
+                    .await
+                    .expect("tamper");
+            }
+            sqlx::query("set session_replication_role = origin")
+                .execute(&mut *conn)
+                .await
+                .expect("reset");
+        }
+    }
+}
+
+/// Removing a tenant's newest rows — or all of them — is detected against the stored
+/// chain head; rewriting the head to match is detected by a signed checkpoint; deleting
+/// the checkpoints too, by an exported copy; a checkpoint signed by another key is forged.
+#[tokio::test]
+async fn tail_truncation_is_detected_by_the_head_and_by_signed_checkpoints() {
+    use toolgate_store::checkpoint::AuditSigner;
+    on_both(|store| async move {
+        let signer = AuditSigner::from_seed(&[42; 32]);
+        let key = signer.public_key();
+        let (tenant, rows) = seeded(&store).await;
+        assert_eq!(store.write_checkpoints(&signer).await.expect("sign"), 1);
+        assert_eq!(
+            store.write_checkpoints(&signer).await.expect("sign"),
+            0,
+            "nothing moved"
+        );
+        let exported = store.checkpoints(tenant).await.expect("export");
+        assert_eq!(exported.len(), 1);
+        assert_eq!(exported[0].seq, 5);
+        assert_eq!(
+            store
+                .verify_audit(tenant, Some(&key), &[])
+                .await
+                .expect("verify"),
+            None
+        );
+        let t = match &store {
+            Store::Sqlite(_) => tenant.0.hyphenated().to_string(),
+            Store::Postgres(_) => tenant.0.to_string(),
+        };
+        let cast = if matches!(store, Store::Postgres(_)) {
+            "::uuid"
+        } else {
+            ""
+        };
+
+        // The newest two rows go: the head still says 5.
+        tamper(
+            &store,
+            &[format!(
+                "delete from audit_log where tenant_id = '{t}'{cast} and seq > 3"
+            )],
+        )
+        .await;
+        assert_eq!(
+            store.verify_chain(tenant).await.expect("verify"),
+            Some(ChainBreak::Truncated {
+                recorded: 5,
+                found: 3
+            })
+        );
+        // The head rewritten to match: the signed checkpoint still names row 5.
+        tamper(&store, &[format!(
+            "update audit_chain_head set seq = 3, row_hash = '{}' where tenant_id = '{t}'{cast}",
+            rows[2].row_hash
+        )])
+        .await;
+        assert_eq!(
+            store
+                .verify_audit(tenant, Some(&key), &[])
+                .await
+                .expect("verify"),
+            Some(ChainBreak::Truncated {
+                recorded: 5,
+                found: 3
+            })
+        );
+        // The checkpoints deleted as well: the exported copy still tells.
+        tamper(
+            &store,
+            &[format!(
+                "delete from audit_checkpoint where tenant_id = '{t}'{cast}"
+            )],
+        )
+        .await;
+        assert_eq!(
+            store
+                .verify_audit(tenant, Some(&key), &[])
+                .await
+                .expect("verify"),
+            None
+        );
+        assert_eq!(
+            store
+                .verify_audit(tenant, Some(&key), &exported)
+                .await
+                .expect("verify"),
+            Some(ChainBreak::Truncated {
+                recorded: 5,
+                found: 3
+            })
+        );
+        // A checkpoint signed by someone else's key, for the shortened chain: forged.
+        let forger = AuditSigner::from_seed(&[7; 32]);
+        let forged = forger.sign(tenant, 3, &rows[2].row_hash);
+        assert_eq!(
+            store
+                .verify_audit(tenant, Some(&key), &[forged])
+                .await
+                .expect("verify"),
+            Some(ChainBreak::Forged { seq: 3 })
+        );
+        // Every row gone, the head left: detected.
+        tamper(
+            &store,
+            &[format!(
+                "delete from audit_log where tenant_id = '{t}'{cast}"
+            )],
+        )
+        .await;
+        assert_eq!(
+            store.verify_chain(tenant).await.expect("verify"),
+            Some(ChainBreak::Truncated {
+                recorded: 3,
+                found: 0
+            })
+        );
+    })
+    .await;
+}
