@@ -241,3 +241,57 @@ async fn health_and_readiness() {
         "{body}"
     );
 }
+
+/// A client that sends its request head or body too slowly (slowloris) loses its
+/// connection after the configured read timeouts, on REST and /mcp alike.
+#[tokio::test]
+async fn slow_request_heads_and_bodies_are_cut_off() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let gw = Gateway::start_with(|c| {
+        c.http.header_read_timeout_secs = 1;
+        c.http.body_read_timeout_secs = 1;
+    })
+    .await;
+    let addr = gw.base.trim_start_matches("http://").to_owned();
+    // What the server does with the connection, within a bound far above the timeouts.
+    async fn outcome(addr: &str, sent: String) -> String {
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        tcp.write_all(sent.as_bytes()).await.expect("write");
+        let mut got = Vec::new();
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(15),
+            tcp.read_to_end(&mut got),
+        )
+        .await;
+        assert!(read.is_ok(), "the connection was held open: {sent:?}");
+        String::from_utf8_lossy(&got).into_owned()
+    }
+    // A head that never ends: closed (hyper answers nothing, or 408).
+    let answer = outcome(&addr, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ".into()).await;
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 408"),
+        "{answer}"
+    );
+    // A body that stops coming: a client error, and the connection ends.
+    for path in ["/v1/tools/echo/invoke", "/mcp"] {
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\n\
+             Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+             Content-Length: 100\r\n\r\n{{\"argu",
+            gw.admin_key
+        );
+        let answer = outcome(&addr, head).await;
+        assert!(
+            answer.is_empty() || answer.starts_with("HTTP/1.1 4"),
+            "{path}: {answer}"
+        );
+    }
+    // A complete request is still served.
+    let (status, _, _) = gw
+        .invoke(
+            "echo",
+            serde_json::json!({"arguments": {"message": "fine"}}),
+        )
+        .await;
+    assert_eq!(status, 200);
+}

@@ -428,6 +428,11 @@ pub struct HttpConfig {
     pub cors_allowed_origins: Vec<String>,
     /// On shutdown, how long in-flight requests may take to finish, in seconds.
     pub shutdown_grace_secs: u64,
+    /// How long a client may take to send a request's head (and an idle keep-alive
+    /// connection may wait for its next one), in seconds; then the connection is closed.
+    pub header_read_timeout_secs: u64,
+    /// How long a client may pause while sending a request body, in seconds.
+    pub body_read_timeout_secs: u64,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -637,6 +642,8 @@ impl Default for HttpConfig {
             max_body_bytes: 1024 * 1024,
             cors_allowed_origins: Vec::new(),
             shutdown_grace_secs: 10,
+            header_read_timeout_secs: 30,
+            body_read_timeout_secs: 60,
         }
     }
 }
@@ -812,6 +819,20 @@ impl Config {
         }
         if self.http.max_body_bytes == 0 {
             errors.push(("http.max_body_bytes".into(), "must be at least 1".into()));
+        }
+        for (key, secs) in [
+            (
+                "http.header_read_timeout_secs",
+                self.http.header_read_timeout_secs,
+            ),
+            (
+                "http.body_read_timeout_secs",
+                self.http.body_read_timeout_secs,
+            ),
+        ] {
+            if secs == 0 {
+                errors.push((key.into(), "must be at least 1".into()));
+            }
         }
         for origin in &self.http.cors_allowed_origins {
             if origin != "*" && axum::http::HeaderValue::from_str(origin).is_err() {

@@ -21,6 +21,7 @@
 //! - [`telemetry`]: the `tracing` subscriber.
 //! - [`upstreams`]: tenants' own upstream MCP servers: sealed credentials, vetted
 //!   addresses, supervisors kept in step with the store.
+//! - [`http_server`]: the accept loop, with request read timeouts (slowloris).
 //! - [`key_file`]: 32-byte keys from the configuration or a file made on first start.
 
 pub mod approvals;
@@ -29,6 +30,7 @@ pub mod bootstrap;
 pub mod cli;
 pub mod config;
 pub mod docs;
+pub mod http_server;
 pub mod jwt;
 pub mod key_file;
 pub mod mcp;
@@ -335,14 +337,18 @@ pub async fn serve_with(
     // Before the listener serves: a run started here must not pass for an orphan.
     state.runs.adopt_orphans().await;
     let runs = tokio::spawn(state.runs.clone().supervise(streams.clone()));
-    let app = app(state, &config).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let app = app(state, &config);
     let addr = listener
         .local_addr()
         .context("reading the listener's address")?;
     tracing::info!(%addr, "listening");
     let stopping = CancellationToken::new();
     let signal = stopping.clone();
-    let server = axum::serve(tuned(listener), app).with_graceful_shutdown(async move {
+    let timeouts = http_server::ReadTimeouts {
+        header: Duration::from_secs(config.http.header_read_timeout_secs),
+        body: Duration::from_secs(config.http.body_read_timeout_secs),
+    };
+    let server = http_server::serve(listener, app, timeouts, async move {
         shutdown.await;
         tracing::info!("shutting down: no new connections, draining in-flight requests");
         streams.cancel();
@@ -350,7 +356,7 @@ pub async fn serve_with(
     });
     let grace = Duration::from_secs(config.http.shutdown_grace_secs);
     tokio::select! {
-        result = server => result.context("serving HTTP")?,
+        () = server => {}
         () = async { stopping.cancelled().await; tokio::time::sleep(grace).await } => {
             tracing::warn!(grace_secs = grace.as_secs(), "in-flight requests still running after the grace period; stopping them");
         }

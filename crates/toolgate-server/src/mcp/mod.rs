@@ -223,9 +223,26 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
         toolset: caller.toolset,
         request_id,
     });
+    // A body that fails to arrive (too slow: `http.body_read_timeout_secs`, or cut off)
+    // is the client's doing; rmcp would answer it with a 500.
+    let body_failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let body = {
+        use http_body_util::BodyExt;
+        let failed = body_failed.clone();
+        axum::body::Body::new(body.map_err(move |err| {
+            failed.store(true, std::sync::atomic::Ordering::Relaxed);
+            err
+        }))
+    };
     let mut response = CALLER
         .scope(owner, next.run(Request::from_parts(parts, body)))
         .await;
+    if response.status() == StatusCode::INTERNAL_SERVER_ERROR
+        && body_failed.load(std::sync::atomic::Ordering::Relaxed)
+    {
+        return ApiError::Malformed("the request body did not arrive in full and in time".into())
+            .into_response();
+    }
     // rmcp answers a successful DELETE with 202; the Python SDK treats anything but 200
     // as a failed termination and logs it on every close.
     if ending && response.status() == StatusCode::ACCEPTED {
