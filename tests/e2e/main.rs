@@ -9,6 +9,7 @@ mod docs;
 mod jwt;
 mod mcp;
 mod mcp_sdk;
+mod overload;
 mod relay;
 mod resources;
 mod rest_errors;

@@ -94,8 +94,29 @@ pub fn hash_json(value: &Value) -> String {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("audit store unavailable: {0}")]
-pub struct AuditError(pub String);
+#[error("audit store unavailable: {message}")]
+pub struct AuditError {
+    pub message: String,
+    /// The store could not commit for now (unreachable, overloaded, locked): the call
+    /// may succeed if made again shortly.
+    pub transient: bool,
+}
+
+impl AuditError {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            transient: false,
+        }
+    }
+
+    pub fn transient(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            transient: true,
+        }
+    }
+}
 
 /// Where audit records go. Implemented by `toolgate-store`.
 #[async_trait]

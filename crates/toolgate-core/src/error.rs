@@ -35,11 +35,14 @@ pub enum ErrorKind {
     Upstream,
     /// A bug or an unavailable dependency inside the gateway. Its cause is logged, never shown.
     Internal,
+    /// The gateway cannot serve the call right now (its store is unreachable, overloaded
+    /// or locked); trying again shortly may succeed. REST answers 503 with `Retry-After`.
+    Unavailable,
 }
 
 impl ErrorKind {
     /// Every kind, for exhaustive tests and documentation.
-    pub const ALL: [ErrorKind; 11] = [
+    pub const ALL: [ErrorKind; 12] = [
         ErrorKind::InvalidArguments,
         ErrorKind::NotFound,
         ErrorKind::Unauthenticated,
@@ -51,6 +54,7 @@ impl ErrorKind {
         ErrorKind::Cancelled,
         ErrorKind::Upstream,
         ErrorKind::Internal,
+        ErrorKind::Unavailable,
     ];
 
     /// The stable snake_case name used in problem types, audit rows and events.
@@ -67,6 +71,7 @@ impl ErrorKind {
             ErrorKind::Cancelled => "cancelled",
             ErrorKind::Upstream => "upstream",
             ErrorKind::Internal => "internal",
+            ErrorKind::Unavailable => "unavailable",
         }
     }
 
@@ -77,7 +82,8 @@ impl ErrorKind {
             | ErrorKind::ApprovalRequired
             | ErrorKind::RateLimited
             | ErrorKind::Timeout
-            | ErrorKind::Upstream => true,
+            | ErrorKind::Upstream
+            | ErrorKind::Unavailable => true,
             ErrorKind::NotFound
             | ErrorKind::Unauthenticated
             | ErrorKind::Forbidden

@@ -196,10 +196,16 @@ impl Executor {
         ) {
             (Ok(()), result) => result,
             (Err(audit_err), Ok(_)) => {
-                let mut err = ToolError::new(
-                    ErrorKind::Internal,
-                    "the audit log could not record this call, so its result is withheld",
-                );
+                let mut err = if audit_err.transient {
+                    unavailable(
+                        "the audit log cannot record calls right now, so this call's result is withheld",
+                    )
+                } else {
+                    ToolError::new(
+                        ErrorKind::Internal,
+                        "the audit log could not record this call, so its result is withheld",
+                    )
+                };
                 err.cause = Some(audit_err.to_string());
                 Err(err)
             }
@@ -344,10 +350,14 @@ impl Executor {
             return Ok(());
         }
         self.audit.begin(record).await.map_err(|audit_err| {
-            let mut err = ToolError::new(
-                ErrorKind::Internal,
-                "the audit log is unavailable, so this call was not run",
-            );
+            let mut err = if audit_err.transient {
+                unavailable("the audit log cannot record calls right now, so this call was not run")
+            } else {
+                ToolError::new(
+                    ErrorKind::Internal,
+                    "the audit log is unavailable, so this call was not run",
+                )
+            };
             err.cause = Some(audit_err.to_string());
             err
         })
@@ -448,6 +458,16 @@ async fn run(
     // Whatever the tool spawned should stop too.
     ctx.cancel.cancel();
     result
+}
+
+/// How long a caller is asked to wait before trying a call the store could not take.
+pub const RETRY_AFTER_SECS: u64 = 1;
+
+/// A call the gateway could not serve for now, with when to try again.
+fn unavailable(message: &str) -> ToolError {
+    ToolError::new(ErrorKind::Unavailable, message)
+        .with_details(serde_json::json!({"retry_after_secs": RETRY_AFTER_SECS}))
+        .with_suggestion("make the same call again shortly")
 }
 
 fn panic_message(panic: &(dyn Any + Send)) -> &str {

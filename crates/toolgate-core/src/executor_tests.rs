@@ -45,14 +45,14 @@ struct Audit {
 impl AuditSink for Audit {
     async fn begin(&self, record: &AuditRecord) -> Result<(), AuditError> {
         if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(AuditError("disk full".into()));
+            return Err(AuditError::new("disk full"));
         }
         self.begun.lock().expect("lock").push(record.tool.clone());
         Ok(())
     }
     async fn record(&self, record: AuditRecord) -> Result<(), AuditError> {
         if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(AuditError("disk full".into()));
+            return Err(AuditError::new("disk full"));
         }
         self.records.lock().expect("lock").push(record);
         Ok(())

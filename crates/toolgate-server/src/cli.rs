@@ -72,9 +72,10 @@ pub enum AuditCommand {
 
 /// The configured store, migrated.
 pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
-    let store = Store::open(
+    let store = Store::open_with(
         config.database.url.as_ref().map(|u| u.expose()),
         &config.data_dir,
+        config.database.limits(),
     )
     .await
     .context("opening the store")?;

@@ -411,12 +411,39 @@ impl fmt::Debug for Secret {
     }
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DatabaseConfig {
     /// `postgres://…` for Postgres; unset for the embedded SQLite file
     /// `<data_dir>/toolgate.db`. Also read from `DATABASE_URL`.
     pub url: Option<Secret>,
+    /// The longest one statement may run or wait for a lock, in milliseconds; then the
+    /// request fails with 503 and `Retry-After` (Postgres `statement_timeout` and
+    /// `lock_timeout`, SQLite's busy timeout).
+    pub statement_timeout_ms: u64,
+    /// The longest a request waits for a database connection, in milliseconds.
+    pub acquire_timeout_ms: u64,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        let limits = toolgate_store::StoreLimits::default();
+        Self {
+            url: None,
+            statement_timeout_ms: u64::try_from(limits.statement_timeout.as_millis())
+                .unwrap_or(5000),
+            acquire_timeout_ms: u64::try_from(limits.acquire_timeout.as_millis()).unwrap_or(2000),
+        }
+    }
+}
+
+impl DatabaseConfig {
+    pub fn limits(&self) -> toolgate_store::StoreLimits {
+        toolgate_store::StoreLimits {
+            statement_timeout: std::time::Duration::from_millis(self.statement_timeout_ms),
+            acquire_timeout: std::time::Duration::from_millis(self.acquire_timeout_ms),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -828,6 +855,14 @@ impl Config {
             (
                 "http.body_read_timeout_secs",
                 self.http.body_read_timeout_secs,
+            ),
+            (
+                "database.statement_timeout_ms",
+                self.database.statement_timeout_ms,
+            ),
+            (
+                "database.acquire_timeout_ms",
+                self.database.acquire_timeout_ms,
             ),
         ] {
             if secs == 0 {

@@ -77,6 +77,41 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Whether the database could not take the operation for now — unreachable, out of
+    /// connections, timed out, locked, shutting down, out of space — rather than refused
+    /// it: trying again later may succeed, and callers hear 503, not 500.
+    pub fn is_unavailable(&self) -> bool {
+        let StoreError::Database(err) = self else {
+            return false;
+        };
+        match err {
+            sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::WorkerCrashed => true,
+            sqlx::Error::Database(db) => {
+                let code = db.code().unwrap_or_default();
+                if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+                    // SQLITE_BUSY (5), SQLITE_LOCKED (6), SQLITE_FULL (13), and their
+                    // extended codes (the primary code in the low byte).
+                    return code
+                        .parse::<i32>()
+                        .is_ok_and(|c| matches!(c & 0xff, 5 | 6 | 13));
+                }
+                // Postgres: connection exceptions (08…), too many connections (53300),
+                // disk full (53100), query cancelled by statement_timeout (57014), shutting
+                // down (57P01-03), lock not available (55P03).
+                code.starts_with("08")
+                    || matches!(
+                        &*code,
+                        "53300" | "53100" | "57014" | "57P01" | "57P02" | "57P03" | "55P03"
+                    )
+            }
+            _ => false,
+        }
+    }
+
     /// Maps a violation of the named constraint to [`StoreError::Conflict`].
     pub(crate) fn on_constraint(err: sqlx::Error, constraint: &str, message: &str) -> StoreError {
         match &err {
@@ -94,6 +129,26 @@ impl StoreError {
     }
 }
 
+/// How long the store waits, so that a slow, locked or overloaded database turns into a
+/// prompt 503 rather than requests that hang.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreLimits {
+    /// The longest one statement may run, or wait for a lock (Postgres
+    /// `statement_timeout` and `lock_timeout`; SQLite's busy timeout).
+    pub statement_timeout: Duration,
+    /// The longest a request waits for a pooled connection.
+    pub acquire_timeout: Duration,
+}
+
+impl Default for StoreLimits {
+    fn default() -> Self {
+        Self {
+            statement_timeout: Duration::from_secs(5),
+            acquire_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
 /// The store: one backend or the other.
 #[derive(Clone, Debug)]
 pub enum Store {
@@ -104,14 +159,23 @@ pub enum Store {
 impl Store {
     /// Postgres when `database_url` is set, else SQLite at `<data_dir>/toolgate.db`.
     pub async fn open(database_url: Option<&str>, data_dir: &Path) -> Result<Store, StoreError> {
+        Self::open_with(database_url, data_dir, StoreLimits::default()).await
+    }
+
+    /// [`Store::open`] with the given limits.
+    pub async fn open_with(
+        database_url: Option<&str>,
+        data_dir: &Path,
+        limits: StoreLimits,
+    ) -> Result<Store, StoreError> {
         match database_url {
-            Some(url) => Ok(Store::Postgres(PostgresStore::connect(url).await?)),
+            Some(url) => Ok(Store::Postgres(PostgresStore::connect(url, limits).await?)),
             None => {
                 std::fs::create_dir_all(data_dir).map_err(|e| {
                     StoreError::Corrupt(format!("cannot create {}: {e}", data_dir.display()))
                 })?;
                 Ok(Store::Sqlite(
-                    SqliteStore::open(&data_dir.join("toolgate.db")).await?,
+                    SqliteStore::open(&data_dir.join("toolgate.db"), limits).await?,
                 ))
             }
         }
@@ -120,6 +184,12 @@ impl Store {
     /// Most audit records the writer puts in one transaction.
     pub fn max_batch(&self) -> usize {
         writer::MAX_BATCH
+    }
+
+    /// Whether a write (an audit row) could commit now; see each backend's
+    /// `probe_write`.
+    pub async fn probe_write(&self) -> Result<(), StoreError> {
+        dispatch!(self, s => s.probe_write().await)
     }
 
     pub fn backend(&self) -> &'static str {

@@ -50,6 +50,7 @@ pub struct PostgresStore {
     audit_conn: Arc<tokio::sync::Mutex<Option<PgConnection>>>,
     /// Kept to open the writer's own pools; boxed, it is large and rarely read.
     options: Box<PgConnectOptions>,
+    limits: crate::StoreLimits,
     /// The relay this store's TCP connections go through (see [`crate::nodelay`]).
     _relay: Option<Arc<crate::nodelay::NoDelayRelay>>,
 }
@@ -206,20 +207,20 @@ const AUDIT_SELECT: &str = "select call_id, tenant_id, seq, principal_id, adapte
 
 impl PostgresStore {
     /// Pools on `url`; connections open on first use.
-    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+    pub async fn connect(url: &str, limits: crate::StoreLimits) -> Result<Self, StoreError> {
         let options: PgConnectOptions = url.parse()?;
-        Ok(Self::from_options(options))
+        Ok(Self::from_options(options, limits))
     }
 
     /// The same database through new pools, whose connections belong to the runtime
     /// that first uses them (the audit writer's own thread).
     pub fn reopen(&self) -> Self {
-        Self::from_options((*self.options).clone())
+        Self::from_options((*self.options).clone(), self.limits)
     }
 
     /// Pools on `options`, through a [`NoDelayRelay`](crate::nodelay::NoDelayRelay) on
     /// the current runtime when they name a TCP server.
-    fn from_options(options: PgConnectOptions) -> Self {
+    fn from_options(options: PgConnectOptions, limits: crate::StoreLimits) -> Self {
         let tcp = options.get_socket().is_none() && !options.get_host().starts_with('/');
         let relay = tcp
             .then(|| crate::nodelay::NoDelayRelay::start(options.get_host(), options.get_port()))
@@ -237,7 +238,7 @@ impl PostgresStore {
         // leave room for several gateway instances and ops sessions.
         let owner = PgPoolOptions::new()
             .max_connections(4)
-            .acquire_timeout(Duration::from_secs(5))
+            .acquire_timeout(limits.acquire_timeout)
             .after_connect(|conn, _meta| {
                 Box::pin(async move {
                     conn.execute(SYNCHRONOUS_COMMIT).await?;
@@ -245,13 +246,17 @@ impl PostgresStore {
                 })
             })
             .connect_lazy_with(connect.clone());
+        // The app's statements (never migrations) are bounded: a locked table or a slow
+        // database fails the request as unavailable (503) instead of holding it.
+        let timeout_ms = limits.statement_timeout.as_millis();
         let app = PgPoolOptions::new()
             .max_connections(16)
-            .acquire_timeout(Duration::from_secs(5))
-            .after_connect(|conn, _meta| {
+            .acquire_timeout(limits.acquire_timeout)
+            .after_connect(move |conn, _meta| {
                 Box::pin(async move {
                     conn.execute(sqlx::AssertSqlSafe(format!(
-                        "set role toolgate_app; {SYNCHRONOUS_COMMIT}"
+                        "set role toolgate_app; set statement_timeout = {timeout_ms}; \
+                         set lock_timeout = {timeout_ms}; {SYNCHRONOUS_COMMIT}"
                     )))
                     .await?;
                     Ok(())
@@ -264,6 +269,7 @@ impl PostgresStore {
             heads: Arc::default(),
             audit_conn: Arc::default(),
             options: Box::new(options),
+            limits,
             _relay: relay,
         }
     }
@@ -275,6 +281,17 @@ impl PostgresStore {
 
     pub async fn ping(&self) -> Result<(), StoreError> {
         sqlx::query("select 1").execute(&self.app).await?;
+        Ok(())
+    }
+
+    /// Whether an audit row could be committed now: takes, without waiting, the lock an
+    /// insert into `audit_log` takes (`select 1` succeeds while the table is locked).
+    pub async fn probe_write(&self) -> Result<(), StoreError> {
+        let mut tx = self.app.begin().await?;
+        sqlx::query("lock table audit_log in row exclusive mode nowait")
+            .execute(&mut *tx)
+            .await?;
+        tx.rollback().await?;
         Ok(())
     }
 

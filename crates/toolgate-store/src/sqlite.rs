@@ -6,7 +6,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
@@ -33,6 +32,7 @@ pub struct SqliteStore {
     /// with the chain heads it remembers, after a failed batch; the next one takes a new
     /// connection.
     audit_conn: Arc<tokio::sync::Mutex<Option<AuditConn>>>,
+    limits: crate::StoreLimits,
 }
 
 impl SqliteStore {
@@ -338,30 +338,33 @@ const AUDIT_COLUMNS: &str = "call_id, tenant_id, seq, principal_id, adapter, too
 
 impl SqliteStore {
     /// Opens (creating if needed) the database file at `path`.
-    pub async fn open(path: &Path) -> Result<Self, StoreError> {
+    pub async fn open(path: &Path, limits: crate::StoreLimits) -> Result<Self, StoreError> {
         let options = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             // WAL with NORMAL is durable across process crashes (only an OS crash can
             // lose the last transactions); FULL also syncs every commit to disk.
             .synchronous(SqliteSynchronous::Full)
-            .busy_timeout(Duration::from_secs(10))
+            // A write waits this long for another's lock, then fails as unavailable (503).
+            .busy_timeout(limits.statement_timeout)
             .foreign_keys(true);
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
+            .acquire_timeout(limits.acquire_timeout)
             .connect_with(options)
             .await?;
         Ok(Self {
             pool,
             path: path.to_path_buf(),
             audit_conn: Arc::default(),
+            limits,
         })
     }
 
     /// The same file through a new pool, whose connections belong to the runtime that
     /// opens it (the audit writer's own thread).
     pub async fn reopen(&self) -> Result<Self, StoreError> {
-        Self::open(&self.path).await
+        Self::open(&self.path, self.limits).await
     }
 
     pub async fn migrate(&self) -> Result<(), StoreError> {
@@ -372,6 +375,32 @@ impl SqliteStore {
     pub async fn ping(&self) -> Result<(), StoreError> {
         sqlx::query("select 1").execute(&self.pool).await?;
         Ok(())
+    }
+
+    /// Whether a write could be committed now: takes the write lock briefly (waiting at
+    /// most 250 ms for it), then lets go.
+    pub async fn probe_write(&self) -> Result<(), StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        sqlx::query("pragma busy_timeout = 250")
+            .execute(&mut *conn)
+            .await?;
+        let probed = async {
+            sqlx::query("begin immediate").execute(&mut *conn).await?;
+            sqlx::query("rollback").execute(&mut *conn).await?;
+            Ok::<(), StoreError>(())
+        }
+        .await;
+        let restored = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "pragma busy_timeout = {}",
+            self.limits.statement_timeout.as_millis()
+        )))
+        .execute(&mut *conn)
+        .await;
+        if probed.is_err() || restored.is_err() {
+            // Its state is unknown (a transaction left open, the short timeout kept).
+            conn.detach();
+        }
+        probed
     }
 
     pub async fn create_tenant(&self, name: &str) -> Result<Tenant, StoreError> {

@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot};
 use toolgate_core::audit::{AuditError, AuditRecord, AuditSink};
 
-use crate::Store;
+use crate::{Store, StoreError};
 
 /// Most records committed in one transaction (see [`Store::max_batch`]).
 pub const MAX_BATCH: usize = 512;
@@ -30,7 +30,7 @@ pub const QUEUE: usize = 8192;
 /// A record's outcome, with the record itself handed back so that the request thread that
 /// built it also frees it: measured under load, records freed on the writer's thread cost
 /// mimalloc's cross-thread free path on both sides.
-type Ack = oneshot::Sender<(Result<(), String>, AuditRecord)>;
+type Ack = oneshot::Sender<(Result<(), AuditError>, AuditRecord)>;
 
 /// A handle on the writer task. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -80,7 +80,7 @@ impl AuditWriter {
 /// Fails every record that arrives: calls fail closed rather than run unaudited.
 async fn refuse_all(mut rx: mpsc::Receiver<(AuditRecord, Ack)>, reason: &str) {
     while let Some((record, ack)) = rx.recv().await {
-        let _ = ack.send((Err(reason.to_owned()), record));
+        let _ = ack.send((Err(AuditError::new(reason)), record));
     }
 }
 
@@ -104,7 +104,7 @@ async fn run(store: Store, mut rx: mpsc::Receiver<(AuditRecord, Ack)>) {
             Err(err) if records.len() == 1 => {
                 tracing::error!(error = %err, "audit record could not be written");
                 for (record, ack) in records.into_iter().zip(acks) {
-                    let _ = ack.send((Err(err.to_string()), record));
+                    let _ = ack.send((Err(audit_error(&err)), record));
                 }
             }
             Err(err) => {
@@ -114,10 +114,20 @@ async fn run(store: Store, mut rx: mpsc::Receiver<(AuditRecord, Ack)>) {
                     if let Err(err) = &result {
                         tracing::error!(error = %err, call_id = %record.call_id, "audit record could not be written");
                     }
-                    let _ = ack.send((result.map_err(|e| e.to_string()), record));
+                    let _ = ack.send((result.map_err(|e| audit_error(&e)), record));
                 }
             }
         }
+    }
+}
+
+/// A store failure as the executor takes it: transient when the store could not take
+/// the write for now (see [`StoreError::is_unavailable`]).
+fn audit_error(err: &StoreError) -> AuditError {
+    if err.is_unavailable() {
+        AuditError::transient(err.to_string())
+    } else {
+        AuditError::new(err.to_string())
     }
 }
 
@@ -127,7 +137,7 @@ impl AuditSink for AuditWriter {
         self.store
             .begin_call(record)
             .await
-            .map_err(|e| AuditError(e.to_string()))
+            .map_err(|e| audit_error(&e))
     }
 
     async fn record(&self, record: AuditRecord) -> Result<(), AuditError> {
@@ -135,12 +145,12 @@ impl AuditSink for AuditWriter {
         self.queue
             .send((record, ack))
             .await
-            .map_err(|_| AuditError("the audit writer has stopped".into()))?;
+            .map_err(|_| AuditError::new("the audit writer has stopped"))?;
         match done.await {
             Ok((Ok(()), _record)) => Ok(()),
-            Ok((Err(err), _)) => Err(AuditError(err)),
-            Err(_) => Err(AuditError(
-                "the audit writer stopped before committing".into(),
+            Ok((Err(err), _)) => Err(err),
+            Err(_) => Err(AuditError::new(
+                "the audit writer stopped before committing",
             )),
         }
     }

@@ -159,6 +159,7 @@ fn tool_status(kind: ErrorKind) -> (StatusCode, &'static str) {
         // but the service's own availability.
         ErrorKind::Cancelled => (StatusCode::SERVICE_UNAVAILABLE, "Cancelled"),
         ErrorKind::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "Internal error"),
+        ErrorKind::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "Service unavailable"),
     }
 }
 
@@ -217,6 +218,22 @@ impl ApiError {
 }
 
 impl ApiError {
+    /// `Retry-After` seconds for a call to make again later (503, 429), from its details.
+    fn retry_after(&self) -> Option<u64> {
+        let ApiError::Tool(err) = self else {
+            return None;
+        };
+        if !matches!(err.kind, ErrorKind::Unavailable | ErrorKind::RateLimited) {
+            return None;
+        }
+        let given = err
+            .details
+            .as_ref()
+            .and_then(|d| d.get("retry_after_secs"))
+            .and_then(|s| s.as_u64());
+        Some(given.unwrap_or(toolgate_core::executor::RETRY_AFTER_SECS))
+    }
+
     /// The `WWW-Authenticate` challenge of a 401 or 403 (RFC 6750 §3): no error code when
     /// no credentials came, `invalid_token` for bad ones, `insufficient_scope` (naming the
     /// scope when known) when they do not reach far enough.
@@ -256,11 +273,17 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let challenge = self.challenge();
+        let retry_after = self.retry_after();
         let (status, problem, cause) = self.into_problem();
         let mut response = (status, Json(problem)).into_response();
         response
             .headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if let Some(secs) = retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         if let Some(value) = challenge.and_then(|c| HeaderValue::from_str(&c).ok()) {
             response
                 .headers_mut()
@@ -296,6 +319,17 @@ impl From<toolgate_store::StoreError> for ApiError {
             StoreError::Conflict(detail) => ApiError::Conflict(detail),
             StoreError::NotFound(detail) => ApiError::Tool(ToolError::not_found(detail)),
             StoreError::Invalid(detail) => ApiError::Malformed(detail),
+            other if other.is_unavailable() => {
+                let mut err = ToolError::new(
+                    ErrorKind::Unavailable,
+                    "the store cannot take this request right now; try again shortly",
+                )
+                .with_details(serde_json::json!({
+                    "retry_after_secs": toolgate_core::executor::RETRY_AFTER_SECS
+                }));
+                err.cause = Some(other.to_string());
+                ApiError::Tool(err)
+            }
             other @ (StoreError::Database(_) | StoreError::Migrate(_) | StoreError::Corrupt(_)) => {
                 ApiError::Internal(other.into())
             }
@@ -329,6 +363,7 @@ mod tests {
                     | ErrorKind::Timeout
                     | ErrorKind::Internal
                     | ErrorKind::Cancelled
+                    | ErrorKind::Unavailable
             );
             assert_eq!(status.is_server_error(), expected_server_side, "{kind}");
         }

@@ -41,6 +41,9 @@ async fn healthz() -> AppJson<Health> {
     })
 }
 
+/// How long `/readyz` waits for the store.
+const READY_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The gateway can serve calls: its dependencies answer.
 #[utoipa::path(
     get,
@@ -59,9 +62,20 @@ async fn readyz(State(app): State<AppState>) -> (StatusCode, AppJson<Health>) {
         Ok(_) => "workspace root is not a directory".to_owned(),
         Err(e) => format!("workspace root unavailable: {}", e.kind()),
     };
-    let store = match app.store.ping().await {
-        Ok(()) => "ok".to_owned(),
-        Err(_) => format!("{} store unreachable", app.store.backend()),
+    // Reachable is not enough: the store must be able to commit an audit row now (a
+    // locked audit table answers `select 1`). Bounded, so a hanging store is an answer.
+    let probe = tokio::time::timeout(READY_PROBE_TIMEOUT, async {
+        app.store.ping().await?;
+        app.store.probe_write().await
+    })
+    .await;
+    let store = match probe {
+        Ok(Ok(())) => "ok".to_owned(),
+        Ok(Err(err)) if err.is_unavailable() => {
+            format!("{} store cannot commit now", app.store.backend())
+        }
+        Ok(Err(_)) => format!("{} store unreachable", app.store.backend()),
+        Err(_) => format!("{} store did not answer in time", app.store.backend()),
     };
     let ready = workspace == "ok" && store == "ok";
     let status = if ready {
