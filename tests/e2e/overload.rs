@@ -117,3 +117,102 @@ async fn a_locked_database_file_is_503_and_not_ready_on_sqlite() {
     .await;
     gw.stop().await;
 }
+
+/// Postgres down when the gateway starts: it serves anyway — `/healthz` 200, `/readyz`
+/// and the API 503 with `Retry-After` — and becomes ready once the database answers.
+/// (Before: start-up failed and the process exited.) The database is reached through a
+/// loopback relay the test opens only later.
+#[tokio::test]
+async fn a_gateway_started_while_postgres_is_down_serves_once_it_returns() {
+    let db = PgDb::create().await;
+    // A free port nobody listens on yet.
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        probe.local_addr().expect("addr").port()
+    };
+    let real = url_authority(&db.url);
+    let via_relay = db.url.replacen(&real, &format!("127.0.0.1:{port}"), 1);
+    let data = tempfile::tempdir().expect("data dir");
+    let mut config = toolgate_server::Config {
+        data_dir: data.path().to_path_buf(),
+        ..toolgate_server::Config::default()
+    };
+    config.database.url = Some(Secret::new(via_relay));
+    config.database.acquire_timeout_ms = 500;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(toolgate_server::serve(config, listener, async {
+        let _ = stopped.await;
+    }));
+    let http = reqwest::Client::new();
+    let status = |path: &'static str| {
+        let (http, base) = (http.clone(), base.clone());
+        async move {
+            match http.get(format!("{base}{path}")).send().await {
+                Ok(r) => Some((
+                    r.status().as_u16(),
+                    r.headers().get("retry-after").is_some(),
+                )),
+                Err(_) => None,
+            }
+        }
+    };
+    let mut seen = None;
+    for _ in 0..200 {
+        seen = status("/healthz").await;
+        if seen.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(seen, Some((200, false)), "alive while the database is down");
+    assert_eq!(status("/readyz").await.map(|s| s.0), Some(503));
+    assert_eq!(status("/v1/tools").await, Some((503, true)));
+
+    // The database comes back.
+    let relay = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .expect("bind relay");
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = relay.accept().await {
+            let real = real.clone();
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(&real).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    let mut ready = None;
+    for _ in 0..600 {
+        ready = status("/readyz").await.map(|s| s.0);
+        if ready == Some(200) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(ready, Some(200), "ready once the database answers");
+    let key = std::fs::read_to_string(data.path().join("admin-api-key")).expect("admin key");
+    let response = toolgate_e2e::client_with_key(key.trim())
+        .post(format!("{base}/v1/tools/echo/invoke"))
+        .json(&json!({"arguments": {"message": "back"}}))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 200);
+    let _ = stop.send(());
+    server
+        .await
+        .expect("join")
+        .expect("the gateway stopped cleanly");
+    db.drop_db().await;
+}
+
+/// `host:port` of a `postgres://user@host:port/db` URL.
+fn url_authority(url: &str) -> String {
+    let after_at = url.split('@').nth(1).expect("user@host");
+    after_at.split('/').next().expect("host:port").to_owned()
+}

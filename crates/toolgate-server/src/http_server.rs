@@ -34,9 +34,11 @@ pub struct ReadTimeouts {
 }
 
 /// Serves `app` on `listener` until `shutdown` completes, then waits for the open
-/// connections to finish their requests (the caller bounds that wait).
+/// connections to finish their requests (the caller bounds that wait). A listener given
+/// by value is closed first, so new connections are refused during that wait; one lent
+/// stays open for its owner's next server.
 pub async fn serve(
-    listener: TcpListener,
+    listener: impl std::borrow::Borrow<TcpListener>,
     app: Router,
     timeouts: ReadTimeouts,
     shutdown: impl Future<Output = ()>,
@@ -55,7 +57,7 @@ pub async fn serve(
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (tcp, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
+            accepted = listener.borrow().accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(err) => {
                     // Out of file descriptors and the like: pause rather than spin.

@@ -181,6 +181,114 @@ pub async fn build_with(
     })
 }
 
+/// [`build_with`], tried again (1 s, 2 s, … 10 s apart) while the store cannot be reached
+/// — a database that is down when the gateway starts — with `listener` answering
+/// meanwhile: `/healthz` 200, `/readyz` and everything else 503 with `Retry-After`.
+/// `None` when `stop` came first.
+async fn build_when_the_store_answers(
+    config: &Config,
+    audit: Option<Arc<dyn AuditSink>>,
+    listener: &TcpListener,
+    timeouts: http_server::ReadTimeouts,
+    stop: &CancellationToken,
+) -> anyhow::Result<Option<Gateway>> {
+    let first = match build_with(config, audit.clone()).await {
+        Ok(gateway) => return Ok(Some(gateway)),
+        Err(err) if store_unreachable(&err) => err,
+        Err(err) => return Err(err),
+    };
+    let addr = listener.local_addr().ok();
+    tracing::error!(error = format!("{first:#}"), addr = ?addr, "the store cannot be reached; answering 503 and trying again");
+    let built = CancellationToken::new();
+    let waiting = http_server::serve(listener, not_ready_app(), timeouts, {
+        let (built, stop) = (built.clone(), stop.clone());
+        async move {
+            tokio::select! {
+                () = built.cancelled() => {}
+                () = stop.cancelled() => {}
+            }
+        }
+    });
+    let building = async {
+        let mut pause = Duration::from_secs(1);
+        let result = loop {
+            tokio::select! {
+                () = stop.cancelled() => break Ok(None),
+                () = tokio::time::sleep(pause) => {}
+            }
+            match build_with(config, audit.clone()).await {
+                Ok(gateway) => break Ok(Some(gateway)),
+                Err(err) if store_unreachable(&err) => {
+                    tracing::warn!(
+                        error = format!("{err:#}"),
+                        "the store still cannot be reached"
+                    );
+                    pause = (pause * 2).min(Duration::from_secs(10));
+                }
+                Err(err) => break Err(err),
+            }
+        };
+        built.cancel();
+        result
+    };
+    let ((), result) = tokio::join!(waiting, building);
+    if matches!(result, Ok(Some(_))) {
+        tracing::info!("the store answers; serving");
+    }
+    result
+}
+
+/// Whether start-up failed only because the store could not be reached.
+fn store_unreachable(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<toolgate_store::StoreError>()
+            .is_some_and(toolgate_store::StoreError::is_unavailable)
+    })
+}
+
+/// What the listener answers while the store cannot be reached.
+fn not_ready_app() -> Router {
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
+    let waiting = || async {
+        let mut response = (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::CONTENT_TYPE, "application/problem+json")],
+            serde_json::json!({
+                "type": "urn:toolgate:error:unavailable",
+                "title": "Service unavailable",
+                "status": 503,
+                "detail": "the gateway is starting and cannot reach its store yet",
+            })
+            .to_string(),
+        )
+            .into_response();
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        response
+    };
+    Router::new()
+        .route(
+            "/healthz",
+            axum::routing::get(|| async { axum::Json(serde_json::json!({"status": "ok"})) }),
+        )
+        .route(
+            "/readyz",
+            axum::routing::get(|| async {
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    axum::Json(serde_json::json!({
+                        "status": "not_ready",
+                        "checks": [{"name": "store", "status": "cannot be reached yet"}],
+                    })),
+                )
+            }),
+        )
+        .fallback(waiting)
+}
+
 /// Signs every tenant's chain head that moved, every `every`, until `stop`.
 async fn sign_checkpoints(
     store: toolgate_store::Store,
@@ -303,10 +411,26 @@ pub async fn serve_with(
         .then(|| config.audit_signer())
         .transpose()
         .context("loading the audit signing key")?;
-    let Gateway {
+    let timeouts = http_server::ReadTimeouts {
+        header: Duration::from_secs(config.http.header_read_timeout_secs),
+        body: Duration::from_secs(config.http.body_read_timeout_secs),
+    };
+    // Told by `shutdown`, whether the gateway is serving or still waiting for its store.
+    let stop = CancellationToken::new();
+    tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            shutdown.await;
+            stop.cancel();
+        }
+    });
+    let Some(Gateway {
         state,
         audit_writer,
-    } = build_with(&config, audit).await?;
+    }) = build_when_the_store_answers(&config, audit, &listener, timeouts, &stop).await?
+    else {
+        return Ok(());
+    };
     let streams = state.shutdown.clone();
     let checkpoints = signer.clone().map(|signer| {
         tokio::spawn(sign_checkpoints(
@@ -344,12 +468,8 @@ pub async fn serve_with(
     tracing::info!(%addr, "listening");
     let stopping = CancellationToken::new();
     let signal = stopping.clone();
-    let timeouts = http_server::ReadTimeouts {
-        header: Duration::from_secs(config.http.header_read_timeout_secs),
-        body: Duration::from_secs(config.http.body_read_timeout_secs),
-    };
     let server = http_server::serve(listener, app, timeouts, async move {
-        shutdown.await;
+        stop.cancelled().await;
         tracing::info!("shutting down: no new connections, draining in-flight requests");
         streams.cancel();
         signal.cancel();

@@ -81,8 +81,10 @@ impl StoreError {
     /// connections, timed out, locked, shutting down, out of space — rather than refused
     /// it: trying again later may succeed, and callers hear 503, not 500.
     pub fn is_unavailable(&self) -> bool {
-        let StoreError::Database(err) = self else {
-            return false;
+        let err = match self {
+            StoreError::Database(err)
+            | StoreError::Migrate(sqlx::migrate::MigrateError::Execute(err)) => err,
+            _ => return false,
         };
         match err {
             sqlx::Error::PoolTimedOut
