@@ -7,6 +7,7 @@ mod commands;
 mod conformance;
 mod docs;
 mod jwt;
+mod limits;
 mod mcp;
 mod mcp_sdk;
 mod overload;

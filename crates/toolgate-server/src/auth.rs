@@ -145,6 +145,21 @@ impl Authenticator {
         })
     }
 
+    /// Whether the credential in `authorization` still authenticates: false once it was
+    /// revoked or expired, true while the store merely cannot answer (a long stream is not
+    /// cut for that).
+    pub async fn still_valid(&self, authorization: Option<&axum::http::HeaderValue>) -> bool {
+        let Some(value) = authorization else {
+            return false;
+        };
+        let (mut parts, ()) = axum::http::Request::new(()).into_parts();
+        parts.headers.insert(AUTHORIZATION, value.clone());
+        match self.authenticate(&parts).await {
+            Ok(_) => true,
+            Err(err) => err.kind != ErrorKind::Unauthenticated,
+        }
+    }
+
     async fn api_key(&self, secret: &str) -> Result<Arc<AuthContext>, ToolError> {
         let hash = keys::hash(secret);
         self.check_revocation_signal();

@@ -317,6 +317,14 @@ pub struct McpConfig {
     pub durable_streams: Option<bool>,
     /// How long stored SSE events are kept for resumption.
     pub event_retention_secs: u64,
+    /// Live sessions one principal may hold on this instance; one more `initialize` is
+    /// 429 with `Retry-After`.
+    pub max_sessions_per_principal: usize,
+    /// Live sessions one tenant's principals may hold together on this instance.
+    pub max_sessions_per_tenant: usize,
+    /// A session with no request and no open stream for this long is let go of from
+    /// memory (it stays in the store and is restored if its client comes back), seconds.
+    pub session_idle_secs: u64,
     /// SSE polling (SEP-1699): a session request still running after this long has its
     /// POST stream closed, and the client resumes it with `Last-Event-ID` (a GET) after
     /// `sse_retry_ms`; a resumed stream is let go of after as long again. Frees the
@@ -369,6 +377,9 @@ impl Default for McpConfig {
             public_url: None,
             durable_streams: None,
             event_retention_secs: 3600,
+            max_sessions_per_principal: 64,
+            max_sessions_per_tenant: 1024,
+            session_idle_secs: 300,
             sse_poll_after_ms: None,
             sse_retry_ms: 3000,
             // OpenAI's Apps SDK keys (`openai/outputTemplate`, …) for OpenAI's clients.
@@ -460,6 +471,11 @@ pub struct HttpConfig {
     pub header_read_timeout_secs: u64,
     /// How long a client may pause while sending a request body, in seconds.
     pub body_read_timeout_secs: u64,
+    /// Open SSE streams (approval and run events, MCP session streams) one principal may
+    /// hold on this instance; one more is 429 with `Retry-After`.
+    pub max_streams_per_principal: usize,
+    /// Open SSE streams one tenant's principals may hold together on this instance.
+    pub max_streams_per_tenant: usize,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -671,6 +687,8 @@ impl Default for HttpConfig {
             shutdown_grace_secs: 10,
             header_read_timeout_secs: 30,
             body_read_timeout_secs: 60,
+            max_streams_per_principal: 16,
+            max_streams_per_tenant: 256,
         }
     }
 }

@@ -21,6 +21,7 @@
 //! - [`telemetry`]: the `tracing` subscriber.
 //! - [`upstreams`]: tenants' own upstream MCP servers: sealed credentials, vetted
 //!   addresses, supervisors kept in step with the store.
+//! - [`streams`]: caps on open SSE streams; streams end when their credential does.
 //! - [`http_server`]: the accept loop, with request read timeouts (slowloris).
 //! - [`key_file`]: 32-byte keys from the configuration or a file made on first start.
 
@@ -38,6 +39,7 @@ pub mod request_id;
 pub mod rest;
 pub mod runs;
 pub mod state;
+pub mod streams;
 pub mod telemetry;
 pub mod upstreams;
 
@@ -162,6 +164,13 @@ pub async fn build_with(
     } else {
         None
     };
+    let streams = Arc::new(streams::Streams::new(
+        streams::StreamLimits {
+            per_principal: config.http.max_streams_per_principal,
+            per_tenant: config.http.max_streams_per_tenant,
+        },
+        authenticator.clone(),
+    ));
     let state = AppState::new(state::Shared {
         registry,
         catalog,
@@ -174,6 +183,7 @@ pub async fn build_with(
         audit,
         upstreams,
         shutdown,
+        streams,
     });
     Ok(Gateway {
         state,

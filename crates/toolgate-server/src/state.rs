@@ -32,6 +32,8 @@ pub struct Shared {
     pub upstreams: Option<Arc<crate::upstreams::TenantUpstreams>>,
     /// Cancelled when the gateway begins to stop: long-lived streams (MCP SSE) end.
     pub shutdown: CancellationToken,
+    /// Open SSE streams per principal and tenant, capped; each re-checks its credential.
+    pub streams: Arc<crate::streams::Streams>,
 }
 
 impl AppState {

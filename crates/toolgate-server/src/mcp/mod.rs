@@ -113,14 +113,21 @@ pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> 
     // One service shared by reference: rmcp's own `Service` impl clones it (and its
     // configuration: host and origin lists, a cancellation token) for every request, and
     // axum clones a route's service once more.
+    let stored_sessions = Arc::new(StoredSessions::new(
+        state.store.clone(),
+        durable_events,
+        Duration::from_millis(mcp.sse_retry_ms),
+        mcp.sse_poll_after_ms.map(Duration::from_millis),
+        sessions::SessionLimits {
+            per_principal: mcp.max_sessions_per_principal,
+            per_tenant: mcp.max_sessions_per_tenant,
+            idle: Duration::from_secs(mcp.session_idle_secs),
+        },
+    ));
+    stored_sessions.sweep(shutdown.clone());
     let service = Arc::new(StreamableHttpService::new(
         move || Ok(adapter.for_session()),
-        Arc::new(StoredSessions::new(
-            state.store.clone(),
-            durable_events,
-            Duration::from_millis(mcp.sse_retry_ms),
-            mcp.sse_poll_after_ms.map(Duration::from_millis),
-        )),
+        stored_sessions,
         transport,
     ));
     let guard = Guard(Arc::new(GuardInner {
@@ -210,6 +217,17 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
             return ApiError::from(ToolError::not_found("no such MCP session")).into_response();
         }
     }
+    // A GET opens a long-lived stream (the session's, or a resumed one): counted against
+    // the caller's caps, and ended when its credential stops being valid.
+    let stream_ticket = if parts.method == Method::GET {
+        match guard.state.streams.admit(&caller.auth) {
+            Ok(ticket) => Some(ticket),
+            Err(err) => return ApiError::from(err).into_response(),
+        }
+    } else {
+        None
+    };
+    let authorization = parts.headers.get(header::AUTHORIZATION).cloned();
     let request_id = parts.extensions.get::<RequestId>().map(|r| r.0.to_string());
     let ending = parts.method == Method::DELETE;
     let json_post = parts.method == Method::POST
@@ -234,9 +252,24 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
             err
         }))
     };
-    let mut response = CALLER
-        .scope(owner, next.run(Request::from_parts(parts, body)))
+    let (mut response, refused) = CALLER
+        .scope(
+            owner,
+            sessions::SESSION_REFUSED.scope(std::cell::Cell::new(false), async {
+                let response = next.run(Request::from_parts(parts, body)).await;
+                let refused = sessions::SESSION_REFUSED.with(std::cell::Cell::get);
+                (response, refused)
+            }),
+        )
         .await;
+    if refused {
+        let err = ToolError::new(
+            ErrorKind::RateLimited,
+            "you hold as many MCP sessions as one principal (or your tenant) may; end one (DELETE /mcp) or let one go idle first",
+        )
+        .with_details(json!({"retry_after_secs": 30}));
+        return ApiError::from(err).into_response();
+    }
     if response.status() == StatusCode::INTERNAL_SERVER_ERROR
         && body_failed.load(std::sync::atomic::Ordering::Relaxed)
     {
@@ -252,6 +285,13 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
     // -32700, and HTTP says the media type was fine: the body was not.
     if json_post && response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
         return parse_error();
+    }
+    if let Some(ticket) = stream_ticket
+        && response.status().is_success()
+    {
+        let (parts, body) = response.into_parts();
+        let body = guard.state.streams.guard(ticket, authorization, body);
+        return Response::from_parts(parts, body);
     }
     response
 }

@@ -16,6 +16,14 @@
 //! stream's recent events in memory. Stateless (2026-07-28) requests are not replayable
 //! either way: their events have no session to bind them to a caller.
 //!
+//! Sessions in memory are bounded: one principal may hold `mcp.max_sessions_per_principal`
+//! live sessions on this instance and a tenant `mcp.max_sessions_per_tenant` (one more
+//! `initialize` is refused with 429 and `Retry-After`), and a session with no request and
+//! no open stream for `mcp.session_idle_secs` is let go of from memory (rmcp's own idle
+//! timeout stops its worker but keeps its handle, so idle sessions piled up). A session
+//! let go of stays in the store: its client coming back restores it, as on another
+//! instance.
+//!
 //! SSE polling (SEP-1699, `mcp.sse_poll_after_ms`): a session request still running after
 //! that long has its POST stream closed with a `retry` event; the client comes back with
 //! `Last-Event-ID` and gets what was stored since, then what is stored next (looked for
@@ -93,6 +101,15 @@ impl Sessions {
     }
 }
 
+/// A session refused (or made outside a request) as rmcp's error type.
+fn refusal(why: String) -> LocalSessionManagerError {
+    LocalSessionManagerError::SessionError(
+        rmcp::transport::streamable_http_server::session::local::SessionError::EventStore(
+            why.into(),
+        ),
+    )
+}
+
 /// The caller of the request being served, as the `/mcp` guard recorded it.
 fn caller(action: &str) -> Result<Owner, String> {
     CALLER
@@ -143,7 +160,58 @@ pub(super) struct StoredSessions {
     durable_events: bool,
     /// SSE polling, when on.
     poll: Option<Polling>,
-    live: tokio::sync::RwLock<HashMap<SessionId, Arc<LocalSessionManager>>>,
+    live: tokio::sync::RwLock<HashMap<SessionId, Live>>,
+    limits: SessionLimits,
+}
+
+/// Caps on live sessions in memory, and when an unused one is let go of.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct SessionLimits {
+    pub per_principal: usize,
+    pub per_tenant: usize,
+    pub idle: Duration,
+}
+
+/// One live session: its rmcp manager, whose it is, when it was last used, and how many
+/// of its streams are open.
+struct Live {
+    manager: Arc<LocalSessionManager>,
+    owner: Owner,
+    used: Arc<Mutex<Instant>>,
+    streams: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Live {
+    fn touch(&self) {
+        *self.used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+
+    fn idle_for(&self) -> Duration {
+        self.used
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .elapsed()
+    }
+}
+
+/// Counts one open stream of a session while it lives.
+struct StreamHold {
+    streams: Arc<std::sync::atomic::AtomicUsize>,
+    used: Arc<Mutex<Instant>>,
+}
+
+impl Drop for StreamHold {
+    fn drop(&mut self) {
+        self.streams
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        *self.used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+}
+
+tokio::task_local! {
+    /// Set when this `/mcp` request's `initialize` was refused for the caller's caps, so
+    /// the guard answers 429 rather than rmcp's 500.
+    pub(super) static SESSION_REFUSED: std::cell::Cell<bool>;
 }
 
 type ManagerResult<T> = Result<T, LocalSessionManagerError>;
@@ -175,16 +243,101 @@ impl StoredSessions {
         durable_events: bool,
         retry: Duration,
         poll_after: Option<Duration>,
+        limits: SessionLimits,
     ) -> Self {
         let mut config = SessionConfig::default();
         config.sse_retry = Some(retry);
+        config.keep_alive = Some(limits.idle);
         Self {
             store,
             config,
             durable_events,
             poll: poll_after.map(|after| Polling { after, retry }),
             live: Default::default(),
+            limits,
         }
+    }
+
+    /// Lets go of sessions unused for `limits.idle` (no request, no open stream), every
+    /// minute at most, until `stop`.
+    pub(super) fn sweep(self: &Arc<Self>, stop: CancellationToken) {
+        let sessions = Arc::downgrade(self);
+        let every = self.limits.idle.min(Duration::from_secs(60));
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(every) => {}
+                }
+                let Some(sessions) = sessions.upgrade() else {
+                    return;
+                };
+                let idle: Vec<SessionId> = sessions
+                    .live
+                    .read()
+                    .await
+                    .iter()
+                    .filter(|(_, live)| {
+                        live.streams.load(std::sync::atomic::Ordering::Relaxed) == 0
+                            && live.idle_for() >= sessions.limits.idle
+                    })
+                    .map(|(id, _)| id.clone())
+                    .collect();
+                for id in &idle {
+                    let _ = sessions.close_session(id).await;
+                }
+                if !idle.is_empty() {
+                    tracing::debug!(
+                        sessions = idle.len(),
+                        "idle MCP sessions let go of from memory"
+                    );
+                }
+            }
+        });
+    }
+
+    /// Whether `owner` may open one more session here; else notes the refusal for the
+    /// guard and says why.
+    async fn admit(&self, owner: Owner) -> Result<(), String> {
+        let live = self.live.read().await;
+        let by_principal = live.values().filter(|l| l.owner == owner).count();
+        let by_tenant = live.values().filter(|l| l.owner.0 == owner.0).count();
+        let refused = if by_principal >= self.limits.per_principal {
+            Some(format!(
+                "{by_principal} sessions open, the most one principal may hold"
+            ))
+        } else if by_tenant >= self.limits.per_tenant {
+            Some(format!(
+                "{by_tenant} sessions open in the tenant, the most it may hold"
+            ))
+        } else {
+            None
+        };
+        match refused {
+            Some(why) => {
+                let _ = SESSION_REFUSED.try_with(|refused| refused.set(true));
+                Err(why)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// `stream` of session `live`, counted as open while it lives.
+    fn held(
+        live: &Live,
+        stream: impl Stream<Item = ServerSseMessage> + Send + Sync + 'static,
+    ) -> SseStream {
+        live.streams
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let hold = StreamHold {
+            streams: live.streams.clone(),
+            used: live.used.clone(),
+        };
+        let mut stream = Box::pin(stream);
+        boxed(futures::stream::poll_fn(move |cx| {
+            let _ = &hold;
+            stream.as_mut().poll_next(cx)
+        }))
     }
 
     /// A manager for one session of the current caller's tenant, and its event store
@@ -232,13 +385,33 @@ impl StoredSessions {
         Some(guard)
     }
 
+    /// Session `id`'s manager, the session marked used.
     async fn get(&self, id: &SessionId) -> ManagerResult<Arc<LocalSessionManager>> {
-        self.live
-            .read()
-            .await
+        let live = self.live.read().await;
+        let found = live
             .get(id)
-            .cloned()
-            .ok_or_else(|| LocalSessionManagerError::SessionNotFound(id.clone()))
+            .ok_or_else(|| LocalSessionManagerError::SessionNotFound(id.clone()))?;
+        found.touch();
+        Ok(found.manager.clone())
+    }
+
+    /// Session `id`'s entry as [`Self::get`], for what counts its streams.
+    async fn with_live<T>(&self, id: &SessionId, f: impl FnOnce(&Live) -> T) -> ManagerResult<T> {
+        let live = self.live.read().await;
+        let found = live
+            .get(id)
+            .ok_or_else(|| LocalSessionManagerError::SessionNotFound(id.clone()))?;
+        found.touch();
+        Ok(f(found))
+    }
+
+    fn live(&self, manager: LocalSessionManager, owner: Owner) -> Live {
+        Live {
+            manager: Arc::new(manager),
+            owner,
+            used: Arc::new(Mutex::new(Instant::now())),
+            streams: Arc::default(),
+        }
     }
 }
 
@@ -247,6 +420,8 @@ impl SessionManager for StoredSessions {
     type Transport = WorkerTransport<LocalSessionWorker>;
 
     async fn create_session(&self) -> ManagerResult<(SessionId, Self::Transport)> {
+        let owner = caller("an MCP session opened").map_err(refusal)?;
+        self.admit(owner).await.map_err(refusal)?;
         let (manager, events) = self.manager()?;
         let (id, transport) = manager.create_session().await?;
         if let Some(events) = events {
@@ -254,10 +429,8 @@ impl SessionManager for StoredSessions {
             // stored before this.
             let _ = events.session.set(id.clone());
         }
-        self.live
-            .write()
-            .await
-            .insert(id.clone(), Arc::new(manager));
+        let live = self.live(manager, owner);
+        self.live.write().await.insert(id.clone(), live);
         Ok((id, transport))
     }
 
@@ -274,9 +447,9 @@ impl SessionManager for StoredSessions {
     }
 
     async fn close_session(&self, id: &SessionId) -> ManagerResult<()> {
-        let manager = self.live.write().await.remove(id);
-        match manager {
-            Some(manager) => manager.close_session(id).await,
+        let live = self.live.write().await.remove(id);
+        match live {
+            Some(live) => live.manager.close_session(id).await,
             None => Ok(()),
         }
     }
@@ -288,7 +461,9 @@ impl SessionManager for StoredSessions {
     ) -> ManagerResult<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static> {
         let manager = self.get(id).await?;
         if self.poll.is_none() {
-            return Ok(boxed(manager.create_stream(id, message).await?));
+            let stream = manager.create_stream(id, message).await?;
+            // A request in flight keeps its session in memory.
+            return self.with_live(id, |live| Self::held(live, stream)).await;
         }
         // rmcp's `create_stream`, keeping the stream's request id to close it by.
         let handle = session_handle(&manager, id).await?;
@@ -297,10 +472,11 @@ impl SessionManager for StoredSessions {
         handle.push_message(message, request).await?;
         let close = request.and_then(|request| self.let_go_later(handle, request));
         let mut events = receiver.inner;
-        Ok(boxed(futures::stream::poll_fn(move |cx| {
+        let stream = futures::stream::poll_fn(move |cx| {
             let _ = &close; // the timer goes when the stream does
             events.poll_recv(cx)
-        })))
+        });
+        self.with_live(id, |live| Self::held(live, stream)).await
     }
 
     async fn accept_message(
@@ -317,7 +493,8 @@ impl SessionManager for StoredSessions {
     ) -> ManagerResult<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static> {
         let manager = self.get(id).await?;
         let stream = manager.create_standalone_stream(id).await?;
-        Ok(boxed(stream))
+        // The session's stream keeps it in memory while it is open.
+        self.with_live(id, |live| Self::held(live, stream)).await
     }
 
     async fn resume(
@@ -327,7 +504,7 @@ impl SessionManager for StoredSessions {
     ) -> ManagerResult<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static> {
         let manager = self.get(id).await?;
         let stream = manager.resume(id, last_event_id).await?;
-        Ok(boxed(stream))
+        self.with_live(id, |live| Self::held(live, stream)).await
     }
 
     async fn restore_session(
@@ -342,8 +519,9 @@ impl SessionManager for StoredSessions {
         if let Some(events) = events {
             let _ = events.session.set(id.clone());
         }
+        let owner = caller("an MCP session restored").map_err(refusal)?;
         let outcome = manager.restore_session(id.clone()).await?;
-        live.insert(id, Arc::new(manager));
+        live.insert(id, self.live(manager, owner));
         Ok(outcome)
     }
 }

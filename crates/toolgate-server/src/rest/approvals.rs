@@ -407,10 +407,13 @@ const EVENTS_WINDOW: i64 = 200;
 async fn approval_events(
     State(app): State<AppState>,
     caller: Caller,
+    headers: axum::http::HeaderMap,
 ) -> Result<axum::response::Response, ApiError> {
     use axum::response::IntoResponse;
     use axum::response::sse::{KeepAlive, Sse};
     caller.require(scopes::APPROVALS_DECIDE)?;
+    let ticket = app.streams.admit(&caller.auth)?;
+    let streams = app.streams.clone();
     let tenant = caller.auth.tenant;
     let known = app
         .store
@@ -475,9 +478,10 @@ async fn approval_events(
             }
         }
     });
-    Ok(Sse::new(stream)
+    let response = Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-        .into_response())
+        .into_response();
+    Ok(streams.follow(ticket, &headers, response))
 }
 
 /// One approval, to whoever may decide it or asked for it.

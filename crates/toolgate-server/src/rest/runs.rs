@@ -224,10 +224,13 @@ async fn run_events(
             .ok_or_else(|| ApiError::Malformed("Last-Event-ID must be a step number".into()))?,
         None => query.after.unwrap_or(0),
     };
+    let ticket = app.streams.admit(&caller.auth)?;
+    let streams = app.streams.clone();
     let stream = steps_stream(app, tenant, run, after);
-    Ok(Sse::new(stream)
+    let response = Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-        .into_response())
+        .into_response();
+    Ok(streams.follow(ticket, &headers, response))
 }
 
 fn steps_stream(

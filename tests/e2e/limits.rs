@@ -1,0 +1,146 @@
+//! One principal cannot hold the gateway's memory: open SSE streams and live MCP sessions
+//! are capped per principal (429 with `Retry-After` past the cap), and a stream ends soon
+//! after its credential is revoked.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::json;
+use toolgate_e2e::{Gateway, client_with_key};
+
+/// A new principal `name` with `scopes`, and its key (id, secret).
+async fn key(gw: &Gateway, name: &str, scopes: &[&str]) -> (String, String) {
+    let (status, _, who) = gw
+        .post("/v1/principals", json!({"name": name, "scopes": scopes}))
+        .await;
+    assert_eq!(status, 201, "{who}");
+    let (status, _, created) = gw
+        .post("/v1/keys", json!({"name": name, "principal_id": who["id"]}))
+        .await;
+    assert_eq!(status, 201, "{created}");
+    (
+        created["id"].as_str().expect("id").to_owned(),
+        created["secret"].as_str().expect("secret").to_owned(),
+    )
+}
+
+#[tokio::test]
+async fn sse_streams_are_capped_per_principal_and_end_when_the_key_is_revoked() {
+    let gw = Gateway::start_with(|c| c.http.max_streams_per_principal = 2).await;
+    let (id, secret) = key(&gw, "streams", &["approvals:decide"]).await;
+    let client = client_with_key(&secret);
+    let open = || async {
+        client
+            .get(gw.url("/v1/approvals/events"))
+            .send()
+            .await
+            .expect("request")
+    };
+    let first = open().await;
+    let second = open().await;
+    assert_eq!(
+        (first.status().as_u16(), second.status().as_u16()),
+        (200, 200)
+    );
+    let third = open().await;
+    assert_eq!(third.status(), 429);
+    assert!(third.headers().contains_key("retry-after"));
+    let problem: serde_json::Value = third.json().await.expect("json");
+    assert_eq!(
+        problem["type"], "urn:toolgate:error:rate_limited",
+        "{problem}"
+    );
+    // Another principal is not held to this one's count.
+    assert_eq!(
+        gw.http
+            .get(gw.url("/v1/approvals/events"))
+            .send()
+            .await
+            .expect("request")
+            .status(),
+        200
+    );
+    // A closed stream frees its place.
+    drop(second);
+    let mut again = None;
+    for _ in 0..100 {
+        let response = open().await;
+        if response.status() == 200 {
+            again = Some(response);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let again = again.expect("a place freed by the closed stream");
+
+    // Revoked: the open streams end (the credential is checked every few seconds).
+    let response = gw
+        .http
+        .delete(gw.url(&format!("/v1/keys/{id}")))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 204);
+    for stream in [first, again] {
+        let mut body = stream.bytes_stream();
+        let ended = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Some(chunk) = body.next().await {
+                if chunk.is_err() {
+                    break;
+                }
+            }
+        })
+        .await;
+        assert!(ended.is_ok(), "a revoked key's stream stayed open");
+    }
+}
+
+#[tokio::test]
+async fn mcp_sessions_are_capped_per_principal() {
+    let gw = Gateway::start_with(|c| c.mcp.max_sessions_per_principal = 2).await;
+    let initialize = |client: reqwest::Client| {
+        let url = gw.url("/mcp");
+        async move {
+            client
+                .post(url)
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-protocol-version", "2025-11-25")
+                .json(
+                    &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                    "protocolVersion": "2025-11-25", "capabilities": {},
+                    "clientInfo": {"name": "capped", "version": "0"}}}),
+                )
+                .send()
+                .await
+                .expect("request")
+        }
+    };
+    let (_, secret) = key(&gw, "sessions", &["tools:invoke"]).await;
+    let client = client_with_key(&secret);
+    let mut sessions = Vec::new();
+    for _ in 0..2 {
+        let response = initialize(client.clone()).await;
+        assert_eq!(response.status(), 200);
+        sessions.push(
+            response.headers()["mcp-session-id"]
+                .to_str()
+                .expect("ascii")
+                .to_owned(),
+        );
+    }
+    let refused = initialize(client.clone()).await;
+    assert_eq!(refused.status(), 429);
+    assert!(refused.headers().contains_key("retry-after"));
+    // Others are not held to this principal's count.
+    assert_eq!(initialize(gw.http.clone()).await.status(), 200);
+    // Ending a session frees its place.
+    let ended = client
+        .delete(gw.url("/mcp"))
+        .header("mcp-session-id", &sessions[0])
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .await
+        .expect("request");
+    assert!(ended.status().is_success(), "{}", ended.status());
+    assert_eq!(initialize(client).await.status(), 200);
+}
