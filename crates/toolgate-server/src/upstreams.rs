@@ -185,7 +185,10 @@ impl Reach {
             Some(url::Host::Domain(name)) if resolve => {
                 let port = parsed.port_or_known_default().unwrap_or(443);
                 // A name that does not resolve now may later: its connections will tell.
-                if let Ok(addrs) = tokio::net::lookup_host((name, port)).await {
+                if let Ok(addrs) = toolgate_tools::resolver::Resolver::system()
+                    .lookup(name, port, toolgate_tools::resolver::DEADLINE)
+                    .await
+                {
                     for addr in addrs {
                         self.vet(&parsed, addr.ip())?;
                     }
@@ -228,8 +231,10 @@ impl reqwest::dns::Resolve for VettedResolver {
         let reach = self.0.clone();
         let host = name.as_str().to_owned();
         Box::pin(async move {
-            let addrs: Vec<SocketAddr> =
-                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            // Off the shared blocking pool, under a deadline (see `toolgate_tools::resolver`).
+            let addrs: Vec<SocketAddr> = toolgate_tools::resolver::Resolver::system()
+                .lookup(&host, 0, toolgate_tools::resolver::DEADLINE)
+                .await?;
             if addrs.is_empty() {
                 return Err(format!("{host} has no addresses").into());
             }

@@ -18,6 +18,8 @@
 //! - [`git_status`]: `git status` through the command sandbox, read-only.
 //! - [`execute_command`]: shell commands in the workspace, confined by [`sandbox`]
 //!   (Landlock, resource limits, a scrubbed environment, process-group kill).
+//! - [`resolver`]: `web_fetch`'s host-name lookups, on threads of their own with a
+//!   deadline.
 //! - [`web_fetch`]: a web page's main content, SSRF-guarded (public addresses only,
 //!   pinned connections, redirects re-checked); [`web_search`]: a configured SearXNG API.
 //! - [`diagnostics`]: `echo` and `sleep`, for checking a deployment end to end (and
@@ -34,6 +36,7 @@ pub mod execute_command;
 pub mod git_status;
 pub mod list_files;
 pub mod read_file;
+pub mod resolver;
 pub mod sandbox;
 pub mod search_files;
 pub mod web_fetch;

@@ -177,12 +177,13 @@ impl WebFetch {
             Some(url::Host::Ipv4(ip)) => self.vet(url, IpAddr::V4(ip))?,
             Some(url::Host::Ipv6(ip)) => self.vet(url, IpAddr::V6(ip))?,
             Some(url::Host::Domain(name)) => {
-                let addrs: Vec<SocketAddr> = tokio::net::lookup_host((name, port))
+                // Not `tokio::net::lookup_host`: see [`crate::resolver`].
+                let addrs: Vec<SocketAddr> = crate::resolver::Resolver::system()
+                    .lookup(name, port, crate::resolver::DEADLINE)
                     .await
                     .map_err(|e| {
                         ToolError::new(ErrorKind::Upstream, format!("cannot resolve {name}: {e}"))
-                    })?
-                    .collect();
+                    })?;
                 if addrs.is_empty() {
                     return Err(ToolError::new(
                         ErrorKind::Upstream,
