@@ -484,22 +484,33 @@ pub async fn serve_with(
         streams.cancel();
         signal.cancel();
     });
+    // The whole stop fits in the grace period (an orchestrator kills the process after
+    // it): requests, runs and upstreams get it less a reserve kept for the audit writer,
+    // which drains last — every acknowledged call's row is committed before the exit.
     let grace = Duration::from_secs(config.http.shutdown_grace_secs);
+    let reserve = (grace / 4).min(Duration::from_secs(2));
+    let mut deadline = None;
     tokio::select! {
         () = server => {}
-        () = async { stopping.cancelled().await; tokio::time::sleep(grace).await } => {
-            tracing::warn!(grace_secs = grace.as_secs(), "in-flight requests still running after the grace period; stopping them");
+        () = async {
+            stopping.cancelled().await;
+            let at = tokio::time::Instant::now() + grace;
+            deadline = Some(at);
+            tokio::time::sleep_until(at - reserve).await;
+        } => {
+            tracing::warn!(grace_secs = grace.as_secs(), "in-flight requests still running at the end of the grace period; stopping them");
         }
     }
+    let deadline = deadline.unwrap_or_else(|| tokio::time::Instant::now() + grace);
     // Agent runs stop here and are released for the next instance to take over.
-    let _ = tokio::time::timeout(grace, runs).await;
+    let _ = tokio::time::timeout_at(deadline - reserve, runs).await;
     // Upstream supervisors end their connections (child processes are killed).
     for upstream in upstreams.into_iter().chain(tenant_upstreams) {
-        let _ = tokio::time::timeout(grace, upstream).await;
+        let _ = tokio::time::timeout_at(deadline - reserve, upstream).await;
     }
     // The app (and with it every handle on the audit writer) is gone: the writer drains
     // what is queued and ends.
-    match tokio::time::timeout(grace, audit_writer.join()).await {
+    match tokio::time::timeout_at(deadline, audit_writer.join()).await {
         Ok(_) => tracing::info!("audit log flushed"),
         Err(_) => tracing::error!("the audit writer did not drain within the grace period"),
     }

@@ -163,6 +163,12 @@ fn client(key: &str) -> reqwest::Client {
 /// Drives concurrent calls, SIGKILLs the gateway mid-load, restarts it on the same store,
 /// and checks that every call whose response arrived has its audit row.
 async fn sigkill_loses_no_answered_call(database_url: Option<String>) {
+    stopped_under_load_loses_no_answered_call(database_url, "KILL").await;
+}
+
+/// The same with `signal` (`KILL`, or `TERM`, after which the gateway must also have
+/// exited within its grace period, audit writer drained).
+async fn stopped_under_load_loses_no_answered_call(database_url: Option<String>, signal: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
     let running = start(dir.path(), database_url.as_deref());
     let http = client(&running.key);
@@ -194,8 +200,25 @@ async fn sigkill_loses_no_answered_call(database_url: Option<String>) {
     }
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
     let mut child = running.child;
-    child.kill().expect("SIGKILL");
-    let _ = child.wait();
+    let signalled = std::time::Instant::now();
+    let sent = Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .expect("join")
+        .expect("wait");
+    if signal == "TERM" {
+        assert!(status.success(), "{status:?}");
+        // The default grace period is 10 s; the bound leaves room for a slow machine.
+        assert!(
+            signalled.elapsed() < std::time::Duration::from_secs(20),
+            "stopped after {:?}",
+            signalled.elapsed()
+        );
+    }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut answered = Vec::new();
     for worker in workers {
@@ -666,4 +689,9 @@ async fn signed_checkpoints_reveal_a_truncated_audit_log() {
         "{}",
         String::from_utf8_lossy(&caught.stderr)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_under_load_drains_the_audit_writer_within_the_grace_period() {
+    stopped_under_load_loses_no_answered_call(None, "TERM").await;
 }
