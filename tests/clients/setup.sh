@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Installs the official MCP SDK clients the e2e tests drive toolgate with, from the
 # registries, at the versions pinned here: Python `mcp` (requirements.txt, every
-# dependency pinned) into tests/clients/.venv, and the TypeScript SDK (package-lock.json)
-# into tests/clients/node_modules. Idempotent and quick when nothing changed; safe to run
+# dependency pinned) into tests/clients/.venv, the TypeScript SDK (package-lock.json)
+# into tests/clients/node_modules, and schemathesis (schemathesis-requirements.txt) into
+# tests/clients/.venv-st. Idempotent and quick when nothing changed; safe to run
 # concurrently (a lock serializes runs). The e2e harness runs it before the first SDK test.
 set -euo pipefail
 cd "$(dirname "$0")"
 exec 9>.setup.lock
 flock 9
 
-stamp() { cat requirements.txt package-lock.json setup.sh | sha256sum | cut -d' ' -f1; }
+stamp() { cat requirements.txt schemathesis-requirements.txt package-lock.json setup.sh | sha256sum | cut -d' ' -f1; }
 if [ -f .installed ] && [ "$(cat .installed)" = "$(stamp)" ]; then
   exit 0
 fi
@@ -19,4 +20,10 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/pip install --quiet --disable-pip-version-check --require-virtualenv -r requirements.txt
 npm ci --silent --no-audit --no-fund
+# schemathesis (every dependency pinned) in a venv of its own: its pins and the SDK's
+# need not agree.
+if [ ! -x .venv-st/bin/python ]; then
+  python3 -m venv .venv-st
+fi
+.venv-st/bin/pip install --quiet --disable-pip-version-check --require-virtualenv -r schemathesis-requirements.txt
 stamp > .installed

@@ -15,6 +15,7 @@ mod relay;
 mod resources;
 mod rest_errors;
 mod rest_tools;
+mod schemathesis;
 mod secrets;
 mod tenancy;
 mod tenant_upstreams;

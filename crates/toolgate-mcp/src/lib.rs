@@ -491,6 +491,11 @@ const KNOWN_METHODS: &[&str] = &[
     "tasks/cancel",
 ];
 
+/// Whether `method` is a request method of the MCP versions spoken here.
+pub fn is_known_method(method: &str) -> bool {
+    KNOWN_METHODS.contains(&method)
+}
+
 impl ServerHandler for McpAdapter {
     #[allow(deprecated)] // logging: deprecated by SEP-2577 (2026-07-28), used before it
     fn get_info(&self) -> ServerConfig {
@@ -527,7 +532,7 @@ impl ServerHandler for McpAdapter {
         _context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, ErrorData> {
         let method = request.method.as_str();
-        if KNOWN_METHODS.contains(&method) {
+        if is_known_method(method) {
             Err(ErrorData::invalid_params(
                 format!("the params of {method} do not match its schema"),
                 Some(json!({ "method": method })),

@@ -169,12 +169,7 @@ impl JwtVerifier {
     }
 
     pub async fn verify(&self, token: &str) -> Result<AuthContext, ToolError> {
-        let header = jsonwebtoken::decode_header(token).map_err(|e| invalid(e.kind_name()))?;
-        if header.crit.is_some() {
-            return Err(invalid(
-                "it names critical header extensions (crit), which this gateway does not understand",
-            ));
-        }
+        let header = header(token)?;
         let (key, alg) = self.key_for(&header).await?;
         let mut validation = Validation::new(alg);
         validation.algorithms = vec![alg];
@@ -302,8 +297,20 @@ impl JwtVerifier {
     }
 }
 
-/// An array of strings, or one space-separated string.
-fn strings(value: Option<&Value>) -> Vec<String> {
+/// A token's header, refused when it names critical extensions (`crit`), none of which
+/// this gateway understands (RFC 7515 §4.1.11). Nothing is verified yet.
+pub fn header(token: &str) -> Result<jsonwebtoken::Header, ToolError> {
+    let header = jsonwebtoken::decode_header(token).map_err(|e| invalid(e.kind_name()))?;
+    if header.crit.is_some() {
+        return Err(invalid(
+            "it names critical header extensions (crit), which this gateway does not understand",
+        ));
+    }
+    Ok(header)
+}
+
+/// An array of strings, or one space-separated string (a roles or scopes claim).
+pub fn strings(value: Option<&Value>) -> Vec<String> {
     match value {
         Some(Value::String(s)) => s.split_whitespace().map(str::to_owned).collect(),
         Some(Value::Array(items)) => items
