@@ -771,3 +771,64 @@ async fn stateless_clients_are_known_by_the_client_info_in_their_meta() {
     }
     gw.stop().await;
 }
+
+/// A session request reusing the id of one still being answered is refused (-32600);
+/// the first gets its own answer (it used to lose it to the second and hang), and the id
+/// is free again once that answer is sent.
+#[tokio::test]
+async fn reusing_an_in_flight_request_id_is_refused_and_loses_nothing() {
+    let gw = Gateway::start().await;
+    let session = open_session(&gw).await;
+    let call = |name: &str, args: Value| {
+        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+               "params": {"name": name, "arguments": args}})
+    };
+    let slow = async {
+        post_mcp(
+            &gw,
+            &gw.http,
+            Some(&session),
+            call("sleep", json!({"seconds": 2})),
+        )
+        .await
+        .text()
+        .await
+        .expect("body")
+    };
+    let second = async {
+        // Once the slow call is in flight.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        read(
+            post_mcp(
+                &gw,
+                &gw.http,
+                Some(&session),
+                call("echo", json!({"message": "second"})),
+            )
+            .await,
+        )
+        .await
+    };
+    let (first, (status, _, body)) =
+        tokio::time::timeout(Duration::from_secs(30), futures::future::join(slow, second))
+            .await
+            .expect("both are answered");
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], -32600, "{body}");
+    assert_eq!(body["id"], 7);
+    let answer = sse_events(&first)
+        .into_iter()
+        .find_map(|(_, _, data)| data.filter(|d| d["id"] == 7))
+        .unwrap_or_else(|| panic!("an answer to 7 in {first}"));
+    assert!(answer.get("result").is_some(), "{answer}");
+    let again = post_mcp(
+        &gw,
+        &gw.http,
+        Some(&session),
+        call("echo", json!({"message": "again"})),
+    )
+    .await;
+    assert_eq!(again.status(), 200);
+    assert!(again.text().await.expect("body").contains("again"));
+    gw.stop().await;
+}

@@ -27,7 +27,22 @@ pub struct Checkpoint {
     pub signed_at: DateTime<Utc>,
 }
 
+/// A checkpoint as a row: `(seq, row_hash, key_id, signature, signed_at)`.
+pub(crate) type CheckpointRow = (i64, String, String, String, DateTime<Utc>);
+
 impl Checkpoint {
+    pub(crate) fn from_row(tenant: TenantId, row: CheckpointRow) -> Self {
+        let (seq, row_hash, key_id, signature, signed_at) = row;
+        Checkpoint {
+            tenant,
+            seq,
+            row_hash,
+            key_id,
+            signature,
+            signed_at,
+        }
+    }
+
     /// The signed bytes: a versioned, line-separated text of the fields.
     pub fn message(&self) -> String {
         signed_text(self.tenant, self.seq, &self.row_hash, self.signed_at)

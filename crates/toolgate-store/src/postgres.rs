@@ -935,7 +935,7 @@ impl PostgresStore {
     /// A tenant's checkpoints in chain order.
     pub async fn checkpoints(&self, tenant: TenantId) -> Result<Vec<Checkpoint>, StoreError> {
         let mut tx = self.tenant_tx(tenant).await?;
-        let rows: Vec<(i64, String, String, String, DateTime<Utc>)> = sqlx::query_as(
+        let rows: Vec<crate::checkpoint::CheckpointRow> = sqlx::query_as(
             "select seq, row_hash, key_id, signature, signed_at from audit_checkpoint \
              where tenant_id = $1 order by seq",
         )
@@ -945,14 +945,7 @@ impl PostgresStore {
         tx.commit().await?;
         Ok(rows
             .into_iter()
-            .map(|(seq, row_hash, key_id, signature, signed_at)| Checkpoint {
-                tenant,
-                seq,
-                row_hash,
-                key_id,
-                signature,
-                signed_at,
-            })
+            .map(|row| Checkpoint::from_row(tenant, row))
             .collect())
     }
 

@@ -912,7 +912,7 @@ impl SqliteStore {
 
     /// A tenant's checkpoints in chain order.
     pub async fn checkpoints(&self, tenant: TenantId) -> Result<Vec<Checkpoint>, StoreError> {
-        let rows: Vec<(i64, String, String, String, DateTime<Utc>)> = sqlx::query_as(
+        let rows: Vec<crate::checkpoint::CheckpointRow> = sqlx::query_as(
             "select seq, row_hash, key_id, signature, signed_at from audit_checkpoint \
              where tenant_id = $1 order by seq",
         )
@@ -921,14 +921,7 @@ impl SqliteStore {
         .await?;
         Ok(rows
             .into_iter()
-            .map(|(seq, row_hash, key_id, signature, signed_at)| Checkpoint {
-                tenant,
-                seq,
-                row_hash,
-                key_id,
-                signature,
-                signed_at,
-            })
+            .map(|row| Checkpoint::from_row(tenant, row))
             .collect())
     }
 

@@ -67,6 +67,48 @@ struct GuardInner {
     sessions: Arc<Sessions>,
     public_url: Option<String>,
     authorization_servers: Vec<String>,
+    max_body_bytes: usize,
+    /// `<session>\0<JSON-RPC id>` of every session request still being answered.
+    in_flight: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+}
+
+/// A session request's id, held while its answer is being sent.
+struct InFlight {
+    ids: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    key: String,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.key);
+    }
+}
+
+impl GuardInner {
+    /// Claims request `id` of `session` while it is answered; `None` when a request of
+    /// that session with that id is still in flight.
+    fn claim(&self, session: &str, id: &serde_json::Value) -> Option<InFlight> {
+        let key = format!("{session}\0{id}");
+        let mut ids = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        ids.insert(key.clone()).then(|| InFlight {
+            ids: self.in_flight.clone(),
+            key,
+        })
+    }
+}
+
+/// The id of a JSON-RPC request body (a request: it has a method and an id).
+fn request_id_of(body: &[u8]) -> Option<serde_json::Value> {
+    #[derive(serde::Deserialize)]
+    struct Probe {
+        id: Option<serde_json::Value>,
+        method: Option<serde::de::IgnoredAny>,
+    }
+    let probe: Probe = serde_json::from_slice(body).ok()?;
+    probe.method.and(probe.id)
 }
 
 /// The `/mcp` route and the protected-resource metadata. `shutdown` ends open SSE
@@ -138,6 +180,8 @@ pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> 
             .as_ref()
             .map(|u| u.trim_end_matches('/').to_owned()),
         authorization_servers: mcp.authorization_servers.clone(),
+        max_body_bytes: config.http.max_body_bytes,
+        in_flight: Arc::default(),
     }));
     let mcp = service_fn(move |request: Request| {
         let service = service.clone();
@@ -241,6 +285,26 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
         toolset: caller.toolset,
         request_id,
     });
+    // A session request reusing the id of one still in flight would take its answer
+    // (rmcp routes answers by id): the first caller's POST then waited for ever. The
+    // second is refused instead.
+    let mut in_flight = None;
+    let body = match (&session, json_post) {
+        (Some(id), true) => {
+            let bytes = match axum::body::to_bytes(body, guard.max_body_bytes).await {
+                Ok(bytes) => bytes,
+                Err(err) => return body_error(&err),
+            };
+            if let Some(request) = request_id_of(&bytes) {
+                match guard.claim(id, &request) {
+                    Some(claim) => in_flight = Some(claim),
+                    None => return duplicate_id(&request),
+                }
+            }
+            axum::body::Body::from(bytes)
+        }
+        _ => body,
+    };
     // A body that fails to arrive (too slow: `http.body_read_timeout_secs`, or cut off)
     // is the client's doing; rmcp would answer it with a 500.
     let body_failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -286,6 +350,16 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
     if json_post && response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
         return parse_error();
     }
+    if let Some(claim) = in_flight {
+        // Held until the answer is sent in full (a stream's end).
+        use futures::StreamExt;
+        let (parts, body) = response.into_parts();
+        let body = axum::body::Body::from_stream(body.into_data_stream().map(move |chunk| {
+            let _ = &claim;
+            chunk
+        }));
+        response = Response::from_parts(parts, body);
+    }
     if let Some(ticket) = stream_ticket
         && response.status().is_success()
     {
@@ -294,6 +368,32 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
         return Response::from_parts(parts, body);
     }
     response
+}
+
+/// 400 with JSON-RPC's invalid-request error for a request id already in flight.
+fn duplicate_id(id: &serde_json::Value) -> Response {
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {
+            "code": -32600,
+            "message": "Invalid request: a request with this id is still being answered on this session",
+        },
+    });
+    (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
+}
+
+/// A request body that could not be read: too large (413), or not in full and in time.
+fn body_error(err: &axum::Error) -> Response {
+    let mut cause: Option<&dyn std::error::Error> = Some(err);
+    while let Some(e) = cause {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return ApiError::PayloadTooLarge.into_response();
+        }
+        cause = e.source();
+    }
+    ApiError::Malformed("the request body did not arrive in full and in time".into())
+        .into_response()
 }
 
 /// 400 with the JSON-RPC parse error (its id is null: none could be read).
