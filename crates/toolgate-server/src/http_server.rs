@@ -24,7 +24,6 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
-use tower_http::timeout::RequestBodyTimeoutLayer;
 
 /// How long a client may take to send a request's head, and between two body chunks.
 #[derive(Clone, Copy, Debug)]
@@ -43,7 +42,6 @@ pub async fn serve(
     timeouts: ReadTimeouts,
     shutdown: impl Future<Output = ()>,
 ) {
-    let app = app.layer(RequestBodyTimeoutLayer::new(timeouts.body));
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -75,7 +73,7 @@ pub async fn serve(
             .clone()
             .map_request(move |mut request: axum::http::Request<_>| {
                 request.extensions_mut().insert(ConnectInfo(peer));
-                request.map(axum::body::Body::new)
+                request.map(|body| axum::body::Body::new(Patient::new(body, timeouts.body)))
             })
             .map_err(|never: Infallible| match never {});
         let connection = builder
@@ -90,4 +88,67 @@ pub async fn serve(
     }
     drop(listener);
     graceful.shutdown().await;
+}
+
+/// A request body that must keep coming: a pause longer than `timeout` between two
+/// chunks ends it with an error. The timer is armed only while the body is pending
+/// (tower-http's `RequestBodyTimeout` arms one on every poll, data ready or not: two
+/// timer registrations per request on the hot path).
+struct Patient<B> {
+    body: B,
+    timeout: Duration,
+    sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<B> Patient<B> {
+    fn new(body: B, timeout: Duration) -> Self {
+        Self {
+            body,
+            timeout,
+            sleep: None,
+        }
+    }
+}
+
+/// A body chunk that did not come in time.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body paused longer than the read timeout")]
+struct BodyTimedOut;
+
+impl<B> http_body::Body for Patient<B>
+where
+    B: http_body::Body + Unpin,
+    B::Error: Into<axum::BoxError>,
+{
+    type Data = B::Data;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        use std::future::Future;
+        use std::task::Poll;
+        let this = &mut *self;
+        if let Poll::Ready(frame) = std::pin::Pin::new(&mut this.body).poll_frame(cx) {
+            this.sleep = None;
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        let timeout = this.timeout;
+        let sleep = this
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        if sleep.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Some(Err(Box::new(BodyTimedOut))));
+        }
+        Poll::Pending
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
