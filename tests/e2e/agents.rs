@@ -992,3 +992,27 @@ async fn a_tool_call_cut_off_at_the_token_limit_is_not_executed() {
         gw.stop().await;
     }
 }
+
+/// A spend limit reached (OpenAI's 429 `insufficient_quota`, or a 402) fails the run at
+/// once: retrying cannot help (it was retried like a rate limit).
+#[tokio::test]
+async fn a_spend_limit_is_final_not_retried() {
+    let quota = json!({"error": {"message": "You exceeded your current quota, please check your plan and billing details.",
+                                 "type": "insufficient_quota", "param": null, "code": "insufficient_quota"}});
+    for reply in [
+        Reply::status(429, quota),
+        Reply::status(402, error_body(Wire::Openai, 402, "pay up")),
+    ] {
+        let mock = MockLlm::start(Wire::Openai, vec![reply]).await;
+        let gw = gateway(&mock, Wire::Openai).await;
+        let agent = create_agent(
+            &gw,
+            json!({"name": "a", "provider": "llm", "model": "gpt-test"}),
+        )
+        .await;
+        let run = run(&gw, &agent, "hi").await;
+        assert_eq!(run["status"], "failed", "{run}");
+        assert_eq!(mock.requests().len(), 1, "one attempt: {run}");
+        gw.stop().await;
+    }
+}

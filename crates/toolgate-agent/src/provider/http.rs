@@ -118,7 +118,7 @@ impl HttpClient {
                 )
             });
         }
-        let mut err = ProviderError::new(classify(status), error_message(status, &bytes));
+        let mut err = ProviderError::new(classify(status, &bytes), error_message(status, &bytes));
         err.status = Some(status.as_u16());
         err.retry_after = retry_after;
         Err(err)
@@ -156,8 +156,10 @@ fn transport(err: reqwest::Error) -> ProviderError {
     }
 }
 
-fn classify(status: StatusCode) -> ProviderErrorKind {
+fn classify(status: StatusCode, body: &[u8]) -> ProviderErrorKind {
     match status.as_u16() {
+        402 => ProviderErrorKind::QuotaExceeded,
+        429 if spend_limit(body) => ProviderErrorKind::QuotaExceeded,
         429 => ProviderErrorKind::RateLimited,
         // 529: Anthropic's `overloaded_error`.
         503 | 529 => ProviderErrorKind::Overloaded,
@@ -166,6 +168,18 @@ fn classify(status: StatusCode) -> ProviderErrorKind {
         400..=499 => ProviderErrorKind::BadRequest,
         _ => ProviderErrorKind::Server,
     }
+}
+
+/// Whether a 429's body says the spend limit is reached rather than the rate: OpenAI's
+/// `insufficient_quota` (as `error.type` or `error.code`).
+fn spend_limit(body: &[u8]) -> bool {
+    let Ok(parsed) = serde_json::from_slice::<Value>(body) else {
+        return false;
+    };
+    let error = &parsed["error"];
+    ["type", "code"]
+        .iter()
+        .any(|field| error[field].as_str() == Some("insufficient_quota"))
 }
 
 /// The provider's own words: `error.message` (OpenAI, Anthropic, Gemini), `error` as a
@@ -259,8 +273,23 @@ mod tests {
         );
         assert_eq!(error_message(s, b""), "429 Too Many Requests");
         assert_eq!(
-            classify(StatusCode::from_u16(529).expect("valid")),
+            classify(StatusCode::from_u16(529).expect("valid"), b""),
             ProviderErrorKind::Overloaded
         );
+    }
+
+    #[test]
+    fn spend_limits_are_final_and_rate_limits_are_not() {
+        let too_many = StatusCode::TOO_MANY_REQUESTS;
+        let quota = br#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#;
+        let rate = br#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#;
+        assert_eq!(classify(too_many, quota), ProviderErrorKind::QuotaExceeded);
+        assert_eq!(classify(too_many, rate), ProviderErrorKind::RateLimited);
+        assert_eq!(
+            classify(StatusCode::PAYMENT_REQUIRED, b"{}"),
+            ProviderErrorKind::QuotaExceeded
+        );
+        assert!(!ProviderError::new(ProviderErrorKind::QuotaExceeded, "x").is_retryable());
+        assert!(ProviderError::new(ProviderErrorKind::RateLimited, "x").is_retryable());
     }
 }

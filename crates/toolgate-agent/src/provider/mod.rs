@@ -203,6 +203,9 @@ pub fn is_truncation(stop_reason: Option<&str>) -> bool {
 pub enum ProviderErrorKind {
     /// 429.
     RateLimited,
+    /// 402, or a 429 saying the account's spend limit or credit is used up (OpenAI
+    /// `insufficient_quota`): final, retrying cannot help.
+    QuotaExceeded,
     /// Anthropic 529, Gemini 503 `UNAVAILABLE`, HTTP 503.
     Overloaded,
     /// 401, 403.
@@ -250,6 +253,7 @@ impl ProviderError {
             | ProviderErrorKind::Timeout
             | ProviderErrorKind::Transport => true,
             ProviderErrorKind::Auth
+            | ProviderErrorKind::QuotaExceeded
             | ProviderErrorKind::BadRequest
             | ProviderErrorKind::Decode
             | ProviderErrorKind::Cancelled => false,
