@@ -483,6 +483,7 @@ async fn repeated_identical_calls_are_refused_then_end_the_run_with_a_best_effor
             same.clone(),
             same.clone(),
             same.clone(),
+            same.clone(),
             same,
             Reply::ok(says::openai_text("It is Tuesday (as far as I got).")),
         ],
@@ -507,14 +508,15 @@ async fn repeated_identical_calls_are_refused_then_end_the_run_with_a_best_effor
         [
             Value::Null,
             Value::Null,
+            Value::Null,
             json!("repetition"),
             json!("repetition")
         ]
     );
-    // Two real calls only.
+    // repetition_limit (3 by default) real calls, as documented: the fourth is refused.
     let run_id = run["id"].as_str().expect("id");
     let (_, _, audit) = gw.get(&format!("/v1/audit?run_id={run_id}")).await;
-    assert_eq!(audit["entries"].as_array().expect("rows").len(), 2);
+    assert_eq!(audit["entries"].as_array().expect("rows").len(), 3);
     let last = mock.requests().pop().expect("request");
     assert_eq!(
         last.body["tool_choice"], "none",

@@ -688,10 +688,11 @@ impl Driver<'_> {
             } else if let Some(&repeats) = state
                 .repeat_at
                 .get(&call.id)
-                .filter(|&&r| r >= self.agent.repetition_limit)
+                .filter(|&&r| r > self.agent.repetition_limit)
             {
-                // At the limit the call is refused; past it, the model insisted.
-                hard_stop |= repeats > self.agent.repetition_limit;
+                // `repetition_limit` identical calls run; the next is refused; one more
+                // after that refusal, and the model insisted.
+                hard_stop |= repeats > self.agent.repetition_limit + 1;
                 Decision::Answer(error_result(
                     &call,
                     "repetition",
