@@ -1018,3 +1018,53 @@ async fn a_spend_limit_is_final_not_retried() {
         gw.stop().await;
     }
 }
+
+/// The model is offered exactly the tools the run may call: one the caller's scopes
+/// forbid (a high-risk tool without `tools:high_risk`) is not declared.
+#[tokio::test]
+async fn tools_the_caller_may_not_call_are_not_declared() {
+    let mock = MockLlm::start(Wire::Openai, vec![Reply::ok(says::openai_text("ok"))]).await;
+    let gw = gateway(&mock, Wire::Openai).await;
+    let agent = create_agent(
+        &gw,
+        json!({"name": "both", "provider": "llm", "model": "gpt-test",
+               "tools": ["read_file", "execute_command"]}),
+    )
+    .await;
+    let (status, _, who) = gw
+        .post(
+            "/v1/principals",
+            json!({"name": "member", "scopes": ["agents:run", "tools:invoke"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{who}");
+    let (status, _, key) = gw
+        .post(
+            "/v1/keys",
+            json!({"name": "member", "principal_id": who["id"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{key}");
+    let member = client_with_key(key["secret"].as_str().expect("secret"));
+    let (status, _, run) = read(
+        member
+            .post(gw.url(&format!("/v1/agents/{agent}/runs")))
+            .json(&json!({"input": "hi", "wait_secs": 30}))
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(
+        (status, run["status"].as_str()),
+        (201, Some("completed")),
+        "{run}"
+    );
+    let declared: Vec<String> = mock.requests()[0].body["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| t["function"]["name"].as_str().expect("name").to_owned())
+        .collect();
+    assert_eq!(declared, ["read_file"]);
+}

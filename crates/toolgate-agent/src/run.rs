@@ -416,7 +416,15 @@ pub async fn drive(ctx: &RunContext, agent: &AgentConfig, mut state: RunState) -
     if let Some(done) = &state.finished {
         return done.clone();
     }
-    let decls = ToolDecl::for_specs(ctx.tools.list().iter().map(|t| t.spec()));
+    // Exactly the tools this run may call: a tool its caller's scopes forbid is not
+    // offered to the model (it would only ever fail).
+    let callable = ctx.tools.list();
+    let decls = ToolDecl::for_specs(
+        callable
+            .iter()
+            .map(|t| t.spec())
+            .filter(|spec| toolgate_core::executor::may_call(&ctx.auth, spec)),
+    );
     let system = agent
         .protocol
         .system_prompt(agent.system_prompt.as_deref(), &decls);

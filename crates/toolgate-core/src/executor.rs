@@ -401,17 +401,30 @@ struct Refused {
     error: ToolError,
 }
 
-/// The caller needs `tools:invoke`, the tool's own required scope, and
+/// The scopes calling a tool takes: `tools:invoke`, the tool's own required scope, and
 /// `tools:high_risk` for high-risk tools.
-fn authorize(ctx: &CallContext, tool: &RegisteredTool) -> Result<(), ToolError> {
-    let spec = tool.spec();
+fn needed_scopes(spec: &crate::ToolSpec) -> impl Iterator<Item = &str> {
     let high_risk = (spec.risk == Risk::High).then_some(scopes::TOOLS_HIGH_RISK);
-    let needed = [
+    [
         Some(scopes::TOOLS_INVOKE),
         spec.required_scope.as_deref(),
         high_risk,
-    ];
-    for scope in needed.into_iter().flatten() {
+    ]
+    .into_iter()
+    .flatten()
+}
+
+/// Whether `auth`'s scopes let it call a tool declared as `spec` (what the executor's
+/// authorization step checks; the tenant's policy may still ask for more). For what an
+/// agent declares to its model: exactly the tools the run may call.
+pub fn may_call(auth: &crate::AuthContext, spec: &crate::ToolSpec) -> bool {
+    needed_scopes(spec).all(|scope| auth.has_scope(scope))
+}
+
+/// The caller needs every scope of [`needed_scopes`].
+fn authorize(ctx: &CallContext, tool: &RegisteredTool) -> Result<(), ToolError> {
+    let spec = tool.spec();
+    for scope in needed_scopes(spec) {
         if !ctx.auth.has_scope(scope) {
             return Err(ToolError::forbidden(format!(
                 "calling {} needs the scope {scope:?}, which your credentials lack",
