@@ -50,13 +50,17 @@ fn strip_key<'a>(line: &'a str, key: &str) -> Option<&'a str> {
 }
 
 pub fn parse(text: &str) -> Parsed {
-    let text = cut_invented_results(text);
     let mut calls = Vec::new();
     let mut final_answer = None;
     let mut pos = 0;
     while pos < text.len() {
         let line_end = text[pos..].find('\n').map_or(text.len(), |i| pos + i);
         let line = &text[pos..line_end];
+        // A result the model wrote itself after its calls: invented, and what follows it
+        // too. Elsewhere (an answer's text, prose) such a line is only text.
+        if !calls.is_empty() && is_invented_result(line) {
+            break;
+        }
         if let Some(rest) = strip_key(line, "TOOL_CALL:") {
             let name = rest.trim().trim_matches(['`', '"', '\'', '*']).to_owned();
             // ARGUMENTS on a following line (blank lines allowed), or none.
@@ -132,15 +136,8 @@ fn malformed(name: &str, raw: &str, problem: &str) -> ToolCall {
 }
 
 /// Everything before the first line that starts an invented result.
-fn cut_invented_results(text: &str) -> &str {
-    let mut pos = 0;
-    for line in text.split_inclusive('\n') {
-        if strip_key(line, "OBSERVATION:").is_some() || strip_key(line, "TOOL_RESULT").is_some() {
-            return &text[..pos];
-        }
-        pos += line.len();
-    }
-    text
+fn is_invented_result(line: &str) -> bool {
+    strip_key(line, "OBSERVATION:").is_some() || strip_key(line, "TOOL_RESULT").is_some()
 }
 
 /// The JSON object starting at or after `start` (optionally inside a ``` fence): its text,
@@ -233,6 +230,20 @@ mod tests {
     fn invented_observations_are_cut() {
         let p = parse("TOOL_CALL: a\nARGUMENTS: {}\nOBSERVATION: 42\nTOOL_CALL: b\nARGUMENTS: {}");
         assert_eq!(p.calls.len(), 1);
+    }
+
+    #[test]
+    fn look_alike_lines_in_an_answer_are_only_text() {
+        // An answer quoting the protocol is kept whole: only a call's invented result is cut.
+        let text = "FINAL_ANSWER: The log shows:\nOBSERVATION: disk full\nTOOL_RESULT: none\nDone.";
+        let p = parse(text);
+        assert!(p.calls.is_empty());
+        assert_eq!(
+            p.final_answer.as_deref(),
+            Some("The log shows:\nOBSERVATION: disk full\nTOOL_RESULT: none\nDone.")
+        );
+        let prose = "The format has lines like\nOBSERVATION: <result>\nafter each call.";
+        assert_eq!(parse(prose).final_answer.as_deref(), Some(prose));
     }
 
     #[test]

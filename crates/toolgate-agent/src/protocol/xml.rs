@@ -38,8 +38,6 @@ pub fn instructions(tools: &[ToolDecl]) -> String {
 }
 
 pub fn parse(text: &str, tools: &[ToolDecl]) -> Parsed {
-    // Drop invented results before reading calls.
-    let text = text.find("<tool_result").map_or(text, |i| &text[..i]);
     let mut calls = Vec::new();
     let mut pos = 0;
     while let Some(open_at) = text[pos..].find('<').map(|i| pos + i) {
@@ -47,6 +45,15 @@ pub fn parse(text: &str, tools: &[ToolDecl]) -> Parsed {
         let Some(close) = rest.find('>') else { break };
         let tag = &rest[..close];
         let body_start = open_at + 1 + close + 1;
+        // A result the model wrote itself after its calls: invented, and what follows it
+        // too. Before any call it is only text (an answer may quote the tag).
+        if tag.starts_with("tool_result") {
+            if !calls.is_empty() {
+                break;
+            }
+            pos = open_at + 1;
+            continue;
+        }
         if tag == "tool_call" {
             let (call, end) = hermes(text, body_start);
             calls.push(call);
@@ -222,6 +229,17 @@ mod tests {
                 parameters: json!({"type": "object", "properties": {}}),
             },
         ]
+    }
+
+    #[test]
+    fn a_tool_result_tag_in_an_answer_is_only_text_but_ends_calls() {
+        let answer = "Results come back as <tool_result>…</tool_result>; here it is: 42.";
+        let p = parse(answer, &tools());
+        assert!(p.calls.is_empty());
+        assert_eq!(p.final_answer.as_deref(), Some(answer));
+        // After a call, a result the model wrote itself is invented: the rest is dropped.
+        let invented = "<ping></ping>\n<tool_result>pong</tool_result>\n<ping></ping>";
+        assert_eq!(parse(invented, &tools()).calls.len(), 1);
     }
 
     #[test]
