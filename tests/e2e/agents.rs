@@ -672,6 +672,16 @@ async fn agents_and_runs_are_validated_scoped_and_cancellable() {
         )
         .await;
     assert_eq!(status, 400);
+    // An agent-level approval policy was accepted and ignored: now refused, naming where
+    // such rules go.
+    let (status, _, problem) = gw
+        .post(
+            "/v1/agents",
+            json!({"name": "x", "provider": "llm", "model": "m", "approval_policy": "always"}),
+        )
+        .await;
+    assert_eq!(status, 400, "{problem}");
+    assert!(problem.to_string().contains("/v1/policy"), "{problem}");
     let agent = create_agent(
         &gw,
         json!({"name": "slow", "provider": "llm", "model": "gpt-test"}),

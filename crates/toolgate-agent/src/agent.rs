@@ -50,7 +50,8 @@ pub struct AgentConfig {
     /// next is refused; the run ends if the model insists.
     #[serde(default = "default_repetition_limit")]
     pub repetition_limit: u32,
-    /// Approval policy overrides for this agent (used by the approvals feature).
+    /// Refused when set (see [`AgentConfig::problems`]): kept so that a request naming
+    /// it hears where its rules belong, and agents stored before still load.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval_policy: Option<serde_json::Value>,
 }
@@ -111,6 +112,17 @@ impl AgentConfig {
         }
         if let Err(e) = Toolset::only(&self.tools, &self.categories) {
             out.push(("tools".into(), e.to_string()));
+        }
+        // Accepted and ignored, it read as protection and was none: an agent's approval
+        // rules are the tenant policy's rules naming it.
+        if self.approval_policy.is_some() {
+            out.push((
+                "approval_policy".into(),
+                format!(
+                    "is not applied per agent; add a rule with \"agent\": \"{}\" to the tenant's policy (PUT /v1/policy)",
+                    self.name
+                ),
+            ));
         }
         out
     }

@@ -108,7 +108,7 @@ pub struct AgentBody {
     /// Identical consecutive tool calls before the next is refused (default 3).
     #[serde(default)]
     pub repetition_limit: Option<u32>,
-    /// Approval policy overrides for this agent.
+    /// Not supported: refused with a pointer to the tenant policy's `agent` rules.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub approval_policy: Option<Value>,
