@@ -24,7 +24,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::audit::{AuditRecord, AuditSink};
+use crate::audit::{AuditError, AuditRecord, AuditSink};
 use crate::auth::scopes;
 use crate::policy::{Action, ApprovalRequest, Approvals, Gate, NoApprovals};
 use crate::{
@@ -195,20 +195,11 @@ impl Executor {
             result,
         ) {
             (Ok(()), result) => result,
-            (Err(audit_err), Ok(_)) => {
-                let mut err = if audit_err.transient {
-                    unavailable(
-                        "the audit log cannot record calls right now, so this call's result is withheld",
-                    )
-                } else {
-                    ToolError::new(
-                        ErrorKind::Internal,
-                        "the audit log could not record this call, so its result is withheld",
-                    )
-                };
-                err.cause = Some(audit_err.to_string());
-                Err(err)
-            }
+            (Err(audit_err), Ok(_)) => Err(audit_failure(
+                &audit_err,
+                "the audit log cannot record calls right now, so this call's result is withheld",
+                "the audit log could not record this call, so its result is withheld",
+            )),
             (Err(audit_err), Err(err)) => {
                 tracing::error!(error = %audit_err, "failed call could not be audited");
                 Err(err)
@@ -350,16 +341,11 @@ impl Executor {
             return Ok(());
         }
         self.audit.begin(record).await.map_err(|audit_err| {
-            let mut err = if audit_err.transient {
-                unavailable("the audit log cannot record calls right now, so this call was not run")
-            } else {
-                ToolError::new(
-                    ErrorKind::Internal,
-                    "the audit log is unavailable, so this call was not run",
-                )
-            };
-            err.cause = Some(audit_err.to_string());
-            err
+            audit_failure(
+                &audit_err,
+                "the audit log cannot record calls right now, so this call was not run",
+                "the audit log is unavailable, so this call was not run",
+            )
         })
     }
 
@@ -476,11 +462,18 @@ async fn run(
 /// How long a caller is asked to wait before trying a call the store could not take.
 pub const RETRY_AFTER_SECS: u64 = 1;
 
-/// A call the gateway could not serve for now, with when to try again.
-fn unavailable(message: &str) -> ToolError {
-    ToolError::new(ErrorKind::Unavailable, message)
-        .with_details(serde_json::json!({"retry_after_secs": RETRY_AFTER_SECS}))
-        .with_suggestion("make the same call again shortly")
+/// The call's error when the audit sink failed: `unavailable` (try again shortly) when
+/// the store could not take the write for now, else `internal`; the cause is logged.
+fn audit_failure(audit_err: &AuditError, for_now: &str, otherwise: &str) -> ToolError {
+    let mut err = if audit_err.transient {
+        ToolError::new(ErrorKind::Unavailable, for_now)
+            .with_details(serde_json::json!({"retry_after_secs": RETRY_AFTER_SECS}))
+            .with_suggestion("make the same call again shortly")
+    } else {
+        ToolError::new(ErrorKind::Internal, otherwise)
+    };
+    err.cause = Some(audit_err.to_string());
+    err
 }
 
 fn panic_message(panic: &(dyn Any + Send)) -> &str {

@@ -45,8 +45,15 @@ impl Default for SecretNames {
     }
 }
 
-/// `apiKey`, `API-Key`, `api key` → `api_key`.
-fn snake_case(key: &str) -> String {
+/// `apiKey`, `API-Key`, `api key` → `api_key`; a name already in snake case (most
+/// argument names: this runs for every key of every call) is not copied.
+fn snake_case(key: &str) -> std::borrow::Cow<'_, str> {
+    if !key
+        .chars()
+        .any(|c| c.is_uppercase() || matches!(c, '-' | ' ' | '.'))
+    {
+        return std::borrow::Cow::Borrowed(key);
+    }
     let mut out = String::with_capacity(key.len() + 4);
     let mut previous_lower = false;
     for c in key.chars() {
@@ -64,11 +71,11 @@ fn snake_case(key: &str) -> String {
             previous_lower = c.is_lowercase() || c.is_ascii_digit();
         }
     }
-    out
+    std::borrow::Cow::Owned(out)
 }
 
 /// One step of a path into the arguments.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Step {
     Key(String),
     /// Any key of an object (`additionalProperties`).
@@ -100,7 +107,7 @@ impl SchemaSecrets {
         };
         walker.walk(schema);
         let mut paths = walker.found;
-        paths.sort_by_key(|p| format!("{p:?}"));
+        paths.sort();
         paths.dedup();
         Self(paths)
     }

@@ -984,7 +984,10 @@ fn operator_client() -> reqwest::Client {
                 .redirect(policy)
                 .connect_timeout(std::time::Duration::from_secs(10))
                 .build()
-                .unwrap_or_default()
+                // Not `unwrap_or_default`: the default client follows any redirect. A
+                // builder fails only where the TLS backend cannot start, and then
+                // `Client::default()` panics the same way.
+                .expect("an HTTP client with a redirect policy builds")
         })
         .clone()
 }

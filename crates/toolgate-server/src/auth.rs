@@ -394,6 +394,16 @@ fn bearer(parts: &Parts) -> Result<&str, ToolError> {
     Ok(token.trim())
 }
 
+/// A failed authentication as the REST and `/mcp` edges answer it: a malformed request
+/// (two `Authorization` headers) is a 400 `malformed_request`, the rest as its kind says.
+pub(crate) fn rejection(err: ToolError) -> ApiError {
+    if err.kind == ErrorKind::InvalidArguments {
+        ApiError::Malformed(err.message)
+    } else {
+        err.into()
+    }
+}
+
 /// The authenticated caller of one request and the toolset it may use.
 #[derive(Clone, Debug)]
 pub struct Caller {
@@ -436,10 +446,7 @@ where
                 if err.kind == ErrorKind::Unauthenticated {
                     authenticator.security_event(parts, &err.message);
                 }
-                if err.kind == ErrorKind::InvalidArguments {
-                    return Err(ApiError::Malformed(err.message));
-                }
-                Err(err.into())
+                Err(rejection(err))
             }
         }
     }

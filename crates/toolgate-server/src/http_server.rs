@@ -54,7 +54,7 @@ pub async fn serve(
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let (tcp, peer) = tokio::select! {
+        let (mut tcp, peer) = tokio::select! {
             accepted = listener.borrow().accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(err) => {
@@ -66,9 +66,7 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        if let Err(err) = tcp.set_nodelay(true) {
-            tracing::warn!(error = %err, "could not set TCP_NODELAY");
-        }
+        crate::nodelay(&mut tcp);
         let service = app
             .clone()
             .map_request(move |mut request: axum::http::Request<_>| {

@@ -532,12 +532,15 @@ pub async fn serve_with(
 pub fn tuned(
     listener: TcpListener,
 ) -> axum::serve::TapIo<TcpListener, fn(&mut tokio::net::TcpStream)> {
-    fn nodelay(tcp: &mut tokio::net::TcpStream) {
-        if let Err(err) = tcp.set_nodelay(true) {
-            tracing::warn!(error = %err, "could not set TCP_NODELAY");
-        }
-    }
     listener.tap_io(nodelay as fn(&mut tokio::net::TcpStream))
+}
+
+/// Sets `TCP_NODELAY` on an accepted connection (see [`tuned`]; the gateway's own accept
+/// loop in [`http_server`] calls it too).
+pub(crate) fn nodelay(tcp: &mut tokio::net::TcpStream) {
+    if let Err(err) = tcp.set_nodelay(true) {
+        tracing::warn!(error = %err, "could not set TCP_NODELAY");
+    }
 }
 
 #[cfg(test)]

@@ -123,14 +123,13 @@ impl Streams {
     }
 
     /// `response`'s body as an admitted stream (see [`Streams::guard`]), re-checking the
-    /// credential in `headers`.
+    /// credential `authorization` (the request's `Authorization` header).
     pub fn follow(
         &self,
         ticket: Ticket,
-        headers: &axum::http::HeaderMap,
+        authorization: Option<HeaderValue>,
         response: axum::response::Response,
     ) -> axum::response::Response {
-        let authorization = headers.get(axum::http::header::AUTHORIZATION).cloned();
         let (parts, body) = response.into_parts();
         axum::response::Response::from_parts(parts, self.guard(ticket, authorization, body))
     }
@@ -138,7 +137,7 @@ impl Streams {
     /// `body` as an admitted stream: it keeps `ticket` while it lives, and ends when the
     /// credential in `authorization` stops being valid (checked every
     /// [`REVALIDATE_EVERY`]).
-    pub fn guard(&self, ticket: Ticket, authorization: Option<HeaderValue>, body: Body) -> Body {
+    fn guard(&self, ticket: Ticket, authorization: Option<HeaderValue>, body: Body) -> Body {
         let authenticator = self.authenticator.clone();
         let start = tokio::time::Instant::now() + REVALIDATE_EVERY;
         let recheck = tokio::time::interval_at(start, REVALIDATE_EVERY);

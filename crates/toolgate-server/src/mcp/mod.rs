@@ -288,33 +288,27 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
     // A session request reusing the id of one still in flight would take its answer
     // (rmcp routes answers by id): the first caller's POST then waited for ever. The
     // second is refused instead.
+    //
+    // A JSON body is read here, whole (rmcp would read it anyway): one that fails to
+    // arrive (too slow: `http.body_read_timeout_secs`, or cut off) or is too large is the
+    // client's doing, answered 400 or 413 — rmcp answered a failed read with a 500.
     let mut in_flight = None;
-    let body = match (&session, json_post) {
-        (Some(id), true) => {
-            let bytes = match axum::body::to_bytes(body, guard.max_body_bytes).await {
-                Ok(bytes) => bytes,
-                Err(err) => return body_error(&err),
-            };
-            if let Some(request) = request_id_of(&bytes) {
-                match guard.claim(id, &request) {
-                    Some(claim) => in_flight = Some(claim),
-                    None => return duplicate_id(&request),
-                }
+    let body = if json_post {
+        let bytes = match axum::body::to_bytes(body, guard.max_body_bytes).await {
+            Ok(bytes) => bytes,
+            Err(err) => return body_error(&err),
+        };
+        if let Some(id) = &session
+            && let Some(request) = request_id_of(&bytes)
+        {
+            match guard.claim(id, &request) {
+                Some(claim) => in_flight = Some(claim),
+                None => return duplicate_id(&request),
             }
-            axum::body::Body::from(bytes)
         }
-        _ => body,
-    };
-    // A body that fails to arrive (too slow: `http.body_read_timeout_secs`, or cut off)
-    // is the client's doing; rmcp would answer it with a 500.
-    let body_failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let body = {
-        use http_body_util::BodyExt;
-        let failed = body_failed.clone();
-        axum::body::Body::new(body.map_err(move |err| {
-            failed.store(true, std::sync::atomic::Ordering::Relaxed);
-            err
-        }))
+        axum::body::Body::from(bytes)
+    } else {
+        body
     };
     let (mut response, refused) = CALLER
         .scope(
@@ -333,12 +327,6 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
         )
         .with_details(json!({"retry_after_secs": 30}));
         return ApiError::from(err).into_response();
-    }
-    if response.status() == StatusCode::INTERNAL_SERVER_ERROR
-        && body_failed.load(std::sync::atomic::Ordering::Relaxed)
-    {
-        return ApiError::Malformed("the request body did not arrive in full and in time".into())
-            .into_response();
     }
     // rmcp answers a successful DELETE with 202; the Python SDK treats anything but 200
     // as a failed termination and logs it on every close.
@@ -363,9 +351,7 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
     if let Some(ticket) = stream_ticket
         && response.status().is_success()
     {
-        let (parts, body) = response.into_parts();
-        let body = guard.state.streams.guard(ticket, authorization, body);
-        return Response::from_parts(parts, body);
+        return guard.state.streams.follow(ticket, authorization, response);
     }
     response
 }
@@ -408,10 +394,8 @@ fn parse_error() -> Response {
 
 /// 401 naming the protected-resource metadata, so OAuth clients can find a token issuer.
 fn unauthorized(guard: &Guard, headers: &HeaderMap, err: ToolError) -> Response {
-    match err.kind {
-        ErrorKind::Unauthenticated => {}
-        ErrorKind::InvalidArguments => return ApiError::Malformed(err.message).into_response(),
-        _ => return ApiError::from(err).into_response(),
+    if err.kind != ErrorKind::Unauthenticated {
+        return crate::auth::rejection(err).into_response();
     }
     let presented = headers.contains_key(header::AUTHORIZATION);
     let mut response = ApiError::from(err).into_response();

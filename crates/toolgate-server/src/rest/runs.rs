@@ -230,7 +230,11 @@ async fn run_events(
     let response = Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response();
-    Ok(streams.follow(ticket, &headers, response))
+    Ok(streams.follow(
+        ticket,
+        headers.get(axum::http::header::AUTHORIZATION).cloned(),
+        response,
+    ))
 }
 
 fn steps_stream(
