@@ -9,7 +9,7 @@ RUN cargo build --release --locked -p toolgate-server \
 
 FROM debian:bookworm-slim
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates git \
+ && apt-get install -y --no-install-recommends ca-certificates curl git \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --home /data --uid 10001 toolgate \
  && mkdir -p /data && chown toolgate /data
@@ -17,7 +17,7 @@ COPY --from=build /usr/local/bin/toolgate /usr/local/bin/toolgate
 USER toolgate
 ENV TOOLGATE_DATA_DIR=/data
 VOLUME /data
-EXPOSE 8080
+EXPOSE 8080 9464
 ENTRYPOINT ["toolgate"]
 # Every request needs an API key or a JWT; the first start prints the admin key and
 # writes it to /data/admin-api-key.

@@ -2,15 +2,16 @@
 # Installs the official MCP SDK clients the e2e tests drive toolgate with, from the
 # registries, at the versions pinned here: Python `mcp` (requirements.txt, every
 # dependency pinned) into tests/clients/.venv, the TypeScript SDK (package-lock.json)
-# into tests/clients/node_modules, and schemathesis (schemathesis-requirements.txt) into
-# tests/clients/.venv-st. Idempotent and quick when nothing changed; safe to run
+# into tests/clients/node_modules, schemathesis (schemathesis-requirements.txt) into
+# tests/clients/.venv-st, and the deploy files' validators (deploy-requirements.txt) into
+# tests/clients/.venv-deploy. Idempotent and quick when nothing changed; safe to run
 # concurrently (a lock serializes runs). The e2e harness runs it before the first SDK test.
 set -euo pipefail
 cd "$(dirname "$0")"
 exec 9>.setup.lock
 flock 9
 
-stamp() { cat requirements.txt schemathesis-requirements.txt package-lock.json setup.sh | sha256sum | cut -d' ' -f1; }
+stamp() { cat requirements.txt schemathesis-requirements.txt deploy-requirements.txt package-lock.json setup.sh | sha256sum | cut -d' ' -f1; }
 if [ -f .installed ] && [ "$(cat .installed)" = "$(stamp)" ]; then
   exit 0
 fi
@@ -26,4 +27,12 @@ if [ ! -x .venv-st/bin/python ]; then
   python3 -m venv .venv-st
 fi
 .venv-st/bin/pip install --quiet --disable-pip-version-check --require-virtualenv -r schemathesis-requirements.txt
+# The deploy files' validators; the Compose Specification's JSON Schema ships in the
+# docker-compose 1.x wheel (compose/config/compose_spec.json), installed without its
+# dependencies: only the schema file is read.
+if [ ! -x .venv-deploy/bin/python ]; then
+  python3 -m venv .venv-deploy
+fi
+.venv-deploy/bin/pip install --quiet --disable-pip-version-check --require-virtualenv -r deploy-requirements.txt
+.venv-deploy/bin/pip install --quiet --disable-pip-version-check --require-virtualenv --no-deps docker-compose==1.29.2
 stamp > .installed

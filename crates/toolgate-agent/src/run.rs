@@ -38,8 +38,11 @@ use crate::message::{AssistantMessage, Message, ToolCall, ToolResult};
 use crate::provider::{ModelRequest, Provider, ProviderError, ToolChoice, ToolDecl, Usage};
 
 /// Retries of one tool call that failed with a retryable error (upstream, rate limited,
-/// timeout) and has no side effects.
+/// timeout) and has no side effects, or that the gateway's admission refused (the tool did
+/// not run).
 const TOOL_RETRIES: u32 = 2;
+/// Longest wait for a refused call's `retry_after_secs` before the model is told instead.
+const MAX_ADMISSION_WAIT: Duration = Duration::from_secs(30);
 /// Characters of each tool result quoted in a deterministic best-effort summary.
 const SUMMARY_RESULT_CHARS: usize = 500;
 
@@ -868,6 +871,22 @@ impl Driver<'_> {
                 .await;
             match result {
                 Ok(done) => return Ok(output_text(done.output)),
+                // Refused at admission (rate limit, load shedding): nothing ran, so even a
+                // call with side effects is made again, once the gateway said it may be.
+                Err(err)
+                    if attempt < TOOL_RETRIES
+                        && !self.ctx.cancel.is_cancelled()
+                        && toolgate_core::limits::refused_before_running(&err)
+                            .is_some_and(|wait| wait <= MAX_ADMISSION_WAIT) =>
+                {
+                    attempt += 1;
+                    let wait =
+                        toolgate_core::limits::refused_before_running(&err).unwrap_or_default();
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = self.ctx.cancel.cancelled() => return Err(err),
+                    }
+                }
                 Err(err)
                     if attempt < TOOL_RETRIES
                         && matches!(

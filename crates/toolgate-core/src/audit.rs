@@ -126,6 +126,11 @@ pub trait AuditSink: Send + Sync {
     /// Durably records a finished call (and clears its intent, if any). Returns only once
     /// the record is committed.
     async fn record(&self, record: AuditRecord) -> Result<(), AuditError>;
+    /// Records waiting to be committed: the executor sheds new calls when it nears the
+    /// queue's capacity rather than let them wait.
+    fn backlog(&self) -> usize {
+        0
+    }
 }
 
 /// Records nothing: for tests of the executor alone and for tools that run outside any

@@ -6,8 +6,11 @@
 //!
 //! A call the tenant's policy holds for approval ends `approval_required`, naming the
 //! pending approval; once a person decides, the same call made again (or presenting the
-//! approval id) runs, or ends `denied` with their reason. Rate limits join this path in
-//! their own issue, as a step here, never in an adapter.
+//! approval id) runs, or ends `denied` with their reason.
+//!
+//! Before all of this, admission ([`crate::limits`]): a call over a rate or concurrency
+//! limit, or arriving while the instance sheds load, is refused at once. It was never
+//! accepted, so it leaves no audit row and no call events; the metrics count it.
 //!
 //! The tool runs in its own task. If the caller goes away (an HTTP client disconnects, an
 //! MCP client cancels) the call's cancellation token fires, the tool's future is dropped,
@@ -26,6 +29,8 @@ use tracing::Instrument;
 
 use crate::audit::{AuditError, AuditRecord, AuditSink};
 use crate::auth::scopes;
+use crate::limits::{Admission, RateLimits};
+use crate::metrics::Metrics;
 use crate::policy::{Action, ApprovalRequest, Approvals, Gate, NoApprovals};
 use crate::{
     CallContext, CallId, ErrorKind, Event, EventSink, Outcome, RegisteredTool, Risk, ScopedToolset,
@@ -65,6 +70,8 @@ pub struct Executor {
     approvals: Arc<dyn Approvals>,
     limits: ExecutorLimits,
     secret_names: SecretNames,
+    admission: Arc<Admission>,
+    metrics: Metrics,
 }
 
 impl Executor {
@@ -79,7 +86,26 @@ impl Executor {
             approvals: Arc::new(NoApprovals),
             limits,
             secret_names: SecretNames::default(),
+            admission: Arc::new(Admission::new(Default::default())),
+            metrics: Metrics::default(),
         }
+    }
+
+    /// Admits calls through `admission` (by default: no rate limits, the default
+    /// instance capacity).
+    pub fn with_admission(mut self, admission: Arc<Admission>) -> Self {
+        self.admission = admission;
+        self
+    }
+
+    /// Records calls and refusals into `metrics` (by default nowhere).
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     /// Masks, in audit rows and approvals, every argument whose name `names` matches
@@ -99,9 +125,10 @@ impl Executor {
 
     /// Calls `name` from `tools` with `args`, as the caller in `ctx`.
     ///
-    /// Every call, whatever its outcome (unknown tool, invalid arguments, forbidden,
-    /// timeout, cancelled, panicked…), emits `call.started` and `call.finished` and leaves
-    /// one audit record, committed before this returns.
+    /// Every admitted call, whatever its outcome (unknown tool, invalid arguments,
+    /// forbidden, timeout, cancelled, panicked…), emits `call.started` and `call.finished`
+    /// and leaves one audit record, committed before this returns. A call refused at
+    /// admission (`rate_limited`, or `unavailable` while shedding) leaves neither.
     pub async fn call(
         &self,
         tools: &ScopedToolset,
@@ -119,6 +146,15 @@ impl Executor {
             request_id = ctx.request_id.as_deref().unwrap_or(""),
         );
         let started = Instant::now();
+        let admitted = match self.admit(&ctx, name).await {
+            Ok(admitted) => admitted,
+            Err(refusal) => {
+                self.metrics
+                    .rejected(ctx.auth.tenant, refusal.limit.as_str(), ctx.adapter);
+                tracing::debug!(parent: &span, limit = refusal.limit.as_str(), "call refused at admission");
+                return Err(refusal.error);
+            }
+        };
         let prepared = {
             let _enter = span.enter();
             self.events.emit(&Event::CallStarted {
@@ -133,12 +169,39 @@ impl Executor {
         let this = self.clone();
         let name = name.to_owned();
         let task = tokio::spawn(
-            async move { this.run_prepared(prepared, ctx, name, args, started).await }
-                .instrument(span),
+            async move {
+                let result = this.run_prepared(prepared, ctx, name, args, started).await;
+                drop(admitted);
+                result
+            }
+            .instrument(span),
         );
         let joined = task.await;
         cancel_on_drop.disarm();
         joined.unwrap_or_else(|join_err| Err(ToolError::internal(join_err)))
+    }
+
+    /// Admission under the tenant's limits, tightened from the operator's. A policy that
+    /// cannot be read leaves the operator's limits (the policy step then fails the call
+    /// closed, audited).
+    async fn admit(
+        &self,
+        ctx: &CallContext,
+        name: &str,
+    ) -> Result<crate::limits::Admitted, crate::limits::Refusal> {
+        let operator = &self.admission.config().defaults;
+        let policy = self.approvals.policy(ctx.auth.tenant).await.ok();
+        let tenant = policy.as_deref().map(|p| &p.rate_limits);
+        let combined;
+        let limits: &RateLimits = match tenant {
+            Some(tenant) if !tenant.is_empty() => {
+                combined = operator.tightest(tenant);
+                &combined
+            }
+            _ => operator,
+        };
+        self.admission
+            .admit(&ctx.auth, name, limits, self.audit.backlog())
     }
 
     async fn run_prepared(
@@ -220,6 +283,16 @@ impl Executor {
             outcome,
             duration,
         });
+        self.metrics.tool_call(
+            ctx.auth.tenant,
+            &name,
+            ctx.adapter,
+            match outcome {
+                Outcome::Ok => None,
+                Outcome::Error(kind) => Some(kind),
+            },
+            duration,
+        );
         result.map(|(output, truncated)| Completed {
             call_id: ctx.call_id,
             output,

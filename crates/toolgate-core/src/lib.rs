@@ -41,6 +41,8 @@ pub mod error;
 pub mod event;
 pub mod executor;
 pub mod ids;
+pub mod limits;
+pub mod metrics;
 pub mod policy;
 pub mod registry;
 pub mod secrets;

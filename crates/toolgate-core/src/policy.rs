@@ -62,6 +62,9 @@ pub struct Policy {
     pub rules: Vec<Rule>,
     /// Extra scopes a caller needs for tools of a risk (`{"medium": "tools:write"}`).
     pub risk_scopes: BTreeMap<Risk, String>,
+    /// The tenant's own rate and concurrency limits; they only tighten the operator's.
+    #[serde(skip_serializing_if = "crate::limits::RateLimits::is_empty")]
+    pub rate_limits: crate::limits::RateLimits,
 }
 
 impl Default for Policy {
@@ -72,6 +75,7 @@ impl Default for Policy {
             approval_ttl_secs: 3600,
             rules: Vec::new(),
             risk_scopes: BTreeMap::new(),
+            rate_limits: crate::limits::RateLimits::default(),
         }
     }
 }
@@ -89,6 +93,12 @@ impl Policy {
                 format!("must be between 1 and {}", MAX_APPROVAL_TTL.as_secs()),
             ));
         }
+        problems.extend(
+            self.rate_limits
+                .problems()
+                .into_iter()
+                .map(|(field, message)| (format!("rate_limits/{field}"), message)),
+        );
         for (i, rule) in self.rules.iter().enumerate() {
             if rule.tool.is_none() && rule.agent.is_none() {
                 problems.push((

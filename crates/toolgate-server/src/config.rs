@@ -35,6 +35,71 @@ pub struct Config {
     /// agent names a provider, never a URL.
     pub providers: BTreeMap<String, ProviderEntry>,
     pub audit: AuditConfig,
+    pub limits: LimitsConfig,
+    pub telemetry: TelemetryConfig,
+}
+
+/// `[limits]`: rate and concurrency limits every tenant gets (a tenant's policy may only
+/// tighten them), and this instance's capacity (see `toolgate_core::limits`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Calls per minute by each tenant.
+    pub tenant_per_minute: Option<u32>,
+    /// Calls per minute by each principal.
+    pub principal_per_minute: Option<u32>,
+    /// Calls per minute of a tool by each tenant, by tool name (`{ execute_command = 30 }`).
+    pub tools: BTreeMap<String, u32>,
+    /// Calls in flight at once per tenant.
+    pub tenant_concurrency: Option<u32>,
+    /// Calls this instance runs at once, all tenants together; more are refused with 503
+    /// and `Retry-After` at once.
+    pub max_in_flight: usize,
+    /// Records waiting for the audit writer at which new calls are refused with 503
+    /// (the queue holds `toolgate_store::writer::QUEUE`).
+    pub max_audit_backlog: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        let defaults = toolgate_core::limits::AdmissionConfig::default();
+        Self {
+            tenant_per_minute: None,
+            principal_per_minute: None,
+            tools: BTreeMap::new(),
+            tenant_concurrency: None,
+            max_in_flight: defaults.max_in_flight,
+            max_audit_backlog: defaults.max_audit_backlog,
+        }
+    }
+}
+
+impl LimitsConfig {
+    pub fn admission(&self) -> toolgate_core::limits::AdmissionConfig {
+        toolgate_core::limits::AdmissionConfig {
+            defaults: toolgate_core::limits::RateLimits {
+                tenant_per_minute: self.tenant_per_minute,
+                principal_per_minute: self.principal_per_minute,
+                tools: self.tools.clone(),
+                tenant_concurrency: self.tenant_concurrency,
+            },
+            max_in_flight: self.max_in_flight,
+            max_audit_backlog: self.max_audit_backlog,
+        }
+    }
+}
+
+/// `[telemetry]`: metrics (Prometheus at `/metrics`) and their attributes.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// Add the tenant id to metric attributes. Off by default: every series is multiplied
+    /// by the number of tenants; turn it on only when they are few.
+    pub tenant_attributes: bool,
+    /// A second listener serving only `GET /metrics`, without credentials (for a
+    /// Prometheus scraper inside the deployment's network). On the main listener,
+    /// `/metrics` needs the operator scope `tenants:manage`.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// `[audit]`: signed checkpoints of the audit chains (see `toolgate_store::checkpoint`).
@@ -675,6 +740,8 @@ impl Default for Config {
             tenant_upstreams: TenantUpstreamsConfig::default(),
             providers: BTreeMap::new(),
             audit: AuditConfig::default(),
+            limits: LimitsConfig::default(),
+            telemetry: TelemetryConfig::default(),
         }
     }
 }
@@ -894,6 +961,15 @@ impl Config {
                     format!("{origin:?} is not a valid origin"),
                 ));
             }
+        }
+        for (field, message) in self.limits.admission().defaults.problems() {
+            errors.push((format!("limits.{}", field.replace('/', ".")), message));
+        }
+        if self.limits.max_in_flight == 0 || self.limits.max_audit_backlog == 0 {
+            errors.push((
+                "limits".into(),
+                "max_in_flight and max_audit_backlog must be at least 1".into(),
+            ));
         }
         if self.tools.max_output_chars == 0 {
             errors.push(("tools.max_output_chars".into(), "must be at least 1".into()));

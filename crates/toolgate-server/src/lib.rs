@@ -35,6 +35,7 @@ pub mod http_server;
 pub mod jwt;
 pub mod key_file;
 pub mod mcp;
+pub mod metrics;
 pub mod request_id;
 pub mod rest;
 pub mod runs;
@@ -123,8 +124,11 @@ pub async fn build_with(
             .register(tool)
             .context("registering the built-in tools")?;
     }
+    let telemetry =
+        Arc::new(metrics::Telemetry::new(&config.telemetry).context("setting up metrics")?);
     let (writer, audit_writer) =
-        AuditWriter::spawn(store.clone()).context("starting the audit writer")?;
+        AuditWriter::spawn_measured(store.clone(), telemetry.metrics().clone())
+            .context("starting the audit writer")?;
     let limits = ExecutorLimits {
         max_output_chars: config.tools.max_output_chars,
     };
@@ -139,9 +143,14 @@ pub async fn build_with(
     let approvals = Arc::new(approvals::StoreApprovals::new(store.clone()));
     let secret_names = toolgate_core::SecretNames::new(&config.tools.secret_names)
         .context("tools.secret_names")?;
+    let admission = Arc::new(toolgate_core::limits::Admission::new(
+        config.limits.admission(),
+    ));
     let executor = Executor::new(Arc::new(TracingSink), audit.clone(), limits)
         .with_approvals(approvals.clone())
-        .with_secret_names(secret_names);
+        .with_secret_names(secret_names)
+        .with_admission(admission.clone())
+        .with_metrics(telemetry.metrics().clone());
     let mut providers = std::collections::HashMap::new();
     for (name, entry) in &config.providers {
         let provider = toolgate_agent::provider::build(&entry.to_provider())
@@ -184,7 +193,11 @@ pub async fn build_with(
         upstreams,
         shutdown,
         streams,
+        admission,
+        telemetry: telemetry.clone(),
+        mcp_sessions: Arc::default(),
     });
+    telemetry.observe(&state);
     Ok(Gateway {
         state,
         audit_writer,
@@ -344,6 +357,7 @@ pub fn app(state: AppState, config: &Config) -> Router {
     let mut document = document.to_pretty_json().unwrap_or_default();
     document.push('\n');
     let mut router = api
+        .route("/metrics", axum::routing::get(metrics::scrape))
         .with_state(state.clone())
         .merge(docs::router(document.into()));
     if config.mcp.enabled {
@@ -400,6 +414,40 @@ fn cors(config: &Config) -> Option<CorsLayer> {
     )
 }
 
+/// Renews this instance's row every [`HEARTBEAT_EVERY`] and tells admission how many
+/// instances share each limit; forgets idle rate-limit buckets; leaves on `stop`.
+async fn heartbeat(
+    store: toolgate_store::Store,
+    admission: Arc<toolgate_core::limits::Admission>,
+    instance: String,
+    stop: CancellationToken,
+) {
+    let mut every = tokio::time::interval(HEARTBEAT_EVERY);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => break,
+            _ = every.tick() => {}
+        }
+        match store.heartbeat(&instance).await {
+            Ok(n) => {
+                if n != admission.instances() {
+                    tracing::info!(instances = n, "instances sharing rate limits");
+                }
+                admission.set_instances(n);
+            }
+            // Keep the last count: limits stay as tight as they were.
+            Err(err) => tracing::warn!(error = %err, "could not renew this instance's heartbeat"),
+        }
+        admission.sweep();
+    }
+    if let Err(err) = store.leave(&instance).await {
+        tracing::debug!(error = %err, "could not remove this instance's heartbeat");
+    }
+}
+
+/// How often an instance renews its heartbeat (see `toolgate_store::instances`).
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
+
 /// Serves the gateway on `listener` until `shutdown` completes, then lets in-flight
 /// requests finish for up to `http.shutdown_grace_secs` before returning.
 pub async fn serve(
@@ -452,16 +500,53 @@ pub async fn serve_with(
     });
     let store = state.store.clone();
     // Upstreams connect in the background: one that is down never delays start-up.
-    let upstreams = toolgate_mcp::upstream::start(
-        config
-            .upstreams
-            .iter()
-            .filter_map(config::UpstreamEntry::to_upstream)
-            .collect(),
-        state.registry.clone(),
-        state.catalog.clone(),
-        streams.clone(),
+    let mut upstreams = Vec::new();
+    let mut statuses = Vec::new();
+    for upstream in config
+        .upstreams
+        .iter()
+        .filter_map(config::UpstreamEntry::to_upstream)
+    {
+        let name = upstream.name.clone();
+        let supervised = toolgate_mcp::upstream::spawn(
+            upstream,
+            state.registry.clone(),
+            state.catalog.clone(),
+            streams.clone(),
+        );
+        upstreams.push(supervised.task);
+        statuses.push((name, supervised.status));
+    }
+    state.telemetry.observe_upstreams(statuses);
+    tokio::spawn(
+        state
+            .telemetry
+            .clone()
+            .count(state.store.clone(), streams.clone()),
     );
+    let instance = state.runs.instance().to_owned();
+    let heartbeat = tokio::spawn(heartbeat(
+        state.store.clone(),
+        state.admission.clone(),
+        instance.clone(),
+        streams.clone(),
+    ));
+    let metrics_listener = match config.telemetry.metrics_listen {
+        Some(addr) => {
+            let listener = TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding telemetry.metrics_listen {addr}"))?;
+            tracing::info!(%addr, "serving /metrics");
+            let app = metrics::listener_app(state.telemetry.clone());
+            let stop = streams.clone();
+            Some(tokio::spawn(async move {
+                let _ = axum::serve(listener, app)
+                    .with_graceful_shutdown(stop.cancelled_owned())
+                    .await;
+            }))
+        }
+        None => None,
+    };
     // Tenants' upstreams: every instance connects to all of them, in the background.
     let tenant_upstreams = state
         .upstreams
@@ -504,6 +589,10 @@ pub async fn serve_with(
     let deadline = deadline.unwrap_or_else(|| tokio::time::Instant::now() + grace);
     // Agent runs stop here and are released for the next instance to take over.
     let _ = tokio::time::timeout_at(deadline - reserve, runs).await;
+    let _ = tokio::time::timeout_at(deadline - reserve, heartbeat).await;
+    if let Some(task) = metrics_listener {
+        task.abort();
+    }
     // Upstream supervisors end their connections (child processes are killed).
     for upstream in upstreams.into_iter().chain(tenant_upstreams) {
         let _ = tokio::time::timeout_at(deadline - reserve, upstream).await;

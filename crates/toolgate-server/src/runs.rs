@@ -70,6 +70,11 @@ struct Active {
 }
 
 impl Runs {
+    /// This instance's name (in run leases and the instances table).
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
     pub fn new(
         store: Store,
         registry: Arc<Registry>,

@@ -34,11 +34,22 @@ pub struct Shared {
     pub shutdown: CancellationToken,
     /// Open SSE streams per principal and tenant, capped; each re-checks its credential.
     pub streams: Arc<crate::streams::Streams>,
+    /// Rate and concurrency limits and load shedding, as the executor applies them.
+    pub admission: Arc<toolgate_core::limits::Admission>,
+    /// Metrics: the instruments and their Prometheus exposition.
+    pub telemetry: Arc<crate::metrics::Telemetry>,
+    /// MCP sessions live in memory on this instance.
+    pub mcp_sessions: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl AppState {
     pub fn new(shared: Shared) -> Self {
         Self(Arc::new(shared))
+    }
+
+    /// The shared state itself (for holders that must not keep it alive: downgrade it).
+    pub fn arc(&self) -> Arc<Shared> {
+        self.0.clone()
     }
 }
 

@@ -86,6 +86,11 @@ impl Streams {
         }
     }
 
+    /// Streams open now on this instance.
+    pub fn open(&self) -> usize {
+        self.lock().tenants.values().sum()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Counts> {
         self.open.lock().unwrap_or_else(|p| p.into_inner())
     }

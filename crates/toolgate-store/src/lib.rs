@@ -34,6 +34,7 @@ macro_rules! dispatch {
 pub mod approvals;
 pub mod chain;
 pub mod checkpoint;
+pub mod instances;
 pub mod keys;
 pub mod model;
 mod nodelay;

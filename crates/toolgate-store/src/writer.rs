@@ -19,6 +19,7 @@
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot};
 use toolgate_core::audit::{AuditError, AuditRecord, AuditSink};
+use toolgate_core::metrics::Metrics;
 
 use crate::{Store, StoreError};
 
@@ -55,6 +56,14 @@ impl AuditWriterTask {
 impl AuditWriter {
     /// Starts the writer on its own thread over `store`.
     pub fn spawn(store: Store) -> std::io::Result<(AuditWriter, AuditWriterTask)> {
+        Self::spawn_measured(store, Metrics::default())
+    }
+
+    /// [`AuditWriter::spawn`], recording each transaction's duration into `metrics`.
+    pub fn spawn_measured(
+        store: Store,
+        metrics: Metrics,
+    ) -> std::io::Result<(AuditWriter, AuditWriterTask)> {
         let (queue, rx) = mpsc::channel(QUEUE);
         let (done_tx, done) = oneshot::channel();
         let writer_store = store.clone();
@@ -62,7 +71,7 @@ impl AuditWriter {
             match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                 Ok(runtime) => runtime.block_on(async move {
                     match writer_store.reopen().await {
-                        Ok(own) => run(own, rx).await,
+                        Ok(own) => run(own, rx, metrics).await,
                         Err(err) => {
                             tracing::error!(error = %err, "the audit writer cannot open the store");
                             refuse_all(rx, &err.to_string()).await;
@@ -84,13 +93,15 @@ async fn refuse_all(mut rx: mpsc::Receiver<(AuditRecord, Ack)>, reason: &str) {
     }
 }
 
-async fn run(store: Store, mut rx: mpsc::Receiver<(AuditRecord, Ack)>) {
+async fn run(store: Store, mut rx: mpsc::Receiver<(AuditRecord, Ack)>, metrics: Metrics) {
     let limit = store.max_batch();
     let mut batch = Vec::with_capacity(limit);
     while rx.recv_many(&mut batch, limit).await > 0 {
         let (records, acks): (Vec<AuditRecord>, Vec<Ack>) = batch.drain(..).unzip();
         let started = std::time::Instant::now();
-        match store.append_audit(&records).await {
+        let appended = store.append_audit(&records).await;
+        metrics.audit_committed(started.elapsed(), appended.is_ok());
+        match appended {
             Ok(()) => {
                 tracing::debug!(
                     records = records.len(),
@@ -153,5 +164,9 @@ impl AuditSink for AuditWriter {
                 "the audit writer stopped before committing",
             )),
         }
+    }
+
+    fn backlog(&self) -> usize {
+        QUEUE - self.queue.capacity()
     }
 }

@@ -165,6 +165,7 @@ pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> 
             per_tenant: mcp.max_sessions_per_tenant,
             idle: Duration::from_secs(mcp.session_idle_secs),
         },
+        state.mcp_sessions.clone(),
     ));
     stored_sessions.sweep(shutdown.clone());
     let service = Arc::new(StreamableHttpService::new(

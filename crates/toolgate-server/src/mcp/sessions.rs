@@ -161,6 +161,8 @@ pub(super) struct StoredSessions {
     /// SSE polling, when on.
     poll: Option<Polling>,
     live: tokio::sync::RwLock<HashMap<SessionId, Live>>,
+    /// How many sessions `live` holds, for the metrics (read without the lock).
+    count: Arc<std::sync::atomic::AtomicUsize>,
     limits: SessionLimits,
 }
 
@@ -244,6 +246,7 @@ impl StoredSessions {
         retry: Duration,
         poll_after: Option<Duration>,
         limits: SessionLimits,
+        count: Arc<std::sync::atomic::AtomicUsize>,
     ) -> Self {
         let mut config = SessionConfig::default();
         config.sse_retry = Some(retry);
@@ -254,6 +257,7 @@ impl StoredSessions {
             durable_events,
             poll: poll_after.map(|after| Polling { after, retry }),
             live: Default::default(),
+            count,
             limits,
         }
     }
@@ -430,7 +434,11 @@ impl SessionManager for StoredSessions {
             let _ = events.session.set(id.clone());
         }
         let live = self.live(manager, owner);
-        self.live.write().await.insert(id.clone(), live);
+        let mut all = self.live.write().await;
+        all.insert(id.clone(), live);
+        self.count
+            .store(all.len(), std::sync::atomic::Ordering::Relaxed);
+        drop(all);
         Ok((id, transport))
     }
 
@@ -447,7 +455,11 @@ impl SessionManager for StoredSessions {
     }
 
     async fn close_session(&self, id: &SessionId) -> ManagerResult<()> {
-        let live = self.live.write().await.remove(id);
+        let mut all = self.live.write().await;
+        let live = all.remove(id);
+        self.count
+            .store(all.len(), std::sync::atomic::Ordering::Relaxed);
+        drop(all);
         match live {
             Some(live) => live.manager.close_session(id).await,
             None => Ok(()),
@@ -522,6 +534,8 @@ impl SessionManager for StoredSessions {
         let owner = caller("an MCP session restored").map_err(refusal)?;
         let outcome = manager.restore_session(id.clone()).await?;
         live.insert(id, self.live(manager, owner));
+        self.count
+            .store(live.len(), std::sync::atomic::Ordering::Relaxed);
         Ok(outcome)
     }
 }

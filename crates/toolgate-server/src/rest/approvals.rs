@@ -15,6 +15,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolgate_core::auth::scopes;
+use toolgate_core::limits::RateLimits;
 use toolgate_core::policy::Rule;
 use toolgate_core::{Action, Adapter, ApprovalId, CallId, Policy, Risk, ToolError, Violation};
 use toolgate_store::approvals::{ApprovalRecord, Decision};
@@ -45,7 +46,8 @@ pub fn router() -> OpenApiRouter<AppState> {
     "self_approval": false,
     "approval_ttl_secs": 3600,
     "rules": [{"tool": "read_file", "action": "allow"}, {"agent": "nightly", "tool": "execute_command", "action": "deny"}],
-    "risk_scopes": {"high": "tools:high_risk"}
+    "risk_scopes": {"high": "tools:high_risk"},
+    "rate_limits": {"tenant_per_minute": 600, "principal_per_minute": 120, "tools": {"web_fetch": 30}, "tenant_concurrency": 16}
 }))]
 pub struct PolicyBody {
     /// Ratification level 0–10: 0 asks nobody; 1–3 holds high-risk calls for approval;
@@ -68,6 +70,55 @@ pub struct PolicyBody {
     /// (`low`, `medium`, `high`).
     #[serde(default)]
     pub risk_scopes: BTreeMap<String, String>,
+    /// The tenant's own rate and concurrency limits. They only tighten the operator's
+    /// (`[limits]`): the stricter of the two applies.
+    #[serde(default)]
+    pub rate_limits: RateLimitsBody,
+}
+
+/// Limits on the tenant's calls; an absent limit is none (beyond the operator's). A call
+/// over one is refused with 429 and `Retry-After`, before it runs and without an audit row.
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitsBody {
+    /// Calls per minute by the whole tenant (up to this many at once, then one every
+    /// 60/n seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub tenant_per_minute: Option<u32>,
+    /// Calls per minute by each principal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub principal_per_minute: Option<u32>,
+    /// Calls per minute of a tool by the whole tenant, by tool name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tools: BTreeMap<String, u32>,
+    /// Calls in flight at once for the whole tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub tenant_concurrency: Option<u32>,
+}
+
+impl From<&RateLimits> for RateLimitsBody {
+    fn from(l: &RateLimits) -> Self {
+        Self {
+            tenant_per_minute: l.tenant_per_minute,
+            principal_per_minute: l.principal_per_minute,
+            tools: l.tools.clone(),
+            tenant_concurrency: l.tenant_concurrency,
+        }
+    }
+}
+
+impl From<RateLimitsBody> for RateLimits {
+    fn from(l: RateLimitsBody) -> Self {
+        Self {
+            tenant_per_minute: l.tenant_per_minute,
+            principal_per_minute: l.principal_per_minute,
+            tools: l.tools,
+            tenant_concurrency: l.tenant_concurrency,
+        }
+    }
 }
 
 fn default_ttl() -> u64 {
@@ -106,6 +157,7 @@ impl From<&Policy> for PolicyBody {
                 .iter()
                 .map(|(risk, scope)| (risk_name(*risk).to_owned(), scope.clone()))
                 .collect(),
+            rate_limits: RateLimitsBody::from(&p.rate_limits),
         }
     }
 }
@@ -151,6 +203,7 @@ impl PolicyBody {
                 })
                 .collect(),
             risk_scopes,
+            rate_limits: self.rate_limits.into(),
         };
         violations.extend(
             policy

@@ -1,0 +1,206 @@
+//! The instruments every part of the gateway records into, on one OpenTelemetry `Meter`.
+//!
+//! The server gives them a meter whose readers export to Prometheus (`/metrics`) and, when
+//! configured, OTLP; tests and embedded uses get the no-op meter, where recording costs a
+//! branch. Names follow the OpenTelemetry semantic conventions where one exists
+//! (`mcp.server.operation.duration`, `gen_ai.client.*`), and `toolgate.*` otherwise.
+//!
+//! Tenant ids join the attributes only when the operator allows it
+//! (`telemetry.tenant_attributes`): with many tenants they multiply every series.
+
+use std::time::Duration;
+
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider};
+
+use crate::{Adapter, ErrorKind, TenantId};
+
+/// Bucket boundaries for durations in seconds, from 1 ms to 2 min (the SDK's defaults
+/// suit milliseconds).
+pub const DURATION_BUCKETS: [f64; 15] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0,
+];
+
+/// Bucket boundaries for token counts (`gen_ai.client.token.usage`, as the conventions
+/// advise).
+pub const TOKEN_BUCKETS: [f64; 14] = [
+    1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0,
+    16777216.0, 67108864.0,
+];
+
+/// The gateway's instruments. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    tenant_attributes: bool,
+    tool_calls: Counter<u64>,
+    tool_duration: Histogram<f64>,
+    rejections: Counter<u64>,
+    audit_commit: Histogram<f64>,
+    mcp_operation: Histogram<f64>,
+    chat_duration: Histogram<f64>,
+    token_usage: Histogram<u64>,
+}
+
+impl Default for Metrics {
+    /// Records nothing.
+    fn default() -> Self {
+        Self::new(
+            &opentelemetry::metrics::noop::NoopMeterProvider::new().meter("toolgate"),
+            false,
+        )
+    }
+}
+
+impl Metrics {
+    pub fn new(meter: &Meter, tenant_attributes: bool) -> Self {
+        let seconds = |name: &'static str, description: &'static str| {
+            meter
+                .f64_histogram(name)
+                .with_unit("s")
+                .with_description(description)
+                .with_boundaries(DURATION_BUCKETS.to_vec())
+                .build()
+        };
+        Self {
+            tenant_attributes,
+            tool_calls: meter
+                .u64_counter("toolgate.tool.calls")
+                .with_unit("{call}")
+                .with_description("Tool calls finished, by tool, outcome and front door")
+                .build(),
+            tool_duration: seconds(
+                "toolgate.tool.call.duration",
+                "Duration of tool calls through the executor (gen_ai.operation.name execute_tool)",
+            ),
+            rejections: meter
+                .u64_counter("toolgate.admission.rejections")
+                .with_unit("{call}")
+                .with_description(
+                    "Calls refused before running: rate limits, concurrency limits, load shedding",
+                )
+                .build(),
+            audit_commit: seconds(
+                "toolgate.audit.commit.duration",
+                "Duration of one audit transaction (a batch of records)",
+            ),
+            mcp_operation: seconds(
+                "mcp.server.operation.duration",
+                "MCP request or notification duration as observed on the receiver",
+            ),
+            chat_duration: seconds(
+                "gen_ai.client.operation.duration",
+                "GenAI operation duration (agent chat calls to model providers)",
+            ),
+            token_usage: meter
+                .u64_histogram("gen_ai.client.token.usage")
+                .with_unit("{token}")
+                .with_description("Number of input and output tokens used")
+                .with_boundaries(TOKEN_BUCKETS.to_vec())
+                .build(),
+        }
+    }
+
+    fn tenant(&self, attrs: &mut Vec<KeyValue>, tenant: TenantId) {
+        if self.tenant_attributes {
+            attrs.push(KeyValue::new("toolgate.tenant", tenant.to_string()));
+        }
+    }
+
+    /// A finished tool call.
+    pub fn tool_call(
+        &self,
+        tenant: TenantId,
+        tool: &str,
+        adapter: Adapter,
+        error: Option<ErrorKind>,
+        duration: Duration,
+    ) {
+        let mut attrs = Vec::with_capacity(5);
+        attrs.push(KeyValue::new("gen_ai.tool.name", tool.to_owned()));
+        attrs.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
+        attrs.push(KeyValue::new("toolgate.adapter", adapter.as_str()));
+        if let Some(kind) = error {
+            attrs.push(KeyValue::new("error.type", kind.as_str()));
+        }
+        self.tenant(&mut attrs, tenant);
+        self.tool_duration.record(duration.as_secs_f64(), &attrs);
+        attrs.push(KeyValue::new(
+            "toolgate.outcome",
+            error.map_or("ok", ErrorKind::as_str),
+        ));
+        self.tool_calls.add(1, &attrs);
+    }
+
+    /// A call refused by `limit` (see [`crate::limits::Limit::as_str`]).
+    pub fn rejected(&self, tenant: TenantId, limit: &'static str, adapter: Adapter) {
+        let mut attrs = vec![
+            KeyValue::new("toolgate.limit", limit),
+            KeyValue::new("toolgate.adapter", adapter.as_str()),
+        ];
+        self.tenant(&mut attrs, tenant);
+        self.rejections.add(1, &attrs);
+    }
+
+    /// One audit transaction (a batch of records), committed or failed.
+    pub fn audit_committed(&self, duration: Duration, ok: bool) {
+        let attrs: &[KeyValue] = if ok {
+            &[]
+        } else {
+            &[KeyValue::new("error.type", "store")]
+        };
+        self.audit_commit.record(duration.as_secs_f64(), attrs);
+    }
+
+    /// One MCP request handled (`tool` for `tools/call`; `error` the JSON-RPC error code or
+    /// `tool_error` for an `isError` result).
+    pub fn mcp_operation(
+        &self,
+        method: &str,
+        tool: Option<&str>,
+        protocol_version: Option<&str>,
+        error: Option<String>,
+        duration: Duration,
+    ) {
+        let mut attrs = Vec::with_capacity(5);
+        attrs.push(KeyValue::new("mcp.method.name", method.to_owned()));
+        attrs.push(KeyValue::new("network.transport", "tcp"));
+        if let Some(tool) = tool {
+            attrs.push(KeyValue::new("gen_ai.tool.name", tool.to_owned()));
+        }
+        if let Some(version) = protocol_version {
+            attrs.push(KeyValue::new("mcp.protocol.version", version.to_owned()));
+        }
+        if let Some(error) = error {
+            attrs.push(KeyValue::new("error.type", error));
+        }
+        self.mcp_operation.record(duration.as_secs_f64(), &attrs);
+    }
+
+    /// One chat call to a model provider, with the tokens it used when it answered.
+    pub fn chat(
+        &self,
+        provider: &str,
+        model: &str,
+        error: Option<&str>,
+        duration: Duration,
+        input_tokens: Option<u64>,
+        output_tokens: Option<u64>,
+    ) {
+        let mut attrs = vec![
+            KeyValue::new("gen_ai.operation.name", "chat"),
+            KeyValue::new("gen_ai.provider.name", provider.to_owned()),
+            KeyValue::new("gen_ai.request.model", model.to_owned()),
+        ];
+        if let Some(error) = error {
+            attrs.push(KeyValue::new("error.type", error.to_owned()));
+        }
+        self.chat_duration.record(duration.as_secs_f64(), &attrs);
+        for (kind, tokens) in [("input", input_tokens), ("output", output_tokens)] {
+            if let Some(tokens) = tokens {
+                let mut attrs = attrs.clone();
+                attrs.push(KeyValue::new("gen_ai.token.type", kind));
+                self.token_usage.record(tokens, &attrs);
+            }
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! The gateway's metrics: one OpenTelemetry meter provider per gateway, read by a
+//! Prometheus exporter for `GET /metrics`.
+//!
+//! `/metrics` on the main listener needs the operator scope `tenants:manage` (the series
+//! span tenants); `telemetry.metrics_listen` serves it without credentials on an address
+//! of its own, for a scraper inside the deployment's network.
+//!
+//! Instruments recorded where things happen live in `toolgate_core::metrics`; gauges of
+//! state (audit backlog, calls in flight, open streams and sessions, pending approvals,
+//! runs by status, instances) are observed here, when scraped. Counts that need the store
+//! are refreshed in the background every [`COUNTS_EVERY`], never on a scrape.
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::{Meter, MeterProvider as _};
+use opentelemetry_sdk::metrics::SdkMeterProvider;
+use prometheus::{Encoder, TextEncoder};
+use tokio_util::sync::CancellationToken;
+use toolgate_core::metrics::Metrics;
+use toolgate_store::instances::Counts;
+
+use crate::AppState;
+use crate::auth::Caller;
+use crate::rest::error::ApiError;
+
+/// How often store-backed gauges (approvals pending, runs by status) are recounted.
+pub const COUNTS_EVERY: Duration = Duration::from_secs(15);
+
+/// The meter provider and what reads it.
+pub struct Telemetry {
+    provider: SdkMeterProvider,
+    registry: prometheus::Registry,
+    meter: Meter,
+    metrics: Metrics,
+    counts: Arc<Mutex<Counts>>,
+}
+
+impl Telemetry {
+    pub fn new(config: &crate::config::TelemetryConfig) -> anyhow::Result<Self> {
+        let registry = prometheus::Registry::new();
+        let exporter = opentelemetry_prometheus::exporter()
+            .with_registry(registry.clone())
+            .build()?;
+        let provider = SdkMeterProvider::builder().with_reader(exporter).build();
+        let meter = provider.meter("toolgate");
+        let metrics = Metrics::new(&meter, config.tenant_attributes);
+        Ok(Self {
+            provider,
+            registry,
+            meter,
+            metrics,
+            counts: Arc::default(),
+        })
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub fn meter(&self) -> &Meter {
+        &self.meter
+    }
+
+    /// The Prometheus text exposition of every instrument.
+    pub fn render(&self) -> Result<String, prometheus::Error> {
+        let mut out = Vec::new();
+        TextEncoder::new().encode(&self.registry.gather(), &mut out)?;
+        Ok(String::from_utf8_lossy(&out).into_owned())
+    }
+
+    /// Registers the gauges observed from `state` (held weakly: the gauges never keep a
+    /// stopped gateway alive).
+    pub fn observe(&self, state: &AppState) {
+        let weak = Arc::downgrade(&state.arc());
+        let gauge = |name: &'static str,
+                     description: &'static str,
+                     unit: &'static str,
+                     read: fn(&crate::state::Shared) -> u64| {
+            let weak: Weak<crate::state::Shared> = weak.clone();
+            self.meter
+                .u64_observable_gauge(name)
+                .with_description(description)
+                .with_unit(unit)
+                .with_callback(move |observer| {
+                    if let Some(state) = weak.upgrade() {
+                        observer.observe(read(&state), &[]);
+                    }
+                })
+                .build();
+        };
+        gauge(
+            "toolgate.audit.queue.depth",
+            "Audit records waiting to be committed",
+            "{record}",
+            |s| s.audit.backlog() as u64,
+        );
+        gauge(
+            "toolgate.calls.in_flight",
+            "Tool calls running on this instance",
+            "{call}",
+            |s| s.admission.in_flight() as u64,
+        );
+        gauge(
+            "toolgate.instances",
+            "Live instances sharing the store (and each rate limit)",
+            "{instance}",
+            |s| u64::from(s.admission.instances()),
+        );
+        gauge(
+            "toolgate.sse.streams",
+            "Open SSE streams (approval and run events, MCP session streams)",
+            "{stream}",
+            |s| s.streams.open() as u64,
+        );
+        gauge(
+            "toolgate.mcp.sessions",
+            "MCP sessions live in this instance's memory",
+            "{session}",
+            |s| s.mcp_sessions.load(std::sync::atomic::Ordering::Relaxed) as u64,
+        );
+        let counts = self.counts.clone();
+        self.meter
+            .i64_observable_gauge("toolgate.approvals.pending")
+            .with_description("Approvals waiting for a decision, all tenants")
+            .with_unit("{approval}")
+            .with_callback(move |observer| {
+                let counts = counts.lock().unwrap_or_else(|p| p.into_inner());
+                observer.observe(counts.approvals_pending, &[]);
+            })
+            .build();
+        let counts = self.counts.clone();
+        self.meter
+            .i64_observable_gauge("toolgate.runs")
+            .with_description("Agent runs by status, all tenants")
+            .with_unit("{run}")
+            .with_callback(move |observer| {
+                let counts = counts.lock().unwrap_or_else(|p| p.into_inner());
+                for (status, n) in &counts.runs {
+                    observer.observe(*n, &[KeyValue::new("toolgate.run.status", status.clone())]);
+                }
+            })
+            .build();
+    }
+
+    /// Registers the connection state of the operator's upstreams, by name.
+    pub fn observe_upstreams(
+        &self,
+        upstreams: Vec<(
+            String,
+            tokio::sync::watch::Receiver<toolgate_mcp::upstream::Status>,
+        )>,
+    ) {
+        self.meter
+            .u64_observable_gauge("toolgate.upstream.connected")
+            .with_description("Operator upstreams by name: 1 connected, 0 not (yet, or again)")
+            .with_callback(move |observer| {
+                for (name, status) in &upstreams {
+                    let connected =
+                        status.borrow().state == toolgate_mcp::upstream::State::Connected;
+                    observer.observe(
+                        u64::from(connected),
+                        &[KeyValue::new("toolgate.upstream", name.clone())],
+                    );
+                }
+            })
+            .build();
+    }
+
+    /// Recounts the store-backed gauges every [`COUNTS_EVERY`] until `stop`.
+    pub async fn count(self: Arc<Self>, store: toolgate_store::Store, stop: CancellationToken) {
+        let mut every = tokio::time::interval(COUNTS_EVERY);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                _ = every.tick() => {}
+            }
+            match store.counts().await {
+                Ok(counts) => *self.counts.lock().unwrap_or_else(|p| p.into_inner()) = counts,
+                Err(err) => tracing::debug!(error = %err, "could not count approvals and runs"),
+            }
+        }
+    }
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        let _ = self.provider.shutdown();
+    }
+}
+
+/// `GET /metrics` on the main listener: the operator's (`tenants:manage`).
+pub async fn scrape(State(app): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
+    caller.require(crate::auth::TENANTS_MANAGE)?;
+    Ok(exposition(&app.telemetry))
+}
+
+/// The exposition as a response, in Prometheus text format 0.0.4.
+pub fn exposition(telemetry: &Telemetry) -> Response {
+    match telemetry.render() {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            )],
+            text,
+        )
+            .into_response(),
+        Err(err) => ApiError::Internal(err.into()).into_response(),
+    }
+}
+
+/// The `telemetry.metrics_listen` app: `GET /metrics`, nothing else, no credentials.
+pub fn listener_app(telemetry: Arc<Telemetry>) -> axum::Router {
+    axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let telemetry = telemetry.clone();
+            async move { exposition(&telemetry) }
+        }),
+    )
+}
