@@ -90,9 +90,12 @@ impl LimitsConfig {
 }
 
 /// `[telemetry]`: metrics (Prometheus at `/metrics`) and their attributes.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TelemetryConfig {
+    /// Record metrics (on by default). Off: instruments record nothing and `/metrics`
+    /// answers 404.
+    pub metrics: bool,
     /// Add the tenant id to metric attributes. Off by default: every series is multiplied
     /// by the number of tenants; turn it on only when they are few.
     pub tenant_attributes: bool,
@@ -100,6 +103,16 @@ pub struct TelemetryConfig {
     /// Prometheus scraper inside the deployment's network). On the main listener,
     /// `/metrics` needs the operator scope `tenants:manage`.
     pub metrics_listen: Option<SocketAddr>,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self {
+            metrics: true,
+            tenant_attributes: false,
+            metrics_listen: None,
+        }
+    }
 }
 
 /// `[audit]`: signed checkpoints of the audit chains (see `toolgate_store::checkpoint`).

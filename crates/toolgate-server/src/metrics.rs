@@ -38,6 +38,7 @@ pub struct Telemetry {
     meter: Meter,
     metrics: Metrics,
     counts: Arc<Mutex<Counts>>,
+    enabled: bool,
 }
 
 impl Telemetry {
@@ -48,13 +49,18 @@ impl Telemetry {
             .build()?;
         let provider = SdkMeterProvider::builder().with_reader(exporter).build();
         let meter = provider.meter("toolgate");
-        let metrics = Metrics::new(&meter, config.tenant_attributes);
+        let metrics = if config.metrics {
+            Metrics::new(&meter, config.tenant_attributes)
+        } else {
+            Metrics::default()
+        };
         Ok(Self {
             provider,
             registry,
             meter,
             metrics,
             counts: Arc::default(),
+            enabled: config.metrics,
         })
     }
 
@@ -76,6 +82,9 @@ impl Telemetry {
     /// Registers the gauges observed from `state` (held weakly: the gauges never keep a
     /// stopped gateway alive).
     pub fn observe(&self, state: &AppState) {
+        if !self.enabled {
+            return;
+        }
         let weak = Arc::downgrade(&state.arc());
         let gauge = |name: &'static str,
                      description: &'static str,
@@ -173,6 +182,9 @@ impl Telemetry {
 
     /// Recounts the store-backed gauges every [`COUNTS_EVERY`] until `stop`.
     pub async fn count(self: Arc<Self>, store: toolgate_store::Store, stop: CancellationToken) {
+        if !self.enabled {
+            return;
+        }
         let mut every = tokio::time::interval(COUNTS_EVERY);
         loop {
             tokio::select! {
@@ -199,8 +211,11 @@ pub async fn scrape(State(app): State<AppState>, caller: Caller) -> Result<Respo
     Ok(exposition(&app.telemetry))
 }
 
-/// The exposition as a response, in Prometheus text format 0.0.4.
+/// The exposition as a response, in Prometheus text format 0.0.4 (404 with metrics off).
 pub fn exposition(telemetry: &Telemetry) -> Response {
+    if !telemetry.enabled {
+        return ApiError::NoRoute.into_response();
+    }
     match telemetry.render() {
         Ok(text) => (
             [(

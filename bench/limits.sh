@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# The cost of admission (rate and concurrency limits) and metrics, and what one tenant
+# over its limit does to another.
+#
+# 1. REST invoke on two gateways from the same build, both SQLite with durable audit:
+#    "on" with metrics recorded and rate + concurrency limits set (high enough that every
+#    call is checked against its tenant, principal and tool buckets but none is refused),
+#    "off" with metrics off and no limits. Alternating rounds; ratio on/off.
+# 2. On the "on" gateway, tenant `quiet` at a steady 200 calls/s, alone and then while
+#    tenant `noisy` sends 1000 calls/s against its limit of 100/s (6000 per minute, whose
+#    burst it spends in the first seconds): quiet's success rate and p99 both times, and
+#    how noisy was answered.
+#
+#   bench/limits.sh                         # 3 rounds of 5 s per point, c = 1, 16, 64
+#   DURATION=10s ROUNDS=5 bench/limits.sh
+#
+# Builds the release binary, installs oha if missing, prints tables and writes them to
+# bench/results/limits.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/lib.sh
+
+ensure_oha
+cargo build --quiet --release -p toolgate-server
+WORK=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+ON=$(free_port); OFF=$(free_port)
+mkdir -p "$WORK/on" "$WORK/off"
+env -u DATABASE_URL TOOLGATE_LIMITS__TENANT_PER_MINUTE=1000000000 TOOLGATE_LIMITS__PRINCIPAL_PER_MINUTE=1000000000 \
+  TOOLGATE_LIMITS__TENANT_CONCURRENCY=100000 TOOLGATE_LIMITS__TOOLS__ECHO=1000000000 \
+  target/release/toolgate serve --listen "127.0.0.1:$ON" --data-dir "$WORK/on" >/dev/null 2>"$WORK/on.log" & pids+=($!)
+env -u DATABASE_URL TOOLGATE_TELEMETRY__METRICS=false \
+  target/release/toolgate serve --listen "127.0.0.1:$OFF" --data-dir "$WORK/off" >/dev/null 2>"$WORK/off.log" & pids+=($!)
+for _ in $(seq 100); do [ -s "$WORK/on/admin-api-key" ] && [ -s "$WORK/off/admin-api-key" ] && break; sleep 0.1; done
+ON_AUTH="authorization: Bearer $(cat "$WORK/on/admin-api-key")"
+OFF_AUTH="authorization: Bearer $(cat "$WORK/off/admin-api-key")"
+wait_ready "$ON" "$ON_AUTH"; wait_ready "$OFF" "$OFF_AUTH"
+curl -sf -H "$ON_AUTH" "http://127.0.0.1:$ON/metrics" | grep -q toolgate_tool_calls_total
+[ "$(curl -s -o /dev/null -w '%{http_code}' -H "$OFF_AUTH" "http://127.0.0.1:$OFF/metrics")" = 404 ]
+
+# tenant NAME: creates a tenant on the "on" gateway; prints its admin key.
+tenant() {
+  curl -sf -H "$ON_AUTH" -H 'content-type: application/json' -d "{\"name\":\"$1\"}" \
+    "http://127.0.0.1:$ON/v1/tenants" | python3 -c 'import json,sys; print(json.load(sys.stdin)["admin_key"]["secret"])'
+}
+QUIET="authorization: Bearer $(tenant quiet)"
+NOISY="authorization: Bearer $(tenant noisy)"
+curl -sf -o /dev/null -X PUT -H "$NOISY" -H 'content-type: application/json' \
+  -d '{"rate_limits":{"tenant_per_minute":6000}}' "http://127.0.0.1:$ON/v1/policy"
+
+# paced NAME AUTH RATE: oha at RATE calls/s for FAIR_DURATION, concurrency 8.
+FAIR_DURATION=${FAIR_DURATION:-30s}
+paced() {
+  "$OHA" --no-tui --output-format json -z "$FAIR_DURATION" -c 8 -q "$3" -m POST \
+    -H 'content-type: application/json' -H "$2" -d "$BODY" \
+    "http://127.0.0.1:$ON$PATH_INVOKE" > "$WORK/$1.json"
+}
+
+mkdir -p bench/results
+{
+  echo "REST invoke, metrics + rate and concurrency limits on vs. off (same build, SQLite, durable audit)"
+  echo
+  echo "| concurrency | on req/s | on p50 ms | on p99 ms | off req/s | off p50 ms | off p99 ms | ratio on/off |"
+  echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
+  for c in $CONCURRENCY; do
+    for r in $(seq "$ROUNDS"); do
+      measure off "$OFF" "$c" "$r" "$OFF_AUTH"
+      measure on "$ON" "$c" "$r" "$ON_AUTH"
+    done
+    summarize on off "$c"
+  done
+  echo
+  paced quiet-alone "$QUIET" 200
+  paced noisy "$NOISY" 1000 & noisy=$!
+  paced quiet-shared "$QUIET" 200
+  wait "$noisy"
+  echo "tenant quiet at 200 calls/s ($FAIR_DURATION, c=8), alone and while tenant noisy sends 1000 calls/s against its limit of 100/s"
+  echo
+  python3 - "$WORK" <<'PY'
+import json, sys
+work = sys.argv[1]
+def load(name):
+    d = json.load(open(f"{work}/{name}.json"))
+    codes = d.get("statusCodeDistribution", {})
+    total = sum(codes.values())
+    return d["latencyPercentiles"]["p99"] * 1000, codes.get("200", 0) / total * 100, codes, total
+alone, shared, noisy = load("quiet-alone"), load("quiet-shared"), load("noisy")
+print("| quiet | calls | success % | p99 ms |")
+print("|---|---:|---:|---:|")
+print(f"| alone | {alone[3]} | {alone[1]:.2f} | {alone[0]:.3f} |")
+print(f"| beside noisy | {shared[3]} | {shared[1]:.2f} | {shared[0]:.3f} |")
+print(f"| ratio beside/alone | | {shared[1]/alone[1]:.3f} | {shared[0]/alone[0]:.2f} |")
+print()
+print(f"noisy: {noisy[3]} calls, answered {dict(sorted(noisy[2].items()))} (429: refused at admission)")
+PY
+  echo
+  echo "refusals counted at /metrics: $(curl -sf -H "$ON_AUTH" "http://127.0.0.1:$ON/metrics" | awk '/^toolgate_admission_rejections_total/ {s += $NF} END {print s}')"
+  echo
+  footer
+} | tee bench/results/limits.md
