@@ -215,6 +215,72 @@ async fn a_call_over_the_limit_is_refused_unrun_unaudited_and_counted_on_postgre
     db.drop_db().await;
 }
 
+/// Made-up tool names make no series of their own (else a client could grow the
+/// exposition without end), and an agent's chat calls are measured with their tokens.
+#[tokio::test]
+async fn unknown_tools_share_one_series_and_agent_chat_calls_are_measured() {
+    use toolgate_e2e::llm::{MockLlm, Reply, Wire, says};
+    let mock = MockLlm::start(Wire::Openai, vec![Reply::ok(says::openai_text("done"))]).await;
+    let base = mock.base.clone();
+    let gw = Gateway::start_with(move |c| {
+        c.providers
+            .insert("llm".into(), crate::agents::provider(Wire::Openai, &base));
+    })
+    .await;
+    for name in ["no_such_tool_1", "no_such_tool_2"] {
+        let (status, _, _) = gw.invoke(name, json!({"arguments": {}})).await;
+        assert_eq!(status, 404);
+    }
+    let (status, _, agent) = gw
+        .post(
+            "/v1/agents",
+            json!({"name": "a", "provider": "llm", "model": "gpt-test"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{agent}");
+    let (status, _, run) = gw
+        .post(
+            &format!("/v1/agents/{}/runs", agent["id"].as_str().expect("id")),
+            json!({"input": "hi", "wait_secs": 30}),
+        )
+        .await;
+    assert_eq!(status, 201, "{run}");
+    assert_eq!(run["status"], "completed", "{run}");
+    let exposition = metrics(&gw).await;
+    assert!(!exposition.contains("no_such_tool"), "{exposition}");
+    assert_eq!(
+        total(
+            &exposition,
+            "toolgate_tool_calls_total",
+            &[
+                ("gen_ai_tool_name", "_unknown"),
+                ("toolgate_outcome", "not_found")
+            ]
+        ),
+        2.0
+    );
+    assert_eq!(
+        total(
+            &exposition,
+            "gen_ai_client_operation_duration_seconds_count",
+            &[
+                ("gen_ai_operation_name", "chat"),
+                ("gen_ai_provider_name", "openai"),
+                ("gen_ai_request_model", "gpt-test")
+            ]
+        ),
+        1.0,
+        "{exposition}"
+    );
+    let input_tokens = total(
+        &exposition,
+        "gen_ai_client_token_usage_count",
+        &[("gen_ai_token_type", "input")],
+    );
+    assert_eq!(input_tokens, 1.0, "{exposition}");
+    gw.stop().await;
+}
+
 #[tokio::test]
 async fn metrics_need_the_operator_scope_and_a_policy_cannot_set_a_zero_limit() {
     let gw = Gateway::start().await;

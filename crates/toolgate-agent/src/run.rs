@@ -635,11 +635,28 @@ impl Driver<'_> {
             max_tokens: self.agent.max_tokens,
         };
         let started = Instant::now();
-        let turn = self
-            .ctx
-            .provider
-            .complete(&request, &self.ctx.cancel)
-            .await?;
+        let turn = self.ctx.provider.complete(&request, &self.ctx.cancel).await;
+        // gen_ai.provider.name, as the semantic conventions spell the known ones.
+        let provider = match self.ctx.provider.kind() {
+            crate::provider::ProviderKind::Openai => "openai",
+            crate::provider::ProviderKind::Anthropic => "anthropic",
+            crate::provider::ProviderKind::Gemini => "gcp.gemini",
+            crate::provider::ProviderKind::Ollama => "ollama",
+        };
+        let error = turn
+            .as_ref()
+            .err()
+            .map(|e| format!("{:?}", e.kind).to_lowercase());
+        let usage = turn.as_ref().ok().and_then(|t| t.usage);
+        self.ctx.executor.metrics().chat(
+            provider,
+            &self.agent.model,
+            error.as_deref(),
+            started.elapsed(),
+            usage.map(|u| u.input_tokens),
+            usage.map(|u| u.output_tokens),
+        );
+        let turn = turn?;
         Ok(ModelReply {
             message: turn.message,
             meta: ReplyMeta {

@@ -212,6 +212,9 @@ impl Executor {
         args: Value,
         started: Instant,
     ) -> Result<Completed, ToolError> {
+        // Metrics name a tool only when it exists: made-up names must not make series
+        // without end.
+        let known = matches!(&prepared, Ok(_) | Err(Refused { tool: Some(_), .. }));
         let (record, result) = match prepared {
             // What was sent is kept, masked as well as the gateway can: by the tool's
             // schema when it resolved (invalid arguments, forbidden), else by name alone.
@@ -285,7 +288,7 @@ impl Executor {
         });
         self.metrics.tool_call(
             ctx.auth.tenant,
-            &name,
+            if known { &name } else { UNKNOWN_TOOL },
             ctx.adapter,
             match outcome {
                 Outcome::Ok => None,
@@ -531,6 +534,9 @@ async fn run(
     ctx.cancel.cancel();
     result
 }
+
+/// The tool name in metrics for a call of a tool the caller's toolset does not have.
+pub const UNKNOWN_TOOL: &str = "_unknown";
 
 /// How long a caller is asked to wait before trying a call the store could not take.
 pub const RETRY_AFTER_SECS: u64 = 1;

@@ -100,15 +100,83 @@ impl GuardInner {
     }
 }
 
-/// The id of a JSON-RPC request body (a request: it has a method and an id).
-fn request_id_of(body: &[u8]) -> Option<serde_json::Value> {
+/// What the guard reads of a JSON-RPC message: the id of a request (it has a method and an
+/// id), and the method, tool and protocol version for `mcp.server.operation.duration`.
+struct Probe {
+    id: Option<serde_json::Value>,
+    method: Option<String>,
+    tool: Option<String>,
+    protocol_version: Option<String>,
+}
+
+fn probe(body: &[u8]) -> Option<Probe> {
+    use std::borrow::Cow;
     #[derive(serde::Deserialize)]
-    struct Probe {
+    struct Message<'a> {
         id: Option<serde_json::Value>,
-        method: Option<serde::de::IgnoredAny>,
+        #[serde(borrow)]
+        method: Option<Cow<'a, str>>,
+        #[serde(borrow)]
+        params: Option<Params<'a>>,
     }
-    let probe: Probe = serde_json::from_slice(body).ok()?;
-    probe.method.and(probe.id)
+    #[derive(serde::Deserialize)]
+    struct Params<'a> {
+        #[serde(borrow)]
+        name: Option<Cow<'a, str>>,
+        #[serde(borrow, rename = "protocolVersion")]
+        protocol_version: Option<Cow<'a, str>>,
+        #[serde(borrow, rename = "_meta")]
+        meta: Option<Meta<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Meta<'a> {
+        #[serde(borrow, rename = "io.modelcontextprotocol/protocolVersion")]
+        protocol_version: Option<Cow<'a, str>>,
+    }
+    let message: Message<'_> = serde_json::from_slice(body).ok()?;
+    let method = message.method.map(Cow::into_owned);
+    let (tool, protocol_version) = match message.params {
+        Some(params) => (
+            params
+                .name
+                .filter(|_| method.as_deref() == Some("tools/call"))
+                .map(Cow::into_owned),
+            params
+                .protocol_version
+                .or(params.meta.and_then(|m| m.protocol_version))
+                .map(Cow::into_owned),
+        ),
+        None => (None, None),
+    };
+    Some(Probe {
+        id: method.as_ref().and(message.id),
+        method,
+        tool,
+        protocol_version,
+    })
+}
+
+/// One MCP request or notification, recorded as `mcp.server.operation.duration` when its
+/// answer has been sent in full (or the client went away).
+struct Operation {
+    metrics: toolgate_core::metrics::Metrics,
+    method: String,
+    tool: Option<String>,
+    protocol_version: Option<String>,
+    error: Option<String>,
+    started: std::time::Instant,
+}
+
+impl Drop for Operation {
+    fn drop(&mut self) {
+        self.metrics.mcp_operation(
+            &self.method,
+            self.tool.as_deref(),
+            self.protocol_version.as_deref(),
+            self.error.take(),
+            self.started.elapsed(),
+        );
+    }
 }
 
 /// The `/mcp` route and the protected-resource metadata. `shutdown` ends open SSE
@@ -229,6 +297,7 @@ impl Guard {
 
 /// Authenticates every `/mcp` request and keeps sessions with their owners.
 async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) -> Response {
+    let started = std::time::Instant::now();
     let (mut parts, body) = request.into_parts();
     let authenticator = &guard.state.authenticator;
     let caller = match authenticator.authenticate(&parts).await {
@@ -294,18 +363,45 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
     // arrive (too slow: `http.body_read_timeout_secs`, or cut off) or is too large is the
     // client's doing, answered 400 or 413 — rmcp answered a failed read with a 500.
     let mut in_flight = None;
+    let mut operation = None;
     let body = if json_post {
         let bytes = match axum::body::to_bytes(body, guard.max_body_bytes).await {
             Ok(bytes) => bytes,
             Err(err) => return body_error(&err),
         };
+        let probed = probe(&bytes);
         if let Some(id) = &session
-            && let Some(request) = request_id_of(&bytes)
+            && let Some(request) = probed.as_ref().and_then(|p| p.id.as_ref())
         {
-            match guard.claim(id, &request) {
+            match guard.claim(id, request) {
                 Some(claim) => in_flight = Some(claim),
-                None => return duplicate_id(&request),
+                None => return duplicate_id(request),
             }
+        }
+        if let Some(Probe {
+            method: Some(method),
+            tool,
+            protocol_version,
+            ..
+        }) = probed
+        {
+            // A tool is named only when it exists: a client's made-up names must not make
+            // series without end.
+            let tool = tool.filter(|t| guard.state.registry.get(owner.0, t).is_some());
+            let protocol_version = parts
+                .headers
+                .get("mcp-protocol-version")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+                .or(protocol_version);
+            operation = Some(Operation {
+                metrics: guard.state.telemetry.metrics().clone(),
+                method,
+                tool,
+                protocol_version,
+                error: None,
+                started,
+            });
         }
         axum::body::Body::from(bytes)
     } else {
@@ -339,12 +435,26 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
     if json_post && response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
         return parse_error();
     }
-    if let Some(claim) = in_flight {
+    if let Some(operation) = &mut operation
+        && !response.status().is_success()
+    {
+        operation.error = Some(response.status().as_u16().to_string());
+    }
+    // A JSON answer is complete now: the operation ends here, and the body keeps its
+    // length. An SSE stream's operation ends with the stream.
+    let streamed = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    if !streamed {
+        drop(operation.take());
+    }
+    if in_flight.is_some() || operation.is_some() {
         // Held until the answer is sent in full (a stream's end).
         use futures::StreamExt;
         let (parts, body) = response.into_parts();
         let body = axum::body::Body::from_stream(body.into_data_stream().map(move |chunk| {
-            let _ = &claim;
+            let _ = (&in_flight, &operation);
             chunk
         }));
         response = Response::from_parts(parts, body);
