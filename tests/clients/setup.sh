@@ -4,14 +4,15 @@
 # dependency pinned) into tests/clients/.venv, the TypeScript SDK (package-lock.json)
 # into tests/clients/node_modules, schemathesis (schemathesis-requirements.txt) into
 # tests/clients/.venv-st, and the deploy files' validators (deploy-requirements.txt) into
-# tests/clients/.venv-deploy. Idempotent and quick when nothing changed; safe to run
-# concurrently (a lock serializes runs). The e2e harness runs it before the first SDK test.
+# tests/clients/.venv-deploy, and an OTLP receiver's protobuf messages
+# (otel-requirements.txt) into tests/clients/.venv-otel. Idempotent and quick when nothing
+# changed; safe to run concurrently (a lock serializes runs). The e2e harness runs it before the first SDK test.
 set -euo pipefail
 cd "$(dirname "$0")"
 exec 9>.setup.lock
 flock 9
 
-stamp() { cat requirements.txt schemathesis-requirements.txt deploy-requirements.txt package-lock.json setup.sh | sha256sum | cut -d' ' -f1; }
+stamp() { cat requirements.txt schemathesis-requirements.txt deploy-requirements.txt otel-requirements.txt package-lock.json setup.sh | sha256sum | cut -d' ' -f1; }
 if [ -f .installed ] && [ "$(cat .installed)" = "$(stamp)" ]; then
   exit 0
 fi
@@ -35,4 +36,9 @@ if [ ! -x .venv-deploy/bin/python ]; then
 fi
 .venv-deploy/bin/pip install --quiet --disable-pip-version-check --require-virtualenv -r deploy-requirements.txt
 .venv-deploy/bin/pip install --quiet --disable-pip-version-check --require-virtualenv --no-deps docker-compose==1.29.2
+# The loopback OTLP receiver of the telemetry tests (the official protobuf messages).
+if [ ! -x .venv-otel/bin/python ]; then
+  python3 -m venv .venv-otel
+fi
+.venv-otel/bin/pip install --quiet --disable-pip-version-check --require-virtualenv -r otel-requirements.txt
 stamp > .installed

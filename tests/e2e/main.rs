@@ -19,6 +19,7 @@ mod rest_errors;
 mod rest_tools;
 mod schemathesis;
 mod secrets;
+mod telemetry;
 mod tenancy;
 mod tenant_upstreams;
 mod upstream;

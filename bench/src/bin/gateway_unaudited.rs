@@ -50,7 +50,11 @@ async fn main() -> anyhow::Result<()> {
     };
     let mode = args.next().unwrap_or_else(|| "none".into());
     let config = Config::load(&overrides, std::env::vars())?;
-    let _log = toolgate_server::telemetry::init(&config.log, std::env::var("RUST_LOG").ok())?;
+    let _log = toolgate_server::telemetry::init(
+        &config.log,
+        &config.telemetry,
+        std::env::var("RUST_LOG").ok(),
+    )?;
     let sink: Arc<dyn AuditSink> = match mode.as_str() {
         "none" => Arc::new(NoAudit),
         "reply-first" => {

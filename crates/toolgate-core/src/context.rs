@@ -1,7 +1,12 @@
 //! One call's context: who, through which front door, under which deadline.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
 
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
@@ -70,37 +75,33 @@ pub struct Progress {
 /// (MCP `progressToken`). Reports are dropped when no one listens or the listener lags.
 pub type ProgressSink = tokio::sync::mpsc::Sender<Progress>;
 
-/// The trace id and flags of a valid W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`,
-/// ids not all zeros; later versions are read by the version-00 fields).
-fn parse_traceparent(header: &str) -> Option<(String, String)> {
-    let mut parts = header.trim().split('-');
-    let (version, trace, parent, flags) =
-        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-    let hex = |s: &str, len: usize| {
-        s.len() == len
-            && s.bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    };
-    let valid = hex(version, 2)
-        && version != "ff"
-        && (version != "00" || parts.next().is_none())
-        && hex(trace, 32)
-        && trace.bytes().any(|b| b != b'0')
-        && hex(parent, 16)
-        && parent.bytes().any(|b| b != b'0')
-        && hex(flags, 2);
-    valid.then(|| (trace.to_owned(), flags.to_owned()))
+/// The span a W3C `traceparent` names (its trace, span and flags), read by the W3C Trace
+/// Context propagator; `None` when it is missing or invalid.
+pub fn parse_traceparent(header: &str) -> Option<SpanContext> {
+    let carrier = HashMap::from([("traceparent".to_owned(), header.trim().to_owned())]);
+    let context = TraceContextPropagator::new().extract(&carrier);
+    let span = context.span().span_context().clone();
+    span.is_valid().then_some(span)
 }
 
-/// `bytes` random bytes as lowercase hex (the random tails of v7 UUIDs).
-fn random_hex(bytes: usize) -> String {
-    let mut random = Vec::with_capacity(bytes + 8);
-    while random.len() < bytes {
+/// `header` for `span`, written by the W3C Trace Context propagator.
+pub fn format_traceparent(span: &SpanContext) -> Option<String> {
+    let context = opentelemetry::Context::new().with_remote_span_context(span.clone());
+    let mut carrier = HashMap::new();
+    TraceContextPropagator::new().inject_context(&context, &mut carrier);
+    carrier.remove("traceparent")
+}
+
+/// `N` random bytes (from the random tails of v7 UUIDs).
+fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut random = Vec::with_capacity(N + 8);
+    while random.len() < N {
         // The last 8 bytes of a v7 UUID are random (but for the variant bits).
         random.extend_from_slice(&uuid::Uuid::now_v7().as_bytes()[8..]);
     }
-    random.truncate(bytes);
-    crate::to_hex(&random)
+    let mut out = [0; N];
+    out.copy_from_slice(&random[..N]);
+    out
 }
 
 /// One call. Adapters build it with [`CallContext::new`] and the `with_*` methods; the
@@ -113,9 +114,12 @@ pub struct CallContext {
     pub request_id: Option<String>,
     /// W3C trace id (32 hex digits): the caller's, from its `traceparent`, or a new one.
     pub trace_id: Option<String>,
-    /// This call's span id (16 hex digits) and trace flags, for the `traceparent` sent
-    /// on to upstreams (see [`CallContext::traceparent`]).
-    pub span: Option<(String, String)>,
+    /// The caller's span, from its `traceparent`: the parent of this call's span.
+    pub parent: Option<SpanContext>,
+    /// This call's span (its trace, span id and flags), the parent named in the
+    /// `traceparent` sent on to upstreams (see [`CallContext::traceparent`]). The
+    /// executor's exported span when tracing is on.
+    pub span: Option<SpanContext>,
     pub run: Option<RunStep>,
     /// The agent making the call, for per-agent policy rules.
     pub agent: Option<String>,
@@ -143,6 +147,7 @@ impl CallContext {
             adapter,
             request_id: None,
             trace_id: None,
+            parent: None,
             span: None,
             run: None,
             agent: None,
@@ -164,20 +169,36 @@ impl CallContext {
     /// Continues the caller's W3C trace (`traceparent` header or `_meta`), or starts one
     /// when it sent none or an invalid one. The call gets a span id of its own.
     pub fn with_trace(mut self, traceparent: Option<&str>) -> Self {
-        let (trace, flags) = traceparent
-            .and_then(parse_traceparent)
-            .unwrap_or_else(|| (random_hex(16), "01".to_owned()));
-        self.trace_id = Some(trace);
-        self.span = Some((random_hex(8), flags));
+        let parent = traceparent.and_then(parse_traceparent);
+        let (trace, flags) = match &parent {
+            Some(p) => (p.trace_id(), p.trace_flags()),
+            None => (
+                TraceId::from_bytes(random_bytes::<16>()),
+                TraceFlags::SAMPLED,
+            ),
+        };
+        let span = SpanContext::new(
+            trace,
+            SpanId::from_bytes(random_bytes::<8>()),
+            flags,
+            false,
+            TraceState::default(),
+        );
+        self.parent = parent;
+        self.adopt_span(span);
         self
+    }
+
+    /// Makes `span` this call's span (and its trace the call's trace).
+    pub fn adopt_span(&mut self, span: SpanContext) {
+        self.trace_id = Some(span.trace_id().to_string());
+        self.span = Some(span);
     }
 
     /// The `traceparent` to send with work this call causes (an upstream call): this
     /// call's trace, with its span as the parent.
     pub fn traceparent(&self) -> Option<String> {
-        let trace = self.trace_id.as_deref()?;
-        let (span, flags) = self.span.as_ref()?;
-        Some(format!("00-{trace}-{span}-{flags}"))
+        format_traceparent(self.span.as_ref()?)
     }
 
     pub fn with_timeout(mut self, timeout: Option<Duration>) -> Self {
@@ -243,13 +264,14 @@ mod trace_tests {
     #[test]
     fn a_valid_traceparent_is_continued_and_an_invalid_one_replaced() {
         let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let read = parse_traceparent(parent).expect("valid");
         assert_eq!(
-            parse_traceparent(parent),
-            Some((
-                "4bf92f3577b34da6a3ce929d0e0e4736".to_owned(),
-                "01".to_owned()
-            ))
+            read.trace_id().to_string(),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
         );
+        assert_eq!(read.span_id().to_string(), "00f067aa0ba902b7");
+        assert!(read.is_sampled());
+        assert_eq!(format_traceparent(&read).as_deref(), Some(parent));
         for bad in [
             "",
             "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
@@ -260,8 +282,32 @@ mod trace_tests {
         ] {
             assert_eq!(parse_traceparent(bad), None, "{bad}");
         }
-        let started = random_hex(16);
-        assert_eq!(started.len(), 32);
-        assert_ne!(started, random_hex(16));
+        let ctx = CallContext::new(Arc::new(test_auth()), Adapter::Rest).with_trace(Some(parent));
+        let sent = ctx.traceparent().expect("a traceparent");
+        assert!(
+            sent.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"),
+            "{sent}"
+        );
+        assert!(
+            !sent.contains("00f067aa0ba902b7"),
+            "the call's own span is the parent"
+        );
+        let fresh = CallContext::new(Arc::new(test_auth()), Adapter::Rest).with_trace(None);
+        assert_eq!(fresh.trace_id.as_deref().map(str::len), Some(32));
+        assert_ne!(fresh.trace_id, ctx.trace_id);
+    }
+
+    fn test_auth() -> crate::AuthContext {
+        crate::AuthContext {
+            tenant: crate::TenantId::new(),
+            tenant_name: "t".into(),
+            principal: crate::Principal {
+                id: crate::PrincipalId::new(),
+                name: "p".into(),
+                kind: crate::PrincipalKind::User,
+            },
+            roles: vec![],
+            scopes: vec![],
+        }
     }
 }

@@ -132,10 +132,11 @@ impl Executor {
     pub async fn call(
         &self,
         tools: &ScopedToolset,
-        ctx: CallContext,
+        mut ctx: CallContext,
         name: &str,
         args: Value,
     ) -> Result<Completed, ToolError> {
+        let otel = trace_span(&mut ctx, name);
         let span = tracing::debug_span!(
             "tool_call",
             tenant = %ctx.auth.tenant,
@@ -152,6 +153,7 @@ impl Executor {
                 self.metrics
                     .rejected(ctx.auth.tenant, refusal.limit.as_str(), ctx.adapter);
                 tracing::debug!(parent: &span, limit = refusal.limit.as_str(), "call refused at admission");
+                failed(&otel, &refusal.error);
                 return Err(refusal.error);
             }
         };
@@ -172,6 +174,9 @@ impl Executor {
             async move {
                 let result = this.run_prepared(prepared, ctx, name, args, started).await;
                 drop(admitted);
+                if let Err(err) = &result {
+                    failed(&otel, err);
+                }
                 result
             }
             .instrument(span),
@@ -533,6 +538,44 @@ async fn run(
     // Whatever the tool spawned should stop too.
     ctx.cancel.cancel();
     result
+}
+
+/// The call's span for OpenTelemetry (`execute_tool {tool}`, GenAI conventions), a child
+/// of the caller's span; when exported, it becomes the call's span (the parent upstreams
+/// are told of) and its trace the call's trace. Disabled, and free, when tracing is off.
+fn trace_span(ctx: &mut CallContext, name: &str) -> tracing::Span {
+    use opentelemetry::trace::TraceContextExt;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let otel = tracing::info_span!(
+        target: "toolgate::otel",
+        "execute_tool",
+        otel.name = tracing::field::Empty,
+        otel.kind = "internal",
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = name,
+        gen_ai.tool.call.id = %ctx.call_id,
+        error.type = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    if otel.is_disabled() {
+        return otel;
+    }
+    otel.record("otel.name", format!("execute_tool {name}"));
+    if let Some(parent) = &ctx.parent {
+        let _ =
+            otel.set_parent(opentelemetry::Context::new().with_remote_span_context(parent.clone()));
+    }
+    let exported = otel.context().span().span_context().clone();
+    if exported.is_valid() {
+        ctx.adopt_span(exported);
+    }
+    otel
+}
+
+/// Marks the call's span failed, with the error kind as `error.type`.
+fn failed(otel: &tracing::Span, err: &ToolError) {
+    otel.record("error.type", err.kind.as_str());
+    otel.record("otel.status_code", "ERROR");
 }
 
 /// The tool name in metrics for a call of a tool the caller's toolset does not have.

@@ -47,6 +47,10 @@ pub struct McpCaller {
     pub auth: Arc<AuthContext>,
     pub toolset: Toolset,
     pub request_id: Option<String>,
+    /// The `traceparent` of the server's span for this request, when traces are
+    /// exported: the call continues it (rather than the client's own `traceparent`, which
+    /// that span already continues).
+    pub traceparent: Option<String>,
 }
 
 /// The MCP handler. rmcp makes one per session (and one per stateless request); it is a
@@ -841,11 +845,12 @@ impl ServerHandler for McpAdapter {
         let tools = caller.toolset.scope(self.registry.clone(), &caller.auth);
         let known = tools.get(&request.name);
         let client = client_info(&context);
-        // The caller's W3C trace: in `_meta` (SEP-414), else the HTTP `traceparent` header.
-        let traceparent = context
-            .meta
-            .get_traceparent()
-            .map(str::to_owned)
+        // The server span's trace when one is exported; else the caller's W3C trace: in
+        // `_meta` (SEP-414), else the HTTP `traceparent` header.
+        let traceparent = caller
+            .traceparent
+            .clone()
+            .or_else(|| context.meta.get_traceparent().map(str::to_owned))
             .or_else(|| {
                 context
                     .extensions

@@ -103,6 +103,10 @@ pub struct TelemetryConfig {
     /// Prometheus scraper inside the deployment's network). On the main listener,
     /// `/metrics` needs the operator scope `tenants:manage`.
     pub metrics_listen: Option<SocketAddr>,
+    /// Export spans and metrics over OTLP/HTTP (protobuf) to this base URL
+    /// (`http://collector:4318`); the standard `OTEL_EXPORTER_OTLP_ENDPOINT` does the same.
+    /// Off when neither is set.
+    pub otlp_endpoint: Option<String>,
 }
 
 impl Default for TelemetryConfig {
@@ -111,6 +115,7 @@ impl Default for TelemetryConfig {
             metrics: true,
             tenant_attributes: false,
             metrics_listen: None,
+            otlp_endpoint: None,
         }
     }
 }
@@ -974,6 +979,11 @@ impl Config {
                     format!("{origin:?} is not a valid origin"),
                 ));
             }
+        }
+        if let Some(url) = &self.telemetry.otlp_endpoint
+            && let Err(problem) = http_url(url)
+        {
+            errors.push(("telemetry.otlp_endpoint".into(), problem));
         }
         for (field, message) in self.limits.admission().defaults.problems() {
             errors.push((format!("limits.{}", field.replace('/', ".")), message));

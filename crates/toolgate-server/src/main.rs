@@ -141,8 +141,11 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 data_dir,
             };
             let config = Config::load(&overrides, std::env::vars())?;
-            let _log_guard =
-                toolgate_server::telemetry::init(&config.log, std::env::var("RUST_LOG").ok())?;
+            let _log_guard = toolgate_server::telemetry::init(
+                &config.log,
+                &config.telemetry,
+                std::env::var("RUST_LOG").ok(),
+            )?;
             let listener = tokio::net::TcpListener::bind(config.listen)
                 .await
                 .with_context(|| format!("binding {}", config.listen))?;

@@ -47,7 +47,29 @@ impl Telemetry {
         let exporter = opentelemetry_prometheus::exporter()
             .with_registry(registry.clone())
             .build()?;
-        let provider = SdkMeterProvider::builder().with_reader(exporter).build();
+        let mut provider = SdkMeterProvider::builder()
+            .with_reader(exporter)
+            .with_resource(crate::telemetry::resource());
+        // The same instruments over OTLP too, when an endpoint is configured (every
+        // `OTEL_METRIC_EXPORT_INTERVAL`, 60 s by default).
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        if config.metrics
+            && let Some(endpoint) = crate::telemetry::otlp_endpoint(config, &env, "metrics")
+                .filter(|_| env("OTEL_METRICS_EXPORTER").is_none_or(|v| v != "none"))
+        {
+            use opentelemetry_otlp::WithExportConfig;
+            crate::telemetry::check_protocol()?;
+            let mut exporter = opentelemetry_otlp::MetricExporter::builder()
+                .with_http()
+                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary);
+            if let Some(endpoint) = endpoint {
+                exporter = exporter.with_endpoint(endpoint);
+            }
+            provider = provider.with_reader(
+                opentelemetry_sdk::metrics::PeriodicReader::builder(exporter.build()?).build(),
+            );
+        }
+        let provider = provider.build();
         let meter = provider.meter("toolgate");
         let metrics = if config.metrics {
             Metrics::new(&meter, config.tenant_attributes)

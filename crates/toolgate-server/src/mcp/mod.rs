@@ -107,6 +107,8 @@ struct Probe {
     method: Option<String>,
     tool: Option<String>,
     protocol_version: Option<String>,
+    /// The W3C `traceparent` in `_meta` (SEP-414).
+    traceparent: Option<String>,
 }
 
 fn probe(body: &[u8]) -> Option<Probe> {
@@ -132,28 +134,111 @@ fn probe(body: &[u8]) -> Option<Probe> {
     struct Meta<'a> {
         #[serde(borrow, rename = "io.modelcontextprotocol/protocolVersion")]
         protocol_version: Option<Cow<'a, str>>,
+        #[serde(borrow)]
+        traceparent: Option<Cow<'a, str>>,
     }
     let message: Message<'_> = serde_json::from_slice(body).ok()?;
     let method = message.method.map(Cow::into_owned);
-    let (tool, protocol_version) = match message.params {
-        Some(params) => (
-            params
-                .name
-                .filter(|_| method.as_deref() == Some("tools/call"))
-                .map(Cow::into_owned),
-            params
-                .protocol_version
-                .or(params.meta.and_then(|m| m.protocol_version))
-                .map(Cow::into_owned),
-        ),
-        None => (None, None),
+    let (tool, protocol_version, traceparent) = match message.params {
+        Some(params) => {
+            let (meta_version, traceparent) = params
+                .meta
+                .map_or((None, None), |m| (m.protocol_version, m.traceparent));
+            (
+                params
+                    .name
+                    .filter(|_| method.as_deref() == Some("tools/call"))
+                    .map(Cow::into_owned),
+                params
+                    .protocol_version
+                    .or(meta_version)
+                    .map(Cow::into_owned),
+                traceparent.map(Cow::into_owned),
+            )
+        }
+        None => (None, None, None),
     };
     Some(Probe {
         id: method.as_ref().and(message.id),
         method,
         tool,
         protocol_version,
+        traceparent,
     })
+}
+
+/// The server span of one MCP request (`{mcp.method.name} {target}`, MCP semantic
+/// conventions), continuing the client's `traceparent`. Disabled, and free, when traces
+/// are not exported.
+fn server_span(
+    method: &str,
+    tool: Option<&str>,
+    protocol_version: Option<&str>,
+    id: Option<&serde_json::Value>,
+    session: Option<&str>,
+    traceparent: Option<&str>,
+) -> tracing::Span {
+    use opentelemetry::trace::TraceContextExt;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let span = tracing::info_span!(
+        target: "toolgate::otel",
+        "mcp",
+        otel.name = tracing::field::Empty,
+        otel.kind = "server",
+        mcp.method.name = method,
+        mcp.protocol.version = tracing::field::Empty,
+        mcp.session.id = tracing::field::Empty,
+        jsonrpc.request.id = tracing::field::Empty,
+        gen_ai.tool.name = tracing::field::Empty,
+        network.transport = "tcp",
+        network.protocol.name = "http",
+        error.type = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    if span.is_disabled() {
+        return span;
+    }
+    span.record(
+        "otel.name",
+        match tool {
+            Some(tool) => format!("{method} {tool}"),
+            None => method.to_owned(),
+        },
+    );
+    if let Some(tool) = tool {
+        span.record("gen_ai.tool.name", tool);
+    }
+    if let Some(version) = protocol_version {
+        span.record("mcp.protocol.version", version);
+    }
+    if let Some(id) = id {
+        match id {
+            serde_json::Value::String(id) => span.record("jsonrpc.request.id", id.as_str()),
+            id => span.record("jsonrpc.request.id", id.to_string()),
+        };
+    }
+    // Only session traffic has a session id (2026-07-28 requests have none).
+    if let Some(session) = session {
+        span.record("mcp.session.id", session);
+    }
+    if let Some(parent) = traceparent.and_then(toolgate_core::context::parse_traceparent) {
+        let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(parent));
+    }
+    span
+}
+
+/// The `traceparent` naming `span`, when it is exported.
+fn exported_traceparent(span: &tracing::Span) -> Option<String> {
+    use opentelemetry::trace::TraceContextExt;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    if span.is_disabled() {
+        return None;
+    }
+    let context = span.context().span().span_context().clone();
+    context
+        .is_valid()
+        .then(|| toolgate_core::context::format_traceparent(&context))
+        .flatten()
 }
 
 /// One MCP request or notification, recorded as `mcp.server.operation.duration` when its
@@ -165,10 +250,16 @@ struct Operation {
     protocol_version: Option<String>,
     error: Option<String>,
     started: std::time::Instant,
+    /// The server span (when traces are exported): it ends with the operation.
+    span: tracing::Span,
 }
 
 impl Drop for Operation {
     fn drop(&mut self) {
+        if let Some(error) = &self.error {
+            self.span.record("error.type", error.as_str());
+            self.span.record("otel.status_code", "ERROR");
+        }
         self.metrics.mcp_operation(
             &self.method,
             self.tool.as_deref(),
@@ -354,6 +445,7 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
         auth: caller.auth,
         toolset: caller.toolset,
         request_id,
+        traceparent: None,
     });
     // A session request reusing the id of one still in flight would take its answer
     // (rmcp routes answers by id): the first caller's POST then waited for ever. The
@@ -382,7 +474,8 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
             method: Some(method),
             tool,
             protocol_version,
-            ..
+            id,
+            traceparent,
         }) = probed
         {
             // A tool is named only when it exists: a client's made-up names must not make
@@ -394,6 +487,23 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned)
                 .or(protocol_version);
+            let traceparent = parts
+                .headers
+                .get("traceparent")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+                .or(traceparent);
+            let span = server_span(
+                &method,
+                tool.as_deref(),
+                protocol_version.as_deref(),
+                id.as_ref(),
+                session.as_deref(),
+                traceparent.as_deref(),
+            );
+            if let Some(caller) = parts.extensions.get_mut::<McpCaller>() {
+                caller.traceparent = exported_traceparent(&span);
+            }
             operation = Some(Operation {
                 metrics: guard.state.telemetry.metrics().clone(),
                 method,
@@ -401,6 +511,7 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
                 protocol_version,
                 error: None,
                 started,
+                span,
             });
         }
         axum::body::Body::from(bytes)

@@ -1,0 +1,78 @@
+"""A loopback OTLP/HTTP (protobuf) receiver: decodes each export with the official
+opentelemetry-proto messages and appends what it got, one JSON object per line, to the
+file named by argv[2]. Listens on 127.0.0.1:argv[1] (0: any free port; the port is
+printed on stdout first)."""
+
+import json
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+out = open(sys.argv[2], "a", buffering=1)
+
+
+def value(v):
+    kind = v.WhichOneof("value")
+    return getattr(v, kind) if kind else None
+
+
+def attrs(kvs):
+    return {kv.key: value(kv.value) for kv in kvs}
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("content-length", 0)))
+        if self.headers.get("content-type") != "application/x-protobuf":
+            self.send_response(415)
+            self.end_headers()
+            return
+        if self.path == "/v1/traces":
+            request = ExportTraceServiceRequest.FromString(body)
+            for rs in request.resource_spans:
+                resource = attrs(rs.resource.attributes)
+                for ss in rs.scope_spans:
+                    for span in ss.spans:
+                        out.write(json.dumps({
+                            "signal": "span",
+                            "service": resource.get("service.name"),
+                            "name": span.name,
+                            "kind": span.kind,
+                            "trace_id": span.trace_id.hex(),
+                            "span_id": span.span_id.hex(),
+                            "parent_span_id": span.parent_span_id.hex(),
+                            "attributes": attrs(span.attributes),
+                            "status": span.status.code,
+                        }) + "\n")
+            reply = ExportTraceServiceResponse().SerializeToString()
+        elif self.path == "/v1/metrics":
+            request = ExportMetricsServiceRequest.FromString(body)
+            for rm in request.resource_metrics:
+                for sm in rm.scope_metrics:
+                    for metric in sm.metrics:
+                        out.write(json.dumps({"signal": "metric", "name": metric.name}) + "\n")
+            reply = b""
+        else:
+            self.send_response(404)
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("content-type", "application/x-protobuf")
+        self.send_header("content-length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+
+    def log_message(self, *args):
+        pass
+
+
+server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+print(server.server_address[1], flush=True)
+server.serve_forever()

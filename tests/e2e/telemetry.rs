@@ -1,0 +1,228 @@
+//! Traces over OTLP to a real receiver (`tests/clients/otlp_receiver.py`, the official
+//! `opentelemetry-proto` messages) on loopback: the `toolgate` binary, configured by the
+//! standard `OTEL_*` variables, exports a REST call's `execute_tool` span under the
+//! caller's `traceparent`, and an MCP call's server span (`tools/call echo`, MCP
+//! semantic conventions) with the executor's span as its child, all in the caller's trace.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use toolgate_e2e::{client_with_key, sdk_clients, toolgate_binary};
+
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spans(file: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("a JSON line"))
+        .filter(|v| v["signal"] == "span")
+        .collect()
+}
+
+#[tokio::test]
+async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
+    let dir = sdk_clients();
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let received = scratch.path().join("otlp.jsonl");
+    let mut receiver = Command::new(dir.join(".venv-otel/bin/python"))
+        .arg(dir.join("otlp_receiver.py"))
+        .arg("0")
+        .arg(&received)
+        .stdout(Stdio::piped())
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("start the OTLP receiver");
+    let mut port = String::new();
+    BufReader::new(receiver.stdout.take().expect("stdout"))
+        .read_line(&mut port)
+        .expect("the receiver's port");
+    let _receiver = Killed(receiver);
+    let data = scratch.path().join("data");
+    let listen = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port");
+    let gateway = Command::new(toolgate_binary())
+        .args(["serve", "--listen", &listen.to_string(), "--data-dir"])
+        .arg(&data)
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{}", port.trim()),
+        )
+        .env("OTEL_SERVICE_NAME", "toolgate-e2e")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "200")
+        .env_remove("DATABASE_URL")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("start toolgate");
+    let mut gateway = Killed(gateway);
+    let key_file = data.join("admin-api-key");
+    let base = format!("http://{listen}");
+    let client = reqwest::Client::new();
+    for _ in 0..300 {
+        if key_file.exists() && client.get(format!("{base}/healthz")).send().await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let key = std::fs::read_to_string(&key_file).expect("admin key");
+    let admin = client_with_key(key.trim());
+
+    // REST, continuing the caller's trace.
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let caller_span = "00f067aa0ba902b7";
+    let response = admin
+        .post(format!("{base}/v1/tools/echo/invoke"))
+        .header("traceparent", format!("00-{trace}-{caller_span}-01"))
+        .json(&json!({"arguments": {"message": "traced"}}))
+        .send()
+        .await
+        .expect("invoke");
+    assert_eq!(response.status(), 200);
+    let unknown = admin
+        .post(format!("{base}/v1/tools/no_such_tool/invoke"))
+        .json(&json!({"arguments": {}}))
+        .send()
+        .await
+        .expect("invoke");
+    assert_eq!(unknown.status(), 404);
+
+    // MCP (2026-07-28, stateless), with the caller's trace in the header.
+    let mcp_trace = "0af7651916cd43dd8448eb211c80319c";
+    let response = admin
+        .post(format!("{base}/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "echo")
+        .header("traceparent", format!("00-{mcp_trace}-b7ad6b7169203331-01"))
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 42, "method": "tools/call", "params": {
+            "name": "echo", "arguments": {"message": "over mcp"},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientInfo": {"name": "e2e", "version": "1"},
+                      "io.modelcontextprotocol/clientCapabilities": {}}}}),
+        )
+        .send()
+        .await
+        .expect("mcp");
+    assert_eq!(response.status(), 200);
+    let _ = response.text().await;
+
+    // The audit row carries the trace id the spans are in.
+    let audit: Value = admin
+        .get(format!("{base}/v1/audit?tool=echo"))
+        .send()
+        .await
+        .expect("audit")
+        .json()
+        .await
+        .expect("json");
+    let traces: Vec<&str> = audit["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter_map(|e| e["trace_id"].as_str())
+        .collect();
+    assert!(
+        traces.contains(&trace) && traces.contains(&mcp_trace),
+        "{audit}"
+    );
+
+    // Spans are batched (100 ms here); wait for them.
+    let mut got = Vec::new();
+    for _ in 0..100 {
+        got = spans(&received);
+        if got
+            .iter()
+            .filter(|s| s["name"] == "execute_tool echo")
+            .count()
+            >= 2
+            && got.iter().any(|s| s["name"] == "tools/call echo")
+            && got.iter().any(|s| s["name"] == "execute_tool no_such_tool")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let find = |name: &str, trace: &str| -> Value {
+        got.iter()
+            .find(|s| s["name"] == name && s["trace_id"] == trace)
+            .cloned()
+            .unwrap_or_else(|| panic!("no span {name} in trace {trace}: {got:#?}"))
+    };
+    let rest = find("execute_tool echo", trace);
+    assert_eq!(rest["parent_span_id"], caller_span, "{rest}");
+    assert_eq!(rest["service"], "toolgate-e2e");
+    assert_eq!(rest["attributes"]["gen_ai.operation.name"], "execute_tool");
+    assert_eq!(rest["attributes"]["gen_ai.tool.name"], "echo");
+    assert!(
+        rest["attributes"]["gen_ai.tool.call.id"].is_string(),
+        "{rest}"
+    );
+    assert_eq!(rest["kind"], 1, "internal");
+
+    let server = find("tools/call echo", mcp_trace);
+    assert_eq!(server["kind"], 2, "server");
+    assert_eq!(server["parent_span_id"], "b7ad6b7169203331");
+    let attributes = &server["attributes"];
+    assert_eq!(attributes["mcp.method.name"], "tools/call");
+    assert_eq!(attributes["mcp.protocol.version"], "2026-07-28");
+    assert_eq!(attributes["jsonrpc.request.id"], "42");
+    assert_eq!(attributes["gen_ai.tool.name"], "echo");
+    assert!(
+        attributes.get("mcp.session.id").is_none(),
+        "no session: {server}"
+    );
+    let executed = find("execute_tool echo", mcp_trace);
+    assert_eq!(executed["parent_span_id"], server["span_id"], "{executed}");
+
+    let failed = got
+        .iter()
+        .find(|s| s["name"] == "execute_tool no_such_tool")
+        .expect("the failed call's span");
+    assert_eq!(failed["attributes"]["error.type"], "not_found", "{failed}");
+    assert_eq!(failed["status"], 2, "status ERROR");
+
+    // The same instruments as /metrics go out over OTLP too.
+    let mut metrics = Vec::new();
+    for _ in 0..50 {
+        metrics = std::fs::read_to_string(&received)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["signal"] == "metric")
+            .filter_map(|v| v["name"].as_str().map(str::to_owned))
+            .collect::<Vec<_>>();
+        if metrics.iter().any(|m| m == "toolgate.tool.calls") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for name in [
+        "toolgate.tool.calls",
+        "toolgate.tool.call.duration",
+        "mcp.server.operation.duration",
+    ] {
+        assert!(metrics.iter().any(|m| m == name), "{name} in {metrics:?}");
+    }
+
+    // Stopping flushes what is left; nothing is lost in the stop.
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(gateway.0.id().to_string())
+        .status();
+    let _ = gateway.0.wait();
+}
