@@ -1,7 +1,7 @@
 //! Traces over OTLP to a real receiver (`tests/clients/otlp_receiver.py`, the official
 //! `opentelemetry-proto` messages) on loopback: the `toolgate` binary, configured by the
-//! standard `OTEL_*` variables, exports a REST call's `execute_tool` span under the
-//! caller's `traceparent`, and an MCP call's server span (`tools/call echo`, MCP
+//! standard `OTEL_*` variables, exports a REST call's server span and its `execute_tool`
+//! child under the caller's `traceparent`, and an MCP call's server span (`tools/call echo`, MCP
 //! semantic conventions) with the executor's span as its child, all in the caller's trace.
 
 use std::io::{BufRead, BufReader};
@@ -47,6 +47,29 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
         .read_line(&mut port)
         .expect("the receiver's port");
     let _receiver = Killed(receiver);
+    // A model provider for an agent run: one tool call, then the answer.
+    use toolgate_e2e::llm::{MockLlm, Reply, Wire, says};
+    let mock = MockLlm::start(
+        Wire::Openai,
+        vec![
+            Reply::ok(says::openai_calls(&[(
+                "call_1",
+                "echo",
+                r#"{"message":"from the agent"}"#,
+            )])),
+            Reply::ok(says::openai_text("done")),
+        ],
+    )
+    .await;
+    let config = scratch.path().join("toolgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[providers.llm]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key = \"test-secret-key\"\ntimeout_secs = 5\n",
+            mock.base
+        ),
+    )
+    .expect("config");
     let data = scratch.path().join("data");
     let listen = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -54,6 +77,8 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
     let gateway = Command::new(toolgate_binary())
         .args(["serve", "--listen", &listen.to_string(), "--data-dir"])
         .arg(&data)
+        .arg("--config")
+        .arg(&config)
         .env(
             "OTEL_EXPORTER_OTLP_ENDPOINT",
             format!("http://127.0.0.1:{}", port.trim()),
@@ -121,6 +146,31 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
     assert_eq!(response.status(), 200);
     let _ = response.text().await;
 
+    // An agent run: its span, a client span per model call, its tool call under it.
+    let agent: Value = admin
+        .post(format!("{base}/v1/agents"))
+        .json(&json!({"name": "tracer", "provider": "llm", "model": "gpt-test", "tools": ["echo"]}))
+        .send()
+        .await
+        .expect("agent")
+        .json()
+        .await
+        .expect("json");
+    let run: Value = admin
+        .post(format!(
+            "{base}/v1/agents/{}/runs",
+            agent["id"].as_str().expect("agent id")
+        ))
+        .json(&json!({"input": "say it", "wait_secs": 30}))
+        .send()
+        .await
+        .expect("run")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(run["status"], "completed", "{run}");
+    let run_trace = run["id"].as_str().expect("run id").replace('-', "");
+
     // The audit row carries the trace id the spans are in.
     let audit: Value = admin
         .get(format!("{base}/v1/audit?tool=echo"))
@@ -152,6 +202,7 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
             >= 2
             && got.iter().any(|s| s["name"] == "tools/call echo")
             && got.iter().any(|s| s["name"] == "execute_tool no_such_tool")
+            && got.iter().any(|s| s["name"] == "invoke_agent tracer")
         {
             break;
         }
@@ -163,8 +214,14 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
             .cloned()
             .unwrap_or_else(|| panic!("no span {name} in trace {trace}: {got:#?}"))
     };
+    let http = find("POST /v1/tools/{name}/invoke", trace);
+    assert_eq!(http["kind"], 2, "server");
+    assert_eq!(http["parent_span_id"], caller_span, "{http}");
+    assert_eq!(http["attributes"]["http.request.method"], "POST");
+    assert_eq!(http["attributes"]["http.route"], "/v1/tools/{name}/invoke");
+    assert_eq!(http["attributes"]["http.response.status_code"], 200);
     let rest = find("execute_tool echo", trace);
-    assert_eq!(rest["parent_span_id"], caller_span, "{rest}");
+    assert_eq!(rest["parent_span_id"], http["span_id"], "{rest}");
     assert_eq!(rest["service"], "toolgate-e2e");
     assert_eq!(rest["attributes"]["gen_ai.operation.name"], "execute_tool");
     assert_eq!(rest["attributes"]["gen_ai.tool.name"], "echo");
@@ -188,6 +245,33 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
     );
     let executed = find("execute_tool echo", mcp_trace);
     assert_eq!(executed["parent_span_id"], server["span_id"], "{executed}");
+
+    let invoke = find("invoke_agent tracer", &run_trace);
+    assert_eq!(
+        invoke["attributes"]["gen_ai.operation.name"],
+        "invoke_agent"
+    );
+    assert_eq!(invoke["attributes"]["gen_ai.agent.name"], "tracer");
+    let chats: Vec<&Value> = got
+        .iter()
+        .filter(|s| s["name"] == "chat gpt-test" && s["trace_id"] == run_trace.as_str())
+        .collect();
+    assert_eq!(chats.len(), 2, "{got:#?}");
+    for chat in chats {
+        assert_eq!(chat["kind"], 3, "client");
+        assert_eq!(chat["parent_span_id"], invoke["span_id"]);
+        assert_eq!(chat["attributes"]["gen_ai.provider.name"], "openai");
+        assert_eq!(chat["attributes"]["gen_ai.request.model"], "gpt-test");
+        assert!(
+            chat["attributes"]["gen_ai.usage.input_tokens"].is_number(),
+            "{chat}"
+        );
+    }
+    let agent_call = find("execute_tool echo", &run_trace);
+    assert_eq!(
+        agent_call["parent_span_id"], invoke["span_id"],
+        "{agent_call}"
+    );
 
     let failed = got
         .iter()

@@ -33,6 +33,8 @@ use toolgate_core::{
     ScopedToolset, ToolError,
 };
 
+use tracing::Instrument;
+
 use crate::agent::AgentConfig;
 use crate::message::{AssistantMessage, Message, ToolCall, ToolResult};
 use crate::provider::{ModelRequest, Provider, ProviderError, ToolChoice, ToolDecl, Usage};
@@ -431,13 +433,22 @@ pub async fn drive(ctx: &RunContext, agent: &AgentConfig, mut state: RunState) -
     let system = agent
         .protocol
         .system_prompt(agent.system_prompt.as_deref(), &decls);
+    let (span, trace) = run_span(ctx, agent);
     let mut driver = Driver {
         ctx,
         agent,
         decls,
         system,
+        trace,
     };
-    match driver.run(&mut state).await {
+    let outcome = driver.run(&mut state).instrument(span.clone()).await;
+    if let Ok(outcome) = &outcome
+        && outcome.status == RunStatus::Failed
+    {
+        span.record("error.type", "run_failed");
+        span.record("otel.status_code", "ERROR");
+    }
+    match outcome {
         Ok(outcome) => outcome,
         Err(Stop::Journal(e)) => RunOutcome {
             status: RunStatus::Failed,
@@ -458,6 +469,47 @@ struct Driver<'a> {
     agent: &'a AgentConfig,
     decls: Vec<ToolDecl>,
     system: Option<String>,
+    /// The `traceparent` the run's tool calls continue: the run's exported span, else
+    /// one made from the run id (a run's calls share one trace, whatever drives it).
+    trace: String,
+}
+
+/// The run's span while this instance drives it (`invoke_agent {agent}`, GenAI
+/// conventions), in the trace whose id is the run id, so that every stretch of a run
+/// (paused, resumed, taken over by another instance) shares one trace. Returns it with
+/// the `traceparent` its calls continue.
+fn run_span(ctx: &RunContext, agent: &AgentConfig) -> (tracing::Span, String) {
+    use opentelemetry::trace::TraceContextExt;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let run = ctx.run_id.0.simple().to_string();
+    let synthetic = format!("00-{run}-{}-01", &run[16..]);
+    let span = tracing::info_span!(
+        target: "toolgate::otel",
+        "invoke_agent",
+        otel.name = tracing::field::Empty,
+        otel.kind = "internal",
+        gen_ai.operation.name = "invoke_agent",
+        gen_ai.agent.name = %agent.name,
+        gen_ai.conversation.id = %ctx.run_id,
+        gen_ai.provider.name = ctx.provider.kind().semconv_name(),
+        gen_ai.request.model = %agent.model,
+        error.type = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    if span.is_disabled() {
+        return (span, synthetic);
+    }
+    span.record("otel.name", format!("invoke_agent {}", agent.name));
+    if let Some(parent) = toolgate_core::context::parse_traceparent(&synthetic) {
+        let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(parent));
+    }
+    let exported = span.context().span().span_context().clone();
+    let trace = exported
+        .is_valid()
+        .then(|| toolgate_core::context::format_traceparent(&exported))
+        .flatten()
+        .unwrap_or(synthetic);
+    (span, trace)
 }
 
 impl Driver<'_> {
@@ -635,14 +687,48 @@ impl Driver<'_> {
             max_tokens: self.agent.max_tokens,
         };
         let started = Instant::now();
-        let turn = self.ctx.provider.complete(&request, &self.ctx.cancel).await;
-        // gen_ai.provider.name, as the semantic conventions spell the known ones.
-        let provider = match self.ctx.provider.kind() {
-            crate::provider::ProviderKind::Openai => "openai",
-            crate::provider::ProviderKind::Anthropic => "anthropic",
-            crate::provider::ProviderKind::Gemini => "gcp.gemini",
-            crate::provider::ProviderKind::Ollama => "ollama",
-        };
+        // A client span per model call (GenAI conventions), child of the run's span.
+        let chat = tracing::info_span!(
+            target: "toolgate::otel",
+            "chat",
+            otel.name = tracing::field::Empty,
+            otel.kind = "client",
+            gen_ai.operation.name = "chat",
+            gen_ai.provider.name = self.ctx.provider.kind().semconv_name(),
+            gen_ai.request.model = %self.agent.model,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        if !chat.is_disabled() {
+            chat.record("otel.name", format!("chat {}", self.agent.model));
+        }
+        let turn = self
+            .ctx
+            .provider
+            .complete(&request, &self.ctx.cancel)
+            .instrument(chat.clone())
+            .await;
+        let provider = self.ctx.provider.kind().semconv_name();
+        if let Ok(turn) = &turn
+            && !chat.is_disabled()
+        {
+            if let Some(usage) = turn.usage {
+                chat.record(
+                    "gen_ai.usage.input_tokens",
+                    i64::try_from(usage.input_tokens).unwrap_or(i64::MAX),
+                );
+                chat.record(
+                    "gen_ai.usage.output_tokens",
+                    i64::try_from(usage.output_tokens).unwrap_or(i64::MAX),
+                );
+            }
+        } else if let Err(err) = &turn {
+            chat.record("error.type", format!("{:?}", err.kind).to_lowercase());
+            chat.record("otel.status_code", "ERROR");
+        }
+        drop(chat);
         let error = turn
             .as_ref()
             .err()
@@ -871,11 +957,7 @@ impl Driver<'_> {
                 .with_agent(self.agent.name.clone())
                 // One trace per run: its id is the run id's hex, so a run's calls (and
                 // what they cause upstream) correlate.
-                .with_trace(Some(&format!(
-                    "00-{}-{}-01",
-                    self.ctx.run_id.0.simple(),
-                    &self.ctx.run_id.0.simple().to_string()[16..]
-                )))
+                .with_trace(Some(&self.trace))
                 .with_approval(approval);
             ctx.cancel = self.ctx.cancel.child_token();
             if let Some(id) = &self.ctx.request_id {

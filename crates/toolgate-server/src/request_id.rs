@@ -32,6 +32,11 @@ pub fn current() -> Option<String> {
     REQUEST_ID.try_with(|id| id.0.to_string()).ok()
 }
 
+/// The `traceparent` naming the request's exported server span (when traces are on), in
+/// the request extensions: a call the request makes continues it.
+#[derive(Clone, Debug)]
+pub struct ServerTraceparent(pub String);
+
 /// The request's id, in the request extensions. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct RequestId(pub Arc<str>);
@@ -89,6 +94,7 @@ where
         );
         let id = RequestId(id);
         req.extensions_mut().insert(id.clone());
+        let server = server_span(&mut req);
         let started = Instant::now();
         let future = self.inner.call(req);
         Box::pin(async move {
@@ -97,8 +103,16 @@ where
                 Ok(response) => response,
                 Err(never) => match never {},
             };
-            let _enter = span.enter();
             let status = response.status().as_u16();
+            if !server.is_disabled() {
+                server.record("http.response.status_code", i64::from(status));
+                if status >= 500 {
+                    server.record("error.type", status.to_string());
+                    server.record("otel.status_code", "ERROR");
+                }
+                drop(server);
+            }
+            let _enter = span.enter();
             let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
             // Only a failure inside the gateway is an error; an upstream failure or a
             // deadline is the call's outcome, already in its `call.finished` line.
@@ -114,4 +128,56 @@ where
             Ok(response)
         })
     }
+}
+
+/// The HTTP server span of a REST request (`{method} {route}`, HTTP semantic
+/// conventions), continuing the caller's `traceparent`; its own `traceparent` goes into
+/// the request's extensions. `/mcp` has its own server span (`crate::mcp`). Disabled, and
+/// free, when traces are not exported.
+fn server_span(req: &mut Request) -> tracing::Span {
+    use opentelemetry::trace::TraceContextExt;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(MatchedPath::as_str);
+    if route == Some("/mcp") {
+        return tracing::Span::none();
+    }
+    let span = tracing::info_span!(
+        target: "toolgate::otel",
+        "http",
+        otel.name = tracing::field::Empty,
+        otel.kind = "server",
+        http.request.method = %req.method(),
+        http.route = route,
+        url.path = req.uri().path(),
+        http.response.status_code = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    if span.is_disabled() {
+        return span;
+    }
+    span.record(
+        "otel.name",
+        format!("{} {}", req.method(), route.unwrap_or("")).trim_end(),
+    );
+    if let Some(parent) = req
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(toolgate_core::context::parse_traceparent)
+    {
+        let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(parent));
+    }
+    let context = span.context().span().span_context().clone();
+    if let Some(traceparent) = context
+        .is_valid()
+        .then(|| toolgate_core::context::format_traceparent(&context))
+        .flatten()
+    {
+        req.extensions_mut().insert(ServerTraceparent(traceparent));
+    }
+    span
 }

@@ -139,6 +139,12 @@ pub fn init(
     let spans = tracer.as_ref().map(|provider| {
         tracing_opentelemetry::layer()
             .with_tracer(provider.tracer("toolgate"))
+            // Only the conventions' attributes: no source locations, threads, busy/idle
+            // times or tracing targets on every span.
+            .with_location(false)
+            .with_threads(false)
+            .with_tracked_inactivity(false)
+            .with_target(false)
             .with_filter(Targets::new().with_target(OTEL_TARGET, tracing::Level::TRACE))
     });
     tracing_subscriber::registry()

@@ -39,6 +39,16 @@ pub enum ProviderKind {
 }
 
 impl ProviderKind {
+    /// `gen_ai.provider.name`, as the OpenTelemetry GenAI conventions spell the known ones.
+    pub fn semconv_name(self) -> &'static str {
+        match self {
+            ProviderKind::Openai => "openai",
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Gemini => "gcp.gemini",
+            ProviderKind::Ollama => "ollama",
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             ProviderKind::Openai => "openai",
