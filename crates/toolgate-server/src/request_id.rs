@@ -32,11 +32,6 @@ pub fn current() -> Option<String> {
     REQUEST_ID.try_with(|id| id.0.to_string()).ok()
 }
 
-/// The `traceparent` naming the request's exported server span (when traces are on), in
-/// the request extensions: a call the request makes continues it.
-#[derive(Clone, Debug)]
-pub struct ServerTraceparent(pub String);
-
 /// The request's id, in the request extensions. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct RequestId(pub Arc<str>);
@@ -131,8 +126,8 @@ where
 }
 
 /// The HTTP server span of a REST request (`{method} {route}`, HTTP semantic
-/// conventions), continuing the caller's `traceparent`; its own `traceparent` goes into
-/// the request's extensions. `/mcp` has its own server span (`crate::mcp`). Disabled, and
+/// conventions), continuing the caller's `traceparent`; the request's `traceparent`
+/// header is replaced by the span's own, so that what the request causes continues it. `/mcp` has its own server span (`crate::mcp`). Disabled, and
 /// free, when traces are not exported.
 fn server_span(req: &mut Request) -> tracing::Span {
     use opentelemetry::trace::TraceContextExt;
@@ -176,8 +171,9 @@ fn server_span(req: &mut Request) -> tracing::Span {
         .is_valid()
         .then(|| toolgate_core::context::format_traceparent(&context))
         .flatten()
+        .and_then(|t| HeaderValue::from_str(&t).ok())
     {
-        req.extensions_mut().insert(ServerTraceparent(traceparent));
+        req.headers_mut().insert("traceparent", traceparent);
     }
     span
 }

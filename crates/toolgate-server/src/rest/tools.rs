@@ -415,15 +415,12 @@ async fn invoke_tool(
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
     UserAgent(client): UserAgent,
     headers: HeaderMap,
-    server: Option<axum::Extension<crate::request_id::ServerTraceparent>>,
     AppPath(name): AppPath<String>,
     AppJson(body): AppJson<InvokeRequest>,
 ) -> Result<Response, ApiError> {
-    // The request's server span when traces are exported, else the caller's trace.
-    let traceparent = match &server {
-        Some(axum::Extension(server)) => Some(server.0.as_str()),
-        None => headers.get("traceparent").and_then(|v| v.to_str().ok()),
-    };
+    // The caller's trace; when traces are exported, the request's server span (which the
+    // observe layer put in the header's place).
+    let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok());
     let ctx = CallContext::new(caller.auth.clone(), Adapter::Rest)
         .with_request_id(&*request_id)
         .with_trace(traceparent)
