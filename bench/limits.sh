@@ -6,6 +6,8 @@
 #    "on" with metrics recorded and rate + concurrency limits set (high enough that every
 #    call is checked against its tenant, principal and tool buckets but none is refused),
 #    "off" with metrics off and no limits. Alternating rounds; ratio on/off.
+#    And "traced": as "on", exporting spans and metrics over OTLP/HTTP to a local
+#    receiver (tests/clients/otlp_receiver.py, decoding every export); ratio traced/off.
 # 2. On the "on" gateway, tenant `quiet` at a steady 200 calls/s, alone and then while
 #    tenant `noisy` sends 1000 calls/s against its limit of 100/s (6000 per minute, whose
 #    burst it spends in the first seconds): quiet's success rate and p99 both times, and
@@ -27,17 +29,25 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT
 
-ON=$(free_port); OFF=$(free_port)
-mkdir -p "$WORK/on" "$WORK/off"
+tests/clients/setup.sh >/dev/null
+RECEIVER_PORT=$(free_port)
+tests/clients/.venv-otel/bin/python tests/clients/otlp_receiver.py "$RECEIVER_PORT" - >/dev/null & pids+=($!)
+ON=$(free_port); OFF=$(free_port); TRACED=$(free_port)
+mkdir -p "$WORK/on" "$WORK/off" "$WORK/traced"
 env -u DATABASE_URL TOOLGATE_LIMITS__TENANT_PER_MINUTE=1000000000 TOOLGATE_LIMITS__PRINCIPAL_PER_MINUTE=1000000000 \
   TOOLGATE_LIMITS__TENANT_CONCURRENCY=100000 TOOLGATE_LIMITS__TOOLS__ECHO=1000000000 \
   target/release/toolgate serve --listen "127.0.0.1:$ON" --data-dir "$WORK/on" >/dev/null 2>"$WORK/on.log" & pids+=($!)
+env -u DATABASE_URL TOOLGATE_LIMITS__TENANT_PER_MINUTE=1000000000 TOOLGATE_LIMITS__PRINCIPAL_PER_MINUTE=1000000000 \
+  TOOLGATE_LIMITS__TENANT_CONCURRENCY=100000 TOOLGATE_LIMITS__TOOLS__ECHO=1000000000 \
+  OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$RECEIVER_PORT" OTEL_METRIC_EXPORT_INTERVAL=5000 \
+  target/release/toolgate serve --listen "127.0.0.1:$TRACED" --data-dir "$WORK/traced" >/dev/null 2>"$WORK/traced.log" & pids+=($!)
 env -u DATABASE_URL TOOLGATE_TELEMETRY__METRICS=false \
   target/release/toolgate serve --listen "127.0.0.1:$OFF" --data-dir "$WORK/off" >/dev/null 2>"$WORK/off.log" & pids+=($!)
-for _ in $(seq 100); do [ -s "$WORK/on/admin-api-key" ] && [ -s "$WORK/off/admin-api-key" ] && break; sleep 0.1; done
+for _ in $(seq 100); do [ -s "$WORK/on/admin-api-key" ] && [ -s "$WORK/off/admin-api-key" ] && [ -s "$WORK/traced/admin-api-key" ] && break; sleep 0.1; done
 ON_AUTH="authorization: Bearer $(cat "$WORK/on/admin-api-key")"
 OFF_AUTH="authorization: Bearer $(cat "$WORK/off/admin-api-key")"
-wait_ready "$ON" "$ON_AUTH"; wait_ready "$OFF" "$OFF_AUTH"
+TR_AUTH="authorization: Bearer $(cat "$WORK/traced/admin-api-key")"
+wait_ready "$ON" "$ON_AUTH"; wait_ready "$OFF" "$OFF_AUTH"; wait_ready "$TRACED" "$TR_AUTH"
 curl -sf -H "$ON_AUTH" "http://127.0.0.1:$ON/metrics" | grep -q toolgate_tool_calls_total
 [ "$(curl -s -o /dev/null -w '%{http_code}' -H "$OFF_AUTH" "http://127.0.0.1:$OFF/metrics")" = 404 ]
 
@@ -69,9 +79,16 @@ mkdir -p bench/results
     for r in $(seq "$ROUNDS"); do
       measure off "$OFF" "$c" "$r" "$OFF_AUTH"
       measure on "$ON" "$c" "$r" "$ON_AUTH"
+      measure traced "$TRACED" "$c" "$r" "$TR_AUTH"
     done
     summarize on off "$c"
   done
+  echo
+  echo "the same, with traces and metrics exported over OTLP/HTTP to a local receiver (traced) vs. off"
+  echo
+  echo "| concurrency | traced req/s | traced p50 ms | traced p99 ms | off req/s | off p50 ms | off p99 ms | ratio traced/off |"
+  echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
+  for c in $CONCURRENCY; do summarize traced off "$c"; done
   echo
   paced quiet-alone "$QUIET" 200
   paced noisy "$NOISY" 1000 & noisy=$!

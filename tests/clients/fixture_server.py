@@ -1,5 +1,6 @@
 """An upstream MCP server for toolgate's federation tests, on the official Python SDK
-(mcp 2.x, pinned in requirements.txt), over stdio.
+(mcp 2.x, pinned in requirements.txt), over stdio, or over Streamable HTTP on
+127.0.0.1:$FIXTURE_PORT when that is set.
 
     .venv/bin/python fixture_server.py
 
@@ -102,6 +103,19 @@ def widget() -> str:
     return "widget"
 
 
+CALLS_BY_SESSION: dict[str, int] = {}
+
+
+@server.tool()
+def session_calls(ctx: Context) -> str:
+    """How many times this tool was called in the caller's MCP session (session state)."""
+    request = ctx.request_context.request
+    # Over HTTP the session is its Mcp-Session-Id; over stdio there is one.
+    key = request.headers.get("mcp-session-id") if request is not None else "stdio"
+    CALLS_BY_SESSION[key] = CALLS_BY_SESSION.get(key, 0) + 1
+    return str(CALLS_BY_SESSION[key])
+
+
 if __name__ == "__main__":
     log(f"pid {os.getpid()}")
     once = os.environ.get("FIXTURE_EXIT_ONCE")
@@ -111,4 +125,8 @@ if __name__ == "__main__":
         if once:
             open(once, "w").close()
         threading.Timer(float(os.environ["FIXTURE_EXIT_AFTER"]), lambda: os._exit(4)).start()
-    server.run("stdio")
+    port = os.environ.get("FIXTURE_PORT")
+    if port:
+        server.run("streamable-http", host="127.0.0.1", port=int(port))
+    else:
+        server.run("stdio")

@@ -692,3 +692,48 @@ async fn an_http_upstream_is_not_followed_to_another_origin() {
     assert!(!upstreams.to_string().contains("s3cret"), "{upstreams}");
     gw.stop().await;
 }
+
+/// An operator's HTTP upstream keeps state per MCP session (the fixture's `session_calls`
+/// counts calls per session). By default each tenant calls in a session of its own, so
+/// one tenant's calls never show in another's; `sessions = "shared"` is the old single
+/// session, where they did (the hardening issue's shared counter).
+#[tokio::test]
+async fn an_http_upstreams_sessions_are_per_tenant_unless_shared() {
+    let dir = sdk_clients();
+    for (scope, expect_other) in [("shared", "3"), ("per_tenant", "1")] {
+        let mut command = tokio::process::Command::new(dir.join(".venv/bin/python"));
+        command.arg(dir.join("fixture_server.py"));
+        let (_server, port) = serve_on_free_port(command, "FIXTURE_PORT").await;
+        let entry: UpstreamEntry = serde_json::from_value(json!({
+            "name": "fx",
+            "url": format!("http://127.0.0.1:{port}/mcp"),
+            "sessions": scope,
+        }))
+        .expect("an upstream entry");
+        let gw = Gateway::start_with(|c| c.upstreams = vec![entry]).await;
+        listed_once(&gw, "fx__session_calls").await;
+        let other = toolgate_e2e::client_with_key(&gw.create_tenant("other").await);
+        for want in ["1", "2"] {
+            let (status, _, done) = gw
+                .invoke("fx__session_calls", json!({"arguments": {}}))
+                .await;
+            assert_eq!(status, 200, "{scope}: {done}");
+            assert_eq!(done["content"][0]["text"], want, "{scope}: {done}");
+        }
+        let (status, _, done) = toolgate_e2e::read(
+            other
+                .post(gw.url("/v1/tools/fx__session_calls/invoke"))
+                .json(&json!({"arguments": {}}))
+                .send()
+                .await
+                .expect("request"),
+        )
+        .await;
+        assert_eq!(status, 200, "{scope}: {done}");
+        assert_eq!(
+            done["content"][0]["text"], expect_other,
+            "{scope}: the other tenant's first call: {done}"
+        );
+        gw.stop().await;
+    }
+}

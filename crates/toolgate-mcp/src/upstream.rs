@@ -26,7 +26,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::catalog::Catalog;
 use async_trait::async_trait;
@@ -87,6 +87,131 @@ pub struct UpstreamConfig {
     /// Whether log messages and requests that the transport does not tie to a call go
     /// to the one call in flight, when exactly one is (see [`Routes`]).
     pub relay_unattributed: bool,
+    /// Whose MCP session an HTTP upstream's calls run in (stdio upstreams: always one
+    /// shared session, their one process).
+    pub sessions: SessionScope,
+}
+
+/// Whose MCP session the calls of an HTTP upstream run in. What an upstream keeps per
+/// session (a counter, a login, a cart) is seen by everyone who shares the session.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionScope {
+    /// One session for every caller: the supervisor's own, which lists the tools.
+    Shared,
+    /// One session per tenant (the default for the operator's HTTP upstreams): no state
+    /// an upstream keeps per session crosses tenants.
+    #[default]
+    PerTenant,
+    /// One session per principal.
+    PerPrincipal,
+}
+
+/// Sessions kept per tenant or principal, for at most this long unused…
+const POOL_IDLE: Duration = Duration::from_secs(600);
+/// …and at most this many per upstream (the least recently used goes first).
+const POOL_MAX: usize = 256;
+
+/// Which session a call runs in.
+type PoolKey = (toolgate_core::TenantId, Option<toolgate_core::PrincipalId>);
+
+/// One pooled session: its connection and the routes of its calls.
+struct Pooled {
+    service: RunningService<RoleClient, Handler>,
+    routes: Arc<Routes>,
+}
+
+type PoolCell = Arc<tokio::sync::OnceCell<Arc<Pooled>>>;
+
+/// The per-tenant (or per-principal) sessions of one HTTP upstream, opened on a key's
+/// first call, let go of when idle or when the pool is full, and replaced when closed.
+struct SessionPool {
+    config: UpstreamConfig,
+    catalog: Arc<Catalog>,
+    sessions: Mutex<HashMap<PoolKey, (PoolCell, Instant)>>,
+}
+
+impl SessionPool {
+    fn new(config: &UpstreamConfig, catalog: Arc<Catalog>) -> Option<Arc<Self>> {
+        let pooled = matches!(config.transport, UpstreamTransport::Http { .. })
+            && config.sessions != SessionScope::Shared;
+        pooled.then(|| {
+            Arc::new(Self {
+                config: config.clone(),
+                catalog,
+                sessions: Mutex::default(),
+            })
+        })
+    }
+
+    /// The session `ctx`'s caller calls in: opened now if it has none (one opening per
+    /// key at a time), or again if it was closed.
+    async fn session(&self, ctx: &CallContext) -> Result<(Peer<RoleClient>, Arc<Routes>), String> {
+        let key = (
+            ctx.auth.tenant,
+            (self.config.sessions == SessionScope::PerPrincipal).then_some(ctx.auth.principal.id),
+        );
+        for _ in 0..2 {
+            let cell = {
+                let mut sessions = lock(&self.sessions);
+                if !sessions.contains_key(&key) {
+                    make_room(&mut sessions);
+                }
+                let entry = sessions
+                    .entry(key)
+                    .or_insert_with(|| (PoolCell::default(), Instant::now()));
+                entry.1 = Instant::now();
+                entry.0.clone()
+            };
+            let opened = cell
+                .get_or_try_init(|| async {
+                    let routes = Routes::new(self.config.relay_unattributed);
+                    // Tool lists come from the supervisor's session; these only call.
+                    let (list_changed, _) = tokio::sync::mpsc::channel(1);
+                    let (service, _no_child) =
+                        connect(&self.config, routes.clone(), list_changed, self.catalog.clone())
+                            .await?;
+                    tracing::debug!(upstream = %self.config.name, tenant = %key.0, "opened an upstream session");
+                    Ok::<_, String>(Arc::new(Pooled { service, routes }))
+                })
+                .await;
+            match opened {
+                Ok(pooled) if !pooled.service.peer().is_transport_closed() => {
+                    return Ok((pooled.service.peer().clone(), pooled.routes.clone()));
+                }
+                // Closed (the upstream restarted, or dropped the session): open another.
+                Ok(_) => self.forget(&key, &cell),
+                Err(err) => {
+                    self.forget(&key, &cell);
+                    return Err(err);
+                }
+            }
+        }
+        Err("the upstream closed the new session at once".into())
+    }
+
+    fn forget(&self, key: &PoolKey, cell: &PoolCell) {
+        let mut sessions = lock(&self.sessions);
+        if sessions.get(key).is_some_and(|(c, _)| Arc::ptr_eq(c, cell)) {
+            sessions.remove(key);
+        }
+    }
+}
+
+/// Lets go of sessions idle for [`POOL_IDLE`], and of the least recently used one while
+/// the pool is full.
+fn make_room(sessions: &mut HashMap<PoolKey, (PoolCell, Instant)>) {
+    sessions.retain(|_, (_, used)| used.elapsed() < POOL_IDLE);
+    while sessions.len() >= POOL_MAX {
+        let Some(oldest) = sessions
+            .iter()
+            .min_by_key(|(_, (_, used))| *used)
+            .map(|(key, _)| *key)
+        else {
+            break;
+        };
+        sessions.remove(&oldest);
+    }
 }
 
 /// How to reach an upstream. Its `Debug` form names the keys of `env` and `headers` but
@@ -501,6 +626,8 @@ async fn supervise(
     // Tools stay registered while their upstream is away: calls then fail as `upstream`
     // errors (the connection they hold is closed) until a new connection replaces them.
     let mut registered = Vec::new();
+    // Per-tenant (or per-principal) sessions for calls, kept across reconnections.
+    let pool = SessionPool::new(&config, catalog.clone());
     loop {
         let (changed_tx, mut changed) = tokio::sync::mpsc::channel(1);
         let routes = Routes::new(config.relay_unattributed);
@@ -527,7 +654,9 @@ async fn supervise(
                     // A closed service cannot list: this fails (the tools listed before
                     // stay, failing as upstream errors) and the connection's end is
                     // noticed next.
-                    match rediscover(&config, &peer, &registry, &routes, &mut registered).await {
+                    match rediscover(&config, &peer, &registry, &routes, &pool, &mut registered)
+                        .await
+                    {
                         Ok(()) => backoff = FIRST_BACKOFF,
                         Err(err) => {
                             tracing::warn!(upstream = %config.name, error = %err, "could not list the upstream's tools");
@@ -905,6 +1034,7 @@ async fn rediscover(
     peer: &Peer<RoleClient>,
     registry: &Registry,
     routes: &Arc<Routes>,
+    pool: &Option<Arc<SessionPool>>,
     registered: &mut Vec<String>,
 ) -> Result<(), ServiceError> {
     let tools = peer.list_all_tools().await?;
@@ -936,6 +1066,7 @@ async fn rediscover(
             remote,
             peer: peer.clone(),
             routes: routes.clone(),
+            pool: pool.clone(),
         }));
     }
     let previous = std::mem::take(registered);
@@ -1055,8 +1186,11 @@ pub struct UpstreamTool {
     spec: ToolSpec,
     upstream: String,
     remote: String,
+    /// The supervisor's session: calls run in it unless `pool` gives each tenant (or
+    /// principal) its own.
     peer: Peer<RoleClient>,
     routes: Arc<Routes>,
+    pool: Option<Arc<SessionPool>>,
 }
 
 /// A call on the upstream's connection, filed in its [`Routes`] until it ends, however
@@ -1130,10 +1264,18 @@ impl Tool for UpstreamTool {
             params.set_traceparent(&traceparent);
         }
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let (peer, routes) = match &self.pool {
+            Some(pool) => pool.session(ctx).await.map_err(|e| {
+                self.error(
+                    ErrorKind::Upstream,
+                    format!("could not open a session for this call: {e}"),
+                )
+            })?,
+            None => (self.peer.clone(), self.routes.clone()),
+        };
         // Filed before it is sent, so that what the upstream says about it finds it.
-        let mut in_flight = InFlight::file(&self.routes, ctx);
-        let handle = self
-            .peer
+        let mut in_flight = InFlight::file(&routes, ctx);
+        let handle = peer
             .send_cancellable_request(request, PeerRequestOptions::no_options())
             .await
             .map_err(|e| self.service_error(e))?;
@@ -1141,7 +1283,7 @@ impl Tool for UpstreamTool {
         // Cancelled by the caller, or dropped at the executor's deadline: tell the
         // upstream (`notifications/cancelled`) so it can stop.
         let mut pending = Pending {
-            peer: self.peer.clone(),
+            peer: peer.clone(),
             id: Some(handle.id.clone()),
         };
         let response = tokio::select! {
@@ -1277,6 +1419,7 @@ mod tests {
             max_timeout: Duration::from_secs(5),
             owner: Owner::Everyone,
             relay_unattributed: false,
+            sessions: SessionScope::Shared,
         };
         let (list_changed, _) = tokio::sync::mpsc::channel(1);
         let Err(error) = connect(&config, Routes::new(false), list_changed, Catalog::new()).await

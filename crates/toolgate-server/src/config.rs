@@ -260,6 +260,12 @@ pub struct UpstreamEntry {
     /// would reach whichever caller happens to be alone on it.
     #[serde(default)]
     pub relay_unattributed: bool,
+    /// Whose MCP session an HTTP upstream's calls run in: `per_tenant` (the default: what
+    /// the upstream keeps per session never crosses tenants), `per_principal`, or
+    /// `shared` (one session for everyone). A stdio upstream is one process and one
+    /// session, always shared.
+    #[serde(default)]
+    pub sessions: toolgate_mcp::upstream::SessionScope,
 }
 
 fn default_upstream_timeout() -> u64 {
@@ -305,6 +311,7 @@ impl UpstreamEntry {
             max_timeout: std::time::Duration::from_secs(self.max_timeout_secs),
             owner: toolgate_core::Owner::Everyone,
             relay_unattributed: self.relay_unattributed,
+            sessions: self.sessions,
         })
     }
 }

@@ -420,6 +420,8 @@ impl TenantUpstreams {
             // Only this tenant's calls share the connection: a log message or request
             // the transport does not tie to a call may go to its only call in flight.
             relay_unattributed: true,
+            // A tenant's own upstream serves that tenant alone: its one session is it.
+            sessions: toolgate_mcp::upstream::SessionScope::Shared,
         })
     }
 
