@@ -7,7 +7,9 @@
 #    call is checked against its tenant, principal and tool buckets but none is refused),
 #    "off" with metrics off and no limits. Alternating rounds; ratio on/off.
 #    And "traced": as "on", exporting spans and metrics over OTLP/HTTP to a local
-#    receiver (tests/clients/otlp_receiver.py, decoding every export); ratio traced/off.
+#    receiver (tests/clients/otlp_receiver.py, decoding every export; it shares the 2
+#    cores); ratio traced/off. And "sampled": the same with 10 % of traces sampled
+#    (OTEL_TRACES_SAMPLER=traceidratio, OTEL_TRACES_SAMPLER_ARG=0.1).
 # 2. On the "on" gateway, tenant `quiet` at a steady 200 calls/s, alone and then while
 #    tenant `noisy` sends 1000 calls/s against its limit of 100/s (6000 per minute, whose
 #    burst it spends in the first seconds): quiet's success rate and p99 both times, and
@@ -32,8 +34,8 @@ trap cleanup EXIT
 tests/clients/setup.sh >/dev/null
 RECEIVER_PORT=$(free_port)
 tests/clients/.venv-otel/bin/python tests/clients/otlp_receiver.py "$RECEIVER_PORT" - >/dev/null & pids+=($!)
-ON=$(free_port); OFF=$(free_port); TRACED=$(free_port)
-mkdir -p "$WORK/on" "$WORK/off" "$WORK/traced"
+ON=$(free_port); OFF=$(free_port); TRACED=$(free_port); SAMPLED=$(free_port)
+mkdir -p "$WORK/on" "$WORK/off" "$WORK/traced" "$WORK/sampled"
 env -u DATABASE_URL TOOLGATE_LIMITS__TENANT_PER_MINUTE=1000000000 TOOLGATE_LIMITS__PRINCIPAL_PER_MINUTE=1000000000 \
   TOOLGATE_LIMITS__TENANT_CONCURRENCY=100000 TOOLGATE_LIMITS__TOOLS__ECHO=1000000000 \
   target/release/toolgate serve --listen "127.0.0.1:$ON" --data-dir "$WORK/on" >/dev/null 2>"$WORK/on.log" & pids+=($!)
@@ -41,13 +43,19 @@ env -u DATABASE_URL TOOLGATE_LIMITS__TENANT_PER_MINUTE=1000000000 TOOLGATE_LIMIT
   TOOLGATE_LIMITS__TENANT_CONCURRENCY=100000 TOOLGATE_LIMITS__TOOLS__ECHO=1000000000 \
   OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$RECEIVER_PORT" OTEL_METRIC_EXPORT_INTERVAL=5000 \
   target/release/toolgate serve --listen "127.0.0.1:$TRACED" --data-dir "$WORK/traced" >/dev/null 2>"$WORK/traced.log" & pids+=($!)
+env -u DATABASE_URL TOOLGATE_LIMITS__TENANT_PER_MINUTE=1000000000 TOOLGATE_LIMITS__PRINCIPAL_PER_MINUTE=1000000000 \
+  TOOLGATE_LIMITS__TENANT_CONCURRENCY=100000 TOOLGATE_LIMITS__TOOLS__ECHO=1000000000 \
+  OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$RECEIVER_PORT" OTEL_METRIC_EXPORT_INTERVAL=5000 \
+  OTEL_TRACES_SAMPLER=traceidratio OTEL_TRACES_SAMPLER_ARG=0.1 \
+  target/release/toolgate serve --listen "127.0.0.1:$SAMPLED" --data-dir "$WORK/sampled" >/dev/null 2>"$WORK/sampled.log" & pids+=($!)
 env -u DATABASE_URL TOOLGATE_TELEMETRY__METRICS=false \
   target/release/toolgate serve --listen "127.0.0.1:$OFF" --data-dir "$WORK/off" >/dev/null 2>"$WORK/off.log" & pids+=($!)
-for _ in $(seq 100); do [ -s "$WORK/on/admin-api-key" ] && [ -s "$WORK/off/admin-api-key" ] && [ -s "$WORK/traced/admin-api-key" ] && break; sleep 0.1; done
+for _ in $(seq 100); do [ -s "$WORK/on/admin-api-key" ] && [ -s "$WORK/off/admin-api-key" ] && [ -s "$WORK/traced/admin-api-key" ] && [ -s "$WORK/sampled/admin-api-key" ] && break; sleep 0.1; done
 ON_AUTH="authorization: Bearer $(cat "$WORK/on/admin-api-key")"
 OFF_AUTH="authorization: Bearer $(cat "$WORK/off/admin-api-key")"
 TR_AUTH="authorization: Bearer $(cat "$WORK/traced/admin-api-key")"
-wait_ready "$ON" "$ON_AUTH"; wait_ready "$OFF" "$OFF_AUTH"; wait_ready "$TRACED" "$TR_AUTH"
+SA_AUTH="authorization: Bearer $(cat "$WORK/sampled/admin-api-key")"
+wait_ready "$ON" "$ON_AUTH"; wait_ready "$OFF" "$OFF_AUTH"; wait_ready "$TRACED" "$TR_AUTH"; wait_ready "$SAMPLED" "$SA_AUTH"
 curl -sf -H "$ON_AUTH" "http://127.0.0.1:$ON/metrics" | grep -q toolgate_tool_calls_total
 [ "$(curl -s -o /dev/null -w '%{http_code}' -H "$OFF_AUTH" "http://127.0.0.1:$OFF/metrics")" = 404 ]
 
@@ -80,6 +88,7 @@ mkdir -p bench/results
       measure off "$OFF" "$c" "$r" "$OFF_AUTH"
       measure on "$ON" "$c" "$r" "$ON_AUTH"
       measure traced "$TRACED" "$c" "$r" "$TR_AUTH"
+      measure sampled "$SAMPLED" "$c" "$r" "$SA_AUTH"
     done
     summarize on off "$c"
   done
@@ -89,6 +98,12 @@ mkdir -p bench/results
   echo "| concurrency | traced req/s | traced p50 ms | traced p99 ms | off req/s | off p50 ms | off p99 ms | ratio traced/off |"
   echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
   for c in $CONCURRENCY; do summarize traced off "$c"; done
+  echo
+  echo "the same with 10 % of traces sampled (sampled) vs. off"
+  echo
+  echo "| concurrency | sampled req/s | sampled p50 ms | sampled p99 ms | off req/s | off p50 ms | off p99 ms | ratio sampled/off |"
+  echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
+  for c in $CONCURRENCY; do summarize sampled off "$c"; done
   echo
   paced quiet-alone "$QUIET" 200
   paced noisy "$NOISY" 1000 & noisy=$!
