@@ -147,10 +147,13 @@ pub fn init(
             .with_target(false)
             .with_filter(Targets::new().with_target(OTEL_TARGET, tracing::Level::TRACE))
     });
-    tracing_subscriber::registry()
-        .with(lines)
-        .with(spans)
-        .try_init()?;
+    // Not `.with(Option<Layer>)`: an absent layer counts as interested in every
+    // callsite, which would enable the exported spans' callsites with traces off.
+    let registry = tracing_subscriber::registry().with(lines);
+    match spans {
+        Some(spans) => registry.with(spans).try_init()?,
+        None => registry.try_init()?,
+    }
     Ok(Guard {
         _log: guard,
         tracer,
