@@ -479,8 +479,6 @@ struct Driver<'a> {
 /// (paused, resumed, taken over by another instance) shares one trace. Returns it with
 /// the `traceparent` its calls continue.
 fn run_span(ctx: &RunContext, agent: &AgentConfig) -> (tracing::Span, String) {
-    use opentelemetry::trace::TraceContextExt;
-    use tracing_opentelemetry::OpenTelemetrySpanExt;
     let run = ctx.run_id.0.simple().to_string();
     let synthetic = format!("00-{run}-{}-01", &run[16..]);
     let span = tracing::info_span!(
@@ -500,14 +498,10 @@ fn run_span(ctx: &RunContext, agent: &AgentConfig) -> (tracing::Span, String) {
         return (span, synthetic);
     }
     span.record("otel.name", format!("invoke_agent {}", agent.name));
-    if let Some(parent) = toolgate_core::context::parse_traceparent(&synthetic) {
-        let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(parent));
-    }
-    let exported = span.context().span().span_context().clone();
-    let trace = exported
-        .is_valid()
-        .then(|| toolgate_core::context::format_traceparent(&exported))
-        .flatten()
+    use toolgate_core::context::{exported, format_traceparent, parse_traceparent};
+    toolgate_core::context::set_remote_parent(&span, parse_traceparent(&synthetic));
+    let trace = exported(&span)
+        .and_then(|c| format_traceparent(&c))
         .unwrap_or(synthetic);
     (span, trace)
 }

@@ -92,6 +92,27 @@ pub fn format_traceparent(span: &SpanContext) -> Option<String> {
     carrier.remove("traceparent")
 }
 
+/// Makes `span` (one exported over OTLP) a child of `parent`, a span of another process.
+pub fn set_remote_parent(span: &tracing::Span, parent: Option<SpanContext>) {
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    if let Some(parent) = parent
+        && !span.is_disabled()
+    {
+        let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(parent));
+    }
+}
+
+/// `span`'s own context when it is exported (valid only then): what a `traceparent`
+/// naming it carries.
+pub fn exported(span: &tracing::Span) -> Option<SpanContext> {
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    if span.is_disabled() {
+        return None;
+    }
+    let context = span.context().span().span_context().clone();
+    context.is_valid().then_some(context)
+}
+
 /// `N` random bytes (from the random tails of v7 UUIDs).
 fn random_bytes<const N: usize>() -> [u8; N] {
     let mut random = Vec::with_capacity(N + 8);

@@ -544,8 +544,6 @@ async fn run(
 /// of the caller's span; when exported, it becomes the call's span (the parent upstreams
 /// are told of) and its trace the call's trace. Disabled, and free, when tracing is off.
 fn trace_span(ctx: &mut CallContext, name: &str) -> tracing::Span {
-    use opentelemetry::trace::TraceContextExt;
-    use tracing_opentelemetry::OpenTelemetrySpanExt;
     let otel = tracing::info_span!(
         target: "toolgate::otel",
         "execute_tool",
@@ -561,12 +559,8 @@ fn trace_span(ctx: &mut CallContext, name: &str) -> tracing::Span {
         return otel;
     }
     otel.record("otel.name", format!("execute_tool {name}"));
-    if let Some(parent) = &ctx.parent {
-        let _ =
-            otel.set_parent(opentelemetry::Context::new().with_remote_span_context(parent.clone()));
-    }
-    let exported = otel.context().span().span_context().clone();
-    if exported.is_valid() {
+    crate::context::set_remote_parent(&otel, ctx.parent.clone());
+    if let Some(exported) = crate::context::exported(&otel) {
         ctx.adopt_span(exported);
     }
     otel

@@ -130,8 +130,6 @@ where
 /// header is replaced by the span's own, so that what the request causes continues it. `/mcp` has its own server span (`crate::mcp`). Disabled, and
 /// free, when traces are not exported.
 fn server_span(req: &mut Request) -> tracing::Span {
-    use opentelemetry::trace::TraceContextExt;
-    use tracing_opentelemetry::OpenTelemetrySpanExt;
     let route = req
         .extensions()
         .get::<MatchedPath>()
@@ -158,19 +156,15 @@ fn server_span(req: &mut Request) -> tracing::Span {
         "otel.name",
         format!("{} {}", req.method(), route.unwrap_or("")).trim_end(),
     );
-    if let Some(parent) = req
+    use toolgate_core::context::{exported, format_traceparent, parse_traceparent};
+    let parent = req
         .headers()
         .get("traceparent")
         .and_then(|v| v.to_str().ok())
-        .and_then(toolgate_core::context::parse_traceparent)
-    {
-        let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(parent));
-    }
-    let context = span.context().span().span_context().clone();
-    if let Some(traceparent) = context
-        .is_valid()
-        .then(|| toolgate_core::context::format_traceparent(&context))
-        .flatten()
+        .and_then(parse_traceparent);
+    toolgate_core::context::set_remote_parent(&span, parent);
+    if let Some(traceparent) = exported(&span)
+        .and_then(|c| format_traceparent(&c))
         .and_then(|t| HeaderValue::from_str(&t).ok())
     {
         req.headers_mut().insert("traceparent", traceparent);

@@ -178,8 +178,6 @@ fn server_span(
     session: Option<&str>,
     traceparent: Option<&str>,
 ) -> tracing::Span {
-    use opentelemetry::trace::TraceContextExt;
-    use tracing_opentelemetry::OpenTelemetrySpanExt;
     let span = tracing::info_span!(
         target: "toolgate::otel",
         "mcp",
@@ -221,24 +219,17 @@ fn server_span(
     if let Some(session) = session {
         span.record("mcp.session.id", session);
     }
-    if let Some(parent) = traceparent.and_then(toolgate_core::context::parse_traceparent) {
-        let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(parent));
-    }
+    toolgate_core::context::set_remote_parent(
+        &span,
+        traceparent.and_then(toolgate_core::context::parse_traceparent),
+    );
     span
 }
 
 /// The `traceparent` naming `span`, when it is exported.
 fn exported_traceparent(span: &tracing::Span) -> Option<String> {
-    use opentelemetry::trace::TraceContextExt;
-    use tracing_opentelemetry::OpenTelemetrySpanExt;
-    if span.is_disabled() {
-        return None;
-    }
-    let context = span.context().span().span_context().clone();
-    context
-        .is_valid()
-        .then(|| toolgate_core::context::format_traceparent(&context))
-        .flatten()
+    toolgate_core::context::exported(span)
+        .and_then(|c| toolgate_core::context::format_traceparent(&c))
 }
 
 /// One MCP request or notification, recorded as `mcp.server.operation.duration` when its
