@@ -2,7 +2,8 @@
 //! `opentelemetry-proto` messages) on loopback: the `toolgate` binary, configured by the
 //! standard `OTEL_*` variables, exports a REST call's server span and its `execute_tool`
 //! child under the caller's `traceparent`, and an MCP call's server span (`tools/call echo`, MCP
-//! semantic conventions) with the executor's span as its child, all in the caller's trace.
+//! semantic conventions) with the executor's span as its child, all in the caller's trace;
+//! a federated call's client span to its upstream; an agent run's spans.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -61,11 +62,15 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
         ],
     )
     .await;
+    // An upstream MCP server over HTTP (the official Python SDK's).
+    let mut fixture = tokio::process::Command::new(dir.join(".venv/bin/python"));
+    fixture.arg(dir.join("fixture_server.py"));
+    let (_fixture, fixture_port) = toolgate_e2e::serve_on_free_port(fixture, "FIXTURE_PORT").await;
     let config = scratch.path().join("toolgate.toml");
     std::fs::write(
         &config,
         format!(
-            "[providers.llm]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key = \"test-secret-key\"\ntimeout_secs = 5\n",
+            "[providers.llm]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key = \"test-secret-key\"\ntimeout_secs = 5\n\n[[upstreams]]\nname = \"fx\"\nurl = \"http://127.0.0.1:{fixture_port}/mcp\"\n",
             mock.base
         ),
     )
@@ -123,6 +128,23 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
         .await
         .expect("invoke");
     assert_eq!(unknown.status(), 404);
+
+    // A federated call: a client span to the upstream, under the call's span.
+    let mut federated = None;
+    for _ in 0..200 {
+        let r = admin
+            .post(format!("{base}/v1/tools/fx__add/invoke"))
+            .json(&json!({"arguments": {"a": 2, "b": 3}}))
+            .send()
+            .await
+            .expect("invoke");
+        if r.status() == 200 {
+            federated = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(federated.is_some(), "the upstream's tool answered");
 
     // MCP (2026-07-28, stateless), with the caller's trace in the header.
     let mcp_trace = "0af7651916cd43dd8448eb211c80319c";
@@ -203,6 +225,7 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
             && got.iter().any(|s| s["name"] == "tools/call echo")
             && got.iter().any(|s| s["name"] == "execute_tool no_such_tool")
             && got.iter().any(|s| s["name"] == "invoke_agent tracer")
+            && got.iter().any(|s| s["name"] == "tools/call add")
         {
             break;
         }
@@ -271,6 +294,21 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
     assert_eq!(
         agent_call["parent_span_id"], invoke["span_id"],
         "{agent_call}"
+    );
+
+    let upstream = got
+        .iter()
+        .find(|s| s["name"] == "tools/call add")
+        .expect("the upstream call's client span");
+    assert_eq!(upstream["kind"], 3, "client");
+    assert_eq!(upstream["attributes"]["mcp.method.name"], "tools/call");
+    let federated = got
+        .iter()
+        .find(|s| s["name"] == "execute_tool fx__add" && s["trace_id"] == upstream["trace_id"])
+        .expect("the federated call's span");
+    assert_eq!(
+        upstream["parent_span_id"], federated["span_id"],
+        "{upstream}"
     );
 
     let failed = got

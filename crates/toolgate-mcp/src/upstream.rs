@@ -1257,12 +1257,49 @@ impl Tool for UpstreamTool {
             return Err(ToolError::invalid_arguments("arguments must be an object"));
         };
         let mut params = CallToolRequestParams::new(self.remote.clone()).with_arguments(args);
+        // A client span per upstream call (MCP conventions), child of the call's span;
+        // the upstream's own spans are its children.
+        let client = tracing::info_span!(
+            target: "toolgate::otel",
+            "mcp_client",
+            otel.name = tracing::field::Empty,
+            otel.kind = "client",
+            mcp.method.name = "tools/call",
+            gen_ai.tool.name = %self.remote,
+            gen_ai.operation.name = "execute_tool",
+            error.type = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        let mut traceparent = None;
+        if !client.is_disabled() {
+            use toolgate_core::context::{exported, format_traceparent, set_remote_parent};
+            client.record("otel.name", format!("tools/call {}", self.remote));
+            set_remote_parent(&client, ctx.span.clone());
+            traceparent = exported(&client).and_then(|c| format_traceparent(&c));
+        }
         // W3C trace context travels in `_meta` (SEP-414) to every upstream, and as the
         // `traceparent` header to HTTP ones (see `Traced`).
-        if let Some(traceparent) = ctx.traceparent() {
+        if let Some(traceparent) = traceparent.or_else(|| ctx.traceparent()) {
             use rmcp::model::RequestParamsMeta;
             params.set_traceparent(&traceparent);
         }
+        let result = self.send(ctx, params).await;
+        if let Err(err) = &result {
+            client.record("error.type", err.kind.as_str());
+            client.record("otel.status_code", "ERROR");
+        }
+        result
+    }
+}
+
+impl UpstreamTool {
+    /// Sends the call in the caller's session and waits for its result (or its
+    /// cancellation, which the upstream is told of).
+    async fn send(
+        &self,
+        ctx: &CallContext,
+        params: CallToolRequestParams,
+    ) -> Result<ToolOutput, ToolError> {
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let (peer, routes) = match &self.pool {
             Some(pool) => pool.session(ctx).await.map_err(|e| {
