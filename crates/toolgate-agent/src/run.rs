@@ -445,8 +445,7 @@ pub async fn drive(ctx: &RunContext, agent: &AgentConfig, mut state: RunState) -
     if let Ok(outcome) = &outcome
         && outcome.status == RunStatus::Failed
     {
-        span.record("error.type", "run_failed");
-        span.record("otel.status_code", "ERROR");
+        toolgate_core::context::span_failed(&span, "run_failed");
     }
     match outcome {
         Ok(outcome) => outcome,
@@ -719,8 +718,7 @@ impl Driver<'_> {
                 );
             }
         } else if let Err(err) = &turn {
-            chat.record("error.type", format!("{:?}", err.kind).to_lowercase());
-            chat.record("otel.status_code", "ERROR");
+            toolgate_core::context::span_failed(&chat, &format!("{:?}", err.kind).to_lowercase());
         }
         drop(chat);
         let error = turn

@@ -113,6 +113,12 @@ pub fn exported(span: &tracing::Span) -> Option<SpanContext> {
     context.is_valid().then_some(context)
 }
 
+/// Marks an exported span failed: `error.type` (semantic conventions) and status ERROR.
+pub fn span_failed(span: &tracing::Span, error_type: &str) {
+    span.record("error.type", error_type);
+    span.record("otel.status_code", "ERROR");
+}
+
 /// `N` random bytes (from the random tails of v7 UUIDs).
 fn random_bytes<const N: usize>() -> [u8; N] {
     let mut random = Vec::with_capacity(N + 8);

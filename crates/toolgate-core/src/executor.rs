@@ -568,8 +568,7 @@ fn trace_span(ctx: &mut CallContext, name: &str) -> tracing::Span {
 
 /// Marks the call's span failed, with the error kind as `error.type`.
 fn failed(otel: &tracing::Span, err: &ToolError) {
-    otel.record("error.type", err.kind.as_str());
-    otel.record("otel.status_code", "ERROR");
+    crate::context::span_failed(otel, err.kind.as_str());
 }
 
 /// The tool name in metrics for a call of a tool the caller's toolset does not have.

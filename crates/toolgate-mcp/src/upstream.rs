@@ -1285,8 +1285,7 @@ impl Tool for UpstreamTool {
         }
         let result = self.send(ctx, params).await;
         if let Err(err) = &result {
-            client.record("error.type", err.kind.as_str());
-            client.record("otel.status_code", "ERROR");
+            toolgate_core::context::span_failed(&client, err.kind.as_str());
         }
         result
     }

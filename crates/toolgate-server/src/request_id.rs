@@ -102,8 +102,7 @@ where
             if !server.is_disabled() {
                 server.record("http.response.status_code", i64::from(status));
                 if status >= 500 {
-                    server.record("error.type", status.to_string());
-                    server.record("otel.status_code", "ERROR");
+                    toolgate_core::context::span_failed(&server, &status.to_string());
                 }
                 drop(server);
             }

@@ -248,8 +248,7 @@ struct Operation {
 impl Drop for Operation {
     fn drop(&mut self) {
         if let Some(error) = &self.error {
-            self.span.record("error.type", error.as_str());
-            self.span.record("otel.status_code", "ERROR");
+            toolgate_core::context::span_failed(&self.span, error);
         }
         self.metrics.mcp_operation(
             &self.method,
