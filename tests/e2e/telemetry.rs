@@ -319,6 +319,11 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
     assert_eq!(failed["status"], 2, "status ERROR");
 
     // The same instruments as /metrics go out over OTLP too.
+    let wanted = [
+        "toolgate.tool.calls",
+        "toolgate.tool.call.duration",
+        "mcp.server.operation.duration",
+    ];
     let mut metrics = Vec::new();
     for _ in 0..50 {
         metrics = std::fs::read_to_string(&received)
@@ -328,16 +333,13 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
             .filter(|v| v["signal"] == "metric")
             .filter_map(|v| v["name"].as_str().map(str::to_owned))
             .collect::<Vec<_>>();
-        if metrics.iter().any(|m| m == "toolgate.tool.calls") {
+        // Exports are periodic: wait for one after every kind of call was made.
+        if wanted.iter().all(|w| metrics.iter().any(|m| m == w)) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    for name in [
-        "toolgate.tool.calls",
-        "toolgate.tool.call.duration",
-        "mcp.server.operation.duration",
-    ] {
+    for name in wanted {
         assert!(metrics.iter().any(|m| m == name), "{name} in {metrics:?}");
     }
 
