@@ -31,7 +31,7 @@ use crate::audit::{AuditError, AuditRecord, AuditSink};
 use crate::auth::scopes;
 use crate::limits::{Admission, RateLimits};
 use crate::metrics::Metrics;
-use crate::policy::{Action, ApprovalRequest, Approvals, Gate, NoApprovals};
+use crate::policy::{Action, ApprovalError, ApprovalRequest, Approvals, Gate, NoApprovals, Policy};
 use crate::{
     CallContext, CallId, ErrorKind, Event, EventSink, Outcome, RegisteredTool, Risk, ScopedToolset,
     SecretNames, ToolError, ToolOutput,
@@ -147,7 +147,9 @@ impl Executor {
             request_id = ctx.request_id.as_deref().unwrap_or(""),
         );
         let started = Instant::now();
-        let admitted = match self.admit(&ctx, name).await {
+        // Read once (cached) for admission and the policy step both.
+        let policy = self.approvals.policy(ctx.auth.tenant).await;
+        let admitted = match self.admit(&ctx, name, policy.as_deref().ok()) {
             Ok(admitted) => admitted,
             Err(refusal) => {
                 self.metrics
@@ -172,7 +174,9 @@ impl Executor {
         let name = name.to_owned();
         let task = tokio::spawn(
             async move {
-                let result = this.run_prepared(prepared, ctx, name, args, started).await;
+                let result = this
+                    .run_prepared(prepared, policy, ctx, name, args, started)
+                    .await;
                 drop(admitted);
                 if let Err(err) = &result {
                     failed(&otel, err);
@@ -186,17 +190,17 @@ impl Executor {
         joined.unwrap_or_else(|join_err| Err(ToolError::internal(join_err)))
     }
 
-    /// Admission under the tenant's limits, tightened from the operator's. A policy that
-    /// cannot be read leaves the operator's limits (the policy step then fails the call
-    /// closed, audited).
-    async fn admit(
+    /// Admission under the tenant's limits (its `policy`), tightened from the operator's.
+    /// A policy that could not be read leaves the operator's limits (the policy step then
+    /// fails the call closed, audited).
+    fn admit(
         &self,
         ctx: &CallContext,
         name: &str,
+        policy: Option<&Policy>,
     ) -> Result<crate::limits::Admitted, crate::limits::Refusal> {
         let operator = &self.admission.config().defaults;
-        let policy = self.approvals.policy(ctx.auth.tenant).await.ok();
-        let tenant = policy.as_deref().map(|p| &p.rate_limits);
+        let tenant = policy.map(|p| &p.rate_limits);
         let combined;
         let limits: &RateLimits = match tenant {
             Some(tenant) if !tenant.is_empty() => {
@@ -212,6 +216,7 @@ impl Executor {
     async fn run_prepared(
         &self,
         prepared: Result<Arc<RegisteredTool>, Refused>,
+        policy: Result<Arc<Policy>, ApprovalError>,
         mut ctx: CallContext,
         name: String,
         args: Value,
@@ -242,7 +247,7 @@ impl Executor {
                 // Policy, then the intent for side effects, then the tool: each may stop
                 // the call, and the record learns the approval on the way.
                 let result = async {
-                    self.ratify(&ctx, &tool, &args, &mut record).await?;
+                    self.ratify(&ctx, policy, &tool, &args, &mut record).await?;
                     self.begin(spec.effects.writes, &record).await?;
                     let mut output = run(&tool, &ctx, args, deadline, timeout).await?;
                     let limit = spec.max_output_chars.min(self.limits.max_output_chars);
@@ -314,6 +319,7 @@ impl Executor {
     async fn ratify(
         &self,
         ctx: &CallContext,
+        policy: Result<Arc<Policy>, ApprovalError>,
         tool: &RegisteredTool,
         args: &Value,
         record: &mut AuditRecord,
@@ -327,11 +333,7 @@ impl Executor {
             err.cause = Some(cause);
             err
         };
-        let policy = self
-            .approvals
-            .policy(ctx.auth.tenant)
-            .await
-            .map_err(|e| unavailable(e.to_string()))?;
+        let policy = policy.map_err(|e| unavailable(e.to_string()))?;
         if let Some(scope) = policy.risk_scopes.get(&spec.risk)
             && !ctx.auth.has_scope(scope)
         {

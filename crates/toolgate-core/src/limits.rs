@@ -306,24 +306,31 @@ impl Admission {
         }
         let checks = [
             (
-                limits.tenant_per_minute,
-                Bucket::Tenant(tenant),
+                limits
+                    .tenant_per_minute
+                    .map(|n| (n, Bucket::Tenant(tenant))),
                 Limit::Tenant,
             ),
             (
-                limits.principal_per_minute,
-                Bucket::Principal(tenant, auth.principal.id),
+                limits
+                    .principal_per_minute
+                    .map(|n| (n, Bucket::Principal(tenant, auth.principal.id))),
                 Limit::Principal,
             ),
+            // The name is hashed only when its tool has a limit (most have none).
             (
-                limits.tools.get(tool).copied(),
-                Bucket::Tool(tenant, tool_hash(tool)),
+                limits
+                    .tools
+                    .get(tool)
+                    .map(|&n| (n, Bucket::Tool(tenant, tool_hash(tool)))),
                 Limit::Tool,
             ),
         ];
-        for (per_minute, bucket, limit) in checks {
-            let Some(per_minute) = per_minute.and_then(|n| NonZeroU32::new(n.div_ceil(share)))
-            else {
+        for (set, limit) in checks {
+            let Some((n, bucket)) = set else {
+                continue;
+            };
+            let Some(per_minute) = NonZeroU32::new(n.div_ceil(share)) else {
                 continue;
             };
             if let Err(not_until) = self.limiter(per_minute).check_key(&bucket) {

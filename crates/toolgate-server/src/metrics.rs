@@ -52,7 +52,7 @@ impl Telemetry {
             .with_resource(crate::telemetry::resource());
         // The same instruments over OTLP too, when an endpoint is configured (every
         // `OTEL_METRIC_EXPORT_INTERVAL`, 60 s by default).
-        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let env = crate::telemetry::env;
         if config.metrics
             && let Some(endpoint) = crate::telemetry::otlp_endpoint(config, &env, "metrics")
                 .filter(|_| env("OTEL_METRICS_EXPORTER").is_none_or(|v| v != "none"))

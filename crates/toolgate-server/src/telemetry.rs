@@ -68,7 +68,8 @@ pub fn otlp_endpoint(
     (env("OTEL_EXPORTER_OTLP_ENDPOINT").is_some() || env(&specific).is_some()).then_some(None)
 }
 
-fn env(name: &str) -> Option<String> {
+/// An environment variable's value, when set and not empty.
+pub(crate) fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
