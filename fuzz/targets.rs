@@ -236,3 +236,56 @@ pub fn workspace_path(data: &[u8]) {
         }
     }
 }
+
+/// The SSE parser that reads an upstream's Streamable HTTP responses (`sse-stream`, under
+/// rmcp's client). The first byte says where the rest is cut into chunks, as the network
+/// might cut it: the events up to the first error must not depend on the cuts, and each
+/// event's data is decoded as rmcp decodes it (what decodes re-encodes).
+pub fn upstream_sse(data: &[u8]) {
+    let Some((&cut, body)) = data.split_first() else {
+        return;
+    };
+    let whole = sse_events(vec![body.to_vec()]);
+    let step = usize::from(cut % 16) + 1;
+    let chunks: Vec<Vec<u8>> = body.chunks(step).map(<[u8]>::to_vec).collect();
+    let cut = sse_events(chunks);
+    if whole.last().is_some_and(Result::is_err) {
+        // sse-stream 0.2.6 reports a bad line before the complete events that came in the
+        // same chunk (`corpus/upstream_sse/error_hides_earlier_event`): a stream that
+        // fails fails the same way, and fewer events may precede the error when the bytes
+        // come in one piece. rmcp ends the stream at the error either way.
+        assert_eq!(whole.last(), cut.last(), "chunks of {step} bytes");
+        assert!(whole.len() <= cut.len(), "chunks of {step} bytes");
+        assert_eq!(whole[..whole.len() - 1], cut[..whole.len() - 1]);
+    } else {
+        assert_eq!(whole, cut, "chunks of {step} bytes");
+    }
+    for data in whole.iter().flatten().filter_map(|e| e.data.as_deref()) {
+        if let Ok(message) = serde_json::from_str::<rmcp::model::ServerJsonRpcMessage>(data) {
+            let text = serde_json::to_string(&message).expect("a decoded message encodes");
+            assert!(serde_json::from_str::<Value>(&text).is_ok());
+        }
+    }
+}
+
+/// The events parsed from `chunks`, up to and including the first error.
+fn sse_events(chunks: Vec<Vec<u8>>) -> Vec<Result<sse_stream::Sse, String>> {
+    use futures::StreamExt;
+    let body = futures::stream::iter(
+        chunks
+            .into_iter()
+            .map(|c| Ok::<_, std::io::Error>(std::io::Cursor::new(c))),
+    );
+    let mut stream = sse_stream::SseStream::from_bytes_stream(body);
+    futures::executor::block_on(async {
+        let mut events = Vec::new();
+        while let Some(item) = stream.next().await {
+            let failed = item.is_err();
+            events.push(item.map_err(|e| e.to_string()));
+            if failed {
+                break;
+            }
+        }
+        events
+    })
+}

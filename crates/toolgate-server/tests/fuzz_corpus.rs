@@ -54,3 +54,8 @@ fn ssrf_corpus() {
 fn workspace_path_corpus() {
     replay("workspace_path", targets::workspace_path);
 }
+
+#[test]
+fn upstream_sse_corpus() {
+    replay("upstream_sse", targets::upstream_sse);
+}
