@@ -832,3 +832,81 @@ async fn reusing_an_in_flight_request_id_is_refused_and_loses_nothing() {
     assert!(again.text().await.expect("body").contains("again"));
     gw.stop().await;
 }
+
+/// A session request whose `MCP-Protocol-Version` header names a version other than the
+/// one its session negotiated is refused (400, -32600, naming the negotiated one), on the
+/// instance that opened the session and on another that loads it from the store. No
+/// header, or `2025-03-26` (the version the specification says to assume without one),
+/// is the session's own version.
+#[tokio::test]
+async fn a_protocol_version_header_other_than_the_sessions_is_refused() {
+    let db = PgDb::create().await;
+    let url = db.url.clone();
+    let first = Gateway::start_with(|c| c.database.url = Some(Secret::new(url.clone()))).await;
+    let key_file = first.data.path().join("admin-api-key");
+    let second = Gateway::start_with(|c| {
+        c.database.url = Some(Secret::new(url.clone()));
+        c.auth.admin_key_file = Some(key_file);
+    })
+    .await;
+    let post = |gw: &Gateway, session: Option<&str>, version: Option<&str>, body: Value| {
+        let mut request = gw
+            .http
+            .post(gw.url("/mcp"))
+            .header("accept", "application/json, text/event-stream")
+            .json(&body);
+        if let Some(id) = session {
+            request = request.header("mcp-session-id", id);
+        }
+        if let Some(version) = version {
+            request = request.header("mcp-protocol-version", version);
+        }
+        request.send()
+    };
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    // (asked for in initialize, what the gateway agrees on, another known version)
+    for (asked, negotiated, other) in [
+        ("2025-06-18", "2025-06-18", "2025-11-25"),
+        ("1999-01-01", "2025-11-25", "2025-06-18"),
+    ] {
+        let mut init = initialize_body();
+        init["params"]["protocolVersion"] = json!(asked);
+        let opened = post(&first, None, None, init).await.expect("initialize");
+        assert_eq!(opened.status(), 200, "{asked}");
+        let session = opened.headers()["mcp-session-id"]
+            .to_str()
+            .expect("session id")
+            .to_owned();
+        let answer = opened.text().await.expect("body");
+        assert!(
+            answer.contains(&format!(r#""protocolVersion":"{negotiated}""#)),
+            "{asked}: {answer}"
+        );
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let ack = post(&first, Some(&session), Some(negotiated), initialized)
+            .await
+            .expect("initialized");
+        assert_eq!(ack.status(), 202, "{asked}");
+
+        for gw in [&first, &second] {
+            for fine in [Some(negotiated), None, Some("2025-03-26")] {
+                let response = post(gw, Some(&session), fine, list.clone())
+                    .await
+                    .expect("tools/list");
+                assert_eq!(response.status(), 200, "{asked}, header {fine:?}");
+                assert!(response.text().await.expect("body").contains("read_file"));
+            }
+            let (status, _, body) = read(
+                post(gw, Some(&session), Some(other), list.clone())
+                    .await
+                    .expect("sent"),
+            )
+            .await;
+            assert_eq!(status, 400, "{asked}, header {other}: {body}");
+            assert_eq!(body["error"]["code"], -32600, "{body}");
+            assert_eq!(body["error"]["data"]["negotiated"], negotiated, "{body}");
+        }
+    }
+    first.stop().await;
+    second.stop().await;
+}

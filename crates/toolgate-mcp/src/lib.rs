@@ -495,6 +495,20 @@ const KNOWN_METHODS: &[&str] = &[
     "tasks/cancel",
 ];
 
+/// The protocol version the `/mcp` server answers an `initialize` asking for `requested`
+/// with: rmcp's negotiation under [`McpAdapter`]'s settings (every version rmcp knows is
+/// supported), which echoes a known version that still has the `initialize` handshake
+/// and otherwise offers the newest one that has it.
+pub fn negotiated_version(requested: &str) -> String {
+    use rmcp::model::ProtocolVersion;
+    ProtocolVersion::KNOWN_VERSIONS
+        .iter()
+        .find(|v| v.as_str() == requested && v.has_initialize())
+        .map_or(ProtocolVersion::LATEST_WITH_INITIALIZE, Clone::clone)
+        .as_str()
+        .to_owned()
+}
+
 /// Whether `method` is a request method of the MCP versions spoken here.
 pub fn is_known_method(method: &str) -> bool {
     KNOWN_METHODS.contains(&method)

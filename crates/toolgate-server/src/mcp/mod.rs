@@ -37,6 +37,7 @@ use crate::rest::error::ApiError;
 use crate::state::AppState;
 
 const SESSION_HEADER: &str = "mcp-session-id";
+const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
 /// Where clients find the metadata for the `/mcp` resource (RFC 9728 §3.1).
 const METADATA_PATH: &str = "/.well-known/oauth-protected-resource/mcp";
 /// How often stored SSE events past their retention are dropped.
@@ -397,11 +398,11 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     if let Some(id) = &session {
-        let known = match guard.sessions.owner(id).await {
+        let known = match guard.sessions.known(id).await {
             Ok(known) => known,
             Err(err) => return ApiError::from(err).into_response(),
         };
-        if known.is_some_and(|o| o != owner) {
+        if known.as_ref().is_some_and(|k| k.owner != owner) {
             tracing::warn!(
                 tenant = %owner.0,
                 principal = %owner.1,
@@ -410,6 +411,12 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
             // The same answer as for an unknown session: another principal's session ids
             // are not confirmed to exist.
             return ApiError::from(ToolError::not_found("no such MCP session")).into_response();
+        }
+        if let Some(known) = &known
+            && let Some(version) = parts.headers.get(PROTOCOL_VERSION_HEADER)
+            && !same_version(version, &known.version)
+        {
+            return version_mismatch(version, &known.version);
         }
     }
     // A GET opens a long-lived stream (the session's, or a resumed one): counted against
@@ -473,7 +480,7 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
             let tool = tool.filter(|t| guard.state.registry.get(owner.0, t).is_some());
             let protocol_version = parts
                 .headers
-                .get("mcp-protocol-version")
+                .get(PROTOCOL_VERSION_HEADER)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned)
                 .or(protocol_version);
@@ -592,6 +599,32 @@ fn body_error(err: &axum::Error) -> Response {
     }
     ApiError::Malformed("the request body did not arrive in full and in time".into())
         .into_response()
+}
+
+/// Whether a session request's `MCP-Protocol-Version` header agrees with the version
+/// the session negotiated. `2025-03-26` agrees with any: it is the version the
+/// specification tells servers to assume when the header is absent (its revision had no
+/// header), so naming it says no more than leaving the header out.
+fn same_version(header: &HeaderValue, negotiated: &str) -> bool {
+    header == negotiated || header == "2025-03-26"
+}
+
+/// 400 for a session request naming a protocol version other than the session's.
+fn version_mismatch(header: &HeaderValue, negotiated: &str) -> Response {
+    let named = String::from_utf8_lossy(header.as_bytes());
+    let named: String = named.chars().take(64).collect();
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {
+            "code": -32600,
+            "message": format!(
+                "Invalid request: MCP-Protocol-Version {named:?} is not the version this session negotiated ({negotiated}); send {negotiated}, or open a new session"
+            ),
+            "data": {"negotiated": negotiated},
+        },
+    });
+    (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
 }
 
 /// 400 with the JSON-RPC parse error (its id is null: none could be read).

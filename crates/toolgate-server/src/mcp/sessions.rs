@@ -60,11 +60,20 @@ use super::{CALLER, Owner};
 const OWNER_TTL: Duration = Duration::from_secs(24 * 3600);
 const OWNERS_SWEEP_AT: usize = 10_000;
 
-/// Sessions in the store (any instance can take one over), with their owners cached:
-/// ownership never changes, so the cache is never stale about it.
+/// Sessions in the store (any instance can take one over), with their owners and
+/// negotiated protocol versions cached: neither ever changes, so the cache is never stale
+/// about them.
 pub(super) struct Sessions {
     store: Store,
-    owners: Mutex<HashMap<String, (Owner, Instant)>>,
+    owners: Mutex<HashMap<String, (Known, Instant)>>,
+}
+
+/// What the guard knows of a session: whose it is, and the protocol version its
+/// `initialize` agreed on.
+#[derive(Clone, Debug)]
+pub(super) struct Known {
+    pub owner: Owner,
+    pub version: Arc<str>,
 }
 
 impl Sessions {
@@ -75,28 +84,35 @@ impl Sessions {
         }
     }
 
-    /// Who opened session `id`, if it exists anywhere.
-    pub(super) async fn owner(&self, id: &str) -> Result<Option<Owner>, StoreError> {
-        if let Some((owner, _)) = self.lock().get(id) {
-            return Ok(Some(*owner));
+    /// Session `id`, if it exists anywhere.
+    pub(super) async fn known(&self, id: &str) -> Result<Option<Known>, StoreError> {
+        if let Some((known, _)) = self.lock().get(id) {
+            return Ok(Some(known.clone()));
         }
         let found = self.store.mcp_session(id).await?;
         Ok(found.map(|s| {
-            let owner = (s.tenant, s.principal);
-            self.remember(id, owner);
-            owner
+            let requested = serde_json::from_str::<serde_json::Value>(&s.initialize_params)
+                .ok()
+                .and_then(|p| p.get("protocolVersion")?.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            self.remember(id, (s.tenant, s.principal), &requested)
         }))
     }
 
-    fn remember(&self, id: &str, owner: Owner) {
+    fn remember(&self, id: &str, owner: Owner, requested: &str) -> Known {
+        let known = Known {
+            owner,
+            version: toolgate_mcp::negotiated_version(requested).into(),
+        };
         let mut owners = self.lock();
         if owners.len() >= OWNERS_SWEEP_AT {
             owners.retain(|_, (_, at)| at.elapsed() < OWNER_TTL);
         }
-        owners.insert(id.to_owned(), (owner, Instant::now()));
+        owners.insert(id.to_owned(), (known.clone(), Instant::now()));
+        known
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Owner, Instant)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Known, Instant)>> {
         self.owners.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -139,7 +155,11 @@ impl SessionStore for Sessions {
                 initialize_params: serde_json::to_string(&state.initialize_params)?,
             })
             .await?;
-        self.remember(id, (tenant, principal));
+        self.remember(
+            id,
+            (tenant, principal),
+            state.initialize_params.protocol_version.as_str(),
+        );
         Ok(())
     }
 
