@@ -3,7 +3,7 @@ sessions (initialize + initialized), each left idle.
 
     TOOLGATE_MCP__MAX_SESSIONS_PER_PRINCIPAL=100000 TOOLGATE_MCP__MAX_SESSIONS_PER_TENANT=100000 \
       target/release/toolgate serve --listen 127.0.0.1:18080 --data-dir /tmp/tg &
-    python3 bench/idle_sessions.py /tmp/tg 2000
+    python3 bench/idle_sessions.py /tmp/tg 2000 [SECONDS_TO_WAIT]
 """
 import http.client, json, sys, os, subprocess
 data_dir=sys.argv[1]
@@ -23,7 +23,20 @@ c=http.client.HTTPConnection('127.0.0.1',18080)
 for _ in range(50): session(c)
 before=rss()
 n=int(sys.argv[2])
-for _ in range(n): session(c)
+sids=[session(c) for _ in range(n)]
 import time; time.sleep(1)
 after=rss()
-print(f"{n} idle sessions: RSS {before} -> {after} KiB, {(after-before)/n:.1f} KiB per session")
+print(f"{n} sessions, 1 s after opening: RSS {before} -> {after} KiB, {(after-before)/n:.1f} KiB per session")
+# `mcp.session_dormant_secs` (5 by default) and one sweep (every second or more) later,
+# sessions that hold nothing beyond their initialize have left memory.
+wait=float(sys.argv[3]) if len(sys.argv)>3 else 8
+time.sleep(wait)
+dormant=rss()
+print(f"{n} sessions, {wait+1:.0f} s after opening: RSS {before} -> {dormant} KiB, {(dormant-before)/n:.1f} KiB per session")
+# Each comes back when used (restored from the store).
+t=time.time()
+for sid in sids:
+    h=dict(H); h['mcp-session-id']=sid; h['mcp-protocol-version']='2025-11-25'
+    c.request('POST','/mcp',json.dumps({"jsonrpc":"2.0","id":1,"method":"ping"}),h); r=c.getresponse(); r.read()
+    assert r.status==200, r.status
+print(f"first request on each dormant session (restored): {(time.time()-t)/n*1000:.2f} ms each")

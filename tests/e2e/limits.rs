@@ -144,3 +144,86 @@ async fn mcp_sessions_are_capped_per_principal() {
     assert!(ended.status().is_success(), "{}", ended.status());
     assert_eq!(initialize(client).await.status(), 200);
 }
+
+/// A session holding nothing beyond its `initialize` leaves memory after
+/// `mcp.session_dormant_secs` and comes back whole when used; one with a log level of its
+/// own stays. A dormant session still counts against the caps.
+#[tokio::test]
+async fn a_dormant_session_leaves_memory_and_comes_back_when_used() {
+    let gw = Gateway::start_with(|c| {
+        c.mcp.session_dormant_secs = 1;
+        c.mcp.max_sessions_per_principal = 2;
+    })
+    .await;
+    let post = |session: Option<String>, body: serde_json::Value| {
+        let mut request = gw
+            .http
+            .post(gw.url("/mcp"))
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&body);
+        if let Some(id) = session {
+            request = request.header("mcp-session-id", id);
+        }
+        async move { request.send().await.expect("request") }
+    };
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "dormant", "version": "0"}}});
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let mut sessions = Vec::new();
+    for _ in 0..2 {
+        let opened = post(None, initialize.clone()).await;
+        assert_eq!(opened.status(), 200);
+        let id = opened.headers()["mcp-session-id"]
+            .to_str()
+            .expect("ascii")
+            .to_owned();
+        let ack = post(Some(id.clone()), initialized.clone()).await;
+        assert_eq!(ack.status(), 202);
+        sessions.push(id);
+    }
+    let level = json!({"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel",
+                       "params": {"level": "error"}});
+    assert_eq!(post(Some(sessions[1].clone()), level).await.status(), 200);
+
+    let live = || async {
+        let text = gw
+            .http
+            .get(gw.url("/metrics"))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("body");
+        text.lines()
+            .find(|l| l.starts_with("toolgate_mcp_sessions{"))
+            .and_then(|l| l.rsplit_once(' '))
+            .map(|(_, v)| v)
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("toolgate_mcp_sessions in {text}"))
+    };
+    assert_eq!(live().await, 2.0);
+    let mut left = false;
+    for _ in 0..100 {
+        if live().await == 1.0 {
+            left = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        left,
+        "the dormant session left memory, the one with a log level stayed"
+    );
+    // Still counted: a third session is over this principal's cap.
+    assert_eq!(post(None, initialize.clone()).await.status(), 429);
+    // Used again, it is restored and answers.
+    let list = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"});
+    let listed = post(Some(sessions[0].clone()), list).await;
+    assert_eq!(listed.status(), 200);
+    assert!(listed.text().await.expect("body").contains("read_file"));
+    assert_eq!(live().await, 2.0);
+    gw.stop().await;
+}

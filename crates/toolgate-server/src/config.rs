@@ -415,6 +415,12 @@ pub struct McpConfig {
     /// A session with no request and no open stream for this long is let go of from
     /// memory (it stays in the store and is restored if its client comes back), seconds.
     pub session_idle_secs: u64,
+    /// A session that holds nothing its `initialize` did not give it (no
+    /// `logging/setLevel`, no resource subscription) is let go of sooner: after this long
+    /// with no request and no open stream, seconds. Restoring it gives back exactly the
+    /// same session, for one replayed handshake (see docs/BENCHMARKS.md for what an idle
+    /// session costs in memory).
+    pub session_dormant_secs: u64,
     /// SSE polling (SEP-1699): a session request still running after this long has its
     /// POST stream closed, and the client resumes it with `Last-Event-ID` (a GET) after
     /// `sse_retry_ms`; a resumed stream is let go of after as long again. Frees the
@@ -470,6 +476,7 @@ impl Default for McpConfig {
             max_sessions_per_principal: 64,
             max_sessions_per_tenant: 1024,
             session_idle_secs: 300,
+            session_dormant_secs: 5,
             sse_poll_after_ms: None,
             sse_retry_ms: 3000,
             // OpenAI's Apps SDK keys (`openai/outputTemplate`, …) for OpenAI's clients.

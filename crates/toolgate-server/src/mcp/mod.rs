@@ -38,6 +38,9 @@ use crate::state::AppState;
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
+/// Requests that leave state in a session's memory which restoring it from the store
+/// would not bring back (see `sessions`).
+const SESSION_STATE_METHODS: [&str; 2] = ["logging/setLevel", "resources/subscribe"];
 /// Where clients find the metadata for the `/mcp` resource (RFC 9728 §3.1).
 const METADATA_PATH: &str = "/.well-known/oauth-protected-resource/mcp";
 /// How often stored SSE events past their retention are dropped.
@@ -66,6 +69,8 @@ impl std::ops::Deref for Guard {
 struct GuardInner {
     state: AppState,
     sessions: Arc<Sessions>,
+    /// The sessions in this instance's memory.
+    live: Arc<StoredSessions>,
     public_url: Option<String>,
     authorization_servers: Vec<String>,
     max_body_bytes: usize,
@@ -314,18 +319,25 @@ pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> 
             per_principal: mcp.max_sessions_per_principal,
             per_tenant: mcp.max_sessions_per_tenant,
             idle: Duration::from_secs(mcp.session_idle_secs),
+            // A polled request runs on with no stream open: only `idle` is safe then.
+            dormant: Duration::from_secs(if mcp.sse_poll_after_ms.is_some() {
+                mcp.session_idle_secs
+            } else {
+                mcp.session_dormant_secs.min(mcp.session_idle_secs)
+            }),
         },
         state.mcp_sessions.clone(),
     ));
     stored_sessions.sweep(shutdown.clone());
     let service = Arc::new(StreamableHttpService::new(
         move || Ok(adapter.for_session()),
-        stored_sessions,
+        stored_sessions.clone(),
         transport,
     ));
     let guard = Guard(Arc::new(GuardInner {
         state,
         sessions,
+        live: stored_sessions,
         public_url: mcp
             .public_url
             .as_ref()
@@ -459,6 +471,14 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
             Err(err) => return body_error(&err),
         };
         let probed = probe(&bytes);
+        if let Some(id) = &session
+            && probed
+                .as_ref()
+                .and_then(|p| p.method.as_deref())
+                .is_some_and(|m| SESSION_STATE_METHODS.contains(&m))
+        {
+            guard.live.keep_state(id).await;
+        }
         if let Some(id) = &session
             && let Some(request) = probed.as_ref().and_then(|p| p.id.as_ref())
         {

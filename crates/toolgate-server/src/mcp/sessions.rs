@@ -22,7 +22,11 @@
 //! no open stream for `mcp.session_idle_secs` is let go of from memory (rmcp's own idle
 //! timeout stops its worker but keeps its handle, so idle sessions piled up). A session
 //! let go of stays in the store: its client coming back restores it, as on another
-//! instance.
+//! instance. A session that holds nothing beyond its `initialize` — no
+//! `logging/setLevel`, no resource subscription, which live only in memory — is let go
+//! of after `mcp.session_dormant_secs` already: restoring it replays the handshake and
+//! gives back the very same session, while keeping it costs rmcp's tasks and channels
+//! (about 110 KiB).
 //!
 //! SSE polling (SEP-1699, `mcp.sse_poll_after_ms`): a session request still running after
 //! that long has its POST stream closed with a `retry` event; the client comes back with
@@ -181,6 +185,10 @@ pub(super) struct StoredSessions {
     /// SSE polling, when on.
     poll: Option<Polling>,
     live: tokio::sync::RwLock<HashMap<SessionId, Live>>,
+    /// Sessions let go of for being dormant, with their owners and when they were last
+    /// used: they still count against the caps until `limits.idle` has passed, as they
+    /// would have in memory.
+    dormant: Mutex<HashMap<SessionId, (Owner, Instant)>>,
     /// How many sessions `live` holds, for the metrics (read without the lock).
     count: Arc<std::sync::atomic::AtomicUsize>,
     limits: SessionLimits,
@@ -192,6 +200,8 @@ pub(super) struct SessionLimits {
     pub per_principal: usize,
     pub per_tenant: usize,
     pub idle: Duration,
+    /// How soon an unused session with no state of its own is let go of.
+    pub dormant: Duration,
 }
 
 /// One live session: its rmcp manager, whose it is, when it was last used, and how many
@@ -201,6 +211,9 @@ struct Live {
     owner: Owner,
     used: Arc<Mutex<Instant>>,
     streams: Arc<std::sync::atomic::AtomicUsize>,
+    /// Whether the session has state that lives only here: a log level, subscriptions,
+    /// or a stream its client left before its end (which it may come back for).
+    stateful: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Live {
@@ -216,16 +229,23 @@ impl Live {
     }
 }
 
-/// Counts one open stream of a session while it lives.
+/// Counts one open stream of a session while it lives; a stream dropped before its end
+/// marks the session stateful.
 struct StreamHold {
     streams: Arc<std::sync::atomic::AtomicUsize>,
     used: Arc<Mutex<Instant>>,
+    stateful: Arc<std::sync::atomic::AtomicBool>,
+    ended: bool,
 }
 
 impl Drop for StreamHold {
     fn drop(&mut self) {
         self.streams
             .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        if !self.ended {
+            self.stateful
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         *self.used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
     }
 }
@@ -277,16 +297,22 @@ impl StoredSessions {
             durable_events,
             poll: poll_after.map(|after| Polling { after, retry }),
             live: Default::default(),
+            dormant: Mutex::default(),
             count,
             limits,
         }
     }
 
-    /// Lets go of sessions unused for `limits.idle` (no request, no open stream), every
-    /// minute at most, until `stop`.
+    /// Lets go of sessions unused (no request, no open stream) for `limits.idle`, or for
+    /// `limits.dormant` when they hold no state of their own, until `stop`.
     pub(super) fn sweep(self: &Arc<Self>, stop: CancellationToken) {
         let sessions = Arc::downgrade(self);
-        let every = self.limits.idle.min(Duration::from_secs(60));
+        let every = self
+            .limits
+            .dormant
+            .min(self.limits.idle)
+            .min(Duration::from_secs(60))
+            .max(Duration::from_secs(1));
         tokio::spawn(async move {
             loop {
                 tokio::select! {
@@ -296,19 +322,39 @@ impl StoredSessions {
                 let Some(sessions) = sessions.upgrade() else {
                     return;
                 };
-                let idle: Vec<SessionId> = sessions
+                let limits = sessions.limits;
+                let idle: Vec<(SessionId, Owner, Duration)> = sessions
                     .live
                     .read()
                     .await
                     .iter()
-                    .filter(|(_, live)| {
-                        live.streams.load(std::sync::atomic::Ordering::Relaxed) == 0
-                            && live.idle_for() >= sessions.limits.idle
+                    .filter_map(|(id, live)| {
+                        let after = if live.stateful.load(std::sync::atomic::Ordering::Relaxed) {
+                            limits.idle
+                        } else {
+                            limits.dormant
+                        };
+                        let unused = live.idle_for();
+                        (live.streams.load(std::sync::atomic::Ordering::Relaxed) == 0
+                            && unused >= after)
+                            .then(|| (id.clone(), live.owner, unused))
                     })
-                    .map(|(id, _)| id.clone())
                     .collect();
-                for id in &idle {
-                    let _ = sessions.close_session(id).await;
+                // Noted as dormant before they go, so that a restore racing this sweep
+                // clears the note rather than following it.
+                {
+                    let now = Instant::now();
+                    let mut dormant = sessions.dormant();
+                    dormant.retain(|_, (_, used)| now.duration_since(*used) < limits.idle);
+                    for (id, owner, unused) in &idle {
+                        if *unused < limits.idle {
+                            let used = now.checked_sub(*unused).unwrap_or(now);
+                            dormant.insert(id.clone(), (*owner, used));
+                        }
+                    }
+                }
+                for (id, _, _) in &idle {
+                    let _ = sessions.let_go(id).await;
                 }
                 if !idle.is_empty() {
                     tracing::debug!(
@@ -324,8 +370,14 @@ impl StoredSessions {
     /// guard and says why.
     async fn admit(&self, owner: Owner) -> Result<(), String> {
         let live = self.live.read().await;
-        let by_principal = live.values().filter(|l| l.owner == owner).count();
-        let by_tenant = live.values().filter(|l| l.owner.0 == owner.0).count();
+        let dormant = self.dormant();
+        let owners = || {
+            live.values()
+                .map(|l| l.owner)
+                .chain(dormant.values().map(|(o, _)| *o))
+        };
+        let by_principal = owners().filter(|o| *o == owner).count();
+        let by_tenant = owners().filter(|o| o.0 == owner.0).count();
         let refused = if by_principal >= self.limits.per_principal {
             Some(format!(
                 "{by_principal} sessions open, the most one principal may hold"
@@ -346,6 +398,23 @@ impl StoredSessions {
         }
     }
 
+    /// Lets go of session `id` from memory (it stays in the store).
+    async fn let_go(&self, id: &SessionId) -> ManagerResult<()> {
+        let mut all = self.live.write().await;
+        let live = all.remove(id);
+        self.count
+            .store(all.len(), std::sync::atomic::Ordering::Relaxed);
+        drop(all);
+        match live {
+            Some(live) => live.manager.close_session(id).await,
+            None => Ok(()),
+        }
+    }
+
+    fn dormant(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, (Owner, Instant)>> {
+        self.dormant.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// `stream` of session `live`, counted as open while it lives.
     fn held(
         live: &Live,
@@ -353,14 +422,20 @@ impl StoredSessions {
     ) -> SseStream {
         live.streams
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let hold = StreamHold {
+        let mut hold = StreamHold {
             streams: live.streams.clone(),
             used: live.used.clone(),
+            stateful: live.stateful.clone(),
+            ended: false,
         };
         let mut stream = Box::pin(stream);
         boxed(futures::stream::poll_fn(move |cx| {
-            let _ = &hold;
-            stream.as_mut().poll_next(cx)
+            let hold = &mut hold; // the whole hold: its drop is the stream's end
+            let next = stream.as_mut().poll_next(cx);
+            if matches!(next, std::task::Poll::Ready(None)) {
+                hold.ended = true;
+            }
+            next
         }))
     }
 
@@ -435,6 +510,16 @@ impl StoredSessions {
             owner,
             used: Arc::new(Mutex::new(Instant::now())),
             streams: Arc::default(),
+            stateful: Arc::default(),
+        }
+    }
+
+    /// Notes that session `id` was asked for state a restored session would not have
+    /// (a log level, a subscription), so that it is kept for `limits.idle`.
+    pub(super) async fn keep_state(&self, id: &str) {
+        if let Some(live) = self.live.read().await.get(id) {
+            live.stateful
+                .store(true, std::sync::atomic::Ordering::Relaxed);
         }
     }
 }
@@ -475,15 +560,13 @@ impl SessionManager for StoredSessions {
     }
 
     async fn close_session(&self, id: &SessionId) -> ManagerResult<()> {
-        let mut all = self.live.write().await;
-        let live = all.remove(id);
-        self.count
-            .store(all.len(), std::sync::atomic::Ordering::Relaxed);
-        drop(all);
-        match live {
-            Some(live) => live.manager.close_session(id).await,
-            None => Ok(()),
+        // A client's DELETE frees the session's place; rmcp also calls this when a
+        // session's worker ends (after a dormant session was let go of), outside any
+        // request, and the place stays taken then.
+        if caller("a session ended").is_ok() {
+            self.dormant().remove(id);
         }
+        self.let_go(id).await
     }
 
     async fn create_stream(
@@ -553,6 +636,7 @@ impl SessionManager for StoredSessions {
         }
         let owner = caller("an MCP session restored").map_err(refusal)?;
         let outcome = manager.restore_session(id.clone()).await?;
+        self.dormant().remove(&id);
         live.insert(id, self.live(manager, owner));
         self.count
             .store(live.len(), std::sync::atomic::Ordering::Relaxed);
