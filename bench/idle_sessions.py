@@ -33,6 +33,15 @@ wait=float(sys.argv[3]) if len(sys.argv)>3 else 8
 time.sleep(wait)
 dormant=rss()
 print(f"{n} sessions, {wait+1:.0f} s after opening: RSS {before} -> {dormant} KiB, {(dormant-before)/n:.1f} KiB per session")
+# Memory let go of is reused: as many sessions again, left dormant too.
+more=[session(c) for _ in range(n)]
+time.sleep(wait)
+again=rss()
+print(f"{n} more sessions, {wait:.0f} s later: RSS {dormant} -> {again} KiB, {(again-dormant)/n:.1f} KiB per session")
+def gauge():
+    c.request('GET','/metrics',headers={'authorization':H['authorization']}); r=c.getresponse(); text=r.read().decode()
+    return next(l.rsplit(' ',1)[1] for l in text.splitlines() if l.startswith('toolgate_mcp_sessions{'))
+print(f"sessions in memory (toolgate_mcp_sessions): {gauge()}")
 # Each comes back when used (restored from the store).
 t=time.time()
 for sid in sids:
