@@ -497,11 +497,9 @@ fn run_span(ctx: &RunContext, agent: &AgentConfig) -> (tracing::Span, String) {
         return (span, synthetic);
     }
     span.record("otel.name", format!("invoke_agent {}", agent.name));
-    use toolgate_core::context::{exported, format_traceparent, parse_traceparent};
-    toolgate_core::context::set_remote_parent(&span, parse_traceparent(&synthetic));
-    let trace = exported(&span)
-        .and_then(|c| format_traceparent(&c))
-        .unwrap_or(synthetic);
+    use toolgate_core::context::{exported_traceparent, parse_traceparent, set_remote_parent};
+    set_remote_parent(&span, parse_traceparent(&synthetic));
+    let trace = exported_traceparent(&span).unwrap_or(synthetic);
     (span, trace)
 }
 

@@ -113,6 +113,12 @@ pub fn exported(span: &tracing::Span) -> Option<SpanContext> {
     context.is_valid().then_some(context)
 }
 
+/// The `traceparent` naming `span`, when it is exported: what its children in other
+/// processes are told.
+pub fn exported_traceparent(span: &tracing::Span) -> Option<String> {
+    exported(span).and_then(|c| format_traceparent(&c))
+}
+
 /// Marks an exported span failed: `error.type` (semantic conventions) and status ERROR.
 pub fn span_failed(span: &tracing::Span, error_type: &str) {
     span.record("error.type", error_type);

@@ -1272,10 +1272,10 @@ impl Tool for UpstreamTool {
         );
         let mut traceparent = None;
         if !client.is_disabled() {
-            use toolgate_core::context::{exported, format_traceparent, set_remote_parent};
+            use toolgate_core::context::{exported_traceparent, set_remote_parent};
             client.record("otel.name", format!("tools/call {}", self.remote));
             set_remote_parent(&client, ctx.span.clone());
-            traceparent = exported(&client).and_then(|c| format_traceparent(&c));
+            traceparent = exported_traceparent(&client);
         }
         // W3C trace context travels in `_meta` (SEP-414) to every upstream, and as the
         // `traceparent` header to HTTP ones (see `Traced`).

@@ -155,16 +155,15 @@ fn server_span(req: &mut Request) -> tracing::Span {
         "otel.name",
         format!("{} {}", req.method(), route.unwrap_or("")).trim_end(),
     );
-    use toolgate_core::context::{exported, format_traceparent, parse_traceparent};
+    use toolgate_core::context::{exported_traceparent, parse_traceparent};
     let parent = req
         .headers()
         .get("traceparent")
         .and_then(|v| v.to_str().ok())
         .and_then(parse_traceparent);
     toolgate_core::context::set_remote_parent(&span, parent);
-    if let Some(traceparent) = exported(&span)
-        .and_then(|c| format_traceparent(&c))
-        .and_then(|t| HeaderValue::from_str(&t).ok())
+    if let Some(traceparent) =
+        exported_traceparent(&span).and_then(|t| HeaderValue::from_str(&t).ok())
     {
         req.headers_mut().insert("traceparent", traceparent);
     }

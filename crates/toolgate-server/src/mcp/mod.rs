@@ -232,12 +232,6 @@ fn server_span(
     span
 }
 
-/// The `traceparent` naming `span`, when it is exported.
-fn exported_traceparent(span: &tracing::Span) -> Option<String> {
-    toolgate_core::context::exported(span)
-        .and_then(|c| toolgate_core::context::format_traceparent(&c))
-}
-
 /// One MCP request or notification, recorded as `mcp.server.operation.duration` when its
 /// answer has been sent in full (or the client went away).
 struct Operation {
@@ -519,7 +513,7 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
                 traceparent.as_deref(),
             );
             if let Some(caller) = parts.extensions.get_mut::<McpCaller>() {
-                caller.traceparent = exported_traceparent(&span);
+                caller.traceparent = toolgate_core::context::exported_traceparent(&span);
             }
             operation = Some(Operation {
                 metrics: guard.state.telemetry.metrics().clone(),
