@@ -1,5 +1,6 @@
-"""A loopback OTLP/HTTP (protobuf) receiver: decodes each export with the official
-opentelemetry-proto messages and appends what it got, one JSON object per line, to the
+"""A loopback OTLP receiver: OTLP/HTTP (protobuf), or OTLP/gRPC when argv[3] is `grpc`.
+Decodes each export with the official opentelemetry-proto messages (and, over gRPC, its
+generated grpcio services) and appends what it got, one JSON object per line, to the
 file named by argv[2] (`-`: only counts them, for the benchmarks). Listens on
 127.0.0.1:argv[1] (0: any free port; the port is printed on stdout first)."""
 
@@ -9,11 +10,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
 )
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+
 
 class Counter:
     """Stands in for the output file: decodes everything, writes nothing."""
@@ -34,6 +37,36 @@ def attrs(kvs):
     return {kv.key: value(kv.value) for kv in kvs}
 
 
+def record_traces(request, transport):
+    for rs in request.resource_spans:
+        resource = attrs(rs.resource.attributes)
+        for ss in rs.scope_spans:
+            for span in ss.spans:
+                out.write(json.dumps({
+                    "signal": "span",
+                    "transport": transport,
+                    "service": resource.get("service.name"),
+                    "name": span.name,
+                    "kind": span.kind,
+                    "trace_id": span.trace_id.hex(),
+                    "span_id": span.span_id.hex(),
+                    "parent_span_id": span.parent_span_id.hex(),
+                    "attributes": attrs(span.attributes),
+                    "status": span.status.code,
+                }) + "\n")
+
+
+def record_metrics(request, transport):
+    for rm in request.resource_metrics:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                out.write(json.dumps({
+                    "signal": "metric",
+                    "transport": transport,
+                    "name": metric.name,
+                }) + "\n")
+
+
 class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("content-length", 0)))
@@ -42,30 +75,11 @@ class Handler(BaseHTTPRequestHandler):
             self.end_headers()
             return
         if self.path == "/v1/traces":
-            request = ExportTraceServiceRequest.FromString(body)
-            for rs in request.resource_spans:
-                resource = attrs(rs.resource.attributes)
-                for ss in rs.scope_spans:
-                    for span in ss.spans:
-                        out.write(json.dumps({
-                            "signal": "span",
-                            "service": resource.get("service.name"),
-                            "name": span.name,
-                            "kind": span.kind,
-                            "trace_id": span.trace_id.hex(),
-                            "span_id": span.span_id.hex(),
-                            "parent_span_id": span.parent_span_id.hex(),
-                            "attributes": attrs(span.attributes),
-                            "status": span.status.code,
-                        }) + "\n")
+            record_traces(ExportTraceServiceRequest.FromString(body), "http")
             reply = ExportTraceServiceResponse().SerializeToString()
         elif self.path == "/v1/metrics":
-            request = ExportMetricsServiceRequest.FromString(body)
-            for rm in request.resource_metrics:
-                for sm in rm.scope_metrics:
-                    for metric in sm.metrics:
-                        out.write(json.dumps({"signal": "metric", "name": metric.name}) + "\n")
-            reply = b""
+            record_metrics(ExportMetricsServiceRequest.FromString(body), "http")
+            reply = ExportMetricsServiceResponse().SerializeToString()
         else:
             self.send_response(404)
             self.end_headers()
@@ -80,6 +94,35 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
-server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
-print(server.server_address[1], flush=True)
-server.serve_forever()
+def serve_grpc(port):
+    from concurrent import futures
+
+    import grpc
+    from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+
+    class Traces(trace_service_pb2_grpc.TraceServiceServicer):
+        def Export(self, request, context):
+            record_traces(request, "grpc")
+            return ExportTraceServiceResponse()
+
+    class Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):
+        def Export(self, request, context):
+            record_metrics(request, "grpc")
+            return ExportMetricsServiceResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), server)
+    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Metrics(), server)
+    bound = server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    print(bound, flush=True)
+    server.wait_for_termination()
+
+
+if len(sys.argv) > 3 and sys.argv[3] == "grpc":
+    serve_grpc(int(sys.argv[1]))
+else:
+    server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+    print(server.server_address[1], flush=True)
+    server.serve_forever()

@@ -21,6 +21,26 @@ impl Drop for Killed {
     }
 }
 
+/// Starts `otlp_receiver.py` over `transport` (`http`, `grpc`), writing to `received`;
+/// answers it and its port.
+fn receiver(received: &std::path::Path, transport: &str) -> (Killed, String) {
+    let dir = sdk_clients();
+    let mut receiver = Command::new(dir.join(".venv-otel/bin/python"))
+        .arg(dir.join("otlp_receiver.py"))
+        .arg("0")
+        .arg(received)
+        .arg(transport)
+        .stdout(Stdio::piped())
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("start the OTLP receiver");
+    let mut port = String::new();
+    BufReader::new(receiver.stdout.take().expect("stdout"))
+        .read_line(&mut port)
+        .expect("the receiver's port");
+    (Killed(receiver), port.trim().to_owned())
+}
+
 fn spans(file: &std::path::Path) -> Vec<Value> {
     std::fs::read_to_string(file)
         .unwrap_or_default()
@@ -35,19 +55,7 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
     let dir = sdk_clients();
     let scratch = tempfile::tempdir().expect("temp dir");
     let received = scratch.path().join("otlp.jsonl");
-    let mut receiver = Command::new(dir.join(".venv-otel/bin/python"))
-        .arg(dir.join("otlp_receiver.py"))
-        .arg("0")
-        .arg(&received)
-        .stdout(Stdio::piped())
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("start the OTLP receiver");
-    let mut port = String::new();
-    BufReader::new(receiver.stdout.take().expect("stdout"))
-        .read_line(&mut port)
-        .expect("the receiver's port");
-    let _receiver = Killed(receiver);
+    let (_receiver, port) = receiver(&received, "http");
     // A model provider for an agent run: one tool call, then the answer.
     use toolgate_e2e::llm::{MockLlm, Reply, Wire, says};
     let mock = MockLlm::start(
@@ -86,7 +94,7 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
         .arg(&config)
         .env(
             "OTEL_EXPORTER_OTLP_ENDPOINT",
-            format!("http://127.0.0.1:{}", port.trim()),
+            format!("http://127.0.0.1:{port}"),
         )
         .env("OTEL_SERVICE_NAME", "toolgate-e2e")
         .env("OTEL_BSP_SCHEDULE_DELAY", "100")
@@ -349,4 +357,105 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
         .arg(gateway.0.id().to_string())
         .status();
     let _ = gateway.0.wait();
+}
+
+/// OTLP over gRPC, chosen in `[telemetry]`: a REST call's spans and the metrics reach a
+/// gRPC receiver. The batch delay is a minute, so the spans only go out in the flush at
+/// SIGTERM: the exporter's connection must outlive the server's runtime.
+#[tokio::test]
+async fn otlp_over_grpc_exports_spans_and_metrics_and_flushes_at_exit() {
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let received = scratch.path().join("otlp.jsonl");
+    let (_receiver, port) = receiver(&received, "grpc");
+    let config = scratch.path().join("toolgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[telemetry]\notlp_endpoint = \"http://127.0.0.1:{port}\"\notlp_protocol = \"grpc\"\n"
+        ),
+    )
+    .expect("config");
+    let data = scratch.path().join("data");
+    let listen = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port");
+    let gateway = Command::new(toolgate_binary())
+        .args(["serve", "--listen", &listen.to_string(), "--data-dir"])
+        .arg(&data)
+        .arg("--config")
+        .arg(&config)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "60000")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "200")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
+        .env_remove("DATABASE_URL")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("start toolgate");
+    let mut gateway = Killed(gateway);
+    let key_file = data.join("admin-api-key");
+    let base = format!("http://{listen}");
+    let client = reqwest::Client::new();
+    for _ in 0..300 {
+        if key_file.exists() && client.get(format!("{base}/healthz")).send().await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let key = std::fs::read_to_string(&key_file).expect("admin key");
+    let trace = "5bf92f3577b34da6a3ce929d0e0e4737";
+    let response = client_with_key(key.trim())
+        .post(format!("{base}/v1/tools/echo/invoke"))
+        .header("traceparent", format!("00-{trace}-00f067aa0ba902b8-01"))
+        .json(&json!({"arguments": {"message": "over grpc"}}))
+        .send()
+        .await
+        .expect("invoke");
+    assert_eq!(response.status(), 200);
+
+    // Metrics go out every 200 ms.
+    let lines = || -> Vec<Value> {
+        std::fs::read_to_string(&received)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).expect("a JSON line"))
+            .collect()
+    };
+    let called = |v: &Value| v["signal"] == "metric" && v["name"] == "toolgate.tool.calls";
+    for _ in 0..100 {
+        if lines().iter().any(called) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let metric = lines()
+        .into_iter()
+        .find(called)
+        .expect("toolgate.tool.calls over gRPC");
+    assert_eq!(metric["transport"], "grpc");
+    assert!(
+        !lines().iter().any(|v| v["signal"] == "span"),
+        "no span before the batch delay or the flush"
+    );
+
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(gateway.0.id().to_string())
+        .status();
+    let status = gateway.0.wait().expect("wait");
+    assert!(status.success(), "{status}");
+    let got = spans(&received);
+    let http = got
+        .iter()
+        .find(|s| s["name"] == "POST /v1/tools/{name}/invoke" && s["trace_id"] == trace)
+        .unwrap_or_else(|| panic!("the server span, flushed at exit: {got:#?}"));
+    assert_eq!(http["transport"], "grpc");
+    let executed = got
+        .iter()
+        .find(|s| s["name"] == "execute_tool echo" && s["trace_id"] == trace)
+        .unwrap_or_else(|| panic!("the executor's span: {got:#?}"));
+    assert_eq!(executed["parent_span_id"], http["span_id"]);
+    assert_eq!(executed["attributes"]["gen_ai.tool.name"], "echo");
 }

@@ -103,10 +103,14 @@ pub struct TelemetryConfig {
     /// Prometheus scraper inside the deployment's network). On the main listener,
     /// `/metrics` needs the operator scope `tenants:manage`.
     pub metrics_listen: Option<SocketAddr>,
-    /// Export spans and metrics over OTLP/HTTP (protobuf) to this base URL
-    /// (`http://collector:4318`); the standard `OTEL_EXPORTER_OTLP_ENDPOINT` does the same.
+    /// Export spans and metrics over OTLP to this URL: a base URL over HTTP
+    /// (`http://collector:4318`), the collector's address over gRPC
+    /// (`http://collector:4317`); the standard `OTEL_EXPORTER_OTLP_ENDPOINT` does the same.
     /// Off when neither is set.
     pub otlp_endpoint: Option<String>,
+    /// `"http/protobuf"` (the default) or `"grpc"`; the standard
+    /// `OTEL_EXPORTER_OTLP_PROTOCOL` (and its per-signal forms) does the same.
+    pub otlp_protocol: Option<crate::telemetry::OtlpProtocol>,
 }
 
 impl Default for TelemetryConfig {
@@ -116,6 +120,7 @@ impl Default for TelemetryConfig {
             tenant_attributes: false,
             metrics_listen: None,
             otlp_endpoint: None,
+            otlp_protocol: None,
         }
     }
 }

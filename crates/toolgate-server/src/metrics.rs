@@ -13,6 +13,7 @@
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use anyhow::Context as _;
 use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
@@ -54,20 +55,19 @@ impl Telemetry {
         // `OTEL_METRIC_EXPORT_INTERVAL`, 60 s by default).
         let env = crate::telemetry::env;
         if config.metrics
-            && let Some(endpoint) = crate::telemetry::otlp_endpoint(config, &env, "metrics")
-                .filter(|_| env("OTEL_METRICS_EXPORTER").is_none_or(|v| v != "none"))
+            && let Some(otlp) = crate::telemetry::otlp(config, &env, "metrics")?
         {
-            use opentelemetry_otlp::WithExportConfig;
-            crate::telemetry::check_protocol()?;
-            let mut exporter = opentelemetry_otlp::MetricExporter::builder()
-                .with_http()
-                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary);
-            if let Some(endpoint) = endpoint {
-                exporter = exporter.with_endpoint(endpoint);
-            }
-            provider = provider.with_reader(
-                opentelemetry_sdk::metrics::PeriodicReader::builder(exporter.build()?).build(),
-            );
+            use crate::telemetry::{tonic, with_endpoint};
+            use opentelemetry_otlp::MetricExporter;
+            let exporter = otlp
+                .build(
+                    MetricExporter::builder(),
+                    |b| Ok(with_endpoint(b.with_http(), &otlp).build()?),
+                    |b| Ok(with_endpoint(tonic(b.with_tonic(), &otlp), &otlp).build()?),
+                )
+                .context("setting up the OTLP metric exporter")?;
+            provider = provider
+                .with_reader(opentelemetry_sdk::metrics::PeriodicReader::builder(exporter).build());
         }
         let provider = provider.build();
         let meter = provider.meter("toolgate");

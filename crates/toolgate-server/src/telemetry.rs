@@ -10,7 +10,8 @@
 //! OTLP endpoint is given: `telemetry.otlp_endpoint`, or the
 //! standard `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`
 //! (`OTEL_SDK_DISABLED=true` or `OTEL_TRACES_EXPORTER=none` turn them off again). They go
-//! over OTLP/HTTP with protobuf; `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`,
+//! over OTLP/HTTP with protobuf, or over gRPC (`telemetry.otlp_protocol = "grpc"` or
+//! `OTEL_EXPORTER_OTLP_PROTOCOL=grpc`); `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`,
 //! `OTEL_EXPORTER_OTLP_HEADERS` and the batch processor's `OTEL_BSP_*` apply. Exported
 //! spans are only those of target `toolgate::otel` (the MCP server span, `execute_tool`,
 //! …), whatever the log filter; with traces off their callsites are disabled and cost
@@ -50,42 +51,134 @@ impl Drop for Guard {
     }
 }
 
-/// Where OTLP goes, if anywhere: `Some(None)` leaves the endpoint to the `OTEL_*`
-/// variables; `Some(Some(url))` is `telemetry.otlp_endpoint` plus the signal's path.
-pub fn otlp_endpoint(
+/// How OTLP goes out: `telemetry.otlp_protocol`, else the signal's or the general
+/// `OTEL_EXPORTER_OTLP_*PROTOCOL`, else `http/protobuf` (the specification's default).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+pub enum OtlpProtocol {
+    #[serde(rename = "http/protobuf")]
+    HttpProtobuf,
+    #[serde(rename = "grpc")]
+    Grpc,
+}
+
+impl OtlpProtocol {
+    fn parse(name: &str, value: &str) -> anyhow::Result<Self> {
+        match value {
+            "http/protobuf" => Ok(Self::HttpProtobuf),
+            "grpc" => Ok(Self::Grpc),
+            _ => anyhow::bail!(
+                "{name}={value}: toolgate exports OTLP over \"http/protobuf\" or \"grpc\""
+            ),
+        }
+    }
+}
+
+/// One signal's OTLP export: the protocol, and the endpoint when the configuration names
+/// it (`None` leaves it to the `OTEL_*` variables).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Otlp {
+    pub protocol: OtlpProtocol,
+    pub endpoint: Option<String>,
+    /// The endpoint, configured or from the variables, is `https://`.
+    pub tls: bool,
+}
+
+/// Where a signal (`traces`, `metrics`) goes over OTLP, if anywhere. Off unless an
+/// endpoint is given (`telemetry.otlp_endpoint` or the standard variables); off again
+/// with `OTEL_SDK_DISABLED=true` or `OTEL_{SIGNAL}_EXPORTER=none`. Over HTTP,
+/// `telemetry.otlp_endpoint` is a base URL and gets the signal's path (`/v1/traces`);
+/// over gRPC it is used as it is.
+pub fn otlp(
     config: &TelemetryConfig,
     env: &dyn Fn(&str) -> Option<String>,
     signal: &str,
-) -> Option<Option<String>> {
-    let off = |name: &str, value: &str| env(name).is_some_and(|v| v.eq_ignore_ascii_case(value));
-    if off("OTEL_SDK_DISABLED", "true") {
-        return None;
+) -> anyhow::Result<Option<Otlp>> {
+    let upper = signal.to_uppercase();
+    let is = |name: &str, value: &str| env(name).is_some_and(|v| v.eq_ignore_ascii_case(value));
+    if is("OTEL_SDK_DISABLED", "true") || is(&format!("OTEL_{upper}_EXPORTER"), "none") {
+        return Ok(None);
     }
-    if let Some(base) = &config.otlp_endpoint {
-        return Some(Some(format!("{}/v1/{signal}", base.trim_end_matches('/'))));
+    let specific = format!("OTEL_EXPORTER_OTLP_{upper}_ENDPOINT");
+    if config.otlp_endpoint.is_none()
+        && env("OTEL_EXPORTER_OTLP_ENDPOINT").is_none()
+        && env(&specific).is_none()
+    {
+        return Ok(None);
     }
-    let specific = format!("OTEL_EXPORTER_OTLP_{}_ENDPOINT", signal.to_uppercase());
-    (env("OTEL_EXPORTER_OTLP_ENDPOINT").is_some() || env(&specific).is_some()).then_some(None)
+    let protocol = match config.otlp_protocol {
+        Some(protocol) => protocol,
+        None => [
+            format!("OTEL_EXPORTER_OTLP_{upper}_PROTOCOL"),
+            "OTEL_EXPORTER_OTLP_PROTOCOL".to_owned(),
+        ]
+        .iter()
+        .find_map(|name| env(name).map(|value| OtlpProtocol::parse(name, &value)))
+        .transpose()?
+        .unwrap_or(OtlpProtocol::HttpProtobuf),
+    };
+    let endpoint = config.otlp_endpoint.as_deref().map(|base| match protocol {
+        OtlpProtocol::HttpProtobuf => format!("{}/v1/{signal}", base.trim_end_matches('/')),
+        OtlpProtocol::Grpc => base.to_owned(),
+    });
+    let tls = [
+        config.otlp_endpoint.clone(),
+        env(&specific),
+        env("OTEL_EXPORTER_OTLP_ENDPOINT"),
+    ]
+    .into_iter()
+    .flatten()
+    .next()
+    .is_some_and(|url| url.to_ascii_lowercase().starts_with("https://"));
+    Ok(Some(Otlp {
+        protocol,
+        endpoint,
+        tls,
+    }))
+}
+
+impl Otlp {
+    /// Builds the signal's exporter (`SpanExporter::builder()`, …) for this protocol.
+    ///
+    /// A gRPC exporter is built inside a runtime of its own: tonic's channel spawns its
+    /// connection onto the runtime it is created in, and the SDK's batch processor and
+    /// periodic reader export from plain threads that only wait on that connection. On
+    /// the server's runtime, the flush at exit (which blocks the thread dropping the
+    /// guard) and every export under load would depend on a free worker of the runtime
+    /// they compete with; on its own thread they depend on nothing.
+    pub fn build<B, E>(
+        &self,
+        builder: B,
+        http: impl FnOnce(B) -> anyhow::Result<E>,
+        grpc: impl FnOnce(B) -> anyhow::Result<E>,
+    ) -> anyhow::Result<E> {
+        match self.protocol {
+            OtlpProtocol::HttpProtobuf => http(builder),
+            OtlpProtocol::Grpc => {
+                let _entered = grpc_runtime()?.enter();
+                grpc(builder)
+            }
+        }
+    }
+}
+
+/// The one thread that drives OTLP/gRPC connections (see [`Otlp::build`]).
+fn grpc_runtime() -> anyhow::Result<&'static tokio::runtime::Runtime> {
+    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    if let Some(runtime) = RUNTIME.get() {
+        return Ok(runtime);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("toolgate-otlp")
+        .enable_all()
+        .build()
+        .context("starting the OTLP/gRPC runtime")?;
+    Ok(RUNTIME.get_or_init(|| runtime))
 }
 
 /// An environment variable's value, when set and not empty.
 pub(crate) fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
-/// Refuses an OTLP protocol this build does not speak (only `http/protobuf`).
-pub fn check_protocol() -> anyhow::Result<()> {
-    for name in [
-        "OTEL_EXPORTER_OTLP_PROTOCOL",
-        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-    ] {
-        if let Some(protocol) = env(name)
-            && protocol != "http/protobuf"
-        {
-            anyhow::bail!("{name}={protocol}: toolgate exports OTLP over http/protobuf only");
-        }
-    }
-    Ok(())
 }
 
 /// Installs the global subscriber. `rust_log` is the `RUST_LOG` value, if set.
@@ -114,19 +207,15 @@ pub fn init(
             .with_filter(filter)
             .boxed(),
     };
-    let tracer = match otlp_endpoint(telemetry, &env, "traces")
-        .filter(|_| env("OTEL_TRACES_EXPORTER").is_none_or(|v| v != "none"))
-    {
-        Some(endpoint) => {
-            check_protocol()?;
-            let mut exporter = opentelemetry_otlp::SpanExporter::builder()
-                .with_http()
-                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary);
-            if let Some(endpoint) = endpoint {
-                exporter = exporter.with_endpoint(endpoint);
-            }
-            let exporter = exporter
-                .build()
+    let tracer = match otlp(telemetry, &env, "traces")? {
+        Some(otlp) => {
+            use opentelemetry_otlp::SpanExporter;
+            let exporter = otlp
+                .build(
+                    SpanExporter::builder(),
+                    |b| Ok(with_endpoint(b.with_http(), &otlp).build()?),
+                    |b| Ok(with_endpoint(tonic(b.with_tonic(), &otlp), &otlp).build()?),
+                )
                 .context("setting up the OTLP span exporter")?;
             Some(
                 SdkTracerProvider::builder()
@@ -161,6 +250,30 @@ pub fn init(
     })
 }
 
+/// A gRPC exporter builder, with TLS verified against the system's roots when the
+/// endpoint is `https://` (tonic's own default trusts no root at all).
+pub fn tonic<B: opentelemetry_otlp::WithTonicConfig>(builder: B, otlp: &Otlp) -> B {
+    use opentelemetry_otlp::tonic_types::transport::ClientTlsConfig;
+    if otlp.tls {
+        builder.with_tls_config(ClientTlsConfig::new().with_enabled_roots())
+    } else {
+        builder
+    }
+}
+
+/// The protocol, and the configured endpoint if any (else the `OTEL_*` variables'), on an
+/// exporter builder.
+pub fn with_endpoint<B: WithExportConfig>(builder: B, otlp: &Otlp) -> B {
+    let builder = builder.with_protocol(match otlp.protocol {
+        OtlpProtocol::HttpProtobuf => opentelemetry_otlp::Protocol::HttpBinary,
+        OtlpProtocol::Grpc => opentelemetry_otlp::Protocol::Grpc,
+    });
+    match &otlp.endpoint {
+        Some(endpoint) => builder.with_endpoint(endpoint.clone()),
+        None => builder,
+    }
+}
+
 /// `service.name` (from `OTEL_SERVICE_NAME`, else `toolgate`) and the SDK's detectors.
 pub fn resource() -> opentelemetry_sdk::Resource {
     let builder = opentelemetry_sdk::Resource::builder();
@@ -168,5 +281,89 @@ pub fn resource() -> opentelemetry_sdk::Resource {
         builder.build()
     } else {
         builder.with_service_name("toolgate").build()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(config: &TelemetryConfig, vars: &[(&str, &str)]) -> Option<Otlp> {
+        try_resolve(config, vars).expect("a valid configuration")
+    }
+
+    fn try_resolve(
+        config: &TelemetryConfig,
+        vars: &[(&str, &str)],
+    ) -> anyhow::Result<Option<Otlp>> {
+        let env = |name: &str| {
+            vars.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_string())
+        };
+        otlp(config, &env, "traces")
+    }
+
+    #[test]
+    fn otlp_is_off_without_an_endpoint_and_when_disabled() {
+        let none = TelemetryConfig::default();
+        assert_eq!(resolve(&none, &[]), None);
+        assert_eq!(
+            resolve(&none, &[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]),
+            None
+        );
+        let at = [("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318")];
+        assert!(resolve(&none, &at).is_some());
+        for off in [
+            ("OTEL_SDK_DISABLED", "true"),
+            ("OTEL_TRACES_EXPORTER", "none"),
+        ] {
+            assert_eq!(resolve(&none, &[at[0], off]), None);
+        }
+    }
+
+    #[test]
+    fn the_protocol_comes_from_config_then_the_signals_variable_then_the_general_one() {
+        let base = TelemetryConfig {
+            otlp_endpoint: Some("http://collector:4317/".into()),
+            ..TelemetryConfig::default()
+        };
+        assert_eq!(
+            resolve(&base, &[]),
+            Some(Otlp {
+                protocol: OtlpProtocol::HttpProtobuf,
+                endpoint: Some("http://collector:4317/v1/traces".into()),
+                tls: false,
+            })
+        );
+        let grpc = resolve(&base, &[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]);
+        assert_eq!(
+            grpc,
+            Some(Otlp {
+                protocol: OtlpProtocol::Grpc,
+                endpoint: Some("http://collector:4317/".into()),
+                tls: false,
+            })
+        );
+        let vars = [
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf"),
+        ];
+        let specific = resolve(&base, &vars).expect("on");
+        assert_eq!(specific.protocol, OtlpProtocol::HttpProtobuf);
+        let configured = TelemetryConfig {
+            otlp_protocol: Some(OtlpProtocol::Grpc),
+            ..base.clone()
+        };
+        let wins = resolve(&configured, &vars).expect("on");
+        assert_eq!(wins.protocol, OtlpProtocol::Grpc);
+        let secure = [("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "HTTPS://c:4317")];
+        let none = TelemetryConfig::default();
+        assert!(resolve(&none, &secure).expect("on").tls);
+        let json = try_resolve(&base, &[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")]);
+        assert!(
+            json.expect_err("refused").to_string().contains("http/json"),
+            "a protocol this build does not speak is a start-up error"
+        );
     }
 }
