@@ -361,7 +361,10 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
 
 /// OTLP over gRPC, chosen in `[telemetry]`: a REST call's spans and the metrics reach a
 /// gRPC receiver. The batch delay is a minute, so the spans only go out in the flush at
-/// SIGTERM: the exporter's connection must outlive the server's runtime.
+/// SIGTERM: the exporter's connection must outlive the server's runtime. And sampling
+/// (`parentbased_traceidratio`, ratio 0): a trace whose caller sampled it is recorded;
+/// one the caller did not sample, or with no caller trace, has no span at all (not even
+/// an `execute_tool` root), yet its calls keep their trace ids in the audit.
 #[tokio::test]
 async fn otlp_over_grpc_exports_spans_and_metrics_and_flushes_at_exit() {
     let scratch = tempfile::tempdir().expect("temp dir");
@@ -385,6 +388,8 @@ async fn otlp_over_grpc_exports_spans_and_metrics_and_flushes_at_exit() {
         .arg("--config")
         .arg(&config)
         .env("OTEL_BSP_SCHEDULE_DELAY", "60000")
+        .env("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+        .env("OTEL_TRACES_SAMPLER_ARG", "0")
         .env("OTEL_METRIC_EXPORT_INTERVAL", "200")
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
@@ -405,15 +410,56 @@ async fn otlp_over_grpc_exports_spans_and_metrics_and_flushes_at_exit() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let key = std::fs::read_to_string(&key_file).expect("admin key");
+    let admin = client_with_key(key.trim());
     let trace = "5bf92f3577b34da6a3ce929d0e0e4737";
-    let response = client_with_key(key.trim())
-        .post(format!("{base}/v1/tools/echo/invoke"))
-        .header("traceparent", format!("00-{trace}-00f067aa0ba902b8-01"))
-        .json(&json!({"arguments": {"message": "over grpc"}}))
+    let unsampled = "6bf92f3577b34da6a3ce929d0e0e4738";
+    for traceparent in [
+        Some(format!("00-{trace}-00f067aa0ba902b8-01")),
+        Some(format!("00-{unsampled}-00f067aa0ba902b8-00")),
+        None,
+    ] {
+        let mut request = admin
+            .post(format!("{base}/v1/tools/echo/invoke"))
+            .json(&json!({"arguments": {"message": "over grpc"}}));
+        if let Some(traceparent) = traceparent {
+            request = request.header("traceparent", traceparent);
+        }
+        assert_eq!(request.send().await.expect("invoke").status(), 200);
+    }
+    let mcp = admin
+        .post(format!("{base}/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "echo")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "echo", "arguments": {"message": "not traced"},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientInfo": {"name": "e2e", "version": "1"},
+                      "io.modelcontextprotocol/clientCapabilities": {}}}}),
+        )
         .send()
         .await
-        .expect("invoke");
-    assert_eq!(response.status(), 200);
+        .expect("mcp");
+    assert_eq!(mcp.status(), 200);
+    let _ = mcp.text().await;
+    let audit: Value = admin
+        .get(format!("{base}/v1/audit?tool=echo"))
+        .send()
+        .await
+        .expect("audit")
+        .json()
+        .await
+        .expect("json");
+    let traces: Vec<&str> = audit["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter_map(|e| e["trace_id"].as_str())
+        .collect();
+    assert_eq!(traces.len(), 4, "every call has its trace id: {audit}");
+    assert!(traces.contains(&unsampled), "{audit}");
 
     // Metrics go out every 200 ms.
     let lines = || -> Vec<Value> {
@@ -458,4 +504,6 @@ async fn otlp_over_grpc_exports_spans_and_metrics_and_flushes_at_exit() {
         .unwrap_or_else(|| panic!("the executor's span: {got:#?}"));
     assert_eq!(executed["parent_span_id"], http["span_id"]);
     assert_eq!(executed["attributes"]["gen_ai.tool.name"], "echo");
+    let others: Vec<&Value> = got.iter().filter(|s| s["trace_id"] != trace).collect();
+    assert!(others.is_empty(), "only the sampled trace: {others:#?}");
 }

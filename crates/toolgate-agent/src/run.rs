@@ -479,6 +479,11 @@ struct Driver<'a> {
 /// the `traceparent` its calls continue.
 fn run_span(ctx: &RunContext, agent: &AgentConfig) -> (tracing::Span, String) {
     let run = ctx.run_id.0.simple().to_string();
+    // The run is a trace root: recorded or not as the sampler decides on its trace id,
+    // the same decision on every instance that drives it.
+    if !toolgate_core::context::sample_new_trace(ctx.run_id.0.into_bytes()) {
+        return (tracing::Span::none(), format!("00-{run}-{}-00", &run[16..]));
+    }
     let synthetic = format!("00-{run}-{}-01", &run[16..]);
     let span = tracing::info_span!(
         target: "toolgate::otel",
@@ -679,7 +684,12 @@ impl Driver<'_> {
         };
         let started = Instant::now();
         // A client span per model call (GenAI conventions), child of the run's span.
-        let chat = tracing::info_span!(
+        let recorded =
+            toolgate_core::context::parse_traceparent(&self.trace).is_some_and(|t| t.is_sampled());
+        let chat = if !recorded {
+            tracing::Span::none()
+        } else {
+            tracing::info_span!(
             target: "toolgate::otel",
             "chat",
             otel.name = tracing::field::Empty,
@@ -691,7 +701,8 @@ impl Driver<'_> {
             gen_ai.usage.output_tokens = tracing::field::Empty,
             error.type = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
-        );
+            )
+        };
         if !chat.is_disabled() {
             chat.record("otel.name", format!("chat {}", self.agent.model));
         }

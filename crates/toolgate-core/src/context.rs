@@ -1,12 +1,14 @@
 //! One call's context: who, through which front door, under which deadline.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use opentelemetry::propagation::TextMapPropagator;
-use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
+use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
+use opentelemetry::trace::{
+    SpanContext, SpanId, SpanKind, TraceContextExt, TraceFlags, TraceId, TraceState,
+};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{SamplingDecision, ShouldSample};
 
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
@@ -78,8 +80,7 @@ pub type ProgressSink = tokio::sync::mpsc::Sender<Progress>;
 /// The span a W3C `traceparent` names (its trace, span and flags), read by the W3C Trace
 /// Context propagator; `None` when it is missing or invalid.
 pub fn parse_traceparent(header: &str) -> Option<SpanContext> {
-    let carrier = HashMap::from([("traceparent".to_owned(), header.trim().to_owned())]);
-    let context = TraceContextPropagator::new().extract(&carrier);
+    let context = TraceContextPropagator::new().extract(&Traceparent(Some(header.trim())));
     let span = context.span().span_context().clone();
     span.is_valid().then_some(span)
 }
@@ -87,9 +88,106 @@ pub fn parse_traceparent(header: &str) -> Option<SpanContext> {
 /// `header` for `span`, written by the W3C Trace Context propagator.
 pub fn format_traceparent(span: &SpanContext) -> Option<String> {
     let context = opentelemetry::Context::new().with_remote_span_context(span.clone());
-    let mut carrier = HashMap::new();
+    let mut carrier = Traceparent(None);
     TraceContextPropagator::new().inject_context(&context, &mut carrier);
-    carrier.remove("traceparent")
+    carrier.0
+}
+
+/// The propagator's carrier for the one header read and written here: no map, no
+/// lower-casing of keys, which a `HashMap` carrier costs on every traced call.
+struct Traceparent<T>(Option<T>);
+
+const TRACEPARENT: &str = "traceparent";
+
+impl Extractor for Traceparent<&str> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.filter(|_| key.eq_ignore_ascii_case(TRACEPARENT))
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        vec![TRACEPARENT]
+    }
+}
+
+impl Injector for Traceparent<String> {
+    fn set(&mut self, key: &str, value: String) {
+        if key == TRACEPARENT {
+            self.0 = Some(value);
+        }
+    }
+}
+
+/// The sampler deciding which traces are recorded, installed once at start-up when
+/// traces are exported (see [`set_sampler`]); unset, every trace is.
+static SAMPLER: OnceLock<Box<dyn ShouldSample>> = OnceLock::new();
+
+/// Installs the sampler (the one `OTEL_TRACES_SAMPLER` describes). toolgate decides once
+/// per trace root (a server span, an agent run, a call that continues nothing) and creates
+/// no span at all in a trace it does not record: the spans under a root follow its
+/// sampled flag, as do the upstreams it calls. The tracer itself then records every span
+/// it is given.
+pub fn set_sampler(sampler: Box<dyn ShouldSample>) {
+    let _ = SAMPLER.set(sampler);
+}
+
+/// Whether a trace root continuing `parent` (a caller's span), in trace `trace_id`, is
+/// recorded.
+pub fn sample_root(parent: Option<&SpanContext>, trace_id: TraceId) -> bool {
+    let Some(sampler) = SAMPLER.get() else {
+        return true;
+    };
+    let parent = parent.map(|p| opentelemetry::Context::new().with_remote_span_context(p.clone()));
+    let result = sampler.should_sample(parent.as_ref(), trace_id, "", &SpanKind::Server, &[], &[]);
+    result.decision == SamplingDecision::RecordAndSample
+}
+
+/// Whether a new trace (no caller), with this trace id, is recorded.
+pub fn sample_new_trace(trace_id: [u8; 16]) -> bool {
+    sample_root(None, TraceId::from_bytes(trace_id))
+}
+
+/// A server span's root decision (see [`set_sampler`]).
+pub enum Root {
+    /// Traces are not exported.
+    Off,
+    /// Recorded: the span continues the caller's span, if it named one.
+    Recorded(Option<SpanContext>),
+    /// Not recorded: no span; what the request causes continues this `traceparent`, the
+    /// caller's (or a new) trace with the sampled flag clear, so none of it is recorded.
+    Skipped(String),
+}
+
+/// Decides whether a request whose caller sent `traceparent` is traced.
+pub fn root(traceparent: Option<&str>) -> Root {
+    if SAMPLER.get().is_none() {
+        return Root::Off;
+    }
+    let parent = traceparent.and_then(parse_traceparent);
+    let trace = parent.as_ref().map_or_else(
+        || TraceId::from_bytes(random_bytes::<16>()),
+        SpanContext::trace_id,
+    );
+    if sample_root(parent.as_ref(), trace) {
+        return Root::Recorded(parent);
+    }
+    let span = parent.as_ref().map_or_else(
+        || SpanId::from_bytes(random_bytes::<8>()),
+        SpanContext::span_id,
+    );
+    let skipped = SpanContext::new(
+        trace,
+        span,
+        TraceFlags::default(),
+        true,
+        TraceState::default(),
+    );
+    Root::Skipped(format_traceparent(&skipped).unwrap_or_default())
+}
+
+/// Whether spans under `span` (a call's or a run's) are recorded: its sampled flag; a
+/// call with no trace context at all is treated as recorded.
+pub fn recorded(span: Option<&SpanContext>) -> bool {
+    span.is_none_or(SpanContext::is_sampled)
 }
 
 /// Makes `span` (one exported over OTLP) a child of `parent`, a span of another process.
@@ -205,10 +303,15 @@ impl CallContext {
         let parent = traceparent.and_then(parse_traceparent);
         let (trace, flags) = match &parent {
             Some(p) => (p.trace_id(), p.trace_flags()),
-            None => (
-                TraceId::from_bytes(random_bytes::<16>()),
-                TraceFlags::SAMPLED,
-            ),
+            None => {
+                let trace = TraceId::from_bytes(random_bytes::<16>());
+                let flags = if sample_root(None, trace) {
+                    TraceFlags::SAMPLED
+                } else {
+                    TraceFlags::default()
+                };
+                (trace, flags)
+            }
         };
         let span = SpanContext::new(
             trace,

@@ -546,6 +546,10 @@ async fn run(
 /// of the caller's span; when exported, it becomes the call's span (the parent upstreams
 /// are told of) and its trace the call's trace. Disabled, and free, when tracing is off.
 fn trace_span(ctx: &mut CallContext, name: &str) -> tracing::Span {
+    // A trace that is not recorded gets no span at all (see `context::set_sampler`).
+    if !crate::context::recorded(ctx.span.as_ref()) {
+        return tracing::Span::none();
+    }
     let otel = tracing::info_span!(
         target: "toolgate::otel",
         "execute_tool",

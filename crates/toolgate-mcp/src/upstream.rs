@@ -1259,7 +1259,10 @@ impl Tool for UpstreamTool {
         let mut params = CallToolRequestParams::new(self.remote.clone()).with_arguments(args);
         // A client span per upstream call (MCP conventions), child of the call's span;
         // the upstream's own spans are its children.
-        let client = tracing::info_span!(
+        let client = if !toolgate_core::context::recorded(ctx.span.as_ref()) {
+            tracing::Span::none()
+        } else {
+            tracing::info_span!(
             target: "toolgate::otel",
             "mcp_client",
             otel.name = tracing::field::Empty,
@@ -1269,7 +1272,8 @@ impl Tool for UpstreamTool {
             gen_ai.operation.name = "execute_tool",
             error.type = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
-        );
+            )
+        };
         let mut traceparent = None;
         if !client.is_disabled() {
             use toolgate_core::context::{exported_traceparent, set_remote_parent};

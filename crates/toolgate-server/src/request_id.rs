@@ -136,6 +136,22 @@ fn server_span(req: &mut Request) -> tracing::Span {
     if route == Some("/mcp") {
         return tracing::Span::none();
     }
+    use toolgate_core::context::{Root, exported_traceparent, root, set_remote_parent};
+    let traceparent = req
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok());
+    let parent = match root(traceparent) {
+        Root::Off => return tracing::Span::none(),
+        Root::Recorded(parent) => parent,
+        Root::Skipped(traceparent) => {
+            // What the request causes continues the trace, unrecorded.
+            if let Ok(value) = HeaderValue::from_str(&traceparent) {
+                req.headers_mut().insert("traceparent", value);
+            }
+            return tracing::Span::none();
+        }
+    };
     let span = tracing::info_span!(
         target: "toolgate::otel",
         "http",
@@ -155,13 +171,7 @@ fn server_span(req: &mut Request) -> tracing::Span {
         "otel.name",
         format!("{} {}", req.method(), route.unwrap_or("")).trim_end(),
     );
-    use toolgate_core::context::{exported_traceparent, parse_traceparent};
-    let parent = req
-        .headers()
-        .get("traceparent")
-        .and_then(|v| v.to_str().ok())
-        .and_then(parse_traceparent);
-    toolgate_core::context::set_remote_parent(&span, parent);
+    set_remote_parent(&span, parent);
     if let Some(traceparent) =
         exported_traceparent(&span).and_then(|t| HeaderValue::from_str(&t).ok())
     {

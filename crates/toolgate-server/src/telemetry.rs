@@ -217,9 +217,16 @@ pub fn init(
                     |b| Ok(with_endpoint(tonic(b.with_tonic(), &otlp), &otlp).build()?),
                 )
                 .context("setting up the OTLP span exporter")?;
+            // The sampler `OTEL_TRACES_SAMPLER` describes decides at each trace's root,
+            // before any span is built (see `toolgate_core::context::set_sampler`): a
+            // trace it skips costs nothing more. The tracer records what it is given.
+            toolgate_core::context::set_sampler(
+                opentelemetry_sdk::trace::Config::default().sampler,
+            );
             Some(
                 SdkTracerProvider::builder()
                     .with_batch_exporter(exporter)
+                    .with_sampler(opentelemetry_sdk::trace::Sampler::AlwaysOn)
                     .with_resource(resource())
                     .build(),
             )
@@ -235,6 +242,10 @@ pub fn init(
             .with_threads(false)
             .with_tracked_inactivity(false)
             .with_target(false)
+            // Parents come from the `tracing` span stack and explicit remote parents; no
+            // OpenTelemetry instrumentation here reads `Context::current()`, so entering a
+            // span (every poll of an instrumented future) need not attach its context.
+            .with_context_activation(false)
             .with_filter(Targets::new().with_target(OTEL_TARGET, tracing::Level::TRACE))
     });
     // Not `.with(Option<Layer>)`: an absent layer counts as interested in every

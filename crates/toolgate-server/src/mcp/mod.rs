@@ -174,8 +174,9 @@ fn probe(body: &[u8]) -> Option<Probe> {
 }
 
 /// The server span of one MCP request (`{mcp.method.name} {target}`, MCP semantic
-/// conventions), continuing the client's `traceparent`. Disabled, and free, when traces
-/// are not exported.
+/// conventions), continuing the client's `traceparent`, with the `traceparent` the call
+/// continues (the span's, or an unrecorded one when the sampler skips the trace). None,
+/// and free, when traces are not exported.
 fn server_span(
     method: &str,
     tool: Option<&str>,
@@ -183,7 +184,13 @@ fn server_span(
     id: Option<&serde_json::Value>,
     session: Option<&str>,
     traceparent: Option<&str>,
-) -> tracing::Span {
+) -> (tracing::Span, Option<String>) {
+    use toolgate_core::context::{Root, exported_traceparent, root, set_remote_parent};
+    let parent = match root(traceparent) {
+        Root::Off => return (tracing::Span::none(), None),
+        Root::Recorded(parent) => parent,
+        Root::Skipped(traceparent) => return (tracing::Span::none(), Some(traceparent)),
+    };
     let span = tracing::info_span!(
         target: "toolgate::otel",
         "mcp",
@@ -200,7 +207,7 @@ fn server_span(
         otel.status_code = tracing::field::Empty,
     );
     if span.is_disabled() {
-        return span;
+        return (span, None);
     }
     span.record(
         "otel.name",
@@ -225,11 +232,9 @@ fn server_span(
     if let Some(session) = session {
         span.record("mcp.session.id", session);
     }
-    toolgate_core::context::set_remote_parent(
-        &span,
-        traceparent.and_then(toolgate_core::context::parse_traceparent),
-    );
-    span
+    set_remote_parent(&span, parent);
+    let traceparent = exported_traceparent(&span);
+    (span, traceparent)
 }
 
 /// One MCP request or notification, recorded as `mcp.server.operation.duration` when its
@@ -504,7 +509,7 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned)
                 .or(traceparent);
-            let span = server_span(
+            let (span, continued) = server_span(
                 &method,
                 tool.as_deref(),
                 protocol_version.as_deref(),
@@ -513,7 +518,7 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
                 traceparent.as_deref(),
             );
             if let Some(caller) = parts.extensions.get_mut::<McpCaller>() {
-                caller.traceparent = toolgate_core::context::exported_traceparent(&span);
+                caller.traceparent = continued;
             }
             operation = Some(Operation {
                 metrics: guard.state.telemetry.metrics().clone(),
