@@ -2,6 +2,7 @@
 
 mod agents;
 mod approvals;
+mod audit_api;
 mod auth;
 mod commands;
 mod conformance;

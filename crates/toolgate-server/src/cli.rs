@@ -3,7 +3,7 @@
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
-use toolgate_store::{ChainBreak, NewApiKey, Store, Tenant};
+use toolgate_store::{NewApiKey, Store, Tenant};
 use uuid::Uuid;
 
 use crate::Config;
@@ -221,28 +221,7 @@ pub async fn audit(config: &Config, command: AuditCommand) -> anyhow::Result<()>
             let rows = store.audit_chain(t.id).await?.len();
             match store.verify_audit(t.id, key.as_ref(), &exported).await? {
                 None => println!("ok: {rows} rows of tenant {name:?} verify"),
-                Some(ChainBreak::Altered { seq, call_id }) => {
-                    bail!(
-                        "row {seq} (call {call_id}) was altered: its hash does not match its contents"
-                    )
-                }
-                Some(ChainBreak::Relinked { seq, call_id }) => {
-                    bail!("row {seq} (call {call_id}) does not link to the row before it")
-                }
-                Some(ChainBreak::Gap { expected, found }) => {
-                    bail!("row {expected} is missing (the chain jumps to {found})")
-                }
-                Some(ChainBreak::Truncated { recorded, found }) => {
-                    bail!(
-                        "the chain ends at row {found}, but row {recorded} was recorded (by the chain head or a signed checkpoint): its newest rows were removed"
-                    )
-                }
-                Some(ChainBreak::Rewritten { seq }) => {
-                    bail!("row {seq} is not the row a signed checkpoint recorded there")
-                }
-                Some(ChainBreak::Forged { seq }) => {
-                    bail!("the checkpoint at row {seq} is not signed by this deployment's key")
-                }
+                Some(broken) => bail!("{broken}"),
             }
         }
     }

@@ -180,6 +180,12 @@ pub async fn build_with(
         },
         authenticator.clone(),
     ));
+    // The deployment's key when this host holds it (never a new one here).
+    let audit_key = if config.audit.signing_key.is_some() || config.audit_key_file().exists() {
+        Some(config.audit_signer()?.public_key())
+    } else {
+        None
+    };
     let state = AppState::new(state::Shared {
         registry,
         catalog,
@@ -195,6 +201,7 @@ pub async fn build_with(
         streams,
         admission,
         telemetry: telemetry.clone(),
+        audit_key,
         mcp_sessions: Arc::default(),
     });
     telemetry.observe(&state);

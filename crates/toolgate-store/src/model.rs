@@ -123,8 +123,14 @@ pub struct AuditFilter {
     pub run_id: Option<RunId>,
     pub since: Option<DateTime<Utc>>,
     pub until: Option<DateTime<Utc>>,
+    /// Only the row of this call.
+    pub call_id: Option<Uuid>,
+    /// Only calls in this W3C trace (32 lowercase hex digits).
+    pub trace_id: Option<String>,
     /// Rows with `seq` below this (newest first paging).
     pub before_seq: Option<i64>,
+    /// Rows with `seq` above this, oldest first (following the log as it grows).
+    pub after_seq: Option<i64>,
 }
 
 /// Where a tenant's chain first fails verification.
@@ -143,6 +149,67 @@ pub enum ChainBreak {
     Rewritten { seq: i64 },
     /// A checkpoint's signature is not the deployment key's.
     Forged { seq: i64 },
+}
+
+impl ChainBreak {
+    /// A stable name for the kind of break (`altered`, `truncated`, …).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ChainBreak::Altered { .. } => "altered",
+            ChainBreak::Relinked { .. } => "relinked",
+            ChainBreak::Gap { .. } => "gap",
+            ChainBreak::Truncated { .. } => "truncated",
+            ChainBreak::Rewritten { .. } => "rewritten",
+            ChainBreak::Forged { .. } => "forged",
+        }
+    }
+
+    /// The first row the break concerns.
+    pub fn seq(&self) -> i64 {
+        match *self {
+            ChainBreak::Altered { seq, .. }
+            | ChainBreak::Relinked { seq, .. }
+            | ChainBreak::Rewritten { seq }
+            | ChainBreak::Forged { seq } => seq,
+            ChainBreak::Gap { expected, .. } => expected,
+            ChainBreak::Truncated { recorded, .. } => recorded,
+        }
+    }
+}
+
+/// What a person is told: which row, and what was done to it.
+impl std::fmt::Display for ChainBreak {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChainBreak::Altered { seq, call_id } => write!(
+                f,
+                "row {seq} (call {call_id}) was altered: its hash does not match its contents"
+            ),
+            ChainBreak::Relinked { seq, call_id } => {
+                write!(
+                    f,
+                    "row {seq} (call {call_id}) does not link to the row before it"
+                )
+            }
+            ChainBreak::Gap { expected, found } => {
+                write!(f, "row {expected} is missing (the chain jumps to {found})")
+            }
+            ChainBreak::Truncated { recorded, found } => write!(
+                f,
+                "the chain ends at row {found}, but row {recorded} was recorded (by the chain head or a signed checkpoint): its newest rows were removed"
+            ),
+            ChainBreak::Rewritten { seq } => {
+                write!(
+                    f,
+                    "row {seq} is not the row a signed checkpoint recorded there"
+                )
+            }
+            ChainBreak::Forged { seq } => write!(
+                f,
+                "the checkpoint at row {seq} is not signed by this deployment's key"
+            ),
+        }
+    }
 }
 
 pub(crate) fn kind_str(kind: PrincipalKind) -> &'static str {

@@ -863,10 +863,23 @@ impl SqliteStore {
         if let Some(t) = filter.until {
             q.push(" and started_at < ").push_bind(t);
         }
+        if let Some(c) = filter.call_id {
+            q.push(" and call_id = ").push_bind(id(c));
+        }
+        if let Some(t) = &filter.trace_id {
+            q.push(" and trace_id = ").push_bind(t.clone());
+        }
         if let Some(s) = filter.before_seq {
             q.push(" and seq < ").push_bind(s);
         }
-        q.push(" order by seq desc limit ").push_bind(limit);
+        match filter.after_seq {
+            Some(s) => q
+                .push(" and seq > ")
+                .push_bind(s)
+                .push(" order by seq asc limit "),
+            None => q.push(" order by seq desc limit "),
+        };
+        q.push_bind(limit);
         let rows: Vec<AuditDbRow> = q.build_query_as().fetch_all(&self.pool).await?;
         rows.into_iter().map(AuditDbRow::into_model).collect()
     }

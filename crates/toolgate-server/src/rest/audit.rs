@@ -1,4 +1,6 @@
-//! `GET /v1/audit`: the caller's tenant's audit log, newest first, filtered and paged.
+//! The caller's tenant's audit log: `GET /v1/audit` (newest first, filtered and paged),
+//! `GET /v1/audit/events` (calls as their rows land, on any instance) and `POST
+//! /v1/audit/verify` (the hash chain and its signed checkpoints).
 
 use axum::extract::State;
 use chrono::{DateTime, Utc};
@@ -17,7 +19,10 @@ use crate::auth::Caller;
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(list_audit))
+    OpenApiRouter::new()
+        .routes(routes!(list_audit))
+        .routes(routes!(audit_events))
+        .routes(routes!(verify_audit))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -34,6 +39,10 @@ pub struct AuditQuery {
     outcome: Option<String>,
     /// Only calls of this agent run.
     run_id: Option<Uuid>,
+    /// Only the row of this call.
+    call_id: Option<Uuid>,
+    /// Only calls in this W3C trace (32 lowercase hex digits).
+    trace_id: Option<String>,
     /// Calls started at or after this time (RFC 3339).
     since: Option<DateTime<Utc>>,
     /// Calls started before this time (RFC 3339).
@@ -150,9 +159,12 @@ async fn list_audit(
         adapter: q.adapter,
         outcome: q.outcome,
         run_id: q.run_id.map(RunId),
+        call_id: q.call_id,
+        trace_id: q.trace_id.map(trace_id).transpose()?,
         since: q.since,
         until: q.until,
         before_seq,
+        after_seq: None,
     };
     let rows = app
         .store
@@ -167,5 +179,194 @@ async fn list_audit(
     Ok(AppJson(AuditPage {
         entries,
         next_cursor,
+    }))
+}
+
+/// A trace id as the audit stores it: 32 hex digits, lowercased.
+fn trace_id(id: String) -> Result<String, ApiError> {
+    if id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(id.to_ascii_lowercase())
+    } else {
+        Err(ApiError::Malformed(
+            "trace_id must be 32 hexadecimal digits".into(),
+        ))
+    }
+}
+
+/// How often the calls stream looks for new rows (calls finish on any instance).
+const EVENTS_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+/// Rows the calls stream reads per look.
+const EVENTS_BATCH: i64 = 500;
+
+/// Follow the tenant's calls as server-sent events: one `call` event per audit row as it
+/// lands, on whichever instance ran the call, oldest first; `data` is the entry as in
+/// `GET /v1/audit`, `id` its `seq`. A client that reconnects with `Last-Event-ID` gets
+/// the rows it missed; otherwise the stream starts with the next call. For live views
+/// (the console); needs `audit:read`.
+#[utoipa::path(
+    get,
+    path = "/v1/audit/events",
+    tag = "audit",
+    params(("Last-Event-ID" = Option<i64>, Header, description = "The last `seq` received: rows after it come first")),
+    responses(
+        (status = 200, description = "An SSE stream of `call` events", content_type = "text/event-stream", body = String),
+        (status = 400, body = Problem, content_type = "application/problem+json", description = "Bad Last-Event-ID"),
+        (status = 401, body = Problem, content_type = "application/problem+json", description = "No valid credentials"),
+        (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks audit:read"),
+        (status = 429, body = Problem, content_type = "application/problem+json", description = "Too many open streams"),
+    )
+)]
+async fn audit_events(
+    State(app): State<AppState>,
+    caller: Caller,
+    headers: axum::http::HeaderMap,
+) -> Result<axum::response::Response, ApiError> {
+    use axum::response::IntoResponse;
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    caller.require(scopes::AUDIT_READ)?;
+    let resume = headers
+        .get("last-event-id")
+        .map(|v| {
+            v.to_str()
+                .ok()
+                .and_then(|v| v.trim().parse::<i64>().ok())
+                .filter(|seq| *seq >= 0)
+                .ok_or_else(|| ApiError::Malformed("Last-Event-ID must be a row's seq".into()))
+        })
+        .transpose()?;
+    let ticket = app.streams.admit(&caller.auth)?;
+    let tenant = caller.auth.tenant;
+    let last = match resume {
+        Some(seq) => seq,
+        None => app
+            .store
+            .list_audit(tenant, &AuditFilter::default(), 1)
+            .await?
+            .first()
+            .map_or(0, |row| row.seq),
+    };
+    struct Follow {
+        app: AppState,
+        last: i64,
+        queue: std::collections::VecDeque<Event>,
+    }
+    let follow = Follow {
+        app: app.clone(),
+        last,
+        queue: Default::default(),
+    };
+    let stream = futures::stream::unfold(follow, move |mut f| async move {
+        loop {
+            if let Some(event) = f.queue.pop_front() {
+                return Some((Ok::<_, std::convert::Infallible>(event), f));
+            }
+            let filter = AuditFilter {
+                after_seq: Some(f.last),
+                ..AuditFilter::default()
+            };
+            let rows = match f.app.store.list_audit(tenant, &filter, EVENTS_BATCH).await {
+                Ok(rows) => rows,
+                Err(err) => {
+                    tracing::warn!(error = %err, "reading the audit log for a stream failed");
+                    Vec::new()
+                }
+            };
+            let full = rows.len() as i64 == EVENTS_BATCH;
+            for row in rows {
+                f.last = f.last.max(row.seq);
+                let seq = row.seq;
+                let data = serde_json::to_string(&AuditEntry::from(row)).unwrap_or_default();
+                f.queue.push_back(
+                    Event::default()
+                        .id(seq.to_string())
+                        .event("call")
+                        .data(data),
+                );
+            }
+            if full || !f.queue.is_empty() {
+                continue;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(EVENTS_POLL) => {}
+                () = f.app.shutdown.cancelled() => return None,
+            }
+        }
+    });
+    let response = Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(std::time::Duration::from_secs(15)))
+        .into_response();
+    Ok(app.streams.follow(
+        ticket,
+        headers.get(axum::http::header::AUTHORIZATION).cloned(),
+        response,
+    ))
+}
+
+/// What `POST /v1/audit/verify` found.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Verification {
+    /// The whole chain verifies: every row's hash, every link, the stored chain head and
+    /// every checkpoint (and, when `signed_by` is set, each checkpoint's signature).
+    pub verified: bool,
+    /// Rows in the chain (its newest `seq`).
+    pub rows: i64,
+    /// The id of the deployment key the checkpoints' signatures were checked against;
+    /// `null` when this instance does not hold it (signatures then are not checked).
+    pub signed_by: Option<String>,
+    /// The first break, when the chain does not verify.
+    pub problem: Option<ChainProblem>,
+}
+
+/// Where a chain first fails verification.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChainProblem {
+    /// `altered`, `relinked`, `gap`, `truncated`, `rewritten` or `forged`.
+    pub kind: String,
+    /// The first row concerned.
+    pub seq: i64,
+    pub message: String,
+}
+
+/// Verify the caller's tenant's audit chain now, as `toolgate audit verify` does (needs
+/// `audit:read`). Reads the whole chain: for large tenants, prefer the command off-host
+/// with exported checkpoints.
+#[utoipa::path(
+    post,
+    path = "/v1/audit/verify",
+    tag = "audit",
+    responses(
+        (status = 200, body = Verification, description = "The result, broken or not"),
+        (status = 401, body = Problem, content_type = "application/problem+json", description = "No valid credentials"),
+        (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks audit:read"),
+    )
+)]
+async fn verify_audit(
+    State(app): State<AppState>,
+    caller: Caller,
+) -> Result<AppJson<Verification>, ApiError> {
+    caller.require(scopes::AUDIT_READ)?;
+    let tenant = caller.auth.tenant;
+    let broken = app
+        .store
+        .verify_audit(tenant, app.audit_key.as_ref(), &[])
+        .await?;
+    let rows = app
+        .store
+        .list_audit(tenant, &AuditFilter::default(), 1)
+        .await?
+        .first()
+        .map_or(0, |row| row.seq);
+    Ok(AppJson(Verification {
+        verified: broken.is_none(),
+        rows,
+        signed_by: app
+            .audit_key
+            .as_ref()
+            .map(toolgate_store::checkpoint::key_id),
+        problem: broken.map(|b| ChainProblem {
+            kind: b.kind().to_owned(),
+            seq: b.seq(),
+            message: b.to_string(),
+        }),
     }))
 }

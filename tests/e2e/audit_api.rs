@@ -1,0 +1,212 @@
+//! The audit log over REST beyond its listing, on SQLite and on Postgres: the live calls
+//! stream (`GET /v1/audit/events`), search by call and trace id, and `POST
+//! /v1/audit/verify` catching a truncated chain.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+use toolgate_e2e::{Gateway, PgDb, client_with_key, read};
+
+/// Reads `call` events from an SSE response until `n` arrived (or 10 s passed).
+async fn calls(response: reqwest::Response, n: usize) -> Vec<(i64, Value)> {
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut stream = response.bytes_stream();
+    let mut text = String::new();
+    let mut got = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while got.len() < n && tokio::time::Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_secs(5), stream.next()).await {
+            Ok(Some(Ok(chunk))) => text.push_str(&String::from_utf8_lossy(&chunk)),
+            _ => break,
+        }
+        got = text
+            .split("\n\n")
+            .filter(|e| e.contains("event: call"))
+            .filter_map(|e| {
+                let id = e.lines().find_map(|l| l.strip_prefix("id: "))?;
+                let data = e.lines().find_map(|l| l.strip_prefix("data: "))?;
+                Some((id.parse().ok()?, serde_json::from_str(data).ok()?))
+            })
+            .collect();
+    }
+    got
+}
+
+async fn stream_search_and_verify(gw: Gateway, tamper: impl AsyncFnOnce()) {
+    let b = client_with_key(&gw.create_tenant("globex").await);
+    let a_stream = gw
+        .http
+        .get(gw.url("/v1/audit/events"))
+        .send()
+        .await
+        .expect("stream");
+    let b_stream = b
+        .get(gw.url("/v1/audit/events"))
+        .send()
+        .await
+        .expect("stream");
+
+    let trace = "7bf92f3577b34da6a3ce929d0e0e4739";
+    let mut call_ids = Vec::new();
+    for i in 0..3 {
+        let mut request = gw
+            .http
+            .post(gw.url("/v1/tools/echo/invoke"))
+            .json(&json!({"arguments": {"message": format!("m{i}")}}));
+        if i == 1 {
+            request = request.header("traceparent", format!("00-{trace}-00f067aa0ba902b7-01"));
+        }
+        let (status, _, body) = read(request.send().await.expect("invoke")).await;
+        assert_eq!(status, 200, "{body}");
+        call_ids.push(body["call_id"].as_str().expect("call id").to_owned());
+    }
+    let (status, _, _) = read(
+        b.post(gw.url("/v1/tools/echo/invoke"))
+            .json(&json!({"arguments": {"message": "b's"}}))
+            .send()
+            .await
+            .expect("invoke"),
+    )
+    .await;
+    assert_eq!(status, 200);
+
+    // Each tenant's stream tells of its own calls, in order, and of nothing else.
+    let a_calls = calls(a_stream, 3).await;
+    let seen: Vec<&str> = a_calls
+        .iter()
+        .map(|(_, e)| e["call_id"].as_str().expect("call id"))
+        .collect();
+    assert_eq!(seen, call_ids, "{a_calls:?}");
+    assert!(a_calls.windows(2).all(|w| w[0].0 < w[1].0), "ids are seqs");
+    assert_eq!(a_calls[0].1["tool"], "echo");
+    assert_eq!(a_calls[0].1["arguments"]["message"], "m0");
+    let b_calls = calls(b_stream, 2).await;
+    assert_eq!(b_calls.len(), 1, "only B's own call: {b_calls:?}");
+    assert_eq!(b_calls[0].1["arguments"]["message"], "b's");
+
+    // Reconnecting with Last-Event-ID gets what came after it.
+    let resumed = gw
+        .http
+        .get(gw.url("/v1/audit/events"))
+        .header("last-event-id", a_calls[0].0.to_string())
+        .send()
+        .await
+        .expect("stream");
+    let resumed = calls(resumed, 2).await;
+    let again: Vec<&str> = resumed
+        .iter()
+        .map(|(_, e)| e["call_id"].as_str().expect("call id"))
+        .collect();
+    assert_eq!(again, &call_ids[1..]);
+    let (status, _, body) = read(
+        gw.http
+            .get(gw.url("/v1/audit/events"))
+            .header("last-event-id", "yesterday")
+            .send()
+            .await
+            .expect("stream"),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+
+    // Search by trace id (any case) and by call id; a malformed trace id is the client's.
+    let (status, _, page) = gw
+        .get(&format!("/v1/audit?trace_id={}", trace.to_uppercase()))
+        .await;
+    assert_eq!(status, 200, "{page}");
+    let found = page["entries"].as_array().expect("entries");
+    assert_eq!(found.len(), 1, "{page}");
+    assert_eq!(found[0]["call_id"], call_ids[1].as_str());
+    let (_, _, page) = gw.get(&format!("/v1/audit?call_id={}", call_ids[2])).await;
+    assert_eq!(
+        page["entries"][0]["call_id"],
+        call_ids[2].as_str(),
+        "{page}"
+    );
+    assert_eq!(page["entries"].as_array().map(Vec::len), Some(1));
+    let (_, _, page) = read(
+        b.get(gw.url(&format!("/v1/audit?call_id={}", call_ids[2])))
+            .send()
+            .await
+            .expect("search"),
+    )
+    .await;
+    assert_eq!(page["entries"], json!([]), "not another tenant's row");
+    let (status, _, body) = gw.get("/v1/audit?trace_id=not-a-trace").await;
+    assert_eq!(status, 400, "{body}");
+
+    // Verification: intact, then the newest row removed behind the gateway's back.
+    let (status, _, verified) = gw.post("/v1/audit/verify", json!({})).await;
+    assert_eq!(status, 200, "{verified}");
+    assert_eq!(verified["verified"], true, "{verified}");
+    assert_eq!(verified["rows"], 3);
+    assert_eq!(verified["problem"], Value::Null);
+    tamper().await;
+    let (_, _, verified) = gw.post("/v1/audit/verify", json!({})).await;
+    assert_eq!(verified["verified"], false, "{verified}");
+    assert_eq!(verified["problem"]["kind"], "truncated", "{verified}");
+    assert_eq!(verified["problem"]["seq"], 3);
+    assert!(
+        verified["problem"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("newest rows were removed")),
+        "{verified}"
+    );
+    let (status, _, verified) = read(
+        b.post(gw.url("/v1/audit/verify"))
+            .send()
+            .await
+            .expect("verify"),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        verified["verified"], true,
+        "B's chain is untouched: {verified}"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn audit_stream_search_and_verify_on_sqlite() {
+    let gw = Gateway::start().await;
+    let db = format!("sqlite://{}", gw.data.path().join("toolgate.db").display());
+    stream_search_and_verify(gw, async move || {
+        let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&db)
+            .await
+            .expect("open the database");
+        for sql in [
+            "drop trigger audit_log_no_delete",
+            "delete from audit_log where seq = 3 and tenant_id = (select tenant_id from tenant where name = 'default')",
+        ] {
+            sqlx::query(sql).execute(&mut conn).await.expect(sql);
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn audit_stream_search_and_verify_on_postgres() {
+    let db = PgDb::create().await;
+    let url = db.url.clone();
+    let gw = Gateway::start_with(|c| {
+        c.database.url = Some(toolgate_server::config::Secret::new(url.clone()));
+    })
+    .await;
+    let admin = db.url.clone();
+    stream_search_and_verify(gw, async move || {
+        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin)
+            .await
+            .expect("connect");
+        for sql in [
+            "alter table audit_log disable trigger audit_log_append_only",
+            "delete from audit_log where seq = 3 and tenant_id = (select tenant_id from tenant where name = 'default')",
+        ] {
+            sqlx::query(sql).execute(&mut conn).await.expect(sql);
+        }
+    })
+    .await;
+    db.drop_db().await;
+}
