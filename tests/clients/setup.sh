@@ -5,7 +5,8 @@
 # into tests/clients/node_modules, schemathesis (schemathesis-requirements.txt) into
 # tests/clients/.venv-st, and the deploy files' validators (deploy-requirements.txt) into
 # tests/clients/.venv-deploy, and an OTLP receiver's protobuf messages
-# (otel-requirements.txt) into tests/clients/.venv-otel. Idempotent and quick when nothing
+# (otel-requirements.txt) into tests/clients/.venv-otel, and Debian's Chromium for the
+# browser tests. Idempotent and quick when nothing
 # changed; safe to run concurrently (a lock serializes runs). The e2e harness runs it before the first SDK test.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -41,4 +42,12 @@ if [ ! -x .venv-otel/bin/python ]; then
   python3 -m venv .venv-otel
 fi
 .venv-otel/bin/pip install --quiet --disable-pip-version-check --require-virtualenv -r otel-requirements.txt
+# A real browser for the browser tests: Debian's Chromium (and ChromeDriver), driven by
+# playwright-core from package.json with executablePath /usr/bin/chromium.
+if [ ! -x /usr/bin/chromium ]; then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo -n"
+  $sudo apt-get install -y -qq chromium chromium-driver >/dev/null \
+    || { $sudo apt-get update -qq && $sudo apt-get install -y -qq chromium chromium-driver >/dev/null; }
+fi
 stamp > .installed

@@ -1,6 +1,6 @@
-//! The OpenAPI document and the offline docs page.
+//! The OpenAPI document and the offline docs page, in a real browser too.
 
-use toolgate_e2e::Gateway;
+use toolgate_e2e::{Gateway, sdk_clients};
 
 const CHECKED_IN: &str = include_str!("../../openapi/openapi.json");
 
@@ -74,4 +74,53 @@ async fn docs_page_and_its_assets_are_served_from_the_binary() {
             "{asset}"
         );
     }
+}
+
+/// The docs page in Debian's Chromium (headless, through playwright-core): Swagger UI
+/// renders every operation from the embedded assets, with no error in the console. The
+/// screenshot goes to `target/screenshots/docs.png` for a person to look at.
+#[tokio::test]
+async fn docs_page_renders_every_operation_in_a_real_browser() {
+    let dir = sdk_clients();
+    let gw = Gateway::start().await;
+    let shots = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/screenshots");
+    std::fs::create_dir_all(&shots).expect("screenshots dir");
+    let output = tokio::process::Command::new("node")
+        .arg(dir.join("browser.mjs"))
+        .arg(gw.url("/docs"))
+        .arg(".opblock-summary-path")
+        .arg(shots.join("docs.png"))
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("run the browser");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    assert_eq!(seen["title"], "toolgate API");
+    let paths: Vec<&str> = seen["texts"]
+        .as_array()
+        .expect("texts")
+        .iter()
+        .filter_map(|t| t.as_str())
+        .collect();
+    let document: serde_json::Value = serde_json::from_str(CHECKED_IN).expect("openapi");
+    let operations: usize = document["paths"]
+        .as_object()
+        .expect("paths")
+        .values()
+        .map(|p| p.as_object().map_or(0, |o| o.len()))
+        .sum();
+    assert_eq!(paths.len(), operations, "{paths:?}");
+    assert!(
+        paths.iter().any(|p| p.contains("/v1/audit/verify")),
+        "{paths:?}"
+    );
+    assert_eq!(seen["errors"], serde_json::json!([]), "{seen}");
+    assert!(shots.join("docs.png").exists());
 }
