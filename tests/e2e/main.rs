@@ -6,6 +6,7 @@ mod audit_api;
 mod auth;
 mod commands;
 mod conformance;
+mod console;
 mod deploy;
 mod docs;
 mod jwt;

@@ -17,6 +17,7 @@
 //! - [`runs`]: agent runs on this instance: journals, leases, cancellation, take-over.
 //! - [`mcp`]: the MCP front door at `/mcp` (rmcp Streamable HTTP) and its OAuth metadata.
 //! - [`docs`]: `/openapi.json` and the offline `/docs` page.
+//! - [`console`]: the operators' console at `/console` (plain modules, no build step).
 //! - [`state`]: [`AppState`], what handlers share.
 //! - [`telemetry`]: the `tracing` subscriber.
 //! - [`upstreams`]: tenants' own upstream MCP servers: sealed credentials, vetted
@@ -30,6 +31,7 @@ pub mod auth;
 pub mod bootstrap;
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod docs;
 pub mod http_server;
 pub mod jwt;
@@ -366,7 +368,8 @@ pub fn app(state: AppState, config: &Config) -> Router {
     let mut router = api
         .route("/metrics", axum::routing::get(metrics::scrape))
         .with_state(state.clone())
-        .merge(docs::router(document.into()));
+        .merge(docs::router(document.into()))
+        .merge(console::router());
     if config.mcp.enabled {
         router = router.merge(mcp::router(state.clone(), config, state.shutdown.clone()));
     }

@@ -1,0 +1,409 @@
+// The toolgate console: plain ES module, no framework, no build step (see console.rs).
+// Every request goes through `api()` with the signed-in key; live views read SSE with
+// fetch so the key travels in the Authorization header.
+
+const KEY = "toolgate.key";
+const $ = (id) => document.getElementById(id);
+const pages = ["calls", "audit", "approvals"];
+
+// ---- the API ---------------------------------------------------------------------
+
+class ApiError extends Error {
+  constructor(status, problem) {
+    super(problem?.detail || problem?.title || `HTTP ${status}`);
+    this.status = status;
+  }
+}
+
+function key() {
+  return sessionStorage.getItem(KEY);
+}
+
+async function api(path, options = {}) {
+  const headers = { authorization: `Bearer ${key()}`, ...(options.headers || {}) };
+  if (options.body !== undefined) headers["content-type"] = "application/json";
+  const response = await fetch(path, {
+    ...options,
+    headers,
+    body: options.body === undefined ? undefined : JSON.stringify(options.body),
+  });
+  if (response.status === 401 && path !== "/v1/tools") signOut("Your key was refused: sign in again.");
+  const text = await response.text();
+  const body = text ? JSON.parse(text) : null;
+  if (!response.ok) throw new ApiError(response.status, body);
+  return body;
+}
+
+/** A message for a failed request: what the caller may do about it. */
+function explain(err, scope) {
+  if (err.status === 403) return `This key may not do this (it needs ${scope}).`;
+  return err.message;
+}
+
+/**
+ * Follows an SSE stream: calls onEvent(name, data, id) per event, onState(text) on
+ * changes; reconnects (with Last-Event-ID) after a drop. Returns a stop function.
+ */
+function follow(path, onEvent, onState, scope) {
+  const abort = new AbortController();
+  let last = null;
+  let stopped = false;
+  (async () => {
+    while (!stopped) {
+      try {
+        const headers = { authorization: `Bearer ${key()}`, accept: "text/event-stream" };
+        if (last !== null) headers["last-event-id"] = last;
+        const response = await fetch(path, { headers, signal: abort.signal });
+        if (!response.ok) {
+          const text = await response.text();
+          throw new ApiError(response.status, text ? JSON.parse(text) : null);
+        }
+        onState("live");
+        const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buffer = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buffer += value;
+          let end;
+          while ((end = buffer.indexOf("\n\n")) >= 0) {
+            const block = buffer.slice(0, end);
+            buffer = buffer.slice(end + 2);
+            let name = "message", data = "", id = null;
+            for (const line of block.split("\n")) {
+              if (line.startsWith("event:")) name = line.slice(6).trim();
+              else if (line.startsWith("data:")) data += line.slice(5).trim();
+              else if (line.startsWith("id:")) id = line.slice(3).trim();
+            }
+            if (id !== null) last = id;
+            if (data) onEvent(name, JSON.parse(data), id);
+          }
+        }
+        onState("reconnecting…");
+      } catch (err) {
+        if (stopped) return;
+        if (err.status === 401 || err.status === 403) {
+          onState(explain(err, scope));
+          return;
+        }
+        onState("reconnecting…");
+      }
+      await new Promise((r) => setTimeout(r, 2000));
+    }
+  })();
+  return () => {
+    stopped = true;
+    abort.abort();
+  };
+}
+
+// ---- rendering helpers -------------------------------------------------------------
+
+function cell(text, className) {
+  const td = document.createElement("td");
+  td.textContent = text ?? "";
+  if (className) td.className = className;
+  return td;
+}
+
+function outcomeClass(outcome) {
+  return outcome === "ok" ? "outcome-ok" : "outcome-bad";
+}
+
+function time(iso) {
+  return iso ? new Date(iso).toLocaleString() : "";
+}
+
+function download(name, type, text) {
+  const url = URL.createObjectURL(new Blob([text], { type }));
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = name;
+  a.click();
+  setTimeout(() => URL.revokeObjectURL(url), 1000);
+}
+
+// ---- live calls --------------------------------------------------------------------
+
+const calls = { rows: [], stop: null };
+
+function renderCalls() {
+  const filter = $("calls-filter").value.trim().toLowerCase();
+  const body = $("calls-rows");
+  body.replaceChildren();
+  for (const c of calls.rows) {
+    const text = `${c.tool} ${c.adapter} ${c.principal_id} ${c.client ?? ""} ${c.outcome}`.toLowerCase();
+    if (filter && !text.includes(filter)) continue;
+    const tr = document.createElement("tr");
+    tr.tabIndex = 0;
+    tr.dataset.callId = c.call_id;
+    tr.append(
+      cell(time(c.finished_at)), cell(c.tool), cell(c.adapter), cell(c.principal_id),
+      cell(c.client), cell(c.outcome, outcomeClass(c.outcome)), cell(c.duration_ms.toFixed(1)),
+    );
+    const open = () => openAuditRow(c.call_id);
+    tr.addEventListener("click", open);
+    tr.addEventListener("keydown", (e) => e.key === "Enter" && open());
+    body.append(tr);
+  }
+}
+
+function startCalls() {
+  if (calls.stop) return;
+  calls.stop = follow(
+    "/v1/audit/events",
+    (name, entry) => {
+      if (name !== "call") return;
+      calls.rows.unshift(entry);
+      calls.rows.length = Math.min(calls.rows.length, 500);
+      renderCalls();
+    },
+    (state) => ($("calls-state").textContent = state),
+    "audit:read",
+  );
+}
+
+// ---- audit -------------------------------------------------------------------------
+
+const audit = { rows: [], cursor: null, query: "" };
+
+function auditQuery() {
+  const form = new FormData($("audit-form"));
+  const params = new URLSearchParams();
+  for (const [name, value] of form) {
+    const v = String(value).trim();
+    if (!v) continue;
+    params.set(name, name === "since" || name === "until" ? new Date(v).toISOString() : v);
+  }
+  return params;
+}
+
+async function searchAudit(more = false) {
+  $("audit-error").textContent = "";
+  const params = more ? new URLSearchParams(audit.query) : auditQuery();
+  if (!more) {
+    audit.query = params.toString();
+    audit.rows = [];
+    $("audit-detail").hidden = true;
+  } else if (audit.cursor) {
+    params.set("cursor", audit.cursor);
+  }
+  params.set("limit", "100");
+  try {
+    const page = await api(`/v1/audit?${params}`);
+    audit.rows.push(...page.entries);
+    audit.cursor = page.next_cursor ?? null;
+  } catch (err) {
+    $("audit-error").textContent = explain(err, "audit:read");
+  }
+  $("audit-more").disabled = !audit.cursor;
+  const body = $("audit-rows");
+  body.replaceChildren();
+  for (const r of audit.rows) {
+    const tr = document.createElement("tr");
+    tr.tabIndex = 0;
+    tr.dataset.callId = r.call_id;
+    tr.append(
+      cell(r.seq), cell(time(r.started_at)), cell(r.tool), cell(r.adapter), cell(r.principal_id),
+      cell(r.outcome, outcomeClass(r.outcome)), cell(r.duration_ms.toFixed(1)), cell(r.call_id),
+    );
+    const show = () => {
+      $("audit-detail").textContent = JSON.stringify(r, null, 2);
+      $("audit-detail").hidden = false;
+      $("audit-detail").focus();
+    };
+    tr.addEventListener("click", show);
+    tr.addEventListener("keydown", (e) => e.key === "Enter" && show());
+    body.append(tr);
+  }
+  return audit.rows;
+}
+
+async function openAuditRow(callId) {
+  location.hash = "#audit";
+  const form = $("audit-form");
+  form.reset();
+  form.elements.call_id.value = callId;
+  const rows = await searchAudit();
+  if (rows.length === 1) {
+    $("audit-detail").textContent = JSON.stringify(rows[0], null, 2);
+    $("audit-detail").hidden = false;
+  }
+}
+
+function csv(rows) {
+  const columns = ["seq", "call_id", "started_at", "finished_at", "tool", "adapter", "principal_id",
+    "outcome", "error", "duration_ms", "run_id", "trace_id", "client", "arguments_hash", "row_hash"];
+  const quote = (v) => {
+    const s = v === null || v === undefined ? "" : String(v);
+    return /[",\n]/.test(s) ? `"${s.replaceAll('"', '""')}"` : s;
+  };
+  return [columns.join(","), ...rows.map((r) => columns.map((c) => quote(r[c])).join(","))].join("\n") + "\n";
+}
+
+async function verifyChain() {
+  const out = $("audit-verified");
+  out.className = "";
+  out.textContent = "verifying…";
+  try {
+    const v = await api("/v1/audit/verify", { method: "POST" });
+    out.className = `verified-${v.verified}`;
+    out.textContent = v.verified
+      ? `Chain verified: ${v.rows} row${v.rows === 1 ? "" : "s"}${v.signed_by ? `, checkpoints signed by ${v.signed_by}` : ""}.`
+      : `Chain broken: ${v.problem.message}`;
+  } catch (err) {
+    out.textContent = explain(err, "audit:read");
+  }
+}
+
+// ---- approvals ---------------------------------------------------------------------
+
+const approvals = { stop: null };
+
+async function loadApprovals() {
+  $("approvals-error").textContent = "";
+  let list;
+  try {
+    list = (await api("/v1/approvals")).approvals;
+  } catch (err) {
+    $("approvals-error").textContent = explain(err, "approvals:decide");
+    return;
+  }
+  const ul = $("approvals-list");
+  ul.replaceChildren();
+  $("approvals-empty").hidden = list.length > 0;
+  for (const a of list) {
+    const li = document.createElement("li");
+    li.dataset.approvalId = a.id;
+    const h = document.createElement("h2");
+    h.textContent = `${a.tool} `;
+    const risk = document.createElement("span");
+    risk.className = `risk-${a.risk}`;
+    risk.textContent = `(${a.risk} risk)`;
+    h.append(risk);
+    const who = document.createElement("p");
+    const ageMin = Math.round((Date.now() - new Date(a.created_at)) / 60000);
+    who.className = "hint";
+    who.textContent = `asked by ${a.requester.name ?? a.requester.id} via ${a.adapter}` +
+      `${a.agent ? ` (agent ${a.agent})` : ""}, ${ageMin} min ago; expires ${time(a.expires_at)}`;
+    const args = document.createElement("pre");
+    args.textContent = JSON.stringify(a.arguments, null, 2);
+    const form = document.createElement("form");
+    form.className = "decide";
+    const label = document.createElement("label");
+    label.textContent = "Reason";
+    const reason = document.createElement("input");
+    reason.name = "reason";
+    label.append(reason);
+    const approve = document.createElement("button");
+    approve.type = "submit";
+    approve.value = "approve";
+    approve.textContent = "Approve";
+    const deny = document.createElement("button");
+    deny.type = "submit";
+    deny.value = "deny";
+    deny.className = "secondary";
+    deny.textContent = "Deny";
+    const status = document.createElement("p");
+    status.className = "error";
+    status.setAttribute("role", "alert");
+    form.append(label, approve, deny);
+    form.addEventListener("submit", async (e) => {
+      e.preventDefault();
+      const decision = e.submitter?.value ?? "approve";
+      try {
+        const body = { decision };
+        if (reason.value.trim()) body.reason = reason.value.trim();
+        await api(`/v1/approvals/${a.id}`, { method: "POST", body });
+        await loadApprovals();
+      } catch (err) {
+        status.textContent = explain(err, "approvals:decide");
+      }
+    });
+    li.append(h, who, args, form, status);
+    ul.append(li);
+  }
+}
+
+function startApprovals() {
+  loadApprovals();
+  if (approvals.stop) return;
+  approvals.stop = follow("/v1/approvals/events", () => loadApprovals(), () => {}, "approvals:decide");
+}
+
+// ---- pages, sign-in ----------------------------------------------------------------
+
+function show(page) {
+  for (const id of ["login", ...pages]) $(id).hidden = id !== page;
+  for (const a of $("nav").querySelectorAll("a")) {
+    if (a.getAttribute("href") === `#${page}`) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+  if (page === "calls") startCalls();
+  if (page === "approvals") startApprovals();
+  if (page === "audit" && audit.rows.length === 0 && !audit.query) searchAudit();
+}
+
+function route() {
+  if (!key()) {
+    $("nav").hidden = true;
+    $("signout").hidden = true;
+    show("login");
+    $("key").focus();
+    return;
+  }
+  $("nav").hidden = false;
+  $("signout").hidden = false;
+  const page = location.hash.slice(1);
+  show(pages.includes(page) ? page : "calls");
+}
+
+function signOut(message) {
+  sessionStorage.removeItem(KEY);
+  calls.stop?.();
+  approvals.stop?.();
+  calls.stop = approvals.stop = null;
+  // Nothing the last key could read stays on the page for the next one.
+  calls.rows = [];
+  audit.rows = [];
+  audit.query = "";
+  audit.cursor = null;
+  for (const id of ["calls-rows", "audit-rows", "approvals-list"]) $(id).replaceChildren();
+  for (const id of ["audit-detail", "audit-verified", "calls-error", "audit-error", "approvals-error"]) {
+    $(id).textContent = "";
+  }
+  $("audit-detail").hidden = true;
+  $("audit-form").reset();
+  $("calls-state").textContent = "connecting…";
+  $("login-error").textContent = message ?? "";
+  route();
+}
+
+$("login-form").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  const candidate = $("key").value.trim();
+  sessionStorage.setItem(KEY, candidate);
+  try {
+    await api("/v1/tools");
+  } catch (err) {
+    sessionStorage.removeItem(KEY);
+    $("login-error").textContent = err.status === 401 ? "This key was not accepted." : err.message;
+    return;
+  }
+  $("key").value = "";
+  $("login-error").textContent = "";
+  route();
+});
+$("signout").addEventListener("click", () => signOut());
+$("calls-filter").addEventListener("input", renderCalls);
+$("audit-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  searchAudit();
+});
+$("audit-more").addEventListener("click", () => searchAudit(true));
+$("audit-json").addEventListener("click", () =>
+  download("audit.json", "application/json", JSON.stringify(audit.rows, null, 2)));
+$("audit-csv").addEventListener("click", () => download("audit.csv", "text/csv", csv(audit.rows)));
+$("audit-verify").addEventListener("click", verifyChain);
+window.addEventListener("hashchange", route);
+route();

@@ -1,0 +1,132 @@
+//! The console (`/console`) in a real browser: Debian's Chromium driven by playwright-core
+//! (`tests/clients/console.mjs`), as a person would use it. Screenshots of each page go to
+//! `target/screenshots/console-*` for a person to look at.
+
+use serde_json::{Value, json};
+use toolgate_e2e::{Gateway, read, sdk_clients};
+
+/// Creates a principal with `scopes` and a key for it; answers (secret, key id).
+async fn principal_key(gw: &Gateway, name: &str, scopes: &[&str]) -> (String, String) {
+    let (status, _, who) = gw
+        .post("/v1/principals", json!({"name": name, "scopes": scopes}))
+        .await;
+    assert_eq!(status, 201, "{who}");
+    let (status, _, key) = gw
+        .post("/v1/keys", json!({"name": name, "principal_id": who["id"]}))
+        .await;
+    assert_eq!(status, 201, "{key}");
+    (
+        key["secret"].as_str().expect("secret").to_owned(),
+        key["id"].as_str().expect("id").to_owned(),
+    )
+}
+
+#[tokio::test]
+async fn console_pages_and_assets_are_served_with_a_strict_policy() {
+    let gw = Gateway::start().await;
+    for (path, content_type) in [
+        ("/console", "text/html; charset=utf-8"),
+        ("/console/app.js", "text/javascript; charset=utf-8"),
+        ("/console/app.css", "text/css; charset=utf-8"),
+    ] {
+        let response = reqwest::get(gw.url(path)).await.expect("request");
+        assert_eq!(response.status(), 200, "{path}");
+        assert_eq!(response.headers()["content-type"], content_type);
+        let policy = response.headers()["content-security-policy"]
+            .to_str()
+            .expect("ascii");
+        assert!(policy.contains("default-src 'self'"), "{policy}");
+        assert!(policy.contains("frame-ancestors 'none'"), "{policy}");
+        let body = response.text().await.expect("body");
+        assert!(!body.contains("https://"), "nothing from elsewhere: {path}");
+    }
+}
+
+#[tokio::test]
+async fn a_reviewer_follows_calls_verifies_the_audit_and_approves_in_the_browser() {
+    let dir = sdk_clients();
+    let gw = Gateway::start().await;
+    let (status, _, body) = read(
+        gw.http
+            .put(gw.url("/v1/policy"))
+            .json(&json!({"level": 5}))
+            .send()
+            .await
+            .expect("policy"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (reviewer, reviewer_id) =
+        principal_key(&gw, "reviewer", &["approvals:decide", "audit:read"]).await;
+    let (member, _) = principal_key(&gw, "member", &["tools:invoke"]).await;
+    let shots = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/screenshots");
+    std::fs::create_dir_all(&shots).expect("screenshots dir");
+    let output = tokio::process::Command::new("node")
+        .arg(dir.join("console.mjs"))
+        .args([
+            &gw.base,
+            &gw.admin_key,
+            &reviewer,
+            &reviewer_id,
+            &member,
+            shots.to_str().expect("utf-8"),
+        ])
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("run the browser");
+    assert!(
+        output.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&output.stdout).expect("json");
+    let live = seen["live"].as_str().expect("live row");
+    assert!(live.contains("echo") && live.contains("rest"), "{live}");
+    assert_eq!(seen["detail"]["arguments"]["message"], "seen live");
+    assert!(
+        seen["verified"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("Chain verified")),
+        "{seen}"
+    );
+    assert!(
+        seen["card"]
+            .as_str()
+            .is_some_and(|c| c.contains("execute_command") && c.contains("high risk")),
+        "{seen}"
+    );
+    assert_eq!(seen["released"]["status"], "completed", "{seen}");
+    assert_eq!(seen["released"]["result"]["status"], 200, "{seen}");
+    assert!(
+        seen["member"]
+            .as_str()
+            .is_some_and(|m| m.contains("audit:read")),
+        "{seen}"
+    );
+    assert_eq!(
+        seen["memberRows"], 0,
+        "nothing of the reviewer's left on the page"
+    );
+    assert_eq!(seen["revoked"], true);
+    assert_eq!(seen["phoneOverflow"], false, "fits a phone's width");
+    assert_eq!(seen["errors"], json!([]), "{seen}");
+    // The decision made in the page is in the audit.
+    let (_, _, audit) = gw.get("/v1/audit?adapter=approval").await;
+    let decision = &audit["entries"][0];
+    assert_eq!(decision["outcome"], "ok", "{audit}");
+    for page in [
+        "login",
+        "calls",
+        "audit",
+        "approvals",
+        "member",
+        "revoked",
+        "phone",
+    ] {
+        assert!(shots.join(format!("console-{page}.png")).exists(), "{page}");
+    }
+}
