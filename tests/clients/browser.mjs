@@ -2,13 +2,10 @@
 // `node browser.mjs URL SELECTOR SCREENSHOT` opens URL at 1280x800, waits for SELECTOR,
 // writes a full-page screenshot to SCREENSHOT and prints, as JSON, the page title and
 // the text of every element SELECTOR matches, plus any console errors.
-import { chromium } from "playwright-core";
+import { launch } from "./chromium.mjs";
 
 const [url, selector, screenshot] = process.argv.slice(2);
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
-});
+const browser = await launch();
 try {
   const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
   const errors = [];

@@ -6,7 +6,7 @@
 // a member key without audit:read is told so; the reviewer's key is revoked and the
 // next action signs the console out. Writes a screenshot per page to SHOTS_DIR and
 // prints what it saw as JSON; throws (exit 1) at the first expectation that fails.
-import { chromium } from "playwright-core";
+import { launch } from "./chromium.mjs";
 
 const [base, adminKey, reviewerKey, reviewerKeyId, memberKey, shots] = process.argv.slice(2);
 const seen = {};
@@ -16,10 +16,7 @@ const admin = (path, init = {}) =>
     headers: { authorization: `Bearer ${adminKey}`, "content-type": "application/json", ...(init.headers || {}) },
   });
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
-});
+const browser = await launch();
 try {
   const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
   const errors = [];

@@ -2,8 +2,8 @@
 //! (`tests/clients/console.mjs`), as a person would use it. Screenshots of each page go to
 //! `target/screenshots/console-*` for a person to look at.
 
-use serde_json::{Value, json};
-use toolgate_e2e::{Gateway, read, sdk_clients};
+use serde_json::json;
+use toolgate_e2e::{Gateway, read, run_browser, screenshots};
 
 /// Creates a principal with `scopes` and a key for it; answers (secret, key id).
 async fn principal_key(gw: &Gateway, name: &str, scopes: &[&str]) -> (String, String) {
@@ -44,7 +44,6 @@ async fn console_pages_and_assets_are_served_with_a_strict_policy() {
 
 #[tokio::test]
 async fn a_reviewer_follows_calls_verifies_the_audit_and_approves_in_the_browser() {
-    let dir = sdk_clients();
     let gw = Gateway::start().await;
     let (status, _, body) = read(
         gw.http
@@ -59,31 +58,19 @@ async fn a_reviewer_follows_calls_verifies_the_audit_and_approves_in_the_browser
     let (reviewer, reviewer_id) =
         principal_key(&gw, "reviewer", &["approvals:decide", "audit:read"]).await;
     let (member, _) = principal_key(&gw, "member", &["tools:invoke"]).await;
-    let shots = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/screenshots");
-    std::fs::create_dir_all(&shots).expect("screenshots dir");
-    let output = tokio::process::Command::new("node")
-        .arg(dir.join("console.mjs"))
-        .args([
+    let shots = screenshots();
+    let seen = run_browser(
+        "console.mjs",
+        &[
             &gw.base,
             &gw.admin_key,
             &reviewer,
             &reviewer_id,
             &member,
             shots.to_str().expect("utf-8"),
-        ])
-        .current_dir(dir)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .expect("run the browser");
-    assert!(
-        output.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let seen: Value = serde_json::from_slice(&output.stdout).expect("json");
+        ],
+    )
+    .await;
     let live = seen["live"].as_str().expect("live row");
     assert!(live.contains("echo") && live.contains("rest"), "{live}");
     assert_eq!(seen["detail"]["arguments"]["message"], "seen live");

@@ -1,6 +1,6 @@
 //! The OpenAPI document and the offline docs page, in a real browser too.
 
-use toolgate_e2e::{Gateway, sdk_clients};
+use toolgate_e2e::{Gateway, run_browser, screenshots};
 
 const CHECKED_IN: &str = include_str!("../../openapi/openapi.json");
 
@@ -81,27 +81,18 @@ async fn docs_page_and_its_assets_are_served_from_the_binary() {
 /// screenshot goes to `target/screenshots/docs.png` for a person to look at.
 #[tokio::test]
 async fn docs_page_renders_every_operation_in_a_real_browser() {
-    let dir = sdk_clients();
     let gw = Gateway::start().await;
-    let shots = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/screenshots");
-    std::fs::create_dir_all(&shots).expect("screenshots dir");
-    let output = tokio::process::Command::new("node")
-        .arg(dir.join("browser.mjs"))
-        .arg(gw.url("/docs"))
-        .arg(".opblock-summary-path")
-        .arg(shots.join("docs.png"))
-        .current_dir(dir)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .expect("run the browser");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let seen: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    let shots = screenshots();
+    let shot = shots.join("docs.png");
+    let seen = run_browser(
+        "browser.mjs",
+        &[
+            &gw.url("/docs"),
+            ".opblock-summary-path",
+            shot.to_str().expect("utf-8"),
+        ],
+    )
+    .await;
     assert_eq!(seen["title"], "toolgate API");
     let paths: Vec<&str> = seen["texts"]
         .as_array()

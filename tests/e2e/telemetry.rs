@@ -41,6 +41,41 @@ fn receiver(received: &std::path::Path, transport: &str) -> (Killed, String) {
     (Killed(receiver), port.trim().to_owned())
 }
 
+/// Starts the `toolgate` binary on a free port with `config`, its data in `data`, the
+/// environment as `env` sets it; waits until it answers. Answers the process (killed
+/// when dropped), its base URL and a client with the admin key.
+async fn gateway(
+    config: &std::path::Path,
+    data: &std::path::Path,
+    env: impl FnOnce(&mut Command) -> &mut Command,
+) -> (Killed, String, reqwest::Client) {
+    let listen = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port");
+    let mut command = Command::new(toolgate_binary());
+    command
+        .args(["serve", "--listen", &listen.to_string(), "--data-dir"])
+        .arg(data)
+        .arg("--config")
+        .arg(config)
+        .env_remove("DATABASE_URL")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .stdin(Stdio::null());
+    let gateway = Killed(env(&mut command).spawn().expect("start toolgate"));
+    let key_file = data.join("admin-api-key");
+    let base = format!("http://{listen}");
+    let client = reqwest::Client::new();
+    for _ in 0..300 {
+        if key_file.exists() && client.get(format!("{base}/healthz")).send().await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let key = std::fs::read_to_string(&key_file).expect("admin key");
+    (gateway, base, client_with_key(key.trim()))
+}
+
 fn spans(file: &std::path::Path) -> Vec<Value> {
     std::fs::read_to_string(file)
         .unwrap_or_default()
@@ -84,39 +119,16 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
     )
     .expect("config");
     let data = scratch.path().join("data");
-    let listen = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port");
-    let gateway = Command::new(toolgate_binary())
-        .args(["serve", "--listen", &listen.to_string(), "--data-dir"])
-        .arg(&data)
-        .arg("--config")
-        .arg(&config)
-        .env(
+    let (mut gateway, base, admin) = gateway(&config, &data, |c| {
+        c.env(
             "OTEL_EXPORTER_OTLP_ENDPOINT",
             format!("http://127.0.0.1:{port}"),
         )
         .env("OTEL_SERVICE_NAME", "toolgate-e2e")
         .env("OTEL_BSP_SCHEDULE_DELAY", "100")
         .env("OTEL_METRIC_EXPORT_INTERVAL", "200")
-        .env_remove("DATABASE_URL")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("start toolgate");
-    let mut gateway = Killed(gateway);
-    let key_file = data.join("admin-api-key");
-    let base = format!("http://{listen}");
-    let client = reqwest::Client::new();
-    for _ in 0..300 {
-        if key_file.exists() && client.get(format!("{base}/healthz")).send().await.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let key = std::fs::read_to_string(&key_file).expect("admin key");
-    let admin = client_with_key(key.trim());
+    })
+    .await;
 
     // REST, continuing the caller's trace.
     let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -379,38 +391,15 @@ async fn otlp_over_grpc_exports_spans_and_metrics_and_flushes_at_exit() {
     )
     .expect("config");
     let data = scratch.path().join("data");
-    let listen = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port");
-    let gateway = Command::new(toolgate_binary())
-        .args(["serve", "--listen", &listen.to_string(), "--data-dir"])
-        .arg(&data)
-        .arg("--config")
-        .arg(&config)
-        .env("OTEL_BSP_SCHEDULE_DELAY", "60000")
-        .env("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
-        .env("OTEL_TRACES_SAMPLER_ARG", "0")
-        .env("OTEL_METRIC_EXPORT_INTERVAL", "200")
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
-        .env_remove("DATABASE_URL")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("start toolgate");
-    let mut gateway = Killed(gateway);
-    let key_file = data.join("admin-api-key");
-    let base = format!("http://{listen}");
-    let client = reqwest::Client::new();
-    for _ in 0..300 {
-        if key_file.exists() && client.get(format!("{base}/healthz")).send().await.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let key = std::fs::read_to_string(&key_file).expect("admin key");
-    let admin = client_with_key(key.trim());
+    let (mut gateway, base, admin) = gateway(&config, &data, |c| {
+        c.env("OTEL_BSP_SCHEDULE_DELAY", "60000")
+            .env("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+            .env("OTEL_TRACES_SAMPLER_ARG", "0")
+            .env("OTEL_METRIC_EXPORT_INTERVAL", "200")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
+    })
+    .await;
     let trace = "5bf92f3577b34da6a3ce929d0e0e4737";
     let unsampled = "6bf92f3577b34da6a3ce929d0e0e4738";
     for traceparent in [

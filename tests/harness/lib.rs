@@ -298,6 +298,37 @@ pub fn sdk_clients() -> &'static std::path::Path {
     })
 }
 
+/// Runs a browser script of `tests/clients` (`browser.mjs`, `console.mjs`) with `args`;
+/// answers the JSON it printed, and the directory its screenshots go to
+/// (`target/screenshots`, passed to the script as it asks). Fails the test when the
+/// script does.
+pub async fn run_browser(script: &str, args: &[&str]) -> serde_json::Value {
+    let dir = sdk_clients();
+    let output = tokio::process::Command::new("node")
+        .arg(dir.join(script))
+        .args(args)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("run the browser");
+    assert!(
+        output.status.success(),
+        "{script}: {}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("the script's JSON")
+}
+
+/// Where browser tests write their screenshots (not committed): `target/screenshots`.
+pub fn screenshots() -> PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/screenshots");
+    std::fs::create_dir_all(&dir).expect("screenshots dir");
+    dir
+}
+
 /// Starts `command` as a server on a free loopback port, told through the environment
 /// variable `port_env`, and waits (up to 15 s) until it accepts connections. The child
 /// is killed when dropped.
