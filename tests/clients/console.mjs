@@ -1,14 +1,16 @@
-// Drives the console at BASE in Debian's Chromium (through playwright-core), as a person
+// Drives the console at BASE in Debian's Chromium (through playwright-core), as people
 // would, for tests/e2e/console.rs:
-//   node console.mjs BASE ADMIN_KEY REVIEWER_KEY REVIEWER_KEY_ID MEMBER_KEY SHOTS_DIR
-// The reviewer signs in, watches a call the admin makes over REST appear live, finds it
-// in the audit, verifies the chain, approves the admin's held call (which then runs);
-// a member key without audit:read is told so; the reviewer's key is revoked and the
-// next action signs the console out. Writes a screenshot per page to SHOTS_DIR and
-// prints what it saw as JSON; throws (exit 1) at the first expectation that fails.
+//   node console.mjs BASE ADMIN_KEY REVIEWER_KEY REVIEWER_KEY_ID MEMBER_KEY AGENT_ID SHOTS_DIR
+// A reviewer signs in, watches a call the admin makes over REST appear live, finds it in
+// the audit, verifies the chain, approves the admin's held call (which then runs). The
+// admin, in another browser context, follows an agent run to its end, creates a key
+// (secret shown once) and revokes the reviewer's: the reviewer's next action signs its
+// console out. A member key sees none of the pages and nothing the last key saw. Writes a
+// screenshot per page to SHOTS_DIR and prints what it saw as JSON; throws (exit 1) at
+// the first expectation that fails.
 import { launch } from "./chromium.mjs";
 
-const [base, adminKey, reviewerKey, reviewerKeyId, memberKey, shots] = process.argv.slice(2);
+const [base, adminKey, reviewerKey, reviewerKeyId, memberKey, agentId, shots] = process.argv.slice(2);
 const seen = {};
 const admin = (path, init = {}) =>
   fetch(base + path, {
@@ -76,36 +78,59 @@ try {
   }
   seen.released = outcome;
 
-  // A member without audit:read is told what the key lacks.
-  await page.getByRole("button", { name: "Sign out" }).click();
-  await page.getByLabel("API key").fill(memberKey);
-  await page.keyboard.press("Enter");
-  await page.getByRole("link", { name: "Live calls" }).click();
-  await page.locator("#calls-state", { hasText: "audit:read" }).waitFor();
-  seen.member = await page.locator("#calls-state").innerText();
-  seen.memberRows = await page.locator("#calls-rows tr").count();
-  await shot("member");
+  // The admin, in a browser of its own: every page, an agent run followed to its end.
+  const adminContext = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  const adminPage = await adminContext.newPage();
+  adminPage.on("pageerror", (e) => errors.push(String(e)));
+  await adminPage.goto(`${base}/console`);
+  await adminPage.getByLabel("API key").fill(adminKey);
+  await adminPage.keyboard.press("Enter");
+  await adminPage.getByRole("link", { name: "Keys" }).waitFor();
+  const started = await (await admin(`/v1/agents/${agentId}/runs`, {
+    method: "POST",
+    body: JSON.stringify({ input: "say hello through echo", wait_secs: 0 }),
+  })).json();
+  await adminPage.getByRole("link", { name: "Runs" }).click();
+  await adminPage.locator(`#runs-rows tr[data-run-id="${started.id}"]`).click();
+  await adminPage.locator('#run-steps li[data-type="run_finished"]').waitFor({ timeout: 20000 });
+  await adminPage.locator('#run-status[data-status="completed"]').waitFor();
+  seen.runSteps = await adminPage.locator("#run-steps li").evaluateAll((els) => els.map((e) => e.dataset.type));
+  await adminPage.screenshot({ path: `${shots}/console-runs.png`, fullPage: true });
 
-  // The reviewer again; its key revoked, the next action signs the console out.
-  await page.getByRole("button", { name: "Sign out" }).click();
-  await page.getByLabel("API key").fill(reviewerKey);
-  await page.keyboard.press("Enter");
-  await page.getByRole("link", { name: "Live calls" }).click();
-  await page.locator("#calls-state", { hasText: "live" }).waitFor();
-  const revoked = await admin(`/v1/keys/${reviewerKeyId}`, { method: "DELETE" });
-  if (!revoked.ok) throw new Error(`revoke: ${revoked.status}`);
-  // Opening the audit reads it: refused, and the console asks to sign in again.
+  // Keys: one created (its secret shown once), the reviewer's revoked.
+  await adminPage.getByRole("link", { name: "Keys" }).click();
+  await adminPage.getByLabel("Name", { exact: true }).fill("made-in-the-console");
+  await adminPage.locator("#key-principal").selectOption({ label: "member (tools:invoke)" });
+  await adminPage.getByRole("button", { name: "Create key" }).click();
+  await adminPage.locator("#key-secret").waitFor();
+  seen.secret = await adminPage.locator("#key-secret-value").innerText();
+  await adminPage.screenshot({ path: `${shots}/console-keys.png`, fullPage: true });
+  await adminPage.locator(`#keys-rows tr[data-key-id="${reviewerKeyId}"]`).getByRole("button", { name: /Revoke/ }).click();
+  await adminPage.locator(`#keys-rows tr[data-key-id="${reviewerKeyId}"]`, { hasText: "revoked" }).waitFor();
+
+  // The reviewer's next action is refused: the console asks to sign in again.
   await page.getByRole("link", { name: "Audit" }).click();
+  await page.getByRole("button", { name: "Search" }).click();
   await page.getByText("Your key was refused: sign in again.").waitFor();
   seen.revoked = await page.locator("#login").isVisible();
   await shot("revoked");
 
-  // Phone width: the console still fits.
-  await page.setViewportSize({ width: 390, height: 844 });
+  // A member (tools only): none of the pages, nothing the reviewer saw.
   await page.getByLabel("API key").fill(memberKey);
   await page.keyboard.press("Enter");
+  await page.locator("#none").waitFor();
+  seen.member = await page.locator("#none-text").innerText();
+  seen.memberLinks = await page.locator("#nav a:visible").count();
+  seen.memberRows = await page.locator("#calls-rows tr, #audit-rows tr, #approvals-list li").count();
+  await shot("member");
+
+  // Phone width: the console (signed in as the admin) still fits.
+  await page.getByRole("button", { name: "Sign out" }).click();
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.getByLabel("API key").fill(adminKey);
+  await page.keyboard.press("Enter");
   await page.getByRole("link", { name: "Live calls" }).click();
-  await page.locator("#calls-state").waitFor();
+  await page.locator("#calls-state", { hasText: "live" }).waitFor();
   seen.phoneOverflow = await page.evaluate(() => document.documentElement.scrollWidth > window.innerWidth);
   await shot("phone");
   seen.errors = errors;

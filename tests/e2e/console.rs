@@ -1,8 +1,12 @@
 //! The console (`/console`) in a real browser: Debian's Chromium driven by playwright-core
-//! (`tests/clients/console.mjs`), as a person would use it. Screenshots of each page go to
+//! (`tests/clients/console.mjs`), as a reviewer, an admin and a member would use it, each
+//! with their own key. Screenshots of each page go to
 //! `target/screenshots/console-*` for a person to look at.
 
+use std::time::Duration;
+
 use serde_json::json;
+use toolgate_e2e::llm::{MockLlm, Reply, Wire, says};
 use toolgate_e2e::{Gateway, read, run_browser, screenshots};
 
 /// Creates a principal with `scopes` and a key for it; answers (secret, key id).
@@ -44,7 +48,33 @@ async fn console_pages_and_assets_are_served_with_a_strict_policy() {
 
 #[tokio::test]
 async fn a_reviewer_follows_calls_verifies_the_audit_and_approves_in_the_browser() {
-    let gw = Gateway::start().await;
+    // A model that calls echo, then answers, a little slowly: a run to follow live.
+    let mock = MockLlm::start(
+        Wire::Openai,
+        vec![
+            Reply::ok(says::openai_calls(&[(
+                "call_1",
+                "echo",
+                r#"{"message":"hello"}"#,
+            )]))
+            .delayed(Duration::from_millis(800)),
+            Reply::ok(says::openai_text("I said hello.")).delayed(Duration::from_millis(800)),
+        ],
+    )
+    .await;
+    let llm = mock.base.clone();
+    let gw = Gateway::start_with(move |c| {
+        c.providers
+            .insert("llm".into(), crate::agents::provider(Wire::Openai, &llm));
+    })
+    .await;
+    let (status, _, agent) = gw
+        .post(
+            "/v1/agents",
+            json!({"name": "greeter", "provider": "llm", "model": "gpt-test", "tools": ["echo"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{agent}");
     let (status, _, body) = read(
         gw.http
             .put(gw.url("/v1/policy"))
@@ -67,6 +97,7 @@ async fn a_reviewer_follows_calls_verifies_the_audit_and_approves_in_the_browser
             &reviewer,
             &reviewer_id,
             &member,
+            agent["id"].as_str().expect("agent id"),
             shots.to_str().expect("utf-8"),
         ],
     )
@@ -88,16 +119,32 @@ async fn a_reviewer_follows_calls_verifies_the_audit_and_approves_in_the_browser
     );
     assert_eq!(seen["released"]["status"], "completed", "{seen}");
     assert_eq!(seen["released"]["result"]["status"], 200, "{seen}");
+    let steps: Vec<&str> = seen["runSteps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .filter_map(|s| s.as_str())
+        .collect();
+    for step in [
+        "run_started",
+        "model_message",
+        "tool_call_finished",
+        "run_finished",
+    ] {
+        assert!(steps.contains(&step), "{step} in {steps:?}");
+    }
+    assert!(
+        seen["secret"].as_str().is_some_and(|s| s.len() > 20),
+        "{seen}"
+    );
     assert!(
         seen["member"]
             .as_str()
-            .is_some_and(|m| m.contains("audit:read")),
+            .is_some_and(|m| m.contains("tools:invoke") && m.contains("audit:read")),
         "{seen}"
     );
-    assert_eq!(
-        seen["memberRows"], 0,
-        "nothing of the reviewer's left on the page"
-    );
+    assert_eq!(seen["memberLinks"], 0, "no page for a member: {seen}");
+    assert_eq!(seen["memberRows"], 0, "nothing of the reviewer's left");
     assert_eq!(seen["revoked"], true);
     assert_eq!(seen["phoneOverflow"], false, "fits a phone's width");
     assert_eq!(seen["errors"], json!([]), "{seen}");
@@ -105,11 +152,22 @@ async fn a_reviewer_follows_calls_verifies_the_audit_and_approves_in_the_browser
     let (_, _, audit) = gw.get("/v1/audit?adapter=approval").await;
     let decision = &audit["entries"][0];
     assert_eq!(decision["outcome"], "ok", "{audit}");
+    // The key made in the page is the member's, and live.
+    let (_, _, keys) = gw.get("/v1/keys").await;
+    assert!(
+        keys.as_array()
+            .expect("keys")
+            .iter()
+            .any(|k| k["name"] == "made-in-the-console" && k["revoked_at"].is_null()),
+        "{keys}"
+    );
     for page in [
         "login",
         "calls",
         "audit",
         "approvals",
+        "runs",
+        "keys",
         "member",
         "revoked",
         "phone",

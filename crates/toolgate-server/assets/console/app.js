@@ -4,7 +4,9 @@
 
 const KEY = "toolgate.key";
 const $ = (id) => document.getElementById(id);
-const pages = ["calls", "audit", "approvals"];
+const pages = ["calls", "audit", "approvals", "runs", "keys"];
+// Who is signed in (`GET /v1/me`): pages need the scope their link names.
+let me = null;
 
 // ---- the API ---------------------------------------------------------------------
 
@@ -27,7 +29,7 @@ async function api(path, options = {}) {
     headers,
     body: options.body === undefined ? undefined : JSON.stringify(options.body),
   });
-  if (response.status === 401 && path !== "/v1/tools") signOut("Your key was refused: sign in again.");
+  if (response.status === 401 && path !== "/v1/me") signOut("Your key was refused: sign in again.");
   const text = await response.text();
   const body = text ? JSON.parse(text) : null;
   if (!response.ok) throw new ApiError(response.status, body);
@@ -331,10 +333,164 @@ function startApprovals() {
   approvals.stop = follow("/v1/approvals/events", () => loadApprovals(), () => {}, "approvals:decide");
 }
 
+// ---- runs --------------------------------------------------------------------------
+
+const runs = { stop: null };
+
+async function loadRuns() {
+  $("runs-error").textContent = "";
+  let list;
+  try {
+    list = (await api("/v1/runs?limit=50")).runs;
+  } catch (err) {
+    $("runs-error").textContent = explain(err, "agents:run");
+    return;
+  }
+  const body = $("runs-rows");
+  body.replaceChildren();
+  for (const r of list) {
+    const tr = document.createElement("tr");
+    tr.tabIndex = 0;
+    tr.dataset.runId = r.id;
+    tr.append(cell(time(r.created_at)), cell(r.agent_name), cell(r.status), cell(r.input.slice(0, 80)), cell(r.id));
+    const open = () => openRun(r.id);
+    tr.addEventListener("click", open);
+    tr.addEventListener("keydown", (e) => e.key === "Enter" && open());
+    body.append(tr);
+  }
+}
+
+function describeStep(type, d) {
+  switch (type) {
+    case "model_message": {
+      const m = d.message ?? {};
+      const calls = (m.tool_calls ?? []).map((c) => c.name).join(", ");
+      const said = m.text ? `model: ${m.text}` : `model calls ${calls}`;
+      const u = d.usage;
+      return u ? `${said} (${u.input_tokens} in, ${u.output_tokens} out tokens)` : said;
+    }
+    case "tool_call_started": return `calls ${d.tool}`;
+    case "tool_call_finished": return `${d.result?.name ?? "tool"}: ${d.result?.is_error ? "error" : "ok"}`;
+    case "run_finished": return `finished: ${d.status}${d.output ? ` — ${d.output}` : ""}`;
+    default: return type.replaceAll("_", " ");
+  }
+}
+
+async function openRun(id) {
+  runs.stop?.();
+  $("run").hidden = false;
+  $("run-title").textContent = `Run ${id}`;
+  const steps = $("run-steps");
+  steps.replaceChildren();
+  const status = (s) => {
+    $("run-status").textContent = s;
+    $("run-status").dataset.status = s;
+    $("run-cancel").hidden = s !== "running";
+  };
+  try {
+    status((await api(`/v1/runs/${id}`)).status);
+  } catch (err) {
+    $("runs-error").textContent = explain(err, "agents:run");
+    return;
+  }
+  $("run-cancel").onclick = async () => {
+    try {
+      await api(`/v1/runs/${id}/cancel`, { method: "POST" });
+    } catch (err) {
+      $("runs-error").textContent = explain(err, "agents:run");
+    }
+  };
+  runs.stop = follow(`/v1/runs/${id}/events`, (type, step, n) => {
+    const li = document.createElement("li");
+    li.dataset.type = type;
+    li.textContent = describeStep(type, step);
+    const raw = document.createElement("code");
+    raw.textContent = ` ${JSON.stringify(step).slice(0, 300)}`;
+    li.append(raw);
+    steps.append(li);
+    if (type === "run_finished" || type === "run_paused") {
+      api(`/v1/runs/${id}`).then((r) => { status(r.status); loadRuns(); }).catch(() => {});
+    }
+  }, () => {}, "agents:run");
+}
+
+// ---- keys --------------------------------------------------------------------------
+
+async function loadKeys() {
+  $("keys-error").textContent = "";
+  let principals, keys;
+  try {
+    [principals, keys] = await Promise.all([api("/v1/principals"), api("/v1/keys")]);
+  } catch (err) {
+    $("keys-error").textContent = explain(err, "tenant:admin");
+    return;
+  }
+  const names = new Map(principals.map((p) => [p.id, p.name]));
+  const select = $("key-principal");
+  const chosen = select.value;
+  select.replaceChildren(...principals.map((p) => {
+    const o = document.createElement("option");
+    o.value = p.id;
+    o.textContent = `${p.name} (${p.scopes.join(", ") || p.roles.join(", ")})`;
+    return o;
+  }));
+  if (chosen) select.value = chosen;
+  const body = $("keys-rows");
+  body.replaceChildren();
+  for (const k of keys) {
+    const tr = document.createElement("tr");
+    tr.dataset.keyId = k.id;
+    const state = k.revoked_at ? "revoked" : "active";
+    tr.append(cell(k.name), cell(k.prefix), cell(names.get(k.principal_id) ?? k.principal_id),
+      cell(k.scopes.join(", "), "wrap"), cell(time(k.last_used_at)), cell(state));
+    const td = document.createElement("td");
+    if (!k.revoked_at) {
+      const revoke = document.createElement("button");
+      revoke.type = "button";
+      revoke.className = "secondary";
+      revoke.textContent = "Revoke";
+      revoke.setAttribute("aria-label", `Revoke ${k.name}`);
+      revoke.addEventListener("click", async () => {
+        try {
+          await api(`/v1/keys/${k.id}`, { method: "DELETE" });
+        } catch (err) {
+          $("keys-error").textContent = explain(err, "tenant:admin");
+        }
+        loadKeys();
+      });
+      td.append(revoke);
+    }
+    tr.append(td);
+    body.append(tr);
+  }
+}
+
+async function createKey(e) {
+  e.preventDefault();
+  const form = new FormData($("key-form"));
+  try {
+    const created = await api("/v1/keys", {
+      method: "POST",
+      body: { name: String(form.get("name")), principal_id: String(form.get("principal_id")) },
+    });
+    $("key-secret-value").textContent = created.secret;
+    $("key-secret").hidden = false;
+    $("key-form").reset();
+  } catch (err) {
+    $("keys-error").textContent = explain(err, "tenant:admin");
+  }
+  loadKeys();
+}
+
 // ---- pages, sign-in ----------------------------------------------------------------
 
+function allowed(page) {
+  const link = $("nav").querySelector(`a[href="#${page}"]`);
+  return !!link && me?.scopes.includes(link.dataset.scope);
+}
+
 function show(page) {
-  for (const id of ["login", ...pages]) $(id).hidden = id !== page;
+  for (const id of ["login", "none", ...pages]) $(id).hidden = id !== page;
   for (const a of $("nav").querySelectorAll("a")) {
     if (a.getAttribute("href") === `#${page}`) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");
@@ -342,6 +498,8 @@ function show(page) {
   if (page === "calls") startCalls();
   if (page === "approvals") startApprovals();
   if (page === "audit" && audit.rows.length === 0 && !audit.query) searchAudit();
+  if (page === "runs") loadRuns();
+  if (page === "keys") { $("key-secret").hidden = true; loadKeys(); }
 }
 
 function route() {
@@ -354,21 +512,38 @@ function route() {
   }
   $("nav").hidden = false;
   $("signout").hidden = false;
+  for (const a of $("nav").querySelectorAll("a")) a.hidden = !allowed(a.getAttribute("href").slice(1));
+  $("who").textContent = me ? `${me.principal} · ${me.tenant}` : "";
   const page = location.hash.slice(1);
-  show(pages.includes(page) ? page : "calls");
+  const first = pages.find(allowed);
+  if (allowed(page)) show(page);
+  else if (first) show(first);
+  else {
+    $("none-text").textContent = `This key (${me?.scopes.join(", ") || "no scopes"}) may use tools but ` +
+      "none of the console's pages: they need audit:read, approvals:decide, agents:run or tenant:admin.";
+    show("none");
+  }
 }
 
 function signOut(message) {
   sessionStorage.removeItem(KEY);
+  me = null;
   calls.stop?.();
   approvals.stop?.();
-  calls.stop = approvals.stop = null;
+  runs.stop?.();
+  calls.stop = approvals.stop = runs.stop = null;
   // Nothing the last key could read stays on the page for the next one.
   calls.rows = [];
   audit.rows = [];
   audit.query = "";
   audit.cursor = null;
-  for (const id of ["calls-rows", "audit-rows", "approvals-list"]) $(id).replaceChildren();
+  for (const id of ["calls-rows", "audit-rows", "approvals-list", "runs-rows", "run-steps", "keys-rows"]) {
+    $(id).replaceChildren();
+  }
+  $("run").hidden = true;
+  $("key-secret").hidden = true;
+  $("key-secret-value").textContent = "";
+  $("who").textContent = "";
   for (const id of ["audit-detail", "audit-verified", "calls-error", "audit-error", "approvals-error"]) {
     $(id).textContent = "";
   }
@@ -384,7 +559,7 @@ $("login-form").addEventListener("submit", async (e) => {
   const candidate = $("key").value.trim();
   sessionStorage.setItem(KEY, candidate);
   try {
-    await api("/v1/tools");
+    me = await api("/v1/me");
   } catch (err) {
     sessionStorage.removeItem(KEY);
     $("login-error").textContent = err.status === 401 ? "This key was not accepted." : err.message;
@@ -395,6 +570,7 @@ $("login-form").addEventListener("submit", async (e) => {
   route();
 });
 $("signout").addEventListener("click", () => signOut());
+$("key-form").addEventListener("submit", createKey);
 $("calls-filter").addEventListener("input", renderCalls);
 $("audit-form").addEventListener("submit", (e) => {
   e.preventDefault();
@@ -406,4 +582,9 @@ $("audit-json").addEventListener("click", () =>
 $("audit-csv").addEventListener("click", () => download("audit.csv", "text/csv", csv(audit.rows)));
 $("audit-verify").addEventListener("click", verifyChain);
 window.addEventListener("hashchange", route);
-route();
+// A tab reloaded while signed in asks who it is again.
+if (key()) {
+  api("/v1/me").then((who) => { me = who; route(); }).catch(() => signOut());
+} else {
+  route();
+}

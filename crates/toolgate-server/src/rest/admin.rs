@@ -1,4 +1,5 @@
-//! `/v1/tenants`, `/v1/principals`, `/v1/keys`: tenancy and credentials.
+//! `/v1/tenants`, `/v1/principals`, `/v1/keys`: tenancy and credentials; `/v1/me`: who
+//! the caller is.
 //!
 //! Creating tenants needs `tenants:manage` (held by the operator's bootstrap admin only).
 //! Principals and keys need `tenant:admin` and never reach beyond the caller's tenant; a
@@ -27,6 +28,43 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(create_principal, list_principals))
         .routes(routes!(create_key, list_keys))
         .routes(routes!(revoke_key))
+        .routes(routes!(me))
+}
+
+/// The caller as the gateway sees it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Me {
+    pub tenant_id: Uuid,
+    pub tenant: String,
+    pub principal_id: Uuid,
+    /// Display name (user name, key name).
+    pub principal: String,
+    pub roles: Vec<String>,
+    /// What the caller may do (`audit:read`, `approvals:decide`, `tenant:admin`, …).
+    pub scopes: Vec<String>,
+}
+
+/// Who the caller is: tenant, principal and scopes (any valid credential). For clients
+/// that show only what a key may do (the console).
+#[utoipa::path(
+    get,
+    path = "/v1/me",
+    tag = "tenancy",
+    responses(
+        (status = 200, body = Me, description = "The caller"),
+        (status = 401, body = Problem, content_type = "application/problem+json", description = "No valid credentials"),
+    )
+)]
+async fn me(caller: Caller) -> AppJson<Me> {
+    let auth = &caller.auth;
+    AppJson(Me {
+        tenant_id: auth.tenant.0,
+        tenant: auth.tenant_name.clone(),
+        principal_id: auth.principal.id.0,
+        principal: auth.principal.name.clone(),
+        roles: auth.roles.clone(),
+        scopes: auth.scopes.clone(),
+    })
 }
 
 #[derive(Debug, Serialize, ToSchema)]
