@@ -1,16 +1,18 @@
 // Drives the console at BASE in Debian's Chromium (through playwright-core), as people
 // would, for tests/e2e/console.rs:
-//   node console.mjs BASE ADMIN_KEY REVIEWER_KEY REVIEWER_KEY_ID MEMBER_KEY AGENT_ID SHOTS_DIR
+//   node console.mjs BASE ADMIN_KEY REVIEWER_KEY REVIEWER_KEY_ID MEMBER_KEY AGENT_ID UPSTREAM_URL SHOTS_DIR
 // A reviewer signs in, watches a call the admin makes over REST appear live, finds it in
 // the audit, verifies the chain, approves the admin's held call (which then runs). The
-// admin, in another browser context, follows an agent run to its end, creates a key
+// admin, in another browser context, follows an agent run to its end, adds an upstream
+// MCP server and sees it connect with its tools, creates a key
 // (secret shown once) and revokes the reviewer's: the reviewer's next action signs its
-// console out. A member key sees none of the pages and nothing the last key saw. Writes a
+// console out. A member key sees only the tools page and nothing the last key saw. Writes a
 // screenshot per page to SHOTS_DIR and prints what it saw as JSON; throws (exit 1) at
 // the first expectation that fails.
 import { launch } from "./chromium.mjs";
 
-const [base, adminKey, reviewerKey, reviewerKeyId, memberKey, agentId, shots] = process.argv.slice(2);
+const [base, adminKey, reviewerKey, reviewerKeyId, memberKey, agentId, upstreamUrl, shots] =
+  process.argv.slice(2);
 const seen = {};
 const admin = (path, init = {}) =>
   fetch(base + path, {
@@ -97,9 +99,20 @@ try {
   seen.runSteps = await adminPage.locator("#run-steps li").evaluateAll((els) => els.map((e) => e.dataset.type));
   await adminPage.screenshot({ path: `${shots}/console-runs.png`, fullPage: true });
 
+  // An upstream added in the page connects; its tools join the list.
+  await adminPage.getByRole("link", { name: "Tools" }).click();
+  const upstreamForm = adminPage.locator("#upstream-form");
+  await upstreamForm.getByLabel("Name", { exact: true }).fill("fx");
+  await upstreamForm.getByLabel("URL", { exact: true }).fill(upstreamUrl);
+  await adminPage.getByRole("button", { name: "Add upstream" }).click();
+  await adminPage.locator('#upstreams-rows tr[data-upstream="fx"][data-state="connected"]').waitFor({ timeout: 20000 });
+  await adminPage.locator('#tools-rows tr[data-tool="fx__add"]').waitFor({ timeout: 20000 });
+  seen.upstream = await adminPage.locator('#upstreams-rows tr[data-upstream="fx"]').innerText();
+  await adminPage.screenshot({ path: `${shots}/console-tools.png`, fullPage: true });
+
   // Keys: one created (its secret shown once), the reviewer's revoked.
   await adminPage.getByRole("link", { name: "Keys" }).click();
-  await adminPage.getByLabel("Name", { exact: true }).fill("made-in-the-console");
+  await adminPage.locator("#key-form").getByLabel("Name", { exact: true }).fill("made-in-the-console");
   await adminPage.locator("#key-principal").selectOption({ label: "member (tools:invoke)" });
   await adminPage.getByRole("button", { name: "Create key" }).click();
   await adminPage.locator("#key-secret").waitFor();
@@ -115,12 +128,12 @@ try {
   seen.revoked = await page.locator("#login").isVisible();
   await shot("revoked");
 
-  // A member (tools only): none of the pages, nothing the reviewer saw.
+  // A member (tools only): the tools page alone, nothing the reviewer saw.
   await page.getByLabel("API key").fill(memberKey);
   await page.keyboard.press("Enter");
-  await page.locator("#none").waitFor();
-  seen.member = await page.locator("#none-text").innerText();
-  seen.memberLinks = await page.locator("#nav a:visible").count();
+  await page.locator('#tools-rows tr[data-tool="echo"]').waitFor();
+  seen.memberLinks = await page.locator("#nav a:visible").allInnerTexts();
+  seen.memberUpstreams = await page.locator("#upstreams-admin").isVisible();
   seen.memberRows = await page.locator("#calls-rows tr, #audit-rows tr, #approvals-list li").count();
   await shot("member");
 

@@ -42,7 +42,9 @@ async fn console_pages_and_assets_are_served_with_a_strict_policy() {
         assert!(policy.contains("default-src 'self'"), "{policy}");
         assert!(policy.contains("frame-ancestors 'none'"), "{policy}");
         let body = response.text().await.expect("body");
-        assert!(!body.contains("https://"), "nothing from elsewhere: {path}");
+        for remote in ["src=\"http", "href=\"http", "url(http", "from \"http"] {
+            assert!(!body.contains(remote), "nothing from elsewhere: {path}");
+        }
     }
 }
 
@@ -62,10 +64,16 @@ async fn a_reviewer_follows_calls_verifies_the_audit_and_approves_in_the_browser
         ],
     )
     .await;
+    // An upstream MCP server (the official Python SDK's) for the admin to add.
+    let mut fixture =
+        tokio::process::Command::new(toolgate_e2e::sdk_clients().join(".venv/bin/python"));
+    fixture.arg(toolgate_e2e::sdk_clients().join("fixture_server.py"));
+    let (_fixture, fixture_port) = toolgate_e2e::serve_on_free_port(fixture, "FIXTURE_PORT").await;
     let llm = mock.base.clone();
     let gw = Gateway::start_with(move |c| {
         c.providers
             .insert("llm".into(), crate::agents::provider(Wire::Openai, &llm));
+        crate::tenant_upstreams::loopback(c);
     })
     .await;
     let (status, _, agent) = gw
@@ -98,6 +106,7 @@ async fn a_reviewer_follows_calls_verifies_the_audit_and_approves_in_the_browser
             &reviewer_id,
             &member,
             agent["id"].as_str().expect("agent id"),
+            &format!("http://127.0.0.1:{fixture_port}/mcp"),
             shots.to_str().expect("utf-8"),
         ],
     )
@@ -137,13 +146,18 @@ async fn a_reviewer_follows_calls_verifies_the_audit_and_approves_in_the_browser
         seen["secret"].as_str().is_some_and(|s| s.len() > 20),
         "{seen}"
     );
+    assert_eq!(
+        seen["memberLinks"],
+        json!(["Tools"]),
+        "no admin page for a member"
+    );
+    assert_eq!(seen["memberUpstreams"], false, "{seen}");
     assert!(
-        seen["member"]
+        seen["upstream"]
             .as_str()
-            .is_some_and(|m| m.contains("tools:invoke") && m.contains("audit:read")),
+            .is_some_and(|u| u.contains("connected") && u.contains("add")),
         "{seen}"
     );
-    assert_eq!(seen["memberLinks"], 0, "no page for a member: {seen}");
     assert_eq!(seen["memberRows"], 0, "nothing of the reviewer's left");
     assert_eq!(seen["revoked"], true);
     assert_eq!(seen["phoneOverflow"], false, "fits a phone's width");

@@ -4,7 +4,7 @@
 
 const KEY = "toolgate.key";
 const $ = (id) => document.getElementById(id);
-const pages = ["calls", "audit", "approvals", "runs", "keys"];
+const pages = ["calls", "audit", "approvals", "runs", "tools", "keys"];
 // Who is signed in (`GET /v1/me`): pages need the scope their link names.
 let me = null;
 
@@ -414,6 +414,102 @@ async function openRun(id) {
   }, () => {}, "agents:run");
 }
 
+// ---- tools and upstreams -----------------------------------------------------------
+
+const tools = { timer: null, names: new Set(), signature: "", quiet: 0 };
+
+async function loadTools() {
+  $("tools-error").textContent = "";
+  try {
+    const list = [];
+    let cursor = null;
+    do {
+      const page = await api(`/v1/tools?limit=200${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
+      list.push(...page.tools);
+      cursor = page.next_cursor ?? null;
+    } while (cursor);
+    tools.names = new Set(list.map((t) => t.name));
+    const body = $("tools-rows");
+    body.replaceChildren();
+    for (const t of list) {
+      const tr = document.createElement("tr");
+      tr.dataset.tool = t.name;
+      tr.append(cell(t.name), cell(t.category), cell(t.risk, `risk-${t.risk}`),
+        cell(t.available ? "yes" : "no"), cell(t.description.split("\n")[0], "wrap"));
+      body.append(tr);
+    }
+  } catch (err) {
+    $("tools-error").textContent = explain(err, "tools:invoke");
+  }
+  if (me?.scopes.includes("tenant:admin")) loadUpstreams();
+}
+
+async function loadUpstreams() {
+  clearTimeout(tools.timer);
+  let list;
+  try {
+    list = (await api("/v1/upstreams")).upstreams;
+  } catch (err) {
+    $("upstreams-admin").hidden = true;
+    if (err.status !== 404) $("tools-error").textContent = explain(err, "tenant:admin");
+    return;
+  }
+  $("upstreams-admin").hidden = false;
+  const body = $("upstreams-rows");
+  body.replaceChildren();
+  for (const u of list) {
+    const tr = document.createElement("tr");
+    tr.dataset.upstream = u.name;
+    tr.dataset.state = u.status.state;
+    tr.append(cell(u.name), cell(u.url), cell(u.status.state), cell(u.status.tools.join(", "), "wrap"),
+      cell(u.status.last_error, "wrap"));
+    const td = document.createElement("td");
+    const remove = document.createElement("button");
+    remove.type = "button";
+    remove.className = "secondary";
+    remove.textContent = "Delete";
+    remove.setAttribute("aria-label", `Delete ${u.name}`);
+    remove.addEventListener("click", async () => {
+      try {
+        await api(`/v1/upstreams/${encodeURIComponent(u.name)}`, { method: "DELETE" });
+      } catch (err) {
+        $("tools-error").textContent = explain(err, "tenant:admin");
+      }
+      loadTools();
+    });
+    td.append(remove);
+    tr.append(td);
+    body.append(tr);
+  }
+  // Connection states and tool lists move in the background (an upstream reports
+  // `connected` before its tools are listed): look again every second while one is on
+  // its way, an upstream's tools have not joined the list, or anything changed in the
+  // last five looks.
+  const moving = list.some((u) => ["connecting", "starting"].includes(u.status.state));
+  const missing = list.some((u) => u.status.tools.some((t) => !tools.names.has(t)));
+  const signature = JSON.stringify(list.map((u) => [u.name, u.status.state, u.status.tools]));
+  tools.quiet = moving || missing || signature !== tools.signature ? 0 : tools.quiet + 1;
+  tools.signature = signature;
+  if (!$("tools").hidden && tools.quiet < 5) {
+    tools.timer = setTimeout(loadTools, 1000);
+  }
+}
+
+async function addUpstream(e) {
+  e.preventDefault();
+  const form = new FormData($("upstream-form"));
+  const body = { name: String(form.get("name")).trim(), url: String(form.get("url")).trim() };
+  const bearer = String(form.get("bearer") ?? "").trim();
+  if (bearer) body.bearer = bearer;
+  try {
+    await api("/v1/upstreams", { method: "POST", body });
+    $("upstream-form").reset();
+  } catch (err) {
+    $("tools-error").textContent = explain(err, "tenant:admin");
+  }
+  loadTools();
+}
+
 // ---- keys --------------------------------------------------------------------------
 
 async function loadKeys() {
@@ -499,6 +595,7 @@ function show(page) {
   if (page === "approvals") startApprovals();
   if (page === "audit" && audit.rows.length === 0 && !audit.query) searchAudit();
   if (page === "runs") loadRuns();
+  if (page === "tools") loadTools();
   if (page === "keys") { $("key-secret").hidden = true; loadKeys(); }
 }
 
@@ -520,7 +617,7 @@ function route() {
   else if (first) show(first);
   else {
     $("none-text").textContent = `This key (${me?.scopes.join(", ") || "no scopes"}) may use tools but ` +
-      "none of the console's pages: they need audit:read, approvals:decide, agents:run or tenant:admin.";
+      "none of the console's pages: they need tools:invoke, audit:read, approvals:decide, agents:run or tenant:admin.";
     show("none");
   }
 }
@@ -537,7 +634,10 @@ function signOut(message) {
   audit.rows = [];
   audit.query = "";
   audit.cursor = null;
-  for (const id of ["calls-rows", "audit-rows", "approvals-list", "runs-rows", "run-steps", "keys-rows"]) {
+  clearTimeout(tools.timer);
+  $("upstreams-admin").hidden = true;
+  for (const id of ["calls-rows", "audit-rows", "approvals-list", "runs-rows", "run-steps", "keys-rows",
+    "tools-rows", "upstreams-rows"]) {
     $(id).replaceChildren();
   }
   $("run").hidden = true;
@@ -571,6 +671,7 @@ $("login-form").addEventListener("submit", async (e) => {
 });
 $("signout").addEventListener("click", () => signOut());
 $("key-form").addEventListener("submit", createKey);
+$("upstream-form").addEventListener("submit", addUpstream);
 $("calls-filter").addEventListener("input", renderCalls);
 $("audit-form").addEventListener("submit", (e) => {
   e.preventDefault();
