@@ -2,7 +2,7 @@
 //!
 //! **Stack: none.** One HTML page, one stylesheet and one plain ES module, embedded in
 //! the binary with `include_str!`: no build step, no bundler, no lockfile to keep, no CDN
-//! (works offline), and nothing to audit but ~600 lines the browser runs as written. The
+//! (works offline), and nothing to audit but ~850 lines the browser runs as written. The
 //! console holds no authority of its own: it signs in with an API key (kept in
 //! `sessionStorage`, gone when the tab closes) and calls the same REST API as everyone,
 //! so it shows only what the key's scopes and tenant allow; a page the key may not read
