@@ -45,6 +45,9 @@ try {
   const row = page.locator(`#calls-rows tr[data-call-id="${invoked.call_id}"]`);
   await row.waitFor({ timeout: 10000 });
   seen.live = await row.innerText();
+  // The chart of the last hour counts it (it reloads a few seconds after calls arrive).
+  await page.locator("#chart-svg rect.bar-ok").first().waitFor({ timeout: 15000 });
+  seen.chart = await page.locator("#chart-caption").innerText();
   await shot("calls");
 
   // Clicked, it opens in the audit; the chain verifies.

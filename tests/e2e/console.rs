@@ -115,6 +115,12 @@ async fn a_reviewer_follows_calls_verifies_the_audit_and_approves_in_the_browser
     assert!(live.contains("echo") && live.contains("rest"), "{live}");
     assert_eq!(seen["detail"]["arguments"]["message"], "seen live");
     assert!(
+        seen["chart"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("Last hour: ") && !c.contains(": 0 calls")),
+        "{seen}"
+    );
+    assert!(
         seen["verified"]
             .as_str()
             .is_some_and(|v| v.starts_with("Chain verified")),

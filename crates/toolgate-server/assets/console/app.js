@@ -159,10 +159,82 @@ function startCalls() {
       calls.rows.unshift(entry);
       calls.rows.length = Math.min(calls.rows.length, 500);
       renderCalls();
+      chartSoon();
     },
     (state) => ($("calls-state").textContent = state),
     "audit:read",
   );
+}
+
+// ---- chart: calls per minute, p50/p99, from the audit log --------------------------
+
+const chart = { timer: null, soon: null };
+const SVG = "http://www.w3.org/2000/svg";
+
+async function loadChart() {
+  clearTimeout(chart.timer);
+  let summary;
+  try {
+    summary = await api("/v1/audit/summary?minutes=60");
+  } catch {
+    return;
+  }
+  renderChart(summary.minutes);
+  if (!$("calls").hidden) chart.timer = setTimeout(loadChart, 30000);
+}
+
+/** Reloads the chart a little after calls arrive (at most every 5 s). */
+function chartSoon() {
+  if (chart.soon) return;
+  chart.soon = setTimeout(() => {
+    chart.soon = null;
+    loadChart();
+  }, 5000);
+}
+
+function renderChart(minutes) {
+  const svg = $("chart-svg");
+  svg.replaceChildren();
+  const now = Math.floor(Date.now() / 60000);
+  const slot = 10; // 60 minutes across 600 units
+  const maxCalls = Math.max(1, ...minutes.map((m) => m.ok + m.errors));
+  const maxMs = Math.max(1, ...minutes.map((m) => m.p99_ms));
+  const x = (m) => (59 - (now - Math.floor(new Date(m.minute).getTime() / 60000))) * slot;
+  const lines = { p50: [], p99: [] };
+  let calls = 0, errors = 0;
+  for (const m of minutes) {
+    const left = x(m);
+    if (left < 0 || left > 590) continue;
+    calls += m.ok + m.errors;
+    errors += m.errors;
+    const okHeight = (m.ok / maxCalls) * 140;
+    const badHeight = (m.errors / maxCalls) * 140;
+    for (const [cls, y, h] of [["bar-ok", 150 - okHeight, okHeight], ["bar-bad", 150 - okHeight - badHeight, badHeight]]) {
+      if (h <= 0) continue;
+      const rect = document.createElementNS(SVG, "rect");
+      rect.setAttribute("class", cls);
+      rect.setAttribute("x", left + 1);
+      rect.setAttribute("y", y);
+      rect.setAttribute("width", slot - 2);
+      rect.setAttribute("height", h);
+      const title = document.createElementNS(SVG, "title");
+      title.textContent = `${new Date(m.minute).toLocaleTimeString()}: ${m.ok} ok, ${m.errors} errors, p50 ${m.p50_ms.toFixed(1)} ms, p99 ${m.p99_ms.toFixed(1)} ms`;
+      rect.append(title);
+      svg.append(rect);
+    }
+    lines.p50.push(`${left + slot / 2},${150 - (m.p50_ms / maxMs) * 140}`);
+    lines.p99.push(`${left + slot / 2},${150 - (m.p99_ms / maxMs) * 140}`);
+  }
+  for (const [name, points] of Object.entries(lines)) {
+    if (points.length < 2) continue;
+    const line = document.createElementNS(SVG, "polyline");
+    line.setAttribute("class", `line-${name}`);
+    line.setAttribute("points", points.join(" "));
+    svg.append(line);
+  }
+  const p99 = minutes.length ? Math.max(...minutes.map((m) => m.p99_ms)) : 0;
+  $("chart-caption").textContent =
+    `Last hour: ${calls} calls, ${errors} errors; worst minute's p99 ${p99.toFixed(1)} ms (scale: ${maxCalls} calls, ${maxMs.toFixed(1)} ms)`;
 }
 
 // ---- audit -------------------------------------------------------------------------
@@ -591,7 +663,10 @@ function show(page) {
     if (a.getAttribute("href") === `#${page}`) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");
   }
-  if (page === "calls") startCalls();
+  if (page === "calls") {
+    startCalls();
+    loadChart();
+  }
   if (page === "approvals") startApprovals();
   if (page === "audit" && audit.rows.length === 0 && !audit.query) searchAudit();
   if (page === "runs") loadRuns();
@@ -635,6 +710,11 @@ function signOut(message) {
   audit.query = "";
   audit.cursor = null;
   clearTimeout(tools.timer);
+  clearTimeout(chart.timer);
+  clearTimeout(chart.soon);
+  chart.soon = null;
+  $("chart-svg").replaceChildren();
+  $("chart-caption").textContent = "Calls per minute, last hour";
   $("upstreams-admin").hidden = true;
   for (const id of ["calls-rows", "audit-rows", "approvals-list", "runs-rows", "run-steps", "keys-rows",
     "tools-rows", "upstreams-rows"]) {
