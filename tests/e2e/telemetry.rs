@@ -166,7 +166,8 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
     }
     assert!(federated.is_some(), "the upstream's tool answered");
 
-    // MCP (2026-07-28, stateless), with the caller's trace in the header.
+    // MCP (2026-07-28, stateless), with the caller's trace in `_meta` (SEP-414), which
+    // wins over another in the HTTP header.
     let mcp_trace = "0af7651916cd43dd8448eb211c80319c";
     let response = admin
         .post(format!("{base}/mcp"))
@@ -174,11 +175,15 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
         .header("mcp-protocol-version", "2026-07-28")
         .header("mcp-method", "tools/call")
         .header("mcp-name", "echo")
-        .header("traceparent", format!("00-{mcp_trace}-b7ad6b7169203331-01"))
+        .header(
+            "traceparent",
+            "00-1af7651916cd43dd8448eb211c80319d-c7ad6b7169203332-01",
+        )
         .json(
             &json!({"jsonrpc": "2.0", "id": 42, "method": "tools/call", "params": {
             "name": "echo", "arguments": {"message": "over mcp"},
-            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "_meta": {"traceparent": format!("00-{mcp_trace}-b7ad6b7169203331-01"),
+                      "io.modelcontextprotocol/protocolVersion": "2026-07-28",
                       "io.modelcontextprotocol/clientInfo": {"name": "e2e", "version": "1"},
                       "io.modelcontextprotocol/clientCapabilities": {}}}}),
         )

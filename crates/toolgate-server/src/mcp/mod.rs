@@ -503,12 +503,15 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned)
                 .or(protocol_version);
-            let traceparent = parts
-                .headers
-                .get("traceparent")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-                .or(traceparent);
+            // `_meta` (SEP-414, the MCP semantic conventions' carrier) before the HTTP
+            // header, as the call itself reads them (`toolgate_mcp`).
+            let traceparent = traceparent.or_else(|| {
+                parts
+                    .headers
+                    .get("traceparent")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+            });
             let (span, continued) = server_span(
                 &method,
                 tool.as_deref(),
@@ -691,4 +694,17 @@ async fn metadata(State(guard): State<Guard>, headers: HeaderMap) -> Response {
         "resource_name": "toolgate",
     }))
     .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_probe_reads_the_meta_traceparent() {
+        let body = br#"{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"echo","arguments":{"message":"over mcp"},"_meta":{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"e2e","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+        let probed = super::probe(body).expect("probed");
+        assert_eq!(
+            probed.traceparent.as_deref(),
+            Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+        );
+    }
 }
