@@ -76,6 +76,25 @@ async fn gateway(
     (gateway, base, client_with_key(key.trim()))
 }
 
+/// The audit log's `echo` rows, and the trace id of each.
+async fn echo_traces(admin: &reqwest::Client, base: &str) -> (Value, Vec<String>) {
+    let audit: Value = admin
+        .get(format!("{base}/v1/audit?tool=echo"))
+        .send()
+        .await
+        .expect("audit")
+        .json()
+        .await
+        .expect("json");
+    let traces = audit["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter_map(|e| e["trace_id"].as_str().map(str::to_owned))
+        .collect();
+    (audit, traces)
+}
+
 fn spans(file: &std::path::Path) -> Vec<Value> {
     std::fs::read_to_string(file)
         .unwrap_or_default()
@@ -219,20 +238,8 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
     let run_trace = run["id"].as_str().expect("run id").replace('-', "");
 
     // The audit row carries the trace id the spans are in.
-    let audit: Value = admin
-        .get(format!("{base}/v1/audit?tool=echo"))
-        .send()
-        .await
-        .expect("audit")
-        .json()
-        .await
-        .expect("json");
-    let traces: Vec<&str> = audit["entries"]
-        .as_array()
-        .expect("entries")
-        .iter()
-        .filter_map(|e| e["trace_id"].as_str())
-        .collect();
+    let (audit, traces) = echo_traces(&admin, &base).await;
+    let traces: Vec<&str> = traces.iter().map(String::as_str).collect();
     assert!(
         traces.contains(&trace) && traces.contains(&mcp_trace),
         "{audit}"
@@ -438,20 +445,8 @@ async fn otlp_over_grpc_exports_spans_and_metrics_and_flushes_at_exit() {
         .expect("mcp");
     assert_eq!(mcp.status(), 200);
     let _ = mcp.text().await;
-    let audit: Value = admin
-        .get(format!("{base}/v1/audit?tool=echo"))
-        .send()
-        .await
-        .expect("audit")
-        .json()
-        .await
-        .expect("json");
-    let traces: Vec<&str> = audit["entries"]
-        .as_array()
-        .expect("entries")
-        .iter()
-        .filter_map(|e| e["trace_id"].as_str())
-        .collect();
+    let (audit, traces) = echo_traces(&admin, &base).await;
+    let traces: Vec<&str> = traces.iter().map(String::as_str).collect();
     assert_eq!(traces.len(), 4, "every call has its trace id: {audit}");
     assert!(traces.contains(&unsampled), "{audit}");
 
