@@ -194,6 +194,17 @@ fn trace_id(id: String) -> Result<String, ApiError> {
     }
 }
 
+/// The `seq` of the tenant's newest audit row (0 before its first): where a stream that
+/// resumes nothing starts, and how long an intact chain is.
+async fn newest_seq(app: &AppState, tenant: toolgate_core::TenantId) -> Result<i64, ApiError> {
+    Ok(app
+        .store
+        .list_audit(tenant, &AuditFilter::default(), 1)
+        .await?
+        .first()
+        .map_or(0, |row| row.seq))
+}
+
 /// How often the calls stream looks for new rows (calls finish on any instance).
 const EVENTS_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 /// Rows the calls stream reads per look.
@@ -239,12 +250,7 @@ async fn audit_events(
     let tenant = caller.auth.tenant;
     let last = match resume {
         Some(seq) => seq,
-        None => app
-            .store
-            .list_audit(tenant, &AuditFilter::default(), 1)
-            .await?
-            .first()
-            .map_or(0, |row| row.seq),
+        None => newest_seq(&app, tenant).await?,
     };
     struct Follow {
         app: AppState,
@@ -351,12 +357,7 @@ async fn verify_audit(
         .store
         .verify_audit(tenant, app.audit_key.as_ref(), &[])
         .await?;
-    let rows = app
-        .store
-        .list_audit(tenant, &AuditFilter::default(), 1)
-        .await?
-        .first()
-        .map_or(0, |row| row.seq);
+    let rows = newest_seq(&app, tenant).await?;
     Ok(AppJson(Verification {
         verified: broken.is_none(),
         rows,
