@@ -145,6 +145,79 @@ async fn mcp_sessions_are_capped_per_principal() {
     assert_eq!(initialize(client).await.status(), 200);
 }
 
+/// A session nobody used for `mcp.session_retention_secs` is deleted from the store (its
+/// rows were kept forever), and its client gets 404; one held in memory is noted as in
+/// use and kept.
+#[tokio::test]
+async fn sessions_nobody_comes_back_to_are_pruned_and_held_ones_kept() {
+    let gw = Gateway::start_with(|c| {
+        c.mcp.session_dormant_secs = 1;
+        c.mcp.session_retention_secs = 2;
+    })
+    .await;
+    let post = |session: &str, body: serde_json::Value| {
+        let mut request = gw
+            .http
+            .post(gw.url("/mcp"))
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&body);
+        if !session.is_empty() {
+            request = request.header("mcp-session-id", session);
+        }
+        async move { request.send().await.expect("request") }
+    };
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "pruned", "version": "0"}}});
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let mut sessions = Vec::new();
+    for _ in 0..2 {
+        let opened = post("", initialize.clone()).await;
+        assert_eq!(opened.status(), 200);
+        let id = opened.headers()["mcp-session-id"]
+            .to_str()
+            .expect("ascii")
+            .to_owned();
+        assert_eq!(post(&id, initialized.clone()).await.status(), 202);
+        sessions.push(id);
+    }
+    // A log level keeps the second in memory (session_idle_secs); the first goes dormant.
+    let level = json!({"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel",
+                       "params": {"level": "error"}});
+    assert_eq!(post(&sessions[1], level).await.status(), 200);
+
+    let store = toolgate_store::Store::open(None, gw.data.path())
+        .await
+        .expect("the gateway's store");
+    let mut pruned = false;
+    for _ in 0..150 {
+        if store
+            .mcp_session(&sessions[0])
+            .await
+            .expect("read")
+            .is_none()
+        {
+            pruned = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(pruned, "the dormant session was pruned after its retention");
+    assert!(
+        store
+            .mcp_session(&sessions[1])
+            .await
+            .expect("read")
+            .is_some(),
+        "the session held in memory is noted as in use, and kept"
+    );
+    let list = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"});
+    assert_eq!(post(&sessions[0], list.clone()).await.status(), 404);
+    assert_eq!(post(&sessions[1], list).await.status(), 200);
+    gw.stop().await;
+}
+
 /// A session holding nothing beyond its `initialize` leaves memory after
 /// `mcp.session_dormant_secs` and comes back whole when used; one with a log level of its
 /// own stays. A dormant session still counts against the caps.

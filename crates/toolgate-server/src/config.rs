@@ -426,6 +426,11 @@ pub struct McpConfig {
     /// same session, for one replayed handshake (see docs/BENCHMARKS.md for what an idle
     /// session costs in memory).
     pub session_dormant_secs: u64,
+    /// A session nobody used for this long is deleted from the store with its events;
+    /// its client, coming back, gets 404 and opens a new one (as the MCP specification
+    /// has clients do), seconds. Instances note the sessions they hold in memory as in
+    /// use about once a minute (at most a quarter of this apart).
+    pub session_retention_secs: u64,
     /// SSE polling (SEP-1699): a session request still running after this long has its
     /// POST stream closed, and the client resumes it with `Last-Event-ID` (a GET) after
     /// `sse_retry_ms`; a resumed stream is let go of after as long again. Frees the
@@ -482,6 +487,7 @@ impl Default for McpConfig {
             max_sessions_per_tenant: 1024,
             session_idle_secs: 300,
             session_dormant_secs: 5,
+            session_retention_secs: 24 * 3600,
             sse_poll_after_ms: None,
             sse_retry_ms: 3000,
             // OpenAI's Apps SDK keys (`openai/outputTemplate`, …) for OpenAI's clients.
@@ -985,6 +991,10 @@ impl Config {
             (
                 "database.acquire_timeout_ms",
                 self.database.acquire_timeout_ms,
+            ),
+            (
+                "mcp.session_retention_secs",
+                self.mcp.session_retention_secs,
             ),
         ] {
             if secs == 0 {

@@ -337,6 +337,25 @@ impl Store {
         dispatch!(self, s => s.delete_mcp_session(tenant, id).await)
     }
 
+    /// Marks sessions `ids` as in use at `at` (an instance holding them in memory).
+    pub async fn touch_mcp_sessions(
+        &self,
+        ids: &[String],
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        dispatch!(self, s => s.touch_mcp_sessions(ids, at).await)
+    }
+
+    /// Ends the sessions last seen in use before `before`, across tenants, with their
+    /// stored events (retention: a client coming back gets 404 and opens a new one).
+    /// Returns how many went.
+    pub async fn prune_mcp_sessions(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        dispatch!(self, s => s.prune_mcp_sessions(before).await)
+    }
+
     /// Stores one SSE event of `stream` in `session`; returns its sequence number, unique
     /// across the store (and so across gateway instances).
     pub async fn append_mcp_event(

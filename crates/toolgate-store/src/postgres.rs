@@ -659,6 +659,35 @@ impl PostgresStore {
             .collect())
     }
 
+    pub async fn touch_mcp_sessions(
+        &self,
+        ids: &[String],
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        sqlx::query("update mcp_session set last_used_at = $2 where session_id = any($1)")
+            .bind(ids)
+            .bind(at)
+            .execute(&self.owner)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn prune_mcp_sessions(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        let mut tx = self.owner.begin().await?;
+        let gone: Vec<String> = sqlx::query_scalar(
+            "delete from mcp_session where last_used_at < $1 returning session_id",
+        )
+        .bind(before)
+        .fetch_all(&mut *tx)
+        .await?;
+        sqlx::query("delete from mcp_event where session_id = any($1)")
+            .bind(&gone)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(gone.len() as u64)
+    }
+
     pub async fn prune_mcp_events(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
         let done = sqlx::query("delete from mcp_event where created_at < $1")
             .bind(before)

@@ -632,7 +632,7 @@ impl SqliteStore {
 
     pub async fn put_mcp_session(&self, session: &McpSession) -> Result<(), StoreError> {
         sqlx::query(
-            "insert into mcp_session (session_id, tenant_id, principal_id, initialize_params, created_at) values ($1, $2, $3, $4, $5)",
+            "insert into mcp_session (session_id, tenant_id, principal_id, initialize_params, created_at, last_used_at) values ($1, $2, $3, $4, $5, $5)",
         )
         .bind(&session.id)
         .bind(id(session.tenant.0))
@@ -728,6 +728,37 @@ impl SqliteStore {
                 retry_ms,
             })
             .collect())
+    }
+
+    pub async fn touch_mcp_sessions(
+        &self,
+        ids: &[String],
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "update mcp_session set last_used_at = $2 where session_id in (select value from json_each($1))",
+        )
+        .bind(serde_json::to_string(ids).unwrap_or_default())
+        .bind(at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn prune_mcp_sessions(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let gone: Vec<String> = sqlx::query_scalar(
+            "delete from mcp_session where last_used_at < $1 returning session_id",
+        )
+        .bind(before)
+        .fetch_all(&mut *tx)
+        .await?;
+        sqlx::query("delete from mcp_event where session_id in (select value from json_each($1))")
+            .bind(serde_json::to_string(&gone).unwrap_or_default())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(gone.len() as u64)
     }
 
     pub async fn prune_mcp_events(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {

@@ -690,6 +690,52 @@ async fn mcp_events_replay_per_stream_and_only_for_their_tenant_and_session() {
 }
 
 #[tokio::test]
+async fn mcp_sessions_nobody_used_within_the_retention_are_pruned_with_their_events() {
+    on_both(|store| async move {
+        let a = store.create_tenant("acme").await.expect("tenant");
+        let pa = store
+            .create_principal(a.id, &member("alice"))
+            .await
+            .expect("principal");
+        for id in ["old", "kept"] {
+            store
+                .put_mcp_session(&McpSession {
+                    id: id.into(),
+                    tenant: a.id,
+                    principal: pa.id,
+                    initialize_params: "{}".into(),
+                })
+                .await
+                .expect("session");
+            store
+                .append_mcp_event(a.id, id, "r1", Some("{}"), None)
+                .await
+                .expect("event");
+        }
+        let later = chrono::Utc::now() + chrono::Duration::hours(1);
+        // An instance holding "kept" in memory stamps it; "old" nobody came back to.
+        store
+            .touch_mcp_sessions(&["kept".to_owned()], later)
+            .await
+            .expect("touch");
+        let pruned = store
+            .prune_mcp_sessions(later - chrono::Duration::minutes(1))
+            .await
+            .expect("prune");
+        assert_eq!(pruned, 1);
+        assert!(store.mcp_session("old").await.expect("read").is_none());
+        assert!(store.mcp_session("kept").await.expect("read").is_some());
+        // The pruned session's events went with it; the kept one's stay.
+        let left = store
+            .prune_mcp_events(chrono::Utc::now() + chrono::Duration::seconds(1))
+            .await
+            .expect("prune events");
+        assert_eq!(left, 1, "only the kept session's event was left");
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn postgres_announces_a_revocation_to_every_listening_instance() {
     on_postgres(|store, url| async move {
         let dir = tempfile::tempdir().expect("tempdir");

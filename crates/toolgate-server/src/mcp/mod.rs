@@ -280,13 +280,13 @@ pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> 
     let durable_events = mcp
         .durable_streams
         .unwrap_or(matches!(state.store, Store::Postgres(_)) || mcp.sse_poll_after_ms.is_some());
-    if durable_events {
-        prune_events(
-            state.store.clone(),
-            Duration::from_secs(mcp.event_retention_secs),
-            shutdown.clone(),
-        );
-    }
+    let retention = Duration::from_secs(mcp.session_retention_secs);
+    prune(
+        state.store.clone(),
+        durable_events.then(|| Duration::from_secs(mcp.event_retention_secs)),
+        mcp.sessions.then_some(retention),
+        shutdown.clone(),
+    );
     let mut transport = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(mcp.sessions)
         // A 2026-07-28 call whose result is all it sends is answered as one JSON body;
@@ -324,6 +324,7 @@ pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> 
             } else {
                 mcp.session_dormant_secs.min(mcp.session_idle_secs)
             }),
+            touch_every: sessions::touch_every(retention),
         },
         state.mcp_sessions.clone(),
     ));
@@ -357,19 +358,39 @@ pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> 
         .with_state(guard)
 }
 
-/// Drops stored SSE events older than `retention`, every minute, until shutdown.
-fn prune_events(store: Store, retention: Duration, shutdown: CancellationToken) {
+/// Drops stored SSE events older than `events`, and sessions nobody used for `sessions`,
+/// until shutdown.
+fn prune(
+    store: Store,
+    events: Option<Duration>,
+    sessions: Option<Duration>,
+    shutdown: CancellationToken,
+) {
+    if events.is_none() && sessions.is_none() {
+        return;
+    }
+    let before = |retention: Duration| {
+        chrono::Utc::now() - chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::MAX)
+    };
+    let period = sessions.map_or(PRUNE_EVERY, sessions::touch_every);
     tokio::spawn(async move {
-        let mut every = tokio::time::interval(PRUNE_EVERY);
+        let mut every = tokio::time::interval(period);
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = every.tick() => {}
             }
-            let before = chrono::Utc::now()
-                - chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::MAX);
-            if let Err(err) = store.prune_mcp_events(before).await {
+            if let Some(retention) = events
+                && let Err(err) = store.prune_mcp_events(before(retention)).await
+            {
                 tracing::warn!(error = %err, "could not prune stored MCP events");
+            }
+            if let Some(retention) = sessions {
+                match store.prune_mcp_sessions(before(retention)).await {
+                    Ok(0) => {}
+                    Ok(gone) => tracing::debug!(sessions = gone, "unused MCP sessions pruned"),
+                    Err(err) => tracing::warn!(error = %err, "could not prune MCP sessions"),
+                }
             }
         }
     });

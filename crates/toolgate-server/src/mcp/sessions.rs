@@ -202,6 +202,14 @@ pub(super) struct SessionLimits {
     pub idle: Duration,
     /// How soon an unused session with no state of its own is let go of.
     pub dormant: Duration,
+    /// How often the sessions held here are noted in the store as in use.
+    pub touch_every: Duration,
+}
+
+/// How often sessions in memory are noted as in use (and unused ones pruned) for a
+/// retention of `retention`: a quarter of it, between 1 s and a minute.
+pub(super) fn touch_every(retention: Duration) -> Duration {
+    (retention / 4).clamp(Duration::from_secs(1), Duration::from_secs(60))
 }
 
 /// One live session: its rmcp manager, whose it is, when it was last used, and how many
@@ -311,9 +319,10 @@ impl StoredSessions {
             .limits
             .dormant
             .min(self.limits.idle)
-            .min(Duration::from_secs(60))
+            .min(self.limits.touch_every)
             .max(Duration::from_secs(1));
         tokio::spawn(async move {
+            let mut touched = Instant::now();
             loop {
                 tokio::select! {
                     () = stop.cancelled() => return,
@@ -323,6 +332,10 @@ impl StoredSessions {
                     return;
                 };
                 let limits = sessions.limits;
+                if touched.elapsed() >= limits.touch_every {
+                    touched = Instant::now();
+                    sessions.touch().await;
+                }
                 let idle: Vec<(SessionId, Owner, Duration)> = sessions
                     .live
                     .read()
@@ -364,6 +377,24 @@ impl StoredSessions {
                 }
             }
         });
+    }
+
+    /// Notes every session in memory here as in use, so that retention keeps it.
+    async fn touch(&self) {
+        let ids: Vec<String> = self
+            .live
+            .read()
+            .await
+            .keys()
+            .map(|id| id.to_string())
+            .collect();
+        if let Err(err) = self
+            .store
+            .touch_mcp_sessions(&ids, chrono::Utc::now())
+            .await
+        {
+            tracing::warn!(error = %err, "could not note MCP sessions as in use");
+        }
     }
 
     /// Whether `owner` may open one more session here; else notes the refusal for the
