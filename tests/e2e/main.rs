@@ -15,6 +15,7 @@ mod mcp;
 mod mcp_sdk;
 mod overload;
 mod rate_limits;
+mod readme;
 mod relay;
 mod resources;
 mod rest_errors;

@@ -1383,3 +1383,55 @@ mod secret_tests {
         assert!(!format!("{config:?}").contains("hunter2"));
     }
 }
+
+#[cfg(test)]
+mod readme {
+    use super::Config;
+
+    /// The README's TOML blocks, each as written and with its commented-out settings
+    /// (`# key = value`, `# [table]`) uncommented, as a reader trying them would.
+    fn blocks() -> Vec<(usize, String, String)> {
+        let readme = include_str!("../../../README.md");
+        let mut blocks = Vec::new();
+        let mut lines = readme.lines().enumerate();
+        while let Some((at, line)) = lines.next() {
+            if line.trim() != "```toml" {
+                continue;
+            }
+            let (mut written, mut uncommented) = (String::new(), String::new());
+            for (_, line) in lines.by_ref() {
+                if line.trim() == "```" {
+                    break;
+                }
+                written.push_str(line);
+                written.push('\n');
+                let setting = line.strip_prefix("# ").filter(|rest| {
+                    rest.starts_with('[')
+                        || rest.split_once(" = ").is_some_and(|(key, _)| {
+                            !key.is_empty()
+                                && key
+                                    .chars()
+                                    .all(|c| c.is_ascii_alphanumeric() || "_.\"".contains(c))
+                        })
+                });
+                uncommented.push_str(setting.unwrap_or(line));
+                uncommented.push('\n');
+            }
+            blocks.push((at + 1, written, uncommented));
+        }
+        blocks
+    }
+
+    #[test]
+    fn every_toml_block_of_the_readme_is_a_configuration_commented_settings_too() {
+        let blocks = blocks();
+        assert!(blocks.len() >= 5, "found {} blocks", blocks.len());
+        for (line, written, uncommented) in blocks {
+            for (what, text) in [("as written", written), ("uncommented", uncommented)] {
+                if let Err(e) = toml::from_str::<Config>(&text) {
+                    panic!("README.md block at line {line}, {what}: {e}\n{text}");
+                }
+            }
+        }
+    }
+}
