@@ -86,6 +86,7 @@ pub fn providers(data: &[u8]) {
         parallel_tool_calls: true,
         temperature: None,
         max_tokens: None,
+        output_schema: None,
     };
     use toolgate_agent::provider::{anthropic, gemini, ollama, openai};
     for decode in [

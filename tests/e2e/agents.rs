@@ -1078,3 +1078,130 @@ async fn tools_the_caller_may_not_call_are_not_declared() {
         .collect();
     assert_eq!(declared, ["read_file"]);
 }
+
+/// Structured output: an answer not matching the agent's `output_schema` goes back to
+/// the model with what is wrong; the one that matches ends the run, as `output_json`.
+/// Each wire format carries the schema natively where it can alongside tools.
+#[tokio::test]
+async fn an_answer_must_match_the_output_schema_and_a_mismatch_is_sent_back() {
+    let schema = json!({
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city", "days"],
+    });
+    let (wrong, right) = (
+        r#"{"city": "Oslo"}"#,
+        "```json\n{\"city\": \"Oslo\", \"days\": 3}\n```",
+    );
+    for wire in [Wire::Openai, Wire::Anthropic, Wire::Gemini, Wire::Ollama] {
+        let text = |t: &str| match wire {
+            Wire::Openai => says::openai_text(t),
+            Wire::Anthropic => says::anthropic_text(t),
+            Wire::Gemini => says::gemini_text(t),
+            Wire::Ollama => says::ollama_text(t),
+        };
+        let mock = MockLlm::start(wire, vec![Reply::ok(text(wrong)), Reply::ok(text(right))]).await;
+        let gw = gateway(&mock, wire).await;
+        let model = if wire == Wire::Gemini {
+            "gemini-test"
+        } else {
+            "m"
+        };
+        let agent = create_agent(
+            &gw,
+            json!({"name": "planner", "provider": "llm", "model": model,
+                   "tools": ["read_file"], "output_schema": schema}),
+        )
+        .await;
+        let run = run(&gw, &agent, "Plan a trip").await;
+        assert_eq!(run["status"], "completed", "{wire:?}: {run}");
+        assert_eq!(
+            run["output_json"],
+            json!({"city": "Oslo", "days": 3}),
+            "{run}"
+        );
+        assert_eq!(run["output"], r#"{"city":"Oslo","days":3}"#);
+        let notes = steps(&run, "note");
+        assert_eq!(notes.len(), 1, "{run}");
+        assert_eq!(notes[0]["reason"], "output_invalid");
+        assert!(
+            notes[0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("days"),
+            "{run}"
+        );
+
+        let asked = mock.requests();
+        assert_eq!(asked.len(), 2, "{wire:?}");
+        let first = &asked[0].body;
+        let native = match wire {
+            Wire::Openai => first.pointer("/response_format/json_schema/schema"),
+            Wire::Anthropic => first.pointer("/output_config/format/schema"),
+            Wire::Ollama => first.get("format"),
+            // Tools are declared: JSON mode would be refused before Gemini 3.
+            Wire::Gemini => None,
+        };
+        if wire == Wire::Gemini {
+            assert!(
+                first
+                    .pointer("/generationConfig/responseJsonSchema")
+                    .is_none()
+            );
+        } else {
+            assert_eq!(native, Some(&schema), "{wire:?}: {first}");
+        }
+        // The schema is in the instructions on every wire, and the mismatch reached
+        // the model with what was wrong.
+        assert!(
+            first.to_string().contains("only a JSON value that matches"),
+            "{first}"
+        );
+        let second = asked[1].body.to_string();
+        assert!(
+            second.contains("does not match the output schema"),
+            "{second}"
+        );
+        gw.stop().await;
+    }
+}
+
+/// Answers that keep missing the schema fail the run once the retries are spent; the
+/// last answer is kept, and bad schemas are refused when the agent is made.
+#[tokio::test]
+async fn answers_that_keep_missing_the_schema_fail_the_run() {
+    let mock = MockLlm::start(
+        Wire::Openai,
+        vec![Reply::ok(says::openai_text("Oslo, three days"))],
+    )
+    .await;
+    let gw = gateway(&mock, Wire::Openai).await;
+    let (status, _, refused) = gw
+        .post(
+            "/v1/agents",
+            json!({"name": "bad", "provider": "llm", "model": "m",
+                   "output_schema": {"type": "string"}}),
+        )
+        .await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(refused.to_string().contains("output_schema"), "{refused}");
+    let agent = create_agent(
+        &gw,
+        json!({"name": "planner", "provider": "llm", "model": "m", "output_retries": 1,
+               "output_schema": {"type": "object", "required": ["city"]}}),
+    )
+    .await;
+    let run = run(&gw, &agent, "Plan a trip").await;
+    assert_eq!(run["status"], "failed", "{run}");
+    assert_eq!(run["output"], "Oslo, three days");
+    assert!(run.get("output_json").is_none(), "{run}");
+    assert!(
+        run["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not JSON"),
+        "{run}"
+    );
+    assert_eq!(mock.requests().len(), 2, "one answer and one retry");
+    gw.stop().await;
+}

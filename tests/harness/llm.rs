@@ -199,6 +199,33 @@ fn error(wire: Wire, status: u16, message: &str) -> Response {
 fn check(wire: Wire, body: &Value) -> Result<(), String> {
     match wire {
         Wire::Openai => {
+            if let Some(format) = body.get("response_format") {
+                match format["type"].as_str() {
+                    Some("text" | "json_object") => {}
+                    Some("json_schema") => {
+                        let name = format["json_schema"]["name"].as_str().unwrap_or_default();
+                        if name.is_empty()
+                            || name.len() > 64
+                            || !name
+                                .bytes()
+                                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+                        {
+                            return Err("response_format.json_schema.name: must match ^[a-zA-Z0-9_-]{1,64}$".into());
+                        }
+                        if format["json_schema"]["schema"]["type"] != "object" {
+                            return Err(
+                                "response_format.json_schema.schema: the root must be an object"
+                                    .into(),
+                            );
+                        }
+                    }
+                    _ => {
+                        return Err(
+                            "response_format.type: must be text, json_object or json_schema".into(),
+                        );
+                    }
+                }
+            }
             let messages = body["messages"].as_array().ok_or("messages missing")?;
             for (i, m) in messages.iter().enumerate() {
                 for call in m["tool_calls"].as_array().into_iter().flatten() {
@@ -223,6 +250,11 @@ fn check(wire: Wire, body: &Value) -> Result<(), String> {
         Wire::Anthropic => {
             if body["max_tokens"].as_u64().is_none() {
                 return Err("max_tokens: Field required".into());
+            }
+            if let Some(format) = body.pointer("/output_config/format")
+                && (format["type"] != "json_schema" || !format["schema"].is_object())
+            {
+                return Err("output_config.format: type json_schema with a schema object".into());
             }
             let messages = body["messages"].as_array().ok_or("messages missing")?;
             let mut any_tool_blocks = false;
@@ -263,6 +295,19 @@ fn check(wire: Wire, body: &Value) -> Result<(), String> {
             Ok(())
         }
         Wire::Gemini => {
+            let generation = &body["generationConfig"];
+            if generation.get("responseJsonSchema").is_some()
+                && generation["responseMimeType"] != "application/json"
+            {
+                return Err("responseJsonSchema needs responseMimeType application/json".into());
+            }
+            // As models before Gemini 3 answer.
+            if generation["responseMimeType"] == "application/json" && body.get("tools").is_some() {
+                return Err(
+                    "Function calling with a response mime type: 'application/json' is unsupported"
+                        .into(),
+                );
+            }
             let contents = body["contents"].as_array().ok_or("contents missing")?;
             for c in contents {
                 for p in c["parts"].as_array().into_iter().flatten() {
@@ -278,6 +323,12 @@ fn check(wire: Wire, body: &Value) -> Result<(), String> {
         Wire::Ollama => {
             if body["stream"] != json!(false) {
                 return Err("the gateway must ask for stream: false".into());
+            }
+            if let Some(format) = body.get("format")
+                && format != "json"
+                && !format.is_object()
+            {
+                return Err("format: \"json\" or a JSON schema".into());
             }
             Ok(())
         }

@@ -12,6 +12,9 @@ pub const DEFAULT_MAX_TURNS: u32 = 10;
 pub const MAX_MAX_TURNS: u32 = 100;
 /// Identical consecutive calls before the next one is refused.
 pub const DEFAULT_REPETITION_LIMIT: u32 = 3;
+/// Default and largest `output_retries`.
+pub const DEFAULT_OUTPUT_RETRIES: u32 = 2;
+pub const MAX_OUTPUT_RETRIES: u32 = 5;
 
 /// What an agent is, as stored and as sent over REST.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -50,6 +53,14 @@ pub struct AgentConfig {
     /// next is refused; the run ends if the model insists.
     #[serde(default = "default_repetition_limit")]
     pub repetition_limit: u32,
+    /// A JSON Schema (root `"type": "object"`) the final answer must match: the model is
+    /// told it (natively where the provider can), every answer is validated, and a
+    /// mismatch goes back to the model up to `output_retries` times before the run fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<serde_json::Value>,
+    /// Answers that did not match `output_schema` sent back for another try (0–5).
+    #[serde(default = "default_output_retries")]
+    pub output_retries: u32,
     /// Refused when set (see [`AgentConfig::problems`]): kept so that a request naming
     /// it hears where its rules belong, and agents stored before still load.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -62,6 +73,10 @@ fn default_max_turns() -> u32 {
 
 fn default_true() -> bool {
     true
+}
+
+fn default_output_retries() -> u32 {
+    DEFAULT_OUTPUT_RETRIES
 }
 
 fn default_repetition_limit() -> u32 {
@@ -110,6 +125,17 @@ impl AgentConfig {
         if self.max_tokens == Some(0) {
             out.push(("max_tokens".into(), "must be at least 1".into()));
         }
+        if let Some(schema) = &self.output_schema
+            && let Err(e) = crate::output::OutputSchema::new(schema)
+        {
+            out.push(("output_schema".into(), e));
+        }
+        if self.output_retries > MAX_OUTPUT_RETRIES {
+            out.push((
+                "output_retries".into(),
+                format!("must be 0-{MAX_OUTPUT_RETRIES}"),
+            ));
+        }
         if let Err(e) = Toolset::only(&self.tools, &self.categories) {
             out.push(("tools".into(), e.to_string()));
         }
@@ -130,6 +156,11 @@ impl AgentConfig {
     /// The agent's own toolset (before intersecting with the caller's).
     pub fn toolset(&self) -> Result<Toolset, String> {
         Toolset::only(&self.tools, &self.categories).map_err(|e| e.to_string())
+    }
+
+    /// The compiled output schema, when the agent has one (checked by `problems`).
+    pub fn output(&self) -> Option<crate::output::OutputSchema> {
+        crate::output::OutputSchema::new(self.output_schema.as_ref()?).ok()
     }
 
     pub fn tool_timeout(&self) -> Option<Duration> {

@@ -29,11 +29,13 @@
 //! - [`protocol`]: text tool-call protocols for models without function calling
 //!   ([`protocol::react`], [`protocol::xml`]).
 //! - [`agent`]: [`agent::AgentConfig`], what an agent is.
+//! - [`output`]: structured output, the JSON Schema a final answer must match.
 //! - [`run`]: the loop ([`run::drive`]), its events ([`run::RunEvent`]) and the fold that
 //!   rebuilds a run from them ([`run::RunState::fold`]).
 
 pub mod agent;
 pub mod message;
+pub mod output;
 pub mod protocol;
 pub mod provider;
 pub mod run;

@@ -37,6 +37,7 @@ use tracing::Instrument;
 
 use crate::agent::AgentConfig;
 use crate::message::{AssistantMessage, Message, ToolCall, ToolResult};
+use crate::output::OutputSchema;
 use crate::provider::{ModelRequest, Provider, ProviderError, ToolChoice, ToolDecl, Usage};
 
 /// Retries of one tool call that failed with a retryable error (upstream, rate limited,
@@ -182,6 +183,8 @@ pub enum NoteReason {
     AllToolsFailed,
     /// The turn limit (or a persisting repetition) was reached: answer now.
     AnswerNow,
+    /// The answer did not match the agent's output schema: answer again.
+    OutputInvalid,
 }
 
 /// Where a run's events go, in order.
@@ -245,6 +248,8 @@ pub struct RunState {
     pub failed_streak: u32,
     /// Pending calls held for approval, by call id: made again, presenting it.
     pub approvals: HashMap<String, ApprovalId>,
+    /// Answers sent back for not matching the agent's output schema.
+    pub output_retries: u32,
     /// The current turn has started but its model message is not in (the gateway
     /// stopped while the model was thinking): the turn is redone, not skipped.
     pub awaiting_model: bool,
@@ -367,9 +372,12 @@ impl RunState {
                 self.approvals.insert(call_id.clone(), *approval_id);
             }
             RunEvent::RunPaused { .. } => {}
-            RunEvent::Note { text, .. } => {
+            RunEvent::Note { text, reason, .. } => {
                 self.history.push(Message::Note { text: text.clone() });
                 self.answer_now = true;
+                if *reason == NoteReason::OutputInvalid {
+                    self.output_retries += 1;
+                }
             }
             RunEvent::RunFinished {
                 status,
@@ -433,12 +441,19 @@ pub async fn drive(ctx: &RunContext, agent: &AgentConfig, mut state: RunState) -
     let system = agent
         .protocol
         .system_prompt(agent.system_prompt.as_deref(), &decls);
+    let output = agent.output();
+    let system = match (system, &output) {
+        (Some(system), Some(output)) => Some(format!("{system}\n\n{}", output.instruction())),
+        (None, Some(output)) => Some(output.instruction()),
+        (system, None) => system,
+    };
     let (span, trace) = run_span(ctx, agent);
     let mut driver = Driver {
         ctx,
         agent,
         decls,
         system,
+        output,
         trace,
     };
     let outcome = driver.run(&mut state).instrument(span.clone()).await;
@@ -468,6 +483,8 @@ struct Driver<'a> {
     agent: &'a AgentConfig,
     decls: Vec<ToolDecl>,
     system: Option<String>,
+    /// The schema the final answer must match, if the agent has one.
+    output: Option<OutputSchema>,
     /// The `traceparent` the run's tool calls continue: the run's exported span, else
     /// one made from the run id (a run's calls share one trace, whatever drives it).
     trace: String,
@@ -619,9 +636,11 @@ impl Driver<'_> {
                         .best_effort(state, "the model kept calling tools")
                         .await;
                 }
-                return self
-                    .finish(state, RunStatus::Completed, Some(output), false, None)
-                    .await;
+                match self.answer(state, turn, output).await? {
+                    Some(outcome) => return Ok(outcome),
+                    // Sent back for not matching the output schema.
+                    None => continue,
+                }
             }
             let pending: Vec<(ToolCall, bool)> = calls.into_iter().map(|c| (c, false)).collect();
             match self.execute(state, pending).await? {
@@ -681,6 +700,12 @@ impl Driver<'_> {
             parallel_tool_calls: self.agent.parallel_tool_calls,
             temperature: self.agent.temperature,
             max_tokens: self.agent.max_tokens,
+            // A text protocol's replies are its own format; their answers are checked.
+            output_schema: self
+                .output
+                .as_ref()
+                .filter(|_| !self.agent.protocol.is_text())
+                .map(OutputSchema::schema),
         };
         let started = Instant::now();
         // A client span per model call (GenAI conventions), child of the run's span.
@@ -1073,11 +1098,29 @@ impl Driver<'_> {
                 self.append(state, reply.meta.event(turn, message)).await?;
                 let answer = answer.unwrap_or_default();
                 if !called_tools && !answer.trim().is_empty() {
-                    return self
-                        .finish(state, RunStatus::Completed, Some(answer), true, None)
-                        .await;
+                    let checked = match &self.output {
+                        Some(schema) => schema.check(&answer).map(|v| v.to_string()),
+                        None => Ok(answer.clone()),
+                    };
+                    return match checked {
+                        Ok(output) => {
+                            self.finish(state, RunStatus::Completed, Some(output), true, None)
+                                .await
+                        }
+                        Err(why) => {
+                            self.finish(state, RunStatus::Failed, Some(answer), true, Some(why))
+                                .await
+                        }
+                    };
                 }
             }
+        }
+        if self.output.is_some() && !self.ctx.cancel.is_cancelled() {
+            // A summary of tool results is no answer in the agent's schema.
+            let error = format!("{why}, and no answer matching the output schema was given");
+            return self
+                .finish(state, RunStatus::Failed, None, true, Some(error))
+                .await;
         }
         let summary = summarize(&state.history, why);
         let status = if self.ctx.cancel.is_cancelled() {
@@ -1086,6 +1129,55 @@ impl Driver<'_> {
             RunStatus::Completed
         };
         self.finish(state, status, Some(summary), true, None).await
+    }
+
+    /// Ends the run with the model's final `answer`, or, when it does not match the
+    /// agent's output schema and retries are left, sends it back saying what is wrong
+    /// (`None`: the loop goes on).
+    async fn answer(
+        &self,
+        state: &mut RunState,
+        turn: u32,
+        answer: String,
+    ) -> Result<Option<RunOutcome>, Stop> {
+        let Some(schema) = &self.output else {
+            return self
+                .finish(state, RunStatus::Completed, Some(answer), false, None)
+                .await
+                .map(Some);
+        };
+        match schema.check(&answer) {
+            Ok(value) => self
+                .finish(
+                    state,
+                    RunStatus::Completed,
+                    Some(value.to_string()),
+                    false,
+                    None,
+                )
+                .await
+                .map(Some),
+            Err(why) if state.output_retries < self.agent.output_retries => {
+                self.append(
+                    state,
+                    RunEvent::Note {
+                        turn,
+                        reason: NoteReason::OutputInvalid,
+                        text: format!(
+                            "{why}. Reply again with only the JSON value the schema in your instructions asks for."
+                        ),
+                    },
+                )
+                .await?;
+                Ok(None)
+            }
+            Err(why) => {
+                let error = format!("{why} (answers sent back: {})", state.output_retries);
+                self.finish(state, RunStatus::Failed, Some(answer), false, Some(error))
+                    .await
+                    .map(Some)
+            }
+        }
     }
 
     async fn provider_failed(

@@ -112,6 +112,9 @@ pub fn request_body(request: &ModelRequest<'_>) -> Value {
     if let Some(t) = request.temperature {
         body["temperature"] = json!(t);
     }
+    if let Some(schema) = request.output_schema {
+        body["output_config"] = json!({"format": {"type": "json_schema", "schema": schema}});
+    }
     body
 }
 

@@ -113,6 +113,14 @@ pub fn request_body(request: &ModelRequest<'_>) -> Value {
     if let Some(max) = request.max_tokens {
         generation.insert("maxOutputTokens".into(), json!(max));
     }
+    // JSON mode with function declarations is refused by models before Gemini 3: the
+    // schema goes only on calls without tools (the loop validates every answer anyway).
+    if let Some(schema) = request.output_schema
+        && request.tools.is_empty()
+    {
+        generation.insert("responseMimeType".into(), json!("application/json"));
+        generation.insert("responseJsonSchema".into(), schema.clone());
+    }
     if !generation.is_empty() {
         body["generationConfig"] = Value::Object(generation);
     }

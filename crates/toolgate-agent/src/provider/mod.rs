@@ -131,6 +131,11 @@ pub struct ModelRequest<'a> {
     pub temperature: Option<f32>,
     /// Output token limit; Anthropic requires one and gets 4096 when unset.
     pub max_tokens: Option<u32>,
+    /// A JSON Schema the answer must match, sent as the wire's native constraint where
+    /// it has one that works alongside tools: OpenAI `response_format` (`json_schema`),
+    /// Anthropic `output_config.format`, Ollama `format`; Gemini's
+    /// `responseJsonSchema` only on a call that declares no tools.
+    pub output_schema: Option<&'a Value>,
 }
 
 impl ModelRequest<'_> {
@@ -487,6 +492,7 @@ mod tests {
             parallel_tool_calls: true,
             temperature: None,
             max_tokens: None,
+            output_schema: None,
         };
         assert_eq!(request.gateway_name("fs_read"), "fs.read");
         assert_eq!(request.gateway_name("fs_read_2"), "fs_read");

@@ -99,6 +99,9 @@ pub fn request_body(request: &ModelRequest<'_>) -> Value {
     if !options.is_empty() {
         body["options"] = Value::Object(options);
     }
+    if let Some(schema) = request.output_schema {
+        body["format"] = schema.clone();
+    }
     body
 }
 

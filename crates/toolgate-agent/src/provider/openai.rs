@@ -101,6 +101,12 @@ pub fn request_body(request: &ModelRequest<'_>) -> Value {
     if let Some(max) = request.max_tokens {
         body["max_completion_tokens"] = json!(max);
     }
+    if let Some(schema) = request.output_schema {
+        body["response_format"] = json!({
+            "type": "json_schema",
+            "json_schema": {"name": "answer", "schema": schema},
+        });
+    }
     body
 }
 

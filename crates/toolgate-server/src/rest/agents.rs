@@ -108,6 +108,16 @@ pub struct AgentBody {
     /// Identical consecutive tool calls before the next is refused (default 3).
     #[serde(default)]
     pub repetition_limit: Option<u32>,
+    /// Structured output: a JSON Schema (root `"type": "object"`) the final answer must
+    /// match. The model is told it (natively where the provider can), every answer is
+    /// validated, and the run's `output_json` holds the answer as JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub output_schema: Option<Value>,
+    /// Answers not matching `output_schema` sent back for another try before the run
+    /// fails (0–5, default 2).
+    #[serde(default)]
+    pub output_retries: Option<u32>,
     /// Not supported: refused with a pointer to the tenant policy's `agent` rules.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
@@ -134,6 +144,10 @@ impl AgentBody {
             repetition_limit: self
                 .repetition_limit
                 .unwrap_or(toolgate_agent::agent::DEFAULT_REPETITION_LIMIT),
+            output_schema: self.output_schema,
+            output_retries: self
+                .output_retries
+                .unwrap_or(toolgate_agent::agent::DEFAULT_OUTPUT_RETRIES),
             approval_policy: self.approval_policy,
         }
     }
@@ -153,6 +167,8 @@ impl AgentBody {
             temperature: c.temperature,
             max_tokens: c.max_tokens,
             repetition_limit: Some(c.repetition_limit),
+            output_schema: c.output_schema,
+            output_retries: Some(c.output_retries),
             approval_policy: c.approval_policy,
         }
     }

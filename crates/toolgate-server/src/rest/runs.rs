@@ -66,6 +66,11 @@ pub struct RunView {
     pub input: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
+    /// The answer as JSON, when the agent has an `output_schema` and the run completed
+    /// (it matches the schema).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub output_json: Option<Value>,
     /// The answer was forced (turn limit, persisting repetition) from what was gathered.
     pub best_effort: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -84,7 +89,19 @@ pub struct RunView {
 }
 
 fn summary(r: RunRecord, steps: Option<Vec<Value>>) -> RunView {
+    // A completed run of an agent with an output schema ended on an answer the loop
+    // checked against it (the agent as it was when the run started).
+    let structured = r.status == "completed"
+        && r.agent_config
+            .get("output_schema")
+            .is_some_and(|s| !s.is_null());
+    let output_json = r
+        .output
+        .as_deref()
+        .filter(|_| structured)
+        .and_then(|o| serde_json::from_str(o).ok());
     RunView {
+        output_json,
         id: r.id.0,
         agent_id: r.agent_id,
         agent_name: r.agent_name,
