@@ -73,6 +73,7 @@ pub fn xml(data: &[u8]) {
 
 /// Each provider's response decoder, on the same body.
 pub fn providers(data: &[u8]) {
+    streams(data);
     let Ok(raw) = serde_json::from_slice::<Value>(data) else {
         return;
     };
@@ -104,6 +105,33 @@ pub fn providers(data: &[u8]) {
             }
         }
     }
+}
+
+/// The bytes as each provider's stream (SSE or lines), framed and folded: never a panic,
+/// and what a fold finishes is a reply its decoder reads or refuses cleanly.
+fn streams(data: &[u8]) {
+    use toolgate_agent::provider::stream::{Fold, Framer, Framing};
+    use toolgate_agent::provider::{anthropic, gemini, ollama, openai};
+    fn run<F: Fold>(data: &[u8], framing: Framing) -> Option<Value> {
+        let mut framer = Framer::new(framing);
+        let mut fold = F::default();
+        let sink = |_| {};
+        let mid = data.len() / 2;
+        let mut messages = framer.push(&data[..mid]);
+        messages.extend(framer.push(&data[mid..]));
+        messages.extend(framer.finish());
+        for message in messages {
+            let Ok(value) = serde_json::from_str::<Value>(&message) else {
+                continue;
+            };
+            fold.push(value, &sink).ok()?;
+        }
+        fold.finish().ok()
+    }
+    let _ = run::<openai::Fold>(data, Framing::Sse);
+    let _ = run::<anthropic::Fold>(data, Framing::Sse);
+    let _ = run::<gemini::Fold>(data, Framing::Sse);
+    let _ = run::<ollama::Fold>(data, Framing::Ndjson);
 }
 
 /// A JWT's header as the gateway reads it before verifying anything, and the

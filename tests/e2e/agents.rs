@@ -1205,3 +1205,196 @@ async fn answers_that_keep_missing_the_schema_fail_the_run() {
     assert_eq!(mock.requests().len(), 2, "one answer and one retry");
     gw.stop().await;
 }
+
+/// The SSE events of a body: (event, data as JSON).
+fn sse_events(text: &str) -> Vec<(String, Value)> {
+    text.split("\n\n")
+        .filter_map(|event| {
+            let field = |name: &str| {
+                event
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .map(str::to_owned)
+            };
+            Some((
+                field("event: ")?,
+                serde_json::from_str(&field("data: ")?).ok()?,
+            ))
+        })
+        .collect()
+}
+
+/// A streaming agent: on each wire format the model's reply is read as the provider
+/// streams it, its text reaches the run's SSE stream piece by piece before the whole
+/// message step, and the folded reply is the one an unstreamed call gives (tool
+/// arguments put together, usage kept).
+#[tokio::test]
+async fn a_streaming_agents_reply_reaches_the_run_stream_piece_by_piece() {
+    let answer = "The launch is on Tuesday, says the note.";
+    for wire in [Wire::Openai, Wire::Anthropic, Wire::Gemini, Wire::Ollama] {
+        let args = json!({"path": "notes.txt"});
+        let (call, text) = match wire {
+            Wire::Openai => (
+                says::openai_calls(&[("call_1", "read_file", &args.to_string())]),
+                says::openai_text(answer),
+            ),
+            Wire::Anthropic => (
+                says::anthropic_calls("Looking.", &[("toolu_1", "read_file", args.clone())]),
+                says::anthropic_text(answer),
+            ),
+            Wire::Gemini => (
+                says::gemini_calls(&[("read_file", args.clone())]),
+                says::gemini_text(answer),
+            ),
+            Wire::Ollama => (
+                says::ollama_calls(&[("read_file", args.clone())]),
+                says::ollama_text(answer),
+            ),
+        };
+        // The first reply waits for the test's stream to open.
+        let mock = MockLlm::start(
+            wire,
+            vec![
+                Reply::ok(call).delayed(Duration::from_millis(300)),
+                Reply::ok(text),
+            ],
+        )
+        .await;
+        let gw = gateway(&mock, wire).await;
+        let model = if wire == Wire::Gemini {
+            "gemini-test"
+        } else {
+            "m"
+        };
+        let agent = create_agent(
+            &gw,
+            json!({"name": "reader", "provider": "llm", "model": model,
+                   "tools": ["read_file"], "stream": true}),
+        )
+        .await;
+        let (status, _, started) = gw
+            .post(
+                &format!("/v1/agents/{agent}/runs"),
+                json!({"input": "When is the launch?"}),
+            )
+            .await;
+        assert_eq!(status, 201, "{started}");
+        let run_id = started["id"].as_str().expect("run id").to_owned();
+        let sse = gw
+            .http
+            .get(gw.url(&format!("/v1/runs/{run_id}/events")))
+            .send()
+            .await
+            .expect("sse");
+        let text = tokio::time::timeout(Duration::from_secs(30), sse.text())
+            .await
+            .expect("the stream ends after run_finished")
+            .expect("body");
+        let events = sse_events(&text);
+        // Turn 2's pieces: between its start and its whole message, and the answer.
+        let second_turn = events
+            .iter()
+            .position(|(e, d)| e == "turn_started" && d["turn"] == 2)
+            .unwrap_or_else(|| panic!("{wire:?}: {text}"));
+        let message = events
+            .iter()
+            .rposition(|(e, _)| e == "model_message")
+            .expect("the answer's step");
+        let pieces: Vec<&str> = events
+            .iter()
+            .enumerate()
+            .filter(|(_, (e, d))| e == "model_delta" && d["turn"] == 2)
+            .map(|(i, (_, d))| {
+                assert!(
+                    second_turn < i && i < message,
+                    "{wire:?}: a piece outside its turn: {text}"
+                );
+                d["text"].as_str().unwrap_or_default()
+            })
+            .collect();
+        assert!(pieces.len() > 3, "{wire:?}: {pieces:?}");
+        assert_eq!(pieces.concat(), answer, "{wire:?}");
+        assert_eq!(events.last().map(|(e, _)| e.as_str()), Some("run_finished"));
+
+        let (_, _, run) = gw.get(&format!("/v1/runs/{run_id}")).await;
+        assert_eq!(run["status"], "completed", "{wire:?}: {run}");
+        assert_eq!(run["output"], answer);
+        let finished = steps(&run, "tool_call_finished");
+        assert!(
+            finished[0]["result"]["content"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("tuesday"),
+            "{wire:?}: the streamed arguments were put together: {run}"
+        );
+        let messages = steps(&run, "model_message");
+        assert!(
+            messages[1]["usage"]["input_tokens"].as_u64() > Some(0),
+            "{wire:?}: usage from the stream: {run}"
+        );
+        let asked = mock.requests();
+        match wire {
+            Wire::Gemini => assert!(asked[0].path.ends_with(":streamGenerateContent")),
+            _ => assert_eq!(asked[0].body["stream"], true, "{wire:?}"),
+        }
+        if wire == Wire::Openai {
+            assert_eq!(asked[0].body["stream_options"]["include_usage"], true);
+        }
+        gw.stop().await;
+    }
+}
+
+/// A stream that breaks off mid-reply (Anthropic's `overloaded_error` event) is retried;
+/// watchers hear that the pieces so far are void.
+#[tokio::test]
+async fn a_stream_broken_mid_reply_is_retried_and_its_pieces_voided() {
+    let mock = MockLlm::start(
+        Wire::Anthropic,
+        vec![
+            Reply::ok(says::anthropic_text("A first try that breaks"))
+                .delayed(Duration::from_millis(300))
+                .broken_after(5),
+            Reply::ok(says::anthropic_text("The second try.")),
+        ],
+    )
+    .await;
+    let gw = gateway(&mock, Wire::Anthropic).await;
+    let agent = create_agent(
+        &gw,
+        json!({"name": "reader", "provider": "llm", "model": "m", "stream": true}),
+    )
+    .await;
+    let (_, _, started) = gw
+        .post(&format!("/v1/agents/{agent}/runs"), json!({"input": "Hi"}))
+        .await;
+    let run_id = started["id"].as_str().expect("run id").to_owned();
+    let text = gw
+        .http
+        .get(gw.url(&format!("/v1/runs/{run_id}/events")))
+        .send()
+        .await
+        .expect("sse")
+        .text()
+        .await
+        .expect("body");
+    let deltas: Vec<Value> = sse_events(&text)
+        .into_iter()
+        .filter(|(e, _)| e == "model_delta")
+        .map(|(_, d)| d)
+        .collect();
+    let restart = deltas
+        .iter()
+        .position(|d| d["restart"] == true)
+        .unwrap_or_else(|| panic!("a restart: {text}"));
+    assert!(restart > 0, "pieces came before the break: {text}");
+    let after: String = deltas[restart + 1..]
+        .iter()
+        .filter_map(|d| d["text"].as_str())
+        .collect();
+    assert_eq!(after, "The second try.");
+    let (_, _, run) = gw.get(&format!("/v1/runs/{run_id}")).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["output"], "The second try.");
+    assert_eq!(mock.requests().len(), 2);
+    gw.stop().await;
+}

@@ -58,6 +58,10 @@ pub struct AgentConfig {
     /// mismatch goes back to the model up to `output_retries` times before the run fails.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<serde_json::Value>,
+    /// Stream the model's replies: text and reasoning reach the run's event stream as
+    /// they are generated (`model_delta`), before each whole `model_message` step.
+    #[serde(default)]
+    pub stream: bool,
     /// Answers that did not match `output_schema` sent back for another try (0–5).
     #[serde(default = "default_output_retries")]
     pub output_retries: u32,

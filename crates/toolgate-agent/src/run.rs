@@ -38,6 +38,7 @@ use tracing::Instrument;
 use crate::agent::AgentConfig;
 use crate::message::{AssistantMessage, Message, ToolCall, ToolResult};
 use crate::output::OutputSchema;
+use crate::provider::stream::Delta;
 use crate::provider::{ModelRequest, Provider, ProviderError, ToolChoice, ToolDecl, Usage};
 
 /// Retries of one tool call that failed with a retryable error (upstream, rate limited,
@@ -210,6 +211,9 @@ pub struct RunContext {
     pub journal: Arc<dyn Journal>,
     pub cancel: CancellationToken,
     pub request_id: Option<String>,
+    /// Where a streaming agent's pieces of replies go as they arrive (turn, piece): not
+    /// journaled, for those watching the run live.
+    pub deltas: Option<Arc<dyn Fn(u32, Delta) + Send + Sync>>,
 }
 
 /// How a run ended.
@@ -731,12 +735,26 @@ impl Driver<'_> {
         if !chat.is_disabled() {
             chat.record("otel.name", format!("chat {}", self.agent.model));
         }
-        let turn = self
-            .ctx
-            .provider
-            .complete(&request, &self.ctx.cancel)
-            .instrument(chat.clone())
-            .await;
+        let turn = if self.agent.stream {
+            let deltas = self.ctx.deltas.clone();
+            let at = state.turn;
+            let sink = move |delta: Delta| {
+                if let Some(deltas) = &deltas {
+                    deltas(at, delta);
+                }
+            };
+            self.ctx
+                .provider
+                .stream(&request, &self.ctx.cancel, &sink)
+                .instrument(chat.clone())
+                .await
+        } else {
+            self.ctx
+                .provider
+                .complete(&request, &self.ctx.cancel)
+                .instrument(chat.clone())
+                .await
+        };
         let provider = self.ctx.provider.kind().semconv_name();
         if let Ok(turn) = &turn
             && !chat.is_disabled()

@@ -18,12 +18,16 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use toolgate_agent::provider::Provider;
+use toolgate_agent::provider::stream::Delta;
 use toolgate_agent::{AgentConfig, Journal, RunContext, RunEvent, RunState, drive};
 use toolgate_core::{AuthContext, Executor, Registry, RunId, TenantId, Toolset};
 use toolgate_store::{NewRun, RunFinish, RunRecord, Store, StoreError};
 use uuid::Uuid;
 
 /// How long a lease lasts, and how often its owner renews it.
+/// Pieces of replies a slow stream may fall behind by before it skips some (the whole
+/// message follows as a step anyway).
+const DELTA_BACKLOG: usize = 1024;
 const LEASE: Duration = Duration::from_secs(30);
 const RENEW_EVERY: Duration = Duration::from_secs(10);
 /// How often to look for runs whose instance stopped.
@@ -54,6 +58,9 @@ pub struct Runs {
     /// The latest committed step of each run with readers here, to wake SSE streams
     /// and waiting requests.
     bus: Mutex<HashMap<RunId, watch::Sender<Committed>>>,
+    /// Pieces of model replies of runs this instance drives, as SSE data, for the streams
+    /// following them here (never stored).
+    deltas: Mutex<HashMap<RunId, tokio::sync::broadcast::Sender<Arc<str>>>>,
 }
 
 /// How far a run's journal is committed: its last step, and whether that ended (or
@@ -89,6 +96,7 @@ impl Runs {
             instance: format!("toolgate-{}", Uuid::now_v7().simple()),
             active: Mutex::default(),
             bus: Mutex::default(),
+            deltas: Mutex::default(),
         })
     }
 
@@ -167,6 +175,16 @@ impl Runs {
             journal,
             cancel: cancel.clone(),
             request_id,
+            deltas: agent.stream.then(|| {
+                let runs = Arc::downgrade(self);
+                let publish: Arc<dyn Fn(u32, Delta) + Send + Sync> =
+                    Arc::new(move |turn, delta| {
+                        if let Some(runs) = runs.upgrade() {
+                            runs.publish_delta(run, turn, delta);
+                        }
+                    });
+                publish
+            }),
         };
         let this = self.clone();
         // Registered before the task can finish, so it is removed after, not before.
@@ -246,6 +264,31 @@ impl Runs {
         bus.entry(run)
             .or_insert_with(|| watch::channel(Committed::default()).0)
             .subscribe()
+    }
+
+    /// Pieces of `run`'s model replies as they stream in on this instance (the run's
+    /// agent must stream): SSE `model_delta` data, `{"turn", "text"}`, `{"turn",
+    /// "reasoning"}` or `{"turn", "restart": true}`.
+    pub fn subscribe_deltas(&self, run: RunId) -> tokio::sync::broadcast::Receiver<Arc<str>> {
+        let mut deltas = self.deltas.lock().unwrap_or_else(|p| p.into_inner());
+        deltas.retain(|_, tx| tx.receiver_count() > 0);
+        deltas
+            .entry(run)
+            .or_insert_with(|| tokio::sync::broadcast::channel(DELTA_BACKLOG).0)
+            .subscribe()
+    }
+
+    fn publish_delta(&self, run: RunId, turn: u32, delta: Delta) {
+        let deltas = self.deltas.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(tx) = deltas.get(&run).filter(|tx| tx.receiver_count() > 0) else {
+            return;
+        };
+        let data = match delta {
+            Delta::Text(text) => serde_json::json!({"turn": turn, "text": text}),
+            Delta::Reasoning(text) => serde_json::json!({"turn": turn, "reasoning": text}),
+            Delta::Restart => serde_json::json!({"turn": turn, "restart": true}),
+        };
+        let _ = tx.send(data.to_string().into());
     }
 
     fn notify(&self, run: RunId, seq: i64, finished: bool) {

@@ -9,6 +9,7 @@
 
 use serde_json::{Value, json};
 
+use super::stream::{self, Delta, DeltaSink};
 use super::{
     ModelRequest, ModelTurn, ProviderError, ProviderKind, ToolChoice, Usage, WireFormat,
     decode_error, push_to_user,
@@ -35,6 +36,129 @@ impl WireFormat for Anthropic {
 
     fn decode(request: &ModelRequest<'_>, raw: Value) -> Result<ModelTurn, ProviderError> {
         decode(request, raw)
+    }
+
+    type Fold = Fold;
+
+    fn stream_body(request: &ModelRequest<'_>) -> Value {
+        let mut body = request_body(request);
+        body["stream"] = json!(true);
+        body
+    }
+}
+
+/// Messages stream events folded into a message: `message_start` gives the message
+/// (id, model, input usage), `content_block_start` each block, `content_block_delta`
+/// its `text_delta`, `thinking_delta`, `signature_delta` or `input_json_delta` (the
+/// tool input as JSON text in pieces, parsed at `content_block_stop`), `message_delta`
+/// the stop reason and output usage; `message_stop` ends it.
+#[derive(Default)]
+pub struct Fold {
+    message: Option<Value>,
+    blocks: Vec<Value>,
+    /// Each tool_use block's input so far, by block index.
+    inputs: std::collections::HashMap<usize, String>,
+    stopped: bool,
+}
+
+impl Fold {
+    fn block(&mut self, event: &Value) -> Result<&mut Value, ProviderError> {
+        let index = event
+            .get("index")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| decode_error("a content block event without an index"))?
+            as usize;
+        self.blocks
+            .get_mut(index)
+            .ok_or_else(|| decode_error("a delta for a content block that never started"))
+    }
+}
+
+impl stream::Fold for Fold {
+    fn push(&mut self, event: Value, sink: DeltaSink<'_>) -> Result<(), ProviderError> {
+        match event.get("type").and_then(Value::as_str) {
+            Some("message_start") => {
+                self.message = Some(event.get("message").cloned().unwrap_or_else(|| json!({})));
+            }
+            Some("content_block_start") => {
+                let index = event.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+                if index > 1024 {
+                    return Err(decode_error("a content block index beyond 1024"));
+                }
+                while self.blocks.len() <= index {
+                    self.blocks.push(Value::Null);
+                }
+                self.blocks[index] = event.get("content_block").cloned().unwrap_or(Value::Null);
+            }
+            Some("content_block_delta") => {
+                let delta = event.get("delta").cloned().unwrap_or(Value::Null);
+                let text = |key: &str| delta.get(key).and_then(Value::as_str).unwrap_or("");
+                match delta.get("type").and_then(Value::as_str) {
+                    Some("text_delta") => {
+                        stream::append(self.block(&event)?, "text", text("text"));
+                        sink(Delta::Text(text("text").to_owned()));
+                    }
+                    Some("thinking_delta") => {
+                        stream::append(self.block(&event)?, "thinking", text("thinking"));
+                        sink(Delta::Reasoning(text("thinking").to_owned()));
+                    }
+                    Some("signature_delta") => {
+                        stream::append(self.block(&event)?, "signature", text("signature"));
+                    }
+                    Some("input_json_delta") => {
+                        self.block(&event)?;
+                        let index = event.get("index").and_then(Value::as_u64).unwrap_or(0);
+                        self.inputs
+                            .entry(index as usize)
+                            .or_default()
+                            .push_str(text("partial_json"));
+                    }
+                    _ => {}
+                }
+            }
+            Some("content_block_stop") => {
+                let index = event.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+                if let Some(json) = self.inputs.remove(&index) {
+                    // Empty input is `{}`; input that does not parse goes on as text, and
+                    // the loop answers it as malformed arguments.
+                    let input = if json.trim().is_empty() {
+                        json!({})
+                    } else {
+                        serde_json::from_str(&json).unwrap_or(Value::String(json))
+                    };
+                    self.block(&event)?["input"] = input;
+                }
+            }
+            Some("message_delta") => {
+                let message = self.message.get_or_insert_with(|| json!({}));
+                if let Some(delta) = event.get("delta").and_then(Value::as_object) {
+                    for (key, value) in delta {
+                        message[key.as_str()] = value.clone();
+                    }
+                }
+                if let Some(usage) = event.get("usage").and_then(Value::as_object) {
+                    if !message["usage"].is_object() {
+                        message["usage"] = json!({});
+                    }
+                    for (key, value) in usage {
+                        message["usage"][key.as_str()] = value.clone();
+                    }
+                }
+            }
+            Some("message_stop") => self.stopped = true,
+            // `ping`, and event types added later.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<Value, ProviderError> {
+        let (Some(mut message), true) = (self.message, self.stopped) else {
+            return Err(stream::ended_early());
+        };
+        message["content"] =
+            Value::Array(self.blocks.into_iter().filter(|b| !b.is_null()).collect());
+        Ok(message)
     }
 }
 

@@ -10,6 +10,7 @@
 use serde_json::{Value, json};
 use toolgate_core::declarations::gemini_schema;
 
+use super::stream::{self, Delta, DeltaSink};
 use super::{
     ModelRequest, ModelTurn, ProviderError, ProviderKind, ToolChoice, Usage, WireFormat,
     decode_error, push_to_user,
@@ -34,6 +35,91 @@ impl WireFormat for Gemini {
 
     fn decode(request: &ModelRequest<'_>, raw: Value) -> Result<ModelTurn, ProviderError> {
         decode(request, raw)
+    }
+
+    type Fold = Fold;
+
+    fn stream_path(request: &ModelRequest<'_>) -> String {
+        format!(
+            "/v1beta/models/{}:streamGenerateContent?alt=sse",
+            request.model
+        )
+    }
+
+    fn stream_body(request: &ModelRequest<'_>) -> Value {
+        request_body(request)
+    }
+}
+
+/// `streamGenerateContent` chunks (each a `GenerateContentResponse`) folded into one:
+/// text parts appended to the text part before them when both are answer or both are
+/// thought (a thought signature kept on the part), other parts (function calls) kept
+/// whole; the last `finishReason` and `usageMetadata` win. A stream has no end marker.
+#[derive(Default)]
+pub struct Fold {
+    parts: Vec<Value>,
+    finish_reason: Option<Value>,
+    rest: serde_json::Map<String, Value>,
+}
+
+impl stream::Fold for Fold {
+    fn push(&mut self, chunk: Value, sink: DeltaSink<'_>) -> Result<(), ProviderError> {
+        for key in [
+            "usageMetadata",
+            "modelVersion",
+            "responseId",
+            "promptFeedback",
+        ] {
+            if let Some(v) = chunk.get(key) {
+                self.rest.insert(key.to_owned(), v.clone());
+            }
+        }
+        let Some(candidate) = chunk.pointer("/candidates/0") else {
+            return Ok(());
+        };
+        if let Some(reason) = candidate.get("finishReason") {
+            self.finish_reason = Some(reason.clone());
+        }
+        for part in candidate
+            .pointer("/content/parts")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let Some(text) = part.get("text").and_then(Value::as_str) else {
+                self.parts.push(part.clone());
+                continue;
+            };
+            let thought = part.get("thought").and_then(Value::as_bool) == Some(true);
+            sink(if thought {
+                Delta::Reasoning(text.to_owned())
+            } else {
+                Delta::Text(text.to_owned())
+            });
+            let joins = self.parts.last().is_some_and(|last| {
+                last.get("text").is_some()
+                    && (last.get("thought").and_then(Value::as_bool) == Some(true)) == thought
+            });
+            if joins && let Some(last) = self.parts.last_mut() {
+                stream::append(last, "text", text);
+                if let Some(signature) = part.get("thoughtSignature") {
+                    last["thoughtSignature"] = signature.clone();
+                }
+            } else {
+                self.parts.push(part.clone());
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<Value, ProviderError> {
+        let mut candidate = json!({"content": {"role": "model", "parts": self.parts}, "index": 0});
+        if let Some(reason) = self.finish_reason {
+            candidate["finishReason"] = reason;
+        }
+        let mut reply = Value::Object(self.rest);
+        reply["candidates"] = json!([candidate]);
+        Ok(reply)
     }
 }
 

@@ -8,6 +8,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use super::stream::{Delta, DeltaSink, Fold, Framer, Framing, stream_error};
 use super::{ProviderConfig, ProviderError, ProviderErrorKind, ProviderKind, RetryPolicy};
 
 /// Largest response body read from a provider.
@@ -97,6 +98,111 @@ impl HttpClient {
                 Err(err) => return Err(err),
             }
         }
+    }
+
+    /// POSTs `body` to `url` and reads the reply as a stream framed as `framing`, handing
+    /// text and reasoning to `sink` as they come; returns the reply folded whole. Retries
+    /// as [`Self::post_json`], telling `sink` to forget what an attempt sent before it.
+    pub async fn post_stream<F: Fold>(
+        &self,
+        url: &str,
+        body: &Value,
+        framing: Framing,
+        cancel: &CancellationToken,
+        sink: DeltaSink<'_>,
+    ) -> Result<Value, ProviderError> {
+        let sent = std::sync::atomic::AtomicBool::new(false);
+        let counted = |delta: Delta| {
+            sent.store(true, std::sync::atomic::Ordering::Relaxed);
+            sink(delta);
+        };
+        let mut attempt = 0;
+        loop {
+            let result = tokio::select! {
+                result = self.attempt_stream::<F>(url, body, framing, &counted) => result,
+                () = cancel.cancelled() => return Err(cancelled()),
+            };
+            match result {
+                Ok(value) => return Ok(value),
+                Err(err) if err.is_retryable() && attempt < self.retry.max_retries => {
+                    attempt += 1;
+                    if sent.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                        sink(Delta::Restart);
+                    }
+                    let delay = self.retry.delay(attempt, &err);
+                    tracing::warn!(
+                        error = %err,
+                        attempt,
+                        delay_ms = delay.as_millis() as u64,
+                        "streamed provider call failed; retrying"
+                    );
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = cancel.cancelled() => return Err(cancelled()),
+                    }
+                }
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    async fn attempt_stream<F: Fold>(
+        &self,
+        url: &str,
+        body: &Value,
+        framing: Framing,
+        sink: DeltaSink<'_>,
+    ) -> Result<Value, ProviderError> {
+        let mut response = self
+            .client
+            .post(url)
+            .json(body)
+            .send()
+            .await
+            .map_err(transport)?;
+        let status = response.status();
+        if !status.is_success() {
+            let retry_after = retry_after(response.headers());
+            let bytes = read_limited(response).await?;
+            let mut err =
+                ProviderError::new(classify(status, &bytes), error_message(status, &bytes));
+            err.status = Some(status.as_u16());
+            err.retry_after = retry_after;
+            return Err(err);
+        }
+        let mut fold = F::default();
+        let mut framer = Framer::new(framing);
+        let mut read = 0usize;
+        let take = |messages: Vec<String>, fold: &mut F| -> Result<(), ProviderError> {
+            for message in messages {
+                if message.trim() == "[DONE]" {
+                    continue;
+                }
+                let value: Value = serde_json::from_str(&message).map_err(|e| {
+                    ProviderError::new(
+                        ProviderErrorKind::Decode,
+                        format!("a message of the provider's stream is not JSON: {e}"),
+                    )
+                })?;
+                if let Some(err) = stream_error(&value) {
+                    return Err(err);
+                }
+                fold.push(value, sink)?;
+            }
+            Ok(())
+        };
+        while let Some(chunk) = response.chunk().await.map_err(transport)? {
+            read += chunk.len();
+            if read > MAX_BODY_BYTES {
+                return Err(ProviderError::new(
+                    ProviderErrorKind::Decode,
+                    format!("the provider's reply exceeds {MAX_BODY_BYTES} bytes"),
+                ));
+            }
+            take(framer.push(&chunk), &mut fold)?;
+        }
+        take(framer.finish(), &mut fold)?;
+        fold.finish()
     }
 
     async fn attempt(&self, url: &str, body: &Value) -> Result<Value, ProviderError> {

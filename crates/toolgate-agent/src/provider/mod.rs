@@ -6,14 +6,16 @@
 //! lenient — unknown stop reasons, missing ids, `usage: {}`, `finish_reason: ""` all
 //! pass — because OpenAI-compatible servers (vLLM, llama.cpp, LM Studio, OpenRouter) vary.
 //!
-//! Calls are non-streaming: a run's events stream per step (model message, tool call),
-//! not per token.
+//! A call is made whole ([`Provider::complete`]) or streamed ([`Provider::stream`]): then
+//! text and reasoning are handed on as they arrive ([`stream::Delta`]) and the stream is
+//! folded back into the unstreamed reply, read by the same decoder.
 
 pub mod anthropic;
 pub mod gemini;
 pub mod http;
 pub mod ollama;
 pub mod openai;
+pub mod stream;
 
 use std::fmt;
 use std::time::Duration;
@@ -299,6 +301,19 @@ pub trait Provider: Send + Sync {
         request: &ModelRequest<'_>,
         cancel: &CancellationToken,
     ) -> Result<ModelTurn, ProviderError>;
+
+    /// As [`Provider::complete`], streamed: text and reasoning go to `sink` as they are
+    /// generated (a [`stream::Delta::Restart`] before a retry that follows some). Whole
+    /// by default, for providers that cannot stream.
+    async fn stream(
+        &self,
+        request: &ModelRequest<'_>,
+        cancel: &CancellationToken,
+        sink: stream::DeltaSink<'_>,
+    ) -> Result<ModelTurn, ProviderError> {
+        let _ = sink;
+        self.complete(request, cancel).await
+    }
 }
 
 /// One wire format: where a request goes, how it is built, how the reply is read. The
@@ -309,6 +324,15 @@ pub trait WireFormat: Send + Sync + 'static {
     fn path(request: &ModelRequest<'_>) -> String;
     fn request_body(request: &ModelRequest<'_>) -> Value;
     fn decode(request: &ModelRequest<'_>, raw: Value) -> Result<ModelTurn, ProviderError>;
+    /// How a streamed reply is framed, and folded back into the unstreamed one.
+    const FRAMING: stream::Framing = stream::Framing::Sse;
+    type Fold: stream::Fold;
+    /// The path of a streamed call.
+    fn stream_path(request: &ModelRequest<'_>) -> String {
+        Self::path(request)
+    }
+    /// The body of a streamed call.
+    fn stream_body(request: &ModelRequest<'_>) -> Value;
 }
 
 /// A provider endpoint speaking wire format `W`.
@@ -340,6 +364,21 @@ impl<W: WireFormat> Provider for Client<W> {
         let url = self.http.url(&W::path(request));
         let body = W::request_body(request);
         let raw = self.http.post_json(&url, &body, cancel).await?;
+        W::decode(request, raw)
+    }
+
+    async fn stream(
+        &self,
+        request: &ModelRequest<'_>,
+        cancel: &CancellationToken,
+        sink: stream::DeltaSink<'_>,
+    ) -> Result<ModelTurn, ProviderError> {
+        let url = self.http.url(&W::stream_path(request));
+        let body = W::stream_body(request);
+        let raw = self
+            .http
+            .post_stream::<W::Fold>(&url, &body, W::FRAMING, cancel, sink)
+            .await?;
         W::decode(request, raw)
     }
 }

@@ -8,6 +8,7 @@
 
 use serde_json::{Value, json};
 
+use super::stream::{self, Delta, DeltaSink};
 use super::{
     ModelRequest, ModelTurn, ProviderError, ProviderKind, ToolChoice, Usage, WireFormat,
     decode_error,
@@ -30,6 +31,66 @@ impl WireFormat for Ollama {
 
     fn decode(request: &ModelRequest<'_>, raw: Value) -> Result<ModelTurn, ProviderError> {
         decode(request, raw)
+    }
+
+    const FRAMING: stream::Framing = stream::Framing::Ndjson;
+    type Fold = Fold;
+
+    fn stream_body(request: &ModelRequest<'_>) -> Value {
+        let mut body = request_body(request);
+        body["stream"] = json!(true);
+        body
+    }
+}
+
+/// `stream: true` lines folded into the unstreamed reply: `message.content` and
+/// `message.thinking` appended, `message.tool_calls` gathered; the `done: true` line
+/// carries the stop reason and counts.
+#[derive(Default)]
+pub struct Fold {
+    content: String,
+    thinking: String,
+    calls: Vec<Value>,
+    last: Option<Value>,
+}
+
+impl stream::Fold for Fold {
+    fn push(&mut self, line: Value, sink: DeltaSink<'_>) -> Result<(), ProviderError> {
+        let message = line.get("message").unwrap_or(&Value::Null);
+        if let Some(text) = message.get("content").and_then(Value::as_str)
+            && !text.is_empty()
+        {
+            self.content.push_str(text);
+            sink(Delta::Text(text.to_owned()));
+        }
+        if let Some(text) = message.get("thinking").and_then(Value::as_str)
+            && !text.is_empty()
+        {
+            self.thinking.push_str(text);
+            sink(Delta::Reasoning(text.to_owned()));
+        }
+        if let Some(calls) = message.get("tool_calls").and_then(Value::as_array) {
+            self.calls.extend(calls.iter().cloned());
+        }
+        if line.get("done").and_then(Value::as_bool) == Some(true) {
+            self.last = Some(line);
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<Value, ProviderError> {
+        let Some(mut reply) = self.last else {
+            return Err(stream::ended_early());
+        };
+        let mut message = json!({"role": "assistant", "content": self.content});
+        if !self.thinking.is_empty() {
+            message["thinking"] = json!(self.thinking);
+        }
+        if !self.calls.is_empty() {
+            message["tool_calls"] = Value::Array(self.calls);
+        }
+        reply["message"] = message;
+        Ok(reply)
     }
 }
 

@@ -9,6 +9,7 @@
 
 use serde_json::{Value, json};
 
+use super::stream::{self, Delta, DeltaSink};
 use super::{
     ModelRequest, ModelTurn, ProviderError, ProviderKind, ToolChoice, Usage, WireFormat,
     decode_error,
@@ -31,6 +32,117 @@ impl WireFormat for OpenAi {
 
     fn decode(request: &ModelRequest<'_>, raw: Value) -> Result<ModelTurn, ProviderError> {
         decode(request, raw)
+    }
+
+    type Fold = Fold;
+
+    fn stream_body(request: &ModelRequest<'_>) -> Value {
+        let mut body = request_body(request);
+        body["stream"] = json!(true);
+        // The usage comes in a last chunk with no choices.
+        body["stream_options"] = json!({"include_usage": true});
+        body
+    }
+}
+
+/// `chat.completion.chunk`s folded into a `chat.completion`: `delta.content` and
+/// `delta.reasoning_content` / `delta.reasoning` appended, `delta.tool_calls` put
+/// together by `index` (id and name in the first piece, `arguments` in pieces).
+#[derive(Default)]
+pub struct Fold {
+    head: serde_json::Map<String, Value>,
+    text: String,
+    reasoning: String,
+    calls: Vec<Value>,
+    finish_reason: Option<Value>,
+    usage: Option<Value>,
+}
+
+impl stream::Fold for Fold {
+    fn push(&mut self, chunk: Value, sink: DeltaSink<'_>) -> Result<(), ProviderError> {
+        for key in ["id", "model", "created", "system_fingerprint"] {
+            if let Some(v) = chunk.get(key).filter(|v| !v.is_null()) {
+                self.head.entry(key).or_insert_with(|| v.clone());
+            }
+        }
+        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+            self.usage = Some(usage.clone());
+        }
+        let Some(choice) = chunk.pointer("/choices/0") else {
+            return Ok(());
+        };
+        let delta = choice.get("delta").unwrap_or(&Value::Null);
+        if let Some(text) = delta.get("content").and_then(Value::as_str)
+            && !text.is_empty()
+        {
+            self.text.push_str(text);
+            sink(Delta::Text(text.to_owned()));
+        }
+        if let Some(text) = ["reasoning_content", "reasoning"]
+            .iter()
+            .find_map(|k| delta.get(*k).and_then(Value::as_str))
+            .filter(|s| !s.is_empty())
+        {
+            self.reasoning.push_str(text);
+            sink(Delta::Reasoning(text.to_owned()));
+        }
+        for (n, piece) in delta
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let index = piece
+                .get("index")
+                .and_then(Value::as_u64)
+                .map_or(n, |i| i as usize);
+            if index > 1024 {
+                return Err(decode_error("a tool call index beyond 1024"));
+            }
+            while self.calls.len() <= index {
+                self.calls.push(json!({"type": "function", "function": {}}));
+            }
+            let call = &mut self.calls[index];
+            if let Some(id) = piece.get("id").and_then(Value::as_str) {
+                call["id"] = json!(id);
+            }
+            let function = piece.get("function").unwrap_or(&Value::Null);
+            if let Some(name) = function.get("name").and_then(Value::as_str) {
+                stream::append(&mut call["function"], "name", name);
+            }
+            if let Some(args) = function.get("arguments").and_then(Value::as_str) {
+                stream::append(&mut call["function"], "arguments", args);
+            }
+        }
+        if let Some(reason) = choice.get("finish_reason").filter(|r| !r.is_null()) {
+            self.finish_reason = Some(reason.clone());
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<Value, ProviderError> {
+        let Some(finish_reason) = self.finish_reason else {
+            return Err(stream::ended_early());
+        };
+        let mut message = json!({
+            "role": "assistant",
+            "content": if self.text.is_empty() && !self.calls.is_empty() { Value::Null } else { json!(self.text) },
+        });
+        if !self.reasoning.is_empty() {
+            message["reasoning_content"] = json!(self.reasoning);
+        }
+        if !self.calls.is_empty() {
+            message["tool_calls"] = Value::Array(self.calls);
+        }
+        let mut reply = Value::Object(self.head);
+        reply["object"] = json!("chat.completion");
+        reply["choices"] =
+            json!([{"index": 0, "message": message, "finish_reason": finish_reason}]);
+        if let Some(usage) = self.usage {
+            reply["usage"] = usage;
+        }
+        Ok(reply)
     }
 }
 

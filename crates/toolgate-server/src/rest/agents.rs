@@ -114,6 +114,10 @@ pub struct AgentBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub output_schema: Option<Value>,
+    /// Stream the model's replies: text and reasoning reach `GET /v1/runs/{id}/events`
+    /// as `model_delta` events while they are generated (default off).
+    #[serde(default)]
+    pub stream: Option<bool>,
     /// Answers not matching `output_schema` sent back for another try before the run
     /// fails (0–5, default 2).
     #[serde(default)]
@@ -145,6 +149,7 @@ impl AgentBody {
                 .repetition_limit
                 .unwrap_or(toolgate_agent::agent::DEFAULT_REPETITION_LIMIT),
             output_schema: self.output_schema,
+            stream: self.stream.unwrap_or(false),
             output_retries: self
                 .output_retries
                 .unwrap_or(toolgate_agent::agent::DEFAULT_OUTPUT_RETRIES),
@@ -168,6 +173,7 @@ impl AgentBody {
             max_tokens: c.max_tokens,
             repetition_limit: Some(c.repetition_limit),
             output_schema: c.output_schema,
+            stream: Some(c.stream),
             output_retries: Some(c.output_retries),
             approval_policy: c.approval_policy,
         }

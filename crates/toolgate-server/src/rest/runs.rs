@@ -212,7 +212,10 @@ pub struct EventsQuery {
 /// `approval_requested`, `run_paused`, `run_finished`) and `data` the step as JSON. A
 /// paused run's stream stays open and goes on when the run resumes. Steps are stored before they are sent,
 /// so a client that reconnects with `Last-Event-ID` misses none, on any instance. The
-/// stream ends after `run_finished`.
+/// stream ends after `run_finished`. For an agent with `stream: true`, `model_delta`
+/// events (no `id`, never stored; on the instance driving the run) carry the model's
+/// text as it is generated: `{"turn", "text"}`, `{"turn", "reasoning"}`, or `{"turn",
+/// "restart": true}` when a retried call voids what came before.
 #[utoipa::path(get, path = "/v1/runs/{id}/events", tag = "runs",
     params(("id" = Uuid, Path, description = "Run id"), EventsQuery,
            ("Last-Event-ID" = Option<i64>, Header, description = "Resume after this step")),
@@ -263,12 +266,16 @@ fn steps_stream(
     struct Cursor {
         app: AppState,
         updates: tokio::sync::watch::Receiver<crate::runs::Committed>,
+        deltas: tokio::sync::broadcast::Receiver<std::sync::Arc<str>>,
+        deltas_open: bool,
         last: i64,
         queue: std::collections::VecDeque<RunEventRecord>,
         done: bool,
     }
     let cursor = Cursor {
         updates: app.runs.subscribe(run),
+        deltas: app.runs.subscribe_deltas(run),
+        deltas_open: true,
         app,
         last: after,
         queue: Default::default(),
@@ -288,6 +295,19 @@ fn steps_stream(
             if c.done {
                 return None;
             }
+            // Pieces of a reply come before the step that holds it whole: they were
+            // published before it was stored.
+            match c.deltas.try_recv() {
+                Ok(data) => {
+                    let event = Event::default().event("model_delta").data(&*data);
+                    return Some((Ok(event), c));
+                }
+                Err(tokio::sync::broadcast::error::TryRecvError::Lagged(skipped)) => {
+                    tracing::debug!(run_id = %run, skipped, "a slow run stream skipped reply pieces");
+                    continue;
+                }
+                Err(_) => {}
+            }
             match c.app.store.run_events(tenant, run, c.last).await {
                 Ok(events) if !events.is_empty() => {
                     c.queue.extend(events);
@@ -298,8 +318,18 @@ fn steps_stream(
                     tracing::warn!(error = %err, run_id = %run, "reading run events failed");
                 }
             }
+            use tokio::sync::broadcast::error::RecvError;
             tokio::select! {
                 _ = c.updates.changed() => {}
+                piece = c.deltas.recv(), if c.deltas_open => match piece {
+                    Ok(data) => {
+                        let event = Event::default().event("model_delta").data(&*data);
+                        return Some((Ok(event), c));
+                    }
+                    Err(RecvError::Lagged(_)) => {}
+                    // Not while this stream holds a receiver; steps alone then.
+                    Err(RecvError::Closed) => c.deltas_open = false,
+                },
                 () = tokio::time::sleep(POLL) => {}
                 () = c.app.shutdown.cancelled() => return None,
             }
