@@ -4,7 +4,7 @@
 //! provider refuses: an OpenAI or Anthropic tool call without its result, Anthropic tool
 //! blocks without `tools`, Anthropic tool results not at the start of the user message.
 //! A streamed request (`stream: true`; Gemini's `streamGenerateContent?alt=sse`) gets its
-//! reply as that provider streams it, in pieces (see [`streams`]).
+//! reply as that provider streams it, in pieces.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
