@@ -1,17 +1,18 @@
 // Drives the console at BASE in Debian's Chromium (through playwright-core), as people
 // would, for tests/e2e/console.rs:
-//   node console.mjs BASE ADMIN_KEY REVIEWER_KEY REVIEWER_KEY_ID MEMBER_KEY AGENT_ID UPSTREAM_URL SHOTS_DIR
+//   node console.mjs BASE ADMIN_KEY REVIEWER_KEY REVIEWER_KEY_ID MEMBER_KEY AGENT_ID UPSTREAM_URL SHOTS_DIR OTHER_TENANT_KEY
 // A reviewer signs in, watches a call the admin makes over REST appear live, finds it in
 // the audit, verifies the chain, approves the admin's held call (which then runs). The
 // admin, in another browser context, follows an agent run to its end, adds an upstream
-// MCP server and sees it connect with its tools, creates a key
+// MCP server and sees it connect with its tools, edits it to allow one tool, creates a key
 // (secret shown once) and revokes the reviewer's: the reviewer's next action signs its
-// console out. A member key sees only the tools page and nothing the last key saw. Writes a
+// console out. A member key sees only the tools page and nothing the last key saw; another
+// tenant's admin sees none of this tenant's calls, runs, keys, upstreams or tools. Writes a
 // screenshot per page to SHOTS_DIR and prints what it saw as JSON; throws (exit 1) at
 // the first expectation that fails.
 import { launch } from "./chromium.mjs";
 
-const [base, adminKey, reviewerKey, reviewerKeyId, memberKey, agentId, upstreamUrl, shots] =
+const [base, adminKey, reviewerKey, reviewerKeyId, memberKey, agentId, upstreamUrl, shots, otherKey] =
   process.argv.slice(2);
 const seen = {};
 const admin = (path, init = {}) =>
@@ -113,6 +114,16 @@ try {
   seen.upstream = await adminPage.locator('#upstreams-rows tr[data-upstream="fx"]').innerText();
   await adminPage.screenshot({ path: `${shots}/console-tools.png`, fullPage: true });
 
+  // Edited to allow one tool: the others leave the list.
+  await adminPage.getByRole("button", { name: "Edit fx" }).click();
+  await upstreamForm.getByLabel("Allow", { exact: true }).fill("add");
+  await adminPage.screenshot({ path: `${shots}/console-upstream-edit.png`, fullPage: true });
+  await adminPage.getByRole("button", { name: "Save upstream" }).click();
+  await adminPage.locator('#tools-rows tr[data-tool="fx__picture"]').waitFor({ state: "detached", timeout: 20000 });
+  await adminPage.locator('#tools-rows tr[data-tool="fx__add"]').waitFor({ timeout: 20000 });
+  seen.editedTools = await adminPage.locator('#tools-rows tr[data-tool^="fx__"]').evaluateAll((els) => els.map((e) => e.dataset.tool));
+  seen.editButton = await adminPage.locator("#upstream-submit").innerText();
+
   // Keys: one created (its secret shown once), the reviewer's revoked.
   await adminPage.getByRole("link", { name: "Keys" }).click();
   await adminPage.locator("#key-form").getByLabel("Name", { exact: true }).fill("made-in-the-console");
@@ -146,6 +157,40 @@ try {
   seen.memberUpstreams = await page.locator("#upstreams-admin").isVisible();
   seen.memberRows = await page.locator("#calls-rows tr, #audit-rows tr, #approvals-list li").count();
   await shot("member");
+
+  // Another tenant's admin: every page, none of this tenant's data.
+  await page.getByRole("button", { name: "Sign out" }).click();
+  await page.getByLabel("API key").fill(otherKey);
+  await page.keyboard.press("Enter");
+  await page.getByRole("link", { name: "Live calls" }).click();
+  await page.locator("#calls-state", { hasText: "live" }).waitFor();
+  const other = {};
+  // Each page's rows once its request has been answered.
+  const loaded = async (link, path) => {
+    const answered = page.waitForResponse((r) => new URL(r.url()).pathname === path);
+    await page.getByRole("link", { name: link }).click();
+    await answered;
+  };
+  await page.getByRole("link", { name: "Audit" }).click();
+  const searched = page.waitForResponse((r) => new URL(r.url()).pathname === "/v1/audit");
+  await page.getByRole("button", { name: "Search" }).click();
+  await searched;
+  await page.locator("#audit-rows tr").first().waitFor();
+  other.audit = await page.locator("#audit-rows tr").allInnerTexts();
+  other.calls = await page.locator("#calls-rows tr").allInnerTexts();
+  await loaded("Runs", "/v1/runs");
+  other.runs = await page.locator("#runs-rows tr").count();
+  await loaded("Keys", "/v1/keys");
+  await page.locator("#keys-rows tr").first().waitFor();
+  other.keys = await page.locator("#keys-rows tr").allInnerTexts();
+  await loaded("Tools", "/v1/upstreams");
+  await page.locator('#tools-rows tr[data-tool="echo"]').waitFor();
+  other.upstreams = await page.locator("#upstreams-rows tr").count();
+  other.fxTools = await page.locator('#tools-rows tr[data-tool^="fx__"]').count();
+  other.editing = await page.locator("#upstream-drop, #upstream-cancel, #upstream-bearer-help").evaluateAll(
+    (els) => els.filter((e) => e.checkVisibility()).map((e) => e.id));
+  seen.otherTenant = other;
+  await shot("other-tenant");
 
   // Phone width: the console (signed in as the admin) still fits.
   await page.getByRole("button", { name: "Sign out" }).click();

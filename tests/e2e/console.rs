@@ -96,6 +96,18 @@ async fn a_reviewer_follows_calls_verifies_the_audit_and_approves_in_the_browser
     let (reviewer, reviewer_id) =
         principal_key(&gw, "reviewer", &["approvals:decide", "audit:read"]).await;
     let (member, _) = principal_key(&gw, "member", &["tools:invoke"]).await;
+    // Another tenant, with one call of its own.
+    let other = gw.create_tenant("globex").await;
+    let (status, _, body) = read(
+        toolgate_e2e::client_with_key(&other)
+            .post(gw.url("/v1/tools/echo/invoke"))
+            .json(&json!({"arguments": {"message": "globex's own"}}))
+            .send()
+            .await
+            .expect("globex call"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
     let shots = screenshots();
     let seen = run_browser(
         "console.mjs",
@@ -108,6 +120,7 @@ async fn a_reviewer_follows_calls_verifies_the_audit_and_approves_in_the_browser
             agent["id"].as_str().expect("agent id"),
             &format!("http://127.0.0.1:{fixture_port}/mcp"),
             shots.to_str().expect("utf-8"),
+            &other,
         ],
     )
     .await;
@@ -165,6 +178,36 @@ async fn a_reviewer_follows_calls_verifies_the_audit_and_approves_in_the_browser
         "{seen}"
     );
     assert_eq!(seen["memberRows"], 0, "nothing of the reviewer's left");
+    // Edited in the page to allow one tool, its credentials' form reset after.
+    assert_eq!(seen["editedTools"], json!(["fx__add"]), "{seen}");
+    assert_eq!(seen["editButton"], "Add upstream", "{seen}");
+    // The other tenant's admin: its own call only, none of this tenant's runs, keys,
+    // upstreams or tools.
+    let other = &seen["otherTenant"];
+    let audit_rows = other["audit"].as_array().expect("audit rows");
+    assert_eq!(audit_rows.len(), 1, "{other}");
+    assert!(
+        audit_rows[0].as_str().is_some_and(|r| r.contains("echo")),
+        "{other}"
+    );
+    assert!(!other.to_string().contains("seen live"), "{other}");
+    assert_eq!(other["runs"], 0, "{other}");
+    assert_eq!(other["upstreams"], 0, "{other}");
+    assert_eq!(other["fxTools"], 0, "{other}");
+    assert_eq!(
+        other["editing"],
+        json!([]),
+        "the form adds, as it did: {other}"
+    );
+    let keys = other["keys"].as_array().expect("keys");
+    assert!(
+        keys.iter().all(|k| !k
+            .as_str()
+            .unwrap_or_default()
+            .contains("made-in-the-console")
+            && !k.as_str().unwrap_or_default().contains("reviewer")),
+        "{other}"
+    );
     assert_eq!(seen["revoked"], true);
     assert_eq!(seen["phoneOverflow"], false, "fits a phone's width");
     assert_eq!(seen["errors"], json!([]), "{seen}");
@@ -190,6 +233,8 @@ async fn a_reviewer_follows_calls_verifies_the_audit_and_approves_in_the_browser
         "keys",
         "member",
         "revoked",
+        "other-tenant",
+        "upstream-edit",
         "phone",
     ] {
         assert!(shots.join(format!("console-{page}.png")).exists(), "{page}");

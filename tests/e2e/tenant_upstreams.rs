@@ -324,6 +324,72 @@ async fn a_tenants_upstream_is_seen_and_called_by_that_tenant_only() {
     upstream.stop().await;
 }
 
+/// Editing an upstream (the console's form) keeps its write-only credentials when asked,
+/// sealed again for its new name, but never for another server: a changed origin must
+/// send them again.
+#[tokio::test]
+async fn an_edited_upstream_keeps_its_credentials_only_on_its_origin() {
+    let upstream = Gateway::start().await;
+    let gw = Gateway::start_with(loopback).await;
+    let a = gw.http.clone();
+    let (status, created) = send(
+        &a,
+        reqwest::Method::POST,
+        gw.url("/v1/upstreams"),
+        Some(json!({"name": "peer", "url": upstream.url("/mcp"),
+                    "bearer": upstream.admin_key, "headers": {"x-team": "alpha"}})),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+
+    let edit = |body: Value| {
+        send(
+            &a,
+            reqwest::Method::PUT,
+            gw.url("/v1/upstreams/peer"),
+            Some(body),
+        )
+    };
+    let (status, refused) = edit(json!({"name": "peer", "url": upstream.url("/mcp"),
+        "bearer": "new", "keep_credentials": true}))
+    .await;
+    assert_eq!(status, 400, "new credentials or kept ones: {refused}");
+    let elsewhere = "http://127.0.0.1:9/mcp";
+    let (status, refused) =
+        edit(json!({"name": "peer", "url": elsewhere, "keep_credentials": true})).await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(refused.to_string().contains("origin"), "{refused}");
+
+    // Renamed and narrowed, its credentials kept: it connects with them and answers.
+    let (status, edited) = edit(json!({"name": "docs", "url": upstream.url("/mcp"),
+        "allow": ["echo"], "keep_credentials": true}))
+    .await;
+    assert_eq!(status, 200, "{edited}");
+    assert_eq!(edited["bearer"], true, "{edited}");
+    assert_eq!(edited["headers"], json!(["x-team"]), "{edited}");
+    until_tools(&a, &gw, "the edited upstream's tools", |n| {
+        n.iter().any(|t| t == "docs__echo") && !n.iter().any(|t| t.starts_with("peer__"))
+    })
+    .await;
+    let (status, _, done) = gw
+        .invoke("docs__echo", json!({"arguments": {"message": "kept"}}))
+        .await;
+    assert_eq!(status, 200, "the bearer went along: {done}");
+
+    // Without keep_credentials a replacement holds what it says: no credentials.
+    let (status, bare) = send(
+        &a,
+        reqwest::Method::PUT,
+        gw.url("/v1/upstreams/docs"),
+        Some(json!({"name": "docs", "url": upstream.url("/mcp")})),
+    )
+    .await;
+    assert_eq!(status, 200, "{bare}");
+    assert_eq!(bare["bearer"], false, "{bare}");
+    gw.stop().await;
+    upstream.stop().await;
+}
+
 /// Two instances on one Postgres: an upstream added through one is served by the other
 /// within the sync period, and its removal reaches both.
 #[tokio::test]

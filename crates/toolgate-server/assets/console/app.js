@@ -536,6 +536,13 @@ async function loadUpstreams() {
     tr.append(cell(u.name), cell(u.url), cell(u.status.state), cell(u.status.tools.join(", "), "wrap"),
       cell(u.status.last_error, "wrap"));
     const td = document.createElement("td");
+    const edit = document.createElement("button");
+    edit.type = "button";
+    edit.className = "secondary";
+    edit.textContent = "Edit";
+    edit.setAttribute("aria-label", `Edit ${u.name}`);
+    edit.addEventListener("click", () => editUpstream(u));
+    td.append(edit, " ");
     const remove = document.createElement("button");
     remove.type = "button";
     remove.className = "secondary";
@@ -567,15 +574,64 @@ async function loadUpstreams() {
   }
 }
 
-async function addUpstream(e) {
+// The upstream being edited (as listed), or null when the form adds one.
+let editing = null;
+
+const globs = (text) => String(text ?? "").split(",").map((g) => g.trim()).filter(Boolean);
+
+function editUpstream(u) {
+  editing = u;
+  const form = $("upstream-form");
+  form.elements.name.value = u.name;
+  form.elements.url.value = u.url;
+  form.elements.bearer.value = "";
+  form.elements.bearer.placeholder = u.bearer || u.headers.length ? "kept unless you type one" : "";
+  form.elements.allow.value = u.allow.join(", ");
+  form.elements.deny.value = u.deny.join(", ");
+  form.elements.drop.checked = false;
+  $("upstream-drop").hidden = !(u.bearer || u.headers.length);
+  $("upstream-bearer-help").hidden = false;
+  $("upstream-cancel").hidden = false;
+  $("upstream-submit").textContent = "Save upstream";
+  form.elements.url.focus();
+}
+
+function stopEditing() {
+  editing = null;
+  const form = $("upstream-form");
+  form.reset();
+  form.elements.bearer.placeholder = "";
+  $("upstream-drop").hidden = true;
+  $("upstream-bearer-help").hidden = true;
+  $("upstream-cancel").hidden = true;
+  $("upstream-submit").textContent = "Add upstream";
+}
+
+async function saveUpstream(e) {
   e.preventDefault();
   const form = new FormData($("upstream-form"));
-  const body = { name: String(form.get("name")).trim(), url: String(form.get("url")).trim() };
+  const body = {
+    name: String(form.get("name")).trim(),
+    url: String(form.get("url")).trim(),
+    allow: globs(form.get("allow")),
+    deny: globs(form.get("deny")),
+  };
   const bearer = String(form.get("bearer") ?? "").trim();
   if (bearer) body.bearer = bearer;
   try {
-    await api("/v1/upstreams", { method: "POST", body });
-    $("upstream-form").reset();
+    if (editing) {
+      // A replacement: what the form does not show is sent back as it was (a prefix
+      // that was the default follows the new name), credentials kept unless replaced
+      // or removed.
+      if (editing.prefix !== `${editing.name}__`) body.prefix = editing.prefix;
+      body.timeout_secs = editing.timeout_secs;
+      body.max_timeout_secs = editing.max_timeout_secs;
+      body.keep_credentials = !bearer && !form.get("drop");
+      await api(`/v1/upstreams/${encodeURIComponent(editing.name)}`, { method: "PUT", body });
+    } else {
+      await api("/v1/upstreams", { method: "POST", body });
+    }
+    stopEditing();
   } catch (err) {
     $("tools-error").textContent = explain(err, "tenant:admin");
   }
@@ -716,6 +772,7 @@ function signOut(message) {
   $("chart-svg").replaceChildren();
   $("chart-caption").textContent = "Calls per minute, last hour";
   $("upstreams-admin").hidden = true;
+  stopEditing();
   for (const id of ["calls-rows", "audit-rows", "approvals-list", "runs-rows", "run-steps", "keys-rows",
     "tools-rows", "upstreams-rows"]) {
     $(id).replaceChildren();
@@ -751,7 +808,8 @@ $("login-form").addEventListener("submit", async (e) => {
 });
 $("signout").addEventListener("click", () => signOut());
 $("key-form").addEventListener("submit", createKey);
-$("upstream-form").addEventListener("submit", addUpstream);
+$("upstream-form").addEventListener("submit", saveUpstream);
+$("upstream-cancel").addEventListener("click", stopEditing);
 $("calls-filter").addEventListener("input", renderCalls);
 $("audit-form").addEventListener("submit", (e) => {
   e.preventDefault();

@@ -90,6 +90,12 @@ pub struct UpstreamBody {
     /// `tenant_upstreams.max_timeout_secs` (its default).
     #[serde(default)]
     pub max_timeout_secs: Option<u64>,
+    /// On replace (`PUT`): keep the stored `bearer` and `headers` (write-only, so an
+    /// editor cannot send them back), with neither in the body. Only while the URL keeps
+    /// its origin (scheme, host and port): credentials never follow an upstream to
+    /// another server unless sent again.
+    #[serde(default)]
+    pub keep_credentials: bool,
 }
 
 /// A tenant upstream, without its credentials' values.
@@ -448,8 +454,8 @@ async fn get_upstream(
     Ok(AppJson(view(upstreams, record)?))
 }
 
-/// Replace an upstream (credentials included: absent ones are removed). Its connection
-/// is made again.
+/// Replace an upstream (credentials included: absent ones are removed, unless
+/// `keep_credentials` keeps the stored ones). Its connection is made again.
 #[utoipa::path(put, path = "/v1/upstreams/{name}", tag = "upstreams",
     params(("name" = String, Path, description = "Upstream name")),
     request_body(content = UpstreamBody, content_type = "application/json"),
@@ -467,7 +473,22 @@ async fn replace_upstream(
     AppJson(body): AppJson<UpstreamBody>,
 ) -> Result<AppJson<UpstreamView>, ApiError> {
     let upstreams = manager(&app, &caller)?;
-    let (new_name, config, sealed) = prepare(upstreams, &caller, body).await?;
+    let keep = body.keep_credentials;
+    if keep && (body.bearer.is_some() || !body.headers.is_empty()) {
+        return Err(ToolError::invalid_arguments(
+            "keep_credentials keeps the stored bearer and headers: send new ones or keep them, not both",
+        )
+        .into());
+    }
+    let (new_name, mut config, mut sealed) = prepare(upstreams, &caller, body).await?;
+    if keep {
+        let old = app
+            .store
+            .get_upstream(caller.auth.tenant, &name)
+            .await?
+            .ok_or_else(|| not_found(&name))?;
+        sealed = kept_credentials(upstreams, &caller, &old, &new_name, &mut config)?;
+    }
     let write = UpstreamWrite {
         name: &new_name,
         config: &config,
@@ -480,6 +501,49 @@ async fn replace_upstream(
         .ok_or_else(|| not_found(&name))?;
     apply(upstreams).await;
     Ok(AppJson(view(upstreams, record)?))
+}
+
+/// The credentials of upstream `old`, sealed again for its new name and URL (in
+/// `config`, which learns which credentials it has); refused when the URL's origin
+/// changed.
+fn kept_credentials(
+    upstreams: &TenantUpstreams,
+    caller: &Caller,
+    old: &toolgate_store::UpstreamRecord,
+    new_name: &str,
+    config: &mut serde_json::Value,
+) -> Result<Option<Vec<u8>>, ApiError> {
+    let before: Stored = serde_json::from_value(old.config.clone())
+        .map_err(|e| ApiError::Internal(anyhow::anyhow!("stored upstream {}: {e}", old.name)))?;
+    let mut after: Stored =
+        serde_json::from_value(config.clone()).map_err(|e| ApiError::Internal(e.into()))?;
+    let origin = |u: &str| url::Url::parse(u).ok().map(|u| u.origin());
+    if origin(&before.url) != origin(&after.url) {
+        return Err(ToolError::invalid_arguments(
+            "credentials are kept only while the URL keeps its origin (scheme, host and port): send them again for the new server",
+        )
+        .into());
+    }
+    after.header_names = before.header_names;
+    after.bearer = before.bearer;
+    *config = serde_json::to_value(&after).map_err(|e| ApiError::Internal(e.into()))?;
+    let Some(stored) = &old.credentials else {
+        return Ok(None);
+    };
+    let credentials = upstreams
+        .sealer
+        .open(caller.auth.tenant, &old.name, &before.url, stored)
+        .ok_or_else(|| {
+            ApiError::Internal(anyhow::anyhow!(
+                "the stored credentials of upstream {} do not open",
+                old.name
+            ))
+        })?;
+    upstreams
+        .sealer
+        .seal(caller.auth.tenant, new_name, &after.url, &credentials)
+        .map(Some)
+        .map_err(ApiError::Internal)
 }
 
 /// Delete an upstream: its tools go, its connection ends.
