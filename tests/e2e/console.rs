@@ -240,3 +240,105 @@ async fn a_reviewer_follows_calls_verifies_the_audit_and_approves_in_the_browser
         assert!(shots.join(format!("console-{page}.png")).exists(), "{page}");
     }
 }
+
+/// Every page of the console passes axe-core's WCAG 2.1 A/AA rules (no violation at all,
+/// whatever its impact), and the console works from the keyboard: the key field takes
+/// the first Tab, Enter signs in, Tab walks the header's links in order, and Enter on a
+/// link opens its page. Screenshots in `target/screenshots/a11y-*`.
+#[tokio::test]
+async fn every_console_page_passes_axe_and_works_from_the_keyboard() {
+    let mock = MockLlm::start(
+        Wire::Openai,
+        vec![
+            Reply::ok(says::openai_calls(&[(
+                "call_1",
+                "echo",
+                r#"{"message":"hello"}"#,
+            )])),
+            Reply::ok(says::openai_text("I said hello.")),
+        ],
+    )
+    .await;
+    let llm = mock.base.clone();
+    let gw = Gateway::start_with(move |c| {
+        c.providers
+            .insert("llm".into(), crate::agents::provider(Wire::Openai, &llm));
+    })
+    .await;
+    // Something on every page: calls, a held call, a finished run.
+    let (status, _, _) = gw
+        .invoke("echo", json!({"arguments": {"message": "for the audit"}}))
+        .await;
+    assert_eq!(status, 200);
+    let (status, _, agent) = gw
+        .post(
+            "/v1/agents",
+            json!({"name": "greeter", "provider": "llm", "model": "gpt-test", "tools": ["echo"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{agent}");
+    let agent = agent["id"].as_str().expect("agent id");
+    let (status, _, run) = gw
+        .post(
+            &format!("/v1/agents/{agent}/runs"),
+            json!({"input": "say hello", "wait_secs": 30}),
+        )
+        .await;
+    assert_eq!(status, 201, "{run}");
+    let (status, _, body) = read(
+        gw.http
+            .put(gw.url("/v1/policy"))
+            .json(&json!({"level": 5}))
+            .send()
+            .await
+            .expect("policy"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _, held) = gw
+        .invoke("execute_command", json!({"arguments": {"command": "ls"}}))
+        .await;
+    assert_eq!(status, 202, "{held}");
+
+    let shots = screenshots();
+    let seen = run_browser(
+        "a11y.mjs",
+        &[
+            &gw.base,
+            &gw.admin_key,
+            run["id"].as_str().expect("run id"),
+            shots.to_str().expect("utf-8"),
+        ],
+    )
+    .await;
+    for page in [
+        "login",
+        "calls",
+        "audit",
+        "approvals",
+        "runs",
+        "tools",
+        "keys",
+    ] {
+        assert_eq!(
+            seen["pages"][page],
+            json!([]),
+            "{page}: axe found violations: {:#}",
+            seen["pages"][page]
+        );
+        assert!(shots.join(format!("a11y-{page}.png")).exists(), "{page}");
+    }
+    assert_eq!(seen["firstFocus"], "key", "{seen}");
+    let tabs: Vec<&str> = seen["tabs"]
+        .as_array()
+        .expect("tabs")
+        .iter()
+        .filter_map(|t| t.as_str())
+        .collect();
+    let links = ["Live calls", "Audit", "Approvals", "Runs", "Tools", "Keys"];
+    let reached: Vec<&str> = tabs.iter().copied().filter(|t| links.contains(t)).collect();
+    assert_eq!(reached, links, "Tab walks the header in order: {tabs:?}");
+    assert_eq!(seen["auditByKeyboard"], true, "{seen}");
+    assert_eq!(seen["errors"], json!([]), "{seen}");
+    gw.stop().await;
+}
