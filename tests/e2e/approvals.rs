@@ -631,9 +631,10 @@ async fn an_agent_run_pauses_for_approval_and_resumes_on_another_gateway_process
     db.drop_db().await;
 }
 
-/// An MCP client whose user answers every elicitation with `approve`.
+/// An MCP client whose user answers every elicitation with `approve` and `reason`.
 struct User {
     approve: bool,
+    reason: String,
     asked: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
@@ -659,7 +660,7 @@ impl rmcp::ClientHandler for User {
             self.asked.lock().expect("lock").push(message);
         }
         let mut result = rmcp::model::ElicitResult::new(rmcp::model::ElicitationAction::Accept);
-        result.content = Some(json!({"approve": self.approve, "reason": "asked in the client"}));
+        result.content = Some(json!({"approve": self.approve, "reason": self.reason}));
         Ok(result)
     }
 }
@@ -687,6 +688,7 @@ async fn an_mcp_client_that_can_elicit_lets_its_user_decide_when_the_tenant_allo
         );
         let client = User {
             approve,
+            reason: "asked in the client".into(),
             asked: asked.clone(),
         }
         .serve(transport)
@@ -724,6 +726,7 @@ async fn an_mcp_client_that_can_elicit_lets_its_user_decide_when_the_tenant_allo
     );
     let client = User {
         approve: true,
+        reason: "asked in the client".into(),
         asked: asked.clone(),
     }
     .serve(transport)
@@ -739,6 +742,35 @@ async fn an_mcp_client_that_can_elicit_lets_its_user_decide_when_the_tenant_allo
             .contains("approval_required")
     );
     assert!(asked.lock().expect("lock").is_empty());
+    client.cancel().await.expect("close");
+
+    // A decision through the client follows the rules a REST one does: a reason longer
+    // than 2,000 characters is refused there, and here too (it was taken): the call
+    // stays held, its approval pending.
+    put_policy(&base, &gw.http, json!({"level": 9, "self_approval": true})).await;
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(gw.url("/mcp"))
+            .auth_header(gw.admin_key.clone()),
+    );
+    let client = User {
+        approve: true,
+        reason: "x".repeat(2001),
+        asked: asked.clone(),
+    }
+    .serve(transport)
+    .await
+    .expect("connect");
+    let held = client
+        .call_tool(call("long reason"))
+        .await
+        .expect("tools/call");
+    assert_eq!(held.is_error, Some(true), "{held:?}");
+    assert_eq!(asked.lock().expect("lock").len(), 1, "the user was asked");
+    let (_, _, pending) = gw.get("/v1/approvals?status=pending").await;
+    assert!(
+        pending.to_string().contains("long reason"),
+        "still pending: {pending}"
+    );
     client.cancel().await.expect("close");
 }
 

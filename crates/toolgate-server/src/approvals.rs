@@ -135,6 +135,84 @@ pub async fn record_decision(
         .await
 }
 
+/// Longest reason a decision may give, in characters.
+pub const MAX_REASON_CHARS: usize = 2000;
+
+/// A person decides approval `id`, through any front door (REST, an MCP client's
+/// elicitation): the one place the rules of deciding live. The decider needs
+/// `approvals:decide`; nobody decides their own call unless the tenant's policy allows
+/// self-approval; a reason is at most [`MAX_REASON_CHARS`], and a denial without one
+/// says so. The decision is stored (once: a decided approval is a conflict), audited
+/// as a row of adapter `approval`, announced as the `approval.decided` event, and what
+/// it allows is set going ([`after_decision`]).
+pub async fn decide(
+    app: &AppState,
+    decider: &Arc<AuthContext>,
+    id: ApprovalId,
+    approve: bool,
+    reason: String,
+    request_id: Option<&str>,
+) -> Result<ApprovalRecord, ApiError> {
+    if !decider.has_scope(toolgate_core::auth::scopes::APPROVALS_DECIDE) {
+        return Err(
+            ToolError::forbidden("deciding approvals needs the approvals:decide scope").into(),
+        );
+    }
+    if reason.chars().count() > MAX_REASON_CHARS {
+        return Err(ToolError::invalid_arguments(format!(
+            "the reason is longer than {MAX_REASON_CHARS} characters"
+        ))
+        .with_violations(vec![toolgate_core::Violation {
+            pointer: "/reason".into(),
+            message: format!("at most {MAX_REASON_CHARS} characters"),
+        }])
+        .into());
+    }
+    let tenant = decider.tenant;
+    let record = app
+        .store
+        .get_approval(tenant, id)
+        .await?
+        .ok_or_else(|| ToolError::not_found(format!("no approval {id} in your tenant")))?;
+    if record.requester == decider.principal.id
+        && !app
+            .approvals
+            .policy(tenant)
+            .await
+            .map_err(|e| ToolError::new(ErrorKind::Unavailable, e.to_string()))?
+            .self_approval
+    {
+        return Err(ToolError::forbidden(
+            "you made this call, so someone else must decide it (the tenant's policy does not allow self-approval)",
+        )
+        .into());
+    }
+    let decision = toolgate_store::approvals::Decision {
+        approve,
+        by: decider.principal.id,
+        by_name: decider.principal.name.clone(),
+        reason: if reason.is_empty() && !approve {
+            "denied without a reason".to_owned()
+        } else {
+            reason
+        },
+    };
+    let decided = app.store.decide_approval(tenant, id, &decision).await?;
+    record_decision(app, decider, request_id, &decided)
+        .await
+        .map_err(|e| ApiError::Internal(anyhow::anyhow!(e)))?;
+    tracing::info!(
+        target: "toolgate::approval",
+        event = "approval.decided",
+        %tenant,
+        approval_id = %id,
+        status = %decided.status,
+        decided_by = %decider.principal.id,
+    );
+    after_decision(app, &decided).await;
+    Ok(decided)
+}
+
 /// Decisions made by callers on their own calls, through their MCP client's elicitation.
 pub struct McpDesk(pub AppState);
 
@@ -157,23 +235,17 @@ impl toolgate_mcp::ApprovalDesk for McpDesk {
         approve: bool,
         reason: String,
     ) -> Result<(), String> {
-        let app = &self.0;
-        let decision = toolgate_store::approvals::Decision {
+        decide(
+            &self.0,
+            &Arc::new(auth.clone()),
+            approval,
             approve,
-            by: auth.principal.id,
-            by_name: auth.principal.name.clone(),
             reason,
-        };
-        let decided = app
-            .store
-            .decide_approval(auth.tenant, approval, &decision)
-            .await
-            .map_err(|e| e.to_string())?;
-        record_decision(app, &Arc::new(auth.clone()), None, &decided)
-            .await
-            .map_err(|e| e.to_string())?;
-        after_decision(app, &decided).await;
-        Ok(())
+            None,
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| e.into_problem().1.detail)
     }
 }
 

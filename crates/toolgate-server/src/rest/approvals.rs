@@ -18,7 +18,7 @@ use toolgate_core::auth::scopes;
 use toolgate_core::limits::RateLimits;
 use toolgate_core::policy::Rule;
 use toolgate_core::{Action, Adapter, ApprovalId, CallId, Policy, Risk, ToolError, Violation};
-use toolgate_store::approvals::{ApprovalRecord, Decision};
+use toolgate_store::approvals::ApprovalRecord;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -635,50 +635,16 @@ async fn decide(
     AppJson(body): AppJson<DecideRequest>,
 ) -> Result<AppJson<ApprovalView>, ApiError> {
     caller.require(scopes::APPROVALS_DECIDE)?;
-    let id = ApprovalId(id);
-    let tenant = caller.auth.tenant;
-    let record = app
-        .store
-        .get_approval(tenant, id)
-        .await?
-        .ok_or_else(|| ToolError::not_found(format!("no approval {id} in your tenant")))?;
-    if record.requester == caller.auth.principal.id
-        && !current_policy(&app, &caller).await?.self_approval
-    {
-        return Err(ToolError::forbidden(
-            "you made this call, so someone else must decide it (the tenant's policy does not allow self-approval)",
-        )
-        .into());
-    }
-    if body.reason.chars().count() > 2000 {
-        return Err(ApiError::Malformed(
-            "reason is longer than 2000 characters".into(),
-        ));
-    }
     let approve = matches!(body.decision, DecisionKind::Approve);
-    let decision = Decision {
+    let decided = crate::approvals::decide(
+        &app,
+        &caller.auth,
+        ApprovalId(id),
         approve,
-        by: caller.auth.principal.id,
-        by_name: caller.auth.principal.name.clone(),
-        reason: if body.reason.is_empty() && !approve {
-            "denied without a reason".to_owned()
-        } else {
-            body.reason
-        },
-    };
-    let decided = app.store.decide_approval(tenant, id, &decision).await?;
-    crate::approvals::record_decision(&app, &caller.auth, Some(&request_id), &decided)
-        .await
-        .map_err(|e| ApiError::Internal(anyhow::anyhow!(e)))?;
-    tracing::info!(
-        target: "toolgate::approval",
-        event = "approval.decided",
-        %tenant,
-        approval_id = %id,
-        status = %decided.status,
-        decided_by = %caller.auth.principal.id,
-    );
-    crate::approvals::after_decision(&app, &decided).await;
+        body.reason,
+        Some(&request_id),
+    )
+    .await?;
     Ok(AppJson(ApprovalView::from(&decided)))
 }
 
