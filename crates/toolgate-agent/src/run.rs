@@ -1032,11 +1032,7 @@ impl Driver<'_> {
                 }
                 Err(err)
                     if attempt < TOOL_RETRIES
-                        && matches!(
-                            err.kind,
-                            ErrorKind::Upstream | ErrorKind::RateLimited | ErrorKind::Timeout
-                        )
-                        && err.recoverable
+                        && err.is_retryable()
                         && !self.has_effects(&call.name)
                         && !self.ctx.cancel.is_cancelled() =>
                 {
@@ -1297,20 +1293,13 @@ enum Settled {
 
 /// The `approval_requested` event for a call the policy held, if `err` says so.
 fn held(turn: u32, call: &ToolCall, err: &ToolError) -> Option<RunEvent> {
-    if err.kind != ErrorKind::ApprovalRequired {
-        return None;
-    }
-    let details = err.details.as_ref()?;
-    let approval_id = details.get("approval_id")?.as_str()?.parse().ok()?;
+    let held = err.held?;
     Some(RunEvent::ApprovalRequested {
         turn,
         call_id: call.id.clone(),
         tool: call.name.clone(),
-        approval_id,
-        expires_in_secs: details
-            .get("expires_in_secs")
-            .and_then(Value::as_u64)
-            .unwrap_or(0),
+        approval_id: held.approval,
+        expires_in_secs: held.expires_in.as_secs(),
     })
 }
 

@@ -130,6 +130,31 @@ pub struct ToolError {
     /// The internal cause, for logs only.
     #[serde(skip)]
     pub cause: Option<String>,
+    /// Held for a person's approval (`approval_required`): the typed twin of
+    /// `details.approval_id` and `details.expires_in_secs`, for code that acts on it.
+    #[serde(skip)]
+    pub held: Option<Held>,
+    /// When the same call may be made again (`Retry-After`), and whether the tool did not
+    /// run at all: the typed twin of `details.retry_after_secs` and `details.not_run`.
+    #[serde(skip)]
+    pub retry: Option<Retry>,
+}
+
+/// A call held for a person's approval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Held {
+    pub approval: crate::ApprovalId,
+    /// Until the approval expires (and counts as denied).
+    pub expires_in: std::time::Duration,
+}
+
+/// When to come back after a refusal or a transient failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retry {
+    pub after: std::time::Duration,
+    /// Refused at admission, before the tool ran: the same call may be made again even
+    /// when it has side effects.
+    pub not_run: bool,
 }
 
 impl ToolError {
@@ -142,7 +167,64 @@ impl ToolError {
             violations: Vec::new(),
             details: None,
             cause: None,
+            held: None,
+            retry: None,
         }
+    }
+
+    /// `tool`'s call, held until approval `approval` is decided (or expires in
+    /// `expires_in`).
+    pub fn held(tool: &str, approval: crate::ApprovalId, expires_in: std::time::Duration) -> Self {
+        let mut err = Self::new(
+            ErrorKind::ApprovalRequired,
+            format!("calling {tool} needs a person's approval first; approval {approval} is pending"),
+        )
+        .with_details(serde_json::json!({
+            "approval_id": approval,
+            "expires_in_secs": expires_in.as_secs(),
+        }))
+        .with_suggestion(format!(
+            "someone with the approvals:decide scope approves it (POST /v1/approvals/{approval}); then make the same call again"
+        ));
+        err.held = Some(Held {
+            approval,
+            expires_in,
+        });
+        err
+    }
+
+    /// Says when to come back (whole seconds, rounded up, at least one), and whether the tool did
+    /// not run; also in `details` (`retry_after_secs`, `not_run`) for the wire.
+    pub fn with_retry_after(mut self, after: std::time::Duration, not_run: bool) -> Self {
+        let secs = (after.as_secs() + u64::from(after.subsec_nanos() > 0)).max(1);
+        let mut details = match self.details.take() {
+            Some(Value::Object(map)) => map,
+            _ => serde_json::Map::new(),
+        };
+        details.insert("retry_after_secs".into(), secs.into());
+        if not_run {
+            details.insert("not_run".into(), true.into());
+        }
+        self.details = Some(Value::Object(details));
+        self.retry = Some(Retry {
+            after: std::time::Duration::from_secs(secs),
+            not_run,
+        });
+        self
+    }
+
+    /// Whether the very same call, made again later, may succeed: a rate limit, a
+    /// deadline, an upstream's failure or the gateway unable to serve for now, unless
+    /// the error says it is final (`recoverable: false`).
+    pub fn is_retryable(&self) -> bool {
+        self.recoverable
+            && matches!(
+                self.kind,
+                ErrorKind::RateLimited
+                    | ErrorKind::Timeout
+                    | ErrorKind::Upstream
+                    | ErrorKind::Unavailable
+            )
     }
 
     pub fn invalid_arguments(message: impl Into<String>) -> Self {
@@ -213,4 +295,55 @@ pub fn chain(err: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn held_and_retry_are_typed_and_on_the_wire() {
+        let approval = crate::ApprovalId::new();
+        let err = ToolError::held("execute_command", approval, Duration::from_secs(60));
+        assert_eq!(err.kind, ErrorKind::ApprovalRequired);
+        assert_eq!(err.held.map(|h| h.approval), Some(approval));
+        let wire = serde_json::to_value(&err).expect("json");
+        assert_eq!(wire["details"]["approval_id"], approval.to_string());
+        assert_eq!(wire["details"]["expires_in_secs"], 60);
+
+        let refused = ToolError::new(ErrorKind::RateLimited, "slow down")
+            .with_details(serde_json::json!({"limit": "tenant"}))
+            .with_retry_after(Duration::from_millis(200), true);
+        assert_eq!(
+            refused.retry,
+            Some(Retry {
+                after: Duration::from_secs(1),
+                not_run: true
+            })
+        );
+        let wire = serde_json::to_value(&refused).expect("json");
+        assert_eq!(wire["details"]["limit"], "tenant", "other details kept");
+        assert_eq!(wire["details"]["retry_after_secs"], 1);
+        assert_eq!(wire["details"]["not_run"], true);
+    }
+
+    #[test]
+    fn only_transient_failures_are_retryable() {
+        for kind in ErrorKind::ALL {
+            let retryable = ToolError::new(kind, "x").is_retryable();
+            let transient = matches!(
+                kind,
+                ErrorKind::RateLimited
+                    | ErrorKind::Timeout
+                    | ErrorKind::Upstream
+                    | ErrorKind::Unavailable
+            );
+            assert_eq!(retryable, transient, "{kind}");
+        }
+        let mut final_upstream = ToolError::upstream("404 from the site");
+        final_upstream.recoverable = false;
+        assert!(!final_upstream.is_retryable());
+    }
 }

@@ -387,20 +387,7 @@ impl Executor {
                 let expires_in = expires_at
                     .duration_since(std::time::SystemTime::now())
                     .unwrap_or_default();
-                Err(ToolError::new(
-                    ErrorKind::ApprovalRequired,
-                    format!(
-                        "calling {} needs a person's approval first; approval {approval} is pending",
-                        spec.name
-                    ),
-                )
-                .with_details(serde_json::json!({
-                    "approval_id": approval,
-                    "expires_in_secs": expires_in.as_secs(),
-                }))
-                .with_suggestion(format!(
-                    "someone with the approvals:decide scope approves it (POST /v1/approvals/{approval}); then make the same call again"
-                )))
+                Err(ToolError::held(&spec.name, approval, expires_in))
             }
             Gate::Denied {
                 approval,
@@ -588,7 +575,7 @@ pub const RETRY_AFTER_SECS: u64 = 1;
 fn audit_failure(audit_err: &AuditError, for_now: &str, otherwise: &str) -> ToolError {
     let mut err = if audit_err.transient {
         ToolError::new(ErrorKind::Unavailable, for_now)
-            .with_details(serde_json::json!({"retry_after_secs": RETRY_AFTER_SECS}))
+            .with_retry_after(Duration::from_secs(RETRY_AFTER_SECS), false)
             .with_suggestion("make the same call again shortly")
     } else {
         ToolError::new(ErrorKind::Internal, otherwise)

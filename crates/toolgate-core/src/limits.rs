@@ -162,12 +162,7 @@ impl Limit {
 /// Whether `err` is a refusal at admission: the tool did not run, so the same call may be
 /// made again after `retry_after_secs` even when it has side effects.
 pub fn refused_before_running(err: &ToolError) -> Option<Duration> {
-    let details = err.details.as_ref()?;
-    if details.get("not_run") != Some(&serde_json::Value::Bool(true)) {
-        return None;
-    }
-    let secs = details.get("retry_after_secs")?.as_u64()?;
-    Some(Duration::from_secs(secs))
+    err.retry.filter(|r| r.not_run).map(|r| r.after)
 }
 
 /// A refused call: the limit it hit and the error its caller gets.
@@ -405,9 +400,8 @@ fn tool_hash(tool: &str) -> u64 {
 
 /// A `rate_limited` error asking to come back after `wait` (at least a second).
 fn limited(message: String, wait: Duration) -> ToolError {
-    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
     ToolError::new(ErrorKind::RateLimited, message)
-        .with_details(serde_json::json!({"retry_after_secs": secs.max(1), "not_run": true}))
+        .with_retry_after(wait, true)
         .with_suggestion("wait for retry_after_secs, then make the same call again")
 }
 
@@ -415,10 +409,7 @@ fn shed(limit: Limit, message: &str) -> Refusal {
     Refusal {
         limit,
         error: ToolError::new(ErrorKind::Unavailable, message)
-            .with_details(serde_json::json!({
-                "retry_after_secs": crate::executor::RETRY_AFTER_SECS,
-                "not_run": true,
-            }))
+            .with_retry_after(Duration::from_secs(crate::executor::RETRY_AFTER_SECS), true)
             .with_suggestion("make the same call again shortly"),
     }
 }

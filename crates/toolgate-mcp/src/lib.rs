@@ -950,13 +950,7 @@ impl McpAdapter {
         err: &ToolError,
     ) -> Option<ApprovalId> {
         let desk = self.desk.as_ref()?;
-        let approval: ApprovalId = err
-            .details
-            .as_ref()?
-            .get("approval_id")?
-            .as_str()?
-            .parse()
-            .ok()?;
+        let approval: ApprovalId = err.held?.approval;
         if !context
             .peer
             .supported_elicitation_modes()

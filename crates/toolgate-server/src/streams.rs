@@ -115,7 +115,7 @@ impl Streams {
         };
         if let Some(message) = refused {
             return Err(ToolError::new(ErrorKind::RateLimited, message)
-                .with_details(serde_json::json!({"retry_after_secs": RETRY_AFTER_SECS}))
+                .with_retry_after(std::time::Duration::from_secs(RETRY_AFTER_SECS), false)
                 .with_suggestion("close a stream you no longer follow, then try again"));
         }
         *open.principals.entry(principal).or_default() += 1;

@@ -573,7 +573,7 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
             ErrorKind::RateLimited,
             "you hold as many MCP sessions as one principal (or your tenant) may; end one (DELETE /mcp) or let one go idle first",
         )
-        .with_details(json!({"retry_after_secs": 30}));
+        .with_retry_after(Duration::from_secs(30), false);
         return ApiError::from(err).into_response();
     }
     // rmcp answers a successful DELETE with 202; the Python SDK treats anything but 200

@@ -226,12 +226,12 @@ impl ApiError {
         if !matches!(err.kind, ErrorKind::Unavailable | ErrorKind::RateLimited) {
             return None;
         }
-        let given = err
-            .details
-            .as_ref()
-            .and_then(|d| d.get("retry_after_secs"))
-            .and_then(|s| s.as_u64());
-        Some(given.unwrap_or(toolgate_core::executor::RETRY_AFTER_SECS))
+        Some(
+            err.retry
+                .map_or(toolgate_core::executor::RETRY_AFTER_SECS, |r| {
+                    r.after.as_secs()
+                }),
+        )
     }
 
     /// The `WWW-Authenticate` challenge of a 401 or 403 (RFC 6750 §3): no error code when
@@ -324,9 +324,10 @@ impl From<toolgate_store::StoreError> for ApiError {
                     ErrorKind::Unavailable,
                     "the store cannot take this request right now; try again shortly",
                 )
-                .with_details(serde_json::json!({
-                    "retry_after_secs": toolgate_core::executor::RETRY_AFTER_SECS
-                }));
+                .with_retry_after(
+                    std::time::Duration::from_secs(toolgate_core::executor::RETRY_AFTER_SECS),
+                    false,
+                );
                 err.cause = Some(other.to_string());
                 ApiError::Tool(err)
             }

@@ -11,8 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolgate_core::declarations::{self, DeclarationFormat};
 use toolgate_core::{
-    Adapter, CallContext, CallId, Completed, Content, ErrorKind, RegisteredTool, Risk, ToolError,
-    ToolSpec,
+    Adapter, CallContext, CallId, Completed, Content, RegisteredTool, Risk, ToolError, ToolSpec,
 };
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -434,7 +433,7 @@ async fn invoke_tool(
         .await
     {
         Ok(done) => Ok(AppJson(InvokeResponse::from(done)).into_response()),
-        Err(err) if err.kind == ErrorKind::ApprovalRequired => {
+        Err(err) if err.held.is_some() => {
             held(&app, &caller, call_id, err, preferred_wait(&headers)).await
         }
         Err(err) => Err(err.into()),
@@ -450,7 +449,9 @@ async fn held(
     err: ToolError,
     wait: Option<u64>,
 ) -> Result<Response, ApiError> {
-    let details = err.details.clone().unwrap_or_default();
+    let Some(hold) = err.held else {
+        return Err(err.into());
+    };
     let status_url = format!("/v1/calls/{call_id}");
     if let Some(secs) = wait {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
@@ -485,12 +486,9 @@ async fn held(
     let held = HeldCall {
         call_id: call_id.to_string(),
         status: "awaiting_approval",
-        approval_id: details["approval_id"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned(),
+        approval_id: hold.approval.to_string(),
         status_url: status_url.clone(),
-        expires_in_secs: details["expires_in_secs"].as_u64().unwrap_or(0),
+        expires_in_secs: hold.expires_in.as_secs(),
         detail: err.message,
     };
     let mut response = located(StatusCode::ACCEPTED, &status_url, held);
