@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{CallContext, ErrorKind};
+use crate::{ApprovalId, CallContext, ErrorKind, PrincipalId, RunId, TenantId};
 
 /// How a call ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,6 +40,50 @@ pub enum Event<'a> {
         outcome: Outcome,
         duration: Duration,
     },
+    /// `approval.used`, `approval.pending` or `approval.denied`: the policy step met the
+    /// call's approval (one it presented, or one made for it now).
+    ApprovalGate {
+        ctx: &'a CallContext,
+        tool: &'a str,
+        approval: ApprovalId,
+        gate: GateEvent,
+    },
+    /// `approval.decided`: a person approved or denied, through any front door.
+    ApprovalDecided {
+        tenant: TenantId,
+        approval: ApprovalId,
+        approved: bool,
+        by: PrincipalId,
+    },
+    /// `approval.expired`: nobody decided in time, or the run that asked was cancelled.
+    ApprovalExpired {
+        tenant: TenantId,
+        approval: ApprovalId,
+        run: Option<RunId>,
+    },
+    /// `policy.changed`: a tenant replaced its approval policy.
+    PolicyChanged { tenant: TenantId, level: u8 },
+    /// `run.finished` (or `run.paused`, waiting for approvals): an agent run stopped on
+    /// this instance.
+    RunStopped {
+        tenant: TenantId,
+        run: RunId,
+        status: &'a str,
+        best_effort: bool,
+        input_tokens: u64,
+        output_tokens: u64,
+    },
+}
+
+/// What the policy step found of a call's approval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GateEvent {
+    /// Approved: the call runs, using it.
+    Used,
+    /// Waiting for a person.
+    Pending,
+    /// Denied (or expired).
+    Denied,
 }
 
 impl Event<'_> {
@@ -48,6 +92,16 @@ impl Event<'_> {
         match self {
             Event::CallStarted { .. } => "call.started",
             Event::CallFinished { .. } => "call.finished",
+            Event::ApprovalGate { gate, .. } => match gate {
+                GateEvent::Used => "approval.used",
+                GateEvent::Pending => "approval.pending",
+                GateEvent::Denied => "approval.denied",
+            },
+            Event::ApprovalDecided { .. } => "approval.decided",
+            Event::ApprovalExpired { .. } => "approval.expired",
+            Event::PolicyChanged { .. } => "policy.changed",
+            Event::RunStopped { status, .. } if *status == "awaiting_approval" => "run.paused",
+            Event::RunStopped { .. } => "run.finished",
         }
     }
 }
@@ -107,6 +161,67 @@ impl EventSink for TracingSink {
                     Outcome::Error(_) => finished!(warn),
                 }
             }
+            Event::ApprovalGate {
+                ctx,
+                tool,
+                approval,
+                ..
+            } => tracing::info!(
+                target: "toolgate::approval",
+                event = event.name(),
+                tenant = %ctx.auth.tenant,
+                approval_id = %approval,
+                tool,
+                call_id = %ctx.call_id,
+                adapter = ctx.adapter.as_str(),
+            ),
+            Event::ApprovalDecided {
+                tenant,
+                approval,
+                approved,
+                by,
+            } => tracing::info!(
+                target: "toolgate::approval",
+                event = event.name(),
+                %tenant,
+                approval_id = %approval,
+                status = if approved { "approved" } else { "denied" },
+                decided_by = %by,
+            ),
+            Event::ApprovalExpired {
+                tenant,
+                approval,
+                run,
+            } => tracing::info!(
+                target: "toolgate::approval",
+                event = event.name(),
+                %tenant,
+                approval_id = %approval,
+                run_id = run.map(|r| r.to_string()).unwrap_or_default(),
+            ),
+            Event::PolicyChanged { tenant, level } => tracing::info!(
+                target: "toolgate::approval",
+                event = event.name(),
+                %tenant,
+                level,
+            ),
+            Event::RunStopped {
+                tenant,
+                run,
+                status,
+                best_effort,
+                input_tokens,
+                output_tokens,
+            } => tracing::info!(
+                target: "toolgate::run",
+                event = event.name(),
+                run_id = %run,
+                %tenant,
+                status,
+                best_effort,
+                input_tokens,
+                output_tokens,
+            ),
         }
     }
 }

@@ -33,8 +33,8 @@ use crate::limits::{Admission, RateLimits};
 use crate::metrics::Metrics;
 use crate::policy::{Action, ApprovalError, ApprovalRequest, Approvals, Gate, NoApprovals, Policy};
 use crate::{
-    CallContext, CallId, ErrorKind, Event, EventSink, Outcome, RegisteredTool, Risk, ScopedToolset,
-    SecretNames, ToolError, ToolOutput,
+    CallContext, CallId, ErrorKind, Event, EventSink, GateEvent, Outcome, RegisteredTool, Risk,
+    ScopedToolset, SecretNames, ToolError, ToolOutput,
 };
 
 /// A successful call.
@@ -106,6 +106,12 @@ impl Executor {
 
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// Where events go: the gateway's other parts (approvals decided, runs stopped) emit
+    /// theirs into the same sinks as the executor's calls.
+    pub fn events(&self) -> &dyn EventSink {
+        &*self.events
     }
 
     /// Masks, in audit rows and approvals, every argument whose name `names` matches
@@ -374,6 +380,17 @@ impl Executor {
             .gate(request)
             .await
             .map_err(|e| unavailable(e.to_string()))?;
+        let (approval, seen) = match &gate {
+            Gate::Approved { approval } => (*approval, GateEvent::Used),
+            Gate::Pending { approval, .. } => (*approval, GateEvent::Pending),
+            Gate::Denied { approval, .. } => (*approval, GateEvent::Denied),
+        };
+        self.events.emit(&Event::ApprovalGate {
+            ctx,
+            tool: &spec.name,
+            approval,
+            gate: seen,
+        });
         match gate {
             Gate::Approved { approval } => {
                 record.approval = Some(approval);

@@ -10,15 +10,22 @@ use crate::{
     ToolSpec, Toolset,
 };
 
-/// Records `(event name, outcome)` pairs.
+/// Records `(event name, outcome)` pairs of calls, and the names of other events.
 #[derive(Default)]
-struct Recorder(Mutex<Vec<(&'static str, Option<&'static str>)>>);
+struct Recorder(
+    Mutex<Vec<(&'static str, Option<&'static str>)>>,
+    Mutex<Vec<&'static str>>,
+);
 
 impl EventSink for Recorder {
     fn emit(&self, event: &Event<'_>) {
         let outcome = match event {
             Event::CallStarted { .. } => None,
             Event::CallFinished { outcome, .. } => Some(outcome.as_str()),
+            _ => {
+                self.1.lock().expect("recorder lock").push(event.name());
+                return;
+            }
         };
         self.0
             .lock()
@@ -475,6 +482,11 @@ async fn a_call_held_for_approval_runs_once_approved_and_not_when_denied() {
         .expect("id")
         .parse()
         .expect("uuid");
+    assert_eq!(
+        err.held.map(|h| h.approval),
+        Some(id),
+        "typed as on the wire"
+    );
     assert!(
         f.audit.begun.lock().expect("lock").is_empty(),
         "must not start"
@@ -518,6 +530,12 @@ async fn a_call_held_for_approval_runs_once_approved_and_not_when_denied() {
         .call(f.ctx().with_approval(Some(id)), "writer", json!({"n": 2}))
         .await
         .expect_err("denied");
+    // Each meeting with the approval is an event: held, used, refused.
+    assert_eq!(
+        *f.events.1.lock().expect("lock"),
+        ["approval.pending", "approval.used", "approval.denied"]
+    );
+    assert_eq!(err.held, None);
     assert_eq!(err.kind, ErrorKind::Denied);
     assert!(
         err.message

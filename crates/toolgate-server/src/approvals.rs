@@ -84,26 +84,11 @@ impl Approvals for StoreApprovals {
     }
 
     async fn gate(&self, request: ApprovalRequest) -> Result<Gate, ApprovalError> {
-        let gate = self
-            .store
+        // The executor announces what it found (`approval.used`, …).
+        self.store
             .gate_approval(&request)
             .await
-            .map_err(|e| ApprovalError(e.to_string()))?;
-        let (event, approval) = match &gate {
-            Gate::Approved { approval } => ("approval.used", approval),
-            Gate::Pending { approval, .. } => ("approval.pending", approval),
-            Gate::Denied { approval, .. } => ("approval.denied", approval),
-        };
-        tracing::info!(
-            target: "toolgate::approval",
-            event,
-            tenant = %request.tenant,
-            approval_id = %approval,
-            tool = %request.tool,
-            call_id = %request.call_id,
-            adapter = request.adapter.as_str(),
-        );
-        Ok(gate)
+            .map_err(|e| ApprovalError(e.to_string()))
     }
 }
 
@@ -201,14 +186,14 @@ pub async fn decide(
     record_decision(app, decider, request_id, &decided)
         .await
         .map_err(|e| ApiError::Internal(anyhow::anyhow!(e)))?;
-    tracing::info!(
-        target: "toolgate::approval",
-        event = "approval.decided",
-        %tenant,
-        approval_id = %id,
-        status = %decided.status,
-        decided_by = %decider.principal.id,
-    );
+    app.executor
+        .events()
+        .emit(&toolgate_core::Event::ApprovalDecided {
+            tenant,
+            approval: id,
+            approved: decided.status == "approved",
+            by: decider.principal.id,
+        });
     after_decision(app, &decided).await;
     Ok(decided)
 }

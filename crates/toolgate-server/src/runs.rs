@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use toolgate_agent::provider::Provider;
 use toolgate_agent::provider::stream::Delta;
 use toolgate_agent::{AgentConfig, Journal, RunContext, RunEvent, RunState, drive};
-use toolgate_core::{AuthContext, Executor, Registry, RunId, TenantId, Toolset};
+use toolgate_core::{AuthContext, Event, Executor, Registry, RunId, TenantId, Toolset};
 use toolgate_store::{NewRun, RunFinish, RunRecord, Store, StoreError};
 use uuid::Uuid;
 
@@ -191,21 +191,14 @@ impl Runs {
         let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
         let task = tokio::spawn(async move {
             let outcome = drive(&ctx, &agent, state).await;
-            let verb = if outcome.status.is_terminal() {
-                "run finished"
-            } else {
-                "run paused"
-            };
-            tracing::info!(
-                target: "toolgate::run",
-                run_id = %run,
-                tenant = %ctx.auth.tenant,
-                status = outcome.status.as_str(),
-                best_effort = outcome.best_effort,
-                input_tokens = outcome.usage.input_tokens,
-                output_tokens = outcome.usage.output_tokens,
-                "{verb}"
-            );
+            this.executor.events().emit(&Event::RunStopped {
+                tenant: ctx.auth.tenant,
+                run,
+                status: outcome.status.as_str(),
+                best_effort: outcome.best_effort,
+                input_tokens: outcome.usage.input_tokens,
+                output_tokens: outcome.usage.output_tokens,
+            });
             this.active
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -235,7 +228,11 @@ impl Runs {
                 .expire_run_approvals(tenant, run, "the run that asked for it was cancelled")
                 .await?
             {
-                tracing::info!(target: "toolgate::approval", %tenant, approval_id = %approval, run_id = %run, "approval expired with its cancelled run");
+                self.executor.events().emit(&Event::ApprovalExpired {
+                    tenant,
+                    approval,
+                    run: Some(run),
+                });
             }
         }
         let here = requested
@@ -382,7 +379,11 @@ impl Runs {
         match self.store.expire_approvals().await {
             Ok(expired) => {
                 for (tenant, approval) in expired {
-                    tracing::info!(target: "toolgate::approval", %tenant, approval_id = %approval, "approval expired");
+                    self.executor.events().emit(&Event::ApprovalExpired {
+                        tenant,
+                        approval,
+                        run: None,
+                    });
                 }
             }
             Err(err) => tracing::warn!(error = %err, "could not expire approvals"),

@@ -284,7 +284,12 @@ async fn put_policy(
         .put_approval_policy(caller.auth.tenant, &doc)
         .await?;
     app.approvals.forget(caller.auth.tenant);
-    tracing::info!(target: "toolgate::approval", tenant = %caller.auth.tenant, level = policy.level, "approval policy changed");
+    app.executor
+        .events()
+        .emit(&toolgate_core::Event::PolicyChanged {
+            tenant: caller.auth.tenant,
+            level: policy.level,
+        });
     Ok(AppJson(PolicyBody::from(&policy)))
 }
 
