@@ -737,3 +737,76 @@ async fn an_http_upstreams_sessions_are_per_tenant_unless_shared() {
         gw.stop().await;
     }
 }
+
+/// An upstream whose calls report progress may have their deadlines extended by it
+/// (`progress_extends_ms`): a call reporting every 100 ms outlives the base deadline of a
+/// second, over REST and over MCP, and is cut at the maximum (3 s); the same upstream
+/// without the setting cuts it at its base deadline.
+#[tokio::test]
+async fn progress_extends_an_upstream_calls_deadline_up_to_its_maximum() {
+    let dir = sdk_clients();
+    let python = dir.join(".venv/bin/python").display().to_string();
+    let script = dir.join("fixture_server.py").display().to_string();
+    let gw = Gateway::start_with(|c| {
+        let entry = |name: &str, extends: Option<u64>| {
+            let mut e = upstream(name, &python, &[&script]);
+            e.timeout_secs = 1;
+            e.max_timeout_secs = 3;
+            e.progress_extends_ms = extends;
+            e
+        };
+        c.upstreams = vec![entry("fx", Some(1000)), entry("plain", None)];
+    })
+    .await;
+    for tool in ["fx__slow", "plain__slow"] {
+        let names = listed_once(&gw, tool).await;
+        assert!(names.iter().any(|n| n == tool), "{names:?}");
+    }
+    let slow = |tool: &'static str, seconds: f64| {
+        let gw = &gw;
+        async move {
+            let started = std::time::Instant::now();
+            let (status, _, body) = gw
+                .invoke(tool, json!({"arguments": {"seconds": seconds}}))
+                .await;
+            (status, body, started.elapsed())
+        }
+    };
+    let (status, body, _) = slow("fx__slow", 2.0).await;
+    assert_eq!(status, 200, "outlived its 1 s deadline: {body}");
+    let (status, body, took) = slow("fx__slow", 10.0).await;
+    assert_eq!(status, 504, "{body}");
+    assert!(
+        took >= Duration::from_millis(2900) && took < Duration::from_secs(6),
+        "cut at its 3 s maximum: {took:?}"
+    );
+    let (status, body, took) = slow("plain__slow", 2.0).await;
+    assert_eq!(status, 504, "no extension: {body}");
+    assert!(
+        took < Duration::from_millis(1900),
+        "cut at its 1 s: {took:?}"
+    );
+
+    // Over MCP, with a client that asked for no progress of its own.
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(gw.url("/mcp"))
+            .auth_header(gw.admin_key.clone()),
+    );
+    let client = ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("e2e-progress", "1.0.0"),
+    )
+    .serve(transport)
+    .await
+    .expect("connect");
+    let Value::Object(args) = json!({"seconds": 2.0}) else {
+        unreachable!()
+    };
+    let result = client
+        .call_tool(rmcp::model::CallToolRequestParams::new("fx__slow").with_arguments(args))
+        .await
+        .expect("tools/call");
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    client.cancel().await.expect("close");
+    gw.stop().await;
+}

@@ -250,12 +250,27 @@ impl Executor {
                 let timeout = spec.effective_timeout(ctx.requested_timeout);
                 let deadline = started + timeout;
                 ctx.set_deadline(deadline);
+                // Progress may move the deadline: the executor hears every report (and
+                // passes each on to the caller, if it asked for them).
+                let extension = spec.progress_extends.map(|by| {
+                    let (heard, reports) = tokio::sync::mpsc::channel(16);
+                    let caller = ctx.progress.replace(heard);
+                    let cap = ctx
+                        .requested_timeout
+                        .map_or(spec.max_timeout, |asked| asked.min(spec.max_timeout));
+                    Extension {
+                        by,
+                        until: started + cap,
+                        reports,
+                        caller,
+                    }
+                });
                 // Policy, then the intent for side effects, then the tool: each may stop
                 // the call, and the record learns the approval on the way.
                 let result = async {
                     self.ratify(&ctx, policy, &tool, &args, &mut record).await?;
                     self.begin(spec.effects.writes, &record).await?;
-                    let mut output = run(&tool, &ctx, args, deadline, timeout).await?;
+                    let mut output = run(&tool, &ctx, args, deadline, timeout, extension).await?;
                     let limit = spec.max_output_chars.min(self.limits.max_output_chars);
                     let truncated = output.truncate_text(limit);
                     Ok((output, truncated))
@@ -509,37 +524,73 @@ fn authorize(ctx: &CallContext, tool: &RegisteredTool) -> Result<(), ToolError> 
     Ok(())
 }
 
-/// Runs the tool until it returns, panics, passes its deadline or is cancelled.
+/// How progress moves a call's deadline: each report to at least `by` from then, never
+/// past `until`; reports are passed on to the caller's sink.
+struct Extension {
+    by: Duration,
+    until: Instant,
+    reports: tokio::sync::mpsc::Receiver<crate::context::Progress>,
+    caller: Option<crate::context::ProgressSink>,
+}
+
+/// Runs the tool until it returns, panics, passes its deadline (moved by progress, when
+/// the tool's spec says so) or is cancelled.
 async fn run(
     tool: &RegisteredTool,
     ctx: &CallContext,
     args: Value,
-    deadline: Instant,
+    mut deadline: Instant,
     timeout: Duration,
+    mut extension: Option<Extension>,
 ) -> Result<ToolOutput, ToolError> {
     let call = AssertUnwindSafe(tool.tool.call(ctx, args)).catch_unwind();
-    let result = tokio::select! {
-        biased;
-        () = ctx.cancel.cancelled() => {
-            Err(ToolError::new(ErrorKind::Cancelled, "the call was cancelled"))
+    tokio::pin!(call);
+    let started = deadline.checked_sub(timeout).unwrap_or(deadline);
+    let outcome = loop {
+        let progress = async {
+            match extension.as_mut() {
+                Some(e) => e.reports.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            () = ctx.cancel.cancelled() => break Err(None),
+            outcome = &mut call => break Ok(outcome),
+            () = tokio::time::sleep_until(deadline) => break Err(Some(deadline)),
+            Some(report) = progress => {
+                if let Some(e) = extension.as_mut() {
+                    deadline = deadline.max(Instant::now() + e.by).min(e.until);
+                    if let Some(caller) = &e.caller {
+                        let _ = caller.try_send(report);
+                    }
+                }
+            }
         }
-        outcome = tokio::time::timeout_at(deadline, call) => match outcome {
-            Ok(Ok(result)) => result,
-            Ok(Err(panic)) => Err(ToolError::internal(format!(
-                "tool {} panicked: {}",
-                tool.spec().name,
-                panic_message(panic.as_ref())
-            ))),
-            Err(_elapsed) => Err(ToolError::new(
+    };
+    let result = match outcome {
+        Err(None) => Err(ToolError::new(
+            ErrorKind::Cancelled,
+            "the call was cancelled",
+        )),
+        Ok(Ok(result)) => result,
+        Ok(Err(panic)) => Err(ToolError::internal(format!(
+            "tool {} panicked: {}",
+            tool.spec().name,
+            panic_message(panic.as_ref())
+        ))),
+        Err(Some(at)) => {
+            let ran = at.saturating_duration_since(started).max(timeout);
+            Err(ToolError::new(
                 ErrorKind::Timeout,
-                format!("{} did not finish within {} ms", tool.spec().name, timeout.as_millis()),
+                format!("{} did not finish within {} ms", tool.spec().name, ran.as_millis()),
             )
             .with_details(serde_json::json!({
                 "timeout_ms": u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
                 "max_timeout_ms": u64::try_from(tool.spec().max_timeout.as_millis()).unwrap_or(u64::MAX),
             }))
-            .with_suggestion("narrow the request, or ask for a longer timeout up to the tool's maximum")),
-        },
+            .with_suggestion("narrow the request, or ask for a longer timeout up to the tool's maximum"))
+        }
     };
     // Whatever the tool spawned should stop too.
     ctx.cancel.cancel();

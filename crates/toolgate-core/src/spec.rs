@@ -70,6 +70,11 @@ pub struct ToolSpec {
     /// Longest deadline a caller may ask for; longer requests are clamped to it.
     #[serde(with = "millis")]
     pub max_timeout: Duration,
+    /// Each progress report the tool makes moves its deadline to at least this long
+    /// from then, never beyond `max_timeout` (nor beyond a deadline the caller asked
+    /// for). `None`: progress does not extend the deadline.
+    #[serde(skip)]
+    pub progress_extends: Option<Duration>,
     /// A scope the caller must hold to call this tool, beyond `tools:invoke`.
     pub required_scope: Option<String>,
     /// JSON pointers of argument fields holding secrets: masked in audit rows and logs.
@@ -101,11 +106,18 @@ impl ToolSpec {
             effects: Effects::READ_ONLY,
             default_timeout: DEFAULT_TIMEOUT,
             max_timeout: DEFAULT_MAX_TIMEOUT,
+            progress_extends: None,
             required_scope: None,
             secret_fields: Vec::new(),
             max_output_chars: DEFAULT_MAX_OUTPUT_CHARS,
             vendor_meta: serde_json::Map::new(),
         }
+    }
+
+    /// See [`ToolSpec::progress_extends`].
+    pub fn with_progress_extension(mut self, extension: Option<Duration>) -> Self {
+        self.progress_extends = extension;
+        self
     }
 
     pub fn with_title(mut self, title: impl Into<String>) -> Self {

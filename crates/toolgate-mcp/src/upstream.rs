@@ -81,6 +81,9 @@ pub struct UpstreamConfig {
     /// Deadline of a call when the caller asks for none, and the longest one allowed.
     pub default_timeout: Duration,
     pub max_timeout: Duration,
+    /// Each progress report of a call moves its deadline to at least this long from
+    /// then, up to `max_timeout` ([`ToolSpec::progress_extends`]).
+    pub progress_extends: Option<Duration>,
     /// Who sees its tools: every tenant (the operator's upstreams) or the tenant that
     /// added it.
     pub owner: Owner,
@@ -1164,7 +1167,8 @@ fn spec_for(config: &UpstreamConfig, name: &str, tool: &rmcp::model::Tool) -> To
     )
     .with_category(format!("upstream.{}", config.name))
     .with_risk(risk, effects)
-    .with_timeouts(config.default_timeout, config.max_timeout);
+    .with_timeouts(config.default_timeout, config.max_timeout)
+    .with_progress_extension(config.progress_extends);
     if let Some(title) = tool
         .title
         .as_deref()
@@ -1458,6 +1462,7 @@ mod tests {
             default_timeout: Duration::from_secs(5),
             max_timeout: Duration::from_secs(5),
             owner: Owner::Everyone,
+            progress_extends: None,
             relay_unattributed: false,
             sessions: SessionScope::Shared,
         };

@@ -258,6 +258,11 @@ pub struct UpstreamEntry {
     pub timeout_secs: u64,
     #[serde(default = "default_upstream_max_timeout")]
     pub max_timeout_secs: u64,
+    /// Each progress report a call makes moves its deadline to at least this long from
+    /// then (never past `max_timeout_secs`, nor a deadline the caller asked for);
+    /// unset, progress does not extend deadlines.
+    #[serde(default)]
+    pub progress_extends_ms: Option<u64>,
     /// Relay the upstream's log messages, sampling and elicitation requests that its
     /// transport does not tie to a call (all of them over stdio, log messages over HTTP)
     /// to the one call in flight, when exactly one is. Off by default: every tenant's
@@ -314,6 +319,9 @@ impl UpstreamEntry {
             deny: self.deny.clone(),
             default_timeout: std::time::Duration::from_secs(self.timeout_secs),
             max_timeout: std::time::Duration::from_secs(self.max_timeout_secs),
+            progress_extends: self
+                .progress_extends_ms
+                .map(std::time::Duration::from_millis),
             owner: toolgate_core::Owner::Everyone,
             relay_unattributed: self.relay_unattributed,
             sessions: self.sessions,
@@ -1056,6 +1064,12 @@ impl Config {
         }
         for (i, upstream) in self.upstreams.iter().enumerate() {
             let key = format!("upstreams[{i}]");
+            if upstream.progress_extends_ms == Some(0) {
+                errors.push((
+                    format!("{key}.progress_extends_ms"),
+                    "must be at least 1 (unset: progress extends nothing)".into(),
+                ));
+            }
             if !toolgate_mcp::upstream::is_valid_name(&upstream.name) {
                 errors.push((
                     format!("{key}.name"),

@@ -52,6 +52,9 @@ pub struct Stored {
     pub deny: Vec<String>,
     pub timeout_secs: u64,
     pub max_timeout_secs: u64,
+    /// Each progress report moves a call's deadline to at least this long from then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_extends_ms: Option<u64>,
     /// The names of the static headers (their values are sealed).
     #[serde(default)]
     pub header_names: Vec<String>,
@@ -416,6 +419,7 @@ impl TenantUpstreams {
             deny: stored.deny,
             default_timeout: Duration::from_secs(stored.timeout_secs),
             max_timeout: Duration::from_secs(stored.max_timeout_secs),
+            progress_extends: stored.progress_extends_ms.map(Duration::from_millis),
             owner: Owner::Tenant(record.tenant),
             // Only this tenant's calls share the connection: a log message or request
             // the transport does not tie to a call may go to its only call in flight.

@@ -626,6 +626,7 @@ async function saveUpstream(e) {
       if (editing.prefix !== `${editing.name}__`) body.prefix = editing.prefix;
       body.timeout_secs = editing.timeout_secs;
       body.max_timeout_secs = editing.max_timeout_secs;
+      if (editing.progress_extends_ms) body.progress_extends_ms = editing.progress_extends_ms;
       body.keep_credentials = !bearer && !form.get("drop");
       await api(`/v1/upstreams/${encodeURIComponent(editing.name)}`, { method: "PUT", body });
     } else {

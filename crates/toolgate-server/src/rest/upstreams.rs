@@ -90,6 +90,11 @@ pub struct UpstreamBody {
     /// `tenant_upstreams.max_timeout_secs` (its default).
     #[serde(default)]
     pub max_timeout_secs: Option<u64>,
+    /// Each progress report the upstream makes for a call moves the call's deadline to
+    /// at least this long from then, never past `max_timeout_secs` (nor a deadline the
+    /// caller asked for); unset, progress extends nothing. Milliseconds.
+    #[serde(default)]
+    pub progress_extends_ms: Option<u64>,
     /// On replace (`PUT`): keep the stored `bearer` and `headers` (write-only, so an
     /// editor cannot send them back), with neither in the body. Only while the URL keeps
     /// its origin (scheme, host and port): credentials never follow an upstream to
@@ -124,6 +129,8 @@ pub struct UpstreamView {
     pub deny: Vec<String>,
     pub timeout_secs: u64,
     pub max_timeout_secs: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress_extends_ms: Option<u64>,
     /// The names of its static headers (values are never shown).
     pub headers: Vec<String>,
     /// Whether a bearer token is set (it is never shown).
@@ -201,6 +208,7 @@ fn view(upstreams: &TenantUpstreams, record: UpstreamRecord) -> Result<UpstreamV
         deny: config.deny,
         timeout_secs: config.timeout_secs,
         max_timeout_secs: config.max_timeout_secs,
+        progress_extends_ms: config.progress_extends_ms,
         headers: config.header_names,
         bearer: config.bearer,
         revision: record.revision,
@@ -296,6 +304,9 @@ async fn validate(
             "must be 1 to max_timeout_secs".into(),
         ));
     }
+    if body.progress_extends_ms == Some(0) {
+        problems.push(("progress_extends_ms".into(), "must be at least 1".into()));
+    }
     if !problems.is_empty() {
         let violations = problems
             .into_iter()
@@ -315,6 +326,7 @@ async fn validate(
         deny: body.deny,
         timeout_secs,
         max_timeout_secs,
+        progress_extends_ms: body.progress_extends_ms,
         header_names: body.headers.keys().cloned().collect(),
         bearer: body.bearer.is_some(),
     };
