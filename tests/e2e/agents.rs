@@ -55,6 +55,27 @@ async fn run(gw: &Gateway, agent: &str, input: &str) -> Value {
     run
 }
 
+/// Starts a run without waiting and follows it over SSE to its end: (run id, the stream).
+async fn follow(gw: &Gateway, agent: &str, input: &str) -> (String, String) {
+    let (status, _, started) = gw
+        .post(&format!("/v1/agents/{agent}/runs"), json!({"input": input}))
+        .await;
+    assert_eq!(status, 201, "{started}");
+    let run_id = started["id"].as_str().expect("run id").to_owned();
+    let sse = gw
+        .http
+        .get(gw.url(&format!("/v1/runs/{run_id}/events")))
+        .send()
+        .await
+        .expect("sse");
+    assert_eq!(sse.headers()["content-type"], "text/event-stream");
+    let text = tokio::time::timeout(Duration::from_secs(30), sse.text())
+        .await
+        .expect("the stream ends after run_finished")
+        .expect("body");
+    (run_id, text)
+}
+
 fn steps<'a>(run: &'a Value, kind: &str) -> Vec<&'a Value> {
     run["steps"]
         .as_array()
@@ -85,25 +106,7 @@ async fn an_openai_run_calls_a_tool_answers_and_is_in_the_store_audit_and_sse() 
     )
     .await;
     // Started without waiting, followed live over SSE.
-    let (status, _, started) = gw
-        .post(
-            &format!("/v1/agents/{agent}/runs"),
-            json!({"input": "When is the launch?"}),
-        )
-        .await;
-    assert_eq!(status, 201, "{started}");
-    let run_id = started["id"].as_str().expect("run id").to_owned();
-    let sse = gw
-        .http
-        .get(gw.url(&format!("/v1/runs/{run_id}/events")))
-        .send()
-        .await
-        .expect("sse");
-    assert_eq!(sse.headers()["content-type"], "text/event-stream");
-    let text = tokio::time::timeout(Duration::from_secs(30), sse.text())
-        .await
-        .expect("the stream ends after run_finished")
-        .expect("body");
+    let (run_id, text) = follow(&gw, &agent, "When is the launch?").await;
     let kinds: Vec<&str> = text
         .lines()
         .filter_map(|l| l.strip_prefix("event: "))
@@ -1272,24 +1275,7 @@ async fn a_streaming_agents_reply_reaches_the_run_stream_piece_by_piece() {
                    "tools": ["read_file"], "stream": true}),
         )
         .await;
-        let (status, _, started) = gw
-            .post(
-                &format!("/v1/agents/{agent}/runs"),
-                json!({"input": "When is the launch?"}),
-            )
-            .await;
-        assert_eq!(status, 201, "{started}");
-        let run_id = started["id"].as_str().expect("run id").to_owned();
-        let sse = gw
-            .http
-            .get(gw.url(&format!("/v1/runs/{run_id}/events")))
-            .send()
-            .await
-            .expect("sse");
-        let text = tokio::time::timeout(Duration::from_secs(30), sse.text())
-            .await
-            .expect("the stream ends after run_finished")
-            .expect("body");
+        let (run_id, text) = follow(&gw, &agent, "When is the launch?").await;
         let events = sse_events(&text);
         // Turn 2's pieces: between its start and its whole message, and the answer.
         let second_turn = events
@@ -1364,19 +1350,7 @@ async fn a_stream_broken_mid_reply_is_retried_and_its_pieces_voided() {
         json!({"name": "reader", "provider": "llm", "model": "m", "stream": true}),
     )
     .await;
-    let (_, _, started) = gw
-        .post(&format!("/v1/agents/{agent}/runs"), json!({"input": "Hi"}))
-        .await;
-    let run_id = started["id"].as_str().expect("run id").to_owned();
-    let text = gw
-        .http
-        .get(gw.url(&format!("/v1/runs/{run_id}/events")))
-        .send()
-        .await
-        .expect("sse")
-        .text()
-        .await
-        .expect("body");
+    let (run_id, text) = follow(&gw, &agent, "Hi").await;
     let deltas: Vec<Value> = sse_events(&text)
         .into_iter()
         .filter(|(e, _)| e == "model_delta")

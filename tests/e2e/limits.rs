@@ -145,6 +145,40 @@ async fn mcp_sessions_are_capped_per_principal() {
     assert_eq!(initialize(client).await.status(), 200);
 }
 
+/// POSTs `body` to `/mcp` as the admin, in `session` if given (2025-11-25).
+async fn mcp_post(
+    gw: &Gateway,
+    session: Option<&str>,
+    body: serde_json::Value,
+) -> reqwest::Response {
+    let mut request = gw
+        .http
+        .post(gw.url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&body);
+    if let Some(id) = session {
+        request = request.header("mcp-session-id", id);
+    }
+    request.send().await.expect("request")
+}
+
+/// A new raw session of the admin's, initialized, as client `name`.
+async fn mcp_session(gw: &Gateway, name: &str) -> String {
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": name, "version": "0"}}});
+    let opened = mcp_post(gw, None, initialize).await;
+    assert_eq!(opened.status(), 200);
+    let id = opened.headers()["mcp-session-id"]
+        .to_str()
+        .expect("ascii")
+        .to_owned();
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(mcp_post(gw, Some(&id), initialized).await.status(), 202);
+    id
+}
+
 /// A session nobody used for `mcp.session_retention_secs` is deleted from the store (its
 /// rows were kept forever), and its client gets 404; one held in memory is noted as in
 /// use and kept.
@@ -155,37 +189,14 @@ async fn sessions_nobody_comes_back_to_are_pruned_and_held_ones_kept() {
         c.mcp.session_retention_secs = 2;
     })
     .await;
-    let post = |session: &str, body: serde_json::Value| {
-        let mut request = gw
-            .http
-            .post(gw.url("/mcp"))
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-11-25")
-            .json(&body);
-        if !session.is_empty() {
-            request = request.header("mcp-session-id", session);
-        }
-        async move { request.send().await.expect("request") }
-    };
-    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": {"name": "pruned", "version": "0"}}});
-    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    let mut sessions = Vec::new();
-    for _ in 0..2 {
-        let opened = post("", initialize.clone()).await;
-        assert_eq!(opened.status(), 200);
-        let id = opened.headers()["mcp-session-id"]
-            .to_str()
-            .expect("ascii")
-            .to_owned();
-        assert_eq!(post(&id, initialized.clone()).await.status(), 202);
-        sessions.push(id);
-    }
+    let sessions = [
+        mcp_session(&gw, "pruned").await,
+        mcp_session(&gw, "pruned").await,
+    ];
     // A log level keeps the second in memory (session_idle_secs); the first goes dormant.
     let level = json!({"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel",
                        "params": {"level": "error"}});
-    assert_eq!(post(&sessions[1], level).await.status(), 200);
+    assert_eq!(mcp_post(&gw, Some(&sessions[1]), level).await.status(), 200);
 
     let store = toolgate_store::Store::open(None, gw.data.path())
         .await
@@ -213,8 +224,13 @@ async fn sessions_nobody_comes_back_to_are_pruned_and_held_ones_kept() {
         "the session held in memory is noted as in use, and kept"
     );
     let list = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"});
-    assert_eq!(post(&sessions[0], list.clone()).await.status(), 404);
-    assert_eq!(post(&sessions[1], list).await.status(), 200);
+    assert_eq!(
+        mcp_post(&gw, Some(&sessions[0]), list.clone())
+            .await
+            .status(),
+        404
+    );
+    assert_eq!(mcp_post(&gw, Some(&sessions[1]), list).await.status(), 200);
     gw.stop().await;
 }
 
@@ -228,37 +244,16 @@ async fn a_dormant_session_leaves_memory_and_comes_back_when_used() {
         c.mcp.max_sessions_per_principal = 2;
     })
     .await;
-    let post = |session: Option<String>, body: serde_json::Value| {
-        let mut request = gw
-            .http
-            .post(gw.url("/mcp"))
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-11-25")
-            .json(&body);
-        if let Some(id) = session {
-            request = request.header("mcp-session-id", id);
-        }
-        async move { request.send().await.expect("request") }
-    };
     let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {},
         "clientInfo": {"name": "dormant", "version": "0"}}});
-    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    let mut sessions = Vec::new();
-    for _ in 0..2 {
-        let opened = post(None, initialize.clone()).await;
-        assert_eq!(opened.status(), 200);
-        let id = opened.headers()["mcp-session-id"]
-            .to_str()
-            .expect("ascii")
-            .to_owned();
-        let ack = post(Some(id.clone()), initialized.clone()).await;
-        assert_eq!(ack.status(), 202);
-        sessions.push(id);
-    }
+    let sessions = [
+        mcp_session(&gw, "dormant").await,
+        mcp_session(&gw, "dormant").await,
+    ];
     let level = json!({"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel",
                        "params": {"level": "error"}});
-    assert_eq!(post(Some(sessions[1].clone()), level).await.status(), 200);
+    assert_eq!(mcp_post(&gw, Some(&sessions[1]), level).await.status(), 200);
 
     let live = || async {
         let text = gw
@@ -291,10 +286,10 @@ async fn a_dormant_session_leaves_memory_and_comes_back_when_used() {
         "the dormant session left memory, the one with a log level stayed"
     );
     // Still counted: a third session is over this principal's cap.
-    assert_eq!(post(None, initialize.clone()).await.status(), 429);
+    assert_eq!(mcp_post(&gw, None, initialize).await.status(), 429);
     // Used again, it is restored and answers.
     let list = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"});
-    let listed = post(Some(sessions[0].clone()), list).await;
+    let listed = mcp_post(&gw, Some(&sessions[0]), list).await;
     assert_eq!(listed.status(), 200);
     assert!(listed.text().await.expect("body").contains("read_file"));
     assert_eq!(live().await, 2.0);

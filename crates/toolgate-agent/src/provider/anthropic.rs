@@ -39,12 +39,6 @@ impl WireFormat for Anthropic {
     }
 
     type Fold = Fold;
-
-    fn stream_body(request: &ModelRequest<'_>) -> Value {
-        let mut body = request_body(request);
-        body["stream"] = json!(true);
-        body
-    }
 }
 
 /// Messages stream events folded into a message: `message_start` gives the message

@@ -73,31 +73,8 @@ impl HttpClient {
         body: &Value,
         cancel: &CancellationToken,
     ) -> Result<Value, ProviderError> {
-        let mut attempt = 0;
-        loop {
-            let result = tokio::select! {
-                result = self.attempt(url, body) => result,
-                () = cancel.cancelled() => return Err(cancelled()),
-            };
-            match result {
-                Ok(value) => return Ok(value),
-                Err(err) if err.is_retryable() && attempt < self.retry.max_retries => {
-                    attempt += 1;
-                    let delay = self.retry.delay(attempt, &err);
-                    tracing::warn!(
-                        error = %err,
-                        attempt,
-                        delay_ms = delay.as_millis() as u64,
-                        "provider call failed; retrying"
-                    );
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => {}
-                        () = cancel.cancelled() => return Err(cancelled()),
-                    }
-                }
-                Err(err) => return Err(err),
-            }
-        }
+        self.retrying(cancel, || self.attempt(url, body), || {})
+            .await
     }
 
     /// POSTs `body` to `url` and reads the reply as a stream framed as `framing`, handing
@@ -116,25 +93,47 @@ impl HttpClient {
             sent.store(true, std::sync::atomic::Ordering::Relaxed);
             sink(delta);
         };
-        let mut attempt = 0;
+        self.retrying(
+            cancel,
+            || self.attempt_stream::<F>(url, body, framing, &counted),
+            || {
+                if sent.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                    sink(Delta::Restart);
+                }
+            },
+        )
+        .await
+    }
+
+    /// Makes `attempt` until it succeeds, fails for good or the retries are spent,
+    /// waiting as the retry policy says (`Retry-After` first); `before_retry` runs before
+    /// each wait. Returns early with `Cancelled` when `cancel` fires.
+    async fn retrying<Fut>(
+        &self,
+        cancel: &CancellationToken,
+        attempt: impl Fn() -> Fut,
+        before_retry: impl Fn(),
+    ) -> Result<Value, ProviderError>
+    where
+        Fut: std::future::Future<Output = Result<Value, ProviderError>>,
+    {
+        let mut tries = 0;
         loop {
             let result = tokio::select! {
-                result = self.attempt_stream::<F>(url, body, framing, &counted) => result,
+                result = attempt() => result,
                 () = cancel.cancelled() => return Err(cancelled()),
             };
             match result {
                 Ok(value) => return Ok(value),
-                Err(err) if err.is_retryable() && attempt < self.retry.max_retries => {
-                    attempt += 1;
-                    if sent.swap(false, std::sync::atomic::Ordering::Relaxed) {
-                        sink(Delta::Restart);
-                    }
-                    let delay = self.retry.delay(attempt, &err);
+                Err(err) if err.is_retryable() && tries < self.retry.max_retries => {
+                    tries += 1;
+                    before_retry();
+                    let delay = self.retry.delay(tries, &err);
                     tracing::warn!(
                         error = %err,
-                        attempt,
+                        attempt = tries,
                         delay_ms = delay.as_millis() as u64,
-                        "streamed provider call failed; retrying"
+                        "provider call failed; retrying"
                     );
                     tokio::select! {
                         () = tokio::time::sleep(delay) => {}

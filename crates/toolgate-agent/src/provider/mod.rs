@@ -331,8 +331,12 @@ pub trait WireFormat: Send + Sync + 'static {
     fn stream_path(request: &ModelRequest<'_>) -> String {
         Self::path(request)
     }
-    /// The body of a streamed call.
-    fn stream_body(request: &ModelRequest<'_>) -> Value;
+    /// The body of a streamed call: the unstreamed one saying `stream: true`.
+    fn stream_body(request: &ModelRequest<'_>) -> Value {
+        let mut body = Self::request_body(request);
+        body["stream"] = Value::Bool(true);
+        body
+    }
 }
 
 /// A provider endpoint speaking wire format `W`.

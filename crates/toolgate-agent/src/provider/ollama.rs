@@ -35,12 +35,6 @@ impl WireFormat for Ollama {
 
     const FRAMING: stream::Framing = stream::Framing::Ndjson;
     type Fold = Fold;
-
-    fn stream_body(request: &ModelRequest<'_>) -> Value {
-        let mut body = request_body(request);
-        body["stream"] = json!(true);
-        body
-    }
 }
 
 /// `stream: true` lines folded into the unstreamed reply: `message.content` and
