@@ -152,22 +152,9 @@ impl HttpClient {
         framing: Framing,
         sink: DeltaSink<'_>,
     ) -> Result<Value, ProviderError> {
-        let mut response = self
-            .client
-            .post(url)
-            .json(body)
-            .send()
-            .await
-            .map_err(transport)?;
-        let status = response.status();
-        if !status.is_success() {
-            let retry_after = retry_after(response.headers());
-            let bytes = read_limited(response).await?;
-            let mut err =
-                ProviderError::new(classify(status, &bytes), error_message(status, &bytes));
-            err.status = Some(status.as_u16());
-            err.retry_after = retry_after;
-            return Err(err);
+        let mut response = self.send(url, body).await?;
+        if !response.status().is_success() {
+            return Err(refusal(response).await);
         }
         let mut fold = F::default();
         let mut framer = Framer::new(framing);
@@ -205,29 +192,42 @@ impl HttpClient {
     }
 
     async fn attempt(&self, url: &str, body: &Value) -> Result<Value, ProviderError> {
-        let response = self
-            .client
+        let response = self.send(url, body).await?;
+        if !response.status().is_success() {
+            return Err(refusal(response).await);
+        }
+        let bytes = read_limited(response).await?;
+        serde_json::from_slice(&bytes).map_err(|e| {
+            ProviderError::new(
+                ProviderErrorKind::Decode,
+                format!("the provider's reply is not JSON: {e}"),
+            )
+        })
+    }
+
+    async fn send(&self, url: &str, body: &Value) -> Result<reqwest::Response, ProviderError> {
+        self.client
             .post(url)
             .json(body)
             .send()
             .await
-            .map_err(transport)?;
-        let status = response.status();
-        let retry_after = retry_after(response.headers());
-        let bytes = read_limited(response).await?;
-        if status.is_success() {
-            return serde_json::from_slice(&bytes).map_err(|e| {
-                ProviderError::new(
-                    ProviderErrorKind::Decode,
-                    format!("the provider's reply is not JSON: {e}"),
-                )
-            });
-        }
-        let mut err = ProviderError::new(classify(status, &bytes), error_message(status, &bytes));
-        err.status = Some(status.as_u16());
-        err.retry_after = retry_after;
-        Err(err)
+            .map_err(transport)
     }
+}
+
+/// A reply that is not a success, as the provider's error: its kind, message, status and
+/// `Retry-After`.
+async fn refusal(response: reqwest::Response) -> ProviderError {
+    let status = response.status();
+    let retry_after = retry_after(response.headers());
+    let bytes = match read_limited(response).await {
+        Ok(bytes) => bytes,
+        Err(err) => return err,
+    };
+    let mut err = ProviderError::new(classify(status, &bytes), error_message(status, &bytes));
+    err.status = Some(status.as_u16());
+    err.retry_after = retry_after;
+    err
 }
 
 fn cancelled() -> ProviderError {
