@@ -5,6 +5,8 @@
 #
 #   bench/instructions.sh                       # bare, noaudit, gw; both modes; 300 calls
 #   SERVERS="gw" MODES=stateless CALLS=1000 bench/instructions.sh
+#   BIN=/tmp/base bench/instructions.sh         # binaries built elsewhere (another
+#                                               # revision), not built here
 #
 # Each server runs under callgrind; 100 calls warm it up, the counters are zeroed, CALLS
 # sequential calls (one connection, bench/mcp_calls.py) are counted, and the counters are
@@ -21,8 +23,12 @@ source bench/lib.sh
 SERVERS=${SERVERS:-"bare noaudit gw"}
 MODES=${MODES:-"stateless session"}
 CALLS=${CALLS:-300}
+BIN=${BIN:-}
 command -v valgrind >/dev/null || apt-get install -y -qq valgrind >/dev/null
-cargo build --quiet --release -p toolgate-server -p toolgate-bench
+if [ -z "$BIN" ]; then
+  cargo build --quiet --release -p toolgate-server -p toolgate-bench
+  BIN=target/release
+fi
 WORK=$(mktemp -d)
 pid=
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$WORK"; }
@@ -33,9 +39,9 @@ for server in $SERVERS; do
   for mode in $MODES; do
     dir="$WORK/$server-$mode"; mkdir -p "$dir"; port=$(free_port)
     case $server in
-      gw) cmd=(target/release/toolgate serve --listen "127.0.0.1:$port" --data-dir "$dir") ;;
-      noaudit) cmd=(target/release/gateway-unaudited "127.0.0.1:$port" "$dir") ;;
-      bare) cmd=(target/release/bare-rmcp-echo "127.0.0.1:$port") ;;
+      gw) cmd=("$BIN/toolgate" serve --listen "127.0.0.1:$port" --data-dir "$dir") ;;
+      noaudit) cmd=("$BIN/gateway-unaudited" "127.0.0.1:$port" "$dir") ;;
+      bare) cmd=("$BIN/bare-rmcp-echo" "127.0.0.1:$port") ;;
     esac
     env -u DATABASE_URL valgrind --tool=callgrind --callgrind-out-file="$dir/cg.out" "${cmd[@]}" \
       >/dev/null 2>"$dir/log" & pid=$!
