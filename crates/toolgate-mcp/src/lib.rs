@@ -899,8 +899,16 @@ impl ServerHandler for McpAdapter {
         // Unknown tools go through the executor too: the attempt is audited like any call.
         let retry = ctx.clone();
         // Progress and log messages go out as they come, and all of them before the result.
+        // Boxed: rmcp holds each request's handler future in a task of its own and moves
+        // it; the executor's call inline made that future, and every tools/call's
+        // copies, tens of kilobytes larger (docs/BENCHMARKS.md).
         let mut outcome = said
-            .along(self.executor.call(&tools, ctx, &request.name, args.clone()))
+            .along(Box::pin(self.executor.call(
+                &tools,
+                ctx,
+                &request.name,
+                args.clone(),
+            )))
             .await;
         if let Err(err) = &outcome
             && err.kind == ErrorKind::ApprovalRequired
