@@ -25,6 +25,49 @@ async fn principal_key(gw: &Gateway, name: &str, scopes: &[&str]) -> (String, St
     )
 }
 
+/// A model that calls echo, then answers, each reply `delay` after its request.
+async fn greeting_model(delay: Duration) -> MockLlm {
+    MockLlm::start(
+        Wire::Openai,
+        vec![
+            Reply::ok(says::openai_calls(&[(
+                "call_1",
+                "echo",
+                r#"{"message":"hello"}"#,
+            )]))
+            .delayed(delay),
+            Reply::ok(says::openai_text("I said hello.")).delayed(delay),
+        ],
+    )
+    .await
+}
+
+/// The agent `greeter` (provider `llm`, tool `echo`): its id.
+async fn greeter(gw: &Gateway) -> String {
+    let (status, _, agent) = gw
+        .post(
+            "/v1/agents",
+            json!({"name": "greeter", "provider": "llm", "model": "gpt-test", "tools": ["echo"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{agent}");
+    agent["id"].as_str().expect("agent id").to_owned()
+}
+
+/// Approval level 5: the tenant's high- and medium-risk calls wait for a person.
+async fn hold_risky_calls(gw: &Gateway) {
+    let (status, _, body) = read(
+        gw.http
+            .put(gw.url("/v1/policy"))
+            .json(&json!({"level": 5}))
+            .send()
+            .await
+            .expect("policy"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+}
+
 #[tokio::test]
 async fn console_pages_and_assets_are_served_with_a_strict_policy() {
     let gw = Gateway::start().await;
@@ -51,19 +94,7 @@ async fn console_pages_and_assets_are_served_with_a_strict_policy() {
 #[tokio::test]
 async fn a_reviewer_follows_calls_verifies_the_audit_and_approves_in_the_browser() {
     // A model that calls echo, then answers, a little slowly: a run to follow live.
-    let mock = MockLlm::start(
-        Wire::Openai,
-        vec![
-            Reply::ok(says::openai_calls(&[(
-                "call_1",
-                "echo",
-                r#"{"message":"hello"}"#,
-            )]))
-            .delayed(Duration::from_millis(800)),
-            Reply::ok(says::openai_text("I said hello.")).delayed(Duration::from_millis(800)),
-        ],
-    )
-    .await;
+    let mock = greeting_model(Duration::from_millis(800)).await;
     // An upstream MCP server (the official Python SDK's) for the admin to add.
     let mut fixture =
         tokio::process::Command::new(toolgate_e2e::sdk_clients().join(".venv/bin/python"));
@@ -76,23 +107,8 @@ async fn a_reviewer_follows_calls_verifies_the_audit_and_approves_in_the_browser
         crate::tenant_upstreams::loopback(c);
     })
     .await;
-    let (status, _, agent) = gw
-        .post(
-            "/v1/agents",
-            json!({"name": "greeter", "provider": "llm", "model": "gpt-test", "tools": ["echo"]}),
-        )
-        .await;
-    assert_eq!(status, 201, "{agent}");
-    let (status, _, body) = read(
-        gw.http
-            .put(gw.url("/v1/policy"))
-            .json(&json!({"level": 5}))
-            .send()
-            .await
-            .expect("policy"),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
+    let agent = greeter(&gw).await;
+    hold_risky_calls(&gw).await;
     let (reviewer, reviewer_id) =
         principal_key(&gw, "reviewer", &["approvals:decide", "audit:read"]).await;
     let (member, _) = principal_key(&gw, "member", &["tools:invoke"]).await;
@@ -117,7 +133,7 @@ async fn a_reviewer_follows_calls_verifies_the_audit_and_approves_in_the_browser
             &reviewer,
             &reviewer_id,
             &member,
-            agent["id"].as_str().expect("agent id"),
+            &agent,
             &format!("http://127.0.0.1:{fixture_port}/mcp"),
             shots.to_str().expect("utf-8"),
             &other,
@@ -247,18 +263,7 @@ async fn a_reviewer_follows_calls_verifies_the_audit_and_approves_in_the_browser
 /// link opens its page. Screenshots in `target/screenshots/a11y-*`.
 #[tokio::test]
 async fn every_console_page_passes_axe_and_works_from_the_keyboard() {
-    let mock = MockLlm::start(
-        Wire::Openai,
-        vec![
-            Reply::ok(says::openai_calls(&[(
-                "call_1",
-                "echo",
-                r#"{"message":"hello"}"#,
-            )])),
-            Reply::ok(says::openai_text("I said hello.")),
-        ],
-    )
-    .await;
+    let mock = greeting_model(Duration::ZERO).await;
     let llm = mock.base.clone();
     let gw = Gateway::start_with(move |c| {
         c.providers
@@ -270,14 +275,7 @@ async fn every_console_page_passes_axe_and_works_from_the_keyboard() {
         .invoke("echo", json!({"arguments": {"message": "for the audit"}}))
         .await;
     assert_eq!(status, 200);
-    let (status, _, agent) = gw
-        .post(
-            "/v1/agents",
-            json!({"name": "greeter", "provider": "llm", "model": "gpt-test", "tools": ["echo"]}),
-        )
-        .await;
-    assert_eq!(status, 201, "{agent}");
-    let agent = agent["id"].as_str().expect("agent id");
+    let agent = greeter(&gw).await;
     let (status, _, run) = gw
         .post(
             &format!("/v1/agents/{agent}/runs"),
@@ -285,16 +283,7 @@ async fn every_console_page_passes_axe_and_works_from_the_keyboard() {
         )
         .await;
     assert_eq!(status, 201, "{run}");
-    let (status, _, body) = read(
-        gw.http
-            .put(gw.url("/v1/policy"))
-            .json(&json!({"level": 5}))
-            .send()
-            .await
-            .expect("policy"),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
+    hold_risky_calls(&gw).await;
     let (status, _, held) = gw
         .invoke("execute_command", json!({"arguments": {"command": "ls"}}))
         .await;

@@ -151,32 +151,7 @@ async fn mcp_post(
     session: Option<&str>,
     body: serde_json::Value,
 ) -> reqwest::Response {
-    let mut request = gw
-        .http
-        .post(gw.url("/mcp"))
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-11-25")
-        .json(&body);
-    if let Some(id) = session {
-        request = request.header("mcp-session-id", id);
-    }
-    request.send().await.expect("request")
-}
-
-/// A new raw session of the admin's, initialized, as client `name`.
-async fn mcp_session(gw: &Gateway, name: &str) -> String {
-    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": {"name": name, "version": "0"}}});
-    let opened = mcp_post(gw, None, initialize).await;
-    assert_eq!(opened.status(), 200);
-    let id = opened.headers()["mcp-session-id"]
-        .to_str()
-        .expect("ascii")
-        .to_owned();
-    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    assert_eq!(mcp_post(gw, Some(&id), initialized).await.status(), 202);
-    id
+    crate::mcp::post_mcp(gw, &gw.http, session, body).await
 }
 
 /// A session nobody used for `mcp.session_retention_secs` is deleted from the store (its
@@ -190,8 +165,8 @@ async fn sessions_nobody_comes_back_to_are_pruned_and_held_ones_kept() {
     })
     .await;
     let sessions = [
-        mcp_session(&gw, "pruned").await,
-        mcp_session(&gw, "pruned").await,
+        crate::mcp::open_session(&gw).await,
+        crate::mcp::open_session(&gw).await,
     ];
     // A log level keeps the second in memory (session_idle_secs); the first goes dormant.
     let level = json!({"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel",
@@ -244,12 +219,10 @@ async fn a_dormant_session_leaves_memory_and_comes_back_when_used() {
         c.mcp.max_sessions_per_principal = 2;
     })
     .await;
-    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": {"name": "dormant", "version": "0"}}});
+    let initialize = crate::mcp::initialize_body();
     let sessions = [
-        mcp_session(&gw, "dormant").await,
-        mcp_session(&gw, "dormant").await,
+        crate::mcp::open_session(&gw).await,
+        crate::mcp::open_session(&gw).await,
     ];
     let level = json!({"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel",
                        "params": {"level": "error"}});

@@ -170,14 +170,14 @@ async fn a_dropped_call_is_cancelled_and_audited_as_cancelled() {
     gw.stop().await;
 }
 
-fn initialize_body() -> Value {
+pub(crate) fn initialize_body() -> Value {
     json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {},
         "clientInfo": {"name": "raw", "version": "0"}}})
 }
 
 /// A raw 2025-11-25 session of the admin's, initialized.
-async fn open_session(gw: &Gateway) -> String {
+pub(crate) async fn open_session(gw: &Gateway) -> String {
     let opened = post_mcp(gw, &gw.http, None, initialize_body()).await;
     assert_eq!(opened.status(), 200);
     let session = opened
@@ -213,7 +213,7 @@ fn sse_events(body: &str) -> Vec<(Option<String>, Option<u64>, Option<Value>)> {
         .collect()
 }
 
-async fn post_mcp(
+pub(crate) async fn post_mcp(
     gw: &Gateway,
     client: &reqwest::Client,
     session: Option<&str>,
