@@ -55,6 +55,15 @@ async fn run(gw: &Gateway, agent: &str, input: &str) -> Value {
     run
 }
 
+/// A model name the fake of `wire` answers to (Gemini's is in its path).
+fn model_for(wire: Wire) -> &'static str {
+    if wire == Wire::Gemini {
+        "gemini-test"
+    } else {
+        "m"
+    }
+}
+
 /// Starts a run without waiting and follows it over SSE to its end: (run id, the stream).
 async fn follow(gw: &Gateway, agent: &str, input: &str) -> (String, String) {
     let (status, _, started) = gw
@@ -1097,19 +1106,16 @@ async fn an_answer_must_match_the_output_schema_and_a_mismatch_is_sent_back() {
         "```json\n{\"city\": \"Oslo\", \"days\": 3}\n```",
     );
     for wire in [Wire::Openai, Wire::Anthropic, Wire::Gemini, Wire::Ollama] {
-        let text = |t: &str| match wire {
-            Wire::Openai => says::openai_text(t),
-            Wire::Anthropic => says::anthropic_text(t),
-            Wire::Gemini => says::gemini_text(t),
-            Wire::Ollama => says::ollama_text(t),
-        };
-        let mock = MockLlm::start(wire, vec![Reply::ok(text(wrong)), Reply::ok(text(right))]).await;
+        let mock = MockLlm::start(
+            wire,
+            vec![
+                Reply::ok(says::text(wire, wrong)),
+                Reply::ok(says::text(wire, right)),
+            ],
+        )
+        .await;
         let gw = gateway(&mock, wire).await;
-        let model = if wire == Wire::Gemini {
-            "gemini-test"
-        } else {
-            "m"
-        };
+        let model = model_for(wire);
         let agent = create_agent(
             &gw,
             json!({"name": "planner", "provider": "llm", "model": model,
@@ -1264,11 +1270,7 @@ async fn a_streaming_agents_reply_reaches_the_run_stream_piece_by_piece() {
         )
         .await;
         let gw = gateway(&mock, wire).await;
-        let model = if wire == Wire::Gemini {
-            "gemini-test"
-        } else {
-            "m"
-        };
+        let model = model_for(wire);
         let agent = create_agent(
             &gw,
             json!({"name": "reader", "provider": "llm", "model": model,

@@ -388,6 +388,16 @@ pub mod says {
         })
     }
 
+    /// A plain text answer in `wire`'s format.
+    pub fn text(wire: super::Wire, text: &str) -> Value {
+        match wire {
+            super::Wire::Openai => openai_text(text),
+            super::Wire::Anthropic => anthropic_text(text),
+            super::Wire::Gemini => gemini_text(text),
+            super::Wire::Ollama => ollama_text(text),
+        }
+    }
+
     pub fn anthropic_text(text: &str) -> Value {
         json!({
             "id": "msg_01", "type": "message", "role": "assistant", "model": "claude-test",
