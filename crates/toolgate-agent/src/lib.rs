@@ -30,8 +30,9 @@
 //!   ([`protocol::react`], [`protocol::xml`]).
 //! - [`agent`]: [`agent::AgentConfig`], what an agent is.
 //! - [`output`]: structured output, the JSON Schema a final answer must match.
-//! - [`run`]: the loop ([`run::drive`]), its events ([`run::RunEvent`]) and the fold that
-//!   rebuilds a run from them ([`run::RunState::fold`]).
+//! - [`run`]: the loop ([`run::drive`]); its events ([`run::RunEvent`]) and the pure fold
+//!   that rebuilds a run from them ([`run::RunState::fold`]) in `run/state.rs`, with
+//!   that fold's unit tests.
 
 pub mod agent;
 pub mod message;
