@@ -1374,3 +1374,94 @@ async fn a_stream_broken_mid_reply_is_retried_and_its_pieces_voided() {
     assert_eq!(mock.requests().len(), 2);
     gw.stop().await;
 }
+
+/// Model routing: the first turn asks the fast model; a direct answer ends the run there
+/// (the main model is never asked), a reply calling tools is routed unrun to the main
+/// model, which does the tool-using turns. Each step names the model that answered, and
+/// the usage counts both.
+#[tokio::test]
+async fn a_fast_model_answers_what_needs_no_tools_and_routes_the_rest() {
+    for needs_tools in [false, true] {
+        let fast = MockLlm::start(
+            Wire::Openai,
+            vec![Reply::ok(if needs_tools {
+                says::openai_calls(&[("f1", "read_file", r#"{"path":"notes.txt"}"#)])
+            } else {
+                says::openai_text("Hello! Nothing to look up.")
+            })],
+        )
+        .await;
+        let main = MockLlm::start(
+            Wire::Openai,
+            vec![
+                Reply::ok(says::openai_calls(&[(
+                    "m1",
+                    "read_file",
+                    r#"{"path":"notes.txt"}"#,
+                )])),
+                Reply::ok(says::openai_text("The launch is on Tuesday.")),
+            ],
+        )
+        .await;
+        let fast_base = fast.base.clone();
+        let main_base = main.base.clone();
+        let gw = Gateway::start_with(move |c| {
+            c.providers
+                .insert("llm".into(), provider(Wire::Openai, &main_base));
+            c.providers
+                .insert("quick".into(), provider(Wire::Openai, &fast_base));
+        })
+        .await;
+        std::fs::write(
+            gw.workspace().join("notes.txt"),
+            "the launch is on tuesday\n",
+        )
+        .expect("write");
+        let (status, _, refused) = gw
+            .post(
+                "/v1/agents",
+                json!({"name": "bad", "provider": "llm", "model": "big",
+                       "fast_model": "small", "fast_provider": "nope"}),
+            )
+            .await;
+        assert_eq!(status, 400, "{refused}");
+        let agent = create_agent(
+            &gw,
+            json!({"name": "router", "provider": "llm", "model": "big",
+                   "fast_model": "small", "fast_provider": "quick", "tools": ["read_file"]}),
+        )
+        .await;
+        let run = run(&gw, &agent, "When is the launch?").await;
+        assert_eq!(run["status"], "completed", "{run}");
+        let answered: Vec<&str> = steps(&run, "model_message")
+            .iter()
+            .filter_map(|s| s["model"].as_str())
+            .collect();
+        if needs_tools {
+            assert_eq!(run["output"], "The launch is on Tuesday.");
+            assert_eq!(answered, ["big", "big"], "{run}");
+            let routed = steps(&run, "model_routed");
+            assert_eq!(routed.len(), 1, "{run}");
+            assert_eq!(routed[0]["model"], "small");
+            assert_eq!(main.requests().len(), 2);
+            // The fast model's call was not run: one read, the main model's.
+            let run_id = run["id"].as_str().expect("id");
+            let (_, _, audit) = gw.get(&format!("/v1/audit?run_id={run_id}")).await;
+            assert_eq!(
+                audit["entries"].as_array().map(Vec::len),
+                Some(1),
+                "{audit}"
+            );
+            // Usage: the fast model's routed reply (20 input tokens) and the main
+            // model's two replies (20 and 10).
+            assert_eq!(run["usage"]["input_tokens"], 20 + 20 + 10, "{run}");
+        } else {
+            assert_eq!(run["output"], "Hello! Nothing to look up.");
+            assert_eq!(answered, ["small"], "{run}");
+            assert!(main.requests().is_empty(), "the main model was never asked");
+        }
+        assert_eq!(fast.requests().len(), 1);
+        assert_eq!(fast.requests()[0].body["model"], "small");
+        gw.stop().await;
+    }
+}

@@ -58,6 +58,17 @@ pub struct AgentConfig {
     /// mismatch goes back to the model up to `output_retries` times before the run fails.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<serde_json::Value>,
+    /// Model routing: a faster (cheaper) model for the steps that need no tools. The first
+    /// turn asks it, tools declared: an answer without tool calls ends the run; a reply
+    /// that calls tools is not run but routed (a `model_routed` step) and the turn asked
+    /// of `model`, which handles every tool-using turn; answers the gateway asks for
+    /// without tools (turn limit, a persisting repetition, calls that all failed) go to
+    /// it as well. Each `model_message` step says which model answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fast_model: Option<String>,
+    /// The provider of `fast_model`; `provider` when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fast_provider: Option<String>,
     /// Stream the model's replies: text and reasoning reach the run's event stream as
     /// they are generated (`model_delta`), before each whole `model_message` step.
     #[serde(default)]
@@ -111,6 +122,17 @@ impl AgentConfig {
         }
         if self.model.trim().is_empty() || self.model.len() > 200 {
             out.push(("model".into(), "must be 1-200 characters".into()));
+        }
+        if let Some(fast) = &self.fast_model
+            && (fast.trim().is_empty() || fast.len() > 200)
+        {
+            out.push(("fast_model".into(), "must be 1-200 characters".into()));
+        }
+        if self.fast_provider.is_some() && self.fast_model.is_none() {
+            out.push((
+                "fast_provider".into(),
+                "names the provider of fast_model, which is unset".into(),
+            ));
         }
         if !(1..=MAX_MAX_TURNS).contains(&self.max_turns) {
             out.push(("max_turns".into(), format!("must be 1-{MAX_MAX_TURNS}")));

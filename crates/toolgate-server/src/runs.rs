@@ -175,6 +175,13 @@ impl Runs {
             journal,
             cancel: cancel.clone(),
             request_id,
+            // Checked when the agent was saved; a provider gone since leaves the main
+            // model to answer every turn.
+            fast: agent.fast_model.as_ref().and_then(|_| {
+                self.providers
+                    .get(agent.fast_provider.as_deref().unwrap_or(&agent.provider))
+                    .cloned()
+            }),
             deltas: agent.stream.then(|| {
                 let runs = Arc::downgrade(self);
                 let publish: Arc<dyn Fn(u32, Delta) + Send + Sync> =

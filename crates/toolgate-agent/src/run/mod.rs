@@ -75,6 +75,8 @@ pub struct RunContext {
     pub journal: Arc<dyn Journal>,
     pub cancel: CancellationToken,
     pub request_id: Option<String>,
+    /// The provider of the agent's `fast_model`, when it routes.
+    pub fast: Option<Arc<dyn Provider>>,
     /// Where a streaming agent's pieces of replies go as they arrive (turn, piece): not
     /// journaled, for those watching the run live.
     pub deltas: Option<Arc<dyn Fn(u32, Delta) + Send + Sync>>,
@@ -264,6 +266,19 @@ impl Driver<'_> {
             let truncated = crate::provider::is_truncation(reply.meta.stop_reason.as_deref());
             let (message, final_answer) = self.interpret(turn, reply.message);
             let calls = message.tool_calls.clone();
+            if reply.meta.fast && choice == ToolChoice::Auto && !calls.is_empty() {
+                // The fast model wants tools: not run; the main model takes the turn.
+                self.append(
+                    state,
+                    RunEvent::ModelRouted {
+                        turn,
+                        model: reply.meta.model,
+                        usage: reply.meta.usage,
+                    },
+                )
+                .await?;
+                continue;
+            }
             self.append(state, reply.meta.event(turn, message)).await?;
             if truncated && !calls.is_empty() && choice != ToolChoice::None {
                 // A call cut off at the token limit may be missing arguments that would
@@ -341,6 +356,17 @@ impl Driver<'_> {
         state: &RunState,
         choice: ToolChoice,
     ) -> Result<ModelReply, ProviderError> {
+        // Routing: the fast model for the first turn (until it is routed on) and for
+        // answers asked without tools; the main model for the rest.
+        let fast = match (&self.agent.fast_model, &self.ctx.fast) {
+            (Some(model), Some(provider))
+                if choice == ToolChoice::None || (state.turn == 1 && !state.routed) =>
+            {
+                Some((model.as_str(), provider))
+            }
+            _ => None,
+        };
+        let (model, provider) = fast.unwrap_or((self.agent.model.as_str(), &self.ctx.provider));
         let text_history;
         let (messages, tools): (&[Message], &[ToolDecl]) = if self.agent.protocol.is_text() {
             text_history = self.agent.protocol.text_history(&state.history);
@@ -349,7 +375,7 @@ impl Driver<'_> {
             (&state.history, &self.decls)
         };
         let request = ModelRequest {
-            model: &self.agent.model,
+            model,
             system: self.system.as_deref(),
             messages,
             tools,
@@ -377,8 +403,8 @@ impl Driver<'_> {
             otel.name = tracing::field::Empty,
             otel.kind = "client",
             gen_ai.operation.name = "chat",
-            gen_ai.provider.name = self.ctx.provider.kind().semconv_name(),
-            gen_ai.request.model = %self.agent.model,
+            gen_ai.provider.name = provider.kind().semconv_name(),
+            gen_ai.request.model = %model,
             gen_ai.usage.input_tokens = tracing::field::Empty,
             gen_ai.usage.output_tokens = tracing::field::Empty,
             error.type = tracing::field::Empty,
@@ -386,7 +412,7 @@ impl Driver<'_> {
             )
         };
         if !chat.is_disabled() {
-            chat.record("otel.name", format!("chat {}", self.agent.model));
+            chat.record("otel.name", format!("chat {model}"));
         }
         let turn = if self.agent.stream {
             let deltas = self.ctx.deltas.clone();
@@ -396,19 +422,17 @@ impl Driver<'_> {
                     deltas(at, delta);
                 }
             };
-            self.ctx
-                .provider
+            provider
                 .stream(&request, &self.ctx.cancel, &sink)
                 .instrument(chat.clone())
                 .await
         } else {
-            self.ctx
-                .provider
+            provider
                 .complete(&request, &self.ctx.cancel)
                 .instrument(chat.clone())
                 .await
         };
-        let provider = self.ctx.provider.kind().semconv_name();
+        let provider_name = provider.kind().semconv_name();
         if let Ok(turn) = &turn
             && !chat.is_disabled()
         {
@@ -432,8 +456,8 @@ impl Driver<'_> {
             .map(|e| format!("{:?}", e.kind).to_lowercase());
         let usage = turn.as_ref().ok().and_then(|t| t.usage);
         self.ctx.executor.metrics().chat(
-            provider,
-            &self.agent.model,
+            provider_name,
+            model,
             error.as_deref(),
             started.elapsed(),
             usage.map(|u| u.input_tokens),
@@ -446,6 +470,8 @@ impl Driver<'_> {
                 stop_reason: turn.stop_reason,
                 usage: turn.usage,
                 duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+                model: model.to_owned(),
+                fast: fast.is_some(),
             },
         })
     }
@@ -908,6 +934,9 @@ struct ReplyMeta {
     stop_reason: Option<String>,
     usage: Option<Usage>,
     duration_ms: f64,
+    /// The model that answered, and whether it was the fast one.
+    model: String,
+    fast: bool,
 }
 
 impl ReplyMeta {
@@ -918,6 +947,7 @@ impl ReplyMeta {
             stop_reason: self.stop_reason,
             usage: self.usage,
             duration_ms: self.duration_ms,
+            model: Some(self.model),
         }
     }
 }

@@ -68,6 +68,9 @@ pub enum RunEvent {
     ModelMessage {
         turn: u32,
         message: AssistantMessage,
+        /// The model that answered (with routing, the fast one or the main one).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         stop_reason: Option<String>,
         /// `None` when the provider reported no usage (not zero).
@@ -75,6 +78,15 @@ pub enum RunEvent {
         usage: Option<Usage>,
         #[serde(default)]
         duration_ms: f64,
+    },
+    /// Routing: the fast model wanted tools on the first turn; its reply was not run, and
+    /// the turn goes to the main model.
+    ModelRouted {
+        turn: u32,
+        /// The fast model that was asked.
+        model: String,
+        #[serde(default)]
+        usage: Option<Usage>,
     },
     ToolCallStarted {
         turn: u32,
@@ -129,6 +141,7 @@ impl RunEvent {
             RunEvent::RunStarted { .. } => "run_started",
             RunEvent::TurnStarted { .. } => "turn_started",
             RunEvent::ModelMessage { .. } => "model_message",
+            RunEvent::ModelRouted { .. } => "model_routed",
             RunEvent::ToolCallStarted { .. } => "tool_call_started",
             RunEvent::ToolCallFinished { .. } => "tool_call_finished",
             RunEvent::ApprovalRequested { .. } => "approval_requested",
@@ -188,6 +201,8 @@ pub struct RunState {
     pub approvals: HashMap<String, ApprovalId>,
     /// Answers sent back for not matching the agent's output schema.
     pub output_retries: u32,
+    /// Routing has decided: the first turn was answered, or routed to the main model.
+    pub routed: bool,
     /// The current turn has started but its model message is not in (the gateway
     /// stopped while the model was thinking): the turn is redone, not skipped.
     pub awaiting_model: bool,
@@ -255,7 +270,15 @@ impl RunState {
                 self.turn = *turn;
                 self.awaiting_model = true;
             }
+            RunEvent::ModelRouted { usage, .. } => {
+                // The turn goes on: the main model is asked it.
+                self.routed = true;
+                if let Some(u) = usage {
+                    self.usage.add(u);
+                }
+            }
             RunEvent::ModelMessage { message, usage, .. } => {
+                self.routed = true;
                 self.awaiting_model = false;
                 // A note asking for an answer applies to the one model call after it.
                 self.answer_now = false;
@@ -384,6 +407,7 @@ mod tests {
                     tool_calls: vec![call.clone()],
                     ..AssistantMessage::default()
                 },
+                model: None,
                 stop_reason: None,
                 usage: None,
                 duration_ms: 0.0,
@@ -441,5 +465,41 @@ mod tests {
             turn(2, "t", Some("repetition")),
         ]);
         assert_eq!(state.failed_streak, 1);
+    }
+
+    /// A routed first turn counts the fast model's usage and leaves the turn open for the
+    /// main model, whose answer then closes it; a resumed run does not route again.
+    #[test]
+    fn a_routed_turn_stays_open_for_the_main_model() {
+        let usage = Usage {
+            input_tokens: 7,
+            output_tokens: 3,
+            ..Usage::default()
+        };
+        let mut state = RunState::fold(&[
+            RunEvent::RunStarted {
+                agent: "a".into(),
+                input: "hi".into(),
+            },
+            RunEvent::TurnStarted { turn: 1 },
+            RunEvent::ModelRouted {
+                turn: 1,
+                model: "fast".into(),
+                usage: Some(usage),
+            },
+        ]);
+        assert!(state.routed && state.awaiting_model);
+        assert_eq!(state.usage.total(), 10);
+        assert_eq!(state.history.len(), 1, "the fast reply is not history");
+        state.apply(&RunEvent::ModelMessage {
+            turn: 1,
+            message: AssistantMessage::default(),
+            model: Some("main".into()),
+            stop_reason: None,
+            usage: Some(usage),
+            duration_ms: 0.0,
+        });
+        assert!(!state.awaiting_model);
+        assert_eq!(state.usage.total(), 20);
     }
 }

@@ -114,6 +114,15 @@ pub struct AgentBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub output_schema: Option<Value>,
+    /// Model routing: a faster model for the first turn (an answer without tool calls
+    /// ends the run; a reply calling tools is routed, unrun, to `model`) and for answers
+    /// asked without tools; `model` for every tool-using turn. Each `model_message` step
+    /// names the model that answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fast_model: Option<String>,
+    /// The provider of `fast_model` (default: `provider`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fast_provider: Option<String>,
     /// Stream the model's replies: text and reasoning reach `GET /v1/runs/{id}/events`
     /// as `model_delta` events while they are generated (default off).
     #[serde(default)]
@@ -149,6 +158,8 @@ impl AgentBody {
                 .repetition_limit
                 .unwrap_or(toolgate_agent::agent::DEFAULT_REPETITION_LIMIT),
             output_schema: self.output_schema,
+            fast_model: self.fast_model,
+            fast_provider: self.fast_provider,
             stream: self.stream.unwrap_or(false),
             output_retries: self
                 .output_retries
@@ -173,6 +184,8 @@ impl AgentBody {
             max_tokens: c.max_tokens,
             repetition_limit: Some(c.repetition_limit),
             output_schema: c.output_schema,
+            fast_model: c.fast_model,
+            fast_provider: c.fast_provider,
             stream: Some(c.stream),
             output_retries: Some(c.output_retries),
             approval_policy: c.approval_policy,
@@ -207,6 +220,14 @@ fn validate(app: &AppState, config: &AgentConfig) -> Result<(), ApiError> {
         problems.push((
             "provider".into(),
             format!("this gateway has no provider named {:?}", config.provider),
+        ));
+    }
+    if let Some(fast) = &config.fast_provider
+        && !app.runs.has_provider(fast)
+    {
+        problems.push((
+            "fast_provider".into(),
+            format!("this gateway has no provider named {fast:?}"),
         ));
     }
     if problems.is_empty() {

@@ -208,7 +208,7 @@ pub struct EventsQuery {
 /// Follow a run's steps as server-sent events.
 ///
 /// Each event's `id` is the step number, `event` its type (`run_started`,
-/// `turn_started`, `model_message`, `tool_call_started`, `tool_call_finished`, `note`,
+/// `turn_started`, `model_message`, `model_routed`, `tool_call_started`, `tool_call_finished`, `note`,
 /// `approval_requested`, `run_paused`, `run_finished`) and `data` the step as JSON. A
 /// paused run's stream stays open and goes on when the run resumes. Steps are stored before they are sent,
 /// so a client that reconnects with `Last-Event-ID` misses none, on any instance. The
