@@ -46,6 +46,9 @@ pub enum StartError {
     Store(#[from] StoreError),
 }
 
+/// A piece of a streamed model reply: its turn, and its SSE `model_delta` data.
+pub type Piece = (u32, Arc<str>);
+
 pub struct Runs {
     store: Store,
     registry: Arc<Registry>,
@@ -60,7 +63,7 @@ pub struct Runs {
     bus: Mutex<HashMap<RunId, watch::Sender<Committed>>>,
     /// Pieces of model replies of runs this instance drives, as SSE data, for the streams
     /// following them here (never stored).
-    deltas: Mutex<HashMap<RunId, tokio::sync::broadcast::Sender<Arc<str>>>>,
+    deltas: Mutex<HashMap<RunId, tokio::sync::broadcast::Sender<Piece>>>,
 }
 
 /// How far a run's journal is committed: its last step, and whether that ended (or
@@ -271,9 +274,9 @@ impl Runs {
     }
 
     /// Pieces of `run`'s model replies as they stream in on this instance (the run's
-    /// agent must stream): SSE `model_delta` data, `{"turn", "text"}`, `{"turn",
+    /// agent must stream), with their turn: SSE `model_delta` data, `{"turn", "text"}`, `{"turn",
     /// "reasoning"}` or `{"turn", "restart": true}`.
-    pub fn subscribe_deltas(&self, run: RunId) -> tokio::sync::broadcast::Receiver<Arc<str>> {
+    pub fn subscribe_deltas(&self, run: RunId) -> tokio::sync::broadcast::Receiver<Piece> {
         let mut deltas = self.deltas.lock().unwrap_or_else(|p| p.into_inner());
         deltas.retain(|_, tx| tx.receiver_count() > 0);
         deltas
@@ -292,7 +295,7 @@ impl Runs {
             Delta::Reasoning(text) => serde_json::json!({"turn": turn, "reasoning": text}),
             Delta::Restart => serde_json::json!({"turn": turn, "restart": true}),
         };
-        let _ = tx.send(data.to_string().into());
+        let _ = tx.send((turn, data.to_string().into()));
     }
 
     fn notify(&self, run: RunId, seq: i64, finished: bool) {

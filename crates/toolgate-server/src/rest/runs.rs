@@ -266,8 +266,14 @@ fn steps_stream(
     struct Cursor {
         app: AppState,
         updates: tokio::sync::watch::Receiver<crate::runs::Committed>,
-        deltas: tokio::sync::broadcast::Receiver<std::sync::Arc<str>>,
+        deltas: tokio::sync::broadcast::Receiver<crate::runs::Piece>,
         deltas_open: bool,
+        /// Pieces received and not yet sent, with their turns: each goes out once its
+        /// turn's `turn_started` step has (pieces are published at once, the steps before
+        /// them may still be on their way to the store).
+        held: std::collections::VecDeque<crate::runs::Piece>,
+        /// The turn of the latest `turn_started` step sent (or before `after`).
+        turn: Option<u32>,
         last: i64,
         queue: std::collections::VecDeque<RunEventRecord>,
         done: bool,
@@ -276,16 +282,61 @@ fn steps_stream(
         updates: app.runs.subscribe(run),
         deltas: app.runs.subscribe_deltas(run),
         deltas_open: true,
+        held: Default::default(),
+        turn: None,
         app,
         last: after,
         queue: Default::default(),
         done: false,
     };
+    let piece = |data: &str| Event::default().event("model_delta").data(data);
     futures::stream::unfold(cursor, move |mut c| async move {
+        if c.turn.is_none() {
+            // Resumed after step `after`: the turn it was in.
+            let before = if after > 0 {
+                c.app
+                    .store
+                    .run_events(tenant, run, 0)
+                    .await
+                    .unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            c.turn = Some(
+                before
+                    .iter()
+                    .filter(|e| e.seq <= after && e.kind == "turn_started")
+                    .filter_map(|e| e.payload.get("turn")?.as_u64())
+                    .max()
+                    .map_or(0, |t| u32::try_from(t).unwrap_or(u32::MAX)),
+            );
+        }
         loop {
+            // Pieces first into the hold, so that none goes out after the step that
+            // holds its whole reply (they were published before it was stored).
+            loop {
+                match c.deltas.try_recv() {
+                    Ok(p) => c.held.push_back(p),
+                    Err(tokio::sync::broadcast::error::TryRecvError::Lagged(skipped)) => {
+                        tracing::debug!(run_id = %run, skipped, "a slow run stream skipped reply pieces");
+                    }
+                    Err(_) => break,
+                }
+            }
+            let turn = c.turn.unwrap_or(0);
+            if c.held.front().is_some_and(|(t, _)| *t <= turn)
+                && let Some((_, data)) = c.held.pop_front()
+            {
+                return Some((Ok(piece(&data)), c));
+            }
             if let Some(e) = c.queue.pop_front() {
                 c.last = e.seq;
                 c.done = e.kind == "run_finished";
+                if e.kind == "turn_started"
+                    && let Some(t) = e.payload.get("turn").and_then(|t| t.as_u64())
+                {
+                    c.turn = Some(u32::try_from(t).unwrap_or(u32::MAX));
+                }
                 let event = Event::default()
                     .id(e.seq.to_string())
                     .event(e.kind.clone())
@@ -294,19 +345,6 @@ fn steps_stream(
             }
             if c.done {
                 return None;
-            }
-            // Pieces of a reply come before the step that holds it whole: they were
-            // published before it was stored.
-            match c.deltas.try_recv() {
-                Ok(data) => {
-                    let event = Event::default().event("model_delta").data(&*data);
-                    return Some((Ok(event), c));
-                }
-                Err(tokio::sync::broadcast::error::TryRecvError::Lagged(skipped)) => {
-                    tracing::debug!(run_id = %run, skipped, "a slow run stream skipped reply pieces");
-                    continue;
-                }
-                Err(_) => {}
             }
             match c.app.store.run_events(tenant, run, c.last).await {
                 Ok(events) if !events.is_empty() => {
@@ -322,10 +360,7 @@ fn steps_stream(
             tokio::select! {
                 _ = c.updates.changed() => {}
                 piece = c.deltas.recv(), if c.deltas_open => match piece {
-                    Ok(data) => {
-                        let event = Event::default().event("model_delta").data(&*data);
-                        return Some((Ok(event), c));
-                    }
+                    Ok(p) => c.held.push_back(p),
                     Err(RecvError::Lagged(_)) => {}
                     // Not while this stream holds a receiver; steps alone then.
                     Err(RecvError::Closed) => c.deltas_open = false,
