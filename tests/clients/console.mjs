@@ -97,10 +97,19 @@ try {
     body: JSON.stringify({ input: "say hello through echo", wait_secs: 0 }),
   })).json();
   await adminPage.getByRole("link", { name: "Runs" }).click();
+  // Whether the streamed answer showed as it was written (a line that later gives way).
+  await adminPage.evaluate(() => {
+    window.sawTyping = false;
+    new MutationObserver(() => {
+      if (document.querySelector('#run-steps li[data-type="model_delta"]')) window.sawTyping = true;
+    }).observe(document.getElementById("run-steps"), { childList: true, subtree: true, characterData: true });
+  });
   await adminPage.locator(`#runs-rows tr[data-run-id="${started.id}"]`).click();
   await adminPage.locator('#run-steps li[data-type="run_finished"]').waitFor({ timeout: 20000 });
   await adminPage.locator('#run-status[data-status="completed"]').waitFor();
   seen.runSteps = await adminPage.locator("#run-steps li").evaluateAll((els) => els.map((e) => e.dataset.type));
+  seen.runAnswer = await adminPage.locator('#run-steps li[data-type="model_message"]').last().innerText();
+  seen.sawTyping = await adminPage.evaluate(() => window.sawTyping);
   await adminPage.screenshot({ path: `${shots}/console-runs.png`, fullPage: true });
 
   // An upstream added in the page connects; its tools join the list.

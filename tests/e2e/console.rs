@@ -42,12 +42,13 @@ async fn greeting_model(delay: Duration) -> MockLlm {
     .await
 }
 
-/// The agent `greeter` (provider `llm`, tool `echo`): its id.
+/// The agent `greeter` (provider `llm`, tool `echo`, its replies streamed): its id.
 async fn greeter(gw: &Gateway) -> String {
     let (status, _, agent) = gw
         .post(
             "/v1/agents",
-            json!({"name": "greeter", "provider": "llm", "model": "gpt-test", "tools": ["echo"]}),
+            json!({"name": "greeter", "provider": "llm", "model": "gpt-test", "tools": ["echo"],
+                   "stream": true}),
         )
         .await;
     assert_eq!(status, 201, "{agent}");
@@ -177,6 +178,15 @@ async fn a_reviewer_follows_calls_verifies_the_audit_and_approves_in_the_browser
     ] {
         assert!(steps.contains(&step), "{step} in {steps:?}");
     }
+    // The streamed reply showed as a growing line, which gave way to the whole message.
+    assert_eq!(seen["sawTyping"], true, "{seen}");
+    assert!(!steps.contains(&"model_delta"), "{steps:?}");
+    assert!(
+        seen["runAnswer"]
+            .as_str()
+            .is_some_and(|a| a.contains("I said hello.")),
+        "{seen}"
+    );
     assert!(
         seen["secret"].as_str().is_some_and(|s| s.len() > 20),
         "{seen}"

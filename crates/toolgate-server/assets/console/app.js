@@ -441,6 +441,7 @@ function describeStep(type, d) {
       const u = d.usage;
       return u ? `${said} (${u.input_tokens} in, ${u.output_tokens} out tokens)` : said;
     }
+    case "model_routed": return `${d.model} wanted tools: routed to the main model`;
     case "tool_call_started": return `calls ${d.tool}`;
     case "tool_call_finished": return `${d.result?.name ?? "tool"}: ${d.result?.is_error ? "error" : "ok"}`;
     case "run_finished": return `finished: ${d.status}${d.output ? ` — ${d.output}` : ""}`;
@@ -473,6 +474,24 @@ async function openRun(id) {
     }
   };
   runs.stop = follow(`/v1/runs/${id}/events`, (type, step, n) => {
+    // A streaming agent's reply as it is written: one line per turn, growing, replaced
+    // by the whole message when it lands.
+    const typing = (turn) => steps.querySelector(`li[data-type="model_delta"][data-turn="${turn}"]`);
+    if (type === "model_delta") {
+      let li = typing(step.turn);
+      if (!li) {
+        li = document.createElement("li");
+        li.dataset.type = "model_delta";
+        li.dataset.turn = String(step.turn);
+        li.setAttribute("aria-live", "polite");
+        li.textContent = "model: ";
+        steps.append(li);
+      }
+      if (step.restart) li.textContent = "model: ";
+      else if (step.text) li.textContent += step.text;
+      return;
+    }
+    if (type === "model_message" || type === "model_routed") typing(step.turn)?.remove();
     const li = document.createElement("li");
     li.dataset.type = type;
     li.textContent = describeStep(type, step);
