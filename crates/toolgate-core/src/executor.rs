@@ -270,7 +270,7 @@ impl Executor {
                 let result = async {
                     self.ratify(&ctx, policy, &tool, &args, &mut record).await?;
                     self.begin(spec.effects.writes, &record).await?;
-                    let mut output = run(&tool, &ctx, args, deadline, timeout, extension).await?;
+                    let mut output = run(&tool, &ctx, args, started, timeout, extension).await?;
                     let limit = spec.max_output_chars.min(self.limits.max_output_chars);
                     let truncated = output.truncate_text(limit);
                     Ok((output, truncated))
@@ -539,13 +539,13 @@ async fn run(
     tool: &RegisteredTool,
     ctx: &CallContext,
     args: Value,
-    mut deadline: Instant,
+    started: Instant,
     timeout: Duration,
     mut extension: Option<Extension>,
 ) -> Result<ToolOutput, ToolError> {
     let call = AssertUnwindSafe(tool.tool.call(ctx, args)).catch_unwind();
     tokio::pin!(call);
-    let started = deadline.checked_sub(timeout).unwrap_or(deadline);
+    let mut deadline = started + timeout;
     let outcome = loop {
         let progress = async {
             match extension.as_mut() {

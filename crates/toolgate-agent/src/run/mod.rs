@@ -207,15 +207,7 @@ impl Driver<'_> {
     async fn run(&mut self, state: &mut RunState) -> Result<RunOutcome, Stop> {
         // A paused run cancelled while it waited ends here, its held calls unmade.
         if self.ctx.cancel.is_cancelled() && !state.approvals.is_empty() {
-            return self
-                .finish(
-                    state,
-                    RunStatus::Cancelled,
-                    None,
-                    false,
-                    Some("cancelled".into()),
-                )
-                .await;
+            return self.cancelled(state).await;
         }
         // Calls left unanswered by an interrupted gateway (or held for approval) come
         // first.
@@ -233,15 +225,7 @@ impl Driver<'_> {
         }
         loop {
             if self.ctx.cancel.is_cancelled() {
-                return self
-                    .finish(
-                        state,
-                        RunStatus::Cancelled,
-                        None,
-                        false,
-                        Some("cancelled".into()),
-                    )
-                    .await;
+                return self.cancelled(state).await;
             }
             let turn = if state.awaiting_model {
                 // Resumed inside a turn whose model call was cut off: redo it.
@@ -791,11 +775,7 @@ impl Driver<'_> {
                 self.append(state, reply.meta.event(turn, message)).await?;
                 let answer = answer.unwrap_or_default();
                 if !called_tools && !answer.trim().is_empty() {
-                    let checked = match &self.output {
-                        Some(schema) => schema.check(&answer).map(|v| v.to_string()),
-                        None => Ok(answer.clone()),
-                    };
-                    return match checked {
+                    return match self.checked(&answer) {
                         Ok(output) => {
                             self.finish(state, RunStatus::Completed, Some(output), true, None)
                                 .await
@@ -833,21 +813,9 @@ impl Driver<'_> {
         turn: u32,
         answer: String,
     ) -> Result<Option<RunOutcome>, Stop> {
-        let Some(schema) = &self.output else {
-            return self
-                .finish(state, RunStatus::Completed, Some(answer), false, None)
-                .await
-                .map(Some);
-        };
-        match schema.check(&answer) {
-            Ok(value) => self
-                .finish(
-                    state,
-                    RunStatus::Completed,
-                    Some(value.to_string()),
-                    false,
-                    None,
-                )
+        match self.checked(&answer) {
+            Ok(output) => self
+                .finish(state, RunStatus::Completed, Some(output), false, None)
                 .await
                 .map(Some),
             Err(why) if state.output_retries < self.agent.output_retries => {
@@ -873,21 +841,34 @@ impl Driver<'_> {
         }
     }
 
+    /// A final answer as the run's output: itself, or, when the agent has an output
+    /// schema, the JSON value it must be (or what is wrong with it).
+    fn checked(&self, answer: &str) -> Result<String, String> {
+        match &self.output {
+            Some(schema) => schema.check(answer).map(|v| v.to_string()),
+            None => Ok(answer.to_owned()),
+        }
+    }
+
+    /// Ends the run as cancelled.
+    async fn cancelled(&self, state: &mut RunState) -> Result<RunOutcome, Stop> {
+        self.finish(
+            state,
+            RunStatus::Cancelled,
+            None,
+            false,
+            Some("cancelled".into()),
+        )
+        .await
+    }
+
     async fn provider_failed(
         &self,
         state: &mut RunState,
         err: ProviderError,
     ) -> Result<RunOutcome, Stop> {
         if err.kind == crate::provider::ProviderErrorKind::Cancelled {
-            return self
-                .finish(
-                    state,
-                    RunStatus::Cancelled,
-                    None,
-                    false,
-                    Some("cancelled".into()),
-                )
-                .await;
+            return self.cancelled(state).await;
         }
         let message = format!("the model provider failed: {err}");
         self.finish(state, RunStatus::Failed, None, false, Some(message))
