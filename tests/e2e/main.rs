@@ -4,6 +4,7 @@ mod agents;
 mod approvals;
 mod audit_api;
 mod auth;
+mod cache;
 mod commands;
 mod conformance;
 mod console;

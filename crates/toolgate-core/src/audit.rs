@@ -41,6 +41,9 @@ pub struct AuditRecord {
     pub client: Option<String>,
     /// The approval this call asked for, used, or was refused by.
     pub approval: Option<ApprovalId>,
+    /// For a tool whose results are cached: whether this call was answered from the
+    /// cache.
+    pub cache: Option<crate::cache::CacheStatus>,
     pub started_at: SystemTime,
     pub finished_at: SystemTime,
 }
@@ -70,6 +73,7 @@ impl AuditRecord {
                 None => c.name.clone(),
             }),
             approval: None,
+            cache: None,
             started_at: now,
             finished_at: now,
         }

@@ -267,6 +267,8 @@ pub struct CallContext {
     /// The calling client, when its front door lets a tool's server reach it mid-call
     /// (log messages, sampling, elicitation: MCP).
     pub peer: Option<Client>,
+    /// Whether a cached result may answer the call (see [`crate::cache`]).
+    pub cache: crate::cache::CacheMode,
     deadline: Option<Instant>,
 }
 
@@ -288,8 +290,15 @@ impl CallContext {
             cancel: CancellationToken::new(),
             progress: None,
             peer: None,
+            cache: crate::cache::CacheMode::Use,
             deadline: None,
         }
+    }
+
+    /// How the cache may answer this call (see [`crate::cache`]).
+    pub fn with_cache(mut self, mode: crate::cache::CacheMode) -> Self {
+        self.cache = mode;
+        self
     }
 
     pub fn with_request_id(mut self, request_id: impl Into<String>) -> Self {

@@ -29,6 +29,7 @@ use tracing::Instrument;
 
 use crate::audit::{AuditError, AuditRecord, AuditSink};
 use crate::auth::scopes;
+use crate::cache::{CacheMode, CacheStatus, ResultCache};
 use crate::limits::{Admission, RateLimits};
 use crate::metrics::Metrics;
 use crate::policy::{Action, ApprovalError, ApprovalRequest, Approvals, Gate, NoApprovals, Policy};
@@ -45,6 +46,8 @@ pub struct Completed {
     /// Whether text output was cut to the tool's limit.
     pub truncated: bool,
     pub duration: Duration,
+    /// For a tool whose results are cached: whether this output came from the cache.
+    pub cache: Option<CacheStatus>,
 }
 
 /// Gateway-wide limits applied on top of each tool's own.
@@ -72,6 +75,7 @@ pub struct Executor {
     secret_names: SecretNames,
     admission: Arc<Admission>,
     metrics: Metrics,
+    cache: ResultCache,
 }
 
 impl Executor {
@@ -88,7 +92,15 @@ impl Executor {
             secret_names: SecretNames::default(),
             admission: Arc::new(Admission::new(Default::default())),
             metrics: Metrics::default(),
+            cache: ResultCache::default(),
         }
+    }
+
+    /// Answers calls of the tools configured for it from `cache` (by default nothing is
+    /// cached).
+    pub fn with_cache(mut self, cache: ResultCache) -> Self {
+        self.cache = cache;
+        self
     }
 
     /// Admits calls through `admission` (by default: no rate limits, the default
@@ -231,6 +243,7 @@ impl Executor {
         // Metrics name a tool only when it exists: made-up names must not make series
         // without end.
         let known = matches!(&prepared, Ok(_) | Err(Refused { tool: Some(_), .. }));
+        let mut cache = None;
         let (record, result) = match prepared {
             // What was sent is kept, masked as well as the gateway can: by the tool's
             // schema when it resolved (invalid arguments, forbidden), else by name alone.
@@ -265,17 +278,54 @@ impl Executor {
                         caller,
                     }
                 });
-                // Policy, then the intent for side effects, then the tool: each may stop
-                // the call, and the record learns the approval on the way.
+                let ttl = self.cache.ttl(
+                    &spec.name,
+                    &spec.effects,
+                    policy.as_deref().ok().map(|p| &p.cache),
+                );
+                // Policy, then the cache, then the intent for side effects, then the tool:
+                // each may stop the call, and the record learns the approval on the way.
                 let result = async {
                     self.ratify(&ctx, policy, &tool, &args, &mut record).await?;
+                    if ttl.is_some() {
+                        let cached = (ctx.cache == CacheMode::Use)
+                            .then(|| {
+                                self.cache
+                                    .get(ctx.auth.tenant, &spec.name, &record.arguments_hash)
+                            })
+                            .flatten();
+                        record.cache = Some(match (&cached, ctx.cache) {
+                            (Some(_), _) => CacheStatus::Hit,
+                            (None, CacheMode::Use) => CacheStatus::Miss,
+                            (None, _) => CacheStatus::Bypass,
+                        });
+                        if let Some(hit) = cached {
+                            return Ok(hit);
+                        }
+                    }
                     self.begin(spec.effects.writes, &record).await?;
                     let mut output = run(&tool, &ctx, args, started, timeout, extension).await?;
                     let limit = spec.max_output_chars.min(self.limits.max_output_chars);
                     let truncated = output.truncate_text(limit);
+                    if let Some(ttl) = ttl
+                        && ctx.cache != CacheMode::Bypass
+                    {
+                        self.cache.put(
+                            ctx.auth.tenant,
+                            &spec.name,
+                            &record.arguments_hash,
+                            &output,
+                            truncated,
+                            ttl,
+                        );
+                    }
                     Ok((output, truncated))
                 }
                 .await;
+                if let Some(status) = record.cache {
+                    self.metrics.cache(ctx.auth.tenant, &spec.name, status);
+                }
+                cache = record.cache;
                 (record, result)
             }
         };
@@ -332,6 +382,7 @@ impl Executor {
             output,
             truncated,
             duration,
+            cache,
         })
     }
 

@@ -82,6 +82,8 @@ enum Behaviour {
     Sleep(Duration),
     Panic,
     Long(usize),
+    /// Answers how many times it ran.
+    Count(Arc<std::sync::atomic::AtomicUsize>),
 }
 
 struct TestTool(ToolSpec, Behaviour);
@@ -100,6 +102,10 @@ impl Tool for TestTool {
             }
             Behaviour::Panic => panic!("tool bug"),
             Behaviour::Long(n) => Ok(ToolOutput::text("x".repeat(n))),
+            Behaviour::Count(ref runs) => {
+                let n = runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                Ok(ToolOutput::text(format!("run {n}")))
+            }
         }
     }
 }
@@ -110,6 +116,8 @@ struct Fixture {
     audit: Arc<Audit>,
     tools: ScopedToolset,
     auth: Arc<AuthContext>,
+    /// How many times `counted` ran.
+    runs: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 fn fixture(scopes: &[&str]) -> Fixture {
@@ -124,6 +132,7 @@ fn fixture(scopes: &[&str]) -> Fixture {
         ToolSpec::new("risky", "high risk", object.clone())
             .with_risk(Risk::High, crate::Effects::default()),
         ToolSpec::new("hidden", "outside the toolset", object.clone()),
+        ToolSpec::new("counted", "counts its runs", object.clone()),
         ToolSpec::new("writer", "has side effects", object)
             .with_risk(
                 Risk::Medium,
@@ -134,8 +143,10 @@ fn fixture(scopes: &[&str]) -> Fixture {
             )
             .with_secret_fields(["/n"]),
     ];
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for spec in tools {
         let behaviour = match spec.name.as_str() {
+            "counted" => Behaviour::Count(runs.clone()),
             "slow" => Behaviour::Sleep(Duration::from_secs(3)),
             "boom" => Behaviour::Panic,
             "long" => Behaviour::Long(100),
@@ -157,8 +168,11 @@ fn fixture(scopes: &[&str]) -> Fixture {
         scopes: scopes.iter().map(|s| s.to_string()).collect(),
     });
     let events = Arc::new(Recorder::default());
-    let toolset =
-        Toolset::only(&["echo", "slow", "boom", "long", "risky", "writer"], &[]).expect("valid");
+    let toolset = Toolset::only(
+        &["echo", "slow", "boom", "long", "risky", "writer", "counted"],
+        &[],
+    )
+    .expect("valid");
     let audit = Arc::new(Audit::default());
     Fixture {
         executor: Executor::new(events.clone(), audit.clone(), ExecutorLimits::default()),
@@ -166,6 +180,7 @@ fn fixture(scopes: &[&str]) -> Fixture {
         tools: toolset.scope(Arc::new(registry), &auth),
         events,
         auth,
+        runs,
     }
 }
 
@@ -650,5 +665,87 @@ async fn progress_extends_a_deadline_up_to_the_maximum() {
         took,
         Duration::from_millis(300),
         "no extension: the base deadline"
+    );
+}
+
+#[tokio::test]
+async fn a_cached_result_skips_only_the_run_and_is_recorded_as_a_hit() {
+    let f = fixture(INVOKE);
+    let cache = crate::cache::ResultCache::new(crate::cache::CacheConfig {
+        tools: [("counted", 60), ("writer", 60)]
+            .into_iter()
+            .map(|(t, s)| (t.to_owned(), s))
+            .collect(),
+        ..Default::default()
+    });
+    let executor = f.executor.clone().with_cache(cache);
+    let call = |ctx: CallContext, name: &'static str, args: Value| {
+        let (executor, tools) = (executor.clone(), f.tools.clone());
+        async move { executor.call(&tools, ctx, name, args).await }
+    };
+    let first = call(f.ctx(), "counted", json!({"n": 1})).await.expect("ok");
+    let second = call(f.ctx(), "counted", json!({"n": 1})).await.expect("ok");
+    assert_eq!(second.output, first.output);
+    assert_eq!(f.runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(
+        (first.cache, second.cache),
+        (Some(CacheStatus::Miss), Some(CacheStatus::Hit))
+    );
+    // Other arguments, and a caller asking for a fresh result, run the tool.
+    call(f.ctx(), "counted", json!({"n": 2})).await.expect("ok");
+    let fresh = call(
+        f.ctx().with_cache(CacheMode::Refresh),
+        "counted",
+        json!({"n": 1}),
+    )
+    .await
+    .expect("ok");
+    assert_eq!(fresh.output, ToolOutput::text("run 3"));
+    assert_eq!(fresh.cache, Some(CacheStatus::Bypass));
+    let kept = call(f.ctx(), "counted", json!({"n": 1})).await.expect("ok");
+    assert_eq!(
+        kept.output,
+        ToolOutput::text("run 3"),
+        "the fresh result was kept"
+    );
+    // A hit is still authorized and validated.
+    let no_scopes = Arc::new(AuthContext {
+        scopes: vec![],
+        ..(*f.auth).clone()
+    });
+    let err = call(
+        CallContext::new(no_scopes, Adapter::Rest),
+        "counted",
+        json!({"n": 1}),
+    )
+    .await
+    .expect_err("forbidden though cached");
+    assert_eq!(err.kind, ErrorKind::Forbidden);
+    // A tool with side effects is never cached, whatever the configuration.
+    call(f.ctx(), "writer", json!({"n": 1})).await.expect("ok");
+    let writes = call(f.ctx(), "writer", json!({"n": 1})).await.expect("ok");
+    assert_eq!(writes.cache, None);
+    let caches: Vec<_> = f
+        .audit
+        .records
+        .lock()
+        .expect("lock")
+        .iter()
+        .map(|r| (r.tool.clone(), r.cache))
+        .collect();
+    use CacheStatus::{Bypass, Hit, Miss};
+    let counted = |c| ("counted".to_owned(), c);
+    assert_eq!(
+        caches,
+        [
+            counted(Some(Miss)),
+            counted(Some(Hit)),
+            counted(Some(Miss)),
+            counted(Some(Bypass)),
+            counted(Some(Hit)),
+            counted(None),
+            ("writer".to_owned(), None),
+            ("writer".to_owned(), None),
+        ]
     );
 }

@@ -25,6 +25,8 @@
 //! - [`executor`]: [`Executor`], the one path.
 //! - [`policy`]: [`Policy`] (ratification level and rules) and the [`Approvals`] seam the
 //!   executor asks before a call that needs a person's approval.
+//! - [`cache`]: [`cache::ResultCache`], results of idempotent read-only tools kept for
+//!   a while, opt-in per tool.
 //! - [`audit`]: [`audit::AuditRecord`] and the [`audit::AuditSink`] the executor awaits.
 //! - [`secrets`]: which argument values the audit masks (schema marks, declared fields,
 //!   the deployment's secret-name pattern).
@@ -34,6 +36,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod cache;
 pub mod client;
 pub mod context;
 pub mod declarations;

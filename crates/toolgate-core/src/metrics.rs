@@ -35,6 +35,7 @@ pub struct Metrics {
     tool_calls: Counter<u64>,
     tool_duration: Histogram<f64>,
     rejections: Counter<u64>,
+    cache: Counter<u64>,
     audit_commit: Histogram<f64>,
     mcp_operation: Histogram<f64>,
     chat_duration: Histogram<f64>,
@@ -77,6 +78,13 @@ impl Metrics {
                 .with_unit("{call}")
                 .with_description(
                     "Calls refused before running: rate limits, concurrency limits, load shedding",
+                )
+                .build(),
+            cache: meter
+                .u64_counter("toolgate.tool.cache")
+                .with_unit("{call}")
+                .with_description(
+                    "Calls of cached tools, by tool and toolgate.cache.result (hit, miss, bypass)",
                 )
                 .build(),
             audit_commit: seconds(
@@ -139,6 +147,16 @@ impl Metrics {
         ];
         self.tenant(&mut attrs, tenant);
         self.rejections.add(1, &attrs);
+    }
+
+    /// A call of a tool whose results are cached, and what the cache did for it.
+    pub fn cache(&self, tenant: TenantId, tool: &str, status: crate::cache::CacheStatus) {
+        let mut attrs = vec![
+            KeyValue::new("gen_ai.tool.name", tool.to_owned()),
+            KeyValue::new("toolgate.cache.result", status.as_str()),
+        ];
+        self.tenant(&mut attrs, tenant);
+        self.cache.add(1, &attrs);
     }
 
     /// One audit transaction (a batch of records), committed or failed.

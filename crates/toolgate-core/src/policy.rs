@@ -65,6 +65,10 @@ pub struct Policy {
     /// The tenant's own rate and concurrency limits; they only tighten the operator's.
     #[serde(skip_serializing_if = "crate::limits::RateLimits::is_empty")]
     pub rate_limits: crate::limits::RateLimits,
+    /// Tools whose results are cached for this tenant, with their time to live in
+    /// seconds (`0`: not cached, whatever the operator's default); see [`crate::cache`].
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub cache: BTreeMap<String, u64>,
 }
 
 impl Default for Policy {
@@ -76,6 +80,7 @@ impl Default for Policy {
             rules: Vec::new(),
             risk_scopes: BTreeMap::new(),
             rate_limits: crate::limits::RateLimits::default(),
+            cache: BTreeMap::new(),
         }
     }
 }
@@ -99,6 +104,11 @@ impl Policy {
                 .into_iter()
                 .map(|(field, message)| (format!("rate_limits/{field}"), message)),
         );
+        for tool in self.cache.keys() {
+            if !crate::spec::is_valid_tool_name(tool) {
+                problems.push((format!("cache/{tool}"), "is not a valid tool name".into()));
+            }
+        }
         for (i, rule) in self.rules.iter().enumerate() {
             if rule.tool.is_none() && rule.agent.is_none() {
                 problems.push((

@@ -39,6 +39,10 @@ use toolgate_core::{
 pub const PAGE: usize = 100;
 /// How often a session's list-change watcher checks that the session still exists.
 const SESSION_CHECK: std::time::Duration = std::time::Duration::from_secs(30);
+/// The `_meta` key a `tools/call` names how the cache may answer it by (`no-cache`,
+/// `no-store`), and a cached tool's result says what the cache did (`hit`, `miss`,
+/// `bypass`).
+pub const CACHE_META: &str = "toolgate/cache";
 
 /// Who sent one MCP HTTP request, as the server's authentication found it. Put into the
 /// request's extensions before rmcp sees the request.
@@ -895,6 +899,15 @@ impl ServerHandler for McpAdapter {
         if let Some(token) = context.meta.get_progress_token() {
             ctx = ctx.with_progress(said.progress(token));
         }
+        // `_meta: {"toolgate/cache": "no-cache" | "no-store"}`, as REST's Cache-Control.
+        if let Some(mode) = context
+            .meta
+            .get(CACHE_META)
+            .and_then(Value::as_str)
+            .and_then(toolgate_core::cache::CacheMode::from_cache_control)
+        {
+            ctx = ctx.with_cache(mode);
+        }
         let args = Value::Object(request.arguments.unwrap_or_default());
         // Unknown tools go through the executor too: the attempt is audited like any call.
         let retry = ctx.clone();
@@ -929,9 +942,13 @@ impl ServerHandler for McpAdapter {
         }
         match (outcome, known) {
             (Ok(done), Some(tool)) => {
-                let meta = self
+                let mut meta = self
                     .vendor_meta
                     .filter_for(client.as_ref(), &done.output.vendor_meta);
+                if let Some(status) = done.cache {
+                    meta.get_or_insert_with(Default::default)
+                        .insert(CACHE_META.into(), status.as_str().into());
+                }
                 let mut result = success_result(done, tool.spec().output_schema.is_some());
                 result.meta = meta;
                 Ok(result.into())

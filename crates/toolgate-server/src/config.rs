@@ -37,6 +37,8 @@ pub struct Config {
     pub audit: AuditConfig,
     pub limits: LimitsConfig,
     pub telemetry: TelemetryConfig,
+    /// Results of idempotent read-only tools kept for a while (`toolgate_core::cache`).
+    pub cache: toolgate_core::cache::CacheConfig,
 }
 
 /// `[limits]`: rate and concurrency limits every tenant gets (a tenant's policy may only
@@ -793,6 +795,7 @@ impl Default for Config {
             audit: AuditConfig::default(),
             limits: LimitsConfig::default(),
             telemetry: TelemetryConfig::default(),
+            cache: toolgate_core::cache::CacheConfig::default(),
         }
     }
 }
@@ -1030,6 +1033,9 @@ impl Config {
                 "limits".into(),
                 "max_in_flight and max_audit_backlog must be at least 1".into(),
             ));
+        }
+        for (field, message) in self.cache.problems() {
+            errors.push((format!("cache.{}", field.replace('/', ".")), message));
         }
         if self.tools.max_output_chars == 0 {
             errors.push(("tools.max_output_chars".into(), "must be at least 1".into()));

@@ -152,7 +152,8 @@ pub async fn build_with(
         .with_approvals(approvals.clone())
         .with_secret_names(secret_names)
         .with_admission(admission.clone())
-        .with_metrics(telemetry.metrics().clone());
+        .with_metrics(telemetry.metrics().clone())
+        .with_cache(toolgate_core::cache::ResultCache::new(config.cache.clone()));
     let mut providers = std::collections::HashMap::new();
     for (name, entry) in &config.providers {
         let provider = toolgate_agent::provider::build(&entry.to_provider())

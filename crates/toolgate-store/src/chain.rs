@@ -56,6 +56,9 @@ struct Hashed<'a> {
     /// their hashes.
     #[serde(skip_serializing_if = "Option::is_none")]
     approval_id: Option<String>,
+    /// Likewise absent from rows of tools that are not cached.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache: Option<&'a str>,
     started_at_us: i64,
     finished_at_us: i64,
     prev_hash: &'a str,
@@ -81,6 +84,7 @@ pub fn row_hash(row: &AuditRow) -> String {
         step: row.step,
         client: row.client.as_deref(),
         approval_id: row.approval_id.map(|a| a.to_string()),
+        cache: row.cache.as_deref(),
         started_at_us: row.started_at.timestamp_micros(),
         finished_at_us: row.finished_at.timestamp_micros(),
         prev_hash: &row.prev_hash,
@@ -146,6 +150,7 @@ pub fn row_from_record(
             .map(|r| i32::try_from(r.step).unwrap_or(i32::MAX)),
         client: record.client.clone(),
         approval_id: record.approval.map(|a| a.0),
+        cache: record.cache.map(|c| c.as_str().to_owned()),
         started_at: micros(record.started_at),
         finished_at: micros(record.finished_at),
         prev_hash,

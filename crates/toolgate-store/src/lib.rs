@@ -553,6 +553,7 @@ pub(crate) fn interrupted(f: IntentFields) -> Result<AuditRecord, StoreError> {
         }),
         client: f.client,
         approval: None,
+        cache: None,
         started_at,
         finished_at: started_at,
     })

@@ -107,6 +107,8 @@ pub struct AuditRow {
     /// The approval the call asked for, used, or was refused by (or, for a row of
     /// adapter `approval`, the one decided).
     pub approval_id: Option<Uuid>,
+    /// For a call of a cached tool, what the cache did: `hit`, `miss` or `bypass`.
+    pub cache: Option<String>,
     pub started_at: DateTime<Utc>,
     pub finished_at: DateTime<Utc>,
     pub prev_hash: String,

@@ -130,6 +130,7 @@ struct AuditDbRow {
     step: Option<i32>,
     client: Option<String>,
     approval_id: Option<Uuid>,
+    cache: Option<String>,
     started_at: DateTime<Utc>,
     finished_at: DateTime<Utc>,
     prev_hash: String,
@@ -156,6 +157,7 @@ impl From<AuditDbRow> for AuditRow {
             step: r.step,
             client: r.client,
             approval_id: r.approval_id,
+            cache: r.cache,
             started_at: r.started_at,
             finished_at: r.finished_at,
             prev_hash: r.prev_hash,
@@ -203,7 +205,7 @@ const FIND_KEY: &str = "select k.api_key_id, k.tenant_id, k.principal_id, k.name
 
 const KEY_COLUMNS: &str = "api_key_id, tenant_id, principal_id, name, prefix, scopes, expires_at, last_used_at, revoked_at, created_at";
 const PRINCIPAL_COLUMNS: &str = "principal_id, tenant_id, kind, name, roles, scopes, created_at";
-const AUDIT_SELECT: &str = "select call_id, tenant_id, seq, principal_id, adapter, tool, arguments::text as arguments, arguments_hash, outcome, error, duration_us, request_id, trace_id, run_id, step, client, approval_id, started_at, finished_at, prev_hash, row_hash from audit_log";
+const AUDIT_SELECT: &str = "select call_id, tenant_id, seq, principal_id, adapter, tool, arguments::text as arguments, arguments_hash, outcome, error, duration_us, request_id, trace_id, run_id, step, client, approval_id, cache, started_at, finished_at, prev_hash, row_hash from audit_log";
 
 impl PostgresStore {
     /// Pools on `url`; connections open on first use.
@@ -1155,13 +1157,14 @@ async fn try_append<'c>(
                 .map(|r| r.approval_id)
                 .collect::<Vec<Option<Uuid>>>(),
         )
+        .bind(opt(|r| r.cache.clone()))
         .fetch_one(db)
         .await?;
     Ok(inserted == rows.len() as i64)
 }
 
 const APPEND: &str = "select toolgate_append_audit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, \
-    $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)";
+    $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26)";
 
 async fn set_tenant(
     tx: &mut Transaction<'_, Postgres>,

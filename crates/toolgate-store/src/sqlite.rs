@@ -136,7 +136,8 @@ async fn append_batch(
             .push_bind(row.finished_at)
             .push_bind(&row.prev_hash)
             .push_bind(&row.row_hash)
-            .push_bind(row.approval_id.map(id));
+            .push_bind(row.approval_id.map(id))
+            .push_bind(&row.cache);
     });
     batch.push("; delete from call_intent where call_id in (");
     let mut ids = batch.separated(", ");
@@ -262,6 +263,7 @@ struct AuditDbRow {
     step: Option<i32>,
     client: Option<String>,
     approval_id: Option<String>,
+    cache: Option<String>,
     started_at: DateTime<Utc>,
     finished_at: DateTime<Utc>,
     prev_hash: String,
@@ -288,6 +290,7 @@ impl AuditDbRow {
             step: self.step,
             client: self.client,
             approval_id: self.approval_id.as_deref().map(uuid).transpose()?,
+            cache: self.cache,
             started_at: self.started_at,
             finished_at: self.finished_at,
             prev_hash: self.prev_hash,
@@ -334,7 +337,7 @@ const FIND_KEY: &str = "select k.api_key_id, k.tenant_id, k.principal_id, k.name
  where k.secret_hash = $1";
 
 const KEY_COLUMNS: &str = "api_key_id, tenant_id, principal_id, name, prefix, scopes, expires_at, last_used_at, revoked_at, created_at";
-const AUDIT_COLUMNS: &str = "call_id, tenant_id, seq, principal_id, adapter, tool, arguments, arguments_hash, outcome, error, duration_us, request_id, trace_id, run_id, step, client, started_at, finished_at, prev_hash, row_hash, approval_id";
+const AUDIT_COLUMNS: &str = "call_id, tenant_id, seq, principal_id, adapter, tool, arguments, arguments_hash, outcome, error, duration_us, request_id, trace_id, run_id, step, client, started_at, finished_at, prev_hash, row_hash, approval_id, cache";
 
 impl SqliteStore {
     /// Opens (creating if needed) the database file at `path`.

@@ -153,6 +153,7 @@ fn record(tenant: TenantId, principal: PrincipalId, tool: &str) -> AuditRecord {
         run: None,
         client: Some("curl/8".into()),
         approval: None,
+        cache: None,
         started_at: SystemTime::now(),
         finished_at: SystemTime::now() + Duration::from_micros(1234),
     }

@@ -307,7 +307,7 @@ async function openAuditRow(callId) {
 
 function csv(rows) {
   const columns = ["seq", "call_id", "started_at", "finished_at", "tool", "adapter", "principal_id",
-    "outcome", "error", "duration_ms", "run_id", "trace_id", "client", "arguments_hash", "row_hash"];
+    "outcome", "error", "duration_ms", "run_id", "trace_id", "client", "approval_id", "cache", "arguments_hash", "row_hash"];
   const quote = (v) => {
     const s = v === null || v === undefined ? "" : String(v);
     return /[",\n]/.test(s) ? `"${s.replaceAll('"', '""')}"` : s;

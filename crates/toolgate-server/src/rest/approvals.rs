@@ -74,6 +74,13 @@ pub struct PolicyBody {
     /// (`[limits]`): the stricter of the two applies.
     #[serde(default)]
     pub rate_limits: RateLimitsBody,
+    /// Tools whose results are cached for the tenant, by name, with how long a result is
+    /// kept in seconds (at most the operator's `cache.max_ttl_secs`; `0` turns off an
+    /// operator default). Only read-only, idempotent tools are ever cached; a cache hit
+    /// still passes validation, authorization and this policy, and is audited
+    /// (`cache: hit`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub cache: BTreeMap<String, u64>,
 }
 
 /// Limits on the tenant's calls; an absent limit is none (beyond the operator's). A call
@@ -158,6 +165,7 @@ impl From<&Policy> for PolicyBody {
                 .map(|(risk, scope)| (risk_name(*risk).to_owned(), scope.clone()))
                 .collect(),
             rate_limits: RateLimitsBody::from(&p.rate_limits),
+            cache: p.cache.clone(),
         }
     }
 }
@@ -204,6 +212,7 @@ impl PolicyBody {
                 .collect(),
             risk_scopes,
             rate_limits: self.rate_limits.into(),
+            cache: self.cache,
         };
         violations.extend(
             policy

@@ -81,6 +81,10 @@ pub struct AuditEntry {
     /// The approval the call asked for, used, or was refused by; for rows of adapter
     /// `approval` (a person's decision), the approval decided.
     pub approval_id: Option<Uuid>,
+    /// For a tool whose results are cached: `hit` (answered from the cache, the tool did
+    /// not run), `miss` or `bypass` (the tool ran).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<String>,
     pub started_at: DateTime<Utc>,
     pub finished_at: DateTime<Utc>,
     pub prev_hash: String,
@@ -106,6 +110,7 @@ impl From<AuditRow> for AuditEntry {
             step: r.step,
             client: r.client,
             approval_id: r.approval_id,
+            cache: r.cache,
             started_at: r.started_at,
             finished_at: r.finished_at,
             prev_hash: r.prev_hash,
@@ -513,6 +518,7 @@ mod tests {
             step: None,
             client: None,
             approval_id: None,
+            cache: None,
             started_at: finished_at,
             finished_at,
             prev_hash: String::new(),

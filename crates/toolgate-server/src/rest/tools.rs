@@ -9,6 +9,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use toolgate_core::cache::{CacheMode, CacheStatus};
 use toolgate_core::declarations::{self, DeclarationFormat};
 use toolgate_core::{
     Adapter, CallContext, CallId, Completed, Content, RegisteredTool, Risk, ToolError, ToolSpec,
@@ -386,14 +387,23 @@ fn preferred_wait(headers: &HeaderMap) -> Option<u64> {
 /// holds the outcome once someone approves and the call has run. With
 /// `Prefer: wait=N` (N ≤ 300) the request waits up to N seconds for that outcome and
 /// answers with it directly (a denial is a 403 `denied` problem with the reason).
+///
+/// A tool whose results the operator or the tenant's policy caches (read-only,
+/// idempotent tools only) may be answered from the cache after the same checks; the
+/// answer's `Cache-Status` header says so (`toolgate; hit`). `Cache-Control: no-cache`
+/// asks for a fresh result, `no-store` for one that is not kept either.
 #[utoipa::path(
     post,
     path = "/v1/tools/{name}/invoke",
     tag = "tools",
-    params(("name" = String, Path, description = "Tool name", example = "read_file")),
+    params(
+        ("name" = String, Path, description = "Tool name", example = "read_file"),
+        ("Cache-Control" = Option<String>, Header, description = "`no-cache`: the tool runs even if a result is cached (and the new result is kept); `no-store`: it runs and nothing is kept"),
+    ),
     request_body(content = InvokeRequest, content_type = "application/json"),
     responses(
-        (status = 200, description = "The tool ran", body = InvokeResponse),
+        (status = 200, description = "The tool ran, or a cached result answered", body = InvokeResponse,
+            headers(("Cache-Status" = String, description = "For a cached tool (RFC 9211): `toolgate; hit`, `toolgate; fwd=miss; stored` or `toolgate; fwd=request`"))),
         (status = 202, description = "The call waits for a person's approval", body = HeldCall),
         (status = 400, description = "Malformed body, or arguments violating the tool's schema (each violation listed), or a path outside the workspace", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing or invalid credentials", body = Problem, content_type = "application/problem+json"),
@@ -424,7 +434,8 @@ async fn invoke_tool(
         .with_request_id(&*request_id)
         .with_trace(traceparent)
         .with_timeout(body.timeout_ms.map(|ms| Duration::from_millis(ms.get())))
-        .with_client(client);
+        .with_client(client)
+        .with_cache(cache_mode(&headers));
     let call_id = ctx.call_id;
     let tools = caller.tools(&app.registry);
     match app
@@ -432,11 +443,41 @@ async fn invoke_tool(
         .call(&tools, ctx, &name, Value::Object(body.arguments))
         .await
     {
-        Ok(done) => Ok(AppJson(InvokeResponse::from(done)).into_response()),
+        Ok(done) => {
+            let status = done.cache.map(cache_status);
+            let mut response = AppJson(InvokeResponse::from(done)).into_response();
+            if let Some(status) = status {
+                response
+                    .headers_mut()
+                    .insert("cache-status", HeaderValue::from_static(status));
+            }
+            Ok(response)
+        }
         Err(err) if err.held.is_some() => {
             held(&app, &caller, call_id, err, preferred_wait(&headers)).await
         }
         Err(err) => Err(err.into()),
+    }
+}
+
+/// How the caller lets the cache answer (`Cache-Control: no-cache` for a fresh result,
+/// `no-store` for one not kept either).
+fn cache_mode(headers: &HeaderMap) -> CacheMode {
+    headers
+        .get_all(header::CACHE_CONTROL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .filter_map(CacheMode::from_cache_control)
+        .max_by_key(|mode| *mode as u8)
+        .unwrap_or_default()
+}
+
+/// The `Cache-Status` (RFC 9211) of a call of a cached tool.
+fn cache_status(status: CacheStatus) -> &'static str {
+    match status {
+        CacheStatus::Hit => "toolgate; hit",
+        CacheStatus::Miss => "toolgate; fwd=miss; stored",
+        CacheStatus::Bypass => "toolgate; fwd=request",
     }
 }
 
