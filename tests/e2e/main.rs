@@ -10,6 +10,7 @@ mod conformance;
 mod console;
 mod deploy;
 mod docs;
+mod http_tools;
 mod jwt;
 mod limits;
 mod mcp;

@@ -24,7 +24,7 @@ pub(crate) fn loopback(c: &mut Config) {
     c.tenant_upstreams.key = Some(Secret::new(KEY));
 }
 
-async fn names(http: &reqwest::Client, gw: &Gateway) -> Vec<String> {
+pub(crate) async fn names(http: &reqwest::Client, gw: &Gateway) -> Vec<String> {
     let (status, _, body) = read(
         http.get(gw.url("/v1/tools?limit=200"))
             .send()

@@ -2,6 +2,7 @@
 //! directory, and stops it when dropped.
 
 pub mod llm;
+pub mod tls;
 
 use std::path::PathBuf;
 

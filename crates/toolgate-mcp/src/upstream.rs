@@ -271,7 +271,7 @@ impl std::fmt::Debug for UpstreamTransport {
 }
 
 impl UpstreamConfig {
-    pub(crate) fn prefix(&self) -> String {
+    pub fn prefix(&self) -> String {
         self.prefix
             .clone()
             .unwrap_or_else(|| format!("{}__", self.name))
@@ -1043,7 +1043,7 @@ async fn rediscover(
     let tools = peer.list_all_tools().await?;
     // Configurations are checked before they get here; should a bad glob slip through,
     // nothing is registered rather than a `deny` that denies nothing.
-    let (Ok(allow), Ok(deny)) = (globs(&config.allow), globs(&config.deny)) else {
+    let Some(admitted) = admitted(&config.allow, &config.deny) else {
         tracing::error!(upstream = %config.name, "an allow or deny glob is invalid; no tool of this upstream is offered");
         unregister(config, registry, registered);
         return Ok(());
@@ -1052,7 +1052,7 @@ async fn rediscover(
     let mut found: Vec<Arc<dyn Tool>> = Vec::new();
     for tool in tools {
         let remote = tool.name.to_string();
-        if (!config.allow.is_empty() && !allow.is_match(&remote)) || deny.is_match(&remote) {
+        if !admitted(&remote) {
             continue;
         }
         let name = format!("{prefix}{remote}");
@@ -1129,6 +1129,17 @@ fn operator_client() -> reqwest::Client {
 /// Why `pattern` is not a valid tool-name glob, if it is not.
 pub fn glob_problem(pattern: &str) -> Option<String> {
     globset::Glob::new(pattern).err().map(|e| e.to_string())
+}
+
+/// Whether a source's tool of this (remote, unprefixed) name is offered: matched by an
+/// `allow` glob (any name when there are none) and by no `deny` glob. `None` when a
+/// glob is invalid.
+pub fn admitted(allow: &[String], deny: &[String]) -> Option<impl Fn(&str) -> bool + use<>> {
+    let (Ok(allow_set), Ok(deny_set)) = (globs(allow), globs(deny)) else {
+        return None;
+    };
+    let any = allow.is_empty();
+    Some(move |name: &str| (any || allow_set.is_match(name)) && !deny_set.is_match(name))
 }
 
 fn globs(patterns: &[String]) -> Result<globset::GlobSet, globset::Error> {

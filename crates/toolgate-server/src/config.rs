@@ -350,6 +350,9 @@ pub struct TenantUpstreamsConfig {
     /// Non-public networks tenants' upstreams may be on, as CIDRs; empty by default:
     /// public addresses only.
     pub allowed_networks: Vec<String>,
+    /// CA certificates (PEM) trusted for tenants' upstreams and HTTP APIs besides the
+    /// system's: a private CA inside the deployment, or a test CA.
+    pub ca_file: Option<PathBuf>,
     /// Most upstreams one tenant may have.
     pub max_per_tenant: usize,
     /// The longest call deadline a tenant may give its upstream, seconds.
@@ -367,6 +370,7 @@ impl Default for TenantUpstreamsConfig {
             key_file: None,
             allow_http: false,
             allowed_networks: Vec::new(),
+            ca_file: None,
             max_per_tenant: 16,
             max_timeout_secs: default_upstream_max_timeout(),
             sync_secs: 5,

@@ -13,6 +13,10 @@
 //!   not, and hands the client exactly the addresses it vetted: no second lookup, so no
 //!   rebinding window. Redirects are not followed; proxies are not used.
 //! - Their tools are registered for their tenant only ([`Owner::Tenant`]).
+//! - An upstream may instead be an HTTP API described by an OpenAPI 3.x document (or one
+//!   endpoint with a JSON Schema): its operations become tools
+//!   ([`toolgate_tools::http_api`]) calling the upstream's URL with the same client,
+//!   credentials and guard; nothing to connect, so it is `ready` as soon as it starts.
 //! - Every instance supervises every tenant upstream: a change made here applies at once,
 //!   one made on another instance within `sync_secs`.
 
@@ -61,6 +65,10 @@ pub struct Stored {
     /// Whether a bearer token is set (it is sealed).
     #[serde(default)]
     pub bearer: bool,
+    /// For an HTTP API rather than an MCP server: its OpenAPI 3.x document (an endpoint's
+    /// is generated, see [`toolgate_tools::http_api::endpoint_document`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub openapi: Option<serde_json::Value>,
 }
 
 /// The secret part of a tenant upstream.
@@ -166,6 +174,8 @@ impl Sealer {
 pub struct Reach {
     pub allow_http: bool,
     pub allowed_networks: Vec<ipnet::IpNet>,
+    /// Trusted besides the system's roots (`tenant_upstreams.ca_file`).
+    pub extra_roots: Vec<reqwest::Certificate>,
 }
 
 impl Reach {
@@ -215,7 +225,11 @@ impl Reach {
 
     /// The HTTP client every tenant upstream connects with.
     pub fn client(self: &Arc<Self>) -> anyhow::Result<reqwest::Client> {
-        reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder();
+        if !self.extra_roots.is_empty() {
+            builder = builder.tls_certs_merge(self.extra_roots.iter().cloned());
+        }
+        builder
             .dns_resolver(VettedResolver(self.clone()))
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
@@ -268,14 +282,28 @@ enum Link {
         task: tokio::task::JoinHandle<()>,
         status: tokio::sync::watch::Receiver<Status>,
     },
+    /// An HTTP API's tools, registered for `tenant`.
+    Http { tenant: TenantId, status: Ready },
     /// Could not be started here (e.g. its credentials do not open with this key).
     Failed(String),
+}
+
+/// An HTTP API upstream's tools on this instance.
+#[derive(Clone, Debug)]
+pub struct Ready {
+    /// Its tools' names, as the tenant sees them.
+    pub tools: Vec<String>,
+    /// Operations left out of its document, and tools that could not be registered.
+    pub notes: Vec<String>,
+    pub since: std::time::SystemTime,
 }
 
 /// An upstream's state on this instance, as the API shows it.
 #[derive(Clone, Debug)]
 pub enum Seen {
     Supervised(Status),
+    /// An HTTP API: its tools are registered.
+    Ready(Ready),
     Failed(String),
     /// Not (yet) started on this instance.
     Unknown,
@@ -288,7 +316,7 @@ pub struct TenantUpstreams {
     catalog: Arc<Catalog>,
     pub sealer: Sealer,
     pub reach: Arc<Reach>,
-    client: reqwest::Client,
+    pub client: reqwest::Client,
     /// The operator's upstreams' names, which tenants' may not take.
     pub reserved: Vec<String>,
     pub max_per_tenant: usize,
@@ -315,6 +343,20 @@ impl TenantUpstreams {
                 .tenant_upstreams
                 .networks()
                 .map_err(anyhow::Error::msg)?,
+            extra_roots: match &config.tenant_upstreams.ca_file {
+                None => Vec::new(),
+                Some(path) => {
+                    let pem = std::fs::read(path).with_context(|| {
+                        format!("reading tenant_upstreams.ca_file {}", path.display())
+                    })?;
+                    reqwest::Certificate::from_pem_bundle(&pem).with_context(|| {
+                        format!(
+                            "tenant_upstreams.ca_file {}: not PEM certificates",
+                            path.display()
+                        )
+                    })?
+                }
+            },
         });
         Ok(Self {
             store,
@@ -339,8 +381,9 @@ impl TenantUpstreams {
         if self.shutdown.is_cancelled() {
             return Ok(());
         }
-        let records = self.store.all_upstreams().await?;
-        let wanted: HashMap<Uuid, i64> = records.iter().map(|r| (r.id, r.revision)).collect();
+        // Revisions only: a document (an HTTP API's may be large) is read when it changed.
+        let wanted: HashMap<Uuid, i64> =
+            self.store.upstream_revisions().await?.into_iter().collect();
         let stale: Vec<Running> = {
             let mut running = self.running();
             let ids: Vec<Uuid> = running
@@ -352,11 +395,22 @@ impl TenantUpstreams {
         };
         // A changed upstream's old tools are gone before its new connection registers.
         for old in stale {
-            stop(old).await;
+            stop(&self.registry, old).await;
         }
-        let mut running = self.running();
-        for record in records {
-            running
+        let missing: Vec<Uuid> = {
+            let running = self.running();
+            wanted
+                .keys()
+                .filter(|id| !running.contains_key(id))
+                .copied()
+                .collect()
+        };
+        for id in missing {
+            // Gone meanwhile: the next sync will not want it either.
+            let Some(record) = self.store.upstream_by_id(id).await? else {
+                continue;
+            };
+            self.running()
                 .entry(record.id)
                 .or_insert_with(|| self.start(&record));
         }
@@ -368,6 +422,23 @@ impl TenantUpstreams {
     }
 
     fn start(&self, record: &UpstreamRecord) -> Running {
+        let stored: Option<Stored> = serde_json::from_value(record.config.clone()).ok();
+        if let Some(document) = stored.as_ref().and_then(|s| s.openapi.as_ref()) {
+            let link = match self.http_api(record, document) {
+                Ok(status) => Link::Http {
+                    tenant: record.tenant,
+                    status,
+                },
+                Err(problem) => {
+                    tracing::warn!(tenant = %record.tenant, upstream = %record.name, %problem, "cannot start a tenant HTTP API");
+                    Link::Failed(problem)
+                }
+            };
+            return Running {
+                revision: record.revision,
+                link,
+            };
+        }
         let link = match self.upstream_config(record) {
             Ok(config) => {
                 let stop = self.shutdown.child_token();
@@ -392,6 +463,63 @@ impl TenantUpstreams {
             revision: record.revision,
             link,
         }
+    }
+
+    /// Registers the tools of an HTTP API upstream for its tenant.
+    fn http_api(
+        &self,
+        record: &UpstreamRecord,
+        document: &serde_json::Value,
+    ) -> Result<Ready, String> {
+        let config = self.upstream_config(record)?;
+        let UpstreamTransport::Http {
+            url,
+            headers,
+            bearer,
+            ..
+        } = &config.transport
+        else {
+            return Err("an HTTP API upstream needs an http(s) URL".into());
+        };
+        let api = Arc::new(http_api_of(
+            &config,
+            url,
+            headers,
+            bearer.as_deref(),
+            &self.client,
+        )?);
+        let admitted = toolgate_mcp::upstream::admitted(&config.allow, &config.deny)
+            .ok_or("an allow or deny glob is invalid")?;
+        let parsed =
+            toolgate_tools::http_api::tools(document, api, &admitted).map_err(|invalid| {
+                let problems: Vec<String> = invalid
+                    .0
+                    .iter()
+                    .map(|(at, why)| format!("{at}: {why}"))
+                    .collect();
+                format!(
+                    "its OpenAPI document cannot be used: {}",
+                    problems.join("; ")
+                )
+            })?;
+        let mut notes = parsed.notes;
+        let tools = parsed.tools.into_iter().map(|t| t.into_tool()).collect();
+        let mut registered = Vec::new();
+        for (name, result) in self
+            .registry
+            .replace(Owner::Tenant(record.tenant), &[], tools)
+        {
+            match result {
+                Ok(()) => registered.push(name),
+                Err(err) => notes.push(format!("{name} not offered: {err}")),
+            }
+        }
+        registered.sort();
+        Ok(Ready {
+            tools: registered,
+            notes,
+            since: std::time::SystemTime::now(),
+        })
     }
 
     fn upstream_config(&self, record: &UpstreamRecord) -> Result<UpstreamConfig, String> {
@@ -433,6 +561,7 @@ impl TenantUpstreams {
     pub fn seen(&self, id: Uuid) -> Seen {
         match self.running().get(&id).map(|r| &r.link) {
             Some(Link::Supervised { status, .. }) => Seen::Supervised(status.borrow().clone()),
+            Some(Link::Http { status, .. }) => Seen::Ready(status.clone()),
             Some(Link::Failed(problem)) => Seen::Failed(problem.clone()),
             None => Seen::Unknown,
         }
@@ -455,17 +584,60 @@ impl TenantUpstreams {
         let _no_more_syncs = self.syncing.lock().await;
         let all: Vec<Running> = self.running().drain().map(|(_, r)| r).collect();
         for running in all {
-            stop(running).await;
+            stop(&self.registry, running).await;
         }
     }
 }
 
-/// Ends a supervisor and waits (briefly) for it to unregister its tools.
-async fn stop(running: Running) {
-    if let Link::Supervised { stop, task, .. } = running.link {
-        stop.cancel();
-        let _ = tokio::time::timeout(STOP_GRACE, task).await;
+/// Ends a supervisor and waits (briefly) for it to unregister its tools; removes an HTTP
+/// API's tools.
+async fn stop(registry: &Registry, running: Running) {
+    match running.link {
+        Link::Supervised { stop, task, .. } => {
+            stop.cancel();
+            let _ = tokio::time::timeout(STOP_GRACE, task).await;
+        }
+        Link::Http { tenant, status } => {
+            for name in &status.tools {
+                registry.unregister(Owner::Tenant(tenant), name);
+            }
+        }
+        Link::Failed(_) => {}
     }
+}
+
+/// How an HTTP API upstream's tools reach it: its URL, credentials as headers, the
+/// tenant upstreams' guarded client.
+fn http_api_of(
+    config: &UpstreamConfig,
+    url: &str,
+    headers: &BTreeMap<String, String>,
+    bearer: Option<&str>,
+    client: &reqwest::Client,
+) -> Result<toolgate_tools::http_api::HttpApi, String> {
+    let base = url::Url::parse(url).map_err(|e| format!("its URL is invalid: {e}"))?;
+    let mut sent = reqwest::header::HeaderMap::new();
+    for (name, value) in headers {
+        let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("header {name:?} is not a header name"))?;
+        let value = reqwest::header::HeaderValue::from_str(value)
+            .map_err(|_| format!("header {name} has an invalid value"))?;
+        sent.insert(name, value);
+    }
+    if let Some(token) = bearer {
+        let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|_| "the bearer token is not a valid header value".to_owned())?;
+        value.set_sensitive(true);
+        sent.insert(reqwest::header::AUTHORIZATION, value);
+    }
+    Ok(toolgate_tools::http_api::HttpApi {
+        base,
+        headers: sent,
+        client: client.clone(),
+        prefix: config.prefix(),
+        default_timeout: config.default_timeout,
+        max_timeout: config.max_timeout,
+    })
 }
 
 #[cfg(test)]
@@ -543,6 +715,7 @@ mod tests {
         let tests = Reach {
             allow_http: true,
             allowed_networks: vec!["127.0.0.0/8".parse().expect("net")],
+            ..Reach::default()
         };
         assert!(tests.check("http://127.0.0.1:9/mcp", true).await.is_ok());
         assert!(tests.check("http://10.0.0.8/mcp", true).await.is_err());

@@ -209,15 +209,34 @@ macro_rules! upstream_store {
                 Ok(done.rows_affected() == 1)
             }
 
-            /// Every tenant's upstreams: what each gateway instance connects to.
-            pub async fn all_upstreams(&self) -> Result<Vec<UpstreamRecord>, StoreError> {
-                let rows: Vec<Row> = sqlx::query_as(sql(format!(
-                    "select {columns} from tenant_upstream order by tenant_id, name",
-                    columns = Self::upstream_columns()
+            /// Every tenant's upstreams' ids and revisions: what an instance checks its
+            /// supervisors against (without reading every document each time).
+            pub async fn upstream_revisions(&self) -> Result<Vec<(Uuid, i64)>, StoreError> {
+                let rows: Vec<(String, i64)> = sqlx::query_as(sql(format!(
+                    "select upstream_id{t}, cast(revision as bigint) from tenant_upstream",
+                    t = $t
                 )))
                 .fetch_all(&self.$cross)
                 .await?;
-                rows.into_iter().map(Row::into_record).collect()
+                rows.into_iter()
+                    .map(|(id, revision)| Ok((uuid(&id)?, revision)))
+                    .collect()
+            }
+
+            /// One upstream of any tenant, by id.
+            pub async fn upstream_by_id(
+                &self,
+                id: Uuid,
+            ) -> Result<Option<UpstreamRecord>, StoreError> {
+                let row: Option<Row> = sqlx::query_as(sql(format!(
+                    "select {columns} from tenant_upstream where upstream_id = $1{u}",
+                    u = $u,
+                    columns = Self::upstream_columns()
+                )))
+                .bind(id.to_string())
+                .fetch_optional(&self.$cross)
+                .await?;
+                row.map(Row::into_record).transpose()
             }
         }
     };
@@ -281,7 +300,13 @@ impl Store {
 
     /// Every tenant's upstreams, across tenants (for the gateway's supervisors, never for
     /// a tenant's request).
-    pub async fn all_upstreams(&self) -> Result<Vec<UpstreamRecord>, StoreError> {
-        dispatch!(self, s => s.all_upstreams().await)
+    /// Every upstream's id and revision, across tenants.
+    pub async fn upstream_revisions(&self) -> Result<Vec<(Uuid, i64)>, StoreError> {
+        dispatch!(self, s => s.upstream_revisions().await)
+    }
+
+    /// One upstream by id, across tenants.
+    pub async fn upstream_by_id(&self, id: Uuid) -> Result<Option<UpstreamRecord>, StoreError> {
+        dispatch!(self, s => s.upstream_by_id(id).await)
     }
 }

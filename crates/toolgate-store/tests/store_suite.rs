@@ -1273,12 +1273,20 @@ async fn tenant_upstreams_are_per_tenant_with_unique_names_and_revisions() {
         );
         assert_eq!(updated.id, created.id);
 
-        let all = store.all_upstreams().await.expect("all");
+        // Across tenants: every id and revision, and any one by id.
+        let all = store.upstream_revisions().await.expect("revisions");
         assert_eq!(all.len(), 2);
-        assert!(all.iter().any(|u| u.tenant == a.id && u.revision == 2));
+        assert!(all.contains(&(created.id, 2)), "{all:?}");
+        let read = store
+            .upstream_by_id(created.id)
+            .await
+            .expect("by id")
+            .expect("there");
+        assert_eq!((read.tenant, read.revision), (a.id, 2));
         assert!(store.delete_upstream(a.id, "docs").await.expect("delete"));
         assert!(store.list_upstreams(a.id).await.expect("list").is_empty());
-        assert_eq!(store.all_upstreams().await.expect("all").len(), 1);
+        assert_eq!(store.upstream_revisions().await.expect("all").len(), 1);
+        assert_eq!(store.upstream_by_id(created.id).await.expect("by id"), None);
     })
     .await;
 }

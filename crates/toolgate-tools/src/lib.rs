@@ -20,6 +20,8 @@
 //!   (Landlock, resource limits, a scrubbed environment, process-group kill).
 //! - [`resolver`]: `web_fetch`'s host-name lookups, on threads of their own with a
 //!   deadline.
+//! - [`http_api`]: tools made from an HTTP API's OpenAPI 3.x document (registered by
+//!   tenants as upstreams; the server wires them).
 //! - [`web_fetch`]: a web page's main content, SSRF-guarded (public addresses only,
 //!   pinned connections, redirects re-checked); [`web_search`]: a configured SearXNG API.
 //! - [`diagnostics`]: `echo` and `sleep`, for checking a deployment end to end (and
@@ -34,6 +36,7 @@ use toolgate_core::Tool;
 pub mod diagnostics;
 pub mod execute_command;
 pub mod git_status;
+pub mod http_api;
 pub mod list_files;
 pub mod read_file;
 pub mod resolver;

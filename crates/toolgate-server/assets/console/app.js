@@ -553,15 +553,19 @@ async function loadUpstreams() {
     tr.dataset.upstream = u.name;
     tr.dataset.state = u.status.state;
     tr.append(cell(u.name), cell(u.url), cell(u.status.state), cell(u.status.tools.join(", "), "wrap"),
-      cell(u.status.last_error, "wrap"));
+      cell(u.status.last_error ?? (u.status.notes ?? []).join("; "), "wrap"));
     const td = document.createElement("td");
-    const edit = document.createElement("button");
-    edit.type = "button";
-    edit.className = "secondary";
-    edit.textContent = "Edit";
-    edit.setAttribute("aria-label", `Edit ${u.name}`);
-    edit.addEventListener("click", () => editUpstream(u));
-    td.append(edit, " ");
+    // An HTTP API's document is replaced over REST (PUT with `openapi`); the form edits
+    // MCP servers.
+    if (u.kind !== "http") {
+      const edit = document.createElement("button");
+      edit.type = "button";
+      edit.className = "secondary";
+      edit.textContent = "Edit";
+      edit.setAttribute("aria-label", `Edit ${u.name}`);
+      edit.addEventListener("click", () => editUpstream(u));
+      td.append(edit, " ");
+    }
     const remove = document.createElement("button");
     remove.type = "button";
     remove.className = "secondary";

@@ -1,8 +1,10 @@
-//! `/v1/upstreams`: a tenant's own upstream MCP servers (create, list, read, replace,
-//! delete), each with its connection status on the instance that answers. Needs
-//! `tenant:admin`. Only Streamable HTTP upstreams: stdio ones run processes on the
-//! gateway host and are the operator's (configuration file). Their tools appear to this
-//! tenant alone, as `<name>__<tool>`. Credentials are write-only.
+//! `/v1/upstreams`: a tenant's own upstream MCP servers and HTTP APIs (create, list,
+//! read, replace, delete), each with its status on the instance that answers. Needs
+//! `tenant:admin`. Only Streamable HTTP MCP upstreams: stdio ones run processes on the
+//! gateway host and are the operator's (configuration file). An HTTP API is given by its
+//! OpenAPI 3.x document (`openapi`) or as one endpoint with a JSON Schema (`endpoint`):
+//! its operations become tools. Their tools appear to this tenant alone, as
+//! `<name>__<tool>`. Credentials are write-only.
 
 use std::collections::BTreeMap;
 
@@ -101,6 +103,38 @@ pub struct UpstreamBody {
     /// another server unless sent again.
     #[serde(default)]
     pub keep_credentials: bool,
+    /// An HTTP API instead of an MCP server: its OpenAPI 3.x document (JSON). Each
+    /// operation becomes a tool calling `url` + the operation's path (the document's
+    /// `servers` are not used: `url` is the address the gateway vets). At most one of
+    /// `openapi` and `endpoint`.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub openapi: Option<serde_json::Value>,
+    /// An HTTP API of one endpoint, at `url` itself: one tool.
+    #[serde(default)]
+    pub endpoint: Option<EndpointBody>,
+}
+
+/// One HTTP endpoint as a tool: its arguments go as the query (`GET`, `HEAD`, `DELETE`)
+/// or as the JSON body (`POST`, `PUT`, `PATCH`).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({
+    "tool": "current_weather",
+    "method": "GET",
+    "description": "The current weather in a city",
+    "input_schema": {"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}}}
+}))]
+pub struct EndpointBody {
+    /// The tool's name before the prefix: `^[A-Za-z0-9_.-]{1,64}$`.
+    pub tool: String,
+    /// `GET`, `POST`, `PUT`, `PATCH`, `DELETE` or `HEAD`.
+    pub method: String,
+    #[serde(default)]
+    pub description: String,
+    /// JSON Schema of the arguments: an object.
+    #[schema(value_type = Object)]
+    pub input_schema: serde_json::Value,
 }
 
 /// A tenant upstream, without its credentials' values.
@@ -122,6 +156,8 @@ pub struct UpstreamBody {
 }))]
 pub struct UpstreamView {
     pub name: String,
+    /// `mcp` (an MCP server) or `http` (an HTTP API's operations).
+    pub kind: &'static str,
     pub url: String,
     /// What its tools' names start with.
     pub prefix: String,
@@ -156,6 +192,9 @@ pub struct UpstreamStatus {
     /// When `state` last changed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub since: Option<DateTime<Utc>>,
+    /// For an HTTP API: operations of its document that did not become tools, and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -183,18 +222,28 @@ fn view(upstreams: &TenantUpstreams, record: UpstreamRecord) -> Result<UpstreamV
             tools: s.tools,
             last_error: s.last_error,
             since: Some(s.since.into()),
+            notes: Vec::new(),
+        },
+        Seen::Ready(ready) => UpstreamStatus {
+            state: "ready",
+            tools: ready.tools,
+            last_error: None,
+            since: Some(ready.since.into()),
+            notes: ready.notes,
         },
         Seen::Failed(problem) => UpstreamStatus {
             state: "failed",
             tools: Vec::new(),
             last_error: Some(problem),
             since: None,
+            notes: Vec::new(),
         },
         Seen::Unknown => UpstreamStatus {
             state: "starting",
             tools: Vec::new(),
             last_error: None,
             since: None,
+            notes: Vec::new(),
         },
     };
     Ok(UpstreamView {
@@ -203,6 +252,11 @@ fn view(upstreams: &TenantUpstreams, record: UpstreamRecord) -> Result<UpstreamV
             .clone()
             .unwrap_or_else(|| format!("{}__", record.name)),
         name: record.name,
+        kind: if config.openapi.is_some() {
+            "http"
+        } else {
+            "mcp"
+        },
         url: config.url,
         allow: config.allow,
         deny: config.deny,
@@ -307,6 +361,7 @@ async fn validate(
     if body.progress_extends_ms == Some(0) {
         problems.push(("progress_extends_ms".into(), "must be at least 1".into()));
     }
+    let openapi = http_document(&body, &mut problems, &upstreams.client);
     if !problems.is_empty() {
         let violations = problems
             .into_iter()
@@ -329,12 +384,104 @@ async fn validate(
         progress_extends_ms: body.progress_extends_ms,
         header_names: body.headers.keys().cloned().collect(),
         bearer: body.bearer.is_some(),
+        openapi,
     };
     let credentials = Credentials {
         headers: body.headers,
         bearer: body.bearer,
     };
     Ok((stored, credentials))
+}
+
+/// The OpenAPI document of an HTTP API upstream (an endpoint's generated), checked by
+/// making its tools; `None` for an MCP server. Problems join `problems`.
+fn http_document(
+    body: &UpstreamBody,
+    problems: &mut Vec<(String, String)>,
+    client: &reqwest::Client,
+) -> Option<serde_json::Value> {
+    let document = match (&body.openapi, &body.endpoint) {
+        (None, None) => return None,
+        (Some(_), Some(_)) => {
+            problems.push((
+                "endpoint".into(),
+                "give an OpenAPI document or one endpoint, not both".into(),
+            ));
+            return None;
+        }
+        (Some(document), None) => document.clone(),
+        (None, Some(endpoint)) => {
+            let before = problems.len();
+            if !toolgate_core::spec::is_valid_tool_name(&endpoint.tool) {
+                problems.push((
+                    "endpoint/tool".into(),
+                    "use 1-64 letters, digits, '_', '.' or '-'".into(),
+                ));
+            }
+            if !["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"]
+                .contains(&endpoint.method.to_ascii_uppercase().as_str())
+            {
+                problems.push((
+                    "endpoint/method".into(),
+                    "GET, POST, PUT, PATCH, DELETE or HEAD".into(),
+                ));
+            }
+            if endpoint.input_schema.get("type").and_then(|t| t.as_str()) != Some("object") {
+                problems.push((
+                    "endpoint/input_schema".into(),
+                    "must be a JSON Schema of \"type\": \"object\"".into(),
+                ));
+            }
+            if problems.len() > before {
+                return None;
+            }
+            toolgate_tools::http_api::endpoint_document(
+                &endpoint.tool,
+                &endpoint.method,
+                &endpoint.description,
+                &endpoint.input_schema,
+            )
+        }
+    };
+    // Made once here to list what is wrong with it (the client is never used).
+    let Ok(base) = url::Url::parse(&body.url) else {
+        return Some(document);
+    };
+    let api = std::sync::Arc::new(toolgate_tools::http_api::HttpApi {
+        base,
+        headers: Default::default(),
+        client: client.clone(),
+        prefix: body
+            .prefix
+            .clone()
+            .unwrap_or_else(|| format!("{}__", body.name)),
+        default_timeout: std::time::Duration::from_secs(1),
+        max_timeout: std::time::Duration::from_secs(1),
+    });
+    let field = if body.endpoint.is_some() {
+        "endpoint"
+    } else {
+        "openapi"
+    };
+    match toolgate_tools::http_api::tools(&document, api, &|_| true) {
+        Ok(parsed) => {
+            let registry = toolgate_core::Registry::new();
+            for tool in parsed.tools {
+                let name = tool.remote_name.clone();
+                if let Err(err) = registry.register(tool.into_tool()) {
+                    problems.push((format!("{field}/{name}"), err.to_string()));
+                }
+            }
+        }
+        Err(toolgate_tools::http_api::Invalid(found)) => {
+            problems.extend(
+                found
+                    .into_iter()
+                    .map(|(at, why)| (format!("{field}{at}"), why)),
+            );
+        }
+    }
+    Some(document)
 }
 
 /// A body checked and ready to store: its name, its configuration without secrets, and
