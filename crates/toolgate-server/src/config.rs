@@ -39,6 +39,8 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     /// Results of idempotent read-only tools kept for a while (`toolgate_core::cache`).
     pub cache: toolgate_core::cache::CacheConfig,
+    /// The ops console (`/console`): single sign-on.
+    pub console: crate::console::ConsoleConfig,
 }
 
 /// `[limits]`: rate and concurrency limits every tenant gets (a tenant's policy may only
@@ -800,6 +802,7 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             telemetry: TelemetryConfig::default(),
             cache: toolgate_core::cache::CacheConfig::default(),
+            console: crate::console::ConsoleConfig::default(),
         }
     }
 }
@@ -1038,6 +1041,7 @@ impl Config {
                 "max_in_flight and max_audit_backlog must be at least 1".into(),
             ));
         }
+        errors.extend(self.console.problems(self.auth.jwt.as_ref()));
         for (field, message) in self.cache.problems() {
             errors.push((format!("cache.{}", field.replace('/', ".")), message));
         }

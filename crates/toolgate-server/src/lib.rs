@@ -370,7 +370,7 @@ pub fn app(state: AppState, config: &Config) -> Router {
         .route("/metrics", axum::routing::get(metrics::scrape))
         .with_state(state.clone())
         .merge(docs::router(document.into()))
-        .merge(console::router());
+        .merge(console::router(&config.console));
     if config.mcp.enabled {
         router = router.merge(mcp::router(state.clone(), config, state.shutdown.clone()));
     }

@@ -3,6 +3,8 @@
 // fetch so the key travels in the Authorization header.
 
 const KEY = "toolgate.key";
+// A single sign-on under way: its state, PKCE verifier and token endpoint.
+const SSO = "toolgate.sso";
 const $ = (id) => document.getElementById(id);
 const pages = ["calls", "audit", "approvals", "runs", "tools", "keys"];
 // Who is signed in (`GET /v1/me`): pages need the scope their link names.
@@ -815,6 +817,81 @@ function signOut(message) {
   route();
 }
 
+// ---- single sign-on: OIDC authorization code with PKCE, when the gateway names a provider ----
+// The page is a public client: no secret; the verifier and state stay in this tab. The
+// access token is then used as a key is (`Authorization: Bearer`), checked by the gateway
+// as any JWT.
+
+let oidc = null;
+
+const base64url = (bytes) =>
+  btoa(String.fromCharCode(...new Uint8Array(bytes))).replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "");
+const randomToken = () => base64url(crypto.getRandomValues(new Uint8Array(32)));
+const redirectUri = () => `${location.origin}/console/`;
+
+async function discover() {
+  const response = await fetch(`${oidc.issuer.replace(/\/$/, "")}/.well-known/openid-configuration`);
+  if (!response.ok) throw new Error(`the provider's discovery answered ${response.status}`);
+  return response.json();
+}
+
+async function startSso() {
+  try {
+    const meta = await discover();
+    const verifier = randomToken();
+    const state = randomToken();
+    const challenge = base64url(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(verifier)));
+    sessionStorage.setItem(SSO, JSON.stringify({ state, verifier, token_endpoint: meta.token_endpoint }));
+    const url = new URL(meta.authorization_endpoint);
+    const params = {
+      response_type: "code", client_id: oidc.client_id, redirect_uri: redirectUri(), scope: oidc.scope,
+      state, code_challenge: challenge, code_challenge_method: "S256",
+    };
+    if (oidc.resource) params.resource = oidc.resource;
+    for (const [name, value] of Object.entries(params)) url.searchParams.set(name, value);
+    location.assign(url.toString());
+  } catch (err) {
+    $("login-error").textContent = `Single sign-on is unavailable: ${err.message}`;
+  }
+}
+
+/** Completes a sign-on the provider sent the browser back from; false when there is none. */
+async function finishSso() {
+  const params = new URLSearchParams(location.search);
+  if (!params.has("code") && !params.has("error")) return false;
+  // The code is single-use and must not stay in the address bar or history.
+  history.replaceState(null, "", `/console/${location.hash}`);
+  const pending = JSON.parse(sessionStorage.getItem(SSO) || "null");
+  sessionStorage.removeItem(SSO);
+  try {
+    if (params.has("error")) {
+      throw new Error(`the provider said ${params.get("error_description") || params.get("error")}`);
+    }
+    if (!pending || pending.state !== params.get("state")) {
+      throw new Error("this answer does not belong to a sign-in started here");
+    }
+    const body = new URLSearchParams({
+      grant_type: "authorization_code", code: params.get("code"), redirect_uri: redirectUri(),
+      client_id: oidc.client_id, code_verifier: pending.verifier,
+    });
+    if (oidc.resource) body.set("resource", oidc.resource);
+    const response = await fetch(pending.token_endpoint, { method: "POST", body });
+    const tokens = await response.json().catch(() => ({}));
+    if (!response.ok || !tokens.access_token) {
+      throw new Error(tokens.error_description || tokens.error || `the token endpoint answered ${response.status}`);
+    }
+    sessionStorage.setItem(KEY, tokens.access_token);
+    me = await api("/v1/me");
+  } catch (err) {
+    sessionStorage.removeItem(KEY);
+    $("login-error").textContent = err.status === 401
+      ? "The gateway did not accept this sign-in."
+      : `Single sign-on failed: ${err.message}`;
+  }
+  route();
+  return true;
+}
+
 $("login-form").addEventListener("submit", async (e) => {
   e.preventDefault();
   const candidate = $("key").value.trim();
@@ -845,9 +922,21 @@ $("audit-json").addEventListener("click", () =>
 $("audit-csv").addEventListener("click", () => download("audit.csv", "text/csv", csv(audit.rows)));
 $("audit-verify").addEventListener("click", verifyChain);
 window.addEventListener("hashchange", route);
-// A tab reloaded while signed in asks who it is again.
-if (key()) {
-  api("/v1/me").then((who) => { me = who; route(); }).catch(() => signOut());
-} else {
-  route();
+$("sso-button").addEventListener("click", startSso);
+
+async function boot() {
+  const settings = await fetch("/console/config.json").then((r) => r.json()).catch(() => ({}));
+  oidc = settings.oidc ?? null;
+  if (oidc) {
+    $("sso-button").textContent = oidc.label;
+    $("sso").hidden = false;
+    if (await finishSso()) return;
+  }
+  // A tab reloaded while signed in asks who it is again.
+  if (key()) {
+    api("/v1/me").then((who) => { me = who; route(); }).catch(() => signOut());
+  } else {
+    route();
+  }
 }
+boot();
