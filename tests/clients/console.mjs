@@ -133,10 +133,15 @@ try {
   seen.editedTools = await adminPage.locator('#tools-rows tr[data-tool^="fx__"]').evaluateAll((els) => els.map((e) => e.dataset.tool));
   seen.editButton = await adminPage.locator("#upstream-submit").innerText();
 
-  // Keys: one created (its secret shown once), the reviewer's revoked.
+  // Principals and keys: a principal created, a key made for it (its secret shown once),
+  // the reviewer's key revoked.
   await adminPage.getByRole("link", { name: "Keys" }).click();
+  await adminPage.getByLabel("Principal name").fill("console-made");
+  await adminPage.getByLabel("Role").selectOption("member");
+  await adminPage.getByRole("button", { name: "Create principal" }).click();
+  await adminPage.locator("#key-principal option", { hasText: "console-made" }).waitFor({ state: "attached" });
+  seen.keyFor = await adminPage.locator("#key-principal option:checked").innerText();
   await adminPage.locator("#key-form").getByLabel("Name", { exact: true }).fill("made-in-the-console");
-  await adminPage.locator("#key-principal").selectOption({ label: "member (tools:invoke)" });
   await adminPage.getByRole("button", { name: "Create key" }).click();
   await adminPage.locator("#key-secret").waitFor();
   seen.secret = await adminPage.locator("#key-secret-value").innerText();

@@ -241,13 +241,30 @@ async fn a_reviewer_follows_calls_verifies_the_audit_and_approves_in_the_browser
     let (_, _, audit) = gw.get("/v1/audit?adapter=approval").await;
     let decision = &audit["entries"][0];
     assert_eq!(decision["outcome"], "ok", "{audit}");
-    // The key made in the page is the member's, and live.
+    // The principal made in the page is a member; the key made for it is its, and live.
+    assert!(
+        seen["keyFor"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("console-made"),
+        "{seen}"
+    );
+    let (_, _, principals) = gw.get("/v1/principals").await;
+    let made = principals
+        .as_array()
+        .expect("principals")
+        .iter()
+        .find(|p| p["name"] == "console-made")
+        .unwrap_or_else(|| panic!("{principals}"));
+    assert_eq!(made["roles"], json!(["member"]), "{made}");
     let (_, _, keys) = gw.get("/v1/keys").await;
     assert!(
         keys.as_array()
             .expect("keys")
             .iter()
-            .any(|k| k["name"] == "made-in-the-console" && k["revoked_at"].is_null()),
+            .any(|k| k["name"] == "made-in-the-console"
+                && k["principal_id"] == made["id"]
+                && k["revoked_at"].is_null()),
         "{keys}"
     );
     for page in [

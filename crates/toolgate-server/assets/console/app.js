@@ -715,6 +715,23 @@ async function loadKeys() {
   }
 }
 
+async function createPrincipal(e) {
+  e.preventDefault();
+  const form = new FormData($("principal-form"));
+  try {
+    const created = await api("/v1/principals", {
+      method: "POST",
+      body: { name: String(form.get("name")), kind: String(form.get("kind")), roles: [String(form.get("role"))] },
+    });
+    $("principal-form").reset();
+    // The next key is most likely for the principal just made.
+    await loadKeys();
+    $("key-principal").value = created.id;
+  } catch (err) {
+    $("keys-error").textContent = explain(err, "tenant:admin");
+  }
+}
+
 async function createKey(e) {
   e.preventDefault();
   const form = new FormData($("key-form"));
@@ -909,6 +926,7 @@ $("login-form").addEventListener("submit", async (e) => {
 });
 $("signout").addEventListener("click", () => signOut());
 $("key-form").addEventListener("submit", createKey);
+$("principal-form").addEventListener("submit", createPrincipal);
 $("upstream-form").addEventListener("submit", saveUpstream);
 $("upstream-cancel").addEventListener("click", stopEditing);
 $("calls-filter").addEventListener("input", renderCalls);
