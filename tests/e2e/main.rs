@@ -16,6 +16,7 @@ mod limits;
 mod mcp;
 mod mcp_sdk;
 mod overload;
+mod pinning;
 mod rate_limits;
 mod readme;
 mod relay;

@@ -26,6 +26,8 @@ pub enum Adapter {
     Agent,
     /// A person's decision on an approval (recorded in the audit log beside the calls).
     Approval,
+    /// An upstream tool's definition changed or was approved (tool pinning).
+    Definition,
 }
 
 impl Adapter {
@@ -35,6 +37,7 @@ impl Adapter {
             Adapter::Mcp => "mcp",
             Adapter::Agent => "agent",
             Adapter::Approval => "approval",
+            Adapter::Definition => "definition",
         }
     }
 }

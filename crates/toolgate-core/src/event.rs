@@ -73,6 +73,27 @@ pub enum Event<'a> {
         input_tokens: u64,
         output_tokens: u64,
     },
+    /// `definition.changed` (a pinned upstream tool's definition changed),
+    /// `definition.flagged` (its description reads as written at the model) or
+    /// `definition.approved` (a person approved the new definition).
+    Definition {
+        /// The owning tenant; `None` for the operator's upstreams.
+        tenant: Option<TenantId>,
+        upstream: &'a str,
+        tool: &'a str,
+        hash: &'a str,
+        what: DefinitionEvent,
+        /// Whether the tool is withheld until a person approves.
+        withheld: bool,
+    },
+}
+
+/// What happened to an upstream tool's definition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DefinitionEvent {
+    Changed,
+    Flagged,
+    Approved,
 }
 
 /// What the policy step found of a call's approval.
@@ -102,6 +123,11 @@ impl Event<'_> {
             Event::PolicyChanged { .. } => "policy.changed",
             Event::RunStopped { status, .. } if *status == "awaiting_approval" => "run.paused",
             Event::RunStopped { .. } => "run.finished",
+            Event::Definition { what, .. } => match what {
+                DefinitionEvent::Changed => "definition.changed",
+                DefinitionEvent::Flagged => "definition.flagged",
+                DefinitionEvent::Approved => "definition.approved",
+            },
         }
     }
 }
@@ -221,6 +247,22 @@ impl EventSink for TracingSink {
                 best_effort,
                 input_tokens,
                 output_tokens,
+            ),
+            Event::Definition {
+                tenant,
+                upstream,
+                tool,
+                hash,
+                withheld,
+                ..
+            } => tracing::warn!(
+                target: "toolgate::definition",
+                event = event.name(),
+                tenant = tenant.map(|t| t.to_string()).unwrap_or_default(),
+                upstream,
+                tool,
+                hash,
+                withheld,
             ),
         }
     }

@@ -58,7 +58,7 @@ pub use client::{Client, ClientChannel, ClientError, ClientRequest};
 pub use context::{Adapter, CallContext, ClientInfo, Progress, ProgressSink, RunStep};
 pub use declarations::DeclarationFormat;
 pub use error::{ErrorKind, ToolError, Violation};
-pub use event::{Event, EventSink, GateEvent, Outcome, TracingSink};
+pub use event::{DefinitionEvent, Event, EventSink, GateEvent, Outcome, TracingSink};
 pub use executor::{Completed, Executor, ExecutorLimits};
 pub use ids::{ApprovalId, CallId, PrincipalId, RunId, TenantId};
 pub use policy::{Action, Approvals, Gate, NoApprovals, Policy};

@@ -36,6 +36,31 @@ pub enum Action {
     Deny,
 }
 
+/// What happens when an upstream's tool definition (name, description, schemas,
+/// annotations) changes from the one pinned, or reads as aimed at the model.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PinMode {
+    /// The new definition is taken as it is.
+    Off,
+    /// It is taken, and the change is recorded (an event and an audit row).
+    Warn,
+    /// It is recorded and the tool is withheld until a person approves the new
+    /// definition.
+    #[default]
+    Quarantine,
+}
+
+impl PinMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PinMode::Off => "off",
+            PinMode::Warn => "warn",
+            PinMode::Quarantine => "quarantine",
+        }
+    }
+}
+
 /// An override of the level. At least one of `tool` and `agent` is set.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -69,6 +94,9 @@ pub struct Policy {
     /// seconds (`0`: not cached, whatever the operator's default); see [`crate::cache`].
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub cache: BTreeMap<String, u64>,
+    /// What a changed (or suspicious) definition of a tool from the tenant's own
+    /// upstreams does (default: quarantine).
+    pub pin: PinMode,
 }
 
 impl Default for Policy {
@@ -81,6 +109,7 @@ impl Default for Policy {
             risk_scopes: BTreeMap::new(),
             rate_limits: crate::limits::RateLimits::default(),
             cache: BTreeMap::new(),
+            pin: PinMode::Quarantine,
         }
     }
 }

@@ -19,6 +19,13 @@ pub enum RegistryError {
     InvalidName(String),
     #[error("a tool named {0:?} is already registered")]
     Duplicate(String),
+    /// Differs from a tool already seen by the same callers only by case, by `-`, `.`
+    /// against `_`, or by look-alike characters (`0`/`o`, `1`/`l`/`i`): one could pass
+    /// for the other, to a person or a model.
+    #[error(
+        "tool name {name:?} could be mistaken for {existing:?} (differs only by case or look-alike characters)"
+    )]
+    Confusable { name: String, existing: String },
     #[error("tool {name:?} has an invalid input schema: {reason}")]
     InvalidSchema { name: String, reason: String },
 }
@@ -152,6 +159,41 @@ impl Tools {
         self.shared.contains_key(name)
             || matches!(owner, Owner::Tenant(t) if self.tenants.get(&t).is_some_and(|m| m.contains_key(name)))
     }
+
+    /// Why `name` may not join `owner`'s tools: taken, or confusable with a tool the same
+    /// callers see.
+    fn refuse(&self, owner: Owner, name: &str) -> Option<RegistryError> {
+        if self.taken(owner, name) {
+            return Some(RegistryError::Duplicate(name.to_owned()));
+        }
+        let wanted = skeleton(name);
+        let own = match owner {
+            Owner::Tenant(t) => self.tenants.get(&t),
+            Owner::Everyone => None,
+        };
+        self.shared
+            .keys()
+            .chain(own.into_iter().flat_map(|m| m.keys()))
+            .find(|existing| skeleton(existing) == wanted)
+            .map(|existing| RegistryError::Confusable {
+                name: name.to_owned(),
+                existing: existing.clone(),
+            })
+    }
+}
+
+/// What a tool name looks like: lower case, `-` and `.` as `_`, `0` as `o`, `1` and `i`
+/// as `l`, `5` as `s`. Two names with one skeleton could pass for each other.
+pub fn skeleton(name: &str) -> String {
+    name.chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            '-' | '.' => '_',
+            '0' => 'o',
+            '1' | 'i' => 'l',
+            '5' => 's',
+            other => other,
+        })
+        .collect()
 }
 
 /// The set of all registered tools, each owned by everyone or by one tenant. A tenant
@@ -277,8 +319,8 @@ impl Registry {
         let registered = compile(tool)?;
         let name = registered.spec().name.clone();
         let mut tools = self.write();
-        if tools.taken(owner, &name) {
-            return Err(RegistryError::Duplicate(name));
+        if let Some(refused) = tools.refuse(owner, &name) {
+            return Err(refused);
         }
         tools.of(owner).insert(name, Arc::new(registered));
         drop(tools);
@@ -310,8 +352,8 @@ impl Registry {
             .into_iter()
             .map(|(name, checked)| {
                 let result = checked.and_then(|registered| {
-                    if tools.taken(owner, &name) {
-                        return Err(RegistryError::Duplicate(name.clone()));
+                    if let Some(refused) = tools.refuse(owner, &name) {
+                        return Err(refused);
                     }
                     same &= previous
                         .get(&name)
@@ -448,6 +490,44 @@ mod tests {
             .register(tool("a", json!({"type": "object"})))
             .expect_err("duplicate");
         assert!(matches!(err, RegistryError::Duplicate(n) if n == "a"));
+    }
+
+    #[test]
+    fn names_that_could_pass_for_a_seen_tool_are_refused() {
+        let reg = Registry::new();
+        let obj = || json!({"type": "object"});
+        reg.register(tool("read_file", obj())).expect("built-in");
+        for confusable in ["Read_File", "read-file", "read.file", "READ_FILE"] {
+            let err = reg
+                .register_as(Owner::Tenant(TENANT_A), tool(confusable, obj()))
+                .expect_err(confusable);
+            assert!(
+                matches!(&err, RegistryError::Confusable { existing, .. } if existing == "read_file"),
+                "{confusable}: {err}"
+            );
+        }
+        reg.register_as(Owner::Tenant(TENANT_A), tool("up__search1", obj()))
+            .expect("a's");
+        // Look-alike digits and letters, within one tenant's view.
+        let err = reg
+            .replace(
+                Owner::Tenant(TENANT_A),
+                &[],
+                vec![tool("up__searchl", obj()), tool("other", obj())],
+            )
+            .into_iter()
+            .map(|(name, r)| (name, r.is_ok()))
+            .collect::<Vec<_>>();
+        assert_eq!(
+            err,
+            [
+                ("up__searchl".to_owned(), false),
+                ("other".to_owned(), true)
+            ]
+        );
+        // Another tenant sees neither, and may have its own.
+        reg.register_as(Owner::Tenant(TENANT_B), tool("up__searchl", obj()))
+            .expect("b's own");
     }
 
     #[test]

@@ -15,6 +15,7 @@
 pub mod catalog;
 pub mod relay;
 pub mod upstream;
+pub mod vetting;
 
 use std::sync::Arc;
 

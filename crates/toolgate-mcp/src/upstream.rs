@@ -93,6 +93,104 @@ pub struct UpstreamConfig {
     /// Whose MCP session an HTTP upstream's calls run in (stdio upstreams: always one
     /// shared session, their one process).
     pub sessions: SessionScope,
+    /// What a changed or suspicious tool definition does; `None`: the owning tenant's
+    /// policy says (tenant upstreams).
+    pub pin: Option<crate::vetting::PinMode>,
+    /// Who vets its tool definitions before they are offered (none: all are).
+    pub vetting: crate::vetting::Vetting,
+    /// Per tool (by its name at the upstream): another name, description, and
+    /// arguments fixed or defaulted by the gateway.
+    pub overrides: BTreeMap<String, ToolOverride>,
+}
+
+/// How the gateway presents one upstream tool: renamed, described anew, with some
+/// arguments fixed (hidden from the schema callers see, always sent as set here; a
+/// caller sending one is refused) or defaulted (sent when the caller gives none).
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolOverride {
+    /// The tool's name after the upstream's prefix (the prefix still applies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub fixed: serde_json::Map<String, Value>,
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub defaults: serde_json::Map<String, Value>,
+}
+
+impl ToolOverride {
+    /// Problems with the overrides of an upstream whose tools are prefixed `prefix`,
+    /// each with the field it concerns (`<tool>/name`, …): names that are not valid, or
+    /// longer than 64 characters once prefixed (never cut short), or shared by two tools.
+    pub fn problems(
+        overrides: &BTreeMap<String, ToolOverride>,
+        prefix: &str,
+    ) -> Vec<(String, String)> {
+        let mut problems = Vec::new();
+        let mut names: BTreeMap<String, &String> = BTreeMap::new();
+        for (tool, o) in overrides {
+            if let Some(name) = &o.name {
+                let full = format!("{prefix}{name}");
+                if !is_valid_tool_name(&full) {
+                    problems.push((
+                        format!("{tool}/name"),
+                        format!("{full:?} is not a valid tool name (1-64 letters, digits, '_', '.', '-', prefix included)"),
+                    ));
+                } else if let Some(other) = names.insert(full.clone(), tool) {
+                    problems.push((
+                        format!("{tool}/name"),
+                        format!("{other} is renamed {full:?} too"),
+                    ));
+                }
+            }
+            if let Some(both) = o.fixed.keys().find(|k| o.defaults.contains_key(*k)) {
+                problems.push((format!("{tool}/defaults/{both}"), "is fixed already".into()));
+            }
+        }
+        problems
+    }
+
+    /// `schema` as callers see it: fixed arguments gone, defaulted ones optional and
+    /// showing their default.
+    fn schema(&self, schema: &Value) -> Value {
+        let mut schema = schema.clone();
+        if let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut) {
+            for name in self.fixed.keys() {
+                properties.remove(name);
+            }
+            for (name, value) in &self.defaults {
+                if let Some(property) = properties.get_mut(name).and_then(Value::as_object_mut) {
+                    property.insert("default".into(), value.clone());
+                }
+            }
+        }
+        if let Some(required) = schema.get_mut("required").and_then(Value::as_array_mut) {
+            required.retain(|r| {
+                r.as_str()
+                    .is_none_or(|r| !self.fixed.contains_key(r) && !self.defaults.contains_key(r))
+            });
+        }
+        schema
+    }
+
+    /// The arguments sent: the caller's, defaults filled in, fixed ones set.
+    fn arguments(
+        &self,
+        mut args: serde_json::Map<String, Value>,
+    ) -> Result<serde_json::Map<String, Value>, ToolError> {
+        if let Some(name) = self.fixed.keys().find(|k| args.contains_key(*k)) {
+            return Err(ToolError::invalid_arguments(format!(
+                "the argument {name:?} is set by the gateway for this tool and cannot be given"
+            )));
+        }
+        for (name, value) in &self.defaults {
+            args.entry(name.clone()).or_insert_with(|| value.clone());
+        }
+        args.extend(self.fixed.clone());
+        Ok(args)
+    }
 }
 
 /// Whose MCP session the calls of an HTTP upstream run in. What an upstream keeps per
@@ -631,6 +729,8 @@ async fn supervise(
     let mut registered = Vec::new();
     // Per-tenant (or per-principal) sessions for calls, kept across reconnections.
     let pool = SessionPool::new(&config, catalog.clone());
+    // A definition approved by a person: list again, to offer it.
+    let mut approvals = config.vetting.0.as_ref().map(|v| v.approvals());
     loop {
         let (changed_tx, mut changed) = tokio::sync::mpsc::channel(1);
         let routes = Routes::new(config.relay_unattributed);
@@ -684,6 +784,12 @@ async fn supervise(
                             _ = shutdown.cancelled() => break 'listing End::Shutdown,
                             _ = &mut ended => break 'listing End::Closed,
                             Some(()) = changed.recv() => continue 'listing,
+                            Ok(()) = async {
+                                match approvals.as_mut() {
+                                    Some(approved) => approved.changed().await,
+                                    None => std::future::pending().await,
+                                }
+                            } => continue 'listing,
                             _ = tokio::time::sleep(PING_EVERY) => {
                                 if !answers_ping(&peer).await {
                                     break 'listing End::Unresponsive;
@@ -1049,24 +1155,94 @@ async fn rediscover(
         return Ok(());
     };
     let prefix = config.prefix();
+    // Tools of other sources the same callers see: a description naming one may be
+    // steering the model to it.
+    let others: Vec<String> = match &config.vetting.0 {
+        None => Vec::new(),
+        Some(_) => {
+            let ours: std::collections::HashSet<&String> = registered.iter().collect();
+            let seen = match config.owner {
+                Owner::Tenant(tenant) => registry.list(tenant),
+                Owner::Everyone => registry.list(toolgate_core::TenantId(uuid::Uuid::nil())),
+            };
+            seen.iter()
+                .map(|t| t.spec().name.clone())
+                .filter(|n| !ours.contains(n))
+                .collect()
+        }
+    };
     let mut found: Vec<Arc<dyn Tool>> = Vec::new();
+    // One skeleton per name in this listing: a look-alike of a tool offered before (or
+    // listed earlier) is refused, even while that tool is withheld for approval.
+    let mut looks: HashMap<String, String> = registered
+        .iter()
+        .map(|n| (toolgate_core::registry::skeleton(n), n.clone()))
+        .collect();
     for tool in tools {
         let remote = tool.name.to_string();
         if !admitted(&remote) {
             continue;
         }
-        let name = format!("{prefix}{remote}");
+        let applied = config.overrides.get(&remote).cloned();
+        let name = format!(
+            "{prefix}{}",
+            applied
+                .as_ref()
+                .and_then(|o| o.name.as_deref())
+                .unwrap_or(&remote)
+        );
         if !is_valid_tool_name(&name) {
             // Logged escaped and cut: an upstream's name must not write log lines of its own.
             let shown: String = name.chars().take(128).collect();
             tracing::warn!(upstream = %config.name, tool = ?shown, "skipped an upstream tool whose name is not valid here");
             continue;
         }
-        let spec = spec_for(config, &name, &tool);
+        let look = toolgate_core::registry::skeleton(&name);
+        match looks.get(&look) {
+            Some(other) if other != &name => {
+                tracing::warn!(upstream = %config.name, tool = %name, like = %other, "refused an upstream tool whose name could pass for another");
+                continue;
+            }
+            _ => {
+                looks.insert(look, name.clone());
+            }
+        }
+        let mut spec = spec_for(config, &name, &tool);
+        if let Some(o) = &applied {
+            if let Some(description) = &o.description {
+                spec.description.clone_from(description);
+            }
+            spec.input_schema = o.schema(&spec.input_schema);
+        }
+        if let Some(vet) = &config.vetting.0 {
+            let definition = crate::vetting::definition(&tool);
+            let offered = vet
+                .vet(
+                    &crate::vetting::Definition {
+                        owner: config.owner,
+                        upstream: config.name.clone(),
+                        tool: remote.clone(),
+                        exported: name.clone(),
+                        hash: toolgate_core::audit::hash_json(&definition),
+                        findings: crate::vetting::findings(
+                            tool.description.as_deref().unwrap_or_default(),
+                            &others,
+                        ),
+                        definition,
+                    },
+                    config.pin,
+                )
+                .await;
+            if !offered {
+                tracing::warn!(upstream = %config.name, tool = %name, "upstream tool withheld: its definition awaits approval");
+                continue;
+            }
+        }
         found.push(Arc::new(UpstreamTool {
             spec,
             upstream: config.name.clone(),
             remote,
+            applied,
             peer: peer.clone(),
             routes: routes.clone(),
             pool: pool.clone(),
@@ -1201,6 +1377,8 @@ pub struct UpstreamTool {
     spec: ToolSpec,
     upstream: String,
     remote: String,
+    /// Arguments the gateway fixes or defaults (see [`ToolOverride`]).
+    applied: Option<ToolOverride>,
     /// The supervisor's session: calls run in it unless `pool` gives each tenant (or
     /// principal) its own.
     peer: Peer<RoleClient>,
@@ -1270,6 +1448,10 @@ impl Tool for UpstreamTool {
     async fn call(&self, ctx: &CallContext, args: Value) -> Result<ToolOutput, ToolError> {
         let Value::Object(args) = args else {
             return Err(ToolError::invalid_arguments("arguments must be an object"));
+        };
+        let args = match &self.applied {
+            Some(o) => o.arguments(args)?,
+            None => args,
         };
         let mut params = CallToolRequestParams::new(self.remote.clone()).with_arguments(args);
         // A client span per upstream call (MCP conventions), child of the call's span;
@@ -1476,6 +1658,9 @@ mod tests {
             progress_extends: None,
             relay_unattributed: false,
             sessions: SessionScope::Shared,
+            pin: None,
+            vetting: Default::default(),
+            overrides: Default::default(),
         };
         let (list_changed, _) = tokio::sync::mpsc::channel(1);
         let Err(error) = connect(&config, Routes::new(false), list_changed, Catalog::new()).await

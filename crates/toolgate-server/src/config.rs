@@ -280,6 +280,20 @@ pub struct UpstreamEntry {
     /// session, always shared.
     #[serde(default)]
     pub sessions: toolgate_mcp::upstream::SessionScope,
+    /// What a changed tool definition (or a description written at the model) does:
+    /// `warn` (the default for the operator's own upstreams: taken, and logged as the
+    /// `definition.changed` event), `quarantine` (withheld until the operator approves
+    /// it at `/v1/tool-definitions`), `off`.
+    #[serde(default = "operator_pin")]
+    pub pin: toolgate_mcp::vetting::PinMode,
+    /// Per tool, by its name at the upstream: `name` (after the prefix), `description`,
+    /// `fixed` arguments (hidden from callers, always sent) and `defaults`.
+    #[serde(default)]
+    pub overrides: BTreeMap<String, toolgate_mcp::upstream::ToolOverride>,
+}
+
+fn operator_pin() -> toolgate_mcp::vetting::PinMode {
+    toolgate_mcp::vetting::PinMode::Warn
 }
 
 fn default_upstream_timeout() -> u64 {
@@ -329,6 +343,9 @@ impl UpstreamEntry {
             owner: toolgate_core::Owner::Everyone,
             relay_unattributed: self.relay_unattributed,
             sessions: self.sessions,
+            pin: Some(self.pin),
+            vetting: Default::default(),
+            overrides: self.overrides.clone(),
         })
     }
 }
@@ -1088,6 +1105,18 @@ impl Config {
                 errors.push((
                     format!("{key}.name"),
                     "use 1-32 letters, digits, '_', '.' or '-'".into(),
+                ));
+            }
+            let prefix = upstream
+                .prefix
+                .clone()
+                .unwrap_or_else(|| format!("{}__", upstream.name));
+            for (field, message) in
+                toolgate_mcp::upstream::ToolOverride::problems(&upstream.overrides, &prefix)
+            {
+                errors.push((
+                    format!("{key}.overrides.{}", field.replace('/', ".")),
+                    message,
                 ));
             }
             if upstream.to_upstream().is_none() {

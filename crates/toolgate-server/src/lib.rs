@@ -38,6 +38,7 @@ pub mod jwt;
 pub mod key_file;
 pub mod mcp;
 pub mod metrics;
+pub mod pins;
 pub mod request_id;
 pub mod rest;
 pub mod runs;
@@ -163,6 +164,13 @@ pub async fn build_with(
     let runs = runs::Runs::new(store.clone(), registry.clone(), executor.clone(), providers);
     let shutdown = CancellationToken::new();
     let catalog = Catalog::new();
+    let pins = Arc::new(pins::Pins::new(
+        store.clone(),
+        audit.clone(),
+        executor.clone(),
+        approvals.clone(),
+    ));
+    let vetting = toolgate_mcp::vetting::Vetting(Some(pins.clone()));
     let upstreams = if config.tenant_upstreams.enabled {
         let upstreams = upstreams::TenantUpstreams::new(
             config,
@@ -170,6 +178,7 @@ pub async fn build_with(
             registry.clone(),
             catalog.clone(),
             shutdown.clone(),
+            vetting,
         )
         .context("setting up tenant upstreams")?;
         Some(Arc::new(upstreams))
@@ -206,6 +215,7 @@ pub async fn build_with(
         telemetry: telemetry.clone(),
         audit_key,
         mcp_sessions: Arc::default(),
+        pins,
     });
     telemetry.observe(&state);
     Ok(Gateway {
@@ -513,11 +523,12 @@ pub async fn serve_with(
     // Upstreams connect in the background: one that is down never delays start-up.
     let mut upstreams = Vec::new();
     let mut statuses = Vec::new();
-    for upstream in config
+    for mut upstream in config
         .upstreams
         .iter()
         .filter_map(config::UpstreamEntry::to_upstream)
     {
+        upstream.vetting = toolgate_mcp::vetting::Vetting(Some(state.pins.clone()));
         let name = upstream.name.clone();
         let supervised = toolgate_mcp::upstream::spawn(
             upstream,

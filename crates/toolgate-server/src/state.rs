@@ -43,6 +43,8 @@ pub struct Shared {
     pub audit_key: Option<toolgate_store::checkpoint::VerifyingKey>,
     /// MCP sessions live in memory on this instance.
     pub mcp_sessions: Arc<std::sync::atomic::AtomicUsize>,
+    /// Pinned upstream tool definitions.
+    pub pins: Arc<crate::pins::Pins>,
 }
 
 impl AppState {

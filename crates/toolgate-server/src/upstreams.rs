@@ -69,6 +69,9 @@ pub struct Stored {
     /// is generated, see [`toolgate_tools::http_api::endpoint_document`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub openapi: Option<serde_json::Value>,
+    /// Per tool at the upstream: another name, description, fixed and default arguments.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub overrides: BTreeMap<String, toolgate_mcp::upstream::ToolOverride>,
 }
 
 /// The secret part of a tenant upstream.
@@ -322,6 +325,8 @@ pub struct TenantUpstreams {
     pub max_per_tenant: usize,
     pub max_timeout_secs: u64,
     running: std::sync::Mutex<HashMap<Uuid, Running>>,
+    /// Vets their tool definitions (pinning).
+    vetting: toolgate_mcp::vetting::Vetting,
     /// Held through a whole [`sync`](Self::sync), so an older reading of the store never
     /// lands after a newer one.
     syncing: tokio::sync::Mutex<()>,
@@ -335,6 +340,7 @@ impl TenantUpstreams {
         registry: Arc<Registry>,
         catalog: Arc<Catalog>,
         shutdown: CancellationToken,
+        vetting: toolgate_mcp::vetting::Vetting,
     ) -> anyhow::Result<Self> {
         let key = load_key(config)?;
         let reach = Arc::new(Reach {
@@ -369,6 +375,7 @@ impl TenantUpstreams {
             max_per_tenant: config.tenant_upstreams.max_per_tenant,
             max_timeout_secs: config.tenant_upstreams.max_timeout_secs,
             running: std::sync::Mutex::new(HashMap::new()),
+            vetting,
             syncing: tokio::sync::Mutex::new(()),
             shutdown,
         })
@@ -554,6 +561,10 @@ impl TenantUpstreams {
             relay_unattributed: true,
             // A tenant's own upstream serves that tenant alone: its one session is it.
             sessions: toolgate_mcp::upstream::SessionScope::Shared,
+            // The tenant's policy says.
+            pin: None,
+            vetting: self.vetting.clone(),
+            overrides: stored.overrides,
         })
     }
 

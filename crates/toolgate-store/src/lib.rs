@@ -38,6 +38,7 @@ pub mod instances;
 pub mod keys;
 pub mod model;
 mod nodelay;
+pub mod pins;
 pub mod postgres;
 pub mod runs;
 pub mod sqlite;
@@ -53,6 +54,7 @@ use toolgate_core::{Adapter, CallId, ErrorKind, Outcome, PrincipalId, RunId, Run
 use uuid::Uuid;
 
 pub use model::*;
+pub use pins::PinRecord;
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 pub use upstreams::{UpstreamRecord, UpstreamWrite};

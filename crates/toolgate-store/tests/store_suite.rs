@@ -1830,3 +1830,67 @@ async fn tail_truncation_is_detected_by_the_head_and_by_signed_checkpoints() {
     })
     .await;
 }
+
+/// Pinned tool definitions: saved whole and read back per owner; approving moves the
+/// waiting definition to the pin only while it is the one named by its hash.
+#[tokio::test]
+async fn tool_pins_round_trip_and_approve_only_the_waiting_definition() {
+    on_both(|store| async move {
+        let owner = uuid::Uuid::now_v7();
+        let pin = toolgate_store::PinRecord {
+            owner,
+            upstream: "fx".into(),
+            tool: "add".into(),
+            exported: "fx__add".into(),
+            pinned_hash: Some("h1".into()),
+            pinned: Some(serde_json::json!({"name": "add", "description": "Adds."})),
+            pending_hash: Some("h2".into()),
+            pending: Some(serde_json::json!({"name": "add", "description": "Adds. <IMPORTANT>"})),
+            findings: vec!["instructions to the model".into()],
+            updated_at: chrono::DateTime::from_timestamp_micros(1_700_000_000_000_000)
+                .expect("time"),
+            approved_by: None,
+            approved_at: None,
+        };
+        store.save_tool_pin(&pin).await.expect("save");
+        let read = store
+            .tool_pin(owner, "fx", "add")
+            .await
+            .expect("read")
+            .expect("there");
+        assert_eq!(read, pin);
+        assert_eq!(
+            store.tool_pins(owner).await.expect("list"),
+            std::slice::from_ref(&pin)
+        );
+        assert!(
+            store
+                .tool_pins(uuid::Uuid::nil())
+                .await
+                .expect("list")
+                .is_empty()
+        );
+        let by = PrincipalId(uuid::Uuid::now_v7());
+        assert_eq!(
+            store
+                .approve_tool_pin(owner, "fx", "add", "h1", by)
+                .await
+                .expect("approve"),
+            None,
+            "h1 is pinned, not waiting"
+        );
+        let approved = store
+            .approve_tool_pin(owner, "fx", "add", "h2", by)
+            .await
+            .expect("approve")
+            .expect("approved");
+        assert_eq!(approved.pinned_hash.as_deref(), Some("h2"));
+        assert_eq!(approved.pinned, pin.pending);
+        assert_eq!((approved.pending_hash, approved.pending), (None, None));
+        assert!(approved.findings.is_empty());
+        assert_eq!(approved.approved_by, Some(by));
+        store.delete_tool_pins(owner, "fx").await.expect("delete");
+        assert!(store.tool_pins(owner).await.expect("list").is_empty());
+    })
+    .await;
+}

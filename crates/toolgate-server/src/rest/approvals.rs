@@ -81,6 +81,14 @@ pub struct PolicyBody {
     /// (`cache: hit`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub cache: BTreeMap<String, u64>,
+    /// What a changed definition of a tool from the tenant's own upstreams does (its
+    /// name, description, schemas or annotations differ from the pinned one), and a
+    /// description that reads as instructions to the model: `quarantine` (default: the
+    /// tool is withheld until a tenant admin approves the new definition at
+    /// `/v1/tool-definitions`), `warn` (taken, and recorded), `off`.
+    #[serde(default)]
+    #[schema(value_type = String, example = "quarantine")]
+    pub pin: toolgate_core::policy::PinMode,
 }
 
 /// Limits on the tenant's calls; an absent limit is none (beyond the operator's). A call
@@ -166,6 +174,7 @@ impl From<&Policy> for PolicyBody {
                 .collect(),
             rate_limits: RateLimitsBody::from(&p.rate_limits),
             cache: p.cache.clone(),
+            pin: p.pin,
         }
     }
 }
@@ -213,6 +222,7 @@ impl PolicyBody {
             risk_scopes,
             rate_limits: self.rate_limits.into(),
             cache: self.cache,
+            pin: self.pin,
         };
         violations.extend(
             policy

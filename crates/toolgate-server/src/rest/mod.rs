@@ -5,6 +5,7 @@ pub mod admin;
 pub mod agents;
 pub mod approvals;
 pub mod audit;
+pub mod definitions;
 pub mod error;
 pub mod extract;
 pub mod health;
@@ -69,6 +70,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .merge(runs::router())
         .merge(approvals::router())
         .merge(upstreams::router())
+        .merge(definitions::router())
         .merge(audit::router())
         .merge(admin::router())
         .merge(health::router())

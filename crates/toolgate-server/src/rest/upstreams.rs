@@ -113,6 +113,13 @@ pub struct UpstreamBody {
     /// An HTTP API of one endpoint, at `url` itself: one tool.
     #[serde(default)]
     pub endpoint: Option<EndpointBody>,
+    /// Per tool, by its name at the upstream: `name` (after the prefix: at most 64
+    /// characters in all, never cut short), `description`, `fixed` arguments (hidden
+    /// from callers' schema, always sent as set here; a caller giving one is refused)
+    /// and `defaults` (sent when the caller gives none). MCP servers only.
+    #[serde(default)]
+    #[schema(value_type = Object, example = json!({"search": {"name": "find", "fixed": {"index": "docs"}}}))]
+    pub overrides: BTreeMap<String, toolgate_mcp::upstream::ToolOverride>,
 }
 
 /// One HTTP endpoint as a tool: its arguments go as the query (`GET`, `HEAD`, `DELETE`)
@@ -167,6 +174,9 @@ pub struct UpstreamView {
     pub max_timeout_secs: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub progress_extends_ms: Option<u64>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[schema(value_type = Object)]
+    pub overrides: BTreeMap<String, toolgate_mcp::upstream::ToolOverride>,
     /// The names of its static headers (values are never shown).
     pub headers: Vec<String>,
     /// Whether a bearer token is set (it is never shown).
@@ -263,6 +273,7 @@ fn view(upstreams: &TenantUpstreams, record: UpstreamRecord) -> Result<UpstreamV
         timeout_secs: config.timeout_secs,
         max_timeout_secs: config.max_timeout_secs,
         progress_extends_ms: config.progress_extends_ms,
+        overrides: config.overrides,
         headers: config.header_names,
         bearer: config.bearer,
         revision: record.revision,
@@ -362,6 +373,21 @@ async fn validate(
         problems.push(("progress_extends_ms".into(), "must be at least 1".into()));
     }
     let openapi = http_document(&body, &mut problems, &upstreams.client);
+    let prefix = body
+        .prefix
+        .clone()
+        .unwrap_or_else(|| format!("{}__", body.name));
+    problems.extend(
+        toolgate_mcp::upstream::ToolOverride::problems(&body.overrides, &prefix)
+            .into_iter()
+            .map(|(field, message)| (format!("overrides/{field}"), message)),
+    );
+    if openapi.is_some() && !body.overrides.is_empty() {
+        problems.push((
+            "overrides".into(),
+            "apply to MCP servers' tools; an HTTP API's tools are named from its document".into(),
+        ));
+    }
     if !problems.is_empty() {
         let violations = problems
             .into_iter()
@@ -385,6 +411,7 @@ async fn validate(
         header_names: body.headers.keys().cloned().collect(),
         bearer: body.bearer.is_some(),
         openapi,
+        overrides: body.overrides,
     };
     let credentials = Credentials {
         headers: body.headers,
@@ -722,6 +749,10 @@ async fn delete_upstream(
     if !app.store.delete_upstream(caller.auth.tenant, &name).await? {
         return Err(not_found(&name));
     }
+    // A new upstream of this name starts with nothing pinned.
+    app.store
+        .delete_tool_pins(caller.auth.tenant.0, &name)
+        .await?;
     apply(upstreams).await;
     Ok(StatusCode::NO_CONTENT)
 }

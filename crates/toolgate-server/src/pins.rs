@@ -1,0 +1,259 @@
+//! Tool pinning, the gateway's side ([`toolgate_mcp::vetting`]): definitions pinned in
+//! the store, changes and findings recorded, approvals applied.
+//!
+//! The first definition seen of an upstream tool is pinned (unless its description
+//! reads as written at the model and the mode quarantines). A later definition with
+//! another hash is, by the mode — the operator's setting for their upstreams, the
+//! tenant's policy `pin` for its own —: `off`, taken silently; `warn`, taken and
+//! recorded; `quarantine`, recorded and withheld (not offered) until a person approves
+//! it. Recorded means the `definition.*` event and, for a tenant's upstream, an audit
+//! row of adapter `definition` in that tenant's chain holding the diff (the operator's
+//! upstreams belong to no tenant's chain: their changes are events only). When the store
+//! cannot be read, a quarantining upstream's tools are withheld (failing closed) and a
+//! warning one's offered.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use toolgate_core::audit::{AuditRecord, AuditSink};
+use toolgate_core::{
+    Adapter, Approvals, AuthContext, CallContext, DefinitionEvent, ErrorKind, Event, Executor,
+    Outcome, Owner, Principal, PrincipalId, PrincipalKind, TenantId,
+};
+use toolgate_mcp::vetting::{Definition, PinMode, Vet, diff};
+use toolgate_store::{PinRecord, Store};
+use uuid::Uuid;
+
+/// The owner column of the operator's upstreams' pins.
+pub const OPERATOR: Uuid = Uuid::nil();
+
+pub struct Pins {
+    store: Store,
+    audit: Arc<dyn AuditSink>,
+    executor: Executor,
+    policies: Arc<crate::approvals::StoreApprovals>,
+    approved: tokio::sync::watch::Sender<u64>,
+}
+
+impl Pins {
+    pub fn new(
+        store: Store,
+        audit: Arc<dyn AuditSink>,
+        executor: Executor,
+        policies: Arc<crate::approvals::StoreApprovals>,
+    ) -> Self {
+        Self {
+            store,
+            audit,
+            executor,
+            policies,
+            approved: tokio::sync::watch::channel(0).0,
+        }
+    }
+
+    async fn mode(&self, owner: Owner, configured: Option<PinMode>) -> PinMode {
+        match (configured, owner) {
+            (Some(mode), _) => mode,
+            (None, Owner::Tenant(tenant)) => match self.policies.policy(tenant).await {
+                Ok(policy) => policy.pin,
+                Err(_) => PinMode::Quarantine,
+            },
+            (None, Owner::Everyone) => PinMode::Warn,
+        }
+    }
+
+    /// The event, and for a tenant's upstream the audit row, of what happened to a
+    /// definition. `by` approved it (else the gateway noticed it).
+    async fn record(
+        &self,
+        pin: &PinRecord,
+        what: DefinitionEvent,
+        withheld: bool,
+        details: Value,
+        by: Option<&Arc<AuthContext>>,
+    ) {
+        let tenant = (pin.owner != OPERATOR).then_some(TenantId(pin.owner));
+        let hash = pin
+            .pending_hash
+            .as_deref()
+            .or(pin.pinned_hash.as_deref())
+            .unwrap_or_default();
+        self.executor.events().emit(&Event::Definition {
+            tenant,
+            upstream: &pin.upstream,
+            tool: &pin.exported,
+            hash,
+            what,
+            withheld,
+        });
+        let Some(tenant) = tenant else {
+            return;
+        };
+        let auth = by.cloned().unwrap_or_else(|| gateway(tenant));
+        let ctx = CallContext::new(auth, Adapter::Definition);
+        let mut arguments = json!({
+            "upstream": pin.upstream,
+            "tool": pin.tool,
+            "event": match what {
+                DefinitionEvent::Changed => "changed",
+                DefinitionEvent::Flagged => "flagged",
+                DefinitionEvent::Approved => "approved",
+            },
+            "hash": hash,
+        });
+        if let (Some(map), Value::Object(extra)) = (arguments.as_object_mut(), details) {
+            map.extend(extra);
+        }
+        let record = AuditRecord::start(&ctx, &pin.exported, &arguments, arguments.clone());
+        let (outcome, note) = if withheld {
+            (
+                Outcome::Error(ErrorKind::ApprovalRequired),
+                Some("withheld until a tenant admin approves the new definition".to_owned()),
+            )
+        } else {
+            (Outcome::Ok, None)
+        };
+        if let Err(err) = self
+            .audit
+            .record(record.finish(outcome, note, Duration::ZERO))
+            .await
+        {
+            tracing::error!(error = %err, upstream = %pin.upstream, tool = %pin.exported, "a tool definition change could not be audited");
+        }
+    }
+
+    /// A person approves the pending definition hashing to `hash` of `tool` of
+    /// `upstream` (owned by `owner`): it becomes the pin, the change is recorded, and
+    /// every supervisor lists its tools again. `None` when no such definition waits.
+    pub async fn approve(
+        &self,
+        owner: Uuid,
+        upstream: &str,
+        tool: &str,
+        hash: &str,
+        by: &Arc<AuthContext>,
+    ) -> Result<Option<PinRecord>, toolgate_store::StoreError> {
+        let Some(pin) = self
+            .store
+            .approve_tool_pin(owner, upstream, tool, hash, by.principal.id)
+            .await?
+        else {
+            return Ok(None);
+        };
+        self.record(
+            &pin,
+            DefinitionEvent::Approved,
+            false,
+            json!({"approved_by": by.principal.id}),
+            Some(by),
+        )
+        .await;
+        self.approved.send_modify(|n| *n += 1);
+        Ok(Some(pin))
+    }
+}
+
+/// The gateway itself, as the principal of the audit rows it writes of its own accord.
+fn gateway(tenant: TenantId) -> Arc<AuthContext> {
+    Arc::new(AuthContext {
+        tenant,
+        tenant_name: String::new(),
+        principal: Principal {
+            id: PrincipalId(Uuid::nil()),
+            kind: PrincipalKind::ServiceAccount,
+            name: "toolgate".into(),
+        },
+        roles: Vec::new(),
+        scopes: Vec::new(),
+    })
+}
+
+#[async_trait]
+impl Vet for Pins {
+    async fn vet(&self, definition: &Definition, configured: Option<PinMode>) -> bool {
+        let mode = self.mode(definition.owner, configured).await;
+        if mode == PinMode::Off {
+            return true;
+        }
+        let quarantine = mode == PinMode::Quarantine;
+        let owner = match definition.owner {
+            Owner::Tenant(tenant) => tenant.0,
+            Owner::Everyone => OPERATOR,
+        };
+        let stored = match self
+            .store
+            .tool_pin(owner, &definition.upstream, &definition.tool)
+            .await
+        {
+            Ok(stored) => stored,
+            Err(err) => {
+                tracing::warn!(error = %err, upstream = %definition.upstream, tool = %definition.exported, "could not read a tool's pinned definition");
+                return !quarantine;
+            }
+        };
+        let now = chrono::Utc::now();
+        let flagged = !definition.findings.is_empty();
+        let mut pin = match stored {
+            Some(pin) if pin.pinned_hash.as_deref() == Some(&definition.hash) => return true,
+            // Waiting already: recorded when it first came.
+            Some(pin) if pin.pending_hash.as_deref() == Some(&definition.hash) && quarantine => {
+                return false;
+            }
+            Some(pin) => pin,
+            None => PinRecord {
+                owner,
+                upstream: definition.upstream.clone(),
+                tool: definition.tool.clone(),
+                exported: definition.exported.clone(),
+                pinned_hash: None,
+                pinned: None,
+                pending_hash: None,
+                pending: None,
+                findings: Vec::new(),
+                updated_at: now,
+                approved_by: None,
+                approved_at: None,
+            },
+        };
+        let first = pin.pinned_hash.is_none() && pin.pending_hash.is_none();
+        // Seen for the first time and unremarkable: pinned, nothing to tell.
+        let withhold = quarantine && (!first || flagged);
+        let details = json!({
+            "previous_hash": pin.pinned_hash,
+            "diff": diff(pin.pinned.as_ref().unwrap_or(&Value::Null), &definition.definition),
+            "findings": definition.findings,
+            "mode": mode.as_str(),
+        });
+        pin.exported.clone_from(&definition.exported);
+        pin.findings.clone_from(&definition.findings);
+        pin.updated_at = now;
+        if withhold {
+            pin.pending_hash = Some(definition.hash.clone());
+            pin.pending = Some(definition.definition.clone());
+        } else {
+            pin.pinned_hash = Some(definition.hash.clone());
+            pin.pinned = Some(definition.definition.clone());
+            pin.pending_hash = None;
+            pin.pending = None;
+        }
+        if let Err(err) = self.store.save_tool_pin(&pin).await {
+            tracing::warn!(error = %err, upstream = %definition.upstream, tool = %definition.exported, "could not pin a tool's definition");
+            return !quarantine;
+        }
+        if !first || flagged {
+            let what = if first {
+                DefinitionEvent::Flagged
+            } else {
+                DefinitionEvent::Changed
+            };
+            self.record(&pin, what, withhold, details, None).await;
+        }
+        !withhold
+    }
+
+    fn approvals(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.approved.subscribe()
+    }
+}

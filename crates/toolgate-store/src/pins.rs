@@ -1,0 +1,250 @@
+//! Pinned upstream tool definitions (the rug-pull defence), on both backends.
+//!
+//! One row per tool of an upstream, keyed by its owner (a tenant, or the nil uuid for
+//! the operator's upstreams), the upstream's name and the tool's name there. Written by
+//! the upstream supervisors of every instance (not on behalf of a caller: the reading
+//! pool that spans tenants), read and approved over REST with an explicit owner. As in
+//! [`crate::upstreams`], one macro writes both implementations.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use toolgate_core::PrincipalId;
+use uuid::Uuid;
+
+use crate::postgres::PostgresStore;
+use crate::sqlite::{SqliteStore, uuid};
+use crate::{Store, StoreError};
+
+/// One tool's pinned definition, and a changed one waiting for a person.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PinRecord {
+    /// The tenant owning the upstream; the nil uuid for the operator's.
+    pub owner: Uuid,
+    pub upstream: String,
+    /// The tool's name at the upstream.
+    pub tool: String,
+    /// Its name in the registry.
+    pub exported: String,
+    pub pinned_hash: Option<String>,
+    pub pinned: Option<Value>,
+    pub pending_hash: Option<String>,
+    pub pending: Option<Value>,
+    /// What the checks found in the pending (or, with none pending, the pinned)
+    /// definition's description.
+    pub findings: Vec<String>,
+    pub updated_at: DateTime<Utc>,
+    pub approved_by: Option<PrincipalId>,
+    pub approved_at: Option<DateTime<Utc>>,
+}
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    owner_id: String,
+    upstream: String,
+    tool: String,
+    exported: String,
+    pinned_hash: Option<String>,
+    pinned: Option<String>,
+    pending_hash: Option<String>,
+    pending: Option<String>,
+    findings: String,
+    updated_at: DateTime<Utc>,
+    approved_by: Option<String>,
+    approved_at: Option<DateTime<Utc>>,
+}
+
+impl Row {
+    fn into_record(self) -> Result<PinRecord, StoreError> {
+        let json = |text: &str| {
+            serde_json::from_str::<Value>(text)
+                .map_err(|e| StoreError::Corrupt(format!("tool pin: {e}")))
+        };
+        Ok(PinRecord {
+            owner: uuid(&self.owner_id)?,
+            upstream: self.upstream,
+            tool: self.tool,
+            exported: self.exported,
+            pinned_hash: self.pinned_hash,
+            pinned: self.pinned.as_deref().map(json).transpose()?,
+            pending_hash: self.pending_hash,
+            pending: self.pending.as_deref().map(json).transpose()?,
+            findings: serde_json::from_str(&self.findings)
+                .map_err(|e| StoreError::Corrupt(format!("tool pin findings: {e}")))?,
+            updated_at: self.updated_at,
+            approved_by: self
+                .approved_by
+                .as_deref()
+                .map(uuid)
+                .transpose()?
+                .map(PrincipalId),
+            approved_at: self.approved_at,
+        })
+    }
+}
+
+fn sql(s: String) -> sqlx::AssertSqlSafe<String> {
+    sqlx::AssertSqlSafe(s)
+}
+
+/// `$cross`: the pool that spans tenants; `$u`: the cast of a text parameter to a uuid;
+/// `$j`: to JSON; `$t`: of a uuid or JSON column to text.
+macro_rules! pin_store {
+    ($store:ty, $cross:ident, $u:literal, $j:literal, $t:literal) => {
+        impl $store {
+            fn pin_columns() -> String {
+                format!(
+                    "owner_id{t} as owner_id, upstream, tool, exported, pinned_hash, pinned{t} as pinned, \
+                     pending_hash, pending{t} as pending, findings{t} as findings, updated_at, \
+                     approved_by{t} as approved_by, approved_at",
+                    t = $t
+                )
+            }
+
+            pub async fn tool_pin(
+                &self,
+                owner: Uuid,
+                upstream: &str,
+                tool: &str,
+            ) -> Result<Option<PinRecord>, StoreError> {
+                let row: Option<Row> = sqlx::query_as(sql(format!(
+                    "select {columns} from tool_pin where owner_id = $1{u} and upstream = $2 and tool = $3",
+                    u = $u,
+                    columns = Self::pin_columns()
+                )))
+                .bind(owner.to_string())
+                .bind(upstream)
+                .bind(tool)
+                .fetch_optional(&self.$cross)
+                .await?;
+                row.map(Row::into_record).transpose()
+            }
+
+            /// Writes `pin` whole (inserted, or replacing the row of its key).
+            pub async fn save_tool_pin(&self, pin: &PinRecord) -> Result<(), StoreError> {
+                let text = |v: &Option<Value>| v.as_ref().map(Value::to_string);
+                sqlx::query(sql(format!(
+                    "insert into tool_pin (owner_id, upstream, tool, exported, pinned_hash, pinned, pending_hash, pending, \
+                     findings, updated_at, approved_by, approved_at) \
+                     values ($1{u}, $2, $3, $4, $5, $6{j}, $7, $8{j}, $9{j}, $10, $11{u}, $12) \
+                     on conflict (owner_id, upstream, tool) do update set exported = excluded.exported, \
+                     pinned_hash = excluded.pinned_hash, pinned = excluded.pinned, pending_hash = excluded.pending_hash, \
+                     pending = excluded.pending, findings = excluded.findings, updated_at = excluded.updated_at, \
+                     approved_by = excluded.approved_by, approved_at = excluded.approved_at",
+                    u = $u,
+                    j = $j
+                )))
+                .bind(pin.owner.to_string())
+                .bind(&pin.upstream)
+                .bind(&pin.tool)
+                .bind(&pin.exported)
+                .bind(&pin.pinned_hash)
+                .bind(text(&pin.pinned))
+                .bind(&pin.pending_hash)
+                .bind(text(&pin.pending))
+                .bind(Value::from(pin.findings.clone()).to_string())
+                .bind(pin.updated_at)
+                .bind(pin.approved_by.map(|p| p.to_string()))
+                .bind(pin.approved_at)
+                .execute(&self.$cross)
+                .await?;
+                Ok(())
+            }
+
+            /// The owner's pins, by upstream and tool.
+            pub async fn tool_pins(&self, owner: Uuid) -> Result<Vec<PinRecord>, StoreError> {
+                let rows: Vec<Row> = sqlx::query_as(sql(format!(
+                    "select {columns} from tool_pin where owner_id = $1{u} order by upstream, tool",
+                    u = $u,
+                    columns = Self::pin_columns()
+                )))
+                .bind(owner.to_string())
+                .fetch_all(&self.$cross)
+                .await?;
+                rows.into_iter().map(Row::into_record).collect()
+            }
+
+            /// Forgets the pins of an upstream (deleted: a new one of its name starts afresh).
+            pub async fn delete_tool_pins(
+                &self,
+                owner: Uuid,
+                upstream: &str,
+            ) -> Result<(), StoreError> {
+                sqlx::query(sql(format!(
+                    "delete from tool_pin where owner_id = $1{u} and upstream = $2",
+                    u = $u
+                )))
+                .bind(owner.to_string())
+                .bind(upstream)
+                .execute(&self.$cross)
+                .await?;
+                Ok(())
+            }
+
+            /// Pins the pending definition hashing to `hash`; `None` when there is no such
+            /// pending definition (none, or another one since).
+            pub async fn approve_tool_pin(
+                &self,
+                owner: Uuid,
+                upstream: &str,
+                tool: &str,
+                hash: &str,
+                by: PrincipalId,
+            ) -> Result<Option<PinRecord>, StoreError> {
+                let row: Option<Row> = sqlx::query_as(sql(format!(
+                    "update tool_pin set pinned_hash = pending_hash, pinned = pending, pending_hash = null, pending = null, \
+                     findings = '[]', approved_by = $5{u}, approved_at = $6, updated_at = $6 \
+                     where owner_id = $1{u} and upstream = $2 and tool = $3 and pending_hash = $4 returning {columns}",
+                    u = $u,
+                    columns = Self::pin_columns()
+                )))
+                .bind(owner.to_string())
+                .bind(upstream)
+                .bind(tool)
+                .bind(hash)
+                .bind(by.to_string())
+                .bind(Utc::now())
+                .fetch_optional(&self.$cross)
+                .await?;
+                row.map(Row::into_record).transpose()
+            }
+        }
+    };
+}
+
+pin_store!(PostgresStore, owner, "::uuid", "::jsonb", "::text");
+pin_store!(SqliteStore, pool, "", "", "");
+
+impl Store {
+    /// The pin of `tool` of `upstream` owned by `owner` (a tenant id, or the nil uuid).
+    pub async fn tool_pin(
+        &self,
+        owner: Uuid,
+        upstream: &str,
+        tool: &str,
+    ) -> Result<Option<PinRecord>, StoreError> {
+        dispatch!(self, s => s.tool_pin(owner, upstream, tool).await)
+    }
+
+    pub async fn save_tool_pin(&self, pin: &PinRecord) -> Result<(), StoreError> {
+        dispatch!(self, s => s.save_tool_pin(pin).await)
+    }
+
+    pub async fn tool_pins(&self, owner: Uuid) -> Result<Vec<PinRecord>, StoreError> {
+        dispatch!(self, s => s.tool_pins(owner).await)
+    }
+
+    pub async fn delete_tool_pins(&self, owner: Uuid, upstream: &str) -> Result<(), StoreError> {
+        dispatch!(self, s => s.delete_tool_pins(owner, upstream).await)
+    }
+
+    pub async fn approve_tool_pin(
+        &self,
+        owner: Uuid,
+        upstream: &str,
+        tool: &str,
+        hash: &str,
+        by: PrincipalId,
+    ) -> Result<Option<PinRecord>, StoreError> {
+        dispatch!(self, s => s.approve_tool_pin(owner, upstream, tool, hash, by).await)
+    }
+}

@@ -1,0 +1,229 @@
+//! Tool-definition pinning, the rug-pull defence (issue 29): a tenant's upstream (the
+//! official Python SDK's fixture, over Streamable HTTP) changes a tool's description and
+//! schema after it was pinned, and adds a look-alike of it. The changed tool is withheld
+//! (quarantined, the tenant's default), the change is in the audit with its diff and
+//! what reads as written at the model, the look-alike is refused; once a tenant admin
+//! approves the new definition, the tool is offered and called as it now is.
+
+use serde_json::{Value, json};
+use toolgate_e2e::Gateway;
+
+use crate::tenant_upstreams::{loopback, names, until_tools};
+
+async fn definitions(gw: &Gateway) -> Vec<Value> {
+    let (status, _, body) = gw.get("/v1/tool-definitions").await;
+    assert_eq!(status, 200, "{body}");
+    body["definitions"].as_array().expect("definitions").clone()
+}
+
+#[tokio::test]
+async fn a_changed_tool_definition_is_withheld_until_a_tenant_admin_approves_it() {
+    let mut fixture =
+        tokio::process::Command::new(toolgate_e2e::sdk_clients().join(".venv/bin/python"));
+    fixture.arg(toolgate_e2e::sdk_clients().join("fixture_server.py"));
+    let (_fixture, port) = toolgate_e2e::serve_on_free_port(fixture, "FIXTURE_PORT").await;
+    let gw = Gateway::start_with(loopback).await;
+    let (status, _, created) = gw
+        .post(
+            "/v1/upstreams",
+            json!({"name": "fx", "url": format!("http://127.0.0.1:{port}/mcp")}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    until_tools(&gw.http, &gw, "fx connects", |n| {
+        n.contains(&"fx__add".to_owned())
+    })
+    .await;
+    let (status, _, sum) = gw
+        .invoke("fx__add", json!({"arguments": {"a": 2, "b": 3}}))
+        .await;
+    assert_eq!(status, 200, "{sum}");
+
+    // First sight pins every tool, quietly.
+    let pinned = definitions(&gw).await;
+    let add = pinned
+        .iter()
+        .find(|d| d["tool"] == "add")
+        .unwrap_or_else(|| panic!("{pinned:?}"));
+    assert_eq!(add["status"], "pinned", "{add}");
+    assert_eq!(add["exported"], "fx__add");
+    let first_hash = add["pinned_hash"].clone();
+
+    // The rug pull: `add` changes, a look-alike `ADD` appears.
+    let (status, _, pulled) = gw.invoke("fx__rug_pull", json!({"arguments": {}})).await;
+    assert_eq!(status, 200, "{pulled}");
+    until_tools(&gw.http, &gw, "the changed add is withheld", |n| {
+        !n.contains(&"fx__add".to_owned())
+    })
+    .await;
+    let listed = names(&gw.http, &gw).await;
+    assert!(
+        !listed.iter().any(|n| n.eq_ignore_ascii_case("fx__add")),
+        "neither the changed tool nor its look-alike is offered: {listed:?}"
+    );
+    let (status, _, refused) = gw
+        .invoke("fx__add", json!({"arguments": {"a": 2, "b": 3, "c": 4}}))
+        .await;
+    assert_eq!(status, 404, "{refused}");
+
+    let waiting = definitions(&gw).await;
+    let add = &waiting[0];
+    assert_eq!(
+        (&add["tool"], &add["status"]),
+        (&json!("add"), &json!("quarantined")),
+        "{waiting:?}"
+    );
+    assert_eq!(add["pinned_hash"], first_hash);
+    let diff = add["diff"].as_object().expect("diff");
+    assert!(diff.contains_key("description"), "{add}");
+    assert!(diff.contains_key("input_schema"), "{add}");
+    let findings = add["findings"].to_string();
+    assert!(
+        findings.contains("ignore previous instructions"),
+        "{findings}"
+    );
+    assert!(findings.contains("do not tell the user"), "{findings}");
+
+    // The audit holds the change, with its diff, in the tenant's chain.
+    let (_, _, audit) = gw.get("/v1/audit?adapter=definition").await;
+    let row = &audit["entries"][0];
+    assert_eq!(row["tool"], "fx__add", "{audit}");
+    assert_eq!(row["outcome"], "approval_required", "{row}");
+    assert_eq!(row["arguments"]["event"], "changed", "{row}");
+    assert!(
+        row["arguments"]["diff"]["description"]["after"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("<IMPORTANT>"),
+        "{row}"
+    );
+
+    // A member may not approve; a tenant admin approves what it looked at.
+    let member = {
+        let (_, _, who) = gw
+            .post(
+                "/v1/principals",
+                json!({"name": "mia", "roles": ["member"]}),
+            )
+            .await;
+        let (_, _, key) = gw
+            .post(
+                "/v1/keys",
+                json!({"name": "mia", "principal_id": who["id"]}),
+            )
+            .await;
+        toolgate_e2e::client_with_key(key["secret"].as_str().expect("secret"))
+    };
+    let approve = gw.url("/v1/tool-definitions/fx/add/approve");
+    let hash = add["pending_hash"].clone();
+    let forbidden = member
+        .post(&approve)
+        .json(&json!({"hash": hash}))
+        .send()
+        .await
+        .expect("member");
+    assert_eq!(forbidden.status(), 403);
+    let stale = gw
+        .http
+        .post(&approve)
+        .json(&json!({"hash": first_hash}))
+        .send()
+        .await
+        .expect("stale");
+    assert_eq!(
+        stale.status(),
+        404,
+        "only the waiting definition is approved"
+    );
+    let (status, _, approved) = toolgate_e2e::read(
+        gw.http
+            .post(&approve)
+            .json(&json!({"hash": hash}))
+            .send()
+            .await
+            .expect("approve"),
+    )
+    .await;
+    assert_eq!(status, 200, "{approved}");
+    assert_eq!(approved["status"], "pinned", "{approved}");
+    until_tools(&gw.http, &gw, "the approved add is offered", |n| {
+        n.contains(&"fx__add".to_owned())
+    })
+    .await;
+    let (status, _, sum) = gw
+        .invoke("fx__add", json!({"arguments": {"a": 2, "b": 3, "c": 4}}))
+        .await;
+    assert_eq!(status, 200, "{sum}");
+    assert_eq!(sum["content"][0]["text"], "9", "{sum}");
+    assert!(
+        !names(&gw.http, &gw).await.contains(&"fx__ADD".to_owned()),
+        "the look-alike stays refused"
+    );
+    let (_, _, audit) = gw.get("/v1/audit?adapter=definition").await;
+    assert_eq!(
+        audit["entries"][0]["arguments"]["event"], "approved",
+        "{audit}"
+    );
+    assert_eq!(audit["entries"][0]["outcome"], "ok");
+    gw.stop().await;
+}
+
+/// Tool overrides (issue 29): a tenant's upstream tool renamed, described anew, with an
+/// argument fixed by the gateway: callers see and call it by its new name, its schema
+/// lacks the fixed argument, and a caller cannot set it. A name too long once prefixed
+/// is refused, not cut short.
+#[tokio::test]
+async fn an_overridden_tool_is_called_by_its_new_name_with_its_fixed_argument() {
+    let mut fixture =
+        tokio::process::Command::new(toolgate_e2e::sdk_clients().join(".venv/bin/python"));
+    fixture.arg(toolgate_e2e::sdk_clients().join("fixture_server.py"));
+    let (_fixture, port) = toolgate_e2e::serve_on_free_port(fixture, "FIXTURE_PORT").await;
+    let gw = Gateway::start_with(loopback).await;
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let (status, _, refused) = gw
+        .post(
+            "/v1/upstreams",
+            json!({"name": "fx", "url": url,
+                   "overrides": {"add": {"name": "x".repeat(62)}}}),
+        )
+        .await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(
+        refused["errors"][0]["pointer"], "/overrides/add/name",
+        "{refused}"
+    );
+    let (status, _, created) = gw
+        .post(
+            "/v1/upstreams",
+            json!({"name": "fx", "url": url, "overrides": {"add": {
+                "name": "plus_ten", "description": "Adds ten to a number.", "fixed": {"b": 10}}}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    until_tools(&gw.http, &gw, "fx connects", |n| {
+        n.contains(&"fx__plus_ten".to_owned())
+    })
+    .await;
+    assert!(!names(&gw.http, &gw).await.contains(&"fx__add".to_owned()));
+    let (status, _, tool) = gw.get("/v1/tools/fx__plus_ten").await;
+    assert_eq!(status, 200, "{tool}");
+    assert_eq!(tool["description"], "Adds ten to a number.", "{tool}");
+    let schema = &tool["input_schema"];
+    assert!(schema["properties"].get("b").is_none(), "{schema}");
+    assert_eq!(schema["required"], json!(["a"]), "{schema}");
+    let (status, _, sum) = gw
+        .invoke("fx__plus_ten", json!({"arguments": {"a": 1}}))
+        .await;
+    assert_eq!(status, 200, "{sum}");
+    assert_eq!(sum["content"][0]["text"], "11", "{sum}");
+    let (status, _, refused) = gw
+        .invoke("fx__plus_ten", json!({"arguments": {"a": 1, "b": 5}}))
+        .await;
+    assert_eq!(status, 400, "{refused}");
+    let said = refused.to_string();
+    assert!(
+        said.contains("set by the gateway") || said.contains("\"pointer\":\"/b\""),
+        "{refused}"
+    );
+    gw.stop().await;
+}
