@@ -123,6 +123,31 @@ try {
   seen.upstream = await adminPage.locator('#upstreams-rows tr[data-upstream="fx"]').innerText();
   await adminPage.screenshot({ path: `${shots}/console-tools.png`, fullPage: true });
 
+  // The upstream pulls a rug (changes `add`): withheld, shown waiting; approved in the page.
+  const pulled = await admin("/v1/tools/fx__rug_pull/invoke", { method: "POST", body: JSON.stringify({ arguments: {} }) });
+  if (pulled.status !== 200) throw new Error(`rug_pull: ${pulled.status}`);
+  for (let i = 0; i < 100; i++) {
+    const listed = await (await admin("/v1/tools/fx__add")).json();
+    if (listed.status === 404) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const reloadTools = async () => {
+    await adminPage.getByRole("link", { name: "Keys" }).click();
+    await adminPage.getByRole("link", { name: "Tools" }).click();
+  };
+  await reloadTools();
+  const waiting = adminPage.locator('#definitions-rows tr[data-definition="fx__add"]');
+  await waiting.waitFor({ timeout: 10000 });
+  seen.waitingDefinition = await waiting.innerText();
+  await adminPage.screenshot({ path: `${shots}/console-definitions.png`, fullPage: true });
+  await waiting.getByRole("button", { name: "Approve the new definition of fx__add" }).click();
+  await adminPage.locator("#definitions-waiting").waitFor({ state: "hidden", timeout: 10000 });
+  for (let i = 0; i < 100 && !(await adminPage.locator('#tools-rows tr[data-tool="fx__add"]').count()); i++) {
+    await reloadTools();
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  await adminPage.locator('#tools-rows tr[data-tool="fx__add"]').waitFor({ timeout: 10000 });
+
   // Edited to allow one tool: the others leave the list.
   await adminPage.getByRole("button", { name: "Edit fx" }).click();
   await upstreamForm.getByLabel("Allow", { exact: true }).fill("add");

@@ -198,6 +198,13 @@ async fn a_reviewer_follows_calls_verifies_the_audit_and_approves_in_the_browser
     );
     assert_eq!(seen["memberUpstreams"], false, "{seen}");
     assert!(
+        seen["waitingDefinition"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("ignore previous instructions"),
+        "the console showed the rug pull waiting: {seen}"
+    );
+    assert!(
         seen["upstream"]
             .as_str()
             .is_some_and(|u| u.contains("connected") && u.contains("add")),

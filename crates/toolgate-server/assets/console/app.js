@@ -534,7 +534,51 @@ async function loadTools() {
   } catch (err) {
     $("tools-error").textContent = explain(err, "tools:invoke");
   }
-  if (me?.scopes.includes("tenant:admin")) loadUpstreams();
+  if (me?.scopes.includes("tenant:admin")) {
+    loadUpstreams();
+    loadDefinitions();
+  }
+}
+
+/** Changed upstream tool definitions withheld until a tenant admin approves them. */
+async function loadDefinitions() {
+  let waiting;
+  try {
+    waiting = (await api("/v1/tool-definitions")).definitions.filter((d) => d.status === "quarantined");
+  } catch (err) {
+    $("definitions-waiting").hidden = true;
+    return;
+  }
+  $("definitions-waiting").hidden = waiting.length === 0;
+  const body = $("definitions-rows");
+  body.replaceChildren();
+  for (const d of waiting) {
+    const tr = document.createElement("tr");
+    tr.dataset.definition = d.exported;
+    const changed = Object.entries(d.diff ?? {})
+      .map(([field, { after }]) => `${field}: ${typeof after === "string" ? after : JSON.stringify(after)}`)
+      .join("\n");
+    tr.append(cell(d.upstream), cell(d.exported), cell(changed, "wrap"), cell(d.findings.join("; "), "wrap"));
+    const td = document.createElement("td");
+    const approve = document.createElement("button");
+    approve.type = "button";
+    approve.textContent = "Approve";
+    approve.setAttribute("aria-label", `Approve the new definition of ${d.exported}`);
+    approve.addEventListener("click", async () => {
+      try {
+        await api(`/v1/tool-definitions/${encodeURIComponent(d.upstream)}/${encodeURIComponent(d.tool)}/approve`, {
+          method: "POST",
+          body: { hash: d.pending_hash },
+        });
+      } catch (err) {
+        $("tools-error").textContent = explain(err, "tenant:admin");
+      }
+      loadTools();
+    });
+    td.append(approve);
+    tr.append(td);
+    body.append(tr);
+  }
 }
 
 async function loadUpstreams() {
