@@ -101,6 +101,54 @@ pub struct UpstreamConfig {
     /// Per tool (by its name at the upstream): another name, description, and
     /// arguments fixed or defaulted by the gateway.
     pub overrides: BTreeMap<String, ToolOverride>,
+    /// Where each principal's own credential for this upstream is kept, when calls go
+    /// out with the caller's credential rather than the upstream's (HTTP only; each
+    /// principal then has a session of its own).
+    pub personal: Personal,
+}
+
+/// A principal's own credential for an upstream: sent instead of the upstream's bearer
+/// token, its headers over the upstream's.
+#[derive(Clone, Default, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
+pub struct PersonalCredential {
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default)]
+    pub bearer: Option<String>,
+}
+
+impl std::fmt::Debug for PersonalCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PersonalCredential")
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("bearer", &self.bearer.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+/// The gateway's store of principals' own upstream credentials.
+#[async_trait::async_trait]
+pub trait PersonalCredentials: Send + Sync {
+    /// `principal`'s credential for this upstream; `None` when it stored none.
+    async fn credential(
+        &self,
+        tenant: toolgate_core::TenantId,
+        principal: toolgate_core::PrincipalId,
+    ) -> Result<Option<PersonalCredential>, String>;
+}
+
+/// An upstream's source of principals' own credentials, if calls use them.
+#[derive(Clone, Default)]
+pub struct Personal(pub Option<Arc<dyn PersonalCredentials>>);
+
+impl std::fmt::Debug for Personal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Personal(per principal)"
+        } else {
+            "Personal(none)"
+        })
+    }
 }
 
 /// How the gateway presents one upstream tool: renamed, described anew, with some
@@ -213,8 +261,13 @@ const POOL_IDLE: Duration = Duration::from_secs(600);
 /// …and at most this many per upstream (the least recently used goes first).
 const POOL_MAX: usize = 256;
 
-/// Which session a call runs in.
-type PoolKey = (toolgate_core::TenantId, Option<toolgate_core::PrincipalId>);
+/// Which session a call runs in: tenant, principal (per-principal sessions), and the
+/// fingerprint of the principal's own credential (a new one opens a new session).
+type PoolKey = (
+    toolgate_core::TenantId,
+    Option<toolgate_core::PrincipalId>,
+    u64,
+);
 
 /// One pooled session: its connection and the routes of its calls.
 struct Pooled {
@@ -235,7 +288,7 @@ struct SessionPool {
 impl SessionPool {
     fn new(config: &UpstreamConfig, catalog: Arc<Catalog>) -> Option<Arc<Self>> {
         let pooled = matches!(config.transport, UpstreamTransport::Http { .. })
-            && config.sessions != SessionScope::Shared;
+            && (config.sessions != SessionScope::Shared || config.personal.0.is_some());
         pooled.then(|| {
             Arc::new(Self {
                 config: config.clone(),
@@ -248,10 +301,47 @@ impl SessionPool {
     /// The session `ctx`'s caller calls in: opened now if it has none (one opening per
     /// key at a time), or again if it was closed.
     async fn session(&self, ctx: &CallContext) -> Result<(Peer<RoleClient>, Arc<Routes>), String> {
+        // With personal credentials, each principal calls with its own, in its own
+        // session; without one stored, it cannot call.
+        let personal = match &self.config.personal.0 {
+            None => None,
+            Some(source) => Some(
+                source
+                    .credential(ctx.auth.tenant, ctx.auth.principal.id)
+                    .await?
+                    .ok_or_else(|| {
+                        format!(
+                            "{} calls with each principal's own credential, and you stored none (PUT /v1/upstreams/{}/credentials)",
+                            self.config.name, self.config.name
+                        )
+                    })?,
+            ),
+        };
         let key = (
             ctx.auth.tenant,
-            (self.config.sessions == SessionScope::PerPrincipal).then_some(ctx.auth.principal.id),
+            (self.config.sessions == SessionScope::PerPrincipal || personal.is_some())
+                .then_some(ctx.auth.principal.id),
+            personal.as_ref().map_or(0, |c| {
+                use std::hash::{Hash, Hasher};
+                let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                c.hash(&mut hasher);
+                hasher.finish()
+            }),
         );
+        let config = match personal {
+            None => std::borrow::Cow::Borrowed(&self.config),
+            Some(credential) => {
+                let mut config = self.config.clone();
+                if let UpstreamTransport::Http {
+                    headers, bearer, ..
+                } = &mut config.transport
+                {
+                    headers.extend(credential.headers);
+                    *bearer = credential.bearer;
+                }
+                std::borrow::Cow::Owned(config)
+            }
+        };
         for _ in 0..2 {
             let cell = {
                 let mut sessions = lock(&self.sessions);
@@ -270,7 +360,7 @@ impl SessionPool {
                     // Tool lists come from the supervisor's session; these only call.
                     let (list_changed, _) = tokio::sync::mpsc::channel(1);
                     let (service, _no_child) =
-                        connect(&self.config, routes.clone(), list_changed, self.catalog.clone())
+                        connect(&config, routes.clone(), list_changed, self.catalog.clone())
                             .await?;
                     tracing::debug!(upstream = %self.config.name, tenant = %key.0, "opened an upstream session");
                     Ok::<_, String>(Arc::new(Pooled { service, routes }))
@@ -1661,6 +1751,7 @@ mod tests {
             pin: None,
             vetting: Default::default(),
             overrides: Default::default(),
+            personal: Default::default(),
         };
         let (list_changed, _) = tokio::sync::mpsc::channel(1);
         let Err(error) = connect(&config, Routes::new(false), list_changed, Catalog::new()).await

@@ -346,6 +346,7 @@ impl UpstreamEntry {
             pin: Some(self.pin),
             vetting: Default::default(),
             overrides: self.overrides.clone(),
+            personal: Default::default(),
         })
     }
 }

@@ -72,6 +72,107 @@ pub struct Stored {
     /// Per tool at the upstream: another name, description, fixed and default arguments.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub overrides: BTreeMap<String, toolgate_mcp::upstream::ToolOverride>,
+    /// Calls go out with each caller's own credential ([`Personals`]); the upstream's
+    /// own only lists its tools.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub personal: bool,
+}
+
+/// How long a principal's own credential, once read, is used before it is read again
+/// (a change made on this instance applies at once; on another, within this).
+const PERSONAL_CACHE: Duration = Duration::from_secs(5);
+
+/// Principals' own credentials for tenant upstreams that call with them: sealed like the
+/// upstream's, bound to the tenant, the upstream's name and URL and the principal (a
+/// credential never follows its upstream to another server, nor serves another
+/// principal), read through a short cache.
+pub struct Personals {
+    store: Store,
+    sealer: Arc<Sealer>,
+    cache: std::sync::Mutex<HashMap<PersonalKey, (Option<Credentials>, std::time::Instant)>>,
+}
+
+/// An upstream and a principal.
+type PersonalKey = (Uuid, toolgate_core::PrincipalId);
+
+impl Personals {
+    /// The name a principal's credential is sealed under (with the tenant and URL).
+    pub fn sealed_as(upstream: &str, principal: toolgate_core::PrincipalId) -> String {
+        format!("{upstream}\0principal\0{principal}")
+    }
+
+    pub fn sealer(&self) -> &Sealer {
+        &self.sealer
+    }
+
+    /// Drops what this instance remembers of a principal's credential (changed here).
+    pub fn forget(&self, upstream: Uuid, principal: toolgate_core::PrincipalId) {
+        self.cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(upstream, principal));
+    }
+
+    async fn load(
+        &self,
+        tenant: TenantId,
+        upstream: Uuid,
+        name: &str,
+        url: &str,
+        principal: toolgate_core::PrincipalId,
+    ) -> Result<Option<Credentials>, String> {
+        let key = (upstream, principal);
+        if let Some((credential, at)) = self
+            .cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            && at.elapsed() < PERSONAL_CACHE
+        {
+            return Ok(credential.clone());
+        }
+        let sealed = self
+            .store
+            .personal_credential(tenant, upstream, principal)
+            .await
+            .map_err(|e| format!("could not read your credential: {e}"))?;
+        // One sealed for another URL (the upstream moved) does not open: as if none.
+        let credential = sealed.and_then(|sealed| {
+            self.sealer
+                .open(tenant, &Self::sealed_as(name, principal), url, &sealed)
+        });
+        self.cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, (credential.clone(), std::time::Instant::now()));
+        Ok(credential)
+    }
+}
+
+/// One upstream's view of [`Personals`].
+struct PersonalFor {
+    personals: Arc<Personals>,
+    upstream: Uuid,
+    name: String,
+    url: String,
+}
+
+#[async_trait::async_trait]
+impl toolgate_mcp::upstream::PersonalCredentials for PersonalFor {
+    async fn credential(
+        &self,
+        tenant: TenantId,
+        principal: toolgate_core::PrincipalId,
+    ) -> Result<Option<toolgate_mcp::upstream::PersonalCredential>, String> {
+        Ok(self
+            .personals
+            .load(tenant, self.upstream, &self.name, &self.url, principal)
+            .await?
+            .map(|c| toolgate_mcp::upstream::PersonalCredential {
+                headers: c.headers,
+                bearer: c.bearer,
+            }))
+    }
 }
 
 /// The secret part of a tenant upstream.
@@ -317,8 +418,10 @@ pub struct TenantUpstreams {
     store: Store,
     registry: Arc<Registry>,
     catalog: Arc<Catalog>,
-    pub sealer: Sealer,
+    pub sealer: Arc<Sealer>,
     pub reach: Arc<Reach>,
+    /// Principals' own credentials, for upstreams that call with them.
+    pub personals: Arc<Personals>,
     pub client: reqwest::Client,
     /// The operator's upstreams' names, which tenants' may not take.
     pub reserved: Vec<String>,
@@ -343,6 +446,7 @@ impl TenantUpstreams {
         vetting: toolgate_mcp::vetting::Vetting,
     ) -> anyhow::Result<Self> {
         let key = load_key(config)?;
+        let sealer = Arc::new(Sealer::new(&key));
         let reach = Arc::new(Reach {
             allow_http: config.tenant_upstreams.allow_http,
             allowed_networks: config
@@ -365,10 +469,15 @@ impl TenantUpstreams {
             },
         });
         Ok(Self {
-            store,
+            store: store.clone(),
             registry,
             catalog,
-            sealer: Sealer::new(&key),
+            sealer: sealer.clone(),
+            personals: Arc::new(Personals {
+                store: store.clone(),
+                sealer,
+                cache: std::sync::Mutex::default(),
+            }),
             client: reach.client()?,
             reach,
             reserved: config.upstreams.iter().map(|u| u.name.clone()).collect(),
@@ -541,6 +650,7 @@ impl TenantUpstreams {
                     "its credentials do not open with this gateway's key (tenant_upstreams.key)",
                 )?,
         };
+        let personal_url = stored.url.clone();
         Ok(UpstreamConfig {
             name: record.name.clone(),
             prefix: stored.prefix,
@@ -565,6 +675,14 @@ impl TenantUpstreams {
             pin: None,
             vetting: self.vetting.clone(),
             overrides: stored.overrides,
+            personal: toolgate_mcp::upstream::Personal(stored.personal.then(|| {
+                Arc::new(PersonalFor {
+                    personals: self.personals.clone(),
+                    upstream: record.id,
+                    name: record.name.clone(),
+                    url: personal_url,
+                }) as Arc<dyn toolgate_mcp::upstream::PersonalCredentials>
+            })),
         })
     }
 

@@ -209,6 +209,76 @@ macro_rules! upstream_store {
                 Ok(done.rows_affected() == 1)
             }
 
+            /// Stores `principal`'s own (sealed) credential for upstream `upstream`.
+            pub async fn put_personal_credential(
+                &self,
+                tenant: TenantId,
+                upstream: Uuid,
+                principal: PrincipalId,
+                sealed: &[u8],
+            ) -> Result<(), StoreError> {
+                let mut tx = self.tenant_tx(tenant).await?;
+                sqlx::query(sql(format!(
+                    "insert into principal_credential (tenant_id, upstream_id, principal_id, credentials, updated_at) \
+                     values ($1{u}, $2{u}, $3{u}, $4, $5) on conflict (upstream_id, principal_id) \
+                     do update set credentials = excluded.credentials, updated_at = excluded.updated_at",
+                    u = $u
+                )))
+                .bind(tenant.to_string())
+                .bind(upstream.to_string())
+                .bind(principal.to_string())
+                .bind(sealed)
+                .bind(Utc::now())
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            /// `principal`'s own (sealed) credential for upstream `upstream`, if stored.
+            pub async fn personal_credential(
+                &self,
+                tenant: TenantId,
+                upstream: Uuid,
+                principal: PrincipalId,
+            ) -> Result<Option<Vec<u8>>, StoreError> {
+                let mut tx = self.tenant_read(tenant).await?;
+                let row: Option<(Vec<u8>,)> = sqlx::query_as(sql(format!(
+                    "select credentials from principal_credential \
+                     where tenant_id = $1{u} and upstream_id = $2{u} and principal_id = $3{u}",
+                    u = $u
+                )))
+                .bind(tenant.to_string())
+                .bind(upstream.to_string())
+                .bind(principal.to_string())
+                .fetch_optional(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(row.map(|(sealed,)| sealed))
+            }
+
+            /// Forgets `principal`'s own credential for `upstream`; whether there was one.
+            pub async fn delete_personal_credential(
+                &self,
+                tenant: TenantId,
+                upstream: Uuid,
+                principal: PrincipalId,
+            ) -> Result<bool, StoreError> {
+                let mut tx = self.tenant_tx(tenant).await?;
+                let done = sqlx::query(sql(format!(
+                    "delete from principal_credential \
+                     where tenant_id = $1{u} and upstream_id = $2{u} and principal_id = $3{u}",
+                    u = $u
+                )))
+                .bind(tenant.to_string())
+                .bind(upstream.to_string())
+                .bind(principal.to_string())
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(done.rows_affected() == 1)
+            }
+
             /// Every tenant's upstreams' ids and revisions: what an instance checks its
             /// supervisors against (without reading every document each time).
             pub async fn upstream_revisions(&self) -> Result<Vec<(Uuid, i64)>, StoreError> {
@@ -300,6 +370,34 @@ impl Store {
 
     /// Every tenant's upstreams, across tenants (for the gateway's supervisors, never for
     /// a tenant's request).
+    pub async fn put_personal_credential(
+        &self,
+        tenant: TenantId,
+        upstream: Uuid,
+        principal: PrincipalId,
+        sealed: &[u8],
+    ) -> Result<(), StoreError> {
+        dispatch!(self, s => s.put_personal_credential(tenant, upstream, principal, sealed).await)
+    }
+
+    pub async fn personal_credential(
+        &self,
+        tenant: TenantId,
+        upstream: Uuid,
+        principal: PrincipalId,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        dispatch!(self, s => s.personal_credential(tenant, upstream, principal).await)
+    }
+
+    pub async fn delete_personal_credential(
+        &self,
+        tenant: TenantId,
+        upstream: Uuid,
+        principal: PrincipalId,
+    ) -> Result<bool, StoreError> {
+        dispatch!(self, s => s.delete_personal_credential(tenant, upstream, principal).await)
+    }
+
     /// Every upstream's id and revision, across tenants.
     pub async fn upstream_revisions(&self) -> Result<Vec<(Uuid, i64)>, StoreError> {
         dispatch!(self, s => s.upstream_revisions().await)

@@ -31,6 +31,11 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(list_upstreams, create_upstream))
         .routes(routes!(get_upstream, replace_upstream, delete_upstream))
+        .routes(routes!(
+            get_my_credential,
+            put_my_credential,
+            delete_my_credential
+        ))
 }
 
 /// A call's deadline when the caller gives none, unless the body says otherwise.
@@ -120,6 +125,30 @@ pub struct UpstreamBody {
     #[serde(default)]
     #[schema(value_type = Object, example = json!({"search": {"name": "find", "fixed": {"index": "docs"}}}))]
     pub overrides: BTreeMap<String, toolgate_mcp::upstream::ToolOverride>,
+    /// Calls go out with each caller's own credential, which each principal stores at
+    /// `PUT /v1/upstreams/{name}/credentials` (a caller with none cannot call); the
+    /// upstream's own `bearer`/`headers` only list its tools. MCP servers only.
+    #[serde(default)]
+    pub personal_credentials: bool,
+}
+
+/// A principal's own credential for an upstream that calls with them. Write-only.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PersonalBody {
+    /// Sent as `Authorization: Bearer …` instead of the upstream's.
+    #[serde(default)]
+    pub bearer: Option<String>,
+    /// Sent with every request, over the upstream's headers of the same name.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+}
+
+/// What a principal stored for an upstream, without the values.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PersonalView {
+    pub bearer: bool,
+    pub headers: Vec<String>,
 }
 
 /// One HTTP endpoint as a tool: its arguments go as the query (`GET`, `HEAD`, `DELETE`)
@@ -181,6 +210,8 @@ pub struct UpstreamView {
     pub headers: Vec<String>,
     /// Whether a bearer token is set (it is never shown).
     pub bearer: bool,
+    /// Whether calls go out with each caller's own credential.
+    pub personal_credentials: bool,
     /// One more at each change.
     pub revision: i64,
     pub created_at: DateTime<Utc>,
@@ -276,6 +307,7 @@ fn view(upstreams: &TenantUpstreams, record: UpstreamRecord) -> Result<UpstreamV
         overrides: config.overrides,
         headers: config.header_names,
         bearer: config.bearer,
+        personal_credentials: config.personal,
         revision: record.revision,
         created_at: record.created_at,
         updated_at: record.updated_at,
@@ -329,25 +361,7 @@ async fn validate(
             "use at most 32 letters, digits, '_', '.' or '-'".into(),
         ));
     }
-    for (name, value) in &body.headers {
-        let lower = name.to_ascii_lowercase();
-        if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
-            problems.push((format!("headers/{name}"), "not a valid header name".into()));
-        } else if RESERVED_HEADERS.contains(&lower.as_str()) {
-            problems.push((
-                format!("headers/{name}"),
-                "set by the gateway itself (use `bearer` for Authorization)".into(),
-            ));
-        }
-        if reqwest::header::HeaderValue::from_str(value).is_err() {
-            problems.push((format!("headers/{name}"), "not a valid header value".into()));
-        }
-    }
-    if let Some(bearer) = &body.bearer
-        && (bearer.is_empty() || reqwest::header::HeaderValue::from_str(bearer).is_err())
-    {
-        problems.push(("bearer".into(), "not a valid token".into()));
-    }
+    problems.extend(credential_problems(&body.headers, body.bearer.as_deref()));
     for (field, globs) in [("allow", &body.allow), ("deny", &body.deny)] {
         for (i, glob) in globs.iter().enumerate() {
             if let Some(problem) = glob_problem(glob) {
@@ -382,6 +396,12 @@ async fn validate(
             .into_iter()
             .map(|(field, message)| (format!("overrides/{field}"), message)),
     );
+    if openapi.is_some() && body.personal_credentials {
+        problems.push((
+            "personal_credentials".into(),
+            "apply to MCP servers; an HTTP API calls with the upstream's credentials".into(),
+        ));
+    }
     if openapi.is_some() && !body.overrides.is_empty() {
         problems.push((
             "overrides".into(),
@@ -412,12 +432,41 @@ async fn validate(
         bearer: body.bearer.is_some(),
         openapi,
         overrides: body.overrides,
+        personal: body.personal_credentials,
     };
     let credentials = Credentials {
         headers: body.headers,
         bearer: body.bearer,
     };
     Ok((stored, credentials))
+}
+
+/// Problems with credentials to send: header names and values, a bearer token.
+fn credential_problems(
+    headers: &BTreeMap<String, String>,
+    bearer: Option<&str>,
+) -> Vec<(String, String)> {
+    let mut problems = Vec::new();
+    for (name, value) in headers {
+        let lower = name.to_ascii_lowercase();
+        if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            problems.push((format!("headers/{name}"), "not a valid header name".into()));
+        } else if RESERVED_HEADERS.contains(&lower.as_str()) {
+            problems.push((
+                format!("headers/{name}"),
+                "set by the gateway itself (use `bearer` for Authorization)".into(),
+            ));
+        }
+        if reqwest::header::HeaderValue::from_str(value).is_err() {
+            problems.push((format!("headers/{name}"), "not a valid header value".into()));
+        }
+    }
+    if let Some(bearer) = bearer
+        && (bearer.is_empty() || reqwest::header::HeaderValue::from_str(bearer).is_err())
+    {
+        problems.push(("bearer".into(), "not a valid token".into()));
+    }
+    problems
 }
 
 /// The OpenAPI document of an HTTP API upstream (an endpoint's generated), checked by
@@ -755,4 +804,160 @@ async fn delete_upstream(
         .await?;
     apply(upstreams).await;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The caller's tenant's upstream `name`, if it calls with each caller's own credential;
+/// the caller needs `tools:invoke` (whoever calls its tools keeps their own credential).
+async fn personal_upstream(
+    app: &AppState,
+    caller: &Caller,
+    name: &str,
+) -> Result<(std::sync::Arc<TenantUpstreams>, UpstreamRecord, Stored), ApiError> {
+    caller.require(scopes::TOOLS_INVOKE)?;
+    let upstreams = app.upstreams.clone().ok_or_else(|| {
+        ApiError::from(ToolError::not_found(
+            "tenant upstreams are disabled on this gateway (tenant_upstreams.enabled)",
+        ))
+    })?;
+    let record = app
+        .store
+        .get_upstream(caller.auth.tenant, name)
+        .await?
+        .ok_or_else(|| not_found(name))?;
+    let config = stored(&record)?;
+    if !config.personal {
+        return Err(ToolError::invalid_arguments(format!(
+            "upstream {name:?} calls with its own credentials, not each caller's (personal_credentials)"
+        ))
+        .into());
+    }
+    Ok((upstreams, record, config))
+}
+
+/// What the caller stored for an upstream that calls with each caller's own credential
+/// (names only: values are write-only).
+#[utoipa::path(get, path = "/v1/upstreams/{name}/credentials", tag = "upstreams",
+    params(("name" = String, Path, description = "Upstream name")),
+    responses(
+        (status = 200, description = "Stored", body = PersonalView),
+        (status = 400, description = "The upstream calls with its own credentials", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Needs `tools:invoke`", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such upstream, or nothing stored", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn get_my_credential(
+    State(app): State<AppState>,
+    caller: Caller,
+    AppPath(name): AppPath<String>,
+) -> Result<AppJson<PersonalView>, ApiError> {
+    let (upstreams, record, config) = personal_upstream(&app, &caller, &name).await?;
+    let principal = caller.auth.principal.id;
+    let credential = app
+        .store
+        .personal_credential(caller.auth.tenant, record.id, principal)
+        .await?
+        .and_then(|sealed| {
+            upstreams.sealer.open(
+                caller.auth.tenant,
+                &crate::upstreams::Personals::sealed_as(&record.name, principal),
+                &config.url,
+                &sealed,
+            )
+        })
+        .ok_or_else(|| {
+            ToolError::not_found(format!("you stored no credential for {name:?}")).with_suggestion(
+                format!("store one with PUT /v1/upstreams/{name}/credentials"),
+            )
+        })?;
+    Ok(AppJson(PersonalView {
+        bearer: credential.bearer.is_some(),
+        headers: credential.headers.into_keys().collect(),
+    }))
+}
+
+/// Store the caller's own credential for an upstream that calls with each caller's
+/// (replacing any before). Sealed at rest, bound to the caller, the upstream and its
+/// URL; never returned, never logged.
+#[utoipa::path(put, path = "/v1/upstreams/{name}/credentials", tag = "upstreams",
+    params(("name" = String, Path, description = "Upstream name")),
+    request_body(content = PersonalBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Stored", body = PersonalView),
+        (status = 400, description = "Invalid credential, or the upstream calls with its own", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Needs `tools:invoke`", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such upstream in your tenant", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn put_my_credential(
+    State(app): State<AppState>,
+    caller: Caller,
+    AppPath(name): AppPath<String>,
+    AppJson(body): AppJson<PersonalBody>,
+) -> Result<AppJson<PersonalView>, ApiError> {
+    let (upstreams, record, config) = personal_upstream(&app, &caller, &name).await?;
+    let mut problems = credential_problems(&body.headers, body.bearer.as_deref());
+    if body.bearer.is_none() && body.headers.is_empty() {
+        problems.push(("bearer".into(), "give a bearer token or headers".into()));
+    }
+    if !problems.is_empty() {
+        let violations = problems
+            .into_iter()
+            .map(|(field, message)| Violation {
+                pointer: format!("/{field}"),
+                message,
+            })
+            .collect();
+        return Err(ToolError::invalid_arguments("the credential is invalid")
+            .with_violations(violations)
+            .into());
+    }
+    let principal = caller.auth.principal.id;
+    let credentials = Credentials {
+        headers: body.headers,
+        bearer: body.bearer,
+    };
+    let sealed = upstreams
+        .sealer
+        .seal(
+            caller.auth.tenant,
+            &crate::upstreams::Personals::sealed_as(&record.name, principal),
+            &config.url,
+            &credentials,
+        )
+        .map_err(ApiError::Internal)?;
+    app.store
+        .put_personal_credential(caller.auth.tenant, record.id, principal, &sealed)
+        .await?;
+    upstreams.personals.forget(record.id, principal);
+    Ok(AppJson(PersonalView {
+        bearer: credentials.bearer.is_some(),
+        headers: credentials.headers.into_keys().collect(),
+    }))
+}
+
+/// Forget the caller's own credential for an upstream: its calls are refused until it
+/// stores another.
+#[utoipa::path(delete, path = "/v1/upstreams/{name}/credentials", tag = "upstreams",
+    params(("name" = String, Path, description = "Upstream name")),
+    responses(
+        (status = 204, description = "Forgotten"),
+        (status = 400, description = "The upstream calls with its own credentials", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Needs `tools:invoke`", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such upstream, or nothing stored", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn delete_my_credential(
+    State(app): State<AppState>,
+    caller: Caller,
+    AppPath(name): AppPath<String>,
+) -> Result<StatusCode, ApiError> {
+    let (upstreams, record, _) = personal_upstream(&app, &caller, &name).await?;
+    let principal = caller.auth.principal.id;
+    let removed = app
+        .store
+        .delete_personal_credential(caller.auth.tenant, record.id, principal)
+        .await?;
+    upstreams.personals.forget(record.id, principal);
+    if removed {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ToolError::not_found(format!("you stored no credential for {name:?}")).into())
+    }
 }
