@@ -554,3 +554,87 @@ async fn a_listen_stream_hears_resource_updates_and_list_changes() {
     let _ = client.cancel().await;
     gw.stop().await;
 }
+
+/// Relayed requests go through the executor (issue 28): each `resources/read`,
+/// `prompts/get` and `completion/complete` leaves an audit row (its `tool` the method,
+/// its `arguments` what it named), and the tenant's policy may deny one.
+#[tokio::test]
+async fn relayed_reads_prompts_and_completions_are_audited_and_follow_the_policy() {
+    let dir = sdk_clients();
+    let mut command = tokio::process::Command::new(dir.join(".venv/bin/python"));
+    command.arg(dir.join("conformance_fixture.py"));
+    let (_fixture, port) = serve_on_free_port(command, "FIXTURE_PORT").await;
+    let gw = Gateway::start_with(loopback).await;
+    let (status, _, created) = gw
+        .post(
+            "/v1/upstreams",
+            json!({"name": "fx", "url": format!("http://127.0.0.1:{port}/mcp")}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    until_tools(&gw.http, &gw, "fx connects", |n| {
+        n.iter().any(|t| t == "fx__test_simple_text")
+    })
+    .await;
+    let a = connect(&gw, &gw.admin_key, ProtocolVersion::V_2025_11_25).await;
+    a.read_resource(ReadResourceRequestParams::new("test://static-text"))
+        .await
+        .expect("read");
+    a.get_prompt(GetPromptRequestParams::new("fx__test_simple_prompt"))
+        .await
+        .expect("prompt");
+    a.complete(CompleteRequestParams::new(
+        Reference::for_prompt("fx__test_prompt_with_arguments"),
+        ArgumentInfo::new("arg1", "pa"),
+    ))
+    .await
+    .expect("completion");
+    let row = |method: &'static str| {
+        let gw = &gw;
+        async move {
+            let (status, _, page) = gw
+                .get(&format!("/v1/audit?tool={}", method.replace('/', "%2F")))
+                .await;
+            assert_eq!(status, 200, "{page}");
+            page["entries"][0].clone()
+        }
+    };
+    let read = row("resources/read").await;
+    assert_eq!(
+        (
+            &read["adapter"],
+            &read["outcome"],
+            &read["arguments"]["uri"]
+        ),
+        (&json!("mcp"), &json!("ok"), &json!("test://static-text")),
+        "{read}"
+    );
+    let prompt = row("prompts/get").await;
+    assert_eq!(
+        prompt["arguments"]["name"], "fx__test_simple_prompt",
+        "{prompt}"
+    );
+    let completion = row("completion/complete").await;
+    assert_eq!(completion["arguments"]["argument"], "arg1", "{completion}");
+
+    // The tenant denies resource reads: refused, and the refusal is audited.
+    let put = gw
+        .http
+        .put(gw.url("/v1/policy"))
+        .json(&json!({"rules": [{"tool": "resources/read", "action": "deny"}]}))
+        .send()
+        .await
+        .expect("policy");
+    assert_eq!(put.status(), 200);
+    assert_eq!(
+        code(
+            a.read_resource(ReadResourceRequestParams::new("test://static-text"))
+                .await
+        ),
+        ErrorCode::INVALID_REQUEST
+    );
+    assert_eq!(row("resources/read").await["outcome"], "denied");
+    let (_, _, verified) = gw.post("/v1/audit/verify", json!({})).await;
+    assert_eq!(verified["verified"], true, "{verified}");
+    gw.stop().await;
+}

@@ -329,7 +329,30 @@ impl Executor {
                 (record, result)
             }
         };
-        let duration = started.elapsed();
+        let result = self
+            .settle(record, &ctx, &name, known, result, started.elapsed())
+            .await;
+        result.map(|((output, truncated), duration)| Completed {
+            call_id: ctx.call_id,
+            output,
+            truncated,
+            duration,
+            cache,
+        })
+    }
+
+    /// The end of every admitted call, tool or relayed: its audit row committed (a
+    /// result whose row could not be written is withheld), `call.finished`, the metrics.
+    /// `known`: the name is a tool (or operation) that exists, not one a caller made up.
+    async fn settle<T>(
+        &self,
+        record: AuditRecord,
+        ctx: &CallContext,
+        name: &str,
+        known: bool,
+        result: Result<T, ToolError>,
+        duration: Duration,
+    ) -> Result<(T, Duration), ToolError> {
         let outcome = match &result {
             Ok(_) => Outcome::Ok,
             Err(err) => Outcome::Error(err.kind),
@@ -362,14 +385,14 @@ impl Executor {
             }
         };
         self.events.emit(&Event::CallFinished {
-            ctx: &ctx,
-            tool: &name,
+            ctx,
+            tool: name,
             outcome,
             duration,
         });
         self.metrics.tool_call(
             ctx.auth.tenant,
-            if known { &name } else { UNKNOWN_TOOL },
+            if known { name } else { UNKNOWN_TOOL },
             ctx.adapter,
             match outcome {
                 Outcome::Ok => None,
@@ -377,13 +400,98 @@ impl Executor {
             },
             duration,
         );
-        result.map(|(output, truncated)| Completed {
-            call_id: ctx.call_id,
-            output,
-            truncated,
-            duration,
-            cache,
-        })
+        result.map(|value| (value, duration))
+    }
+
+    /// Runs `operation`, something a front door relays for its caller that is not a tool
+    /// call (MCP `resources/read`, `prompts/get`, `completion/complete`), through the
+    /// steps of a call but the tool's own: admission, authorization (`tools:invoke`), the
+    /// tenant's policy (a rule denying `method`), the deadline and cancellation, events,
+    /// metrics, and one audit row whose `tool` is `method` and whose `arguments` are
+    /// `args` (masked by name). `operation` runs in a task of its own, so that the row is
+    /// written even when the caller goes away (which cancels it).
+    pub async fn relay<T, F>(
+        &self,
+        ctx: CallContext,
+        method: &str,
+        args: Value,
+        timeout: Duration,
+        operation: F,
+    ) -> Result<T, ToolError>
+    where
+        T: Send + 'static,
+        F: std::future::Future<Output = Result<T, ToolError>> + Send + 'static,
+    {
+        let started = Instant::now();
+        let policy = self.approvals.policy(ctx.auth.tenant).await;
+        let admitted = match self.admit(&ctx, method, policy.as_deref().ok()) {
+            Ok(admitted) => admitted,
+            Err(refusal) => {
+                self.metrics
+                    .rejected(ctx.auth.tenant, refusal.limit.as_str(), ctx.adapter);
+                return Err(refusal.error);
+            }
+        };
+        self.events.emit(&Event::CallStarted {
+            ctx: &ctx,
+            tool: method,
+        });
+        let masked = crate::secrets::mask(&args, &Default::default(), &[], &self.secret_names);
+        let record = AuditRecord::start(&ctx, method, &args, masked);
+        let cancel_on_drop = ctx.cancel.clone().drop_guard();
+        let this = self.clone();
+        let method = method.to_owned();
+        let task = tokio::spawn(async move {
+            let allowed = if !ctx.auth.has_scope(scopes::TOOLS_INVOKE) {
+                Err(ToolError::forbidden(format!(
+                    "{method} needs the scope {:?}, which your credentials lack",
+                    scopes::TOOLS_INVOKE
+                )))
+            } else {
+                match policy {
+                    Err(err) => {
+                        let mut refused = ToolError::new(
+                            ErrorKind::Internal,
+                            "the policy could not be read, so this was not done",
+                        );
+                        refused.cause = Some(err.to_string());
+                        Err(refused)
+                    }
+                    Ok(policy)
+                        if policy.decide(&method, Risk::Low, ctx.agent.as_deref())
+                            == Action::Deny
+                            && policy
+                                .rules
+                                .iter()
+                                .any(|r| r.tool.as_deref() == Some(&method)) =>
+                    {
+                        Err(ToolError::new(
+                            ErrorKind::Denied,
+                            format!("the tenant's policy does not allow {method}"),
+                        ))
+                    }
+                    Ok(_) => Ok(()),
+                }
+            };
+            let result = match allowed {
+                Err(err) => Err(err),
+                Ok(()) => tokio::select! {
+                    biased;
+                    () = ctx.cancel.cancelled() => Err(ToolError::new(ErrorKind::Cancelled, "the request was cancelled")),
+                    done = tokio::time::timeout(timeout, operation) => done.unwrap_or_else(|_| Err(ToolError::new(
+                        ErrorKind::Timeout,
+                        format!("{method} did not finish within {} s", timeout.as_secs_f64()),
+                    ))),
+                },
+            };
+            drop(admitted);
+            this.settle(record, &ctx, &method, true, result, started.elapsed())
+                .await
+                .map(|(value, _)| value)
+        });
+        let joined = task.await;
+        cancel_on_drop.disarm();
+        joined.unwrap_or_else(|join_err| Err(ToolError::internal(join_err)))
     }
 
     /// The tenant's policy for this call: extra scopes by risk, then allow, deny, or a

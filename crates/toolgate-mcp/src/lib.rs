@@ -286,23 +286,26 @@ fn upstream_error(upstream: &str, err: rmcp::ServiceError) -> ErrorData {
     }
 }
 
-/// A relayed request's answer, within the upstream's deadline (dropping it on timeout
-/// sends `notifications/cancelled` upstream).
-async fn in_time<T>(
-    upstream: &catalog::Entry,
-    request: impl std::future::Future<Output = Result<T, rmcp::ServiceError>>,
-) -> Result<T, ErrorData> {
-    match tokio::time::timeout(upstream.timeout, request).await {
-        Ok(answer) => answer.map_err(|e| upstream_error(&upstream.upstream, e)),
-        Err(_) => Err(ErrorData::internal_error(
-            format!(
-                "upstream {} did not answer within {} s",
-                upstream.upstream,
-                upstream.timeout.as_secs_f64()
-            ),
-            None,
-        )),
+/// An upstream's JSON-RPC error as the executor carries it (its code kept).
+fn from_rpc(data: ErrorData) -> ToolError {
+    ToolError::new(ErrorKind::Upstream, data.message.to_string())
+        .with_details(json!({"code": data.code.0, "data": data.data}))
+}
+
+/// A relayed operation's error as the client gets it: an upstream's JSON-RPC error as
+/// it was, the gateway's own (rate limited, forbidden, denied, timed out…) with its kind.
+fn to_rpc(err: ToolError) -> ErrorData {
+    let details = err.details.clone().unwrap_or(Value::Null);
+    if let Some(code) = details["code"].as_i64().and_then(|c| i32::try_from(c).ok()) {
+        let data = Some(details["data"].clone()).filter(|d| !d.is_null());
+        return ErrorData::new(ErrorCode(code), err.message, data);
     }
+    let code = match err.kind {
+        ErrorKind::InvalidArguments | ErrorKind::NotFound => ErrorCode::INVALID_PARAMS,
+        ErrorKind::Forbidden | ErrorKind::Denied => ErrorCode::INVALID_REQUEST,
+        _ => ErrorCode::INTERNAL_ERROR,
+    };
+    ErrorData::new(code, err.message.clone(), Some(json!({ "error": err })))
 }
 
 fn caller(context: &RequestContext<RoleServer>) -> Result<McpCaller, ErrorData> {
@@ -627,12 +630,21 @@ impl ServerHandler for McpAdapter {
     ) -> Result<ReadResourceResponse, ErrorData> {
         Box::pin(async move {
             let upstream = self.resource_upstream(&context, &request.uri)?;
-            tracing::info!(upstream = %upstream.upstream, uri = %request.uri, "resource read relayed");
+            let args = json!({"uri": request.uri, "upstream": upstream.upstream});
             // The upstream connection is shared: the caller's `_meta` (a progress token, say)
             // stays here, where it means something.
             request.meta = None;
-            let read = upstream.peer.read_resource_once(request);
-            in_time(&upstream, read).await
+            let entry = upstream.clone();
+            let read = async move {
+                let name = entry.upstream.clone();
+                entry
+                    .peer
+                    .read_resource_once(request)
+                    .await
+                    .map_err(|e| from_rpc(upstream_error(&name, e)))
+            };
+            self.relay(&context, "resources/read", args, &upstream, read)
+                .await
         })
         .await
     }
@@ -769,11 +781,21 @@ impl ServerHandler for McpAdapter {
     ) -> Result<GetPromptResponse, ErrorData> {
         Box::pin(async move {
             let (upstream, remote) = self.prompt_upstream(&context, &request.name)?;
-            tracing::info!(upstream = %upstream.upstream, prompt = %request.name, "prompt relayed");
+            let args = json!({"name": request.name, "arguments": request.arguments,
+                              "upstream": upstream.upstream});
             request.name = remote;
             request.meta = None;
-            let got = upstream.peer.get_prompt_once(request);
-            in_time(&upstream, got).await
+            let entry = upstream.clone();
+            let got = async move {
+                let name = entry.upstream.clone();
+                entry
+                    .peer
+                    .get_prompt_once(request)
+                    .await
+                    .map_err(|e| from_rpc(upstream_error(&name, e)))
+            };
+            self.relay(&context, "prompts/get", args, &upstream, got)
+                .await
         })
         .await
     }
@@ -816,10 +838,20 @@ impl ServerHandler for McpAdapter {
             if !upstream.completes {
                 return Ok(CompleteResult::default());
             }
-            tracing::debug!(upstream = %upstream.upstream, argument = %request.argument.name, "completion relayed");
+            let args = json!({"ref": request.r#ref, "argument": request.argument.name,
+                              "upstream": upstream.upstream});
             request.meta = None;
-            let completed = upstream.peer.complete(request);
-            in_time(&upstream, completed).await
+            let entry = upstream.clone();
+            let completed = async move {
+                let name = entry.upstream.clone();
+                entry
+                    .peer
+                    .complete(request)
+                    .await
+                    .map_err(|e| from_rpc(upstream_error(&name, e)))
+            };
+            self.relay(&context, "completion/complete", args, &upstream, completed)
+                .await
         })
         .await
     }
@@ -965,6 +997,35 @@ impl ServerHandler for McpAdapter {
 }
 
 impl McpAdapter {
+    /// Runs a request relayed to an upstream (`resources/read`, `prompts/get`,
+    /// `completion/complete`) through the executor's [`Executor::relay`]: admitted,
+    /// authorized, under the upstream's deadline, cancelled with the request, audited.
+    async fn relay<T: Send + 'static>(
+        &self,
+        context: &RequestContext<RoleServer>,
+        method: &str,
+        args: Value,
+        upstream: &catalog::Entry,
+        operation: impl std::future::Future<Output = Result<T, ToolError>> + Send + 'static,
+    ) -> Result<T, ErrorData> {
+        let caller = caller(context)?;
+        let traceparent = caller
+            .traceparent
+            .clone()
+            .or_else(|| context.meta.get_traceparent().map(str::to_owned));
+        let mut ctx = CallContext::new(caller.auth.clone(), Adapter::Mcp)
+            .with_client(client_info(context))
+            .with_trace(traceparent.as_deref());
+        if let Some(id) = caller.request_id {
+            ctx = ctx.with_request_id(id);
+        }
+        ctx.cancel = context.ct.child_token();
+        self.executor
+            .relay(ctx, method, args, upstream.timeout, operation)
+            .await
+            .map_err(to_rpc)
+    }
+
     /// Asks the client's user to approve or deny a held call, when the client supports
     /// form elicitation and the tenant lets callers decide their own calls. Returns the
     /// approval once decided (either way); `None` leaves the call held.
