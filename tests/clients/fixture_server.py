@@ -97,6 +97,11 @@ def grown() -> str:
     return "here"
 
 
+@server.resource("fixture://note", name="note", description="A short note.")
+def note() -> str:
+    return "a note from the fixture"
+
+
 # Says it only reads, as a malicious server would: policies that hold risky calls let it by.
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
 async def rug_pull(ctx: Context) -> str:

@@ -212,6 +212,30 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
     assert_eq!(response.status(), 200);
     let _ = response.text().await;
 
+    // A resource read relayed to the upstream, in a trace of its own: a client span for
+    // the upstream request under the request's server span.
+    let read_trace = "5bf92f3577b34da6a3ce929d0e0e4736";
+    let response = admin
+        .post(format!("{base}/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "resources/read")
+        .header("mcp-name", "fixture://note")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 43, "method": "resources/read", "params": {
+            "uri": "fixture://note",
+            "_meta": {"traceparent": format!("00-{read_trace}-00f067aa0ba902b7-01"),
+                      "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientInfo": {"name": "e2e", "version": "1"},
+                      "io.modelcontextprotocol/clientCapabilities": {}}}}),
+        )
+        .send()
+        .await
+        .expect("mcp read");
+    assert_eq!(response.status(), 200);
+    let read = response.text().await.expect("body");
+    assert!(read.contains("a note from the fixture"), "{read}");
+
     // An agent run: its span, a client span per model call, its tool call under it.
     let agent: Value = admin
         .post(format!("{base}/v1/agents"))
@@ -258,6 +282,9 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
             && got.iter().any(|s| s["name"] == "execute_tool no_such_tool")
             && got.iter().any(|s| s["name"] == "invoke_agent tracer")
             && got.iter().any(|s| s["name"] == "tools/call add")
+            && got
+                .iter()
+                .any(|s| s["name"] == "resources/read fixture://note" && s["kind"] == 3)
         {
             break;
         }
@@ -326,6 +353,22 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
     assert_eq!(
         agent_call["parent_span_id"], invoke["span_id"],
         "{agent_call}"
+    );
+
+    let relayed = got
+        .iter()
+        .find(|s| s["name"] == "resources/read fixture://note" && s["kind"] == 3)
+        .expect("the relayed read's client span");
+    assert_eq!(relayed["trace_id"], read_trace, "{relayed}");
+    assert_eq!(relayed["attributes"]["mcp.method.name"], "resources/read");
+    assert_eq!(relayed["attributes"]["mcp.resource.uri"], "fixture://note");
+    let read_server = got
+        .iter()
+        .find(|s| s["trace_id"] == read_trace && s["kind"] == 2)
+        .expect("the read's server span");
+    assert_eq!(
+        relayed["parent_span_id"], read_server["span_id"],
+        "{relayed} under {read_server}"
     );
 
     let upstream = got

@@ -19,6 +19,7 @@ pub mod vetting;
 
 use std::sync::Arc;
 
+use rmcp::model::RequestParamsMeta as _;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
     ContentBlock, CustomRequest, CustomResult, ErrorCode, GetPromptRequestParams,
@@ -635,7 +636,11 @@ impl ServerHandler for McpAdapter {
             // stays here, where it means something.
             request.meta = None;
             let entry = upstream.clone();
-            let read = async move {
+            let target = request.uri.clone();
+            let read = move |traceparent: Option<String>| async move {
+                if let Some(traceparent) = traceparent {
+                    request.set_traceparent(&traceparent);
+                }
                 let name = entry.upstream.clone();
                 entry
                     .peer
@@ -643,7 +648,7 @@ impl ServerHandler for McpAdapter {
                     .await
                     .map_err(|e| from_rpc(upstream_error(&name, e)))
             };
-            self.relay(&context, "resources/read", args, &upstream, read)
+            self.relay(&context, ("resources/read", &target), args, &upstream, read)
                 .await
         })
         .await
@@ -786,7 +791,11 @@ impl ServerHandler for McpAdapter {
             request.name = remote;
             request.meta = None;
             let entry = upstream.clone();
-            let got = async move {
+            let target = request.name.clone();
+            let got = move |traceparent: Option<String>| async move {
+                if let Some(traceparent) = traceparent {
+                    request.set_traceparent(&traceparent);
+                }
                 let name = entry.upstream.clone();
                 entry
                     .peer
@@ -794,7 +803,7 @@ impl ServerHandler for McpAdapter {
                     .await
                     .map_err(|e| from_rpc(upstream_error(&name, e)))
             };
-            self.relay(&context, "prompts/get", args, &upstream, got)
+            self.relay(&context, ("prompts/get", &target), args, &upstream, got)
                 .await
         })
         .await
@@ -842,7 +851,11 @@ impl ServerHandler for McpAdapter {
                               "upstream": upstream.upstream});
             request.meta = None;
             let entry = upstream.clone();
-            let completed = async move {
+            let target = request.argument.name.clone();
+            let completed = move |traceparent: Option<String>| async move {
+                if let Some(traceparent) = traceparent {
+                    request.set_traceparent(&traceparent);
+                }
                 let name = entry.upstream.clone();
                 entry
                     .peer
@@ -850,7 +863,13 @@ impl ServerHandler for McpAdapter {
                     .await
                     .map_err(|e| from_rpc(upstream_error(&name, e)))
             };
-            self.relay(&context, "completion/complete", args, &upstream, completed)
+            self.relay(
+                &context,
+                ("completion/complete", &target),
+                args,
+                &upstream,
+                completed,
+            )
                 .await
         })
         .await
@@ -1000,14 +1019,24 @@ impl McpAdapter {
     /// Runs a request relayed to an upstream (`resources/read`, `prompts/get`,
     /// `completion/complete`) through the executor's [`Executor::relay`]: admitted,
     /// authorized, under the upstream's deadline, cancelled with the request, audited.
-    async fn relay<T: Send + 'static>(
+    ///
+    /// `(method, target)` names it (`resources/read` and the URI, `prompts/get` and the
+    /// prompt). When traces are recorded, the upstream request gets a client span of its
+    /// own (MCP conventions, `{method} {target}`), child of the request's server span,
+    /// and `make` is told the `traceparent` to send (in `_meta`) so the upstream's spans
+    /// join the trace.
+    async fn relay<T, F>(
         &self,
         context: &RequestContext<RoleServer>,
-        method: &str,
+        (method, target): (&str, &str),
         args: Value,
         upstream: &catalog::Entry,
-        operation: impl std::future::Future<Output = Result<T, ToolError>> + Send + 'static,
-    ) -> Result<T, ErrorData> {
+        make: impl FnOnce(Option<String>) -> F,
+    ) -> Result<T, ErrorData>
+    where
+        T: Send + 'static,
+        F: std::future::Future<Output = Result<T, ToolError>> + Send + 'static,
+    {
         let caller = caller(context)?;
         let traceparent = caller
             .traceparent
@@ -1020,10 +1049,50 @@ impl McpAdapter {
             ctx = ctx.with_request_id(id);
         }
         ctx.cancel = context.ct.child_token();
-        self.executor
-            .relay(ctx, method, args, upstream.timeout, operation)
-            .await
-            .map_err(to_rpc)
+        let client = if toolgate_core::context::recorded(ctx.span.as_ref()) {
+            tracing::info_span!(
+                target: "toolgate::otel",
+                "mcp_client",
+                otel.name = tracing::field::Empty,
+                otel.kind = "client",
+                mcp.method.name = method,
+                mcp.resource.uri = tracing::field::Empty,
+                gen_ai.prompt.name = tracing::field::Empty,
+                error.type = tracing::field::Empty,
+                otel.status_code = tracing::field::Empty,
+            )
+        } else {
+            tracing::Span::none()
+        };
+        let mut traceparent = None;
+        if !client.is_disabled() {
+            use toolgate_core::context::{exported_traceparent, set_remote_parent};
+            client.record("otel.name", format!("{method} {target}"));
+            match method {
+                "resources/read" => client.record("mcp.resource.uri", target),
+                "prompts/get" => client.record("gen_ai.prompt.name", target),
+                _ => &client,
+            };
+            // The request's own span (its server span, or the caller's): no span of
+            // the call's own is exported for a relayed request.
+            set_remote_parent(&client, ctx.parent.clone());
+            traceparent = exported_traceparent(&client);
+        }
+        let operation = make(traceparent.or_else(|| ctx.traceparent()));
+        let result = self
+            .executor
+            .relay(
+                ctx,
+                method,
+                args,
+                upstream.timeout,
+                tracing::Instrument::instrument(operation, client.clone()),
+            )
+            .await;
+        if let Err(err) = &result {
+            toolgate_core::context::span_failed(&client, err.kind.as_str());
+        }
+        result.map_err(to_rpc)
     }
 
     /// Asks the client's user to approve or deny a held call, when the client supports
