@@ -97,10 +97,7 @@ async fn a_reviewer_follows_calls_verifies_the_audit_and_approves_in_the_browser
     // A model that calls echo, then answers, a little slowly: a run to follow live.
     let mock = greeting_model(Duration::from_millis(800)).await;
     // An upstream MCP server (the official Python SDK's) for the admin to add.
-    let mut fixture =
-        tokio::process::Command::new(toolgate_e2e::sdk_clients().join(".venv/bin/python"));
-    fixture.arg(toolgate_e2e::sdk_clients().join("fixture_server.py"));
-    let (_fixture, fixture_port) = toolgate_e2e::serve_on_free_port(fixture, "FIXTURE_PORT").await;
+    let (_fixture, fixture_port) = toolgate_e2e::python_server("fixture_server.py").await;
     let llm = mock.base.clone();
     let gw = Gateway::start_with(move |c| {
         c.providers

@@ -18,10 +18,7 @@ async fn definitions(gw: &Gateway) -> Vec<Value> {
 
 #[tokio::test]
 async fn a_changed_tool_definition_is_withheld_until_a_tenant_admin_approves_it() {
-    let mut fixture =
-        tokio::process::Command::new(toolgate_e2e::sdk_clients().join(".venv/bin/python"));
-    fixture.arg(toolgate_e2e::sdk_clients().join("fixture_server.py"));
-    let (_fixture, port) = toolgate_e2e::serve_on_free_port(fixture, "FIXTURE_PORT").await;
+    let (_fixture, port) = toolgate_e2e::python_server("fixture_server.py").await;
     let gw = Gateway::start_with(loopback).await;
     let (status, _, created) = gw
         .post(
@@ -174,10 +171,7 @@ async fn a_changed_tool_definition_is_withheld_until_a_tenant_admin_approves_it(
 /// is refused, not cut short.
 #[tokio::test]
 async fn an_overridden_tool_is_called_by_its_new_name_with_its_fixed_argument() {
-    let mut fixture =
-        tokio::process::Command::new(toolgate_e2e::sdk_clients().join(".venv/bin/python"));
-    fixture.arg(toolgate_e2e::sdk_clients().join("fixture_server.py"));
-    let (_fixture, port) = toolgate_e2e::serve_on_free_port(fixture, "FIXTURE_PORT").await;
+    let (_fixture, port) = toolgate_e2e::python_server("fixture_server.py").await;
     let gw = Gateway::start_with(loopback).await;
     let url = format!("http://127.0.0.1:{port}/mcp");
     let (status, _, refused) = gw

@@ -19,7 +19,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, ServiceExt};
 use serde_json::{Value, json};
-use toolgate_e2e::{Gateway, sdk_clients, serve_on_free_port};
+use toolgate_e2e::{Gateway, sdk_clients};
 
 use crate::mcp::{call, post_stateless};
 use crate::upstream::listed_once;
@@ -135,10 +135,7 @@ async fn gateway_with_fixture(upstream: Value) -> Gateway {
 /// default for the operator's upstreams) they reach no one.
 #[tokio::test]
 async fn over_http_each_request_reaches_the_client_whose_call_made_it() {
-    let dir = sdk_clients();
-    let mut command = tokio::process::Command::new(dir.join(".venv/bin/python"));
-    command.arg(dir.join("conformance_fixture.py"));
-    let (_server, port) = serve_on_free_port(command, "FIXTURE_PORT").await;
+    let (_server, port) = toolgate_e2e::python_server("conformance_fixture.py").await;
     let gw = gateway_with_fixture(json!({
         "name": "fx",
         "url": format!("http://127.0.0.1:{port}/mcp"),

@@ -11,7 +11,7 @@ use rmcp::model::{
 };
 use rmcp::service::{RoleClient, RunningService};
 use serde_json::{Value, json};
-use toolgate_e2e::{Gateway, sdk_clients, serve_on_free_port};
+use toolgate_e2e::{Gateway, sdk_clients};
 
 use crate::mcp::connect;
 use crate::tenant_upstreams::{loopback, until_tools};
@@ -43,10 +43,7 @@ fn code(result: Result<impl std::fmt::Debug, ServiceError>) -> ErrorCode {
 #[tokio::test]
 #[allow(deprecated)] // resources/subscribe: what clients before 2026-07-28 use
 async fn a_tenants_upstream_resources_and_prompts_reach_that_tenant_only() {
-    let dir = sdk_clients();
-    let mut command = tokio::process::Command::new(dir.join(".venv/bin/python"));
-    command.arg(dir.join("conformance_fixture.py"));
-    let (_fixture, port) = serve_on_free_port(command, "FIXTURE_PORT").await;
+    let (_fixture, port) = toolgate_e2e::python_server("conformance_fixture.py").await;
     let gw = Gateway::start_with(loopback).await;
     let b_key = gw.create_tenant("globex").await;
     let (status, _, created) = gw
@@ -560,10 +557,7 @@ async fn a_listen_stream_hears_resource_updates_and_list_changes() {
 /// its `arguments` what it named), and the tenant's policy may deny one.
 #[tokio::test]
 async fn relayed_reads_prompts_and_completions_are_audited_and_follow_the_policy() {
-    let dir = sdk_clients();
-    let mut command = tokio::process::Command::new(dir.join(".venv/bin/python"));
-    command.arg(dir.join("conformance_fixture.py"));
-    let (_fixture, port) = serve_on_free_port(command, "FIXTURE_PORT").await;
+    let (_fixture, port) = toolgate_e2e::python_server("conformance_fixture.py").await;
     let gw = Gateway::start_with(loopback).await;
     let (status, _, created) = gw
         .post(

@@ -106,7 +106,6 @@ fn spans(file: &std::path::Path) -> Vec<Value> {
 
 #[tokio::test]
 async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
-    let dir = sdk_clients();
     let scratch = tempfile::tempdir().expect("temp dir");
     let received = scratch.path().join("otlp.jsonl");
     let (_receiver, port) = receiver(&received, "http");
@@ -125,9 +124,7 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
     )
     .await;
     // An upstream MCP server over HTTP (the official Python SDK's).
-    let mut fixture = tokio::process::Command::new(dir.join(".venv/bin/python"));
-    fixture.arg(dir.join("fixture_server.py"));
-    let (_fixture, fixture_port) = toolgate_e2e::serve_on_free_port(fixture, "FIXTURE_PORT").await;
+    let (_fixture, fixture_port) = toolgate_e2e::python_server("fixture_server.py").await;
     let config = scratch.path().join("toolgate.toml");
     std::fs::write(
         &config,

@@ -699,11 +699,8 @@ async fn an_http_upstream_is_not_followed_to_another_origin() {
 /// session, where they did (the hardening issue's shared counter).
 #[tokio::test]
 async fn an_http_upstreams_sessions_are_per_tenant_unless_shared() {
-    let dir = sdk_clients();
     for (scope, expect_other) in [("shared", "3"), ("per_tenant", "1")] {
-        let mut command = tokio::process::Command::new(dir.join(".venv/bin/python"));
-        command.arg(dir.join("fixture_server.py"));
-        let (_server, port) = serve_on_free_port(command, "FIXTURE_PORT").await;
+        let (_server, port) = toolgate_e2e::python_server("fixture_server.py").await;
         let entry: UpstreamEntry = serde_json::from_value(json!({
             "name": "fx",
             "url": format!("http://127.0.0.1:{port}/mcp"),

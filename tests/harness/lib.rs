@@ -330,6 +330,15 @@ pub fn screenshots() -> PathBuf {
     dir
 }
 
+/// Starts `script` of `tests/clients` (the official Python SDK's servers) over
+/// Streamable HTTP on a free loopback port (`FIXTURE_PORT`); killed when dropped.
+pub async fn python_server(script: &str) -> (tokio::process::Child, u16) {
+    let dir = sdk_clients();
+    let mut command = tokio::process::Command::new(dir.join(".venv/bin/python"));
+    command.arg(dir.join(script));
+    serve_on_free_port(command, "FIXTURE_PORT").await
+}
+
 /// Starts `command` as a server on a free loopback port, told through the environment
 /// variable `port_env`, and waits (up to 15 s) until it accepts connections. The child
 /// is killed when dropped.
