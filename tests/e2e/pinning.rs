@@ -20,17 +20,7 @@ async fn definitions(gw: &Gateway) -> Vec<Value> {
 async fn a_changed_tool_definition_is_withheld_until_a_tenant_admin_approves_it() {
     let (_fixture, port) = toolgate_e2e::python_server("fixture_server.py").await;
     let gw = Gateway::start_with(loopback).await;
-    let (status, _, created) = gw
-        .post(
-            "/v1/upstreams",
-            json!({"name": "fx", "url": format!("http://127.0.0.1:{port}/mcp")}),
-        )
-        .await;
-    assert_eq!(status, 201, "{created}");
-    until_tools(&gw.http, &gw, "fx connects", |n| {
-        n.contains(&"fx__add".to_owned())
-    })
-    .await;
+    crate::tenant_upstreams::add_fixture(&gw, port, "add").await;
     let (status, _, sum) = gw
         .invoke("fx__add", json!({"arguments": {"a": 2, "b": 3}}))
         .await;

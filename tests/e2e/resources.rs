@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use toolgate_e2e::{Gateway, sdk_clients};
 
 use crate::mcp::connect;
-use crate::tenant_upstreams::{loopback, until_tools};
+use crate::tenant_upstreams::loopback;
 
 type Client = RunningService<RoleClient, rmcp::model::ClientConfig>;
 
@@ -46,17 +46,7 @@ async fn a_tenants_upstream_resources_and_prompts_reach_that_tenant_only() {
     let (_fixture, port) = toolgate_e2e::python_server("conformance_fixture.py").await;
     let gw = Gateway::start_with(loopback).await;
     let b_key = gw.create_tenant("globex").await;
-    let (status, _, created) = gw
-        .post(
-            "/v1/upstreams",
-            json!({"name": "fx", "url": format!("http://127.0.0.1:{port}/mcp")}),
-        )
-        .await;
-    assert_eq!(status, 201, "{created}");
-    until_tools(&gw.http, &gw, "A sees its upstream's tools", |n| {
-        n.iter().any(|t| t == "fx__test_simple_text")
-    })
-    .await;
+    crate::tenant_upstreams::add_fixture(&gw, port, "test_simple_text").await;
 
     // A sees the upstream's resources as they are, its prompts under the upstream's prefix.
     let a = connect(&gw, &gw.admin_key, ProtocolVersion::V_2025_11_25).await;
@@ -559,17 +549,7 @@ async fn a_listen_stream_hears_resource_updates_and_list_changes() {
 async fn relayed_reads_prompts_and_completions_are_audited_and_follow_the_policy() {
     let (_fixture, port) = toolgate_e2e::python_server("conformance_fixture.py").await;
     let gw = Gateway::start_with(loopback).await;
-    let (status, _, created) = gw
-        .post(
-            "/v1/upstreams",
-            json!({"name": "fx", "url": format!("http://127.0.0.1:{port}/mcp")}),
-        )
-        .await;
-    assert_eq!(status, 201, "{created}");
-    until_tools(&gw.http, &gw, "fx connects", |n| {
-        n.iter().any(|t| t == "fx__test_simple_text")
-    })
-    .await;
+    crate::tenant_upstreams::add_fixture(&gw, port, "test_simple_text").await;
     let a = connect(&gw, &gw.admin_key, ProtocolVersion::V_2025_11_25).await;
     a.read_resource(ReadResourceRequestParams::new("test://static-text"))
         .await

@@ -41,6 +41,20 @@ pub(crate) async fn names(http: &reqwest::Client, gw: &Gateway) -> Vec<String> {
         .collect()
 }
 
+/// Adds the server at `port` (a Python SDK fixture) to the admin's tenant as upstream
+/// `fx` and waits until its tool `first` (as `fx__first`) is listed.
+pub(crate) async fn add_fixture(gw: &Gateway, port: u16, first: &str) {
+    let (status, _, created) = gw
+        .post(
+            "/v1/upstreams",
+            json!({"name": "fx", "url": format!("http://127.0.0.1:{port}/mcp")}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let wanted = format!("fx__{first}");
+    until_tools(&gw.http, gw, "fx connects", |n| n.contains(&wanted)).await;
+}
+
 /// Polls until `check` holds for the caller's tool names, or fails after 20 s.
 pub(crate) async fn until_tools(
     http: &reqwest::Client,
