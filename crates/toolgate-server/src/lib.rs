@@ -39,6 +39,9 @@ pub mod key_file;
 pub mod mcp;
 pub mod metrics;
 pub mod pins;
+
+/// How often each instance checks for tool definitions approved on another.
+const PIN_APPROVALS_EVERY: Duration = Duration::from_secs(5);
 pub mod request_id;
 pub mod rest;
 pub mod runs;
@@ -540,6 +543,13 @@ pub async fn serve_with(
         statuses.push((name, supervised.status));
     }
     state.telemetry.observe_upstreams(statuses);
+    // Definitions approved on other instances reach this one's upstreams within this.
+    tokio::spawn(
+        state
+            .pins
+            .clone()
+            .follow(PIN_APPROVALS_EVERY, streams.clone()),
+    );
     tokio::spawn(
         state
             .telemetry

@@ -155,6 +155,34 @@ impl Pins {
     }
 }
 
+impl Pins {
+    /// Every `every`, until `shutdown`: an approval made on another instance (the last
+    /// approval's time moved) wakes this instance's supervisors to list again.
+    pub async fn follow(
+        self: Arc<Self>,
+        every: Duration,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) {
+        let mut seen = self.store.last_pin_approval().await.ok().flatten();
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(every) => {}
+            }
+            match self.store.last_pin_approval().await {
+                Ok(last) if last != seen => {
+                    seen = last;
+                    self.approved.send_modify(|n| *n += 1);
+                }
+                Ok(_) => {}
+                Err(err) => {
+                    tracing::debug!(error = %err, "could not read the last tool definition approval");
+                }
+            }
+        }
+    }
+}
+
 /// The gateway itself, as the principal of the audit rows it writes of its own accord.
 fn gateway(tenant: TenantId) -> Arc<AuthContext> {
     Arc::new(AuthContext {

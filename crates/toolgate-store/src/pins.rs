@@ -163,6 +163,16 @@ macro_rules! pin_store {
                 rows.into_iter().map(Row::into_record).collect()
             }
 
+            /// When a definition was last approved, any owner's: instances compare it to
+            /// learn of approvals made elsewhere.
+            pub async fn last_pin_approval(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+                let (last,): (Option<DateTime<Utc>>,) =
+                    sqlx::query_as("select max(approved_at) from tool_pin")
+                        .fetch_one(&self.$cross)
+                        .await?;
+                Ok(last)
+            }
+
             /// Forgets the pins of an upstream (deleted: a new one of its name starts afresh).
             pub async fn delete_tool_pins(
                 &self,
@@ -231,6 +241,10 @@ impl Store {
 
     pub async fn tool_pins(&self, owner: Uuid) -> Result<Vec<PinRecord>, StoreError> {
         dispatch!(self, s => s.tool_pins(owner).await)
+    }
+
+    pub async fn last_pin_approval(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+        dispatch!(self, s => s.last_pin_approval().await)
     }
 
     pub async fn delete_tool_pins(&self, owner: Uuid, upstream: &str) -> Result<(), StoreError> {

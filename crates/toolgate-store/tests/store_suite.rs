@@ -1889,6 +1889,11 @@ async fn tool_pins_round_trip_and_approve_only_the_waiting_definition() {
         assert_eq!((approved.pending_hash, approved.pending), (None, None));
         assert!(approved.findings.is_empty());
         assert_eq!(approved.approved_by, Some(by));
+        assert_eq!(
+            store.last_pin_approval().await.expect("last"),
+            approved.approved_at,
+            "what other instances watch for"
+        );
         store.delete_tool_pins(owner, "fx").await.expect("delete");
         assert!(store.tool_pins(owner).await.expect("list").is_empty());
     })
