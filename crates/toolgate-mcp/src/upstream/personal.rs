@@ -1,0 +1,48 @@
+//! Principals' own credentials for an upstream, for upstreams that call with each
+//! caller's.
+
+use super::*;
+
+/// A principal's own credential for an upstream: sent instead of the upstream's bearer
+/// token, its headers over the upstream's.
+#[derive(Clone, Default, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
+pub struct PersonalCredential {
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default)]
+    pub bearer: Option<String>,
+}
+
+impl std::fmt::Debug for PersonalCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PersonalCredential")
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("bearer", &self.bearer.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+/// The gateway's store of principals' own upstream credentials.
+#[async_trait::async_trait]
+pub trait PersonalCredentials: Send + Sync {
+    /// `principal`'s credential for this upstream; `None` when it stored none.
+    async fn credential(
+        &self,
+        tenant: toolgate_core::TenantId,
+        principal: toolgate_core::PrincipalId,
+    ) -> Result<Option<PersonalCredential>, String>;
+}
+
+/// An upstream's source of principals' own credentials, if calls use them.
+#[derive(Clone, Default)]
+pub struct Personal(pub Option<Arc<dyn PersonalCredentials>>);
+
+impl std::fmt::Debug for Personal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Personal(per principal)"
+        } else {
+            "Personal(none)"
+        })
+    }
+}
