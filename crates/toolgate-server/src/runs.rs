@@ -310,9 +310,10 @@ impl Runs {
     pub async fn adopt_orphans(self: &Arc<Self>) {
         // An SQLite file has one gateway: at start-up every running run is an orphan,
         // even one whose lease has not run out (its gateway was killed).
-        let startup_cutoff = match self.store {
-            Store::Sqlite(_) => Utc::now() + LEASE + chrono::Duration::seconds(1),
-            Store::Postgres(_) => Utc::now(),
+        let startup_cutoff = if self.store.is_shared() {
+            Utc::now()
+        } else {
+            Utc::now() + LEASE + chrono::Duration::seconds(1)
         };
         self.claim_orphans(startup_cutoff).await;
     }

@@ -197,6 +197,13 @@ impl Store {
         dispatch!(self, s => s.probe_write().await)
     }
 
+    /// Whether several gateway instances may share this store (Postgres), or it has one
+    /// (an SQLite file): what takes over a stopped instance's work, and where a session's
+    /// events must be kept for a client that comes back through another instance.
+    pub fn is_shared(&self) -> bool {
+        matches!(self, Store::Postgres(_))
+    }
+
     pub fn backend(&self) -> &'static str {
         match self {
             Store::Postgres(_) => "postgres",

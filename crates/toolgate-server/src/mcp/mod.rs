@@ -279,7 +279,7 @@ pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> 
     // kept there (rmcp's memory drops a finished request's events).
     let durable_events = mcp
         .durable_streams
-        .unwrap_or(matches!(state.store, Store::Postgres(_)) || mcp.sse_poll_after_ms.is_some());
+        .unwrap_or(state.store.is_shared() || mcp.sse_poll_after_ms.is_some());
     let retention = Duration::from_secs(mcp.session_retention_secs);
     prune(
         state.store.clone(),
