@@ -231,6 +231,26 @@ impl ToolError {
         Self::new(ErrorKind::InvalidArguments, message)
     }
 
+    /// `invalid_arguments` saying `message` and listing `problems` (a field's path in
+    /// the body, `a/b`, and what is wrong with it), each at its JSON pointer; `Ok` when
+    /// there are none.
+    pub fn unless_valid(
+        message: impl Into<String>,
+        problems: Vec<(String, String)>,
+    ) -> Result<(), ToolError> {
+        if problems.is_empty() {
+            return Ok(());
+        }
+        let violations = problems
+            .into_iter()
+            .map(|(field, message)| Violation {
+                pointer: format!("/{field}"),
+                message,
+            })
+            .collect();
+        Err(Self::invalid_arguments(message).with_violations(violations))
+    }
+
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::NotFound, message)
     }

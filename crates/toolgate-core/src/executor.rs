@@ -170,8 +170,6 @@ impl Executor {
         let admitted = match self.admit(&ctx, name, policy.as_deref().ok()) {
             Ok(admitted) => admitted,
             Err(refusal) => {
-                self.metrics
-                    .rejected(ctx.auth.tenant, refusal.limit.as_str(), ctx.adapter);
                 tracing::debug!(parent: &span, limit = refusal.limit.as_str(), "call refused at admission");
                 failed(&otel, &refusal.error);
                 return Err(refusal.error);
@@ -210,7 +208,7 @@ impl Executor {
 
     /// Admission under the tenant's limits (its `policy`), tightened from the operator's.
     /// A policy that could not be read leaves the operator's limits (the policy step then
-    /// fails the call closed, audited).
+    /// fails the call closed, audited). A refusal is counted in the metrics.
     fn admit(
         &self,
         ctx: &CallContext,
@@ -229,6 +227,10 @@ impl Executor {
         };
         self.admission
             .admit(&ctx.auth, name, limits, self.audit.backlog())
+            .inspect_err(|refusal| {
+                self.metrics
+                    .rejected(ctx.auth.tenant, refusal.limit.as_str(), ctx.adapter);
+            })
     }
 
     async fn run_prepared(
@@ -243,7 +245,6 @@ impl Executor {
         // Metrics name a tool only when it exists: made-up names must not make series
         // without end.
         let known = matches!(&prepared, Ok(_) | Err(Refused { tool: Some(_), .. }));
-        let mut cache = None;
         let (record, result) = match prepared {
             // What was sent is kept, masked as well as the gateway can: by the tool's
             // schema when it resolved (invalid arguments, forbidden), else by name alone.
@@ -322,13 +323,13 @@ impl Executor {
                     Ok((output, truncated))
                 }
                 .await;
-                if let Some(status) = record.cache {
-                    self.metrics.cache(ctx.auth.tenant, &spec.name, status);
-                }
-                cache = record.cache;
                 (record, result)
             }
         };
+        let cache = record.cache;
+        if let Some(status) = cache {
+            self.metrics.cache(ctx.auth.tenant, &name, status);
+        }
         let result = self
             .settle(record, &ctx, &name, known, result, started.elapsed())
             .await;
@@ -424,14 +425,9 @@ impl Executor {
     {
         let started = Instant::now();
         let policy = self.approvals.policy(ctx.auth.tenant).await;
-        let admitted = match self.admit(&ctx, method, policy.as_deref().ok()) {
-            Ok(admitted) => admitted,
-            Err(refusal) => {
-                self.metrics
-                    .rejected(ctx.auth.tenant, refusal.limit.as_str(), ctx.adapter);
-                return Err(refusal.error);
-            }
-        };
+        let admitted = self
+            .admit(&ctx, method, policy.as_deref().ok())
+            .map_err(|refusal| refusal.error)?;
         self.events.emit(&Event::CallStarted {
             ctx: &ctx,
             tool: method,
@@ -457,13 +453,10 @@ impl Executor {
                         refused.cause = Some(err.to_string());
                         Err(refused)
                     }
+                    // Only a rule denies (levels ask for approval, never deny).
                     Ok(policy)
                         if policy.decide(&method, Risk::Low, ctx.agent.as_deref())
-                            == Action::Deny
-                            && policy
-                                .rules
-                                .iter()
-                                .any(|r| r.tool.as_deref() == Some(&method)) =>
+                            == Action::Deny =>
                     {
                         Err(ToolError::new(
                             ErrorKind::Denied,

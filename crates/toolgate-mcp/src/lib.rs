@@ -19,7 +19,7 @@ pub mod vetting;
 
 use std::sync::Arc;
 
-use rmcp::model::RequestParamsMeta as _;
+use rmcp::model::RequestParamsMeta;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
     ContentBlock, CustomRequest, CustomResult, ErrorCode, GetPromptRequestParams,
@@ -635,21 +635,16 @@ impl ServerHandler for McpAdapter {
             // The upstream connection is shared: the caller's `_meta` (a progress token, say)
             // stays here, where it means something.
             request.meta = None;
-            let entry = upstream.clone();
             let target = request.uri.clone();
-            let read = move |traceparent: Option<String>| async move {
-                if let Some(traceparent) = traceparent {
-                    request.set_traceparent(&traceparent);
-                }
-                let name = entry.upstream.clone();
-                entry
-                    .peer
-                    .read_resource_once(request)
-                    .await
-                    .map_err(|e| from_rpc(upstream_error(&name, e)))
-            };
-            self.relay(&context, ("resources/read", &target), args, &upstream, read)
-                .await
+            self.relay(
+                &context,
+                ("resources/read", &target),
+                args,
+                &upstream,
+                request,
+                |peer, request| async move { peer.read_resource_once(request).await },
+            )
+            .await
         })
         .await
     }
@@ -790,21 +785,16 @@ impl ServerHandler for McpAdapter {
                               "upstream": upstream.upstream});
             request.name = remote;
             request.meta = None;
-            let entry = upstream.clone();
             let target = request.name.clone();
-            let got = move |traceparent: Option<String>| async move {
-                if let Some(traceparent) = traceparent {
-                    request.set_traceparent(&traceparent);
-                }
-                let name = entry.upstream.clone();
-                entry
-                    .peer
-                    .get_prompt_once(request)
-                    .await
-                    .map_err(|e| from_rpc(upstream_error(&name, e)))
-            };
-            self.relay(&context, ("prompts/get", &target), args, &upstream, got)
-                .await
+            self.relay(
+                &context,
+                ("prompts/get", &target),
+                args,
+                &upstream,
+                request,
+                |peer, request| async move { peer.get_prompt_once(request).await },
+            )
+            .await
         })
         .await
     }
@@ -850,27 +840,11 @@ impl ServerHandler for McpAdapter {
             let args = json!({"ref": request.r#ref, "argument": request.argument.name,
                               "upstream": upstream.upstream});
             request.meta = None;
-            let entry = upstream.clone();
             let target = request.argument.name.clone();
-            let completed = move |traceparent: Option<String>| async move {
-                if let Some(traceparent) = traceparent {
-                    request.set_traceparent(&traceparent);
-                }
-                let name = entry.upstream.clone();
-                entry
-                    .peer
-                    .complete(request)
-                    .await
-                    .map_err(|e| from_rpc(upstream_error(&name, e)))
-            };
-            self.relay(
-                &context,
-                ("completion/complete", &target),
-                args,
-                &upstream,
-                completed,
-            )
-                .await
+            self.relay(&context, ("completion/complete", &target), args, &upstream, request, |peer, request| async move {
+                peer.complete(request).await
+            })
+            .await
         })
         .await
     }
@@ -1021,21 +995,22 @@ impl McpAdapter {
     /// authorized, under the upstream's deadline, cancelled with the request, audited.
     ///
     /// `(method, target)` names it (`resources/read` and the URI, `prompts/get` and the
-    /// prompt). When traces are recorded, the upstream request gets a client span of its
-    /// own (MCP conventions, `{method} {target}`), child of the request's server span,
-    /// and `make` is told the `traceparent` to send (in `_meta`) so the upstream's spans
-    /// join the trace.
-    async fn relay<T, F>(
+    /// prompt). The upstream request (`params`, handed to `send` with the upstream's
+    /// connection) gets a client span of its own under the request's server span, and
+    /// carries the `traceparent` in `_meta` so the upstream's spans join the trace.
+    async fn relay<P, T, F>(
         &self,
         context: &RequestContext<RoleServer>,
         (method, target): (&str, &str),
         args: Value,
-        upstream: &catalog::Entry,
-        make: impl FnOnce(Option<String>) -> F,
+        upstream: &Arc<catalog::Entry>,
+        mut params: P,
+        send: impl FnOnce(rmcp::Peer<rmcp::RoleClient>, P) -> F,
     ) -> Result<T, ErrorData>
     where
+        P: RequestParamsMeta,
         T: Send + 'static,
-        F: std::future::Future<Output = Result<T, ToolError>> + Send + 'static,
+        F: std::future::Future<Output = Result<T, rmcp::ServiceError>> + Send + 'static,
     {
         let caller = caller(context)?;
         let traceparent = caller
@@ -1049,36 +1024,14 @@ impl McpAdapter {
             ctx = ctx.with_request_id(id);
         }
         ctx.cancel = context.ct.child_token();
-        let client = if toolgate_core::context::recorded(ctx.span.as_ref()) {
-            tracing::info_span!(
-                target: "toolgate::otel",
-                "mcp_client",
-                otel.name = tracing::field::Empty,
-                otel.kind = "client",
-                mcp.method.name = method,
-                mcp.resource.uri = tracing::field::Empty,
-                gen_ai.prompt.name = tracing::field::Empty,
-                error.type = tracing::field::Empty,
-                otel.status_code = tracing::field::Empty,
-            )
-        } else {
-            tracing::Span::none()
-        };
-        let mut traceparent = None;
-        if !client.is_disabled() {
-            use toolgate_core::context::{exported_traceparent, set_remote_parent};
-            client.record("otel.name", format!("{method} {target}"));
-            match method {
-                "resources/read" => client.record("mcp.resource.uri", target),
-                "prompts/get" => client.record("gen_ai.prompt.name", target),
-                _ => &client,
-            };
-            // The request's own span (its server span, or the caller's): no span of
-            // the call's own is exported for a relayed request.
-            set_remote_parent(&client, ctx.parent.clone());
-            traceparent = exported_traceparent(&client);
+        let (client, traceparent) =
+            upstream::client_span(&ctx, upstream::Under::Request, method, target);
+        if let Some(traceparent) = traceparent {
+            params.set_traceparent(&traceparent);
         }
-        let operation = make(traceparent.or_else(|| ctx.traceparent()));
+        let name = upstream.upstream.clone();
+        let sent = send(upstream.peer.clone(), params);
+        let operation = async move { sent.await.map_err(|e| from_rpc(upstream_error(&name, e))) };
         let result = self
             .executor
             .relay(

@@ -97,23 +97,55 @@ type PersonalKey = (Uuid, toolgate_core::PrincipalId);
 
 impl Personals {
     /// The name a principal's credential is sealed under (with the tenant and URL).
-    pub fn sealed_as(upstream: &str, principal: toolgate_core::PrincipalId) -> String {
+    fn sealed_as(upstream: &str, principal: toolgate_core::PrincipalId) -> String {
         format!("{upstream}\0principal\0{principal}")
     }
 
-    pub fn sealer(&self) -> &Sealer {
-        &self.sealer
+    /// Stores `principal`'s own credential for upstream `id` (named `name`, at `url`),
+    /// sealed; replaces any before.
+    pub async fn put(
+        &self,
+        tenant: TenantId,
+        (id, name, url): (Uuid, &str, &str),
+        principal: toolgate_core::PrincipalId,
+        credentials: &Credentials,
+    ) -> anyhow::Result<()> {
+        let sealed =
+            self.sealer
+                .seal(tenant, &Self::sealed_as(name, principal), url, credentials)?;
+        self.store
+            .put_personal_credential(tenant, id, principal, &sealed)
+            .await?;
+        self.forget(id, principal);
+        Ok(())
+    }
+
+    /// Forgets `principal`'s own credential for upstream `id`; whether there was one.
+    pub async fn delete(
+        &self,
+        tenant: TenantId,
+        id: Uuid,
+        principal: toolgate_core::PrincipalId,
+    ) -> Result<bool, StoreError> {
+        let removed = self
+            .store
+            .delete_personal_credential(tenant, id, principal)
+            .await?;
+        self.forget(id, principal);
+        Ok(removed)
     }
 
     /// Drops what this instance remembers of a principal's credential (changed here).
-    pub fn forget(&self, upstream: Uuid, principal: toolgate_core::PrincipalId) {
+    fn forget(&self, upstream: Uuid, principal: toolgate_core::PrincipalId) {
         self.cache
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&(upstream, principal));
     }
 
-    async fn load(
+    /// `principal`'s own credential for upstream `upstream` (named `name`, at `url`),
+    /// through the cache; `None` when none is stored, or one sealed for another URL.
+    pub async fn load(
         &self,
         tenant: TenantId,
         upstream: Uuid,

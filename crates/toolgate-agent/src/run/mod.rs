@@ -213,14 +213,8 @@ impl Driver<'_> {
         // first.
         if !state.pending.is_empty() {
             let calls = state.pending.clone();
-            match self.execute(state, calls).await? {
-                Flow::Continue => {}
-                Flow::HardStop => {
-                    return self
-                        .best_effort(state, "a repeated tool call persisted")
-                        .await;
-                }
-                Flow::Paused => return self.pause(state).await,
+            if let Some(stopped) = self.executed(state, calls).await? {
+                return stopped;
             }
         }
         loop {
@@ -299,14 +293,8 @@ impl Driver<'_> {
                 }
             }
             let pending: Vec<(ToolCall, bool)> = calls.into_iter().map(|c| (c, false)).collect();
-            match self.execute(state, pending).await? {
-                Flow::Continue => {}
-                Flow::HardStop => {
-                    return self
-                        .best_effort(state, "a repeated tool call persisted")
-                        .await;
-                }
-                Flow::Paused => return self.pause(state).await,
+            if let Some(stopped) = self.executed(state, pending).await? {
+                return stopped;
             }
         }
     }
@@ -477,6 +465,23 @@ impl Driver<'_> {
     }
 
     /// Runs (or answers) `calls` and journals each result, or that it waits for approval.
+    /// Makes `calls`; how the run ends if they end it (a persisting repetition, a call
+    /// held for approval), else `None`: the run goes on.
+    async fn executed(
+        &self,
+        state: &mut RunState,
+        calls: Vec<(ToolCall, bool)>,
+    ) -> Result<Option<Result<RunOutcome, Stop>>, Stop> {
+        Ok(match self.execute(state, calls).await? {
+            Flow::Continue => None,
+            Flow::HardStop => Some(
+                self.best_effort(state, "a repeated tool call persisted")
+                    .await,
+            ),
+            Flow::Paused => Some(self.pause(state).await),
+        })
+    }
+
     async fn execute(
         &self,
         state: &mut RunState,

@@ -272,6 +272,69 @@ pub fn spawn(
     }
 }
 
+/// Which span a request to an upstream is the child of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Under {
+    /// The call's own (`execute_tool`, a federated tool call).
+    Call,
+    /// The request's (its server span, or the caller's): a relayed request, which has no
+    /// span of the call's own.
+    Request,
+}
+
+/// A client span for `method` sent to an upstream (MCP conventions: `{method} {target}`,
+/// with the tool, resource or prompt it names), and the `traceparent` to send with it so
+/// the upstream's spans join the trace: the span's own when traces are recorded, else
+/// the call's. Disabled, and free, when the trace is not recorded.
+pub(crate) fn client_span(
+    ctx: &CallContext,
+    under: Under,
+    method: &str,
+    target: &str,
+) -> (tracing::Span, Option<String>) {
+    if !toolgate_core::context::recorded(ctx.span.as_ref()) {
+        return (tracing::Span::none(), ctx.traceparent());
+    }
+    let span = tracing::info_span!(
+        target: "toolgate::otel",
+        "mcp_client",
+        otel.name = tracing::field::Empty,
+        otel.kind = "client",
+        mcp.method.name = method,
+        gen_ai.tool.name = tracing::field::Empty,
+        gen_ai.operation.name = tracing::field::Empty,
+        mcp.resource.uri = tracing::field::Empty,
+        gen_ai.prompt.name = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    if span.is_disabled() {
+        return (span, ctx.traceparent());
+    }
+    use toolgate_core::context::{exported_traceparent, set_remote_parent};
+    span.record("otel.name", format!("{method} {target}"));
+    match method {
+        "tools/call" => {
+            span.record("gen_ai.tool.name", target);
+            span.record("gen_ai.operation.name", "execute_tool");
+        }
+        "resources/read" => {
+            span.record("mcp.resource.uri", target);
+        }
+        "prompts/get" => {
+            span.record("gen_ai.prompt.name", target);
+        }
+        _ => {}
+    }
+    let parent = match under {
+        Under::Call => ctx.span.clone(),
+        Under::Request => ctx.parent.clone(),
+    };
+    set_remote_parent(&span, parent);
+    let traceparent = exported_traceparent(&span).or_else(|| ctx.traceparent());
+    (span, traceparent)
+}
+
 fn report(status: &tokio::sync::watch::Sender<Status>, state: State, error: Option<String>) {
     status.send_modify(|s| {
         if s.state != state {

@@ -88,33 +88,11 @@ impl Tool for UpstreamTool {
             None => args,
         };
         let mut params = CallToolRequestParams::new(self.remote.clone()).with_arguments(args);
-        // A client span per upstream call (MCP conventions), child of the call's span;
-        // the upstream's own spans are its children.
-        let client = if !toolgate_core::context::recorded(ctx.span.as_ref()) {
-            tracing::Span::none()
-        } else {
-            tracing::info_span!(
-            target: "toolgate::otel",
-            "mcp_client",
-            otel.name = tracing::field::Empty,
-            otel.kind = "client",
-            mcp.method.name = "tools/call",
-            gen_ai.tool.name = %self.remote,
-            gen_ai.operation.name = "execute_tool",
-            error.type = tracing::field::Empty,
-            otel.status_code = tracing::field::Empty,
-            )
-        };
-        let mut traceparent = None;
-        if !client.is_disabled() {
-            use toolgate_core::context::{exported_traceparent, set_remote_parent};
-            client.record("otel.name", format!("tools/call {}", self.remote));
-            set_remote_parent(&client, ctx.span.clone());
-            traceparent = exported_traceparent(&client);
-        }
-        // W3C trace context travels in `_meta` (SEP-414) to every upstream, and as the
-        // `traceparent` header to HTTP ones (see `Traced`).
-        if let Some(traceparent) = traceparent.or_else(|| ctx.traceparent()) {
+        // A client span per upstream call, child of the call's span; the upstream's own
+        // spans are its children. W3C trace context travels in `_meta` (SEP-414) to every
+        // upstream, and as the `traceparent` header to HTTP ones (see `Traced`).
+        let (client, traceparent) = client_span(ctx, Under::Call, "tools/call", &self.remote);
+        if let Some(traceparent) = traceparent {
             use rmcp::model::RequestParamsMeta;
             params.set_traceparent(&traceparent);
         }

@@ -11,8 +11,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolgate_agent::AgentConfig;
+use toolgate_core::ToolError;
 use toolgate_core::auth::scopes;
-use toolgate_core::{ToolError, Violation};
 use toolgate_store::AgentRecord;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -230,21 +230,10 @@ fn validate(app: &AppState, config: &AgentConfig) -> Result<(), ApiError> {
             format!("this gateway has no provider named {fast:?}"),
         ));
     }
-    if problems.is_empty() {
-        return Ok(());
-    }
-    let violations = problems
-        .into_iter()
-        .map(|(field, message)| Violation {
-            pointer: format!("/{field}"),
-            message,
-        })
-        .collect();
-    Err(
-        ToolError::invalid_arguments("the agent's configuration is invalid")
-            .with_violations(violations)
-            .into(),
-    )
+    Ok(ToolError::unless_valid(
+        "the agent's configuration is invalid",
+        problems,
+    )?)
 }
 
 fn not_found(id: Uuid) -> ApiError {

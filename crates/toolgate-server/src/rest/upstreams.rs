@@ -13,8 +13,8 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use toolgate_core::ToolError;
 use toolgate_core::auth::scopes;
-use toolgate_core::{ToolError, Violation};
 use toolgate_mcp::upstream::{State as LinkState, glob_problem, is_valid_name};
 use toolgate_store::{UpstreamRecord, UpstreamWrite};
 use utoipa::ToSchema;
@@ -408,18 +408,7 @@ async fn validate(
             "apply to MCP servers' tools; an HTTP API's tools are named from its document".into(),
         ));
     }
-    if !problems.is_empty() {
-        let violations = problems
-            .into_iter()
-            .map(|(field, message)| Violation {
-                pointer: format!("/{field}"),
-                message,
-            })
-            .collect();
-        return Err(ToolError::invalid_arguments("the upstream is invalid")
-            .with_violations(violations)
-            .into());
-    }
+    ToolError::unless_valid("the upstream is invalid", problems)?;
     let stored = Stored {
         url: body.url,
         prefix: body.prefix,
@@ -850,19 +839,17 @@ async fn get_my_credential(
     AppPath(name): AppPath<String>,
 ) -> Result<AppJson<PersonalView>, ApiError> {
     let (upstreams, record, config) = personal_upstream(&app, &caller, &name).await?;
-    let principal = caller.auth.principal.id;
-    let credential = app
-        .store
-        .personal_credential(caller.auth.tenant, record.id, principal)
-        .await?
-        .and_then(|sealed| {
-            upstreams.sealer.open(
-                caller.auth.tenant,
-                &crate::upstreams::Personals::sealed_as(&record.name, principal),
-                &config.url,
-                &sealed,
-            )
-        })
+    let credential = upstreams
+        .personals
+        .load(
+            caller.auth.tenant,
+            record.id,
+            &record.name,
+            &config.url,
+            caller.auth.principal.id,
+        )
+        .await
+        .map_err(|e| ApiError::Internal(anyhow::anyhow!(e)))?
         .ok_or_else(|| {
             ToolError::not_found(format!("you stored no credential for {name:?}")).with_suggestion(
                 format!("store one with PUT /v1/upstreams/{name}/credentials"),
@@ -897,36 +884,25 @@ async fn put_my_credential(
     if body.bearer.is_none() && body.headers.is_empty() {
         problems.push(("bearer".into(), "give a bearer token or headers".into()));
     }
-    if !problems.is_empty() {
-        let violations = problems
-            .into_iter()
-            .map(|(field, message)| Violation {
-                pointer: format!("/{field}"),
-                message,
-            })
-            .collect();
-        return Err(ToolError::invalid_arguments("the credential is invalid")
-            .with_violations(violations)
-            .into());
-    }
-    let principal = caller.auth.principal.id;
+    ToolError::unless_valid("the credential is invalid", problems)?;
     let credentials = Credentials {
         headers: body.headers,
         bearer: body.bearer,
     };
-    let sealed = upstreams
-        .sealer
-        .seal(
+    upstreams
+        .personals
+        .put(
             caller.auth.tenant,
-            &crate::upstreams::Personals::sealed_as(&record.name, principal),
-            &config.url,
+            (record.id, &record.name, &config.url),
+            caller.auth.principal.id,
             &credentials,
         )
-        .map_err(ApiError::Internal)?;
-    app.store
-        .put_personal_credential(caller.auth.tenant, record.id, principal, &sealed)
-        .await?;
-    upstreams.personals.forget(record.id, principal);
+        .await
+        // The store's errors keep their meaning (unavailable: 503); sealing's are ours.
+        .map_err(|e| match e.downcast::<toolgate_store::StoreError>() {
+            Ok(store) => ApiError::from(store),
+            Err(other) => ApiError::Internal(other),
+        })?;
     Ok(AppJson(PersonalView {
         bearer: credentials.bearer.is_some(),
         headers: credentials.headers.into_keys().collect(),
@@ -949,12 +925,10 @@ async fn delete_my_credential(
     AppPath(name): AppPath<String>,
 ) -> Result<StatusCode, ApiError> {
     let (upstreams, record, _) = personal_upstream(&app, &caller, &name).await?;
-    let principal = caller.auth.principal.id;
-    let removed = app
-        .store
-        .delete_personal_credential(caller.auth.tenant, record.id, principal)
+    let removed = upstreams
+        .personals
+        .delete(caller.auth.tenant, record.id, caller.auth.principal.id)
         .await?;
-    upstreams.personals.forget(record.id, principal);
     if removed {
         Ok(StatusCode::NO_CONTENT)
     } else {
