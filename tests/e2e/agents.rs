@@ -939,7 +939,9 @@ async fn on_sqlite_a_run_left_by_a_killed_gateway_resumes_at_the_next_start() {
         lease_until: chrono::Utc::now() + chrono::Duration::seconds(25),
         first_event: json!({"type": "run_started", "agent": "r", "input": "Still there?"}),
     };
-    store.create_run(tenant.id, &run).await.expect("run");
+    toolgate_core::stores::RunStore::create_run(&store, tenant.id, &run)
+        .await
+        .expect("run");
     drop(store);
 
     let gw = start().await;

@@ -2,8 +2,8 @@
 //!
 //! The agent adapter: a run drives an LLM through turns and executes the tool calls it
 //! asks for through the one [`toolgate_core::Executor`] (adapter `agent`), journaling
-//! every step. Depends on `toolgate-core` only; the server gives it a [`run::Journal`]
-//! backed by the store and the providers the operator configured.
+//! every step. Depends on `toolgate-core` only; the server gives [`runs::Runs`] the store
+//! (through core's store seams) and the providers the operator configured.
 //!
 //! ## Why our own provider clients
 //!
@@ -33,6 +33,9 @@
 //! - [`run`]: the loop ([`run::drive`]); its events ([`run::RunEvent`]) and the pure fold
 //!   that rebuilds a run from them ([`run::RunState::fold`]) in `run/state.rs`, with
 //!   that fold's unit tests.
+//! - [`runs`]: [`runs::Runs`], the runs of one gateway instance: starting them,
+//!   journaling their events through the store seam ([`toolgate_core::stores`]), leases,
+//!   cancellation, and taking over runs whose instance stopped.
 
 pub mod agent;
 pub mod message;
@@ -40,6 +43,7 @@ pub mod output;
 pub mod protocol;
 pub mod provider;
 pub mod run;
+pub mod runs;
 
 pub use agent::AgentConfig;
 pub use protocol::Protocol;

@@ -14,7 +14,6 @@
 //! - [`cli`]: the admin subcommands (`migrate`, `tenants`, `keys`, `audit verify`).
 //! - [`request_id`]: request ids and the observe middleware (span, logging).
 //! - [`rest`]: REST routes, one module per resource; problem+json errors.
-//! - [`runs`]: agent runs on this instance: journals, leases, cancellation, take-over.
 //! - [`mcp`]: the MCP front door at `/mcp` (rmcp Streamable HTTP) and its OAuth metadata.
 //! - [`docs`]: `/openapi.json` and the offline `/docs` page.
 //! - [`console`]: the operators' console at `/console` (plain modules, no build step).
@@ -44,7 +43,6 @@ pub mod pins;
 const PIN_APPROVALS_EVERY: Duration = Duration::from_secs(5);
 pub mod request_id;
 pub mod rest;
-pub mod runs;
 pub mod state;
 pub mod streams;
 pub mod telemetry;
@@ -164,7 +162,12 @@ pub async fn build_with(
             .map_err(|e| anyhow::anyhow!("provider {name}: {e}"))?;
         providers.insert(name.clone(), provider);
     }
-    let runs = runs::Runs::new(store.clone(), registry.clone(), executor.clone(), providers);
+    let runs = toolgate_agent::runs::Runs::new(
+        store.clone(),
+        registry.clone(),
+        executor.clone(),
+        providers,
+    );
     let shutdown = CancellationToken::new();
     let catalog = Catalog::new();
     let pins = Arc::new(pins::Pins::new(

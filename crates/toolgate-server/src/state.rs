@@ -23,7 +23,7 @@ pub struct Shared {
     pub workspaces: Arc<Workspaces>,
     pub store: Store,
     /// Agent runs driven by this instance, and their SSE wake-ups.
-    pub runs: Arc<crate::runs::Runs>,
+    pub runs: Arc<toolgate_agent::runs::Runs<toolgate_store::Store>>,
     /// Tenants' approval policies (cached) and approvals, as the executor sees them.
     pub approvals: Arc<crate::approvals::StoreApprovals>,
     /// Where audit rows go (the executor's sink): decisions on approvals are recorded too.

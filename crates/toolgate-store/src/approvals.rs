@@ -668,13 +668,17 @@ impl Store {
     ) -> Result<(), StoreError> {
         dispatch!(self, s => s.set_approval_result(tenant, approval, result).await)
     }
+}
 
-    pub async fn expire_approvals(&self) -> Result<Vec<(TenantId, ApprovalId)>, StoreError> {
+/// The approval seam of [`toolgate_core::stores`], for the agent crate's run supervisor.
+#[async_trait::async_trait]
+impl toolgate_core::stores::ApprovalStore for Store {
+    async fn expire_approvals(&self) -> Result<Vec<(TenantId, ApprovalId)>, StoreError> {
         dispatch!(self, s => s.expire_approvals().await)
     }
 
     /// Expires what `run` still waits for (see the backends' `expire_run_approvals`).
-    pub async fn expire_run_approvals(
+    async fn expire_run_approvals(
         &self,
         tenant: TenantId,
         run: RunId,

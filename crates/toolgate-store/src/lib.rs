@@ -567,3 +567,11 @@ pub(crate) fn interrupted(f: IntentFields) -> Result<AuditRecord, StoreError> {
         finished_at: started_at,
     })
 }
+
+impl toolgate_core::stores::Backend for Store {
+    type Error = StoreError;
+
+    fn is_shared(&self) -> bool {
+        Store::is_shared(self)
+    }
+}

@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+pub use toolgate_core::stores::{NewRun, RunEventRecord, RunFinish, RunRecord};
 use toolgate_core::{PrincipalId, PrincipalKind, RunId, TenantId};
 use uuid::Uuid;
 
@@ -237,63 +238,4 @@ pub struct AgentRecord {
     pub config: serde_json::Value,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
-}
-
-/// A run's summary row.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RunRecord {
-    pub id: RunId,
-    pub tenant: TenantId,
-    pub agent_id: Uuid,
-    pub agent_name: String,
-    pub principal: PrincipalId,
-    /// The caller's auth context (JSON), to resume the run as that caller.
-    pub auth: serde_json::Value,
-    /// The agent's configuration when the run started.
-    pub agent_config: serde_json::Value,
-    pub input: String,
-    /// `running`, `awaiting_approval`, `completed`, `failed` or `cancelled`.
-    pub status: String,
-    pub output: Option<String>,
-    pub best_effort: bool,
-    pub error: Option<String>,
-    pub usage: Option<serde_json::Value>,
-    pub cancel_requested: bool,
-    pub created_at: DateTime<Utc>,
-    pub finished_at: Option<DateTime<Utc>>,
-}
-
-/// A run to start, with its first event (`run_started`, sequence 1).
-#[derive(Clone, Debug)]
-pub struct NewRun {
-    pub id: RunId,
-    pub agent_id: Uuid,
-    pub agent_name: String,
-    pub principal: PrincipalId,
-    pub auth: serde_json::Value,
-    pub agent_config: serde_json::Value,
-    pub input: String,
-    /// The instance that drives it and until when (renewed while it runs).
-    pub owner: String,
-    pub lease_until: DateTime<Utc>,
-    pub first_event: serde_json::Value,
-}
-
-/// One event of a run's journal.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RunEventRecord {
-    pub seq: i64,
-    pub kind: String,
-    pub payload: serde_json::Value,
-    pub created_at: DateTime<Utc>,
-}
-
-/// How a run ended, written with its last event.
-#[derive(Clone, Debug)]
-pub struct RunFinish {
-    pub status: String,
-    pub output: Option<String>,
-    pub best_effort: bool,
-    pub error: Option<String>,
-    pub usage: serde_json::Value,
 }

@@ -749,28 +749,6 @@ impl Store {
         dispatch!(self, s => s.delete_agent(tenant, agent).await)
     }
 
-    /// Records a new run and its first event (sequence 1), in one transaction.
-    pub async fn create_run(&self, tenant: TenantId, new: &NewRun) -> Result<(), StoreError> {
-        dispatch!(self, s => s.create_run(tenant, new).await)
-    }
-
-    /// Appends `events` to a run's journal, numbered from `first_seq`, in one
-    /// transaction; with `finish`, also ends the run in it. [`StoreError::Conflict`]
-    /// when a number is taken (another instance writes the run). Not `durable`: on
-    /// Postgres the commit does not wait for its WAL flush (a crash may lose these events,
-    /// never a later durable one's predecessors); a run's end is always durable.
-    pub async fn append_run_events(
-        &self,
-        tenant: TenantId,
-        run: RunId,
-        first_seq: i64,
-        events: &[Value],
-        finish: Option<&RunFinish>,
-        durable: bool,
-    ) -> Result<(), StoreError> {
-        dispatch!(self, s => s.append_run_events(tenant, run, first_seq, events, finish, durable).await)
-    }
-
     pub async fn get_run(
         &self,
         tenant: TenantId,
@@ -787,9 +765,35 @@ impl Store {
     ) -> Result<Vec<RunRecord>, StoreError> {
         dispatch!(self, s => s.list_runs(tenant, limit).await)
     }
+}
+
+/// The run seam of [`toolgate_core::stores`], for the agent crate's run supervisor.
+#[async_trait::async_trait]
+impl toolgate_core::stores::RunStore for Store {
+    /// Records a new run and its first event (sequence 1), in one transaction.
+    async fn create_run(&self, tenant: TenantId, new: &NewRun) -> Result<(), StoreError> {
+        dispatch!(self, s => s.create_run(tenant, new).await)
+    }
+
+    /// Appends `events` to a run's journal, numbered from `first_seq`, in one
+    /// transaction; with `finish`, also ends the run in it. [`StoreError::Conflict`]
+    /// when a number is taken (another instance writes the run). Not `durable`: on
+    /// Postgres the commit does not wait for its WAL flush (a crash may lose these events,
+    /// never a later durable one's predecessors); a run's end is always durable.
+    async fn append_run_events(
+        &self,
+        tenant: TenantId,
+        run: RunId,
+        first_seq: i64,
+        events: &[Value],
+        finish: Option<&RunFinish>,
+        durable: bool,
+    ) -> Result<(), StoreError> {
+        dispatch!(self, s => s.append_run_events(tenant, run, first_seq, events, finish, durable).await)
+    }
 
     /// A run's events after sequence `after`, in order.
-    pub async fn run_events(
+    async fn run_events(
         &self,
         tenant: TenantId,
         run: RunId,
@@ -800,16 +804,12 @@ impl Store {
 
     /// Marks a running run for cancellation (its driver sees it at the next lease
     /// renewal); false when it is not running.
-    pub async fn request_run_cancel(
-        &self,
-        tenant: TenantId,
-        run: RunId,
-    ) -> Result<bool, StoreError> {
+    async fn request_run_cancel(&self, tenant: TenantId, run: RunId) -> Result<bool, StoreError> {
         dispatch!(self, s => s.request_run_cancel(tenant, run).await)
     }
 
     /// Extends `owner`'s leases on `runs`; returns those whose cancellation was asked.
-    pub async fn renew_run_leases(
+    async fn renew_run_leases(
         &self,
         owner: &str,
         runs: &[RunId],
@@ -821,7 +821,7 @@ impl Store {
     /// Takes over running runs whose lease ended before `expired_before` (their instance
     /// stopped), and runs waiting for approval that can go on (see [`READY`]): at most
     /// `limit`, each set running and leased to `owner` until `until`.
-    pub async fn claim_orphaned_runs(
+    async fn claim_orphaned_runs(
         &self,
         owner: &str,
         until: DateTime<Utc>,

@@ -24,8 +24,8 @@ use super::extract::{AppJson, AppPath, located};
 use super::runs::{RunView, run_view};
 use crate::auth::Caller;
 use crate::request_id::RequestId;
-use crate::runs::StartError;
 use crate::state::AppState;
+use toolgate_agent::runs::StartError;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

@@ -15,6 +15,7 @@ use futures::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolgate_core::auth::scopes;
+use toolgate_core::stores::RunStore as _;
 use toolgate_core::{RunId, TenantId, ToolError};
 use toolgate_store::{RunEventRecord, RunRecord};
 use utoipa::{IntoParams, ToSchema};
@@ -265,13 +266,13 @@ fn steps_stream(
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     struct Cursor {
         app: AppState,
-        updates: tokio::sync::watch::Receiver<crate::runs::Committed>,
-        deltas: tokio::sync::broadcast::Receiver<crate::runs::Piece>,
+        updates: tokio::sync::watch::Receiver<toolgate_agent::runs::Committed>,
+        deltas: tokio::sync::broadcast::Receiver<toolgate_agent::runs::Piece>,
         deltas_open: bool,
         /// Pieces received and not yet sent, with their turns: each goes out once its
         /// turn's `turn_started` step has (pieces are published at once, the steps before
         /// them may still be on their way to the store).
-        held: std::collections::VecDeque<crate::runs::Piece>,
+        held: std::collections::VecDeque<toolgate_agent::runs::Piece>,
         /// The turn of the latest `turn_started` step sent (or before `after`).
         turn: Option<u32>,
         last: i64,

@@ -17,12 +17,13 @@ use chrono::Utc;
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use toolgate_agent::provider::Provider;
-use toolgate_agent::provider::stream::Delta;
-use toolgate_agent::{AgentConfig, Journal, RunContext, RunEvent, RunState, drive};
+use toolgate_core::stores::{ApprovalStore, NewRun, RunFinish, RunRecord, RunStore};
 use toolgate_core::{AuthContext, Event, Executor, Registry, RunId, TenantId, Toolset};
-use toolgate_store::{NewRun, RunFinish, RunRecord, Store, StoreError};
 use uuid::Uuid;
+
+use crate::provider::Provider;
+use crate::provider::stream::Delta;
+use crate::{AgentConfig, Journal, RunContext, RunEvent, RunState, RunStatus, drive};
 
 /// How long a lease lasts, and how often its owner renews it.
 /// Pieces of replies a slow stream may fall behind by before it skips some (the whole
@@ -35,22 +36,30 @@ const ORPHAN_SCAN_EVERY: Duration = Duration::from_secs(15);
 /// Most orphaned runs taken over per scan.
 const ORPHAN_BATCH: i64 = 32;
 
-/// Why a run could not start.
+/// Why a run could not start; `E` is the store's error.
 #[derive(Debug, thiserror::Error)]
-pub enum StartError {
+pub enum StartError<E: std::error::Error + 'static> {
     #[error("the agent names the provider {0:?}, which this gateway does not configure")]
     UnknownProvider(String),
     #[error("the agent's configuration is invalid: {0}")]
     InvalidAgent(String),
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(E),
 }
+
+/// What the supervisor needs of a store: runs and their journals, and approval expiry.
+pub trait Store: RunStore + ApprovalStore {}
+impl<S: RunStore + ApprovalStore> Store for S {}
+
+/// The store's error.
+type Error<S> = <S as toolgate_core::stores::Backend>::Error;
 
 /// A piece of a streamed model reply: its turn, and its SSE `model_delta` data.
 pub type Piece = (u32, Arc<str>);
 
-pub struct Runs {
-    store: Store,
+/// The agent runs of this gateway instance, over the store `S`.
+pub struct Runs<S> {
+    store: S,
     registry: Arc<Registry>,
     executor: Executor,
     providers: HashMap<String, Arc<dyn Provider>>,
@@ -79,18 +88,18 @@ struct Active {
     task: tokio::task::AbortHandle,
 }
 
-impl Runs {
+impl<S: Store> Runs<S> {
     /// This instance's name (in run leases and the instances table).
     pub fn instance(&self) -> &str {
         &self.instance
     }
 
     pub fn new(
-        store: Store,
+        store: S,
         registry: Arc<Registry>,
         executor: Executor,
         providers: HashMap<String, Arc<dyn Provider>>,
-    ) -> Arc<Runs> {
+    ) -> Arc<Self> {
         Arc::new(Runs {
             store,
             registry,
@@ -111,7 +120,7 @@ impl Runs {
         agent: AgentConfig,
         input: String,
         request_id: Option<String>,
-    ) -> Result<RunId, StartError> {
+    ) -> Result<RunId, StartError<Error<S>>> {
         let provider = self.provider(&agent)?;
         let toolset = agent.toolset().map_err(StartError::InvalidAgent)?;
         let run = RunId::new();
@@ -131,14 +140,17 @@ impl Runs {
             lease_until: Utc::now() + LEASE,
             first_event: serde_json::to_value(&first).unwrap_or(Value::Null),
         };
-        self.store.create_run(auth.tenant, &new).await?;
+        self.store
+            .create_run(auth.tenant, &new)
+            .await
+            .map_err(StartError::Store)?;
         self.notify(run, 1, false);
         let state = RunState::fold(&[first]);
         self.spawn(run, auth, toolset, agent, provider, state, 2, request_id);
         Ok(run)
     }
 
-    fn provider(&self, agent: &AgentConfig) -> Result<Arc<dyn Provider>, StartError> {
+    fn provider(&self, agent: &AgentConfig) -> Result<Arc<dyn Provider>, StartError<Error<S>>> {
         self.providers
             .get(&agent.provider)
             .cloned()
@@ -225,11 +237,7 @@ impl Runs {
 
     /// Asks a run to stop: at once if this instance drives it, else through the store.
     /// False when the run is not running (or not the tenant's).
-    pub async fn cancel(
-        self: &Arc<Self>,
-        tenant: TenantId,
-        run: RunId,
-    ) -> Result<bool, StoreError> {
+    pub async fn cancel(self: &Arc<Self>, tenant: TenantId, run: RunId) -> Result<bool, Error<S>> {
         let requested = self.store.request_run_cancel(tenant, run).await?;
         if requested {
             // Nobody waits for what the run held any more: its approvals leave the inbox.
@@ -479,7 +487,7 @@ impl Runs {
             }
             Err(reason) => {
                 let event = RunEvent::RunFinished {
-                    status: toolgate_agent::RunStatus::Failed,
+                    status: RunStatus::Failed,
                     output: None,
                     best_effort: false,
                     usage: Default::default(),
@@ -516,7 +524,7 @@ const MAX_GROUP: usize = 64;
 const QUEUE: usize = 256;
 
 impl StoreJournal {
-    fn new(runs: Arc<Runs>, tenant: TenantId, run: RunId, next_seq: i64) -> Self {
+    fn new<S: Store>(runs: Arc<Runs<S>>, tenant: TenantId, run: RunId, next_seq: i64) -> Self {
         let (queue, mut rx) = tokio::sync::mpsc::channel::<Queued>(QUEUE);
         let failed = Arc::new(Mutex::new(None::<String>));
         let failure = failed.clone();
@@ -598,9 +606,7 @@ impl Journal for StoreJournal {
             // Paused: the run row says so and frees its lease, so that whichever instance
             // sees the decision first takes it over.
             RunEvent::RunPaused { usage, .. } => Some(RunFinish {
-                status: toolgate_agent::RunStatus::AwaitingApproval
-                    .as_str()
-                    .to_owned(),
+                status: RunStatus::AwaitingApproval.as_str().to_owned(),
                 output: None,
                 best_effort: false,
                 error: None,

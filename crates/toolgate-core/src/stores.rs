@@ -1,0 +1,151 @@
+//! The seams orchestration needs from durable storage, and the records that cross them.
+//!
+//! Core owns these traits; `toolgate-store` implements them over SQLite and Postgres, and
+//! the crates that orchestrate (the agent crate's run supervisor) are written against
+//! them, so none of them depends on a database. Each backend keeps its own error type
+//! ([`Backend::Error`]): callers above pass it on unchanged (the REST edge turns a
+//! store that cannot take the operation for now into 503).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::{ApprovalId, PrincipalId, RunId, TenantId};
+
+/// What every store seam shares: its error, and whether several gateway instances may
+/// use the store at once.
+pub trait Backend: Send + Sync + 'static {
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Whether several gateway instances may share this store (Postgres), as opposed to
+    /// one process owning it (an SQLite file): on a shared store another instance may
+    /// hold a lease that has not run out.
+    fn is_shared(&self) -> bool;
+}
+
+/// A run's summary row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunRecord {
+    pub id: RunId,
+    pub tenant: TenantId,
+    pub agent_id: Uuid,
+    pub agent_name: String,
+    pub principal: PrincipalId,
+    /// The caller's auth context (JSON), to resume the run as that caller.
+    pub auth: serde_json::Value,
+    /// The agent's configuration when the run started.
+    pub agent_config: serde_json::Value,
+    pub input: String,
+    /// `running`, `awaiting_approval`, `completed`, `failed` or `cancelled`.
+    pub status: String,
+    pub output: Option<String>,
+    pub best_effort: bool,
+    pub error: Option<String>,
+    pub usage: Option<serde_json::Value>,
+    pub cancel_requested: bool,
+    pub created_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// A run to start, with its first event (`run_started`, sequence 1).
+#[derive(Clone, Debug)]
+pub struct NewRun {
+    pub id: RunId,
+    pub agent_id: Uuid,
+    pub agent_name: String,
+    pub principal: PrincipalId,
+    pub auth: serde_json::Value,
+    pub agent_config: serde_json::Value,
+    pub input: String,
+    /// The instance that drives it and until when (renewed while it runs).
+    pub owner: String,
+    pub lease_until: DateTime<Utc>,
+    pub first_event: serde_json::Value,
+}
+
+/// One event of a run's journal.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunEventRecord {
+    pub seq: i64,
+    pub kind: String,
+    pub payload: serde_json::Value,
+    pub created_at: DateTime<Utc>,
+}
+
+/// How a run ended, written with its last event.
+#[derive(Clone, Debug)]
+pub struct RunFinish {
+    pub status: String,
+    pub output: Option<String>,
+    pub best_effort: bool,
+    pub error: Option<String>,
+    pub usage: serde_json::Value,
+}
+
+/// Agent runs and their journals, with the leases that say which instance drives each.
+#[async_trait]
+pub trait RunStore: Backend {
+    /// Records a new running run owned by `new.owner`, with its first event.
+    async fn create_run(&self, tenant: TenantId, new: &NewRun) -> Result<(), Self::Error>;
+
+    /// Appends `events` to `run`'s journal from `first_seq` on, in one transaction; with
+    /// `finish`, also ends (or pauses) the run. `durable`: the commit must reach disk
+    /// before this returns (someone waits on it).
+    async fn append_run_events(
+        &self,
+        tenant: TenantId,
+        run: RunId,
+        first_seq: i64,
+        events: &[serde_json::Value],
+        finish: Option<&RunFinish>,
+        durable: bool,
+    ) -> Result<(), Self::Error>;
+
+    /// `run`'s journal after sequence `after`, in order.
+    async fn run_events(
+        &self,
+        tenant: TenantId,
+        run: RunId,
+        after: i64,
+    ) -> Result<Vec<RunEventRecord>, Self::Error>;
+
+    /// Flags `run` for cancellation; false when it is not running or paused (or not the
+    /// tenant's).
+    async fn request_run_cancel(&self, tenant: TenantId, run: RunId) -> Result<bool, Self::Error>;
+
+    /// Extends `owner`'s leases on `runs` to `until`; returns those of them flagged for
+    /// cancellation.
+    async fn renew_run_leases(
+        &self,
+        owner: &str,
+        runs: &[RunId],
+        until: DateTime<Utc>,
+    ) -> Result<Vec<RunId>, Self::Error>;
+
+    /// Takes over, for `owner` until `until`, at most `limit` runs that can go on: running
+    /// ones whose lease ran out before `expired_before`, and paused ones that can go on (an
+    /// approval decided or expired, or a cancel requested).
+    async fn claim_orphaned_runs(
+        &self,
+        owner: &str,
+        until: DateTime<Utc>,
+        limit: i64,
+        expired_before: DateTime<Utc>,
+    ) -> Result<Vec<RunRecord>, Self::Error>;
+}
+
+/// Approvals as the run supervisor needs them: expiring those nobody decided in time
+/// and those a cancelled run no longer waits for.
+#[async_trait]
+pub trait ApprovalStore: Backend {
+    /// Marks pending approvals past their time expired; returns them.
+    async fn expire_approvals(&self) -> Result<Vec<(TenantId, ApprovalId)>, Self::Error>;
+
+    /// Expires what `run` still waits for, with `reason`; returns those approvals.
+    async fn expire_run_approvals(
+        &self,
+        tenant: TenantId,
+        run: RunId,
+        reason: &str,
+    ) -> Result<Vec<ApprovalId>, Self::Error>;
+}
