@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::json;
+use toolgate_core::stores::SessionStore as _;
 use toolgate_e2e::{Gateway, client_with_key};
 
 /// A new principal `name` with `scopes`, and its key (id, secret).

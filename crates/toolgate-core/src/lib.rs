@@ -31,9 +31,9 @@
 //! - [`secrets`]: which argument values the audit masks (schema marks, declared fields,
 //!   the deployment's secret-name pattern).
 //! - [`event`]: [`Event`] and the [`EventSink`] seam (tracing now; audit and SSE later).
-//! - [`stores`]: the seams orchestration needs from durable storage ([`stores::RunStore`],
-//!   [`stores::ApprovalStore`]) and the run records crossing them; `toolgate-store`
-//!   implements them.
+//! - [`stores`]: the seams orchestration needs from durable storage
+//!   ([`stores::RunStore`], [`stores::ApprovalStore`], [`stores::SessionStore`]) and the
+//!   records crossing them; `toolgate-store` implements them.
 //! - [`declarations`]: a toolset rendered as OpenAI, Anthropic, Gemini or MCP tool
 //!   declarations, generated from the specs.
 

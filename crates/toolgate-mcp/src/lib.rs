@@ -11,9 +11,22 @@
 //! [`ScopedToolset`](toolgate_core::ScopedToolset), `tools/call` ↔ [`Executor::call`] with
 //! adapter `mcp`, [`ToolError`] ↔ an `isError` result (or, for an unknown tool, the JSON-RPC
 //! error -32602 the 2025-11-25 specification asks for).
+//!
+//! # Layout
+//!
+//! - this file: the [`ServerHandler`] (listing, calls, relayed reads, prompts and
+//!   completions, subscriptions).
+//! - [`sessions`]: rmcp's session store and session manager over core's
+//!   [`SessionStore`](toolgate_core::stores::SessionStore) seam: sessions any instance
+//!   can take over, caps per principal and tenant, dormant sessions let go of, SSE
+//!   resumption and polling.
+//! - [`upstream`]: upstream MCP servers (stdio and HTTP) federated into the registry.
+//! - [`catalog`], [`relay`]: upstream resources and prompts, and relaying to them.
+//! - [`vetting`]: tool definitions checked and pinned (rug-pull defence).
 
 pub mod catalog;
 pub mod relay;
+pub mod sessions;
 pub mod upstream;
 pub mod vetting;
 

@@ -330,71 +330,6 @@ impl Store {
         dispatch!(self, s => s.touch_key(key, at).await)
     }
 
-    /// Records an MCP session; [`StoreError::Conflict`] if the id is taken.
-    pub async fn put_mcp_session(&self, session: &McpSession) -> Result<(), StoreError> {
-        dispatch!(self, s => s.put_mcp_session(session).await)
-    }
-
-    /// The session with this id, whichever tenant it belongs to: the caller is then
-    /// checked against its owner.
-    pub async fn mcp_session(&self, id: &str) -> Result<Option<McpSession>, StoreError> {
-        dispatch!(self, s => s.mcp_session(id).await)
-    }
-
-    /// Ends a session: its row and its stored SSE events.
-    pub async fn delete_mcp_session(&self, tenant: TenantId, id: &str) -> Result<(), StoreError> {
-        dispatch!(self, s => s.delete_mcp_session(tenant, id).await)
-    }
-
-    /// Marks sessions `ids` as in use at `at` (an instance holding them in memory).
-    pub async fn touch_mcp_sessions(
-        &self,
-        ids: &[String],
-        at: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
-        if ids.is_empty() {
-            return Ok(());
-        }
-        dispatch!(self, s => s.touch_mcp_sessions(ids, at).await)
-    }
-
-    /// Ends the sessions last seen in use before `before`, across tenants, with their
-    /// stored events (retention: a client coming back gets 404 and opens a new one).
-    /// Returns how many went.
-    pub async fn prune_mcp_sessions(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
-        dispatch!(self, s => s.prune_mcp_sessions(before).await)
-    }
-
-    /// Stores one SSE event of `stream` in `session`; returns its sequence number, unique
-    /// across the store (and so across gateway instances).
-    pub async fn append_mcp_event(
-        &self,
-        tenant: TenantId,
-        session: &str,
-        stream: &str,
-        message: Option<&str>,
-        retry_ms: Option<i32>,
-    ) -> Result<i64, StoreError> {
-        dispatch!(self, s => s.append_mcp_event(tenant, session, stream, message, retry_ms).await)
-    }
-
-    /// The events after event `seq` on the same stream as it, in order; empty when `seq`
-    /// is not an event of this tenant's `session`.
-    pub async fn mcp_events_after(
-        &self,
-        tenant: TenantId,
-        session: &str,
-        seq: i64,
-    ) -> Result<Vec<McpEvent>, StoreError> {
-        dispatch!(self, s => s.mcp_events_after(tenant, session, seq).await)
-    }
-
-    /// Drops stored SSE events older than `before`, across tenants (retention). Returns
-    /// how many went.
-    pub async fn prune_mcp_events(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
-        dispatch!(self, s => s.prune_mcp_events(before).await)
-    }
-
     pub async fn begin_call(&self, record: &AuditRecord) -> Result<(), StoreError> {
         dispatch!(self, s => s.begin_call(record).await)
     }
@@ -573,5 +508,74 @@ impl toolgate_core::stores::Backend for Store {
 
     fn is_shared(&self) -> bool {
         Store::is_shared(self)
+    }
+}
+
+/// The MCP session seam of [`toolgate_core::stores`], for the MCP adapter's sessions.
+#[async_trait::async_trait]
+impl toolgate_core::stores::SessionStore for Store {
+    /// Records an MCP session; [`StoreError::Conflict`] if the id is taken.
+    async fn put_mcp_session(&self, session: &McpSession) -> Result<(), StoreError> {
+        dispatch!(self, s => s.put_mcp_session(session).await)
+    }
+
+    /// The session with this id, whichever tenant it belongs to: the caller is then
+    /// checked against its owner.
+    async fn mcp_session(&self, id: &str) -> Result<Option<McpSession>, StoreError> {
+        dispatch!(self, s => s.mcp_session(id).await)
+    }
+
+    /// Ends a session: its row and its stored SSE events.
+    async fn delete_mcp_session(&self, tenant: TenantId, id: &str) -> Result<(), StoreError> {
+        dispatch!(self, s => s.delete_mcp_session(tenant, id).await)
+    }
+
+    /// Marks sessions `ids` as in use at `at` (an instance holding them in memory).
+    async fn touch_mcp_sessions(
+        &self,
+        ids: &[String],
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        dispatch!(self, s => s.touch_mcp_sessions(ids, at).await)
+    }
+
+    /// Ends the sessions last seen in use before `before`, across tenants, with their
+    /// stored events (retention: a client coming back gets 404 and opens a new one).
+    /// Returns how many went.
+    async fn prune_mcp_sessions(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        dispatch!(self, s => s.prune_mcp_sessions(before).await)
+    }
+
+    /// Stores one SSE event of `stream` in `session`; returns its sequence number, unique
+    /// across the store (and so across gateway instances).
+    async fn append_mcp_event(
+        &self,
+        tenant: TenantId,
+        session: &str,
+        stream: &str,
+        message: Option<&str>,
+        retry_ms: Option<i32>,
+    ) -> Result<i64, StoreError> {
+        dispatch!(self, s => s.append_mcp_event(tenant, session, stream, message, retry_ms).await)
+    }
+
+    /// The events after event `seq` on the same stream as it, in order; empty when `seq`
+    /// is not an event of this tenant's `session`.
+    async fn mcp_events_after(
+        &self,
+        tenant: TenantId,
+        session: &str,
+        seq: i64,
+    ) -> Result<Vec<McpEvent>, StoreError> {
+        dispatch!(self, s => s.mcp_events_after(tenant, session, seq).await)
+    }
+
+    /// Drops stored SSE events older than `before`, across tenants (retention). Returns
+    /// how many went.
+    async fn prune_mcp_events(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        dispatch!(self, s => s.prune_mcp_events(before).await)
     }
 }

@@ -2,7 +2,9 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-pub use toolgate_core::stores::{NewRun, RunEventRecord, RunFinish, RunRecord};
+pub use toolgate_core::stores::{
+    McpEvent, McpSession, NewRun, RunEventRecord, RunFinish, RunRecord,
+};
 use toolgate_core::{PrincipalId, PrincipalKind, RunId, TenantId};
 use uuid::Uuid;
 
@@ -56,25 +58,6 @@ pub struct NewApiKey {
     pub name: String,
     pub scopes: Vec<String>,
     pub expires_at: Option<DateTime<Utc>>,
-}
-
-/// An MCP session: who opened it and the client's `initialize` parameters (JSON).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct McpSession {
-    pub id: String,
-    pub tenant: TenantId,
-    pub principal: PrincipalId,
-    pub initialize_params: String,
-}
-
-/// One SSE event of an MCP session's stream, kept for `Last-Event-ID` resumption.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct McpEvent {
-    /// Position in the store's one sequence: the event id sent to the client.
-    pub seq: i64,
-    /// The JSON-RPC message; `None` for a priming (retry-only) event.
-    pub message: Option<String>,
-    pub retry_ms: Option<i32>,
 }
 
 /// A key that matched a presented secret, with its principal.

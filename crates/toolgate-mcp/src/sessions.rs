@@ -1,12 +1,13 @@
 //! MCP sessions in the store, so that no client is pinned to one gateway instance.
 //!
-//! Two rmcp hooks are backed by the [`Store`]:
+//! Two rmcp hooks are backed by the store, through core's seam
+//! ([`toolgate_core::stores::SessionStore`]):
 //! - [`Sessions`] is rmcp's `SessionStore`: each session's owner and `initialize`
 //!   parameters, so another instance can replay the handshake and take the session over,
 //!   and the `/mcp` guard can refuse the session to anyone but its owner.
 //! - [`StoredSessions`] is the `SessionManager`: rmcp's own in-memory manager, one per
 //!   session, each with an event store bound to that session and its tenant
-//!   ([`SessionEvents`]). rmcp's event-store hook receives only a stream id and an event
+//!   (`SessionEvents`). rmcp's event-store hook receives only a stream id and an event
 //!   id, not a session; binding one store per session is what keeps a `Last-Event-ID`
 //!   from replaying another session's (or tenant's) events.
 //!
@@ -55,10 +56,22 @@ use rmcp::transport::streamable_http_server::session::{
     SessionState, SessionStore, SessionStoreError,
 };
 use tokio_util::sync::{CancellationToken, DropGuard};
-use toolgate_core::TenantId;
-use toolgate_store::{McpSession, Store, StoreError};
+use toolgate_core::stores::{McpSession, SessionStore as SessionRows};
+use toolgate_core::{PrincipalId, TenantId};
 
-use super::{CALLER, Owner};
+/// Whose a session is: its tenant and the principal that opened it.
+pub type Owner = (TenantId, PrincipalId);
+
+tokio::task_local! {
+    /// The caller of the `/mcp` request being served: rmcp persists a new session from
+    /// inside that request, and the session is recorded as this caller's. The `/mcp`
+    /// guard sets it around each request.
+    pub static CALLER: Owner;
+}
+
+/// How often stored SSE events past their retention are dropped (when sessions are not
+/// pruned more often).
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
 
 /// Cached session owners older than this are dropped when the cache grows large.
 const OWNER_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -67,21 +80,21 @@ const OWNERS_SWEEP_AT: usize = 10_000;
 /// Sessions in the store (any instance can take one over), with their owners and
 /// negotiated protocol versions cached: neither ever changes, so the cache is never stale
 /// about them.
-pub(super) struct Sessions {
-    store: Store,
+pub struct Sessions<S> {
+    store: S,
     owners: Mutex<HashMap<String, (Known, Instant)>>,
 }
 
 /// What the guard knows of a session: whose it is, and the protocol version its
 /// `initialize` agreed on.
 #[derive(Clone, Debug)]
-pub(super) struct Known {
+pub struct Known {
     pub owner: Owner,
     pub version: Arc<str>,
 }
 
-impl Sessions {
-    pub(super) fn new(store: Store) -> Self {
+impl<S: SessionRows> Sessions<S> {
+    pub fn new(store: S) -> Self {
         Self {
             store,
             owners: Mutex::default(),
@@ -89,7 +102,7 @@ impl Sessions {
     }
 
     /// Session `id`, if it exists anywhere.
-    pub(super) async fn known(&self, id: &str) -> Result<Option<Known>, StoreError> {
+    pub async fn known(&self, id: &str) -> Result<Option<Known>, S::Error> {
         if let Some((known, _)) = self.lock().get(id) {
             return Ok(Some(known.clone()));
         }
@@ -106,7 +119,7 @@ impl Sessions {
     fn remember(&self, id: &str, owner: Owner, requested: &str) -> Known {
         let known = Known {
             owner,
-            version: toolgate_mcp::negotiated_version(requested).into(),
+            version: crate::negotiated_version(requested).into(),
         };
         let mut owners = self.lock();
         if owners.len() >= OWNERS_SWEEP_AT {
@@ -137,10 +150,48 @@ fn caller(action: &str) -> Result<Owner, String> {
         .map_err(|_| format!("{action} outside an authenticated request"))
 }
 
+/// Drops stored SSE events older than `events`, and sessions nobody used for `sessions`,
+/// until shutdown.
+pub fn prune<S: SessionRows + Clone>(
+    store: S,
+    events: Option<Duration>,
+    sessions: Option<Duration>,
+    shutdown: CancellationToken,
+) {
+    if events.is_none() && sessions.is_none() {
+        return;
+    }
+    let before = |retention: Duration| {
+        chrono::Utc::now() - chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::MAX)
+    };
+    let period = sessions.map_or(PRUNE_EVERY, touch_every);
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(period);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = every.tick() => {}
+            }
+            if let Some(retention) = events
+                && let Err(err) = store.prune_mcp_events(before(retention)).await
+            {
+                tracing::warn!(error = %err, "could not prune stored MCP events");
+            }
+            if let Some(retention) = sessions {
+                match store.prune_mcp_sessions(before(retention)).await {
+                    Ok(0) => {}
+                    Ok(gone) => tracing::debug!(sessions = gone, "unused MCP sessions pruned"),
+                    Err(err) => tracing::warn!(error = %err, "could not prune MCP sessions"),
+                }
+            }
+        }
+    });
+}
+
 /// rmcp's hook for sessions that outlive one instance: the session's `initialize`
 /// parameters, stored with its owner, so another instance can replay the handshake.
 #[async_trait]
-impl SessionStore for Sessions {
+impl<S: SessionRows> SessionStore for Sessions<S> {
     async fn load(&self, id: &str) -> Result<Option<SessionState>, SessionStoreError> {
         let Some(session) = self.store.mcp_session(id).await? else {
             return Ok(None);
@@ -177,8 +228,8 @@ impl SessionStore for Sessions {
 
 /// rmcp's session manager, one instance per session so that each session's events are
 /// stored (and replayed) under that session and its tenant.
-pub(super) struct StoredSessions {
-    store: Store,
+pub struct StoredSessions<S> {
+    store: S,
     config: SessionConfig,
     /// Store each session's SSE events (resumable on any instance), or keep them in memory.
     durable_events: bool,
@@ -196,7 +247,7 @@ pub(super) struct StoredSessions {
 
 /// Caps on live sessions in memory, and when an unused one is let go of.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct SessionLimits {
+pub struct SessionLimits {
     pub per_principal: usize,
     pub per_tenant: usize,
     pub idle: Duration,
@@ -208,7 +259,7 @@ pub(super) struct SessionLimits {
 
 /// How often sessions in memory are noted as in use (and unused ones pruned) for a
 /// retention of `retention`: a quarter of it, between 1 s and a minute.
-pub(super) fn touch_every(retention: Duration) -> Duration {
+pub fn touch_every(retention: Duration) -> Duration {
     (retention / 4).clamp(Duration::from_secs(1), Duration::from_secs(60))
 }
 
@@ -261,7 +312,7 @@ impl Drop for StreamHold {
 tokio::task_local! {
     /// Set when this `/mcp` request's `initialize` was refused for the caller's caps, so
     /// the guard answers 429 rather than rmcp's 500.
-    pub(super) static SESSION_REFUSED: std::cell::Cell<bool>;
+    pub static SESSION_REFUSED: std::cell::Cell<bool>;
 }
 
 type ManagerResult<T> = Result<T, LocalSessionManagerError>;
@@ -287,9 +338,9 @@ async fn session_handle(
         .ok_or_else(|| LocalSessionManagerError::SessionNotFound(id.clone()))
 }
 
-impl StoredSessions {
-    pub(super) fn new(
-        store: Store,
+impl<S: SessionRows + Clone> StoredSessions<S> {
+    pub fn new(
+        store: S,
         durable_events: bool,
         retry: Duration,
         poll_after: Option<Duration>,
@@ -313,7 +364,7 @@ impl StoredSessions {
 
     /// Lets go of sessions unused (no request, no open stream) for `limits.idle`, or for
     /// `limits.dormant` when they hold no state of their own, until `stop`.
-    pub(super) fn sweep(self: &Arc<Self>, stop: CancellationToken) {
+    pub fn sweep(self: &Arc<Self>, stop: CancellationToken) {
         let sessions = Arc::downgrade(self);
         let every = self
             .limits
@@ -472,7 +523,7 @@ impl StoredSessions {
 
     /// A manager for one session of the current caller's tenant, and its event store
     /// (still to learn the session id, when the session is new).
-    fn manager(&self) -> ManagerResult<(LocalSessionManager, Option<Arc<SessionEvents>>)> {
+    fn manager(&self) -> ManagerResult<(LocalSessionManager, Option<Arc<SessionEvents<S>>>)> {
         let mut manager = LocalSessionManager::default();
         manager.session_config = self.config.clone();
         if !self.durable_events {
@@ -547,7 +598,7 @@ impl StoredSessions {
 
     /// Notes that session `id` was asked for state a restored session would not have
     /// (a log level, a subscription), so that it is kept for `limits.idle`.
-    pub(super) async fn keep_state(&self, id: &str) {
+    pub async fn keep_state(&self, id: &str) {
         if let Some(live) = self.live.read().await.get(id) {
             live.stateful
                 .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -555,7 +606,7 @@ impl StoredSessions {
     }
 }
 
-impl SessionManager for StoredSessions {
+impl<S: SessionRows + Clone> SessionManager for StoredSessions<S> {
     type Error = LocalSessionManagerError;
     type Transport = WorkerTransport<LocalSessionWorker>;
 
@@ -677,8 +728,8 @@ impl SessionManager for StoredSessions {
 
 /// The SSE events of one session, in the store under its tenant. Event ids are the
 /// store's sequence numbers: unique across instances, ordered within a stream.
-struct SessionEvents {
-    store: Store,
+struct SessionEvents<S> {
+    store: S,
     tenant: TenantId,
     session: OnceLock<SessionId>,
     /// SSE polling: a resumed stream follows its request for `after`.
@@ -696,7 +747,7 @@ struct Polling {
 /// How often a followed stream looks for new events in the store.
 const FOLLOW_EVERY: Duration = Duration::from_millis(50);
 
-impl SessionEvents {
+impl<S> SessionEvents<S> {
     fn session(&self) -> Result<&str, EventStoreError> {
         Ok(self
             .session
@@ -706,7 +757,7 @@ impl SessionEvents {
 }
 
 #[async_trait]
-impl EventStore for SessionEvents {
+impl<S: SessionRows + Clone> EventStore for SessionEvents<S> {
     async fn store_event(
         &self,
         stream_id: &str,
@@ -792,8 +843,8 @@ impl EventStore for SessionEvents {
 }
 
 /// The stored events of `session` after `seq`, on the stream of `seq`.
-async fn stored_after(
-    store: &Store,
+async fn stored_after<S: SessionRows>(
+    store: &S,
     tenant: TenantId,
     session: &str,
     seq: i64,

@@ -8,9 +8,7 @@
 //! body limit and JSON-RPC errors for malformed input. This module only decides who may
 //! reach it.
 
-mod sessions;
-
-use sessions::{Sessions, StoredSessions};
+use toolgate_mcp::sessions::{self, CALLER, Sessions, StoredSessions, prune};
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -26,7 +24,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use toolgate_core::auth::scopes;
-use toolgate_core::{ErrorKind, PrincipalId, TenantId, ToolError};
+use toolgate_core::{ErrorKind, ToolError};
 use toolgate_mcp::{McpAdapter, McpCaller};
 use toolgate_store::Store;
 use tower::service_fn;
@@ -43,16 +41,6 @@ const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
 const SESSION_STATE_METHODS: [&str; 2] = ["logging/setLevel", "resources/subscribe"];
 /// Where clients find the metadata for the `/mcp` resource (RFC 9728 §3.1).
 const METADATA_PATH: &str = "/.well-known/oauth-protected-resource/mcp";
-/// How often stored SSE events past their retention are dropped.
-const PRUNE_EVERY: Duration = Duration::from_secs(60);
-
-type Owner = (TenantId, PrincipalId);
-
-tokio::task_local! {
-    /// The caller of the `/mcp` request being served: rmcp persists a new session from
-    /// inside that request, and the session is recorded as this caller's.
-    pub(super) static CALLER: Owner;
-}
 
 /// The authentication layer's state, cloned for every request (hence one `Arc`).
 #[derive(Clone)]
@@ -68,9 +56,9 @@ impl std::ops::Deref for Guard {
 
 struct GuardInner {
     state: AppState,
-    sessions: Arc<Sessions>,
+    sessions: Arc<Sessions<Store>>,
     /// The sessions in this instance's memory.
-    live: Arc<StoredSessions>,
+    live: Arc<StoredSessions<Store>>,
     public_url: Option<String>,
     authorization_servers: Vec<String>,
     max_body_bytes: usize,
@@ -356,44 +344,6 @@ pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> 
         .route("/.well-known/oauth-protected-resource", get(metadata))
         .route(METADATA_PATH, get(metadata))
         .with_state(guard)
-}
-
-/// Drops stored SSE events older than `events`, and sessions nobody used for `sessions`,
-/// until shutdown.
-fn prune(
-    store: Store,
-    events: Option<Duration>,
-    sessions: Option<Duration>,
-    shutdown: CancellationToken,
-) {
-    if events.is_none() && sessions.is_none() {
-        return;
-    }
-    let before = |retention: Duration| {
-        chrono::Utc::now() - chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::MAX)
-    };
-    let period = sessions.map_or(PRUNE_EVERY, sessions::touch_every);
-    tokio::spawn(async move {
-        let mut every = tokio::time::interval(period);
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = every.tick() => {}
-            }
-            if let Some(retention) = events
-                && let Err(err) = store.prune_mcp_events(before(retention)).await
-            {
-                tracing::warn!(error = %err, "could not prune stored MCP events");
-            }
-            if let Some(retention) = sessions {
-                match store.prune_mcp_sessions(before(retention)).await {
-                    Ok(0) => {}
-                    Ok(gone) => tracing::debug!(sessions = gone, "unused MCP sessions pruned"),
-                    Err(err) => tracing::warn!(error = %err, "could not prune MCP sessions"),
-                }
-            }
-        }
-    });
 }
 
 impl Guard {
