@@ -219,3 +219,58 @@ pub trait SessionStore: Backend {
     /// how many went.
     async fn prune_mcp_events(&self, before: DateTime<Utc>) -> Result<u64, Self::Error>;
 }
+
+/// One tenant upstream as stored.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UpstreamRecord {
+    pub id: Uuid,
+    pub tenant: TenantId,
+    pub name: String,
+    /// Everything but the credentials.
+    pub config: serde_json::Value,
+    /// Sealed by the gateway; the store never sees them in the clear.
+    pub credentials: Option<Vec<u8>>,
+    /// 1 at creation, one more at each change.
+    pub revision: i64,
+    pub created_by: Option<PrincipalId>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Tenants' upstreams as the supervisors on every instance read them, and principals'
+/// own credentials for them. Sealed values are opaque bytes here: the store never sees
+/// a credential in the clear.
+#[async_trait]
+pub trait UpstreamStore: Backend {
+    /// Every upstream's id and revision, across tenants (for the gateway's supervisors,
+    /// never for a tenant's request).
+    async fn upstream_revisions(&self) -> Result<Vec<(Uuid, i64)>, Self::Error>;
+
+    /// One upstream by id, across tenants.
+    async fn upstream_by_id(&self, id: Uuid) -> Result<Option<UpstreamRecord>, Self::Error>;
+
+    /// Stores `principal`'s own (sealed) credential for `upstream`; replaces any before.
+    async fn put_personal_credential(
+        &self,
+        tenant: TenantId,
+        upstream: Uuid,
+        principal: PrincipalId,
+        sealed: &[u8],
+    ) -> Result<(), Self::Error>;
+
+    /// `principal`'s own (sealed) credential for `upstream`, if stored.
+    async fn personal_credential(
+        &self,
+        tenant: TenantId,
+        upstream: Uuid,
+        principal: PrincipalId,
+    ) -> Result<Option<Vec<u8>>, Self::Error>;
+
+    /// Forgets `principal`'s own credential for `upstream`; whether there was one.
+    async fn delete_personal_credential(
+        &self,
+        tenant: TenantId,
+        upstream: Uuid,
+        principal: PrincipalId,
+    ) -> Result<bool, Self::Error>;
+}

@@ -21,12 +21,16 @@
 //!   can take over, caps per principal and tenant, dormant sessions let go of, SSE
 //!   resumption and polling.
 //! - [`upstream`]: upstream MCP servers (stdio and HTTP) federated into the registry.
+//! - [`tenant_upstreams`]: tenants' own upstreams (MCP servers and HTTP APIs) kept in
+//!   step with the store on every instance, their credentials sealed, their addresses
+//!   vetted.
 //! - [`catalog`], [`relay`]: upstream resources and prompts, and relaying to them.
 //! - [`vetting`]: tool definitions checked and pinned (rug-pull defence).
 
 pub mod catalog;
 pub mod relay;
 pub mod sessions;
+pub mod tenant_upstreams;
 pub mod upstream;
 pub mod vetting;
 

@@ -19,8 +19,6 @@
 //! - [`console`]: the operators' console at `/console` (plain modules, no build step).
 //! - [`state`]: [`AppState`], what handlers share.
 //! - [`telemetry`]: the `tracing` subscriber.
-//! - [`upstreams`]: tenants' own upstream MCP servers: sealed credentials, vetted
-//!   addresses, supervisors kept in step with the store.
 //! - [`streams`]: caps on open SSE streams; streams end when their credential does.
 //! - [`http_server`]: the accept loop, with request read timeouts (slowloris).
 //! - [`key_file`]: 32-byte keys from the configuration or a file made on first start.
@@ -46,7 +44,6 @@ pub mod rest;
 pub mod state;
 pub mod streams;
 pub mod telemetry;
-pub mod upstreams;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -178,8 +175,8 @@ pub async fn build_with(
     ));
     let vetting = toolgate_mcp::vetting::Vetting(Some(pins.clone()));
     let upstreams = if config.tenant_upstreams.enabled {
-        let upstreams = upstreams::TenantUpstreams::new(
-            config,
+        let upstreams = toolgate_mcp::tenant_upstreams::TenantUpstreams::new(
+            config.tenant_upstream_settings()?,
             store.clone(),
             registry.clone(),
             catalog.clone(),

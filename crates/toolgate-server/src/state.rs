@@ -29,7 +29,7 @@ pub struct Shared {
     /// Where audit rows go (the executor's sink): decisions on approvals are recorded too.
     pub audit: Arc<dyn toolgate_core::audit::AuditSink>,
     /// Tenants' own upstream MCP servers; `None` when `tenant_upstreams.enabled` is off.
-    pub upstreams: Option<Arc<crate::upstreams::TenantUpstreams>>,
+    pub upstreams: Option<Arc<TenantUpstreams>>,
     /// Cancelled when the gateway begins to stop: long-lived streams (MCP SSE) end.
     pub shutdown: CancellationToken,
     /// Open SSE streams per principal and tenant, capped; each re-checks its credential.
@@ -71,3 +71,6 @@ impl FromRef<AppState> for Arc<Authenticator> {
         state.authenticator.clone()
     }
 }
+
+/// Tenants' upstreams, supervised over this gateway's store.
+pub type TenantUpstreams = toolgate_mcp::tenant_upstreams::TenantUpstreams<toolgate_store::Store>;

@@ -13,22 +13,7 @@ use crate::postgres::PostgresStore;
 use crate::sqlite::{SqliteStore, uuid};
 use crate::{Store, StoreError};
 
-/// One tenant upstream as stored.
-#[derive(Clone, Debug, PartialEq)]
-pub struct UpstreamRecord {
-    pub id: Uuid,
-    pub tenant: TenantId,
-    pub name: String,
-    /// Everything but the credentials.
-    pub config: Value,
-    /// Sealed by the gateway; the store never sees them in the clear.
-    pub credentials: Option<Vec<u8>>,
-    /// 1 at creation, one more at each change.
-    pub revision: i64,
-    pub created_by: Option<PrincipalId>,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-}
+pub use toolgate_core::stores::UpstreamRecord;
 
 /// What a tenant upstream is to be, on creation or replacement.
 #[derive(Clone, Debug)]
@@ -367,10 +352,13 @@ impl Store {
     pub async fn delete_upstream(&self, tenant: TenantId, name: &str) -> Result<bool, StoreError> {
         dispatch!(self, s => s.delete_upstream(tenant, name).await)
     }
+}
 
-    /// Every tenant's upstreams, across tenants (for the gateway's supervisors, never for
-    /// a tenant's request).
-    pub async fn put_personal_credential(
+/// The upstream seam of [`toolgate_core::stores`], for the MCP crate's tenant-upstream
+/// supervisor and principals' own credentials.
+#[async_trait::async_trait]
+impl toolgate_core::stores::UpstreamStore for Store {
+    async fn put_personal_credential(
         &self,
         tenant: TenantId,
         upstream: Uuid,
@@ -380,7 +368,7 @@ impl Store {
         dispatch!(self, s => s.put_personal_credential(tenant, upstream, principal, sealed).await)
     }
 
-    pub async fn personal_credential(
+    async fn personal_credential(
         &self,
         tenant: TenantId,
         upstream: Uuid,
@@ -389,7 +377,7 @@ impl Store {
         dispatch!(self, s => s.personal_credential(tenant, upstream, principal).await)
     }
 
-    pub async fn delete_personal_credential(
+    async fn delete_personal_credential(
         &self,
         tenant: TenantId,
         upstream: Uuid,
@@ -399,12 +387,12 @@ impl Store {
     }
 
     /// Every upstream's id and revision, across tenants.
-    pub async fn upstream_revisions(&self) -> Result<Vec<(Uuid, i64)>, StoreError> {
+    async fn upstream_revisions(&self) -> Result<Vec<(Uuid, i64)>, StoreError> {
         dispatch!(self, s => s.upstream_revisions().await)
     }
 
     /// One upstream by id, across tenants.
-    pub async fn upstream_by_id(&self, id: Uuid) -> Result<Option<UpstreamRecord>, StoreError> {
+    async fn upstream_by_id(&self, id: Uuid) -> Result<Option<UpstreamRecord>, StoreError> {
         dispatch!(self, s => s.upstream_by_id(id).await)
     }
 }

@@ -337,6 +337,28 @@ impl Config {
             .unwrap_or_else(|| self.data_dir.join("upstream-credentials-key"))
     }
 
+    /// What the tenant-upstream supervisor needs: the sealing key (configured, or the key
+    /// file's, made with a random key, mode 0600, if absent), where upstreams may connect,
+    /// the names the operator's upstreams take, and the caps.
+    pub fn tenant_upstream_settings(
+        &self,
+    ) -> anyhow::Result<toolgate_mcp::tenant_upstreams::Settings> {
+        let tenant = &self.tenant_upstreams;
+        Ok(toolgate_mcp::tenant_upstreams::Settings {
+            key: crate::key_file::load(
+                tenant.key.as_ref(),
+                &self.upstream_key_file(),
+                "tenant_upstreams.key",
+            )?,
+            allow_http: tenant.allow_http,
+            allowed_networks: tenant.networks().map_err(anyhow::Error::msg)?,
+            ca_file: tenant.ca_file.clone(),
+            reserved: self.upstreams.iter().map(|u| u.name.clone()).collect(),
+            max_per_tenant: tenant.max_per_tenant,
+            max_timeout_secs: tenant.max_timeout_secs,
+        })
+    }
+
     /// The workspace root: `tools.workspace_root`, or `<data_dir>/workspace`.
     pub fn workspace_root(&self) -> PathBuf {
         self.tools

@@ -25,7 +25,8 @@ use super::error::{ApiError, Problem};
 use super::extract::{AppJson, AppPath, located};
 use crate::auth::Caller;
 use crate::state::AppState;
-use crate::upstreams::{Credentials, Seen, Stored, TenantUpstreams};
+use crate::state::TenantUpstreams;
+use toolgate_mcp::tenant_upstreams::{Credentials, Seen, Stored};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
