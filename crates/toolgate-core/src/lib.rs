@@ -33,8 +33,8 @@
 //! - [`event`]: [`Event`] and the [`EventSink`] seam (tracing now; audit and SSE later).
 //! - [`stores`]: the seams orchestration needs from durable storage
 //!   ([`stores::RunStore`], [`stores::ApprovalStore`], [`stores::SessionStore`],
-//!   [`stores::UpstreamStore`]) and the records crossing them; `toolgate-store`
-//!   implements them.
+//!   [`stores::UpstreamStore`], [`stores::PinStore`]) and the records crossing them;
+//!   `toolgate-store` implements them.
 //! - [`declarations`]: a toolset rendered as OpenAI, Anthropic, Gemini or MCP tool
 //!   declarations, generated from the specs.
 

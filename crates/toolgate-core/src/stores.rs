@@ -274,3 +274,56 @@ pub trait UpstreamStore: Backend {
         principal: PrincipalId,
     ) -> Result<bool, Self::Error>;
 }
+
+/// One tool's pinned definition, and a changed one waiting for a person.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PinRecord {
+    /// The tenant owning the upstream; the nil uuid for the operator's.
+    pub owner: Uuid,
+    pub upstream: String,
+    /// The tool's name at the upstream.
+    pub tool: String,
+    /// Its name in the registry.
+    pub exported: String,
+    pub pinned_hash: Option<String>,
+    pub pinned: Option<serde_json::Value>,
+    pub pending_hash: Option<String>,
+    pub pending: Option<serde_json::Value>,
+    /// What the checks found in the pending (or, with none pending, the pinned)
+    /// definition's description.
+    pub findings: Vec<String>,
+    pub updated_at: DateTime<Utc>,
+    pub approved_by: Option<PrincipalId>,
+    pub approved_at: Option<DateTime<Utc>>,
+}
+
+/// Pinned upstream tool definitions (the rug-pull defence), keyed by owner (a tenant id,
+/// or the nil uuid for the operator's upstreams), upstream and tool.
+#[async_trait]
+pub trait PinStore: Backend {
+    /// The pin of `tool` of `upstream` owned by `owner`.
+    async fn tool_pin(
+        &self,
+        owner: Uuid,
+        upstream: &str,
+        tool: &str,
+    ) -> Result<Option<PinRecord>, Self::Error>;
+
+    /// Writes `pin` (inserted, or replacing the one of its key).
+    async fn save_tool_pin(&self, pin: &PinRecord) -> Result<(), Self::Error>;
+
+    /// When a pending definition was last approved, by anyone: what other instances
+    /// watch to list their upstreams again.
+    async fn last_pin_approval(&self) -> Result<Option<DateTime<Utc>>, Self::Error>;
+
+    /// Makes the pending definition hashing to `hash` the pin, approved by `by`; `None`
+    /// when no such definition waits.
+    async fn approve_tool_pin(
+        &self,
+        owner: Uuid,
+        upstream: &str,
+        tool: &str,
+        hash: &str,
+        by: PrincipalId,
+    ) -> Result<Option<PinRecord>, Self::Error>;
+}

@@ -25,9 +25,11 @@
 //!   step with the store on every instance, their credentials sealed, their addresses
 //!   vetted.
 //! - [`catalog`], [`relay`]: upstream resources and prompts, and relaying to them.
-//! - [`vetting`]: tool definitions checked and pinned (rug-pull defence).
+//! - [`vetting`]: tool definitions checked and pinned (rug-pull defence); [`pins`]: the
+//!   pins kept in the store, changes recorded, approvals applied.
 
 pub mod catalog;
+pub mod pins;
 pub mod relay;
 pub mod sessions;
 pub mod tenant_upstreams;

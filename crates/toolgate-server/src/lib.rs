@@ -35,7 +35,6 @@ pub mod jwt;
 pub mod key_file;
 pub mod mcp;
 pub mod metrics;
-pub mod pins;
 
 /// How often each instance checks for tool definitions approved on another.
 const PIN_APPROVALS_EVERY: Duration = Duration::from_secs(5);
@@ -167,7 +166,7 @@ pub async fn build_with(
     );
     let shutdown = CancellationToken::new();
     let catalog = Catalog::new();
-    let pins = Arc::new(pins::Pins::new(
+    let pins = Arc::new(toolgate_mcp::pins::Pins::new(
         store.clone(),
         audit.clone(),
         executor.clone(),

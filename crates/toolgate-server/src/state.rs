@@ -44,7 +44,7 @@ pub struct Shared {
     /// MCP sessions live in memory on this instance.
     pub mcp_sessions: Arc<std::sync::atomic::AtomicUsize>,
     /// Pinned upstream tool definitions.
-    pub pins: Arc<crate::pins::Pins>,
+    pub pins: Arc<toolgate_mcp::pins::Pins<toolgate_store::Store>>,
 }
 
 impl AppState {

@@ -15,27 +15,7 @@ use crate::postgres::PostgresStore;
 use crate::sqlite::{SqliteStore, uuid};
 use crate::{Store, StoreError};
 
-/// One tool's pinned definition, and a changed one waiting for a person.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PinRecord {
-    /// The tenant owning the upstream; the nil uuid for the operator's.
-    pub owner: Uuid,
-    pub upstream: String,
-    /// The tool's name at the upstream.
-    pub tool: String,
-    /// Its name in the registry.
-    pub exported: String,
-    pub pinned_hash: Option<String>,
-    pub pinned: Option<Value>,
-    pub pending_hash: Option<String>,
-    pub pending: Option<Value>,
-    /// What the checks found in the pending (or, with none pending, the pinned)
-    /// definition's description.
-    pub findings: Vec<String>,
-    pub updated_at: DateTime<Utc>,
-    pub approved_by: Option<PrincipalId>,
-    pub approved_at: Option<DateTime<Utc>>,
-}
+pub use toolgate_core::stores::PinRecord;
 
 #[derive(sqlx::FromRow)]
 struct Row {
@@ -225,8 +205,20 @@ pin_store!(PostgresStore, owner, "::uuid", "::jsonb", "::text");
 pin_store!(SqliteStore, pool, "", "", "");
 
 impl Store {
+    pub async fn tool_pins(&self, owner: Uuid) -> Result<Vec<PinRecord>, StoreError> {
+        dispatch!(self, s => s.tool_pins(owner).await)
+    }
+
+    pub async fn delete_tool_pins(&self, owner: Uuid, upstream: &str) -> Result<(), StoreError> {
+        dispatch!(self, s => s.delete_tool_pins(owner, upstream).await)
+    }
+}
+
+/// The pinning seam of [`toolgate_core::stores`], for the MCP crate's `Pins`.
+#[async_trait::async_trait]
+impl toolgate_core::stores::PinStore for Store {
     /// The pin of `tool` of `upstream` owned by `owner` (a tenant id, or the nil uuid).
-    pub async fn tool_pin(
+    async fn tool_pin(
         &self,
         owner: Uuid,
         upstream: &str,
@@ -235,23 +227,15 @@ impl Store {
         dispatch!(self, s => s.tool_pin(owner, upstream, tool).await)
     }
 
-    pub async fn save_tool_pin(&self, pin: &PinRecord) -> Result<(), StoreError> {
+    async fn save_tool_pin(&self, pin: &PinRecord) -> Result<(), StoreError> {
         dispatch!(self, s => s.save_tool_pin(pin).await)
     }
 
-    pub async fn tool_pins(&self, owner: Uuid) -> Result<Vec<PinRecord>, StoreError> {
-        dispatch!(self, s => s.tool_pins(owner).await)
-    }
-
-    pub async fn last_pin_approval(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+    async fn last_pin_approval(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
         dispatch!(self, s => s.last_pin_approval().await)
     }
 
-    pub async fn delete_tool_pins(&self, owner: Uuid, upstream: &str) -> Result<(), StoreError> {
-        dispatch!(self, s => s.delete_tool_pins(owner, upstream).await)
-    }
-
-    pub async fn approve_tool_pin(
+    async fn approve_tool_pin(
         &self,
         owner: Uuid,
         upstream: &str,

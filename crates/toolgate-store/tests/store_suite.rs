@@ -11,7 +11,7 @@ use serde_json::json;
 use sqlx::Connection;
 use toolgate_core::audit::{AuditRecord, AuditSink};
 use toolgate_core::stores::{
-    ApprovalStore as _, RunStore as _, SessionStore as _, UpstreamStore as _,
+    ApprovalStore as _, PinStore as _, RunStore as _, SessionStore as _, UpstreamStore as _,
 };
 use toolgate_core::{Adapter, CallId, ErrorKind, Outcome, PrincipalId, PrincipalKind, TenantId};
 use toolgate_store::{

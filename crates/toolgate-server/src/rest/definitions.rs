@@ -111,7 +111,7 @@ fn owner(caller: &Caller, query: &OwnerQuery) -> Result<Uuid, ApiError> {
     match query.owner.as_deref() {
         Some("operator") => {
             caller.require(crate::auth::TENANTS_MANAGE)?;
-            Ok(crate::pins::OPERATOR)
+            Ok(toolgate_mcp::pins::OPERATOR)
         }
         None | Some("tenant") => {
             caller.require(scopes::TENANT_ADMIN)?;

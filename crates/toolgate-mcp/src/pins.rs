@@ -1,5 +1,5 @@
-//! Tool pinning, the gateway's side ([`toolgate_mcp::vetting`]): definitions pinned in
-//! the store, changes and findings recorded, approvals applied.
+//! Tool pinning, the store's side of [`crate::vetting`]: definitions pinned in the store
+//! (through core's [`PinStore`] seam), changes and findings recorded, approvals applied.
 //!
 //! The first definition seen of an upstream tool is pinned (unless its description
 //! reads as written at the model and the mode quarantines). A later definition with
@@ -18,31 +18,34 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use toolgate_core::audit::{AuditRecord, AuditSink};
+use toolgate_core::stores::{PinRecord, PinStore};
 use toolgate_core::{
     Adapter, Approvals, AuthContext, CallContext, DefinitionEvent, ErrorKind, Event, Executor,
     Outcome, Owner, Principal, PrincipalId, PrincipalKind, TenantId,
 };
-use toolgate_mcp::vetting::{Definition, PinMode, Vet, diff};
-use toolgate_store::{PinRecord, Store};
 use uuid::Uuid;
+
+use crate::vetting::{Definition, PinMode, Vet, diff};
 
 /// The owner column of the operator's upstreams' pins.
 pub const OPERATOR: Uuid = Uuid::nil();
 
-pub struct Pins {
-    store: Store,
+/// Pins definitions in the store, records what changed, and applies approvals.
+pub struct Pins<S> {
+    store: S,
     audit: Arc<dyn AuditSink>,
     executor: Executor,
-    policies: Arc<crate::approvals::StoreApprovals>,
+    /// Where tenants' policies (their `pin` mode) are read.
+    policies: Arc<dyn Approvals>,
     approved: tokio::sync::watch::Sender<u64>,
 }
 
-impl Pins {
+impl<S: PinStore> Pins<S> {
     pub fn new(
-        store: Store,
+        store: S,
         audit: Arc<dyn AuditSink>,
         executor: Executor,
-        policies: Arc<crate::approvals::StoreApprovals>,
+        policies: Arc<dyn Approvals>,
     ) -> Self {
         Self {
             store,
@@ -134,7 +137,7 @@ impl Pins {
         tool: &str,
         hash: &str,
         by: &Arc<AuthContext>,
-    ) -> Result<Option<PinRecord>, toolgate_store::StoreError> {
+    ) -> Result<Option<PinRecord>, S::Error> {
         let Some(pin) = self
             .store
             .approve_tool_pin(owner, upstream, tool, hash, by.principal.id)
@@ -155,7 +158,7 @@ impl Pins {
     }
 }
 
-impl Pins {
+impl<S: PinStore> Pins<S> {
     /// Every `every`, until `shutdown`: an approval made on another instance (the last
     /// approval's time moved) wakes this instance's supervisors to list again.
     pub async fn follow(
@@ -199,7 +202,7 @@ fn gateway(tenant: TenantId) -> Arc<AuthContext> {
 }
 
 #[async_trait]
-impl Vet for Pins {
+impl<S: PinStore> Vet for Pins<S> {
     async fn vet(&self, definition: &Definition, configured: Option<PinMode>) -> bool {
         let mode = self.mode(definition.owner, configured).await;
         if mode == PinMode::Off {
