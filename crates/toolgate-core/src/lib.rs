@@ -27,6 +27,8 @@
 //!   executor asks before a call that needs a person's approval.
 //! - [`cache`]: [`cache::ResultCache`], results of idempotent read-only tools kept for
 //!   a while, opt-in per tool.
+//! - [`approvals`]: [`approvals::StoredApprovals`], the [`Approvals`] seam over a store,
+//!   and [`approvals::Decisions`], the rules of a person's decision for every front door.
 //! - [`audit`]: [`audit::AuditRecord`] and the [`audit::AuditSink`] the executor awaits.
 //! - [`secrets`]: which argument values the audit masks (schema marks, declared fields,
 //!   the deployment's secret-name pattern).
@@ -38,6 +40,7 @@
 //! - [`declarations`]: a toolset rendered as OpenAI, Anthropic, Gemini or MCP tool
 //!   declarations, generated from the specs.
 
+pub mod approvals;
 pub mod audit;
 pub mod auth;
 pub mod cache;

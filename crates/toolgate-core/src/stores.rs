@@ -10,7 +10,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::{ApprovalId, PrincipalId, RunId, TenantId};
+use crate::policy::{ApprovalRequest, Gate};
+use crate::{ApprovalId, CallId, PrincipalId, RunId, TenantId};
 
 /// What every store seam shares: its error, and whether several gateway instances may
 /// use the store at once.
@@ -134,10 +135,102 @@ pub trait RunStore: Backend {
     ) -> Result<Vec<RunRecord>, Self::Error>;
 }
 
-/// Approvals as the run supervisor needs them: expiring those nobody decided in time
-/// and those a cancelled run no longer waits for.
+/// One approval as stored.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ApprovalRecord {
+    pub id: ApprovalId,
+    pub tenant: TenantId,
+    pub call_id: CallId,
+    pub tool: String,
+    pub risk: String,
+    pub adapter: String,
+    /// Secret fields masked.
+    pub arguments: serde_json::Value,
+    pub arguments_hash: String,
+    /// As given; `None` once the call is settled.
+    pub call_arguments: Option<serde_json::Value>,
+    pub requester: PrincipalId,
+    pub requester_name: String,
+    pub auth: serde_json::Value,
+    pub run_id: Option<RunId>,
+    pub step: Option<i64>,
+    pub agent: Option<String>,
+    /// `pending`, `approved`, `denied` or `expired`.
+    pub status: String,
+    pub reason: Option<String>,
+    pub decided_by: Option<PrincipalId>,
+    pub decided_by_name: Option<String>,
+    pub decided_at: Option<DateTime<Utc>>,
+    pub expires_at: DateTime<Utc>,
+    pub created_at: DateTime<Utc>,
+    pub used_at: Option<DateTime<Utc>>,
+    pub result: Option<serde_json::Value>,
+}
+
+impl ApprovalRecord {
+    /// Pending and not yet past its time.
+    pub fn is_open(&self, now: DateTime<Utc>) -> bool {
+        self.status == "pending" && self.expires_at > now
+    }
+
+    /// The status a reader should see: a pending approval past its time is expired even
+    /// before the sweep marks it.
+    pub fn effective_status(&self, now: DateTime<Utc>) -> &str {
+        if self.status == "pending" && self.expires_at <= now {
+            "expired"
+        } else {
+            &self.status
+        }
+    }
+}
+
+/// A person's decision.
+#[derive(Clone, Debug)]
+pub struct Decision {
+    pub approve: bool,
+    pub by: PrincipalId,
+    pub by_name: String,
+    pub reason: String,
+}
+
+/// Approval policies and approvals: calls gated atomically, decisions stored once, and
+/// expiry (of those nobody decided in time and of those a cancelled run no longer waits
+/// for).
 #[async_trait]
 pub trait ApprovalStore: Backend {
+    /// The tenant's approval policy document, if it set one.
+    async fn approval_policy(
+        &self,
+        tenant: TenantId,
+    ) -> Result<Option<serde_json::Value>, Self::Error>;
+
+    /// Settles a call that needs approval, in one transaction (see
+    /// [`Approvals::gate`](crate::Approvals::gate)).
+    async fn gate_approval(&self, request: &ApprovalRequest) -> Result<Gate, Self::Error>;
+
+    async fn get_approval(
+        &self,
+        tenant: TenantId,
+        approval: ApprovalId,
+    ) -> Result<Option<ApprovalRecord>, Self::Error>;
+
+    /// Stores a person's decision on a pending approval; a conflict when it is decided
+    /// or expired already.
+    async fn decide_approval(
+        &self,
+        tenant: TenantId,
+        approval: ApprovalId,
+        decision: &Decision,
+    ) -> Result<ApprovalRecord, Self::Error>;
+
+    /// Keeps the outcome of the call an approval allowed (a REST call run on approval).
+    async fn set_approval_result(
+        &self,
+        tenant: TenantId,
+        approval: ApprovalId,
+        result: &serde_json::Value,
+    ) -> Result<(), Self::Error>;
+
     /// Marks pending approvals past their time expired; returns them.
     async fn expire_approvals(&self) -> Result<Vec<(TenantId, ApprovalId)>, Self::Error>;
 

@@ -140,7 +140,9 @@ pub async fn build_with(
     let authenticator = Arc::new(auth::Authenticator::new(store.clone(), jwt));
     authenticator.watch_revocations();
     let audit = audit.unwrap_or_else(|| Arc::new(writer));
-    let approvals = Arc::new(approvals::StoreApprovals::new(store.clone()));
+    let approvals = Arc::new(toolgate_core::approvals::StoredApprovals::new(
+        store.clone(),
+    ));
     let secret_names = toolgate_core::SecretNames::new(&config.tools.secret_names)
         .context("tools.secret_names")?;
     let admission = Arc::new(toolgate_core::limits::Admission::new(
@@ -200,6 +202,12 @@ pub async fn build_with(
     } else {
         None
     };
+    let decisions = Arc::new(toolgate_core::approvals::Decisions::new(
+        store.clone(),
+        approvals.clone(),
+        audit.clone(),
+        executor.clone(),
+    ));
     let state = AppState::new(state::Shared {
         registry,
         catalog,
@@ -209,6 +217,7 @@ pub async fn build_with(
         store,
         runs,
         approvals,
+        decisions,
         audit,
         upstreams,
         shutdown,

@@ -25,8 +25,10 @@ pub struct Shared {
     /// Agent runs driven by this instance, and their SSE wake-ups.
     pub runs: Arc<toolgate_agent::runs::Runs<toolgate_store::Store>>,
     /// Tenants' approval policies (cached) and approvals, as the executor sees them.
-    pub approvals: Arc<crate::approvals::StoreApprovals>,
-    /// Where audit rows go (the executor's sink): decisions on approvals are recorded too.
+    pub approvals: Arc<toolgate_core::approvals::StoredApprovals<Store>>,
+    /// People's decisions on approvals (the rules, the audit row, the event).
+    pub decisions: Arc<toolgate_core::approvals::Decisions<Store>>,
+    /// Where audit rows go (the executor's sink), for its backlog metric.
     pub audit: Arc<dyn toolgate_core::audit::AuditSink>,
     /// Tenants' own upstream MCP servers; `None` when `tenant_upstreams.enabled` is off.
     pub upstreams: Option<Arc<TenantUpstreams>>,

@@ -14,63 +14,7 @@ use crate::postgres::PostgresStore;
 use crate::sqlite::{SqliteStore, uuid};
 use crate::{Store, StoreError};
 
-/// One approval as stored.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ApprovalRecord {
-    pub id: ApprovalId,
-    pub tenant: TenantId,
-    pub call_id: CallId,
-    pub tool: String,
-    pub risk: String,
-    pub adapter: String,
-    /// Secret fields masked.
-    pub arguments: Value,
-    pub arguments_hash: String,
-    /// As given; `None` once the call is settled.
-    pub call_arguments: Option<Value>,
-    pub requester: PrincipalId,
-    pub requester_name: String,
-    pub auth: Value,
-    pub run_id: Option<RunId>,
-    pub step: Option<i64>,
-    pub agent: Option<String>,
-    /// `pending`, `approved`, `denied` or `expired`.
-    pub status: String,
-    pub reason: Option<String>,
-    pub decided_by: Option<PrincipalId>,
-    pub decided_by_name: Option<String>,
-    pub decided_at: Option<DateTime<Utc>>,
-    pub expires_at: DateTime<Utc>,
-    pub created_at: DateTime<Utc>,
-    pub used_at: Option<DateTime<Utc>>,
-    pub result: Option<Value>,
-}
-
-impl ApprovalRecord {
-    /// Pending and not yet past its time.
-    pub fn is_open(&self, now: DateTime<Utc>) -> bool {
-        self.status == "pending" && self.expires_at > now
-    }
-
-    /// The status a reader should see: a pending approval past its time is expired even
-    /// before the sweep marks it.
-    pub fn effective_status(&self, now: DateTime<Utc>) -> &str {
-        if self.status == "pending" && self.expires_at <= now {
-            "expired"
-        } else {
-            &self.status
-        }
-    }
-}
-
-/// A person's decision.
-#[derive(Clone, Debug)]
-pub struct Decision {
-    pub approve: bool,
-    pub by: PrincipalId,
-    pub by_name: String,
-    pub reason: String,
-}
+pub use toolgate_core::stores::{ApprovalRecord, Decision};
 
 const EXPIRED_REASON: &str = "the approval expired before anyone decided";
 
@@ -606,22 +550,12 @@ approval_store!(
 approval_store!(SqliteStore, sqlx::SqliteConnection, pool, "", "", "", "");
 
 impl Store {
-    /// The tenant's approval policy document, if it set one.
-    pub async fn approval_policy(&self, tenant: TenantId) -> Result<Option<Value>, StoreError> {
-        dispatch!(self, s => s.approval_policy(tenant).await)
-    }
-
     pub async fn put_approval_policy(
         &self,
         tenant: TenantId,
         policy: &Value,
     ) -> Result<(), StoreError> {
         dispatch!(self, s => s.put_approval_policy(tenant, policy).await)
-    }
-
-    /// Settles a call that needs approval (see [`toolgate_core::Approvals::gate`]).
-    pub async fn gate_approval(&self, request: &ApprovalRequest) -> Result<Gate, StoreError> {
-        dispatch!(self, s => s.gate_approval(request).await)
     }
 
     /// The tenant's approvals, newest first; `status` filters (`pending` = still open).
@@ -634,14 +568,6 @@ impl Store {
         dispatch!(self, s => s.list_approvals(tenant, status, limit).await)
     }
 
-    pub async fn get_approval(
-        &self,
-        tenant: TenantId,
-        approval: ApprovalId,
-    ) -> Result<Option<ApprovalRecord>, StoreError> {
-        dispatch!(self, s => s.get_approval(tenant, approval).await)
-    }
-
     /// The approval a call asked for, by the call's id.
     pub async fn approval_for_call(
         &self,
@@ -650,8 +576,31 @@ impl Store {
     ) -> Result<Option<ApprovalRecord>, StoreError> {
         dispatch!(self, s => s.approval_for_call(tenant, call).await)
     }
+}
 
-    pub async fn decide_approval(
+/// The approval seam of [`toolgate_core::stores`], for core's approval service and the
+/// agent crate's run supervisor.
+#[async_trait::async_trait]
+impl toolgate_core::stores::ApprovalStore for Store {
+    /// The tenant's approval policy document, if it set one.
+    async fn approval_policy(&self, tenant: TenantId) -> Result<Option<Value>, StoreError> {
+        dispatch!(self, s => s.approval_policy(tenant).await)
+    }
+
+    /// Settles a call that needs approval (see [`toolgate_core::Approvals::gate`]).
+    async fn gate_approval(&self, request: &ApprovalRequest) -> Result<Gate, StoreError> {
+        dispatch!(self, s => s.gate_approval(request).await)
+    }
+
+    async fn get_approval(
+        &self,
+        tenant: TenantId,
+        approval: ApprovalId,
+    ) -> Result<Option<ApprovalRecord>, StoreError> {
+        dispatch!(self, s => s.get_approval(tenant, approval).await)
+    }
+
+    async fn decide_approval(
         &self,
         tenant: TenantId,
         approval: ApprovalId,
@@ -660,7 +609,7 @@ impl Store {
         dispatch!(self, s => s.decide_approval(tenant, approval, decision).await)
     }
 
-    pub async fn set_approval_result(
+    async fn set_approval_result(
         &self,
         tenant: TenantId,
         approval: ApprovalId,
@@ -668,11 +617,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         dispatch!(self, s => s.set_approval_result(tenant, approval, result).await)
     }
-}
 
-/// The approval seam of [`toolgate_core::stores`], for the agent crate's run supervisor.
-#[async_trait::async_trait]
-impl toolgate_core::stores::ApprovalStore for Store {
     async fn expire_approvals(&self) -> Result<Vec<(TenantId, ApprovalId)>, StoreError> {
         dispatch!(self, s => s.expire_approvals().await)
     }

@@ -1,0 +1,253 @@
+//! Approvals over a store: the executor's [`Approvals`] seam ([`StoredApprovals`]: tenant
+//! policies cached briefly, calls gated atomically in the store), and the rules of a
+//! person's decision ([`Decisions`]), the same whichever front door it comes through
+//! (REST, an MCP client's elicitation).
+//!
+//! What a decision sets going afterwards (a paused run resumed, an approved REST call
+//! run as its requester) belongs to the adapters and is not here.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+
+use crate::audit::{AuditError, AuditRecord, AuditSink};
+use crate::policy::{ApprovalError, ApprovalRequest};
+use crate::stores::{ApprovalRecord, ApprovalStore, Decision};
+use crate::{
+    Adapter, ApprovalId, Approvals, AuthContext, CallContext, ErrorKind, Event, Executor, Gate,
+    Outcome, Policy, TenantId, ToolError, Violation,
+};
+
+/// How long a tenant's policy is served from memory: a change made on another instance
+/// applies within this time (at once on the instance that made it, see
+/// [`StoredApprovals::forget`]).
+const POLICY_TTL: Duration = Duration::from_secs(1);
+
+/// Longest reason a decision may give, in characters.
+pub const MAX_REASON_CHARS: usize = 2000;
+
+/// The executor's approvals over the store `S`.
+pub struct StoredApprovals<S> {
+    store: S,
+    cache: Mutex<HashMap<TenantId, (Instant, Arc<Policy>)>>,
+}
+
+impl<S: ApprovalStore> StoredApprovals<S> {
+    pub fn new(store: S) -> Self {
+        Self {
+            store,
+            cache: Mutex::default(),
+        }
+    }
+
+    /// Drops the cached policy of `tenant` (after it changed here).
+    pub fn forget(&self, tenant: TenantId) {
+        self.lock().remove(&tenant);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<TenantId, (Instant, Arc<Policy>)>> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The tenant's policy from the store, cached for [`POLICY_TTL`].
+    async fn load_policy(&self, tenant: TenantId) -> Result<Arc<Policy>, ApprovalError> {
+        let stored = self
+            .store
+            .approval_policy(tenant)
+            .await
+            .map_err(|e| ApprovalError(e.to_string()))?;
+        let policy = match stored {
+            Some(doc) => serde_json::from_value(doc)
+                .map_err(|e| ApprovalError(format!("the stored policy cannot be read: {e}")))?,
+            None => Policy::default(),
+        };
+        let policy = Arc::new(policy);
+        self.lock().insert(tenant, (Instant::now(), policy.clone()));
+        Ok(policy)
+    }
+}
+
+#[async_trait]
+impl<S: ApprovalStore> Approvals for StoredApprovals<S> {
+    async fn policy(&self, tenant: TenantId) -> Result<Arc<Policy>, ApprovalError> {
+        if let Some((at, policy)) = self.lock().get(&tenant)
+            && at.elapsed() < POLICY_TTL
+        {
+            return Ok(policy.clone());
+        }
+        // Boxed apart: the store read's future is kilobytes, and every call's (cached)
+        // policy lookup would otherwise allocate and copy it.
+        Box::pin(self.load_policy(tenant)).await
+    }
+
+    async fn gate(&self, request: ApprovalRequest) -> Result<Gate, ApprovalError> {
+        // The executor announces what it found (`approval.used`, …).
+        self.store
+            .gate_approval(&request)
+            .await
+            .map_err(|e| ApprovalError(e.to_string()))
+    }
+}
+
+/// Why a decision was not taken; `E` is the store's error (a decided or expired
+/// approval is the store's conflict).
+#[derive(Debug, thiserror::Error)]
+pub enum DecideError<E: std::error::Error + 'static> {
+    /// The decider may not decide it, or the decision is malformed.
+    #[error(transparent)]
+    Refused(ToolError),
+    #[error(transparent)]
+    Store(E),
+    /// Decided and stored, but its audit row could not be written.
+    #[error("the decision could not be audited: {0}")]
+    Audit(AuditError),
+}
+
+/// People's decisions on approvals: who may decide, what a decision must say, and what
+/// it leaves behind (the stored decision, an audit row, an event).
+pub struct Decisions<S> {
+    store: S,
+    approvals: Arc<StoredApprovals<S>>,
+    audit: Arc<dyn AuditSink>,
+    /// For its events.
+    executor: Executor,
+}
+
+impl<S: ApprovalStore> Decisions<S> {
+    pub fn new(
+        store: S,
+        approvals: Arc<StoredApprovals<S>>,
+        audit: Arc<dyn AuditSink>,
+        executor: Executor,
+    ) -> Self {
+        Self {
+            store,
+            approvals,
+            audit,
+            executor,
+        }
+    }
+
+    /// Whether `auth` may decide approvals of its own calls (as an MCP client's
+    /// elicitation asks it to): it holds `approvals:decide` and its tenant's policy
+    /// allows self-approval.
+    pub async fn may_self_approve(&self, auth: &AuthContext) -> bool {
+        auth.has_scope(crate::auth::scopes::APPROVALS_DECIDE)
+            && self
+                .approvals
+                .policy(auth.tenant)
+                .await
+                .is_ok_and(|p| p.self_approval)
+    }
+
+    /// `decider` decides approval `id`. The decider needs `approvals:decide`; nobody
+    /// decides their own call unless the tenant's policy allows self-approval; a reason
+    /// is at most [`MAX_REASON_CHARS`], and a denial without one says so. The decision is
+    /// stored (once: a decided approval is the store's conflict), audited as a row of
+    /// adapter `approval`, and announced as the `approval.decided` event.
+    pub async fn decide(
+        &self,
+        decider: &Arc<AuthContext>,
+        id: ApprovalId,
+        approve: bool,
+        reason: String,
+        request_id: Option<&str>,
+    ) -> Result<ApprovalRecord, DecideError<S::Error>> {
+        if !decider.has_scope(crate::auth::scopes::APPROVALS_DECIDE) {
+            return Err(DecideError::Refused(ToolError::forbidden(
+                "deciding approvals needs the approvals:decide scope",
+            )));
+        }
+        if reason.chars().count() > MAX_REASON_CHARS {
+            return Err(DecideError::Refused(
+                ToolError::invalid_arguments(format!(
+                    "the reason is longer than {MAX_REASON_CHARS} characters"
+                ))
+                .with_violations(vec![Violation {
+                    pointer: "/reason".into(),
+                    message: format!("at most {MAX_REASON_CHARS} characters"),
+                }]),
+            ));
+        }
+        let tenant = decider.tenant;
+        let record = self
+            .store
+            .get_approval(tenant, id)
+            .await
+            .map_err(DecideError::Store)?
+            .ok_or_else(|| {
+                DecideError::Refused(ToolError::not_found(format!(
+                    "no approval {id} in your tenant"
+                )))
+            })?;
+        if record.requester == decider.principal.id
+            && !self
+                .approvals
+                .policy(tenant)
+                .await
+                .map_err(|e| {
+                    DecideError::Refused(ToolError::new(ErrorKind::Unavailable, e.to_string()))
+                })?
+                .self_approval
+        {
+            return Err(DecideError::Refused(ToolError::forbidden(
+                "you made this call, so someone else must decide it (the tenant's policy does not allow self-approval)",
+            )));
+        }
+        let decision = Decision {
+            approve,
+            by: decider.principal.id,
+            by_name: decider.principal.name.clone(),
+            reason: if reason.is_empty() && !approve {
+                "denied without a reason".to_owned()
+            } else {
+                reason
+            },
+        };
+        let decided = self
+            .store
+            .decide_approval(tenant, id, &decision)
+            .await
+            .map_err(DecideError::Store)?;
+        self.record(decider, request_id, &decided)
+            .await
+            .map_err(DecideError::Audit)?;
+        self.executor.events().emit(&Event::ApprovalDecided {
+            tenant,
+            approval: id,
+            approved: decided.status == "approved",
+            by: decider.principal.id,
+        });
+        Ok(decided)
+    }
+
+    /// A decision as an audit row of adapter `approval`: the decider, the tool and masked
+    /// arguments decided on, the outcome (`ok` approved, `denied`), the reason.
+    async fn record(
+        &self,
+        decider: &Arc<AuthContext>,
+        request_id: Option<&str>,
+        decided: &ApprovalRecord,
+    ) -> Result<(), AuditError> {
+        let mut ctx = CallContext::new(decider.clone(), Adapter::Approval);
+        ctx.request_id = request_id.map(str::to_owned);
+        let mut record = AuditRecord::start(
+            &ctx,
+            &decided.tool,
+            &decided.arguments,
+            decided.arguments.clone(),
+        );
+        record.arguments_hash = decided.arguments_hash.clone();
+        record.approval = Some(decided.id);
+        let (outcome, note) = if decided.status == "approved" {
+            (Outcome::Ok, None)
+        } else {
+            (Outcome::Error(ErrorKind::Denied), decided.reason.clone())
+        };
+        self.audit
+            .record(record.finish(outcome, note, Duration::ZERO))
+            .await
+    }
+}
