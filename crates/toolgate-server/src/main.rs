@@ -12,9 +12,10 @@ use toolgate_server::config::{Config, Overrides};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// toolgate: one gateway for every tool call, from REST, MCP clients and agents.
+/// One gateway for every tool call, from REST, MCP clients and agents: each call
+/// validated, authorized, rate-limited, approved where policy asks, and audited.
 #[derive(Parser)]
-#[command(version, about, long_about = None)]
+#[command(name = "toolgate", version)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -27,6 +27,27 @@ fn help_explains_every_serve_flag_and_its_variable() {
 }
 
 #[test]
+fn help_and_version_speak_of_the_command_not_the_crate() {
+    let run = |arg: &str| {
+        let out = Command::new(BIN).arg(arg).output().expect("run");
+        assert!(out.status.success(), "{arg}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let help = run("--help");
+    assert!(
+        help.starts_with("One gateway for every tool call"),
+        "{help}"
+    );
+    for crate_words in ["axum", "adapter", "crate"] {
+        assert!(!help.contains(crate_words), "{crate_words:?} in:\n{help}");
+    }
+    assert_eq!(
+        run("--version").trim(),
+        format!("toolgate {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
 fn a_bad_config_value_fails_at_start_naming_the_key() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("toolgate.toml");
