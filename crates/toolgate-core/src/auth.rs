@@ -43,6 +43,30 @@ pub struct Principal {
     pub name: String,
 }
 
+/// The bearer token a caller signed in with, when it was a token from the identity
+/// provider (a JWT), kept only for the request: an upstream configured for token
+/// exchange (RFC 8693) trades it for a token of its own. Never serialized, never shown
+/// (`Debug` hides it), never sent to an upstream as it is.
+#[derive(Clone)]
+pub struct SubjectToken(std::sync::Arc<str>);
+
+impl SubjectToken {
+    pub fn new(token: &str) -> Self {
+        Self(token.into())
+    }
+
+    /// The token itself, for the exchange request only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for SubjectToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SubjectToken(***)")
+    }
+}
+
 /// The caller of one request: tenant, principal, roles and scopes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuthContext {

@@ -272,6 +272,9 @@ pub struct CallContext {
     pub peer: Option<Client>,
     /// Whether a cached result may answer the call (see [`crate::cache`]).
     pub cache: crate::cache::CacheMode,
+    /// The caller's own token from the identity provider, for upstreams that exchange it
+    /// (RFC 8693); `None` for API keys and calls made later on the caller's behalf.
+    pub subject_token: Option<crate::SubjectToken>,
     deadline: Option<Instant>,
 }
 
@@ -294,6 +297,7 @@ impl CallContext {
             progress: None,
             peer: None,
             cache: crate::cache::CacheMode::Use,
+            subject_token: None,
             deadline: None,
         }
     }

@@ -61,7 +61,7 @@ pub mod stores;
 pub mod tool;
 pub mod toolset;
 
-pub use auth::{AuthContext, Principal, PrincipalKind};
+pub use auth::{AuthContext, Principal, PrincipalKind, SubjectToken};
 pub use client::{Client, ClientChannel, ClientError, ClientRequest};
 pub use context::{Adapter, CallContext, ClientInfo, Progress, ProgressSink, RunStep};
 pub use declarations::DeclarationFormat;

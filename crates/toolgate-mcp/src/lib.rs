@@ -76,6 +76,8 @@ pub struct McpCaller {
     /// exported: the call continues it (rather than the client's own `traceparent`, which
     /// that span already continues).
     pub traceparent: Option<String>,
+    /// The JWT the caller signed in with, for upstreams that exchange it (RFC 8693).
+    pub subject_token: Option<toolgate_core::SubjectToken>,
 }
 
 /// The MCP handler. rmcp makes one per session (and one per stateless request); it is a
@@ -928,6 +930,7 @@ impl ServerHandler for McpAdapter {
         if let Some(id) = caller.request_id {
             ctx = ctx.with_request_id(id);
         }
+        ctx.subject_token = caller.subject_token;
         // `notifications/cancelled` for this request cancels rmcp's token.
         ctx.cancel = context.ct.child_token();
         // An upstream tool's log messages, sampling and elicitation reach this client. Log
@@ -1042,6 +1045,7 @@ impl McpAdapter {
         if let Some(id) = caller.request_id {
             ctx = ctx.with_request_id(id);
         }
+        ctx.subject_token = caller.subject_token;
         ctx.cancel = context.ct.child_token();
         let (client, traceparent) =
             upstream::client_span(&ctx, upstream::Under::Request, method, target);

@@ -132,16 +132,20 @@ impl Authenticator {
 
     pub(crate) async fn authenticate(&self, parts: &Parts) -> Result<Caller, ToolError> {
         let token = bearer(parts)?;
-        let auth = if keys::looks_like_key(token) {
-            self.api_key(token).await?
+        let (auth, subject_token) = if keys::looks_like_key(token) {
+            (self.api_key(token).await?, None)
         } else if let Some(jwt) = &self.jwt {
-            Arc::new(jwt.verify(token).await?)
+            (
+                Arc::new(jwt.verify(token).await?),
+                Some(toolgate_core::SubjectToken::new(token)),
+            )
         } else {
             return Err(unauthenticated("invalid credentials"));
         };
         Ok(Caller {
             auth,
             toolset: Toolset::all(),
+            subject_token,
         })
     }
 
@@ -409,6 +413,9 @@ pub(crate) fn rejection(err: ToolError) -> ApiError {
 pub struct Caller {
     pub auth: Arc<AuthContext>,
     pub toolset: Toolset,
+    /// The JWT the caller signed in with (none for an API key), for upstreams that
+    /// exchange it.
+    pub subject_token: Option<toolgate_core::SubjectToken>,
 }
 
 impl Caller {

@@ -425,6 +425,7 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
         toolset: caller.toolset,
         request_id,
         traceparent: None,
+        subject_token: caller.subject_token,
     });
     // A session request reusing the id of one still in flight would take its answer
     // (rmcp routes answers by id): the first caller's POST then waited for ever. The

@@ -133,17 +133,22 @@ pub(super) struct PersonalFor<S> {
 impl<S: UpstreamStore> crate::upstream::PersonalCredentials for PersonalFor<S> {
     async fn credential(
         &self,
-        tenant: TenantId,
-        principal: PrincipalId,
-    ) -> Result<Option<crate::upstream::PersonalCredential>, String> {
-        Ok(self
-            .personals
+        ctx: &toolgate_core::CallContext,
+    ) -> Result<crate::upstream::PersonalCredential, String> {
+        let (tenant, principal) = (ctx.auth.tenant, ctx.auth.principal.id);
+        self.personals
             .load(tenant, self.upstream, &self.name, &self.url, principal)
             .await?
             .map(|c| crate::upstream::PersonalCredential {
                 headers: c.headers,
                 bearer: c.bearer,
-            }))
+            })
+            .ok_or_else(|| {
+                format!(
+                    "{} calls with each principal's own credential, and you stored none (PUT /v1/upstreams/{}/credentials)",
+                    self.name, self.name
+                )
+            })
     }
 }
 

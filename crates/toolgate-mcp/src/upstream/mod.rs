@@ -26,8 +26,8 @@
 //! Layout: this module supervises (connect, list, vet, register, reconnect);
 //! [`tool`] is an upstream tool and its call; `routes` finds the caller of what an
 //! upstream says mid-call; `sessions` the per-tenant or per-principal sessions calls
-//! run in; [`personal`] principals' own credentials; [`overrides`] renamed tools and
-//! fixed arguments.
+//! run in; [`personal`] each caller's own credential (stored, or [`exchange`]d for
+//! the caller's own token, RFC 8693); [`overrides`] renamed tools and fixed arguments.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -58,6 +58,7 @@ use toolgate_core::{
     ToolError, ToolOutput, ToolSpec,
 };
 
+pub mod exchange;
 pub mod overrides;
 pub mod personal;
 mod routes;

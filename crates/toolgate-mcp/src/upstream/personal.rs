@@ -1,5 +1,6 @@
-//! Principals' own credentials for an upstream, for upstreams that call with each
-//! caller's.
+//! Each caller's own credential for an upstream, for upstreams that call with it: one a
+//! principal stored ([`PersonalCredentials`] over the store), or a token its identity
+//! provider issued in exchange for the caller's own ([`super::exchange`]).
 
 use super::*;
 
@@ -22,15 +23,12 @@ impl std::fmt::Debug for PersonalCredential {
     }
 }
 
-/// The gateway's store of principals' own upstream credentials.
+/// Where an upstream's calls get each caller's own credential.
 #[async_trait::async_trait]
 pub trait PersonalCredentials: Send + Sync {
-    /// `principal`'s credential for this upstream; `None` when it stored none.
-    async fn credential(
-        &self,
-        tenant: toolgate_core::TenantId,
-        principal: toolgate_core::PrincipalId,
-    ) -> Result<Option<PersonalCredential>, String>;
+    /// The credential `ctx`'s caller calls this upstream with; an error saying why when
+    /// it has none (nothing stored, no token to exchange, the exchange refused).
+    async fn credential(&self, ctx: &CallContext) -> Result<PersonalCredential, String>;
 }
 
 /// An upstream's source of principals' own credentials, if calls use them.

@@ -52,20 +52,10 @@ impl SessionPool {
         ctx: &CallContext,
     ) -> Result<(Peer<RoleClient>, Arc<Routes>), String> {
         // With personal credentials, each principal calls with its own, in its own
-        // session; without one stored, it cannot call.
+        // session; without one, it cannot call.
         let personal = match &self.config.personal.0 {
             None => None,
-            Some(source) => Some(
-                source
-                    .credential(ctx.auth.tenant, ctx.auth.principal.id)
-                    .await?
-                    .ok_or_else(|| {
-                        format!(
-                            "{} calls with each principal's own credential, and you stored none (PUT /v1/upstreams/{}/credentials)",
-                            self.config.name, self.config.name
-                        )
-                    })?,
-            ),
+            Some(source) => Some(source.credential(ctx).await?),
         };
         let key = (
             ctx.auth.tenant,

@@ -223,6 +223,17 @@ impl Config {
                     message,
                 ));
             }
+            if let Some(exchange) = &upstream.token_exchange {
+                if upstream.url.is_none() {
+                    errors.push((
+                        format!("{key}.token_exchange"),
+                        "only an HTTP upstream (`url`) can be called with exchanged tokens".into(),
+                    ));
+                }
+                for (field, message) in exchange.problems() {
+                    errors.push((format!("{key}.token_exchange.{field}"), message));
+                }
+            }
             if upstream.to_upstream().is_none() {
                 errors.push((
                     key.clone(),

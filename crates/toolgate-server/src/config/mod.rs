@@ -290,6 +290,12 @@ pub struct UpstreamEntry {
     /// `fixed` arguments (hidden from callers, always sent) and `defaults`.
     #[serde(default)]
     pub overrides: BTreeMap<String, toolgate_mcp::upstream::ToolOverride>,
+    /// Call this HTTP upstream as each caller: the caller's own JWT is exchanged (RFC
+    /// 8693) at `token_url` for a token for the upstream (`audience`, `resource`,
+    /// `scope`), the gateway authenticating as `client_id`/`client_secret`. Callers with
+    /// an API key cannot call it. Its own `bearer`/`headers`, if any, only list tools.
+    #[serde(default)]
+    pub token_exchange: Option<toolgate_mcp::upstream::exchange::ExchangeConfig>,
 }
 
 fn operator_pin() -> toolgate_mcp::vetting::PinMode {
@@ -306,7 +312,8 @@ fn default_upstream_max_timeout() -> u64 {
 
 impl UpstreamEntry {
     /// The upstream as `toolgate-mcp` takes it; `None` when neither or both of `command`
-    /// and `url` are set (reported by [`Config::load`]).
+    /// and `url` are set, or its token exchange cannot be set up (reported by
+    /// [`Config::load`]).
     pub fn to_upstream(&self) -> Option<toolgate_mcp::upstream::UpstreamConfig> {
         use toolgate_mcp::upstream::{UpstreamConfig, UpstreamTransport};
         let expose = |m: &std::collections::BTreeMap<String, Secret>| {
@@ -329,6 +336,14 @@ impl UpstreamEntry {
             },
             _ => return None,
         };
+        let personal = match &self.token_exchange {
+            None => toolgate_mcp::upstream::Personal::default(),
+            // Never without it: the upstream would be called with the gateway's credential.
+            Some(exchange) => toolgate_mcp::upstream::Personal(Some(std::sync::Arc::new(
+                toolgate_mcp::upstream::exchange::TokenExchange::new(&self.name, exchange.clone())
+                    .ok()?,
+            ))),
+        };
         Some(UpstreamConfig {
             name: self.name.clone(),
             prefix: self.prefix.clone(),
@@ -346,7 +361,7 @@ impl UpstreamEntry {
             pin: Some(self.pin),
             vetting: Default::default(),
             overrides: self.overrides.clone(),
-            personal: Default::default(),
+            personal,
         })
     }
 }

@@ -111,6 +111,34 @@ mod layering {
     }
 
     #[test]
+    fn a_token_exchange_needs_an_http_upstream_and_a_token_url() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("toolgate.toml");
+        std::fs::write(
+            &path,
+            "[[upstreams]]\nname = \"fx\"\ncommand = \"fx-server\"\n\
+             [upstreams.token_exchange]\ntoken_url = \"idp.test/token\"\n\
+             client_id = \"toolgate\"\nclient_secret = \"s3cr3t\"\n",
+        )
+        .expect("write");
+        let overrides = Overrides {
+            config_file: Some(path),
+            ..Overrides::default()
+        };
+        let err = Config::load(&overrides, env(&[])).expect_err("no HTTP, no URL");
+        let keys: Vec<&str> = err.0.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "upstreams[0].token_exchange",
+                "upstreams[0].token_exchange.token_url"
+            ],
+            "{err}"
+        );
+        assert!(!err.to_string().contains("s3cr3t"), "{err}");
+    }
+
+    #[test]
     fn jwks_and_authorization_server_urls_are_checked_at_start() {
         let err = Config::load(
             &Overrides::default(),

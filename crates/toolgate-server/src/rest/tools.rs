@@ -430,12 +430,13 @@ async fn invoke_tool(
     // The caller's trace; when traces are exported, the request's server span (which the
     // observe layer put in the header's place).
     let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok());
-    let ctx = CallContext::new(caller.auth.clone(), Adapter::Rest)
+    let mut ctx = CallContext::new(caller.auth.clone(), Adapter::Rest)
         .with_request_id(&*request_id)
         .with_trace(traceparent)
         .with_timeout(body.timeout_ms.map(|ms| Duration::from_millis(ms.get())))
         .with_client(client)
         .with_cache(cache_mode(&headers));
+    ctx.subject_token = caller.subject_token.clone();
     let call_id = ctx.call_id;
     let tools = caller.tools(&app.registry);
     match app
