@@ -1,0 +1,185 @@
+//! Listing an upstream's tools: vetted, overridden and registered under its prefix;
+//! unregistered when it goes.
+
+use super::*;
+
+/// Lists every page of the upstream's tools and puts those the allow/deny lists admit in
+/// place of the ones registered before, in one step; a name taken by another tool is
+/// reported, never overwritten.
+pub(super) async fn rediscover(
+    config: &UpstreamConfig,
+    peer: &Peer<RoleClient>,
+    registry: &Registry,
+    routes: &Arc<Routes>,
+    pool: &Option<Arc<SessionPool>>,
+    registered: &mut Vec<String>,
+) -> Result<(), ServiceError> {
+    let tools = peer.list_all_tools().await?;
+    // Configurations are checked before they get here; should a bad glob slip through,
+    // nothing is registered rather than a `deny` that denies nothing.
+    let Some(admitted) = admitted(&config.allow, &config.deny) else {
+        tracing::error!(upstream = %config.name, "an allow or deny glob is invalid; no tool of this upstream is offered");
+        unregister(config, registry, registered);
+        return Ok(());
+    };
+    let prefix = config.prefix();
+    // Tools of other sources the same callers see: a description naming one may be
+    // steering the model to it.
+    let others: Vec<String> = match &config.vetting.0 {
+        None => Vec::new(),
+        Some(_) => {
+            let ours: std::collections::HashSet<&String> = registered.iter().collect();
+            let seen = match config.owner {
+                Owner::Tenant(tenant) => registry.list(tenant),
+                Owner::Everyone => registry.list(toolgate_core::TenantId(uuid::Uuid::nil())),
+            };
+            seen.iter()
+                .map(|t| t.spec().name.clone())
+                .filter(|n| !ours.contains(n))
+                .collect()
+        }
+    };
+    let mut found: Vec<Arc<dyn Tool>> = Vec::new();
+    // One skeleton per name in this listing: a look-alike of a tool offered before (or
+    // listed earlier) is refused, even while that tool is withheld for approval.
+    let mut looks: HashMap<String, String> = registered
+        .iter()
+        .map(|n| (toolgate_core::registry::skeleton(n), n.clone()))
+        .collect();
+    for tool in tools {
+        let remote = tool.name.to_string();
+        if !admitted(&remote) {
+            continue;
+        }
+        let applied = config.overrides.get(&remote).cloned();
+        let name = format!(
+            "{prefix}{}",
+            applied
+                .as_ref()
+                .and_then(|o| o.name.as_deref())
+                .unwrap_or(&remote)
+        );
+        if !is_valid_tool_name(&name) {
+            // Logged escaped and cut: an upstream's name must not write log lines of its own.
+            let shown: String = name.chars().take(128).collect();
+            tracing::warn!(upstream = %config.name, tool = ?shown, "skipped an upstream tool whose name is not valid here");
+            continue;
+        }
+        let look = toolgate_core::registry::skeleton(&name);
+        match looks.get(&look) {
+            Some(other) if other != &name => {
+                tracing::warn!(upstream = %config.name, tool = %name, like = %other, "refused an upstream tool whose name could pass for another");
+                continue;
+            }
+            _ => {
+                looks.insert(look, name.clone());
+            }
+        }
+        let mut spec = spec_for(config, &name, &tool);
+        if let Some(o) = &applied {
+            if let Some(description) = &o.description {
+                spec.description.clone_from(description);
+            }
+            spec.input_schema = o.schema(&spec.input_schema);
+        }
+        if let Some(vet) = &config.vetting.0 {
+            let definition = crate::vetting::definition(&tool);
+            let offered = vet
+                .vet(
+                    &crate::vetting::Definition {
+                        owner: config.owner,
+                        upstream: config.name.clone(),
+                        tool: remote.clone(),
+                        exported: name.clone(),
+                        hash: toolgate_core::audit::hash_json(&definition),
+                        findings: crate::vetting::findings(
+                            tool.description.as_deref().unwrap_or_default(),
+                            &others,
+                        ),
+                        definition,
+                    },
+                    config.pin,
+                )
+                .await;
+            if !offered {
+                tracing::warn!(upstream = %config.name, tool = %name, "upstream tool withheld: its definition awaits approval");
+                continue;
+            }
+        }
+        found.push(Arc::new(UpstreamTool {
+            spec,
+            upstream: config.name.clone(),
+            remote,
+            applied,
+            peer: peer.clone(),
+            routes: routes.clone(),
+            pool: pool.clone(),
+        }));
+    }
+    let previous = std::mem::take(registered);
+    for (name, result) in registry.replace(config.owner, &previous, found) {
+        match result {
+            Ok(()) => registered.push(name),
+            Err(err) => {
+                tracing::warn!(upstream = %config.name, tool = ?name, error = %err, "upstream tool not registered")
+            }
+        }
+    }
+    tracing::info!(upstream = %config.name, tools = registered.len(), "upstream tools registered");
+    Ok(())
+}
+
+pub(super) fn unregister(
+    config: &UpstreamConfig,
+    registry: &Registry,
+    registered: &mut Vec<String>,
+) {
+    registry.replace(config.owner, registered, Vec::new());
+    registered.clear();
+}
+
+/// The gateway's declaration of an upstream tool. Risk follows the upstream's hints, read
+/// the way the MCP specification defaults them (a tool that does not say it only reads is
+/// taken to write, destructively, reaching the open world): read-only → low, destructive
+/// → high, other writes → medium.
+pub(super) fn spec_for(config: &UpstreamConfig, name: &str, tool: &rmcp::model::Tool) -> ToolSpec {
+    let hints = tool.annotations.as_ref();
+    let read_only = hints.and_then(|a| a.read_only_hint).unwrap_or(false);
+    let destructive = !read_only && hints.and_then(|a| a.destructive_hint).unwrap_or(true);
+    let effects = Effects {
+        writes: !read_only,
+        destructive,
+        idempotent: hints.and_then(|a| a.idempotent_hint).unwrap_or(false),
+        open_world: hints.and_then(|a| a.open_world_hint).unwrap_or(true),
+    };
+    let risk = if read_only {
+        Risk::Low
+    } else if destructive {
+        Risk::High
+    } else {
+        Risk::Medium
+    };
+    let mut spec = ToolSpec::new(
+        name,
+        tool.description.as_deref().unwrap_or_default(),
+        Value::Object((*tool.input_schema).clone()),
+    )
+    .with_category(format!("upstream.{}", config.name))
+    .with_risk(risk, effects)
+    .with_timeouts(config.default_timeout, config.max_timeout)
+    .with_progress_extension(config.progress_extends);
+    if let Some(title) = tool
+        .title
+        .as_deref()
+        .or_else(|| hints.and_then(|a| a.title.as_deref()))
+    {
+        spec = spec.with_title(title);
+    }
+    if let Some(output) = &tool.output_schema {
+        spec = spec.with_output_schema(Value::Object((**output).clone()));
+    }
+    if let Some(meta) = &tool.meta {
+        spec.vendor_meta = meta.0.clone();
+    }
+    spec
+}
