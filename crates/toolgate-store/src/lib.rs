@@ -18,7 +18,8 @@
 //! - [`runs`]: agents, runs and run journals.
 //! - [`approvals`]: approval policies and approvals.
 //! - [`upstreams`]: tenants' own upstream MCP servers.
-//! - [`sqlite`], [`postgres`]: the two backends.
+//! - [`sqlite`], [`postgres`]: the two backends, each with its audit log (`audit.rs`) and
+//!   MCP sessions (`sessions.rs`) in files of their own.
 
 /// Calls the same method on whichever backend the store is. Defined before the modules,
 /// so that each module's `impl Store` forwards through it.
