@@ -108,7 +108,7 @@ pub enum DecideError<E: std::error::Error + 'static> {
 /// People's decisions on approvals: who may decide, what a decision must say, and what
 /// it leaves behind (the stored decision, an audit row, an event).
 pub struct Decisions<S> {
-    store: S,
+    /// The policies and the store they are read from.
     approvals: Arc<StoredApprovals<S>>,
     audit: Arc<dyn AuditSink>,
     /// For its events.
@@ -117,13 +117,11 @@ pub struct Decisions<S> {
 
 impl<S: ApprovalStore> Decisions<S> {
     pub fn new(
-        store: S,
         approvals: Arc<StoredApprovals<S>>,
         audit: Arc<dyn AuditSink>,
         executor: Executor,
     ) -> Self {
         Self {
-            store,
             approvals,
             audit,
             executor,
@@ -173,6 +171,7 @@ impl<S: ApprovalStore> Decisions<S> {
         }
         let tenant = decider.tenant;
         let record = self
+            .approvals
             .store
             .get_approval(tenant, id)
             .await
@@ -207,6 +206,7 @@ impl<S: ApprovalStore> Decisions<S> {
             },
         };
         let decided = self
+            .approvals
             .store
             .decide_approval(tenant, id, &decision)
             .await

@@ -203,7 +203,6 @@ pub async fn build_with(
         None
     };
     let decisions = Arc::new(toolgate_core::approvals::Decisions::new(
-        store.clone(),
         approvals.clone(),
         audit.clone(),
         executor.clone(),

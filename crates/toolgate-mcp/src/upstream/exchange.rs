@@ -6,7 +6,8 @@
 //! keys, which no authorization server issued, cannot be exchanged.
 //!
 //! The gateway authenticates to the token endpoint as a confidential client
-//! (`client_secret_basic`). Exchanged tokens are kept, per caller token, until shortly
+//! (`client_secret_basic`), with the operator's upstreams' HTTP client (redirects only
+//! within the same origin). Exchanged tokens are kept, per caller token, until shortly
 //! before they expire.
 
 use std::collections::HashMap;
@@ -82,7 +83,6 @@ impl ExchangeConfig {
 pub struct TokenExchange {
     upstream: String,
     config: ExchangeConfig,
-    client: reqwest::Client,
     /// Per caller token (its SHA-256), the token exchanged for it and until when it is
     /// used.
     tokens: Mutex<HashMap<[u8; 32], (String, Instant)>>,
@@ -105,18 +105,12 @@ struct Refusal {
 }
 
 impl TokenExchange {
-    pub fn new(upstream: &str, config: ExchangeConfig) -> Result<Self, String> {
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .timeout(EXCHANGE_TIMEOUT)
-            .build()
-            .map_err(|e| format!("building the token exchange client: {e}"))?;
-        Ok(Self {
+    pub fn new(upstream: &str, config: ExchangeConfig) -> Self {
+        Self {
             upstream: upstream.to_owned(),
             config,
-            client,
             tokens: Mutex::default(),
-        })
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], (String, Instant)>> {
@@ -145,9 +139,9 @@ impl TokenExchange {
         // RFC 6749 §2.3.1: the id and secret are form-encoded before Basic encoding.
         let encode =
             |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
-        let response = self
-            .client
+        let response = super::operator_client()
             .post(&self.config.token_url)
+            .timeout(EXCHANGE_TIMEOUT)
             .basic_auth(
                 encode(&self.config.client_id),
                 Some(encode(&self.config.client_secret)),

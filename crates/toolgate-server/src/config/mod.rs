@@ -312,8 +312,7 @@ fn default_upstream_max_timeout() -> u64 {
 
 impl UpstreamEntry {
     /// The upstream as `toolgate-mcp` takes it; `None` when neither or both of `command`
-    /// and `url` are set, or its token exchange cannot be set up (reported by
-    /// [`Config::load`]).
+    /// and `url` are set (reported by [`Config::load`]).
     pub fn to_upstream(&self) -> Option<toolgate_mcp::upstream::UpstreamConfig> {
         use toolgate_mcp::upstream::{UpstreamConfig, UpstreamTransport};
         let expose = |m: &std::collections::BTreeMap<String, Secret>| {
@@ -338,10 +337,8 @@ impl UpstreamEntry {
         };
         let personal = match &self.token_exchange {
             None => toolgate_mcp::upstream::Personal::default(),
-            // Never without it: the upstream would be called with the gateway's credential.
             Some(exchange) => toolgate_mcp::upstream::Personal(Some(std::sync::Arc::new(
-                toolgate_mcp::upstream::exchange::TokenExchange::new(&self.name, exchange.clone())
-                    .ok()?,
+                toolgate_mcp::upstream::exchange::TokenExchange::new(&self.name, exchange.clone()),
             ))),
         };
         Some(UpstreamConfig {
