@@ -1,0 +1,192 @@
+//! The durable audit alone: CPU per row of the real writer, by thread.
+//!
+//! Usage: `cargo run --release -p toolgate-store --example audit_rows -- sqlite|postgres
+//! [CONCURRENCY] [SECONDS]` (bench/audit_rows.sh runs both). For `postgres`,
+//! `DATABASE_URL` names an empty database the run may fill (bench/audit_rows.sh makes one).
+//!
+//! CONCURRENCY tasks (64 by default) each build a record as the executor does for the
+//! benchmarks' echo call, hand it to the [`AuditWriter`] and wait for its commit, over and
+//! over for SECONDS (8 by default) after a 2 s warm-up. CPU time comes from
+//! `/proc/self/task/*/stat` (this process's threads, grouped by name) and, on Postgres,
+//! from `/proc/PID/stat` of every `postgres` process on the machine (the backend the writer
+//! holds, the WAL writer, the checkpointer). The last line is the figure issue 29 sets a
+//! target for: the audit's CPU per row on all its threads — the writer, SQLite's connection
+//! thread or the Postgres processes — and, apart, what the waiting tasks spent.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::json;
+use toolgate_core::audit::{AuditRecord, AuditSink, hash_json};
+use toolgate_core::{Adapter, CallId, Outcome, PrincipalId};
+use toolgate_store::{AuditWriter, Store};
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Ticks of user and system time of this process's threads, by name (numbering dropped).
+fn cpu_ticks() -> BTreeMap<String, u64> {
+    let mut groups = BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return groups;
+    };
+    for task in tasks.flatten() {
+        if let Some((name, ticks)) = stat(&task.path().join("stat")) {
+            let name = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '-');
+            *groups.entry(name.to_owned()).or_default() += ticks;
+        }
+    }
+    groups
+}
+
+/// Ticks of every process named `postgres`.
+fn postgres_ticks() -> u64 {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    procs
+        .flatten()
+        .filter(|p| {
+            p.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|p| stat(&p.path().join("stat")))
+        .filter(|(name, _)| name == "postgres")
+        .map(|(_, ticks)| ticks)
+        .sum()
+}
+
+/// The name and user + system ticks in a `/proc/…/stat` file.
+fn stat(path: &std::path::Path) -> Option<(String, u64)> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let name = text[open + 1..close].to_owned();
+    let fields: Vec<&str> = text[close + 2..].split(' ').collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let user: u64 = fields.get(11)?.parse().ok()?;
+    let system: u64 = fields.get(12)?.parse().ok()?;
+    Some((name, user + system))
+}
+
+fn record(tenant: toolgate_core::TenantId, principal: PrincipalId) -> AuditRecord {
+    let args = json!({"message": "hello, toolgate"});
+    let now = SystemTime::now();
+    AuditRecord {
+        call_id: CallId::new(),
+        tenant,
+        principal,
+        adapter: Adapter::Mcp,
+        tool: "echo".into(),
+        arguments_hash: hash_json(&args),
+        arguments: args,
+        outcome: Outcome::Ok,
+        error: None,
+        duration: Duration::from_micros(40),
+        request_id: Some("1".into()),
+        trace_id: None,
+        run: None,
+        client: Some("wrk/4".into()),
+        approval: None,
+        cache: None,
+        started_at: now,
+        finished_at: now,
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let backend = args.next().unwrap_or_else(|| "sqlite".into());
+    let concurrency: usize = args.next().map_or(Ok(64), |a| a.parse())?;
+    let seconds: u64 = args.next().map_or(Ok(8), |a| a.parse())?;
+    let dir = std::env::temp_dir().join(format!("toolgate-audit-rows-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let url = match backend.as_str() {
+        "sqlite" => None,
+        "postgres" => Some(std::env::var("DATABASE_URL")?),
+        other => anyhow::bail!("unknown backend {other:?}: sqlite or postgres"),
+    };
+    let store = Store::open(url.as_deref(), &dir).await?;
+    store.migrate().await?;
+    let tenant = store.create_tenant("bench").await?.id;
+    let principal = PrincipalId::new();
+    let (writer, task) = AuditWriter::spawn(store)?;
+
+    let rows = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut callers = Vec::new();
+    for _ in 0..concurrency {
+        let (writer, rows, stop) = (writer.clone(), rows.clone(), stop.clone());
+        callers.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                writer.record(record(tenant, principal)).await?;
+                rows.fetch_add(1, Ordering::Relaxed);
+            }
+            anyhow::Ok(())
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (before, pg_before, rows_before, started) = (
+        cpu_ticks(),
+        postgres_ticks(),
+        rows.load(Ordering::Relaxed),
+        Instant::now(),
+    );
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let (after, pg_after, rows_after, elapsed) = (
+        cpu_ticks(),
+        postgres_ticks(),
+        rows.load(Ordering::Relaxed),
+        started.elapsed(),
+    );
+    stop.store(true, Ordering::Relaxed);
+    for caller in callers {
+        caller.await??;
+    }
+    drop(writer);
+    task.join().await;
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let hz: f64 = String::from_utf8(
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()?
+            .stdout,
+    )?
+    .trim()
+    .parse()?;
+    let n = (rows_after - rows_before) as f64;
+    let per_row = |ticks: u64| ticks as f64 / hz * 1e6 / n;
+    println!(
+        "audit_rows {backend}, concurrency {concurrency}: {:.0} rows/s over {:.1} s",
+        n / elapsed.as_secs_f64(),
+        elapsed.as_secs_f64()
+    );
+    println!("| threads | CPU µs/row |\n|---|---:|");
+    let (mut audit, mut callers_cpu) = (0.0, 0.0);
+    for (name, ticks) in &after {
+        let spent = per_row(ticks - before.get(name).copied().unwrap_or(0));
+        if name.starts_with("toolgate-audit") || name.starts_with("sqlx-sqlite") {
+            audit += spent;
+        } else {
+            callers_cpu += spent;
+        }
+        if spent >= 0.05 {
+            println!("| {name} | {spent:.1} |");
+        }
+    }
+    if backend == "postgres" {
+        let spent = per_row(pg_after - pg_before);
+        audit += spent;
+        println!("| postgres (all processes) | {spent:.1} |");
+    }
+    println!(
+        "audit CPU per row, all its threads: {audit:.1} µs (target ≤ 6); the waiting callers: {callers_cpu:.1} µs"
+    );
+    Ok(())
+}
