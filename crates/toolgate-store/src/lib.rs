@@ -73,6 +73,9 @@ pub enum StoreError {
     Invalid(String),
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
+    /// From the SQLite audit writer's own connection (see [`SqliteStore::append_audit`]).
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     /// Stored data that cannot be read back as written.
@@ -85,6 +88,19 @@ impl StoreError {
     /// connections, timed out, locked, shutting down, out of space — rather than refused
     /// it: trying again later may succeed, and callers hear 503, not 500.
     pub fn is_unavailable(&self) -> bool {
+        if let StoreError::Sqlite(err) = self {
+            return match err {
+                rusqlite::Error::SqliteFailure(failure, _) => matches!(
+                    failure.code,
+                    rusqlite::ErrorCode::DatabaseBusy
+                        | rusqlite::ErrorCode::DatabaseLocked
+                        | rusqlite::ErrorCode::DiskFull
+                        | rusqlite::ErrorCode::SystemIoFailure
+                        | rusqlite::ErrorCode::CannotOpen
+                ),
+                _ => false,
+            };
+        }
         let err = match self {
             StoreError::Database(err)
             | StoreError::Migrate(sqlx::migrate::MigrateError::Execute(err)) => err,

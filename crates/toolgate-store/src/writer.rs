@@ -14,7 +14,9 @@
 //! The writer runs on a thread of its own with its own single-threaded runtime and its own
 //! connections. Measured on the REST benchmark: on the shared runtime, under 64 concurrent
 //! requests, each of the writer's round trips waited behind request tasks and a batch took
-//! about 8 ms; the batch is the latency floor of every audited call.
+//! about 8 ms; the batch is the latency floor of every audited call. On SQLite the batch
+//! runs on this thread itself, through a connection of its own (see
+//! [`crate::SqliteStore::append_audit`]), not on sqlx's connection thread.
 
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot};

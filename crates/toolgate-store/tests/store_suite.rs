@@ -486,6 +486,67 @@ async fn postgres_app_role_cannot_change_audit_rows_and_sees_only_its_tenant() {
 }
 
 #[tokio::test]
+async fn audit_rows_read_back_as_recorded_and_filter_by_time() {
+    // On SQLite the writer's rows go through a connection of its own (rusqlite), the
+    // reads through sqlx: times must be written as sqlx writes them, or filters that
+    // compare them as text would pick the wrong rows.
+    on_both(|store| async move {
+        let (a, p) = acme_alice(&store).await;
+        let at = |micros: u64| SystemTime::UNIX_EPOCH + Duration::from_micros(micros);
+        let mut records = Vec::new();
+        // A whole second, a millisecond, a microsecond: each fraction's width differs.
+        for (i, micros) in [
+            1_800_000_000_000_000,
+            1_800_000_001_250_000,
+            1_800_000_002_000_001,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut r = record(a.id, p.id, &format!("tool{i}"));
+            r.started_at = at(micros);
+            r.finished_at = at(micros + 1_500);
+            r.run = Some(toolgate_core::RunStep {
+                run_id: toolgate_core::RunId::new(),
+                step: 3,
+            });
+            r.approval = Some(toolgate_core::ApprovalId::new());
+            r.error = Some("it failed".into());
+            r.outcome = Outcome::Error(ErrorKind::Timeout);
+            records.push(r);
+        }
+        store.append_audit(&records).await.expect("append");
+        let rows = store
+            .list_audit(a.id, &AuditFilter::default(), 10)
+            .await
+            .expect("list");
+        assert_eq!(rows.len(), 3);
+        for (row, r) in rows.iter().rev().zip(&records) {
+            assert_eq!(row.call_id, r.call_id.0);
+            assert_eq!(row.tool, r.tool);
+            assert_eq!(SystemTime::from(row.started_at), r.started_at);
+            assert_eq!(SystemTime::from(row.finished_at), r.finished_at);
+            assert_eq!(row.run_id, r.run.map(|s| s.run_id));
+            assert_eq!(row.step, Some(3));
+            assert_eq!(row.approval_id, r.approval.map(|x| x.0));
+            assert_eq!(row.outcome, "timeout");
+            assert_eq!(row.error.as_deref(), Some("it failed"));
+            assert_eq!(row.arguments, r#"{"path":"a.txt","token":"***"}"#);
+        }
+        let between = AuditFilter {
+            since: Some(chrono::DateTime::from(at(1_800_000_001_000_000))),
+            until: Some(chrono::DateTime::from(at(1_800_000_002_000_001))),
+            ..AuditFilter::default()
+        };
+        let picked = store.list_audit(a.id, &between, 10).await.expect("list");
+        let tools: Vec<&str> = picked.iter().map(|r| r.tool.as_str()).collect();
+        assert_eq!(tools, ["tool1"]);
+        assert_eq!(store.verify_chain(a.id).await.expect("verify"), None);
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_failed_audit_batch_writes_nothing_and_the_next_one_is_written() {
     on_both(|store| async move {
         let (a, p) = acme_alice(&store).await;

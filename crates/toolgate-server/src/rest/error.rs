@@ -331,9 +331,10 @@ impl From<toolgate_store::StoreError> for ApiError {
                 err.cause = Some(other.to_string());
                 ApiError::Tool(err)
             }
-            other @ (StoreError::Database(_) | StoreError::Migrate(_) | StoreError::Corrupt(_)) => {
-                ApiError::Internal(other.into())
-            }
+            other @ (StoreError::Database(_)
+            | StoreError::Sqlite(_)
+            | StoreError::Migrate(_)
+            | StoreError::Corrupt(_)) => ApiError::Internal(other.into()),
         }
     }
 }

@@ -2,7 +2,7 @@
 //! timeout, foreign keys on. SQLite has no row-level security; every query here filters
 //! by tenant itself.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::types::Json;
-use sqlx::{QueryBuilder, Sqlite, SqliteConnection, SqlitePool};
+use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 use toolgate_core::audit::AuditRecord;
 use toolgate_core::{PrincipalId, RunId, TenantId};
 use uuid::Uuid;
@@ -23,20 +23,15 @@ use crate::{StoreError, keys};
 mod audit;
 mod sessions;
 
-use audit::*;
-
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
 
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
     pub(crate) pool: SqlitePool,
     path: std::path::PathBuf,
-    /// The connection audit batches are written on, held from one batch to the next:
-    /// through the pool each batch paid two more round trips to the connection's thread
-    /// (sqlx pings a connection when it is acquired and when it is released). Dropped,
-    /// with the chain heads it remembers, after a failed batch; the next one takes a new
-    /// connection.
-    audit_conn: Arc<tokio::sync::Mutex<Option<AuditConn>>>,
+    /// The connection audit batches are written on (see [`SqliteStore::append_audit`]),
+    /// held from one batch to the next.
+    audit_conn: Arc<std::sync::Mutex<Option<rusqlite::Connection>>>,
     limits: crate::StoreLimits,
 }
 
@@ -67,13 +62,6 @@ impl SqliteStore {
 
 pub(crate) fn id(u: Uuid) -> String {
     u.hyphenated().to_string()
-}
-
-/// Ids as an SQL list of string literals (`'…', '…'`): hex digits and dashes only.
-fn quoted(ids: impl Iterator<Item = Uuid>) -> String {
-    ids.map(|u| format!("'{}'", id(u)))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 pub(crate) fn uuid(s: &str) -> Result<Uuid, StoreError> {
