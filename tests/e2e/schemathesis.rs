@@ -4,18 +4,22 @@
 //! not one may be answered with a server error. DELETEs are left out so the admin key
 //! the run authenticates with survives it, and so are the SSE streams (`…/events`): an
 //! accepted stream never ends, so every generated request could only time out (30 s
-//! each); their refusals are tested by hand (audit_api, approvals, limits).
+//! each); their refusals are tested by hand (audit_api, approvals, limits). A tool's 504
+//! for a deadline the caller chose is expected (`tests/clients/schemathesis.toml`).
 
 use toolgate_e2e::{Gateway, sdk_clients};
 
 #[tokio::test]
 async fn generated_requests_never_get_a_server_error() {
     let dir = sdk_clients();
+    let config = dir.join("schemathesis.toml");
     let gw = Gateway::start().await;
     std::fs::write(gw.workspace().join("notes.txt"), "hello\n").expect("write");
     let output = tokio::time::timeout(
         std::time::Duration::from_secs(600),
         tokio::process::Command::new(dir.join(".venv-st/bin/schemathesis"))
+            .arg("--config-file")
+            .arg(config)
             .args(["run", &gw.url("/openapi.json")])
             .args([
                 "--header",
