@@ -5,6 +5,7 @@
 #   bench/cpu.sh                          # every server, both modes, concurrency 64, 8 s
 #   SERVERS="gw noaudit" MODES=stateless DURATION=10s C=16 bench/cpu.sh
 #   MODES="stateless rest" SERVERS=gw bench/cpu.sh   # the same gateway's REST invoke beside it
+#   BIN=/tmp/base SERVERS=gw bench/cpu.sh     # binaries built elsewhere (another revision)
 #
 # Servers: gw (the gateway as shipped: SQLite, API key, durable audit), noaudit (the
 # gateway without its audit sink), first (the gateway answering before its audit row
@@ -26,7 +27,11 @@ MODES=${MODES:-"stateless session"}
 C=${C:-64}
 
 ensure_wrk
-cargo build --quiet --release -p toolgate-server -p toolgate-bench
+BIN=${BIN:-}
+if [ -z "$BIN" ]; then
+  cargo build --quiet --release -p toolgate-server -p toolgate-bench
+  BIN=target/release
+fi
 WORK=$(mktemp -d)
 pid=
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$WORK"; }
@@ -37,11 +42,11 @@ start() {
   local dir="$WORK/$1"
   rm -rf "$dir"; mkdir -p "$dir"
   case $1 in
-    gw) env -u DATABASE_URL target/release/toolgate serve --listen "127.0.0.1:$2" --data-dir "$dir" >/dev/null 2>"$dir.log" & pid=$! ;;
-    noaudit) env -u DATABASE_URL target/release/gateway-unaudited "127.0.0.1:$2" "$dir" >/dev/null 2>"$dir.log" & pid=$! ;;
-    first) env -u DATABASE_URL target/release/gateway-unaudited "127.0.0.1:$2" "$dir" reply-first >/dev/null 2>"$dir.log" & pid=$! ;;
-    bare) target/release/bare-rmcp-echo "127.0.0.1:$2" >/dev/null 2>"$dir.log" & pid=$! ;;
-    baresse) target/release/bare-rmcp-echo "127.0.0.1:$2" sse >/dev/null 2>"$dir.log" & pid=$! ;;
+    gw) env -u DATABASE_URL "$BIN/toolgate" serve --listen "127.0.0.1:$2" --data-dir "$dir" >/dev/null 2>"$dir.log" & pid=$! ;;
+    noaudit) env -u DATABASE_URL "$BIN/gateway-unaudited" "127.0.0.1:$2" "$dir" >/dev/null 2>"$dir.log" & pid=$! ;;
+    first) env -u DATABASE_URL "$BIN/gateway-unaudited" "127.0.0.1:$2" "$dir" reply-first >/dev/null 2>"$dir.log" & pid=$! ;;
+    bare) "$BIN/bare-rmcp-echo" "127.0.0.1:$2" >/dev/null 2>"$dir.log" & pid=$! ;;
+    baresse) "$BIN/bare-rmcp-echo" "127.0.0.1:$2" sse >/dev/null 2>"$dir.log" & pid=$! ;;
   esac
   AUTH="x-none: none"
   if [ "${1#bare}" = "$1" ]; then
