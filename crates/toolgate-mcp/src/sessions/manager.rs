@@ -50,7 +50,13 @@ pub(super) struct Live {
     /// Whether the session has state that lives only here: a log level, subscriptions,
     /// or a stream its client left before its end (which it may come back for).
     stateful: Arc<std::sync::atomic::AtomicBool>,
+    /// False while a restored session's handshake is being replayed (see
+    /// [`StoredSessions::has_session`]); dropped with the entry, which wakes its waiters.
+    ready: tokio::sync::watch::Sender<bool>,
 }
+
+/// The longest a request waits for a restored session's handshake before it is sent on.
+const RESTORE_WAIT: Duration = Duration::from_secs(5);
 
 impl Live {
     fn touch(&self) {
@@ -365,13 +371,15 @@ impl<S: SessionRows + Clone> StoredSessions<S> {
         Ok(f(found))
     }
 
-    fn live(&self, manager: LocalSessionManager, owner: Owner) -> Live {
+    /// An entry for `manager`'s session, `ready` unless its handshake is still to come.
+    fn live(&self, manager: LocalSessionManager, owner: Owner, ready: bool) -> Live {
         Live {
             manager: Arc::new(manager),
             owner,
             used: Arc::new(Mutex::new(Instant::now())),
             streams: Arc::default(),
             stateful: Arc::default(),
+            ready: tokio::sync::watch::Sender::new(ready),
         }
     }
 
@@ -399,7 +407,7 @@ impl<S: SessionRows + Clone> SessionManager for StoredSessions<S> {
             // stored before this.
             let _ = events.session.set(id.clone());
         }
-        let live = self.live(manager, owner);
+        let live = self.live(manager, owner, true);
         let mut all = self.live.write().await;
         all.insert(id.clone(), live);
         self.count
@@ -416,7 +424,22 @@ impl<S: SessionRows + Clone> SessionManager for StoredSessions<S> {
         self.get(id).await?.initialize_session(id, message).await
     }
 
+    /// Whether session `id` is here and ready for requests. rmcp sends a request for a
+    /// session reported present straight to its worker; while a restored session's
+    /// `initialize` is being replayed, its worker would take that request for the
+    /// handshake and end, failing the request and the session (seen as 500s under
+    /// concurrent requests on a dormant session). So a session being restored is waited
+    /// for (at most [`RESTORE_WAIT`]).
     async fn has_session(&self, id: &SessionId) -> ManagerResult<bool> {
+        let mut ready = match self.live.read().await.get(id) {
+            Some(live) if *live.ready.borrow() => return Ok(true),
+            Some(live) => live.ready.subscribe(),
+            None => return Ok(false),
+        };
+        if let Ok(Ok(_)) = tokio::time::timeout(RESTORE_WAIT, ready.wait_for(|r| *r)).await {
+            return Ok(true);
+        }
+        // The restore failed (the entry went) or is stuck.
         Ok(self.live.read().await.contains_key(id))
     }
 
@@ -460,7 +483,16 @@ impl<S: SessionRows + Clone> SessionManager for StoredSessions<S> {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> ManagerResult<()> {
-        self.get(id).await?.accept_message(id, message).await
+        let initialized = matches!(&message, ClientJsonRpcMessage::Notification(n)
+            if matches!(n.notification, ClientNotification::InitializedNotification(_)));
+        self.get(id).await?.accept_message(id, message).await?;
+        if initialized {
+            // The handshake's last message is queued: what is sent now comes after it.
+            if let Some(live) = self.live.read().await.get(id) {
+                live.ready.send_replace(true);
+            }
+        }
+        Ok(())
     }
 
     async fn create_standalone_stream(
@@ -498,7 +530,8 @@ impl<S: SessionRows + Clone> SessionManager for StoredSessions<S> {
         let owner = caller("an MCP session restored").map_err(refusal)?;
         let outcome = manager.restore_session(id.clone()).await?;
         self.dormant().remove(&id);
-        live.insert(id, self.live(manager, owner));
+        // Not ready until rmcp has replayed its handshake (`initialize`, `initialized`).
+        live.insert(id, self.live(manager, owner, false));
         self.count
             .store(live.len(), std::sync::atomic::Ordering::Relaxed);
         Ok(outcome)
