@@ -206,15 +206,7 @@ async fn cached_reads(gw: Gateway) {
     assert_eq!(verified["verified"], true, "{verified}");
 
     // Metrics count hits and misses.
-    let metrics = gw
-        .http
-        .get(gw.url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("body");
+    let metrics = gw.metrics().await;
     let count = |result: &str| -> f64 {
         metrics
             .lines()

@@ -229,23 +229,7 @@ async fn a_dormant_session_leaves_memory_and_comes_back_when_used() {
                        "params": {"level": "error"}});
     assert_eq!(mcp_post(&gw, Some(&sessions[1]), level).await.status(), 200);
 
-    let live = || async {
-        let text = gw
-            .http
-            .get(gw.url("/metrics"))
-            .send()
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("body");
-        text.lines()
-            .find(|l| l.starts_with("toolgate_mcp_sessions{"))
-            .and_then(|l| l.rsplit_once(' '))
-            .map(|(_, v)| v)
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .unwrap_or_else(|| panic!("toolgate_mcp_sessions in {text}"))
-    };
+    let live = || gw.metric("toolgate_mcp_sessions{");
     assert_eq!(live().await, 2.0);
     let mut left = false;
     for _ in 0..100 {
@@ -281,22 +265,7 @@ async fn a_dormant_session_leaves_memory_and_comes_back_when_used() {
 async fn concurrent_requests_on_a_dormant_session_are_all_answered() {
     let gw = Gateway::start_with(|c| c.mcp.session_dormant_secs = 1).await;
     let session = crate::mcp::open_session(&gw).await;
-    let in_memory = || async {
-        let text = gw
-            .http
-            .get(gw.url("/metrics"))
-            .send()
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("body");
-        text.lines()
-            .find(|l| l.starts_with("toolgate_mcp_sessions{"))
-            .and_then(|l| l.rsplit_once(' '))
-            .and_then(|(_, v)| v.trim().parse::<f64>().ok())
-            .unwrap_or_else(|| panic!("toolgate_mcp_sessions in {text}"))
-    };
+    let in_memory = || gw.metric("toolgate_mcp_sessions{");
     let mut failed = Vec::new();
     for round in 0..8 {
         let mut gone = false;

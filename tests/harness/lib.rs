@@ -146,6 +146,29 @@ impl Gateway {
         read(response).await
     }
 
+    /// `GET /metrics` as the admin: the Prometheus text.
+    pub async fn metrics(&self) -> String {
+        let response = self
+            .http
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .expect("metrics");
+        assert_eq!(response.status(), 200, "GET /metrics");
+        response.text().await.expect("metrics body")
+    }
+
+    /// The value of the one sample of `metric` (its name and labels up to the value),
+    /// e.g. `toolgate_mcp_sessions{`.
+    pub async fn metric(&self, prefix: &str) -> f64 {
+        let text = self.metrics().await;
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit_once(' '))
+            .and_then(|(_, v)| v.trim().parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{prefix} in {text}"))
+    }
+
     pub async fn get(&self, path: &str) -> (u16, String, serde_json::Value) {
         read(self.http.get(self.url(path)).send().await.expect("request")).await
     }
