@@ -12,6 +12,7 @@
 //! holds, the WAL writer, the checkpointer). The last line is the figure issue 29 sets a
 //! target for: the audit's CPU per row on all its threads — the writer, SQLite's connection
 //! thread or the Postgres processes — and, apart, what the waiting tasks spent.
+//! `AUDIT_ROWS_DROP_INDEXES=1` measures the same without `audit_log`'s query indexes.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -73,6 +74,34 @@ fn stat(path: &std::path::Path) -> Option<(String, u64)> {
     Some((name, user + system))
 }
 
+/// What-if (`AUDIT_ROWS_DROP_INDEXES=1`): `audit_log` without the indexes only queries
+/// use (by time, tool, trace, approval), keeping the primary key and `(tenant_id, seq)`
+/// the chain needs. Never done to a real store.
+async fn drop_query_indexes(url: Option<&str>, dir: &std::path::Path) -> anyhow::Result<()> {
+    const INDEXES: [&str; 4] = [
+        "audit_log_tenant_started_idx",
+        "audit_log_tenant_tool_idx",
+        "audit_log_tenant_trace_idx",
+        "audit_log_approval_idx",
+    ];
+    for index in INDEXES {
+        let sql = format!("drop index if exists {index}");
+        match url {
+            Some(url) => {
+                use sqlx::Connection as _;
+                let mut conn = sqlx::PgConnection::connect(url).await?;
+                sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut conn).await?;
+            }
+            None => {
+                let conn = rusqlite::Connection::open(dir.join("toolgate.db"))?;
+                conn.execute_batch(&sql)?;
+            }
+        }
+    }
+    println!("(what-if: audit_log without {})", INDEXES.join(", "));
+    Ok(())
+}
+
 fn record(tenant: toolgate_core::TenantId, principal: PrincipalId) -> AuditRecord {
     let args = json!({"message": "hello, toolgate"});
     let now = SystemTime::now();
@@ -113,6 +142,9 @@ async fn main() -> anyhow::Result<()> {
     };
     let store = Store::open(url.as_deref(), &dir).await?;
     store.migrate().await?;
+    if std::env::var_os("AUDIT_ROWS_DROP_INDEXES").is_some() {
+        drop_query_indexes(url.as_deref(), &dir).await?;
+    }
     let tenant = store.create_tenant("bench").await?.id;
     let principal = PrincipalId::new();
     let (writer, task) = AuditWriter::spawn(store)?;
