@@ -90,7 +90,9 @@ async fn drop_query_indexes(url: Option<&str>, dir: &std::path::Path) -> anyhow:
             Some(url) => {
                 use sqlx::Connection as _;
                 let mut conn = sqlx::PgConnection::connect(url).await?;
-                sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut conn).await?;
+                sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                    .execute(&mut conn)
+                    .await?;
             }
             None => {
                 let conn = rusqlite::Connection::open(dir.join("toolgate.db"))?;

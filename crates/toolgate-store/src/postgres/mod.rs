@@ -33,6 +33,7 @@ use crate::{StoreError, keys};
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
 
 mod audit;
+mod runs;
 mod sessions;
 
 /// The role the app pool works as (created by the migrations).

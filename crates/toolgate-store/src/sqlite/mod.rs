@@ -21,6 +21,7 @@ use crate::model::*;
 use crate::{StoreError, keys};
 
 mod audit;
+mod runs;
 mod sessions;
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
