@@ -38,6 +38,16 @@ use crate::{
     ScopedToolset, SecretNames, ToolError, ToolOutput,
 };
 
+mod authorize;
+mod relay;
+mod run;
+#[cfg(test)]
+mod tests;
+
+use authorize::authorize;
+pub use authorize::may_call;
+use run::{Extension, failed, run, trace_span};
+
 /// A successful call.
 #[derive(Debug)]
 pub struct Completed {
@@ -404,89 +414,6 @@ impl Executor {
         result.map(|value| (value, duration))
     }
 
-    /// Runs `operation`, something a front door relays for its caller that is not a tool
-    /// call (MCP `resources/read`, `prompts/get`, `completion/complete`), through the
-    /// steps of a call but the tool's own: admission, authorization (`tools:invoke`), the
-    /// tenant's policy (a rule denying `method`), the deadline and cancellation, events,
-    /// metrics, and one audit row whose `tool` is `method` and whose `arguments` are
-    /// `args` (masked by name). `operation` runs in a task of its own, so that the row is
-    /// written even when the caller goes away (which cancels it).
-    pub async fn relay<T, F>(
-        &self,
-        ctx: CallContext,
-        method: &str,
-        args: Value,
-        timeout: Duration,
-        operation: F,
-    ) -> Result<T, ToolError>
-    where
-        T: Send + 'static,
-        F: std::future::Future<Output = Result<T, ToolError>> + Send + 'static,
-    {
-        let started = Instant::now();
-        let policy = self.approvals.policy(ctx.auth.tenant).await;
-        let admitted = self
-            .admit(&ctx, method, policy.as_deref().ok())
-            .map_err(|refusal| refusal.error)?;
-        self.events.emit(&Event::CallStarted {
-            ctx: &ctx,
-            tool: method,
-        });
-        let masked = crate::secrets::mask(&args, &Default::default(), &[], &self.secret_names);
-        let record = AuditRecord::start(&ctx, method, &args, masked);
-        let cancel_on_drop = ctx.cancel.clone().drop_guard();
-        let this = self.clone();
-        let method = method.to_owned();
-        let task = tokio::spawn(async move {
-            let allowed = if !ctx.auth.has_scope(scopes::TOOLS_INVOKE) {
-                Err(ToolError::forbidden(format!(
-                    "{method} needs the scope {:?}, which your credentials lack",
-                    scopes::TOOLS_INVOKE
-                )))
-            } else {
-                match policy {
-                    Err(err) => {
-                        let mut refused = ToolError::new(
-                            ErrorKind::Internal,
-                            "the policy could not be read, so this was not done",
-                        );
-                        refused.cause = Some(err.to_string());
-                        Err(refused)
-                    }
-                    // Only a rule denies (levels ask for approval, never deny).
-                    Ok(policy)
-                        if policy.decide(&method, Risk::Low, ctx.agent.as_deref())
-                            == Action::Deny =>
-                    {
-                        Err(ToolError::new(
-                            ErrorKind::Denied,
-                            format!("the tenant's policy does not allow {method}"),
-                        ))
-                    }
-                    Ok(_) => Ok(()),
-                }
-            };
-            let result = match allowed {
-                Err(err) => Err(err),
-                Ok(()) => tokio::select! {
-                    biased;
-                    () = ctx.cancel.cancelled() => Err(ToolError::new(ErrorKind::Cancelled, "the request was cancelled")),
-                    done = tokio::time::timeout(timeout, operation) => done.unwrap_or_else(|_| Err(ToolError::new(
-                        ErrorKind::Timeout,
-                        format!("{method} did not finish within {} s", timeout.as_secs_f64()),
-                    ))),
-                },
-            };
-            drop(admitted);
-            this.settle(record, &ctx, &method, true, result, started.elapsed())
-                .await
-                .map(|(value, _)| value)
-        });
-        let joined = task.await;
-        cancel_on_drop.disarm();
-        joined.unwrap_or_else(|join_err| Err(ToolError::internal(join_err)))
-    }
-
     /// The tenant's policy for this call: extra scopes by risk, then allow, deny, or a
     /// person's approval (asked for, waited on, or used up). Fails closed.
     async fn ratify(
@@ -641,149 +568,6 @@ struct Refused {
     error: ToolError,
 }
 
-/// The scopes calling a tool takes: `tools:invoke`, the tool's own required scope, and
-/// `tools:high_risk` for high-risk tools.
-fn needed_scopes(spec: &crate::ToolSpec) -> impl Iterator<Item = &str> {
-    let high_risk = (spec.risk == Risk::High).then_some(scopes::TOOLS_HIGH_RISK);
-    [
-        Some(scopes::TOOLS_INVOKE),
-        spec.required_scope.as_deref(),
-        high_risk,
-    ]
-    .into_iter()
-    .flatten()
-}
-
-/// Whether `auth`'s scopes let it call a tool declared as `spec` (what the executor's
-/// authorization step checks; the tenant's policy may still ask for more). For what an
-/// agent declares to its model: exactly the tools the run may call.
-pub fn may_call(auth: &crate::AuthContext, spec: &crate::ToolSpec) -> bool {
-    needed_scopes(spec).all(|scope| auth.has_scope(scope))
-}
-
-/// The caller needs every scope of [`needed_scopes`].
-fn authorize(ctx: &CallContext, tool: &RegisteredTool) -> Result<(), ToolError> {
-    let spec = tool.spec();
-    for scope in needed_scopes(spec) {
-        if !ctx.auth.has_scope(scope) {
-            return Err(ToolError::forbidden(format!(
-                "calling {} needs the scope {scope:?}, which your credentials lack",
-                spec.name
-            ))
-            .with_details(serde_json::json!({"required_scope": scope})));
-        }
-    }
-    Ok(())
-}
-
-/// How progress moves a call's deadline: each report to at least `by` from then, never
-/// past `until`; reports are passed on to the caller's sink.
-struct Extension {
-    by: Duration,
-    until: Instant,
-    reports: tokio::sync::mpsc::Receiver<crate::context::Progress>,
-    caller: Option<crate::context::ProgressSink>,
-}
-
-/// Runs the tool until it returns, panics, passes its deadline (moved by progress, when
-/// the tool's spec says so) or is cancelled.
-async fn run(
-    tool: &RegisteredTool,
-    ctx: &CallContext,
-    args: Value,
-    started: Instant,
-    timeout: Duration,
-    mut extension: Option<Extension>,
-) -> Result<ToolOutput, ToolError> {
-    let call = AssertUnwindSafe(tool.tool.call(ctx, args)).catch_unwind();
-    tokio::pin!(call);
-    let mut deadline = started + timeout;
-    let outcome = loop {
-        let progress = async {
-            match extension.as_mut() {
-                Some(e) => e.reports.recv().await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            biased;
-            () = ctx.cancel.cancelled() => break Err(None),
-            outcome = &mut call => break Ok(outcome),
-            () = tokio::time::sleep_until(deadline) => break Err(Some(deadline)),
-            Some(report) = progress => {
-                if let Some(e) = extension.as_mut() {
-                    deadline = deadline.max(Instant::now() + e.by).min(e.until);
-                    if let Some(caller) = &e.caller {
-                        let _ = caller.try_send(report);
-                    }
-                }
-            }
-        }
-    };
-    let result = match outcome {
-        Err(None) => Err(ToolError::new(
-            ErrorKind::Cancelled,
-            "the call was cancelled",
-        )),
-        Ok(Ok(result)) => result,
-        Ok(Err(panic)) => Err(ToolError::internal(format!(
-            "tool {} panicked: {}",
-            tool.spec().name,
-            panic_message(panic.as_ref())
-        ))),
-        Err(Some(at)) => {
-            let ran = at.saturating_duration_since(started).max(timeout);
-            Err(ToolError::new(
-                ErrorKind::Timeout,
-                format!("{} did not finish within {} ms", tool.spec().name, ran.as_millis()),
-            )
-            .with_details(serde_json::json!({
-                "timeout_ms": u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-                "max_timeout_ms": u64::try_from(tool.spec().max_timeout.as_millis()).unwrap_or(u64::MAX),
-            }))
-            .with_suggestion("narrow the request, or ask for a longer timeout up to the tool's maximum"))
-        }
-    };
-    // Whatever the tool spawned should stop too.
-    ctx.cancel.cancel();
-    result
-}
-
-/// The call's span for OpenTelemetry (`execute_tool {tool}`, GenAI conventions), a child
-/// of the caller's span; when exported, it becomes the call's span (the parent upstreams
-/// are told of) and its trace the call's trace. Disabled, and free, when tracing is off.
-fn trace_span(ctx: &mut CallContext, name: &str) -> tracing::Span {
-    // A trace that is not recorded gets no span at all (see `context::set_sampler`).
-    if !crate::context::recorded(ctx.span.as_ref()) {
-        return tracing::Span::none();
-    }
-    let otel = tracing::info_span!(
-        target: "toolgate::otel",
-        "execute_tool",
-        otel.name = tracing::field::Empty,
-        otel.kind = "internal",
-        gen_ai.operation.name = "execute_tool",
-        gen_ai.tool.name = name,
-        gen_ai.tool.call.id = %ctx.call_id,
-        error.type = tracing::field::Empty,
-        otel.status_code = tracing::field::Empty,
-    );
-    if otel.is_disabled() {
-        return otel;
-    }
-    otel.record("otel.name", format!("execute_tool {name}"));
-    crate::context::set_remote_parent(&otel, ctx.parent.clone());
-    if let Some(exported) = crate::context::exported(&otel) {
-        ctx.adopt_span(exported);
-    }
-    otel
-}
-
-/// Marks the call's span failed, with the error kind as `error.type`.
-fn failed(otel: &tracing::Span, err: &ToolError) {
-    crate::context::span_failed(otel, err.kind.as_str());
-}
-
 /// The tool name in metrics for a call of a tool the caller's toolset does not have.
 pub const UNKNOWN_TOOL: &str = "_unknown";
 
@@ -803,15 +587,3 @@ fn audit_failure(audit_err: &AuditError, for_now: &str, otherwise: &str) -> Tool
     err.cause = Some(audit_err.to_string());
     err
 }
-
-fn panic_message(panic: &(dyn Any + Send)) -> &str {
-    panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("non-string panic payload")
-}
-
-#[cfg(test)]
-#[path = "executor_tests.rs"]
-mod tests;
