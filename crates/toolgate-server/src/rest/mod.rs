@@ -9,6 +9,7 @@ pub mod definitions;
 pub mod error;
 pub mod extract;
 pub mod health;
+pub mod policy;
 pub mod runs;
 pub mod tools;
 pub mod upstreams;
@@ -68,6 +69,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .merge(tools::router())
         .merge(agents::router())
         .merge(runs::router())
+        .merge(policy::router())
         .merge(approvals::router())
         .merge(upstreams::router())
         .merge(definitions::router())
