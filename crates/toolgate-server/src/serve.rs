@@ -1,0 +1,267 @@
+//! Serving: the listener tuned, the app built and served until the stop signal, the
+//! instance heartbeat, and the graceful end (the audit writer drained last).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::serve::ListenerExt;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use toolgate_core::audit::AuditSink;
+
+use crate::{
+    Config, Gateway, app, build_when_the_store_answers, config, http_server, metrics,
+    sign_checkpoints,
+};
+
+/// How often each instance checks for tool definitions approved on another.
+const PIN_APPROVALS_EVERY: Duration = Duration::from_secs(5);
+
+/// Renews this instance's row every [`HEARTBEAT_EVERY`] and tells admission how many
+/// instances share each limit; forgets idle rate-limit buckets; leaves on `stop`.
+async fn heartbeat(
+    store: toolgate_store::Store,
+    admission: Arc<toolgate_core::limits::Admission>,
+    instance: String,
+    stop: CancellationToken,
+) {
+    let mut every = tokio::time::interval(HEARTBEAT_EVERY);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => break,
+            _ = every.tick() => {}
+        }
+        match store.heartbeat(&instance).await {
+            Ok(n) => {
+                if n != admission.instances() {
+                    tracing::info!(instances = n, "instances sharing rate limits");
+                }
+                admission.set_instances(n);
+            }
+            // Keep the last count: limits stay as tight as they were.
+            Err(err) => tracing::warn!(error = %err, "could not renew this instance's heartbeat"),
+        }
+        admission.sweep();
+    }
+    if let Err(err) = store.leave(&instance).await {
+        tracing::debug!(error = %err, "could not remove this instance's heartbeat");
+    }
+}
+
+/// How often an instance renews its heartbeat (see `toolgate_store::instances`).
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
+
+/// Serves the gateway on `listener` until `shutdown` completes, then lets in-flight
+/// requests finish for up to `http.shutdown_grace_secs` before returning.
+pub async fn serve(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    serve_with(config, listener, shutdown, None).await
+}
+
+/// [`serve`], with the audit sink replaced when `audit` is given (see [`build_with`](crate::build_with)).
+pub async fn serve_with(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    audit: Option<Arc<dyn AuditSink>>,
+) -> anyhow::Result<()> {
+    let signer = (config.audit.checkpoint_secs > 0)
+        .then(|| config.audit_signer())
+        .transpose()
+        .context("loading the audit signing key")?;
+    let timeouts = http_server::ReadTimeouts {
+        header: Duration::from_secs(config.http.header_read_timeout_secs),
+        body: Duration::from_secs(config.http.body_read_timeout_secs),
+    };
+    // Told by `shutdown`, whether the gateway is serving or still waiting for its store.
+    let stop = CancellationToken::new();
+    tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            shutdown.await;
+            stop.cancel();
+        }
+    });
+    let Some(Gateway {
+        state,
+        audit_writer,
+    }) = build_when_the_store_answers(&config, audit, &listener, timeouts, &stop).await?
+    else {
+        return Ok(());
+    };
+    let streams = state.shutdown.clone();
+    let checkpoints = signer.clone().map(|signer| {
+        tokio::spawn(sign_checkpoints(
+            state.store.clone(),
+            signer,
+            Duration::from_secs(config.audit.checkpoint_secs),
+            streams.clone(),
+        ))
+    });
+    let store = state.store.clone();
+    // Upstreams connect in the background: one that is down never delays start-up.
+    let mut upstreams = Vec::new();
+    let mut statuses = Vec::new();
+    for mut upstream in config
+        .upstreams
+        .iter()
+        .filter_map(config::UpstreamEntry::to_upstream)
+    {
+        upstream.vetting = toolgate_mcp::vetting::Vetting(Some(state.pins.clone()));
+        let name = upstream.name.clone();
+        let supervised = toolgate_mcp::upstream::spawn(
+            upstream,
+            state.registry.clone(),
+            state.catalog.clone(),
+            streams.clone(),
+        );
+        upstreams.push(supervised.task);
+        statuses.push((name, supervised.status));
+    }
+    state.telemetry.observe_upstreams(statuses);
+    // Definitions approved on other instances reach this one's upstreams within this.
+    tokio::spawn(
+        state
+            .pins
+            .clone()
+            .follow(PIN_APPROVALS_EVERY, streams.clone()),
+    );
+    tokio::spawn(
+        state
+            .telemetry
+            .clone()
+            .count(state.store.clone(), streams.clone()),
+    );
+    let instance = state.runs.instance().to_owned();
+    let heartbeat = tokio::spawn(heartbeat(
+        state.store.clone(),
+        state.admission.clone(),
+        instance.clone(),
+        streams.clone(),
+    ));
+    let metrics_listener = match config.telemetry.metrics_listen {
+        Some(addr) => {
+            let listener = TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding telemetry.metrics_listen {addr}"))?;
+            tracing::info!(%addr, "serving /metrics");
+            let app = metrics::listener_app(state.telemetry.clone());
+            let stop = streams.clone();
+            Some(tokio::spawn(async move {
+                let _ = axum::serve(listener, app)
+                    .with_graceful_shutdown(stop.cancelled_owned())
+                    .await;
+            }))
+        }
+        None => None,
+    };
+    // Tenants' upstreams: every instance connects to all of them, in the background.
+    let tenant_upstreams = state
+        .upstreams
+        .clone()
+        .map(|u| tokio::spawn(u.supervise(Duration::from_secs(config.tenant_upstreams.sync_secs))));
+    // Runs left by a stopped instance resume here; this instance's runs keep their leases.
+    // Before the listener serves: a run started here must not pass for an orphan.
+    state.runs.adopt_orphans().await;
+    let runs = tokio::spawn(state.runs.clone().supervise(streams.clone()));
+    let app = app(state, &config);
+    let addr = listener
+        .local_addr()
+        .context("reading the listener's address")?;
+    tracing::info!(%addr, "listening");
+    let stopping = CancellationToken::new();
+    let signal = stopping.clone();
+    let server = http_server::serve(listener, app, timeouts, async move {
+        stop.cancelled().await;
+        tracing::info!("shutting down: no new connections, draining in-flight requests");
+        streams.cancel();
+        signal.cancel();
+    });
+    // The whole stop fits in the grace period (an orchestrator kills the process after
+    // it): requests, runs and upstreams get it less a reserve kept for the audit writer,
+    // which drains last — every acknowledged call's row is committed before the exit.
+    let grace = Duration::from_secs(config.http.shutdown_grace_secs);
+    let reserve = (grace / 4).min(Duration::from_secs(2));
+    let mut deadline = None;
+    tokio::select! {
+        () = server => {}
+        () = async {
+            stopping.cancelled().await;
+            let at = tokio::time::Instant::now() + grace;
+            deadline = Some(at);
+            tokio::time::sleep_until(at - reserve).await;
+        } => {
+            tracing::warn!(grace_secs = grace.as_secs(), "in-flight requests still running at the end of the grace period; stopping them");
+        }
+    }
+    let deadline = deadline.unwrap_or_else(|| tokio::time::Instant::now() + grace);
+    // Agent runs stop here and are released for the next instance to take over.
+    let _ = tokio::time::timeout_at(deadline - reserve, runs).await;
+    let _ = tokio::time::timeout_at(deadline - reserve, heartbeat).await;
+    if let Some(task) = metrics_listener {
+        task.abort();
+    }
+    // Upstream supervisors end their connections (child processes are killed).
+    for upstream in upstreams.into_iter().chain(tenant_upstreams) {
+        let _ = tokio::time::timeout_at(deadline - reserve, upstream).await;
+    }
+    // The app (and with it every handle on the audit writer) is gone: the writer drains
+    // what is queued and ends.
+    match tokio::time::timeout_at(deadline, audit_writer.join()).await {
+        Ok(_) => tracing::info!("audit log flushed"),
+        Err(_) => tracing::error!("the audit writer did not drain within the grace period"),
+    }
+    // The last rows written are signed too.
+    if let Some(task) = checkpoints {
+        let _ = task.await;
+    }
+    if let Some(signer) = &signer
+        && let Err(err) = store.write_checkpoints(signer).await
+    {
+        tracing::warn!(error = %err, "could not sign the final audit checkpoints");
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The listener with `TCP_NODELAY` set on every accepted connection: without it small
+/// replies wait for the peer's delayed ACK (tens of milliseconds each).
+pub fn tuned(
+    listener: TcpListener,
+) -> axum::serve::TapIo<TcpListener, fn(&mut tokio::net::TcpStream)> {
+    listener.tap_io(nodelay as fn(&mut tokio::net::TcpStream))
+}
+
+/// Sets `TCP_NODELAY` on an accepted connection (see [`tuned`]; the gateway's own accept
+/// loop in [`http_server`] calls it too).
+pub(crate) fn nodelay(tcp: &mut tokio::net::TcpStream) {
+    if let Err(err) = tcp.set_nodelay(true) {
+        tracing::warn!(error = %err, "could not set TCP_NODELAY");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::serve::Listener;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn accepted_connections_have_tcp_nodelay() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let mut tuned = tuned(listener);
+        let client = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let (server_side, _) = tuned.accept().await;
+        assert!(
+            server_side.nodelay().expect("read option"),
+            "TCP_NODELAY must be set"
+        );
+        drop(client);
+    }
+}
