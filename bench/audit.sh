@@ -3,6 +3,7 @@
 # sink replaced by one that records nothing (same auth, same Postgres store for keys).
 #
 #   bench/audit.sh                    # 3 rounds of 5 s per point, concurrency 1, 16, 64
+#   BIN=/tmp/base bench/audit.sh          # binaries built elsewhere (another revision)
 #
 # Needs Postgres on 127.0.0.1:5432 (user postgres; TOOLGATE_BENCH_PG overrides the admin
 # URL). Creates two databases and drops them afterwards. Writes bench/results/audit.md.
@@ -13,7 +14,7 @@ source bench/lib.sh
 ADMIN=${TOOLGATE_BENCH_PG:-postgres://postgres@127.0.0.1:5432/postgres}
 BASE=${ADMIN%/*}
 ensure_oha
-cargo build --quiet --release -p toolgate-server -p toolgate-bench
+release_bins
 WORK=$(mktemp -d)
 DB_A=toolgate_bench_audit_$$
 DB_B=toolgate_bench_noaudit_$$
@@ -28,8 +29,8 @@ psql "$ADMIN" -qc "create database $DB_A" -c "create database $DB_B"
 
 GW=$(free_port); NOAUDIT=$(free_port)
 mkdir -p "$WORK/gw" "$WORK/noaudit"
-DATABASE_URL="$BASE/$DB_A" target/release/toolgate serve --listen "127.0.0.1:$GW" --data-dir "$WORK/gw" >/dev/null 2>"$WORK/gw.log" & pids+=($!)
-DATABASE_URL="$BASE/$DB_B" target/release/gateway-unaudited "127.0.0.1:$NOAUDIT" "$WORK/noaudit" >/dev/null 2>"$WORK/noaudit.log" & pids+=($!)
+DATABASE_URL="$BASE/$DB_A" "$BIN/toolgate" serve --listen "127.0.0.1:$GW" --data-dir "$WORK/gw" >/dev/null 2>"$WORK/gw.log" & pids+=($!)
+DATABASE_URL="$BASE/$DB_B" "$BIN/gateway-unaudited" "127.0.0.1:$NOAUDIT" "$WORK/noaudit" >/dev/null 2>"$WORK/noaudit.log" & pids+=($!)
 for _ in $(seq 100); do [ -s "$WORK/gw/admin-api-key" ] && [ -s "$WORK/noaudit/admin-api-key" ] && break; sleep 0.1; done
 GW_AUTH="authorization: Bearer $(cat "$WORK/gw/admin-api-key")"
 NA_AUTH="authorization: Bearer $(cat "$WORK/noaudit/admin-api-key")"

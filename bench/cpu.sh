@@ -27,11 +27,7 @@ MODES=${MODES:-"stateless session"}
 C=${C:-64}
 
 ensure_wrk
-BIN=${BIN:-}
-if [ -z "$BIN" ]; then
-  cargo build --quiet --release -p toolgate-server -p toolgate-bench
-  BIN=target/release
-fi
+release_bins
 WORK=$(mktemp -d)
 pid=
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$WORK"; }

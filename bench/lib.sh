@@ -128,3 +128,13 @@ x, y = median(a), median(b)
 print(f"| {mode} | {c} | {x[0]:.0f} | {x[1]:.3f} | {x[2]:.3f} | {y[0]:.0f} | {y[1]:.3f} | {y[2]:.3f} | {x[0]/y[0]:.2f} |")
 PY
 }
+
+# release_bins: sets BIN to the directory holding the release binaries: as given (another
+# revision's, built elsewhere), else this tree's, built now.
+release_bins() {
+  BIN=${BIN:-}
+  if [ -z "$BIN" ]; then
+    cargo build --quiet --release -p toolgate-server -p toolgate-bench
+    BIN=target/release
+  fi
+}

@@ -7,6 +7,7 @@
 # default of streaming every answer (SSE) where the gateway answers a lone result as JSON.
 #
 #   bench/mcp.sh                       # 3 rounds of 5 s per point, concurrency 1, 16, 64
+#   BIN=/tmp/base bench/mcp.sh          # binaries built elsewhere (another revision)
 #   DURATION=10s ROUNDS=5 bench/mcp.sh
 #   REPLY_FIRST=1 bench/mcp.sh          # also the gateway answering before its audit row
 #                                      # commits (gateway-unaudited reply-first; never shipped)
@@ -19,7 +20,7 @@ cd "$(dirname "$0")/.."
 source bench/lib.sh
 
 ensure_wrk
-cargo build --quiet --release -p toolgate-server -p toolgate-bench
+release_bins
 WORK=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
@@ -27,10 +28,10 @@ trap cleanup EXIT
 
 GW=$(free_port); NOAUDIT=$(free_port); BARE=$(free_port); BARESSE=$(free_port)
 mkdir -p "$WORK/gw" "$WORK/noaudit"
-env -u DATABASE_URL target/release/toolgate serve --listen "127.0.0.1:$GW" --data-dir "$WORK/gw" >/dev/null 2>"$WORK/gw.log" & pids+=($!)
-env -u DATABASE_URL target/release/gateway-unaudited "127.0.0.1:$NOAUDIT" "$WORK/noaudit" >/dev/null 2>"$WORK/noaudit.log" & pids+=($!)
-target/release/bare-rmcp-echo "127.0.0.1:$BARE" >/dev/null & pids+=($!)
-target/release/bare-rmcp-echo "127.0.0.1:$BARESSE" sse >/dev/null & pids+=($!)
+env -u DATABASE_URL "$BIN/toolgate" serve --listen "127.0.0.1:$GW" --data-dir "$WORK/gw" >/dev/null 2>"$WORK/gw.log" & pids+=($!)
+env -u DATABASE_URL "$BIN/gateway-unaudited" "127.0.0.1:$NOAUDIT" "$WORK/noaudit" >/dev/null 2>"$WORK/noaudit.log" & pids+=($!)
+"$BIN/bare-rmcp-echo" "127.0.0.1:$BARE" >/dev/null & pids+=($!)
+"$BIN/bare-rmcp-echo" "127.0.0.1:$BARESSE" sse >/dev/null & pids+=($!)
 for _ in $(seq 100); do [ -s "$WORK/gw/admin-api-key" ] && [ -s "$WORK/noaudit/admin-api-key" ] && break; sleep 0.1; done
 GW_AUTH="authorization: Bearer $(cat "$WORK/gw/admin-api-key")"
 NA_AUTH="authorization: Bearer $(cat "$WORK/noaudit/admin-api-key")"
@@ -38,7 +39,7 @@ wait_ready "$GW" "$GW_AUTH"; wait_ready "$NOAUDIT" "$NA_AUTH"
 REPLY_FIRST=${REPLY_FIRST:-0}
 if [ "$REPLY_FIRST" = 1 ]; then
   FIRST=$(free_port); mkdir -p "$WORK/first"
-  env -u DATABASE_URL target/release/gateway-unaudited "127.0.0.1:$FIRST" "$WORK/first" reply-first >/dev/null 2>"$WORK/first.log" & pids+=($!)
+  env -u DATABASE_URL "$BIN/gateway-unaudited" "127.0.0.1:$FIRST" "$WORK/first" reply-first >/dev/null 2>"$WORK/first.log" & pids+=($!)
   for _ in $(seq 100); do [ -s "$WORK/first/admin-api-key" ] && break; sleep 0.1; done
   FIRST_AUTH="authorization: Bearer $(cat "$WORK/first/admin-api-key")"
   wait_ready "$FIRST" "$FIRST_AUTH"

@@ -4,6 +4,7 @@
 # store) to separate the two costs.
 #
 #   bench/run.sh                      # 3 rounds of 5 s per point, concurrency 1, 16, 64
+#   BIN=/tmp/base bench/run.sh          # binaries built elsewhere (another revision)
 #   DURATION=10s ROUNDS=5 bench/run.sh
 #
 # Builds release binaries, installs oha (pinned) into bench/.tools if missing, prints
@@ -13,7 +14,7 @@ cd "$(dirname "$0")/.."
 source bench/lib.sh
 
 ensure_oha
-cargo build --quiet --release -p toolgate-server -p toolgate-bench
+release_bins
 WORK=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
@@ -21,9 +22,9 @@ trap cleanup EXIT
 
 GW=$(free_port); BARE=$(free_port); NOAUDIT=$(free_port)
 mkdir -p "$WORK/gw" "$WORK/noaudit"
-env -u DATABASE_URL target/release/toolgate serve --listen "127.0.0.1:$GW" --data-dir "$WORK/gw" >/dev/null 2>"$WORK/gw.log" & pids+=($!)
-env -u DATABASE_URL target/release/gateway-unaudited "127.0.0.1:$NOAUDIT" "$WORK/noaudit" >/dev/null 2>"$WORK/noaudit.log" & pids+=($!)
-target/release/bare-echo "127.0.0.1:$BARE" >/dev/null & pids+=($!)
+env -u DATABASE_URL "$BIN/toolgate" serve --listen "127.0.0.1:$GW" --data-dir "$WORK/gw" >/dev/null 2>"$WORK/gw.log" & pids+=($!)
+env -u DATABASE_URL "$BIN/gateway-unaudited" "127.0.0.1:$NOAUDIT" "$WORK/noaudit" >/dev/null 2>"$WORK/noaudit.log" & pids+=($!)
+"$BIN/bare-echo" "127.0.0.1:$BARE" >/dev/null & pids+=($!)
 for _ in $(seq 100); do [ -s "$WORK/gw/admin-api-key" ] && [ -s "$WORK/noaudit/admin-api-key" ] && break; sleep 0.1; done
 GW_AUTH="authorization: Bearer $(cat "$WORK/gw/admin-api-key")"
 NA_AUTH="authorization: Bearer $(cat "$WORK/noaudit/admin-api-key")"
