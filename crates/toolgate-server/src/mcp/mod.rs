@@ -34,6 +34,14 @@ use crate::request_id::RequestId;
 use crate::rest::error::ApiError;
 use crate::state::AppState;
 
+mod answers;
+mod probe;
+
+use answers::{
+    body_error, duplicate_id, parse_error, same_version, unauthorized, version_mismatch,
+};
+use probe::{Operation, Probe, probe, server_span};
+
 const SESSION_HEADER: &str = "mcp-session-id";
 const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
 /// Requests that leave state in a session's memory which restoring it from the store
@@ -91,165 +99,6 @@ impl GuardInner {
             ids: self.in_flight.clone(),
             key,
         })
-    }
-}
-
-/// What the guard reads of a JSON-RPC message: the id of a request (it has a method and an
-/// id), and the method, tool and protocol version for `mcp.server.operation.duration`.
-struct Probe {
-    id: Option<serde_json::Value>,
-    method: Option<String>,
-    tool: Option<String>,
-    protocol_version: Option<String>,
-    /// The W3C `traceparent` in `_meta` (SEP-414).
-    traceparent: Option<String>,
-}
-
-fn probe(body: &[u8]) -> Option<Probe> {
-    use std::borrow::Cow;
-    #[derive(serde::Deserialize)]
-    struct Message<'a> {
-        id: Option<serde_json::Value>,
-        #[serde(borrow)]
-        method: Option<Cow<'a, str>>,
-        #[serde(borrow)]
-        params: Option<Params<'a>>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Params<'a> {
-        #[serde(borrow)]
-        name: Option<Cow<'a, str>>,
-        #[serde(borrow, rename = "protocolVersion")]
-        protocol_version: Option<Cow<'a, str>>,
-        #[serde(borrow, rename = "_meta")]
-        meta: Option<Meta<'a>>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Meta<'a> {
-        #[serde(borrow, rename = "io.modelcontextprotocol/protocolVersion")]
-        protocol_version: Option<Cow<'a, str>>,
-        #[serde(borrow)]
-        traceparent: Option<Cow<'a, str>>,
-    }
-    let message: Message<'_> = serde_json::from_slice(body).ok()?;
-    let method = message.method.map(Cow::into_owned);
-    let (tool, protocol_version, traceparent) = match message.params {
-        Some(params) => {
-            let (meta_version, traceparent) = params
-                .meta
-                .map_or((None, None), |m| (m.protocol_version, m.traceparent));
-            (
-                params
-                    .name
-                    .filter(|_| method.as_deref() == Some("tools/call"))
-                    .map(Cow::into_owned),
-                params
-                    .protocol_version
-                    .or(meta_version)
-                    .map(Cow::into_owned),
-                traceparent.map(Cow::into_owned),
-            )
-        }
-        None => (None, None, None),
-    };
-    Some(Probe {
-        id: method.as_ref().and(message.id),
-        method,
-        tool,
-        protocol_version,
-        traceparent,
-    })
-}
-
-/// The server span of one MCP request (`{mcp.method.name} {target}`, MCP semantic
-/// conventions), continuing the client's `traceparent`, with the `traceparent` the call
-/// continues (the span's, or an unrecorded one when the sampler skips the trace). None,
-/// and free, when traces are not exported.
-fn server_span(
-    method: &str,
-    tool: Option<&str>,
-    protocol_version: Option<&str>,
-    id: Option<&serde_json::Value>,
-    session: Option<&str>,
-    traceparent: Option<&str>,
-) -> (tracing::Span, Option<String>) {
-    use toolgate_core::context::{Root, exported_traceparent, root, set_remote_parent};
-    let parent = match root(traceparent) {
-        Root::Off => return (tracing::Span::none(), None),
-        Root::Recorded(parent) => parent,
-        Root::Skipped(traceparent) => return (tracing::Span::none(), Some(traceparent)),
-    };
-    let span = tracing::info_span!(
-        target: "toolgate::otel",
-        "mcp",
-        otel.name = tracing::field::Empty,
-        otel.kind = "server",
-        mcp.method.name = method,
-        mcp.protocol.version = tracing::field::Empty,
-        mcp.session.id = tracing::field::Empty,
-        jsonrpc.request.id = tracing::field::Empty,
-        gen_ai.tool.name = tracing::field::Empty,
-        network.transport = "tcp",
-        network.protocol.name = "http",
-        error.type = tracing::field::Empty,
-        otel.status_code = tracing::field::Empty,
-    );
-    if span.is_disabled() {
-        return (span, None);
-    }
-    span.record(
-        "otel.name",
-        match tool {
-            Some(tool) => format!("{method} {tool}"),
-            None => method.to_owned(),
-        },
-    );
-    if let Some(tool) = tool {
-        span.record("gen_ai.tool.name", tool);
-    }
-    if let Some(version) = protocol_version {
-        span.record("mcp.protocol.version", version);
-    }
-    if let Some(id) = id {
-        match id {
-            serde_json::Value::String(id) => span.record("jsonrpc.request.id", id.as_str()),
-            id => span.record("jsonrpc.request.id", id.to_string()),
-        };
-    }
-    // Only session traffic has a session id (2026-07-28 requests have none).
-    if let Some(session) = session {
-        span.record("mcp.session.id", session);
-    }
-    set_remote_parent(&span, parent);
-    let traceparent = exported_traceparent(&span);
-    (span, traceparent)
-}
-
-/// One MCP request or notification, recorded as `mcp.server.operation.duration` when its
-/// answer has been sent in full (or the client went away).
-struct Operation {
-    metrics: toolgate_core::metrics::Metrics,
-    method: String,
-    tool: Option<String>,
-    protocol_version: Option<String>,
-    error: Option<String>,
-    started: std::time::Instant,
-    /// The server span (when traces are exported): it ends with the operation.
-    span: tracing::Span,
-}
-
-impl Drop for Operation {
-    fn drop(&mut self) {
-        if let Some(error) = &self.error {
-            toolgate_core::context::span_failed(&self.span, error);
-        }
-        self.metrics.mcp_operation(
-            &self.method,
-            self.tool.as_deref(),
-            self.protocol_version.as_deref(),
-            self.error.take(),
-            self.started.elapsed(),
-        );
     }
 }
 
@@ -569,92 +418,6 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
     response
 }
 
-/// 400 with JSON-RPC's invalid-request error for a request id already in flight.
-fn duplicate_id(id: &serde_json::Value) -> Response {
-    let body = json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "error": {
-            "code": -32600,
-            "message": "Invalid request: a request with this id is still being answered on this session",
-        },
-    });
-    (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
-}
-
-/// A request body that could not be read: too large (413), or not in full and in time.
-fn body_error(err: &axum::Error) -> Response {
-    let mut cause: Option<&dyn std::error::Error> = Some(err);
-    while let Some(e) = cause {
-        if e.is::<http_body_util::LengthLimitError>() {
-            return ApiError::PayloadTooLarge.into_response();
-        }
-        cause = e.source();
-    }
-    ApiError::Malformed("the request body did not arrive in full and in time".into())
-        .into_response()
-}
-
-/// Whether a session request's `MCP-Protocol-Version` header agrees with the version
-/// the session negotiated. `2025-03-26` agrees with any: it is the version the
-/// specification tells servers to assume when the header is absent (its revision had no
-/// header), so naming it says no more than leaving the header out.
-fn same_version(header: &HeaderValue, negotiated: &str) -> bool {
-    header == negotiated || header == "2025-03-26"
-}
-
-/// 400 for a session request naming a protocol version other than the session's.
-fn version_mismatch(header: &HeaderValue, negotiated: &str) -> Response {
-    let named = String::from_utf8_lossy(header.as_bytes());
-    let named: String = named.chars().take(64).collect();
-    let body = json!({
-        "jsonrpc": "2.0",
-        "id": null,
-        "error": {
-            "code": -32600,
-            "message": format!(
-                "Invalid request: MCP-Protocol-Version {named:?} is not the version this session negotiated ({negotiated}); send {negotiated}, or open a new session"
-            ),
-            "data": {"negotiated": negotiated},
-        },
-    });
-    (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
-}
-
-/// 400 with the JSON-RPC parse error (its id is null: none could be read).
-fn parse_error() -> Response {
-    let body = json!({
-        "jsonrpc": "2.0",
-        "id": null,
-        "error": {"code": -32700, "message": "Parse error: the body is not a JSON-RPC message"},
-    });
-    (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
-}
-
-/// 401 naming the protected-resource metadata, so OAuth clients can find a token issuer.
-fn unauthorized(guard: &Guard, headers: &HeaderMap, err: ToolError) -> Response {
-    if err.kind != ErrorKind::Unauthenticated {
-        return crate::auth::rejection(err).into_response();
-    }
-    let presented = headers.contains_key(header::AUTHORIZATION);
-    let mut response = ApiError::from(err).into_response();
-    let metadata = format!("{}{METADATA_PATH}", guard.base_url(headers));
-    let challenge = if presented {
-        format!(r#"Bearer resource_metadata="{metadata}", error="invalid_token""#)
-    } else {
-        format!(r#"Bearer resource_metadata="{metadata}""#)
-    };
-    match HeaderValue::from_str(&challenge) {
-        Ok(value) => {
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, value);
-        }
-        Err(_) => *response.status_mut() = StatusCode::UNAUTHORIZED,
-    }
-    response
-}
-
 /// RFC 9728 protected-resource metadata for `/mcp`.
 async fn metadata(State(guard): State<Guard>, headers: HeaderMap) -> Response {
     let base = guard.base_url(&headers);
@@ -666,17 +429,4 @@ async fn metadata(State(guard): State<Guard>, headers: HeaderMap) -> Response {
         "resource_name": "toolgate",
     }))
     .into_response()
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_probe_reads_the_meta_traceparent() {
-        let body = br#"{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"echo","arguments":{"message":"over mcp"},"_meta":{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"e2e","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}"#;
-        let probed = super::probe(body).expect("probed");
-        assert_eq!(
-            probed.traceparent.as_deref(),
-            Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
-        );
-    }
 }
