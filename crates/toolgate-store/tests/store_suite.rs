@@ -607,8 +607,9 @@ async fn an_audit_writer_whose_connection_is_cut_still_records_every_call() {
 
 #[tokio::test]
 async fn two_instances_extend_one_chain_without_forking_it() {
-    // Each instance's writer remembers the chain heads it left (SQLite): the other's
-    // appends must make it notice, not fork the chain.
+    // Each instance's writer extends the chain from the heads it knows (Postgres: those it
+    // left, checked as it writes; SQLite: read under its write lock): the other's appends
+    // must be seen, not fork the chain.
     on_both(|first| async move {
         let second = first.reopen().await.expect("second instance");
         let (a, p) = acme_alice(&first).await;

@@ -1,6 +1,8 @@
 //! The audit log on SQLite: intents, batches appended on the writer's own connection,
 //! the chain and its heads, checkpoints, security events.
 
+use rusqlite::OptionalExtension as _;
+
 use super::*;
 
 /// The audit writer's own connection: rusqlite, used on the calling thread.
@@ -114,10 +116,18 @@ fn timestamp(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, false)
 }
 
-use rusqlite::OptionalExtension as _;
+/// `audit_log`'s columns, in the order [`append_batch`] binds them and reads select them.
+macro_rules! audit_columns {
+    () => {
+        "call_id, tenant_id, seq, principal_id, adapter, tool, arguments, arguments_hash, outcome, error, duration_us, request_id, trace_id, run_id, step, client, started_at, finished_at, prev_hash, row_hash, approval_id, cache"
+    };
+}
 
-const INSERT_AUDIT: &str = "insert into audit_log (call_id, tenant_id, seq, principal_id, adapter, tool, arguments, arguments_hash, outcome, error, duration_us, request_id, trace_id, run_id, step, client, started_at, finished_at, prev_hash, row_hash, approval_id, cache) \
-     values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)";
+const INSERT_AUDIT: &str = concat!(
+    "insert into audit_log (",
+    audit_columns!(),
+    ") values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)"
+);
 
 #[derive(sqlx::FromRow)]
 pub(super) struct AuditDbRow {
@@ -191,7 +201,7 @@ pub(super) struct IntentRow {
     started_at: DateTime<Utc>,
 }
 
-pub(super) const AUDIT_COLUMNS: &str = "call_id, tenant_id, seq, principal_id, adapter, tool, arguments, arguments_hash, outcome, error, duration_us, request_id, trace_id, run_id, step, client, started_at, finished_at, prev_hash, row_hash, approval_id, cache";
+pub(super) const AUDIT_COLUMNS: &str = audit_columns!();
 
 impl SqliteStore {
     pub async fn begin_call(&self, record: &AuditRecord) -> Result<(), StoreError> {

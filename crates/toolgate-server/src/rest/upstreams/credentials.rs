@@ -22,6 +22,16 @@ pub struct PersonalView {
     pub headers: Vec<String>,
 }
 
+impl PersonalView {
+    /// What may be shown of `credentials`: whether a bearer is set, the header names.
+    fn of(credentials: Credentials) -> Self {
+        Self {
+            bearer: credentials.bearer.is_some(),
+            headers: credentials.headers.into_keys().collect(),
+        }
+    }
+}
+
 /// The caller's tenant's upstream `name`, if it calls with each caller's own credential;
 /// the caller needs `tools:invoke` (whoever calls its tools keeps their own credential).
 pub(super) async fn personal_upstream(
@@ -82,10 +92,7 @@ pub(super) async fn get_my_credential(
                 format!("store one with PUT /v1/upstreams/{name}/credentials"),
             )
         })?;
-    Ok(AppJson(PersonalView {
-        bearer: credential.bearer.is_some(),
-        headers: credential.headers.into_keys().collect(),
-    }))
+    Ok(AppJson(PersonalView::of(credential)))
 }
 
 /// Store the caller's own credential for an upstream that calls with each caller's
@@ -130,10 +137,7 @@ pub(super) async fn put_my_credential(
             Ok(store) => ApiError::from(store),
             Err(other) => ApiError::Internal(other),
         })?;
-    Ok(AppJson(PersonalView {
-        bearer: credentials.bearer.is_some(),
-        headers: credentials.headers.into_keys().collect(),
-    }))
+    Ok(AppJson(PersonalView::of(credentials)))
 }
 
 /// Forget the caller's own credential for an upstream: its calls are refused until it
