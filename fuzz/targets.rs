@@ -160,7 +160,7 @@ pub fn ssrf(data: &[u8]) {
     if data.len() >= 4 {
         let v4 = Ipv4Addr::new(data[0], data[1], data[2], data[3]);
         assert_eq!(
-            toolgate_tools::web_fetch::is_public(IpAddr::V4(v4)),
+            toolgate_tools::egress::is_public(IpAddr::V4(v4)),
             public_v4(v4),
             "{v4}"
         );
@@ -169,7 +169,7 @@ pub fn ssrf(data: &[u8]) {
         let bytes: [u8; 16] = data[..16].try_into().expect("16 bytes");
         let v6 = Ipv6Addr::from(bytes);
         assert_eq!(
-            toolgate_tools::web_fetch::is_public(IpAddr::V6(v6)),
+            toolgate_tools::egress::is_public(IpAddr::V6(v6)),
             public_v6(v6),
             "{v6}"
         );

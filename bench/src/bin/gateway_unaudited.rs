@@ -25,8 +25,8 @@ struct ReplyFirst(AuditWriter);
 
 #[async_trait]
 impl AuditSink for ReplyFirst {
-    async fn begin(&self, record: &AuditRecord) -> Result<(), AuditError> {
-        self.0.begin(record).await
+    async fn record_intent(&self, record: &AuditRecord) -> Result<(), AuditError> {
+        self.0.record_intent(record).await
     }
 
     async fn record(&self, record: AuditRecord) -> Result<(), AuditError> {

@@ -126,7 +126,7 @@ impl AuditError {
 #[async_trait]
 pub trait AuditSink: Send + Sync {
     /// Durably notes that a call with side effects is about to run.
-    async fn begin(&self, record: &AuditRecord) -> Result<(), AuditError>;
+    async fn record_intent(&self, record: &AuditRecord) -> Result<(), AuditError>;
     /// Durably records a finished call (and clears its intent, if any). Returns only once
     /// the record is committed.
     async fn record(&self, record: AuditRecord) -> Result<(), AuditError>;
@@ -144,7 +144,7 @@ pub struct NoAudit;
 
 #[async_trait]
 impl AuditSink for NoAudit {
-    async fn begin(&self, _: &AuditRecord) -> Result<(), AuditError> {
+    async fn record_intent(&self, _: &AuditRecord) -> Result<(), AuditError> {
         Ok(())
     }
     async fn record(&self, _: AuditRecord) -> Result<(), AuditError> {

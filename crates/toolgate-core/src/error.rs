@@ -133,7 +133,7 @@ pub struct ToolError {
     /// Held for a person's approval (`approval_required`): the typed twin of
     /// `details.approval_id` and `details.expires_in_secs`, for code that acts on it.
     #[serde(skip)]
-    pub held: Option<Held>,
+    pub awaiting_approval: Option<AwaitingApproval>,
     /// When the same call may be made again (`Retry-After`), and whether the tool did not
     /// run at all: the typed twin of `details.retry_after_secs` and `details.not_run`.
     #[serde(skip)]
@@ -142,7 +142,7 @@ pub struct ToolError {
 
 /// A call held for a person's approval.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Held {
+pub struct AwaitingApproval {
     pub approval: crate::ApprovalId,
     /// Until the approval expires (and counts as denied).
     pub expires_in: std::time::Duration,
@@ -167,14 +167,18 @@ impl ToolError {
             violations: Vec::new(),
             details: None,
             cause: None,
-            held: None,
+            awaiting_approval: None,
             retry: None,
         }
     }
 
     /// `tool`'s call, held until approval `approval` is decided (or expires in
     /// `expires_in`).
-    pub fn held(tool: &str, approval: crate::ApprovalId, expires_in: std::time::Duration) -> Self {
+    pub fn awaiting_approval(
+        tool: &str,
+        approval: crate::ApprovalId,
+        expires_in: std::time::Duration,
+    ) -> Self {
         let mut err = Self::new(
             ErrorKind::ApprovalRequired,
             format!("calling {tool} needs a person's approval first; approval {approval} is pending"),
@@ -186,7 +190,7 @@ impl ToolError {
         .with_suggestion(format!(
             "someone with the approvals:decide scope approves it (POST /v1/approvals/{approval}); then make the same call again"
         ));
-        err.held = Some(Held {
+        err.awaiting_approval = Some(AwaitingApproval {
             approval,
             expires_in,
         });
@@ -326,9 +330,10 @@ mod tests {
     #[test]
     fn held_and_retry_are_typed_and_on_the_wire() {
         let approval = crate::ApprovalId::new();
-        let err = ToolError::held("execute_command", approval, Duration::from_secs(60));
+        let err =
+            ToolError::awaiting_approval("execute_command", approval, Duration::from_secs(60));
         assert_eq!(err.kind, ErrorKind::ApprovalRequired);
-        assert_eq!(err.held.map(|h| h.approval), Some(approval));
+        assert_eq!(err.awaiting_approval.map(|h| h.approval), Some(approval));
         let wire = serde_json::to_value(&err).expect("json");
         assert_eq!(wire["details"]["approval_id"], approval.to_string());
         assert_eq!(wire["details"]["expires_in_secs"], 60);

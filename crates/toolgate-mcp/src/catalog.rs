@@ -46,7 +46,7 @@ pub struct Catalog {
     /// Sessions' subscriptions held per upstream and URI. A count goes from 0 to 1
     /// (subscribing upstream) and back (unsubscribing) under its own lock, so a
     /// subscription and the end of the previous one reach the upstream in order.
-    held: Mutex<HashMap<Watched, Count>>,
+    upstream_subscriptions: Mutex<HashMap<Watched, Count>>,
     /// `notifications/resources/updated` from the upstreams, to the sessions' forwarders.
     updates: tokio::sync::broadcast::Sender<Watched>,
     /// Changes to the upstreams' resources and prompts, per owner.
@@ -65,7 +65,7 @@ impl Default for Catalog {
     fn default() -> Self {
         Self {
             entries: Mutex::default(),
-            held: Mutex::default(),
+            upstream_subscriptions: Mutex::default(),
             updates: tokio::sync::broadcast::channel(UPDATES_BACKLOG).0,
             log: ChangeLog::default(),
         }
@@ -180,12 +180,12 @@ impl Catalog {
         let first = before.is_none();
         // A new connection: the upstream knows none of the subscriptions sessions hold.
         if first && subscribable {
-            let held: Vec<(Watched, Count)> = lock(&self.held)
+            let subscribed: Vec<(Watched, Count)> = lock(&self.upstream_subscriptions)
                 .iter()
                 .filter(|((o, u, _), _)| *o == owner && u == upstream)
                 .map(|(key, count)| (key.clone(), count.clone()))
                 .collect();
-            for ((_, _, uri), count) in held {
+            for ((_, _, uri), count) in subscribed {
                 let n = count.lock().await;
                 if *n > 0
                     && let Err(err) = subscribe_upstream(peer, &uri).await
@@ -199,15 +199,18 @@ impl Catalog {
 
     /// The count on `key`, made when there is none.
     fn count(&self, key: &Watched) -> Count {
-        lock(&self.held).entry(key.clone()).or_default().clone()
+        lock(&self.upstream_subscriptions)
+            .entry(key.clone())
+            .or_default()
+            .clone()
     }
 
     /// Drops the count on `key` when it is zero and no one else is about to use it.
     fn forget_if_idle(&self, key: &Watched, count: &Count) {
-        let mut held = lock(&self.held);
+        let mut counts = lock(&self.upstream_subscriptions);
         // The map and the caller hold it; taking another handle needs the map's lock.
         if Arc::strong_count(count) == 2 && count.try_lock().is_ok_and(|n| *n == 0) {
-            held.remove(key);
+            counts.remove(key);
         }
     }
 
@@ -372,14 +375,14 @@ impl Listener {
 
 /// One session's (or one listen stream's) resource subscriptions. Its counts are given
 /// back when it ends (when the last handle on this drops).
-pub struct Held {
+pub struct Subscriptions {
     catalog: Arc<Catalog>,
     /// URI → the upstream's URI it holds.
     uris: Mutex<HashMap<String, Watched>>,
     forwarder: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
-impl Held {
+impl Subscriptions {
     pub fn new(catalog: Arc<Catalog>) -> Arc<Self> {
         Arc::new(Self {
             catalog,
@@ -409,8 +412,8 @@ impl Held {
 
     /// Ends this session's subscription to `uri`, if it has one.
     pub fn unsubscribe(&self, uri: &str) {
-        let held = lock(&self.uris).remove(uri);
-        if let Some(watched) = held {
+        let watched_uri = lock(&self.uris).remove(uri);
+        if let Some(watched) = watched_uri {
             self.catalog.release(&watched);
         }
     }
@@ -422,7 +425,7 @@ impl Held {
             return;
         }
         let mut updates = self.catalog.updates();
-        let held = Arc::downgrade(self);
+        let subscriptions = Arc::downgrade(self);
         let task = tokio::spawn(async move {
             loop {
                 let watched = match updates.recv().await {
@@ -430,9 +433,11 @@ impl Held {
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
                 };
-                let Some(held) = held.upgrade() else { break };
-                let wanted = lock(&held.uris).get(&watched.2) == Some(&watched);
-                drop(held);
+                let Some(subscriptions) = subscriptions.upgrade() else {
+                    break;
+                };
+                let wanted = lock(&subscriptions.uris).get(&watched.2) == Some(&watched);
+                drop(subscriptions);
                 if wanted && !listener.updated(watched.2).await {
                     break;
                 }
@@ -442,7 +447,7 @@ impl Held {
     }
 }
 
-impl Drop for Held {
+impl Drop for Subscriptions {
     fn drop(&mut self) {
         if let Some(task) = lock(&self.forwarder).take() {
             task.abort();

@@ -150,7 +150,7 @@ impl ServerHandler for McpAdapter {
                     Some(json!({ "uri": request.uri })),
                 ));
             }
-            self.held
+            self.subscriptions
                 .subscribe(
                     &upstream,
                     &request.uri,
@@ -191,7 +191,7 @@ impl ServerHandler for McpAdapter {
             let request = context.request_context();
             let tenant = caller(request)?.auth.tenant;
             let sink = context.sink().clone();
-            let held = catalog::Held::new(self.catalog.clone());
+            let subscriptions = catalog::Subscriptions::new(self.catalog.clone());
             let upstreams = self.visible_upstreams(request)?;
             for uri in context.accepted().resource_subscriptions.iter().flatten() {
                 let Some(upstream) = catalog::serving(&upstreams, uri) else {
@@ -201,7 +201,7 @@ impl ServerHandler for McpAdapter {
                     continue;
                 }
                 let listener = catalog::Listener::Stream(sink.clone());
-                if let Err(err) = held.subscribe(&upstream, uri, listener).await {
+                if let Err(err) = subscriptions.subscribe(&upstream, uri, listener).await {
                     tracing::warn!(upstream = %upstream.upstream, uri, error = %err, "could not subscribe upstream for a listen stream");
                 }
             }
@@ -230,7 +230,7 @@ impl ServerHandler for McpAdapter {
                     }
                 }
             }
-            // `held` drops here: its upstream subscriptions are given back.
+            // `subscriptions` drops here: its upstream subscriptions are given back.
             Ok(())
         })
         .await
@@ -241,7 +241,7 @@ impl ServerHandler for McpAdapter {
         request: UnsubscribeRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.held.unsubscribe(&request.uri);
+        self.subscriptions.unsubscribe(&request.uri);
         Ok(())
     }
 
@@ -404,11 +404,11 @@ impl ServerHandler for McpAdapter {
         } else {
             self.log_level.clone()
         };
-        let (peer, mut said) =
+        let (peer, mut notices) =
             relay::CallerPeer::new(context.peer.clone(), context.id.clone(), level);
         ctx = ctx.with_peer(Arc::new(peer));
         if let Some(token) = context.meta.get_progress_token() {
-            ctx = ctx.with_progress(said.progress(token));
+            ctx = ctx.with_progress(notices.progress(token));
         }
         // `_meta: {"toolgate/cache": "no-cache" | "no-store"}`, as REST's Cache-Control.
         if let Some(mode) = context
@@ -426,8 +426,8 @@ impl ServerHandler for McpAdapter {
         // Boxed: rmcp holds each request's handler future in a task of its own and moves
         // it; the executor's call inline made that future, and every tools/call's
         // copies, tens of kilobytes larger (docs/BENCHMARKS.md).
-        let mut outcome = said
-            .along(Box::pin(self.executor.call(
+        let mut outcome = notices
+            .drive(Box::pin(self.executor.call(
                 &tools,
                 ctx,
                 &request.name,
@@ -442,8 +442,8 @@ impl ServerHandler for McpAdapter {
             // The user decided: the call again, presenting the decision (a new call id).
             let mut again = retry.with_approval(Some(approval));
             again.call_id = toolgate_core::CallId::new();
-            outcome = said
-                .along(Box::pin(self.executor.call(
+            outcome = notices
+                .drive(Box::pin(self.executor.call(
                     &tools,
                     again,
                     &request.name,
@@ -545,7 +545,7 @@ impl McpAdapter {
         err: &ToolError,
     ) -> Option<ApprovalId> {
         let desk = self.desk.as_ref()?;
-        let approval: ApprovalId = err.held?.approval;
+        let approval: ApprovalId = err.awaiting_approval?.approval;
         if !context
             .peer
             .supported_elicitation_modes()

@@ -106,7 +106,7 @@ pub struct McpAdapter {
     /// Upstreams' resources and prompts.
     catalog: Arc<catalog::Catalog>,
     /// This session's resource subscriptions (see [`McpAdapter::for_session`]).
-    held: Arc<catalog::Held>,
+    subscriptions: Arc<catalog::Subscriptions>,
 }
 
 /// Where the MCP front door records a caller's own decision on its call, when the
@@ -135,7 +135,7 @@ impl McpAdapter {
             vendor_meta: Arc::default(),
             desk: None,
             log_level: Arc::default(),
-            held: catalog::Held::new(catalog.clone()),
+            subscriptions: catalog::Subscriptions::new(catalog.clone()),
             catalog,
         }
     }
@@ -145,7 +145,7 @@ impl McpAdapter {
     pub fn for_session(&self) -> Self {
         Self {
             log_level: Arc::default(),
-            held: catalog::Held::new(self.catalog.clone()),
+            subscriptions: catalog::Subscriptions::new(self.catalog.clone()),
             ..self.clone()
         }
     }
@@ -158,7 +158,7 @@ impl McpAdapter {
 
     /// Serve the resources and prompts the upstreams' supervisors file in `catalog`.
     pub fn with_catalog(mut self, catalog: Arc<catalog::Catalog>) -> Self {
-        self.held = catalog::Held::new(catalog.clone());
+        self.subscriptions = catalog::Subscriptions::new(catalog.clone());
         self.catalog = catalog;
         self
     }

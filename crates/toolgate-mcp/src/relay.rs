@@ -5,7 +5,7 @@
 //!
 //! - Log messages go out as `notifications/message`, at or above the level the session
 //!   chose with `logging/setLevel` (everything until it chooses), in the order they came,
-//!   and, like the call's progress, before its result ([`Said`]).
+//!   and, like the call's progress, before its result ([`CallNotices`]).
 //! - Sampling and elicitation requests go out only when the client declared the
 //!   capability, and on the call's own response stream (SEP-2260: the request is marked
 //!   with the `tools/call` it belongs to). On protocol 2026-07-28, which has no
@@ -78,16 +78,20 @@ pub struct CallerPeer {
     /// The `tools/call` request: requests made for it ride its response stream.
     call: RequestId,
     level: Arc<LogLevel>,
-    /// Into the call's [`Said`], which sends them in order, before the result.
+    /// Into the call's [`CallNotices`], which sends them in order, before the result.
     logs: mpsc::Sender<LoggingMessageNotificationParam>,
 }
 
 impl CallerPeer {
-    /// The call's way back, and the [`Said`] that must drive the call for its log
+    /// The call's way back, and the [`CallNotices`] that must drive the call for its log
     /// messages and progress reports to go out.
-    pub fn new(peer: Peer<RoleServer>, call: RequestId, level: Arc<LogLevel>) -> (Self, Said) {
+    pub fn new(
+        peer: Peer<RoleServer>,
+        call: RequestId,
+        level: Arc<LogLevel>,
+    ) -> (Self, CallNotices) {
         let (logs, queued) = mpsc::channel(LOG_BACKLOG);
-        let said = Said {
+        let notices = CallNotices {
             peer: peer.clone(),
             progress: None,
             logs: queued,
@@ -98,7 +102,7 @@ impl CallerPeer {
             level,
             logs,
         };
-        (caller, said)
+        (caller, notices)
     }
 
     fn capable(&self, request: ClientRequest) -> bool {
@@ -201,12 +205,12 @@ impl ClientChannel for CallerPeer {
 
 /// What one call says to its client before its result: progress reports (through the
 /// [`ProgressSink`] it hands the call) and log messages (through the call's
-/// [`CallerPeer`]). [`Said::along`] drives the call and sends them as they come, and once
+/// [`CallerPeer`]). [`CallNotices::drive`] drives the call and sends them as they come, and once
 /// the call is done whatever is still queued, so all of it goes out before the result.
 /// A task per call forwarding them raced the result instead, and lost now and then on a
 /// busy machine: a stateless call's stream, or a session call's progress, ends with its
 /// result, and what came after was gone.
-pub struct Said {
+pub struct CallNotices {
     peer: Peer<RoleServer>,
     progress: Option<(ProgressToken, mpsc::Receiver<Progress>)>,
     logs: mpsc::Receiver<LoggingMessageNotificationParam>,
@@ -217,7 +221,7 @@ enum Notice {
     Log(LoggingMessageNotificationParam),
 }
 
-impl Said {
+impl CallNotices {
     /// A sink for the call's progress, reported to the client under its `token`.
     pub fn progress(&mut self, token: ProgressToken) -> ProgressSink {
         let (sink, reports) = mpsc::channel(PROGRESS_BACKLOG);
@@ -226,7 +230,7 @@ impl Said {
     }
 
     /// Runs `call` to its end, sending what it says meanwhile, then what is left.
-    pub async fn along<F: Future>(&mut self, call: F) -> F::Output {
+    pub async fn drive<F: Future>(&mut self, call: F) -> F::Output {
         let mut call = std::pin::pin!(call);
         loop {
             tokio::select! {

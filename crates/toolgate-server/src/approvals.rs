@@ -45,10 +45,10 @@ pub async fn decide(
 }
 
 /// Decisions made by callers on their own calls, through their MCP client's elicitation.
-pub struct McpDesk(pub AppState);
+pub struct ElicitedApprovals(pub AppState);
 
 #[async_trait]
-impl toolgate_mcp::ApprovalDesk for McpDesk {
+impl toolgate_mcp::ApprovalDesk for ElicitedApprovals {
     async fn may_self_approve(&self, auth: &AuthContext) -> bool {
         self.0.decisions.may_self_approve(auth).await
     }

@@ -347,8 +347,8 @@ impl Store {
         dispatch!(self, s => s.touch_key(key, at).await)
     }
 
-    pub async fn begin_call(&self, record: &AuditRecord) -> Result<(), StoreError> {
-        dispatch!(self, s => s.begin_call(record).await)
+    pub async fn record_call_intent(&self, record: &AuditRecord) -> Result<(), StoreError> {
+        dispatch!(self, s => s.record_call_intent(record).await)
     }
 
     pub async fn append_audit(&self, records: &[AuditRecord]) -> Result<(), StoreError> {

@@ -146,9 +146,9 @@ fn audit_error(err: &StoreError) -> AuditError {
 
 #[async_trait]
 impl AuditSink for AuditWriter {
-    async fn begin(&self, record: &AuditRecord) -> Result<(), AuditError> {
+    async fn record_intent(&self, record: &AuditRecord) -> Result<(), AuditError> {
         self.store
-            .begin_call(record)
+            .record_call_intent(record)
             .await
             .map_err(|e| audit_error(&e))
     }

@@ -344,7 +344,7 @@ async fn unfinished_side_effect_calls_are_recovered_as_interrupted() {
     on_both(|store| async move {
         let (a, p) = acme_alice(&store).await;
         let rec = record(a.id, p.id, "write_file");
-        store.begin_call(&rec).await.expect("intent");
+        store.record_call_intent(&rec).await.expect("intent");
         assert_eq!(store.recover_unfinished().await.expect("recover"), 1);
         assert_eq!(
             store.recover_unfinished().await.expect("recover"),
@@ -364,7 +364,7 @@ async fn unfinished_side_effect_calls_are_recovered_as_interrupted() {
 
         // A finished call clears its own intent.
         let rec = record(a.id, p.id, "write_file");
-        store.begin_call(&rec).await.expect("intent");
+        store.record_call_intent(&rec).await.expect("intent");
         store.append_audit(&[rec]).await.expect("append");
         assert_eq!(store.recover_unfinished().await.expect("recover"), 0);
     })

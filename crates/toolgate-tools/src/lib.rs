@@ -34,6 +34,7 @@ use std::sync::Arc;
 use toolgate_core::Tool;
 
 pub mod diagnostics;
+pub mod egress;
 pub mod execute_command;
 pub mod git_status;
 pub mod http_api;
@@ -90,7 +91,7 @@ pub fn builtin_tools(
         )));
     }
     if let Some(fetch) = &options.fetch {
-        tools.push(Arc::new(web_fetch::WebFetch::new(fetch.clone())));
+        tools.push(Arc::new(web_fetch::WebFetch::new(fetch.clone())?));
     }
     if let Some(search) = &options.search {
         tools.push(Arc::new(web_search::WebSearch::new(search.clone())?));

@@ -1,22 +1,16 @@
 //! `web_fetch`: a web page (or text document) by URL, with the page's main text pulled
 //! out, guarded against server-side request forgery.
 //!
-//! - HTTPS only; plain HTTP only when the operator allows it (`allow_http`, for tests
-//!   on loopback and for intranets).
-//! - Every address a host name resolves to is checked before connecting; one that is
-//!   loopback, private, link-local, unique-local, CGNAT, multicast, reserved,
-//!   unspecified, or an IPv6 form embedding such an IPv4 address (mapped, NAT64, 6to4)
-//!   refuses the whole fetch. Cloud metadata endpoints fall in these ranges. Literal
-//!   addresses in URLs are checked the same way after URL normalisation, which turns
-//!   `2130706433` and `0x7f.1` into `127.0.0.1`.
-//! - The connection goes to the vetted addresses and no others (the client is pinned to
-//!   them), so a second DNS answer cannot swap in a private address.
-//! - Redirects are followed by hand, at most 5, each one checked again.
+//! - Where it may connect is [`crate::egress`]'s to say, as for tenants' upstreams:
+//!   public HTTPS addresses (plain HTTP and other networks only as the operator allows),
+//!   every address a name resolves to vetted, the connection pinned to them.
+//! - Redirects are followed by hand, at most 5, each one checked again; the client
+//!   (one per tool, so connections are reused) follows none itself.
 //! - A byte cap and the call's deadline bound the download; the charset comes from the
 //!   `Content-Type` header or the page's `<meta charset>`; HTML is reduced to its main
 //!   content as Markdown (readability, via `dom_smoothie`).
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -25,6 +19,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_core::{CallContext, Effects, ErrorKind, Risk, Tool, ToolError, ToolOutput, ToolSpec};
 
+use crate::egress::{self, Egress};
 use crate::parse_args;
 
 /// Redirects followed before giving up.
@@ -57,6 +52,8 @@ impl Default for FetchOptions {
 pub struct WebFetch {
     spec: ToolSpec,
     options: FetchOptions,
+    egress: Arc<Egress>,
+    client: reqwest::Client,
 }
 
 #[derive(Deserialize)]
@@ -67,7 +64,7 @@ struct Args {
 }
 
 impl WebFetch {
-    pub fn new(options: FetchOptions) -> Self {
+    pub fn new(options: FetchOptions) -> Result<Self, ToolError> {
         let spec = ToolSpec::new(
             "web_fetch",
             "Fetch a web page by URL and return its main content as Markdown (navigation and \
@@ -106,7 +103,22 @@ impl WebFetch {
             },
             "required": ["url", "status", "content_type", "title", "bytes", "truncated"]
         }));
-        Self { spec, options }
+        let egress = Arc::new(Egress {
+            allow_http: options.allow_http,
+            allowed_networks: options.allowed_networks.clone(),
+            extra_roots: Vec::new(),
+        });
+        let client = egress
+            .client()
+            .user_agent(&options.user_agent)
+            .build()
+            .map_err(ToolError::internal)?;
+        Ok(Self {
+            spec,
+            options,
+            egress,
+            client,
+        })
     }
 }
 
@@ -146,60 +158,16 @@ impl Tool for WebFetch {
 }
 
 impl WebFetch {
-    /// One request to `url`, after checking where it would connect, pinned there.
+    /// One request to `url`, after checking where it would connect; host names are
+    /// vetted by the client's resolver as it connects.
     async fn fetch_once(&self, url: &Url) -> Result<reqwest::Response, ToolError> {
-        match url.scheme() {
-            "https" => {}
-            "http" if self.options.allow_http => {}
-            "http" => {
-                return Err(ToolError::invalid_arguments(format!(
-                    "{url} is plain HTTP; only https:// URLs are fetched"
-                )));
+        self.egress
+            .check(url)
+            .map_err(|refused| refused_here(&refused))?;
+        self.client.get(url.clone()).send().await.map_err(|e| {
+            if let Some(refused) = egress::refusal(&e) {
+                return refused_here(refused);
             }
-            other => {
-                return Err(ToolError::invalid_arguments(format!(
-                    "{other}: URLs are not fetched; only https://"
-                )));
-            }
-        }
-        if !url.username().is_empty() || url.password().is_some() {
-            return Err(ToolError::invalid_arguments(
-                "URLs with credentials are not fetched",
-            ));
-        }
-        let port = url.port_or_known_default().unwrap_or(443);
-        let mut client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .user_agent(&self.options.user_agent)
-            .connect_timeout(Duration::from_secs(10));
-        match url.host() {
-            Some(url::Host::Ipv4(ip)) => self.vet(url, IpAddr::V4(ip))?,
-            Some(url::Host::Ipv6(ip)) => self.vet(url, IpAddr::V6(ip))?,
-            Some(url::Host::Domain(name)) => {
-                // Not `tokio::net::lookup_host`: see [`crate::resolver`].
-                let addrs: Vec<SocketAddr> = crate::resolver::Resolver::system()
-                    .lookup(name, port, crate::resolver::DEADLINE)
-                    .await
-                    .map_err(|e| {
-                        ToolError::new(ErrorKind::Upstream, format!("cannot resolve {name}: {e}"))
-                    })?;
-                if addrs.is_empty() {
-                    return Err(ToolError::new(
-                        ErrorKind::Upstream,
-                        format!("{name} has no addresses"),
-                    ));
-                }
-                for addr in &addrs {
-                    self.vet(url, addr.ip())?;
-                }
-                // Connect to exactly the addresses vetted: no second lookup.
-                client = client.resolve_to_addrs(name, &addrs);
-            }
-            None => return Err(ToolError::invalid_arguments("the URL has no host")),
-        }
-        let client = client.build().map_err(ToolError::internal)?;
-        client.get(url.clone()).send().await.map_err(|e| {
             ToolError::new(
                 if e.is_timeout() {
                     ErrorKind::Timeout
@@ -209,16 +177,6 @@ impl WebFetch {
                 format!("fetching {url} failed: {}", toolgate_core::error::chain(&e)),
             )
         })
-    }
-
-    fn vet(&self, url: &Url, ip: IpAddr) -> Result<(), ToolError> {
-        if is_reachable(ip, &self.options.allowed_networks) {
-            return Ok(());
-        }
-        Err(ToolError::invalid_arguments(format!(
-            "{} leads to {ip}, which is not a public address; web_fetch reaches only the public internet",
-            url.host_str().unwrap_or("the URL")
-        )))
     }
 
     async fn read(
@@ -338,6 +296,13 @@ fn decode(body: &[u8], content_type: Option<&str>) -> String {
     text.into_owned()
 }
 
+/// A destination the egress guard refused: the caller's to fix.
+fn refused_here(refused: &egress::Refused) -> ToolError {
+    ToolError::invalid_arguments(format!(
+        "{refused}; web_fetch reaches only the public internet"
+    ))
+}
+
 /// `<meta charset="…">` or `<meta http-equiv content="…; charset=…">` in the first KiB.
 fn meta_charset(body: &[u8]) -> Option<String> {
     let head = String::from_utf8_lossy(&body[..body.len().min(1024)]).to_ascii_lowercase();
@@ -350,118 +315,9 @@ fn meta_charset(body: &[u8]) -> Option<String> {
     (!value.is_empty()).then_some(value)
 }
 
-/// Whether `ip` may be connected to: public, or in one of the `allowed` networks.
-pub fn is_reachable(ip: IpAddr, allowed: &[ipnet::IpNet]) -> bool {
-    is_public(ip) || allowed.iter().any(|n| n.contains(&ip))
-}
-
-/// Whether `ip` is a globally reachable unicast address.
-pub fn is_public(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => is_public_v4(v4),
-        IpAddr::V6(v6) => is_public_v6(v6),
-    }
-}
-
-fn is_public_v4(ip: Ipv4Addr) -> bool {
-    let [a, b, c, _] = ip.octets();
-    !(ip.is_unspecified()
-        || ip.is_loopback()
-        || ip.is_private()
-        || ip.is_link_local()
-        || ip.is_multicast()
-        || ip.is_broadcast()
-        || ip.is_documentation()
-        || a == 0
-        || (a == 100 && (64..128).contains(&b)) // shared address space (CGNAT)
-        || (a == 192 && b == 0 && c == 0) // IETF protocol assignments
-        || (a == 198 && (18..20).contains(&b)) // benchmarking
-        || a >= 240) // reserved
-}
-
-fn is_public_v6(ip: Ipv6Addr) -> bool {
-    if let Some(v4) = ip.to_ipv4_mapped() {
-        return is_public_v4(v4);
-    }
-    let segments = ip.segments();
-    let embedded = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
-    // NAT64 (64:ff9b::/96) and 6to4 (2002::/16) carry an IPv4 address.
-    if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-        return is_public_v4(embedded(segments[6], segments[7]));
-    }
-    if segments[0] == 0x2002 {
-        return is_public_v4(embedded(segments[1], segments[2]));
-    }
-    !(ip.is_unspecified()
-        || ip.is_loopback()
-        || ip.is_multicast()
-        || (segments[0] & 0xfe00) == 0xfc00 // unique local
-        || (segments[0] & 0xffc0) == 0xfe80 // link-local
-        || (segments[0] & 0xffc0) == 0xfec0 // site-local (deprecated)
-        || (segments[0] == 0x2001 && segments[1] == 0x0db8) // documentation
-        || (segments[0] == 0x2001 && segments[1] == 0) // Teredo
-        || segments[..6] == [0, 0, 0, 0, 0, 0]) // IPv4-compatible (deprecated)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_public_addresses_pass() {
-        for private in [
-            "127.0.0.1",
-            "10.1.2.3",
-            "172.16.0.1",
-            "192.168.1.1",
-            "169.254.169.254",
-            "100.100.100.200",
-            "0.0.0.0",
-            "255.255.255.255",
-            "224.0.0.1",
-            "::1",
-            "::",
-            "::ffff:127.0.0.1",
-            "::ffff:10.0.0.1",
-            "64:ff9b::7f00:1",
-            "2002:7f00:1::",
-            "fc00::1",
-            "fd00:ec2::254",
-            "fe80::1",
-            "ff02::1",
-            "::127.0.0.1",
-        ] {
-            let ip: IpAddr = private.parse().expect(private);
-            assert!(!is_public(ip), "{private} passed");
-        }
-        for public in [
-            "93.184.216.34",
-            "1.1.1.1",
-            "2606:4700:4700::1111",
-            "64:ff9b::808:808",
-        ] {
-            let ip: IpAddr = public.parse().expect(public);
-            assert!(is_public(ip), "{public} refused");
-        }
-    }
-
-    #[test]
-    fn url_normalisation_exposes_disguised_loopback() {
-        for disguised in [
-            "http://2130706433/",
-            "http://0x7f.1/",
-            "http://127.1/",
-            "http://[::ffff:7f00:1]/",
-        ] {
-            let url = Url::parse(disguised).expect(disguised);
-            let ip = match url.host() {
-                Some(url::Host::Ipv4(ip)) => IpAddr::V4(ip),
-                Some(url::Host::Ipv6(ip)) => IpAddr::V6(ip),
-                other => panic!("{disguised}: {other:?}"),
-            };
-            assert!(!is_public(ip), "{disguised} → {ip}");
-        }
-    }
 
     #[test]
     fn charsets_come_from_the_header_then_the_page() {

@@ -318,7 +318,7 @@ pub(super) enum Settled {
 
 /// The `approval_requested` event for a call the policy held, if `err` says so.
 pub(super) fn held(turn: u32, call: &ToolCall, err: &ToolError) -> Option<RunEvent> {
-    let held = err.held?;
+    let held = err.awaiting_approval?;
     Some(RunEvent::ApprovalRequested {
         turn,
         call_id: call.id.clone(),

@@ -297,7 +297,8 @@ impl Executor {
                 // Policy, then the cache, then the intent for side effects, then the tool:
                 // each may stop the call, and the record learns the approval on the way.
                 let result = async {
-                    self.ratify(&ctx, policy, &tool, &args, &mut record).await?;
+                    self.apply_policy(&ctx, policy, &tool, &args, &mut record)
+                        .await?;
                     if ttl.is_some() {
                         let cached = (ctx.cache == CacheMode::Use)
                             .then(|| {
@@ -314,7 +315,7 @@ impl Executor {
                             return Ok(hit);
                         }
                     }
-                    self.begin(spec.effects.writes, &record).await?;
+                    self.record_intent(spec.effects.writes, &record).await?;
                     let mut output = run(&tool, &ctx, args, started, timeout, extension).await?;
                     let limit = spec.max_output_chars.min(self.limits.max_output_chars);
                     let truncated = output.truncate_text(limit);
@@ -416,7 +417,7 @@ impl Executor {
 
     /// The tenant's policy for this call: extra scopes by risk, then allow, deny, or a
     /// person's approval (asked for, waited on, or used up). Fails closed.
-    async fn ratify(
+    async fn apply_policy(
         &self,
         ctx: &CallContext,
         policy: Result<Arc<Policy>, ApprovalError>,
@@ -498,7 +499,9 @@ impl Executor {
                 let expires_in = expires_at
                     .duration_since(std::time::SystemTime::now())
                     .unwrap_or_default();
-                Err(ToolError::held(&spec.name, approval, expires_in))
+                Err(ToolError::awaiting_approval(
+                    &spec.name, approval, expires_in,
+                ))
             }
             Gate::Denied {
                 approval,
@@ -517,11 +520,15 @@ impl Executor {
     }
 
     /// For a tool with side effects, a durable intent before it runs; failing closed.
-    async fn begin(&self, side_effects: bool, record: &AuditRecord) -> Result<(), ToolError> {
+    async fn record_intent(
+        &self,
+        side_effects: bool,
+        record: &AuditRecord,
+    ) -> Result<(), ToolError> {
         if !side_effects {
             return Ok(());
         }
-        self.audit.begin(record).await.map_err(|audit_err| {
+        self.audit.record_intent(record).await.map_err(|audit_err| {
             audit_failure(
                 &audit_err,
                 "the audit log cannot record calls right now, so this call was not run",

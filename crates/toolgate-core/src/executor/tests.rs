@@ -50,7 +50,7 @@ struct Audit {
 
 #[async_trait]
 impl AuditSink for Audit {
-    async fn begin(&self, record: &AuditRecord) -> Result<(), AuditError> {
+    async fn record_intent(&self, record: &AuditRecord) -> Result<(), AuditError> {
         if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(AuditError::new("disk full"));
         }
@@ -498,7 +498,7 @@ async fn a_call_held_for_approval_runs_once_approved_and_not_when_denied() {
         .parse()
         .expect("uuid");
     assert_eq!(
-        err.held.map(|h| h.approval),
+        err.awaiting_approval.map(|h| h.approval),
         Some(id),
         "typed as on the wire"
     );
@@ -550,7 +550,7 @@ async fn a_call_held_for_approval_runs_once_approved_and_not_when_denied() {
         *f.events.1.lock().expect("lock"),
         ["approval.pending", "approval.used", "approval.denied"]
     );
-    assert_eq!(err.held, None);
+    assert_eq!(err.awaiting_approval, None);
     assert_eq!(err.kind, ErrorKind::Denied);
     assert!(
         err.message

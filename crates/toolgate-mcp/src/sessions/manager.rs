@@ -283,7 +283,7 @@ impl<S: SessionRows + Clone> StoredSessions<S> {
     }
 
     /// `stream` of session `live`, counted as open while it lives.
-    fn held(
+    fn counted(
         live: &Live,
         stream: impl Stream<Item = ServerSseMessage> + Send + Sync + 'static,
     ) -> SseStream {
@@ -462,7 +462,7 @@ impl<S: SessionRows + Clone> SessionManager for StoredSessions<S> {
         if self.poll.is_none() {
             let stream = manager.create_stream(id, message).await?;
             // A request in flight keeps its session in memory.
-            return self.with_live(id, |live| Self::held(live, stream)).await;
+            return self.with_live(id, |live| Self::counted(live, stream)).await;
         }
         // rmcp's `create_stream`, keeping the stream's request id to close it by.
         let handle = session_handle(&manager, id).await?;
@@ -475,7 +475,7 @@ impl<S: SessionRows + Clone> SessionManager for StoredSessions<S> {
             let _ = &close; // the timer goes when the stream does
             events.poll_recv(cx)
         });
-        self.with_live(id, |live| Self::held(live, stream)).await
+        self.with_live(id, |live| Self::counted(live, stream)).await
     }
 
     async fn accept_message(
@@ -502,7 +502,7 @@ impl<S: SessionRows + Clone> SessionManager for StoredSessions<S> {
         let manager = self.get(id).await?;
         let stream = manager.create_standalone_stream(id).await?;
         // The session's stream keeps it in memory while it is open.
-        self.with_live(id, |live| Self::held(live, stream)).await
+        self.with_live(id, |live| Self::counted(live, stream)).await
     }
 
     async fn resume(
@@ -512,7 +512,7 @@ impl<S: SessionRows + Clone> SessionManager for StoredSessions<S> {
     ) -> ManagerResult<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static> {
         let manager = self.get(id).await?;
         let stream = manager.resume(id, last_event_id).await?;
-        self.with_live(id, |live| Self::held(live, stream)).await
+        self.with_live(id, |live| Self::counted(live, stream)).await
     }
 
     async fn restore_session(

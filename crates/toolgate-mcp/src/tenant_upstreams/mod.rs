@@ -5,7 +5,7 @@
 //! - Credentials (static headers, a bearer token) are sealed ([`sealing`]). They go
 //!   nowhere but to the upstream's URL: the API shows header names and whether a token
 //!   is set, and logs never carry them (`UpstreamTransport`'s `Debug` hides them).
-//! - HTTP only, to vetted addresses ([`reach`]).
+//! - HTTP only, to vetted addresses ([`toolgate_tools::egress`], as `web_fetch`).
 //! - Their tools are registered for their tenant only ([`Owner::Tenant`]).
 //! - An upstream may instead be an HTTP API described by an OpenAPI 3.x document (or one
 //!   endpoint with a JSON Schema): its operations become tools
@@ -14,7 +14,6 @@
 //! - Every instance supervises every tenant upstream: a change made here applies at once,
 //!   one made on another instance within `sync_secs`.
 
-pub mod reach;
 pub mod sealing;
 
 use std::collections::{BTreeMap, HashMap};
@@ -27,9 +26,9 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use toolgate_core::stores::{UpstreamRecord, UpstreamStore};
 use toolgate_core::{Owner, Registry, TenantId};
+use toolgate_tools::egress::Egress;
 use uuid::Uuid;
 
-pub use reach::Reach;
 pub use sealing::{Credentials, Personals, Sealer};
 
 use crate::catalog::Catalog;
@@ -41,7 +40,7 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// What a tenant upstream is, as stored: everything but the credentials.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Stored {
+pub struct UpstreamSettings {
     pub url: String,
     #[serde(default)]
     pub prefix: Option<String>,
@@ -134,7 +133,8 @@ pub struct TenantUpstreams<S> {
     registry: Arc<Registry>,
     catalog: Arc<Catalog>,
     pub sealer: Arc<Sealer>,
-    pub reach: Arc<Reach>,
+    /// Where tenants' upstreams may connect (the guard `web_fetch` uses too).
+    pub egress: Arc<Egress>,
     /// Principals' own credentials, for upstreams that call with them.
     pub personals: Arc<Personals<S>>,
     pub client: reqwest::Client,
@@ -161,7 +161,7 @@ impl<S: UpstreamStore + Clone> TenantUpstreams<S> {
         vetting: crate::vetting::Vetting,
     ) -> anyhow::Result<Self> {
         let sealer = Arc::new(Sealer::new(&settings.key));
-        let reach = Arc::new(Reach {
+        let egress = Arc::new(Egress {
             allow_http: settings.allow_http,
             allowed_networks: settings.allowed_networks,
             extra_roots: match &settings.ca_file {
@@ -189,8 +189,11 @@ impl<S: UpstreamStore + Clone> TenantUpstreams<S> {
                 sealer,
                 cache: std::sync::Mutex::default(),
             }),
-            client: reach.client()?,
-            reach,
+            client: egress
+                .client()
+                .build()
+                .context("building the tenant upstreams' HTTP client")?,
+            egress,
             reserved: settings.reserved,
             max_per_tenant: settings.max_per_tenant,
             max_timeout_secs: settings.max_timeout_secs,
@@ -249,7 +252,7 @@ impl<S: UpstreamStore + Clone> TenantUpstreams<S> {
     }
 
     fn start(&self, record: &UpstreamRecord) -> Running {
-        let stored: Option<Stored> = serde_json::from_value(record.config.clone()).ok();
+        let stored: Option<UpstreamSettings> = serde_json::from_value(record.config.clone()).ok();
         if let Some(document) = stored.as_ref().and_then(|s| s.openapi.as_ref()) {
             let link = match self.http_api(record, document) {
                 Ok(status) => Link::Http {
@@ -350,7 +353,7 @@ impl<S: UpstreamStore + Clone> TenantUpstreams<S> {
     }
 
     fn upstream_config(&self, record: &UpstreamRecord) -> Result<UpstreamConfig, String> {
-        let stored: Stored = serde_json::from_value(record.config.clone())
+        let stored: UpstreamSettings = serde_json::from_value(record.config.clone())
             .map_err(|e| format!("its stored configuration is unreadable: {e}"))?;
         let credentials = match &record.credentials {
             None => Credentials::default(),

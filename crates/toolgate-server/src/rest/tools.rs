@@ -454,7 +454,7 @@ async fn invoke_tool(
             }
             Ok(response)
         }
-        Err(err) if err.held.is_some() => {
+        Err(err) if err.awaiting_approval.is_some() => {
             held(&app, &caller, call_id, err, preferred_wait(&headers)).await
         }
         Err(err) => Err(err.into()),
@@ -491,7 +491,7 @@ async fn held(
     err: ToolError,
     wait: Option<u64>,
 ) -> Result<Response, ApiError> {
-    let Some(hold) = err.held else {
+    let Some(hold) = err.awaiting_approval else {
         return Err(err.into());
     };
     let status_url = format!("/v1/calls/{call_id}");

@@ -208,7 +208,7 @@ pub(super) const APPEND: &str = "select toolgate_append_audit($1, $2, $3, $4, $5
     $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26)";
 
 impl PostgresStore {
-    pub async fn begin_call(&self, record: &AuditRecord) -> Result<(), StoreError> {
+    pub async fn record_call_intent(&self, record: &AuditRecord) -> Result<(), StoreError> {
         let mut tx = self.tenant_tx(record.tenant).await?;
         sqlx::query(
             "insert into call_intent (call_id, tenant_id, principal_id, adapter, tool, arguments, arguments_hash, request_id, trace_id, run_id, step, client, started_at)

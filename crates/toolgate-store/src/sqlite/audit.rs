@@ -204,7 +204,7 @@ pub(super) struct IntentRow {
 pub(super) const AUDIT_COLUMNS: &str = audit_columns!();
 
 impl SqliteStore {
-    pub async fn begin_call(&self, record: &AuditRecord) -> Result<(), StoreError> {
+    pub async fn record_call_intent(&self, record: &AuditRecord) -> Result<(), StoreError> {
         sqlx::query(
             "insert into call_intent (call_id, tenant_id, principal_id, adapter, tool, arguments, arguments_hash, request_id, trace_id, run_id, step, client, started_at)
              values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",

@@ -38,7 +38,14 @@ pub(super) async fn personal_upstream(
     app: &AppState,
     caller: &Caller,
     name: &str,
-) -> Result<(std::sync::Arc<TenantUpstreams>, UpstreamRecord, Stored), ApiError> {
+) -> Result<
+    (
+        std::sync::Arc<TenantUpstreams>,
+        UpstreamRecord,
+        UpstreamSettings,
+    ),
+    ApiError,
+> {
     caller.require(scopes::TOOLS_INVOKE)?;
     let upstreams = app.upstreams.clone().ok_or_else(|| {
         ApiError::from(ToolError::not_found(

@@ -26,7 +26,7 @@ use super::extract::{AppJson, AppPath, located};
 use crate::auth::Caller;
 use crate::state::AppState;
 use crate::state::TenantUpstreams;
-use toolgate_mcp::tenant_upstreams::{Credentials, Seen, Stored};
+use toolgate_mcp::tenant_upstreams::{Credentials, Seen, UpstreamSettings};
 
 mod credentials;
 mod validate;
@@ -231,7 +231,7 @@ pub struct UpstreamList {
     pub upstreams: Vec<UpstreamView>,
 }
 
-fn stored(record: &UpstreamRecord) -> Result<Stored, ApiError> {
+fn stored(record: &UpstreamRecord) -> Result<UpstreamSettings, ApiError> {
     serde_json::from_value(record.config.clone()).map_err(|e| {
         ApiError::Internal(anyhow::anyhow!(
             "stored upstream {} is unreadable: {e}",

@@ -7,7 +7,7 @@ use super::*;
 pub(super) async fn validate(
     upstreams: &TenantUpstreams,
     body: UpstreamBody,
-) -> Result<(Stored, Credentials), ApiError> {
+) -> Result<(UpstreamSettings, Credentials), ApiError> {
     let mut problems: Vec<(String, String)> = Vec::new();
     if !is_valid_name(&body.name) {
         problems.push((
@@ -23,8 +23,8 @@ pub(super) async fn validate(
             ),
         ));
     }
-    if let Err(problem) = upstreams.reach.check(&body.url, true).await {
-        problems.push(("url".into(), problem));
+    if let Err(problem) = upstreams.egress.check_now(&body.url).await {
+        problems.push(("url".into(), problem.0));
     }
     if let Some(prefix) = &body.prefix
         && !(prefix.len() <= 32 && (prefix.is_empty() || is_valid_name(prefix)))
@@ -82,7 +82,7 @@ pub(super) async fn validate(
         ));
     }
     ToolError::unless_valid("the upstream is invalid", problems)?;
-    let stored = Stored {
+    let stored = UpstreamSettings {
         url: body.url,
         prefix: body.prefix,
         allow: body.allow,
@@ -240,7 +240,7 @@ pub(super) fn sealed(
     upstreams: &TenantUpstreams,
     caller: &Caller,
     name: &str,
-    stored: &Stored,
+    stored: &UpstreamSettings,
     credentials: &Credentials,
 ) -> Result<(serde_json::Value, Option<Vec<u8>>), ApiError> {
     let config = serde_json::to_value(stored).map_err(|e| ApiError::Internal(e.into()))?;
@@ -267,9 +267,9 @@ pub(super) fn kept_credentials(
     new_name: &str,
     config: &mut serde_json::Value,
 ) -> Result<Option<Vec<u8>>, ApiError> {
-    let before: Stored = serde_json::from_value(old.config.clone())
+    let before: UpstreamSettings = serde_json::from_value(old.config.clone())
         .map_err(|e| ApiError::Internal(anyhow::anyhow!("stored upstream {}: {e}", old.name)))?;
-    let mut after: Stored =
+    let mut after: UpstreamSettings =
         serde_json::from_value(config.clone()).map_err(|e| ApiError::Internal(e.into()))?;
     let origin = |u: &str| url::Url::parse(u).ok().map(|u| u.origin());
     if origin(&before.url) != origin(&after.url) {
