@@ -40,30 +40,56 @@ pub fn render<'a>(
     }
 }
 
-pub fn openai(spec: &ToolSpec) -> Value {
+/// What each provider's declaration says of a tool: the name the model calls it by, what
+/// it does, and its arguments' schema. From a [`ToolSpec`], or from a name the agent
+/// adapter has made wire-safe.
+#[derive(Clone, Copy, Debug)]
+pub struct Declared<'a> {
+    pub name: &'a str,
+    pub description: &'a str,
+    pub parameters: &'a Value,
+}
+
+impl<'a> From<&'a ToolSpec> for Declared<'a> {
+    fn from(spec: &'a ToolSpec) -> Self {
+        Self {
+            name: &spec.name,
+            description: &spec.description,
+            parameters: &spec.input_schema,
+        }
+    }
+}
+
+/// OpenAI chat completions (and Ollama, OpenRouter, vLLM…).
+pub fn openai<'a>(tool: impl Into<Declared<'a>>) -> Value {
+    let tool = tool.into();
     json!({
         "type": "function",
         "function": {
-            "name": spec.name,
-            "description": spec.description,
-            "parameters": spec.input_schema,
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
         }
     })
 }
 
-pub fn anthropic(spec: &ToolSpec) -> Value {
+/// Anthropic Messages.
+pub fn anthropic<'a>(tool: impl Into<Declared<'a>>) -> Value {
+    let tool = tool.into();
     json!({
-        "name": spec.name,
-        "description": spec.description,
-        "input_schema": spec.input_schema,
+        "name": tool.name,
+        "description": tool.description,
+        "input_schema": tool.parameters,
     })
 }
 
-pub fn gemini(spec: &ToolSpec) -> Value {
+/// One of Gemini's `functionDeclarations`.
+pub fn gemini<'a>(tool: impl Into<Declared<'a>>) -> Value {
+    let tool = tool.into();
     json!({
-        "name": spec.name,
-        "description": spec.description,
-        "parameters": gemini_schema(&spec.input_schema),
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": gemini_schema(tool.parameters),
     })
 }
 

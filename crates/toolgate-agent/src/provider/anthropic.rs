@@ -8,6 +8,7 @@
 //! answer in text (`tool_choice: none`): the API refuses tool blocks without tools.
 
 use serde_json::{Value, json};
+use toolgate_core::declarations;
 
 use super::stream::{self, Delta, DeltaSink};
 use super::{
@@ -218,7 +219,7 @@ pub fn request_body(request: &ModelRequest<'_>) -> Value {
         body["tools"] = request
             .tools
             .iter()
-            .map(|t| json!({"name": t.wire_name, "description": t.description, "input_schema": t.parameters}))
+            .map(|t| declarations::anthropic(t.declared()))
             .collect();
         body["tool_choice"] = match request.tool_choice {
             ToolChoice::Auto => {

@@ -8,7 +8,7 @@
 //! accepts. There is no parallel switch: the loop answers extra calls "not executed".
 
 use serde_json::{Value, json};
-use toolgate_core::declarations::gemini_schema;
+use toolgate_core::declarations;
 
 use super::stream::{self, Delta, DeltaSink};
 use super::{
@@ -183,7 +183,7 @@ pub fn request_body(request: &ModelRequest<'_>) -> Value {
         let decls: Vec<Value> = request
             .tools
             .iter()
-            .map(|t| json!({"name": t.wire_name, "description": t.description, "parameters": gemini_schema(&t.parameters)}))
+            .map(|t| declarations::gemini(t.declared()))
             .collect();
         body["tools"] = json!([{"functionDeclarations": decls}]);
         let mode = match request.tool_choice {

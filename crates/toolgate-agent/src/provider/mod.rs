@@ -74,6 +74,17 @@ pub struct ToolDecl {
 }
 
 impl ToolDecl {
+    /// What the provider is told of this tool: its wire name, description and schema.
+    pub fn declared(&self) -> toolgate_core::declarations::Declared<'_> {
+        toolgate_core::declarations::Declared {
+            name: &self.wire_name,
+            description: &self.description,
+            parameters: &self.parameters,
+        }
+    }
+}
+
+impl ToolDecl {
     /// Declarations for `specs`, with wire names unique among them.
     pub fn for_specs<'a>(
         specs: impl IntoIterator<Item = &'a toolgate_core::ToolSpec>,

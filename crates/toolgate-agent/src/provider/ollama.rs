@@ -7,6 +7,7 @@
 //! Usage is `prompt_eval_count`/`eval_count`, omitted when zero.
 
 use serde_json::{Value, json};
+use toolgate_core::declarations;
 
 use super::stream::{self, Delta, DeltaSink};
 use super::{
@@ -136,12 +137,7 @@ pub fn request_body(request: &ModelRequest<'_>) -> Value {
         body["tools"] = request
             .tools
             .iter()
-            .map(|t| {
-                json!({
-                    "type": "function",
-                    "function": {"name": t.wire_name, "description": t.description, "parameters": t.parameters},
-                })
-            })
+            .map(|t| declarations::openai(t.declared()))
             .collect();
     }
     let mut options = serde_json::Map::new();

@@ -8,6 +8,7 @@
 //! `""` or `tool_call`).
 
 use serde_json::{Value, json};
+use toolgate_core::declarations;
 
 use super::stream::{self, Delta, DeltaSink};
 use super::{
@@ -194,12 +195,7 @@ pub fn request_body(request: &ModelRequest<'_>) -> Value {
         body["tools"] = request
             .tools
             .iter()
-            .map(|t| {
-                json!({
-                    "type": "function",
-                    "function": {"name": t.wire_name, "description": t.description, "parameters": t.parameters},
-                })
-            })
+            .map(|t| declarations::openai(t.declared()))
             .collect();
         body["tool_choice"] = json!(match request.tool_choice {
             ToolChoice::Auto => "auto",
