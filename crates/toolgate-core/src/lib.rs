@@ -37,12 +37,14 @@
 //!   ([`stores::RunStore`], [`stores::ApprovalStore`], [`stores::SessionStore`],
 //!   [`stores::UpstreamStore`], [`stores::PinStore`]) and the records crossing them;
 //!   `toolgate-store` implements them.
+//! - [`backoff::Backoff`]: the one backoff policy of retry and reconnect loops.
 //! - [`declarations`]: a toolset rendered as OpenAI, Anthropic, Gemini or MCP tool
 //!   declarations, generated from the specs.
 
 pub mod approvals;
 pub mod audit;
 pub mod auth;
+pub mod backoff;
 pub mod cache;
 pub mod client;
 pub mod context;

@@ -53,6 +53,7 @@ use axum::http::{HeaderName, HeaderValue, Method, header};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use toolgate_core::audit::AuditSink;
+use toolgate_core::backoff::Backoff;
 use toolgate_core::{Executor, ExecutorLimits, Registry, TracingSink};
 use toolgate_mcp::catalog::Catalog;
 use toolgate_store::AuditWriter;
@@ -262,11 +263,13 @@ async fn build_when_the_store_answers(
         }
     });
     let building = async {
-        let mut pause = Duration::from_secs(1);
+        let waits = Backoff::new(Duration::from_secs(1), Duration::from_secs(10));
+        let mut attempt = 0;
         let result = loop {
+            attempt += 1;
             tokio::select! {
                 () = stop.cancelled() => break Ok(None),
-                () = tokio::time::sleep(pause) => {}
+                () = tokio::time::sleep(waits.delay(attempt)) => {}
             }
             match build_with(config, audit.clone()).await {
                 Ok(gateway) => break Ok(Some(gateway)),
@@ -275,7 +278,6 @@ async fn build_when_the_store_answers(
                         error = format!("{err:#}"),
                         "the store still cannot be reached"
                     );
-                    pause = (pause * 2).min(Duration::from_secs(10));
                 }
                 Err(err) => break Err(err),
             }

@@ -23,6 +23,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+use toolgate_core::backoff::Backoff;
 
 use crate::message::{AssistantMessage, Message};
 
@@ -456,8 +457,8 @@ impl fmt::Debug for ProviderConfig {
     }
 }
 
-/// Retries on retryable failures: exponential backoff with full jitter, or the
-/// provider's `Retry-After` when it gives one (up to `max_delay`).
+/// Retries on retryable failures: the gateway's [`Backoff`] from `base_delay` up to
+/// `max_delay`, or the provider's `Retry-After` when it gives one (up to `max_delay`).
 #[derive(Clone, Copy, Debug)]
 pub struct RetryPolicy {
     /// Attempts after the first.
@@ -482,12 +483,7 @@ impl RetryPolicy {
         if let Some(after) = err.retry_after {
             return after.min(self.max_delay);
         }
-        let exp = self
-            .base_delay
-            .saturating_mul(2u32.saturating_pow(attempt.saturating_sub(1)))
-            .min(self.max_delay);
-        // Full jitter: uniform in [0, exp], so synchronized clients spread out.
-        exp.mul_f64(fastrand::f64())
+        Backoff::new(self.base_delay, self.max_delay).delay(attempt)
     }
 }
 

@@ -47,6 +47,11 @@ use crate::provider::{ModelRequest, Provider, ProviderError, ToolChoice, ToolDec
 /// timeout) and has no side effects, or that the gateway's admission refused (the tool did
 /// not run).
 const TOOL_RETRIES: u32 = 2;
+/// The waits before those retries (400 ms, then 800 ms, each jittered).
+const TOOL_BACKOFF: toolgate_core::backoff::Backoff = toolgate_core::backoff::Backoff::new(
+    std::time::Duration::from_millis(400),
+    std::time::Duration::from_secs(5),
+);
 /// Longest wait for a refused call's `retry_after_secs` before the model is told instead.
 const MAX_ADMISSION_WAIT: Duration = Duration::from_secs(30);
 /// Characters of each tool result quoted in a deterministic best-effort summary.

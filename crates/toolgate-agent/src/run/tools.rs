@@ -245,8 +245,7 @@ impl Driver<'_> {
                         && !self.ctx.cancel.is_cancelled() =>
                 {
                     attempt += 1;
-                    let delay = Duration::from_millis(200 * 2u64.pow(attempt))
-                        .mul_f64(0.5 + fastrand::f64() / 2.0);
+                    let delay = TOOL_BACKOFF.delay(attempt);
                     tokio::select! {
                         () = tokio::time::sleep(delay) => {}
                         () = self.ctx.cancel.cancelled() => return Err(err),

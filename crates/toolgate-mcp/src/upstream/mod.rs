@@ -54,6 +54,7 @@ use rmcp::transport::{StreamableHttpClientTransport, Transport};
 use rmcp::{ClientHandler, ServiceError, ServiceExt};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+use toolgate_core::backoff::Backoff;
 use toolgate_core::spec::is_valid_tool_name;
 use toolgate_core::{
     CallContext, Client, Content, Effects, ErrorKind, Owner, ProgressSink, Registry, Risk, Tool,
@@ -90,8 +91,8 @@ const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(30);
 /// than parsing it for as long as it writes.
 const MAX_BYTES_BEFORE_INITIALIZE: u64 = 1 << 20;
 /// Longest wait between reconnection attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
-const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+/// Reconnecting: 250 ms, doubling up to 30 s, jittered.
+const RECONNECT: Backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(30));
 
 /// Starts one supervisor per upstream; they run until `shutdown` is cancelled, then
 /// unregister their tools and end their connections (child processes are killed).
@@ -238,7 +239,7 @@ async fn supervise(
     shutdown: CancellationToken,
     status: tokio::sync::watch::Sender<Status>,
 ) {
-    let mut backoff = FIRST_BACKOFF;
+    let mut attempt = 0;
     // Tools stay registered while their upstream is away: calls then fail as `upstream`
     // errors (the connection they hold is closed) until a new connection replaces them.
     let mut registered = Vec::new();
@@ -275,7 +276,7 @@ async fn supervise(
                     match rediscover(&config, &peer, &registry, &routes, &pool, &mut registered)
                         .await
                     {
-                        Ok(()) => backoff = FIRST_BACKOFF,
+                        Ok(()) => attempt = 0,
                         Err(err) => {
                             tracing::warn!(upstream = %config.name, error = %err, "could not list the upstream's tools");
                             status.send_modify(|s| {
@@ -343,8 +344,8 @@ async fn supervise(
                 report(&status, State::Connecting, Some(err));
             }
         }
-        let wait = jitter(backoff);
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+        attempt += 1;
+        let wait = RECONNECT.delay(attempt);
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = tokio::time::sleep(wait) => {}
@@ -369,13 +370,6 @@ async fn answers_ping(peer: &Peer<RoleClient>) -> bool {
         tokio::time::timeout(PING_TIMEOUT, peer.send_request(ping)).await,
         Ok(Ok(_))
     )
-}
-
-/// Between half and all of `backoff`, so many gateways do not reconnect in step.
-fn jitter(backoff: Duration) -> Duration {
-    let nanos = u64::try_from(backoff.as_nanos()).unwrap_or(u64::MAX);
-    let random = uuid::Uuid::new_v4().as_u128() as u64;
-    Duration::from_nanos(nanos / 2 + random % (nanos / 2).max(1))
 }
 
 #[cfg(test)]
