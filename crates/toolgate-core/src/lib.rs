@@ -37,7 +37,8 @@
 //!   ([`stores::RunStore`], [`stores::ApprovalStore`], [`stores::SessionStore`],
 //!   [`stores::UpstreamStore`], [`stores::PinStore`]) and the records crossing them;
 //!   `toolgate-store` implements them.
-//! - [`backoff::Backoff`]: the one backoff policy of retry and reconnect loops.
+//! - [`backoff::Backoff`]: the one backoff policy of retry and reconnect loops;
+//!   [`group_commit::next_group`]: how the durable writers batch.
 //! - [`declarations`]: a toolset rendered as OpenAI, Anthropic, Gemini or MCP tool
 //!   declarations, generated from the specs.
 
@@ -52,6 +53,7 @@ pub mod declarations;
 pub mod error;
 pub mod event;
 pub mod executor;
+pub mod group_commit;
 pub mod ids;
 pub mod limits;
 pub mod metrics;

@@ -1,4 +1,4 @@
-//! Group commit for audit records.
+//! Group commit for audit records ([`toolgate_core::group_commit`]).
 //!
 //! Every call's record goes through one writer task. While a transaction commits, the
 //! records of calls finishing meanwhile queue up; the writer then takes all of them (up to
@@ -21,6 +21,7 @@
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot};
 use toolgate_core::audit::{AuditError, AuditRecord, AuditSink};
+use toolgate_core::group_commit::next_group;
 use toolgate_core::metrics::Metrics;
 
 use crate::{Store, StoreError};
@@ -98,7 +99,7 @@ async fn refuse_all(mut rx: mpsc::Receiver<(AuditRecord, Ack)>, reason: &str) {
 async fn run(store: Store, mut rx: mpsc::Receiver<(AuditRecord, Ack)>, metrics: Metrics) {
     let limit = store.max_batch();
     let mut batch = Vec::with_capacity(limit);
-    while rx.recv_many(&mut batch, limit).await > 0 {
+    while next_group(&mut rx, &mut batch, limit, |_| false).await > 0 {
         let (records, acks): (Vec<AuditRecord>, Vec<Ack>) = batch.drain(..).unzip();
         let started = std::time::Instant::now();
         let appended = store.append_audit(&records).await;

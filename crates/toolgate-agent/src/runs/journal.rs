@@ -1,5 +1,7 @@
-//! A run's journal in the store: its events committed in order, grouped, by one writer
-//! task per run.
+//! A run's journal in the store: its events committed in order, grouped
+//! ([`toolgate_core::group_commit`]), by one writer task per run.
+
+use toolgate_core::group_commit::next_group;
 
 use super::*;
 
@@ -37,15 +39,9 @@ impl StoreJournal {
         let failure = failed.clone();
         tokio::spawn(async move {
             let mut next = next_seq;
-            while let Some(first) = rx.recv().await {
-                let mut group = vec![first];
-                // The run's end closes a group: it also updates the run row.
-                while group.len() < MAX_GROUP && group.last().is_some_and(|q| q.finish.is_none()) {
-                    match rx.try_recv() {
-                        Ok(q) => group.push(q),
-                        Err(_) => break,
-                    }
-                }
+            let mut group = Vec::with_capacity(MAX_GROUP);
+            // The run's end closes a group: it also updates the run row.
+            while next_group(&mut rx, &mut group, MAX_GROUP, |q| q.finish.is_some()).await > 0 {
                 let events: Vec<Value> = group.iter().map(|q| q.event.clone()).collect();
                 let finish = group.last().and_then(|q| q.finish.clone());
                 // Durable when anyone waits on this group (see `Journal::append`).
@@ -73,7 +69,7 @@ impl StoreJournal {
                             .get_or_insert_with(|| err.clone());
                     }
                 }
-                for q in group {
+                for q in group.drain(..) {
                     if let Some(done) = q.done {
                         let _ = done.send(result.clone());
                     }
