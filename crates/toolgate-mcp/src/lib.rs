@@ -16,7 +16,8 @@
 //!
 //! - this file: [`McpAdapter`] and what it is built with; `handler.rs` its
 //!   [`ServerHandler`] (listing, calls, relayed reads, prompts and completions,
-//!   subscriptions, approval by elicitation); `wire.rs` versions, methods, pages,
+//!   subscriptions), `elicit.rs` a held call decided by its caller through elicitation;
+//!   `wire.rs` versions, methods, pages,
 //!   results and errors between rmcp's types and the core's; `lists.rs` `list_changed`
 //!   notifications; [`VendorMeta`] vendor `_meta` keys per client.
 //! - [`sessions`]: rmcp's session store and session manager over core's
@@ -31,6 +32,7 @@
 //! - [`vetting`]: tool definitions checked and pinned (rug-pull defence); [`pins`]: the
 //!   pins kept in the store, changes recorded, approvals applied.
 
+mod elicit;
 mod handler;
 mod lists;
 mod vendor_meta;
