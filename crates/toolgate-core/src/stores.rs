@@ -193,6 +193,28 @@ pub struct Decision {
     pub reason: String,
 }
 
+/// A change another instance (or another stream on this one) may be waiting for,
+/// announced by the store to every instance when its transaction commits: waits on it are
+/// event-driven instead of reading the store on a timer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// One of the tenant's approvals was asked for, decided, used or expired.
+    Approvals(TenantId),
+    /// Announcements may have been missed (a receiver fell behind, the listening
+    /// connection was remade): whoever waits reads the store again.
+    Missed,
+}
+
+impl Change {
+    /// Whether a waiter on `tenant`'s approvals should look again.
+    pub fn concerns_approvals_of(self, tenant: TenantId) -> bool {
+        match self {
+            Change::Approvals(t) => t == tenant,
+            Change::Missed => true,
+        }
+    }
+}
+
 /// Approval policies and approvals: calls gated atomically, decisions stored once, and
 /// expiry (of those nobody decided in time and of those a cancelled run no longer waits
 /// for).

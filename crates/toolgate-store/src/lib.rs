@@ -39,6 +39,7 @@ pub mod instances;
 pub mod keys;
 pub mod model;
 mod nodelay;
+pub mod notify;
 pub mod pins;
 pub mod postgres;
 pub mod runs;
@@ -311,6 +312,12 @@ impl Store {
     /// The key a presented secret belongs to, with its principal and tenant.
     pub async fn find_key(&self, secret: &str) -> Result<Option<KeyMatch>, StoreError> {
         dispatch!(self, s => s.find_key(secret).await)
+    }
+
+    /// The changes committed from now on, by this instance and (on Postgres) every
+    /// other: see [`notify`].
+    pub async fn watch_changes(&self) -> Result<notify::Changes, StoreError> {
+        dispatch!(self, s => s.watch_changes().await)
     }
 
     /// On Postgres, a signal each time a key is revoked by any instance or the CLI (and

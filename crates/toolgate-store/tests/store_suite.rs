@@ -11,7 +11,7 @@ use serde_json::json;
 use sqlx::Connection;
 use toolgate_core::audit::{AuditRecord, AuditSink};
 use toolgate_core::stores::{
-    ApprovalStore as _, PinStore as _, RunStore as _, SessionStore as _, UpstreamStore as _,
+    ApprovalStore as _, Change, PinStore as _, RunStore as _, SessionStore as _, UpstreamStore as _,
 };
 use toolgate_core::{Adapter, CallId, ErrorKind, Outcome, PrincipalId, PrincipalKind, TenantId};
 use toolgate_store::{
@@ -1961,6 +1961,114 @@ async fn tool_pins_round_trip_and_approve_only_the_waiting_definition() {
         );
         store.delete_tool_pins(owner, "fx").await.expect("delete");
         assert!(store.tool_pins(owner).await.expect("list").is_empty());
+    })
+    .await;
+}
+
+/// A call of `requester` in `tenant` asking for approval.
+fn approval_request(
+    tenant: TenantId,
+    requester: PrincipalId,
+) -> toolgate_core::policy::ApprovalRequest {
+    toolgate_core::policy::ApprovalRequest {
+        tenant,
+        call_id: CallId::new(),
+        requester,
+        requester_name: "asker".into(),
+        auth: json!({"tenant": tenant}),
+        adapter: Adapter::Mcp,
+        tool: "execute_command".into(),
+        risk: toolgate_core::Risk::High,
+        arguments: json!({"command": "ls"}),
+        call_arguments: json!({"command": "ls"}),
+        arguments_hash: "ab".repeat(32),
+        run: None,
+        agent: None,
+        presented: None,
+        expires_at: SystemTime::now() + Duration::from_secs(60),
+    }
+}
+
+/// The next change announced to `changes`.
+async fn announced(changes: &mut toolgate_store::notify::Changes) -> Change {
+    tokio::time::timeout(Duration::from_secs(10), changes.next())
+        .await
+        .expect("a change was announced")
+        .expect("the store is still there")
+}
+
+#[tokio::test]
+async fn approval_changes_are_announced_when_they_commit_and_only_then() {
+    use toolgate_core::Gate;
+    use toolgate_store::approvals::Decision;
+
+    on_both(|store| async move {
+        let a = store.create_tenant("notify-a").await.expect("tenant");
+        let b = store.create_tenant("notify-b").await.expect("tenant");
+        let asker = PrincipalId::new();
+        let mut changes = store.watch_changes().await.expect("watch");
+
+        let request = approval_request(a.id, asker);
+        let Gate::Pending { approval, .. } = store.gate_approval(&request).await.expect("gate")
+        else {
+            panic!("a new call waits");
+        };
+        assert_eq!(announced(&mut changes).await, Change::Approvals(a.id));
+        // The same call again finds the same pending approval: nothing changed, nothing is
+        // announced (the next announcement is tenant b's).
+        store.gate_approval(&request).await.expect("gate");
+        let Gate::Pending {
+            approval: other, ..
+        } = store
+            .gate_approval(&approval_request(b.id, asker))
+            .await
+            .expect("gate")
+        else {
+            panic!("a new call waits");
+        };
+        assert_eq!(announced(&mut changes).await, Change::Approvals(b.id));
+
+        let decision = Decision {
+            approve: true,
+            by: PrincipalId::new(),
+            by_name: "boss".into(),
+            reason: "fine".into(),
+        };
+        store
+            .decide_approval(a.id, approval, &decision)
+            .await
+            .expect("decide");
+        assert_eq!(announced(&mut changes).await, Change::Approvals(a.id));
+        // A decision refused (decided already) changes nothing and announces nothing.
+        assert!(matches!(
+            store.decide_approval(a.id, approval, &decision).await,
+            Err(StoreError::Conflict(_))
+        ));
+        store
+            .set_approval_result(b.id, other, &json!({"status": 200}))
+            .await
+            .expect("result");
+        assert_eq!(announced(&mut changes).await, Change::Approvals(b.id));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn postgres_announces_approval_changes_to_every_instance() {
+    on_postgres(|store, url| async move {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let elsewhere = Store::open(Some(&url), dir.path())
+            .await
+            .expect("second instance");
+        let tenant = store.create_tenant("acme").await.expect("tenant");
+        let mut here = store.watch_changes().await.expect("watch");
+        let mut there = elsewhere.watch_changes().await.expect("watch");
+        elsewhere
+            .gate_approval(&approval_request(tenant.id, PrincipalId::new()))
+            .await
+            .expect("gate");
+        assert_eq!(announced(&mut here).await, Change::Approvals(tenant.id));
+        assert_eq!(announced(&mut there).await, Change::Approvals(tenant.id));
     })
     .await;
 }

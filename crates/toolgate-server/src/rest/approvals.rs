@@ -182,8 +182,10 @@ async fn list_approvals(
     }))
 }
 
-/// How often the approvals stream looks at the store (decisions land on any instance).
-const EVENTS_POLL: Duration = Duration::from_secs(1);
+/// Longest the approvals stream goes without looking at the store: it looks when the
+/// store announces a change to the tenant's approvals (made on any instance) and when a
+/// pending one expires, and this bounds the cost of an announcement missed.
+const EVENTS_FALLBACK: Duration = Duration::from_secs(5);
 /// Approvals the stream compares per look: the newest.
 const EVENTS_WINDOW: i64 = 200;
 
@@ -213,6 +215,8 @@ async fn approval_events(
     let ticket = app.streams.admit(&caller.auth)?;
     let streams = app.streams.clone();
     let tenant = caller.auth.tenant;
+    // Watching before the first read, so a change between the two is not missed.
+    let changes = app.store.watch_changes().await?;
     let known = app
         .store
         .list_approvals(tenant, None, EVENTS_WINDOW)
@@ -224,10 +228,15 @@ async fn approval_events(
         .collect();
     struct Watch {
         app: AppState,
+        changes: toolgate_store::notify::Changes,
         seen: std::collections::HashMap<ApprovalId, String>,
+        /// When the first approval still pending expires.
+        next_expiry: Option<chrono::DateTime<Utc>>,
         queue: std::collections::VecDeque<axum::response::sse::Event>,
     }
     let watch = Watch {
+        changes,
+        next_expiry: next_expiry(&known, now),
         app,
         seen,
         queue: Default::default(),
@@ -237,8 +246,13 @@ async fn approval_events(
             if let Some(event) = w.queue.pop_front() {
                 return Some((Ok::<_, std::convert::Infallible>(event), w));
             }
+            let look = w
+                .next_expiry
+                .map(|at| (at - Utc::now()).to_std().unwrap_or_default())
+                .map_or(EVENTS_FALLBACK, |expiry| expiry.min(EVENTS_FALLBACK));
             tokio::select! {
-                () = tokio::time::sleep(EVENTS_POLL) => {}
+                () = w.changes.approvals_of(tenant) => {}
+                () = tokio::time::sleep(look) => {}
                 () = w.app.shutdown.cancelled() => return None,
             }
             let records = match w
@@ -254,6 +268,7 @@ async fn approval_events(
                 }
             };
             let now = Utc::now();
+            w.next_expiry = next_expiry(&records, now);
             // Oldest first, so events come in the order things happened.
             for record in records.iter().rev() {
                 let status = record.effective_status(now);
@@ -284,6 +299,18 @@ async fn approval_events(
         headers.get(axum::http::header::AUTHORIZATION).cloned(),
         response,
     ))
+}
+
+/// When the first of `records` still pending at `now` expires.
+fn next_expiry(
+    records: &[ApprovalRecord],
+    now: chrono::DateTime<Utc>,
+) -> Option<chrono::DateTime<Utc>> {
+    records
+        .iter()
+        .filter(|r| r.effective_status(now) == "pending")
+        .map(|r| r.expires_at)
+        .min()
 }
 
 /// One approval, to whoever may decide it or asked for it.

@@ -360,8 +360,10 @@ pub struct HeldCall {
 
 /// Longest `Prefer: wait=N` honoured, in seconds.
 const MAX_WAIT_SECS: u64 = 300;
-/// How often a waiting request looks at the call's approval.
-const WAIT_POLL: Duration = Duration::from_millis(200);
+/// Longest a waiting request goes without looking at the call's approval: it looks when
+/// the store announces a change to the tenant's approvals, and this bounds the cost of
+/// one missed.
+const WAIT_FALLBACK: Duration = Duration::from_secs(5);
 
 /// `Prefer: wait=N` (RFC 7240), capped at [`MAX_WAIT_SECS`].
 fn preferred_wait(headers: &HeaderMap) -> Option<u64> {
@@ -497,8 +499,9 @@ async fn held(
     let status_url = format!("/v1/calls/{call_id}");
     if let Some(secs) = wait {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-        while tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(WAIT_POLL).await;
+        // Watching before the first read, so a decision between the two is not missed.
+        let mut changes = app.store.watch_changes().await?;
+        loop {
             let Some(record) = app
                 .store
                 .approval_for_call(caller.auth.tenant, call_id)
@@ -506,7 +509,8 @@ async fn held(
             else {
                 break;
             };
-            match record.effective_status(chrono::Utc::now()) {
+            let now = chrono::Utc::now();
+            match record.effective_status(now) {
                 "pending" => {}
                 "approved" => {
                     if let Some(result) = &record.result {
@@ -522,6 +526,20 @@ async fn held(
                     )
                     .into());
                 }
+            }
+            // Until the tenant's approvals change, this one expires, or the wait is over;
+            // at most WAIT_FALLBACK between looks, whatever was announced.
+            let expiry = (record.expires_at - now).to_std().unwrap_or_default();
+            let look = tokio::time::Instant::now() + expiry.min(WAIT_FALLBACK);
+            if look >= deadline {
+                tokio::select! {
+                    () = changes.approvals_of(caller.auth.tenant) => continue,
+                    () = tokio::time::sleep_until(deadline) => break,
+                }
+            }
+            tokio::select! {
+                () = changes.approvals_of(caller.auth.tenant) => {}
+                () = tokio::time::sleep_until(look) => {}
             }
         }
     }

@@ -2,6 +2,8 @@
 //! JSON travel as text and are cast on Postgres (see the module above for the rules
 //! they apply).
 
+use toolgate_core::stores::Change;
+
 use super::*;
 
 /// Writes the same operations for both backends. `$conn`: the backend's connection;
@@ -176,6 +178,8 @@ macro_rules! approval_store {
                     },
                     None => None,
                 };
+                // Anything but a pending approval merely found again changed the store.
+                let wrote = !matches!(gate, Some(Gate::Pending { .. }));
                 let gate = match gate {
                     Some(gate) => gate,
                     None => {
@@ -214,7 +218,14 @@ macro_rules! approval_store {
                         }
                     }
                 };
+                let change = Change::Approvals(tenant);
+                if wrote {
+                    self.announce_in(&mut tx, change).await?;
+                }
                 tx.commit().await?;
+                if wrote {
+                    self.announced(change);
+                }
                 Ok(gate)
             }
 
@@ -321,7 +332,14 @@ macro_rules! approval_store {
                 .await?;
                 let found =
                     Self::select_approval(&mut tx, tenant, "approval_id", text(approval)).await?;
+                let decided = done.rows_affected() > 0;
+                if decided {
+                    self.announce_in(&mut tx, Change::Approvals(tenant)).await?;
+                }
                 tx.commit().await?;
+                if decided {
+                    self.announced(Change::Approvals(tenant));
+                }
                 let Some(record) = found else {
                     return Err(StoreError::NotFound(format!("no approval {approval} in your tenant")));
                 };
@@ -352,7 +370,10 @@ macro_rules! approval_store {
                 .bind(result.to_string())
                 .execute(&mut *tx)
                 .await?;
+                // A caller waiting for the call's outcome (`Prefer: wait`) hears it now.
+                self.announce_in(&mut tx, Change::Approvals(tenant)).await?;
                 tx.commit().await?;
+                self.announced(Change::Approvals(tenant));
                 Ok(())
             }
 
@@ -377,7 +398,13 @@ macro_rules! approval_store {
                 .bind(reason)
                 .fetch_all(&mut *tx)
                 .await?;
+                if !rows.is_empty() {
+                    self.announce_in(&mut tx, Change::Approvals(tenant)).await?;
+                }
                 tx.commit().await?;
+                if !rows.is_empty() {
+                    self.announced(Change::Approvals(tenant));
+                }
                 rows.into_iter()
                     .map(|(a,)| Ok(ApprovalId(uuid(&a)?)))
                     .collect()

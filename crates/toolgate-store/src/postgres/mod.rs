@@ -22,6 +22,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::types::Json;
 use sqlx::{Connection, Executor, PgConnection, PgPool, Postgres, QueryBuilder, Transaction};
 use toolgate_core::audit::AuditRecord;
+use toolgate_core::stores::Change;
 use toolgate_core::{PrincipalId, RunId, TenantId};
 use uuid::Uuid;
 
@@ -57,6 +58,8 @@ pub struct PostgresStore {
     limits: crate::StoreLimits,
     /// The relay this store's TCP connections go through (see [`crate::nodelay`]).
     _relay: Option<Arc<crate::nodelay::NoDelayRelay>>,
+    /// Changes heard from every instance (`LISTEN`), for this process's waiters.
+    notifier: crate::notify::Notifier,
 }
 
 #[derive(sqlx::FromRow)]
@@ -148,7 +151,35 @@ impl PostgresStore {
     /// The same database through new pools, whose connections belong to the runtime
     /// that first uses them (the audit writer's own thread).
     pub fn reopen(&self) -> Self {
-        Self::from_options((*self.options).clone(), self.limits)
+        Self {
+            notifier: self.notifier.clone(),
+            ..Self::from_options((*self.options).clone(), self.limits)
+        }
+    }
+
+    /// Announces `change` to every instance when `tx` commits (`NOTIFY` is transactional).
+    pub(crate) async fn announce_in(
+        &self,
+        tx: &mut PgConnection,
+        change: Change,
+    ) -> Result<(), StoreError> {
+        sqlx::query("select pg_notify($1, $2)")
+            .bind(crate::notify::CHANNEL)
+            .bind(crate::notify::encode(change))
+            .execute(tx)
+            .await?;
+        Ok(())
+    }
+
+    /// Nothing after the commit: this instance hears its own `NOTIFY` like the others.
+    pub(crate) fn announced(&self, _change: Change) {}
+
+    /// The changes committed by any instance from now on (listening starts on the first
+    /// watch, on a connection of its own).
+    pub async fn watch_changes(&self) -> Result<crate::notify::Changes, StoreError> {
+        let changes = self.notifier.watch();
+        self.notifier.listen_on(&self.owner).await?;
+        Ok(changes)
     }
 
     /// Pools on `options`, through a [`NoDelayRelay`](crate::nodelay::NoDelayRelay) on
@@ -204,6 +235,7 @@ impl PostgresStore {
             options: Box::new(options),
             limits,
             _relay: relay,
+            notifier: crate::notify::Notifier::default(),
         }
     }
 

@@ -12,6 +12,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::types::Json;
 use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 use toolgate_core::audit::AuditRecord;
+use toolgate_core::stores::Change;
 use toolgate_core::{PrincipalId, RunId, TenantId};
 use uuid::Uuid;
 
@@ -34,6 +35,8 @@ pub struct SqliteStore {
     /// held from one batch to the next.
     audit_conn: Arc<std::sync::Mutex<Option<rusqlite::Connection>>>,
     limits: crate::StoreLimits,
+    /// Changes announced to this process's waiters (one instance per SQLite file).
+    notifier: crate::notify::Notifier,
 }
 
 impl SqliteStore {
@@ -186,13 +189,36 @@ impl SqliteStore {
             path: path.to_path_buf(),
             audit_conn: Arc::default(),
             limits,
+            notifier: crate::notify::Notifier::default(),
         })
     }
 
     /// The same file through a new pool, whose connections belong to the runtime that
     /// opens it (the audit writer's own thread).
     pub async fn reopen(&self) -> Result<Self, StoreError> {
-        Self::open(&self.path, self.limits).await
+        let mut reopened = Self::open(&self.path, self.limits).await?;
+        reopened.notifier = self.notifier.clone();
+        Ok(reopened)
+    }
+
+    /// Nothing inside the transaction: SQLite's waiters are told once it has committed
+    /// ([`announced`](Self::announced)).
+    pub(crate) async fn announce_in(
+        &self,
+        _tx: &mut sqlx::SqliteConnection,
+        _change: Change,
+    ) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Tells this process's waiters of a committed change.
+    pub(crate) fn announced(&self, change: Change) {
+        self.notifier.announce(change);
+    }
+
+    /// The changes committed from now on.
+    pub async fn watch_changes(&self) -> Result<crate::notify::Changes, StoreError> {
+        Ok(self.notifier.watch())
     }
 
     pub async fn migrate(&self) -> Result<(), StoreError> {
