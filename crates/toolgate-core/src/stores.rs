@@ -200,6 +200,8 @@ pub struct Decision {
 pub enum Change {
     /// One of the tenant's approvals was asked for, decided, used or expired.
     Approvals(TenantId),
+    /// A run's journal grew.
+    Run { tenant: TenantId, run: RunId },
     /// Announcements may have been missed (a receiver fell behind, the listening
     /// connection was remade): whoever waits reads the store again.
     Missed,
@@ -210,6 +212,16 @@ impl Change {
     pub fn concerns_approvals_of(self, tenant: TenantId) -> bool {
         match self {
             Change::Approvals(t) => t == tenant,
+            Change::Run { .. } => false,
+            Change::Missed => true,
+        }
+    }
+
+    /// Whether a reader of `run`'s journal should look again.
+    pub fn concerns_run(self, tenant: TenantId, run: RunId) -> bool {
+        match self {
+            Change::Run { tenant: t, run: r } => t == tenant && r == run,
+            Change::Approvals(_) => false,
             Change::Missed => true,
         }
     }

@@ -10,8 +10,8 @@
 use std::sync::Arc;
 
 use tokio::sync::broadcast;
-use toolgate_core::TenantId;
 use toolgate_core::stores::Change;
+use toolgate_core::{RunId, TenantId};
 
 use crate::StoreError;
 
@@ -114,12 +114,24 @@ impl Changes {
         }
         std::future::pending().await
     }
+
+    /// Returns once `run`'s journal grew (or may have); never, once the store is gone.
+    pub async fn run(&mut self, tenant: TenantId, run: RunId) {
+        while let Some(change) = self.next().await {
+            if change.concerns_run(tenant, run) {
+                return;
+            }
+        }
+        std::future::pending().await
+    }
 }
 
 /// The `NOTIFY` payload of `change`.
 pub(crate) fn encode(change: Change) -> String {
     match change {
         Change::Approvals(tenant) => format!("approvals:{tenant}"),
+        // As migration 0017's `toolgate_append_run_events` writes it.
+        Change::Run { tenant, run } => format!("run:{tenant}:{run}"),
         Change::Missed => "missed".to_owned(),
     }
 }
@@ -127,6 +139,13 @@ pub(crate) fn encode(change: Change) -> String {
 fn decode(payload: &str) -> Option<Change> {
     match payload.split_once(':') {
         Some(("approvals", tenant)) => tenant.parse().ok().map(|t| Change::Approvals(TenantId(t))),
+        Some(("run", ids)) => {
+            let (tenant, run) = ids.split_once(':')?;
+            Some(Change::Run {
+                tenant: TenantId(tenant.parse().ok()?),
+                run: RunId(run.parse().ok()?),
+            })
+        }
         _ if payload == "missed" => Some(Change::Missed),
         _ => None,
     }
@@ -139,7 +158,12 @@ mod tests {
     #[test]
     fn payloads_read_back_as_the_changes_they_announce() {
         let tenant = TenantId(uuid::Uuid::new_v4());
-        for change in [Change::Approvals(tenant), Change::Missed] {
+        let run = RunId(uuid::Uuid::new_v4());
+        for change in [
+            Change::Approvals(tenant),
+            Change::Run { tenant, run },
+            Change::Missed,
+        ] {
             assert_eq!(decode(&encode(change)), Some(change));
         }
         assert_eq!(decode("approvals:not-a-uuid"), None);

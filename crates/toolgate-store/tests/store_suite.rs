@@ -2072,3 +2072,71 @@ async fn postgres_announces_approval_changes_to_every_instance() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_runs_new_steps_are_announced_to_every_instance() {
+    use toolgate_core::RunId;
+    use toolgate_store::{NewRun, RunFinish};
+
+    // On Postgres the second store is another instance (its own pools and listener); on
+    // SQLite, with one instance per file, it is the same process's store reopened.
+    on_both(|store| async move {
+        let elsewhere = store.reopen().await.expect("second instance");
+        let tenant = store.create_tenant("runs-notify").await.expect("tenant");
+        let run = RunId::new();
+        let new = NewRun {
+            id: run,
+            agent_id: uuid::Uuid::now_v7(),
+            agent_name: "helper".into(),
+            principal: PrincipalId::new(),
+            auth: json!({"tenant": tenant.id}),
+            agent_config: json!({"name": "helper"}),
+            input: "hello".into(),
+            owner: "instance-1".into(),
+            lease_until: chrono::Utc::now() + chrono::Duration::seconds(30),
+            first_event: json!({"type": "run_started", "input": "hello"}),
+        };
+        store.create_run(tenant.id, &new).await.expect("run");
+        let mut here = store.watch_changes().await.expect("watch");
+        let turn = json!({"type": "turn_started", "turn": 1});
+        // A step alone (Postgres: one statement in autocommit), then the run's end (with
+        // the run row, in one transaction): each announced when it commits.
+        elsewhere
+            .append_run_events(tenant.id, run, 2, &[turn], None, false)
+            .await
+            .expect("step");
+        assert_eq!(
+            announced(&mut here).await,
+            Change::Run {
+                tenant: tenant.id,
+                run
+            }
+        );
+        let finish = RunFinish {
+            status: "completed".into(),
+            output: Some("done".into()),
+            best_effort: false,
+            error: None,
+            usage: json!({}),
+        };
+        elsewhere
+            .append_run_events(
+                tenant.id,
+                run,
+                3,
+                &[json!({"type": "run_finished"})],
+                Some(&finish),
+                true,
+            )
+            .await
+            .expect("end");
+        assert_eq!(
+            announced(&mut here).await,
+            Change::Run {
+                tenant: tenant.id,
+                run
+            }
+        );
+    })
+    .await;
+}

@@ -36,9 +36,10 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(cancel_run))
 }
 
-/// How often an SSE stream looks at the store when no event of this instance woke it
-/// (the run may be driven by another instance).
-const POLL: Duration = Duration::from_secs(1);
+/// Longest an SSE stream goes without looking at the store: it looks when this instance
+/// commits a step of the run, when the store announces one committed by another
+/// instance, and this bounds the cost of an announcement missed.
+const FALLBACK: Duration = Duration::from_secs(5);
 
 /// A run with its steps.
 #[derive(Debug, Serialize, ToSchema)]
@@ -267,6 +268,8 @@ fn steps_stream(
     struct Cursor {
         app: AppState,
         updates: tokio::sync::watch::Receiver<toolgate_agent::runs::Committed>,
+        /// The store's announcements: the run's steps committed by another instance.
+        changes: Option<toolgate_store::notify::Changes>,
         deltas: tokio::sync::broadcast::Receiver<toolgate_agent::runs::Piece>,
         deltas_open: bool,
         /// Pieces received and not yet sent, with their turns: each goes out once its
@@ -281,6 +284,7 @@ fn steps_stream(
     }
     let cursor = Cursor {
         updates: app.runs.subscribe(run),
+        changes: None,
         deltas: app.runs.subscribe_deltas(run),
         deltas_open: true,
         held: Default::default(),
@@ -293,6 +297,14 @@ fn steps_stream(
     let piece = |data: &str| Event::default().event("model_delta").data(data);
     futures::stream::unfold(cursor, move |mut c| async move {
         if c.turn.is_none() {
+            // Watching before the first read, so a step between the two is not missed.
+            c.changes = match c.app.store.watch_changes().await {
+                Ok(changes) => Some(changes),
+                Err(err) => {
+                    tracing::warn!(error = %err, run_id = %run, "cannot watch the store; reading the run on a timer");
+                    None
+                }
+            };
             // Resumed after step `after`: the turn it was in.
             let before = if after > 0 {
                 c.app
@@ -358,15 +370,22 @@ fn steps_stream(
                 }
             }
             use tokio::sync::broadcast::error::RecvError;
+            let announced = async {
+                match c.changes.as_mut() {
+                    Some(changes) => changes.run(tenant, run).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = c.updates.changed() => {}
+                () = announced => {}
                 piece = c.deltas.recv(), if c.deltas_open => match piece {
                     Ok(p) => c.held.push_back(p),
                     Err(RecvError::Lagged(_)) => {}
                     // Not while this stream holds a receiver; steps alone then.
                     Err(RecvError::Closed) => c.deltas_open = false,
                 },
-                () = tokio::time::sleep(POLL) => {}
+                () = tokio::time::sleep(FALLBACK) => {}
                 () = c.app.shutdown.cancelled() => return None,
             }
         }

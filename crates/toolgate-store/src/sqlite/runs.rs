@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use toolgate_core::stores::Change;
 use toolgate_core::{PrincipalId, RunId, TenantId};
 use uuid::Uuid;
 
@@ -184,6 +185,7 @@ impl SqliteStore {
                 .await?;
         }
         tx.commit().await?;
+        self.announced(Change::Run { tenant, run });
         Ok(())
     }
 
