@@ -15,6 +15,7 @@ use crate::{ApprovalId, CallId, PrincipalId, RunId, TenantId};
 
 /// What every store seam shares: its error, and whether several gateway instances may
 /// use the store at once.
+#[async_trait]
 pub trait Backend: Send + Sync + 'static {
     type Error: std::error::Error + Send + Sync + 'static;
 
@@ -22,6 +23,10 @@ pub trait Backend: Send + Sync + 'static {
     /// one process owning it (an SQLite file): on a shared store another instance may
     /// hold a lease that has not run out.
     fn is_shared(&self) -> bool;
+
+    /// The [`Change`]s committed from now on, by this instance and every other sharing
+    /// the store: what a wait listens to instead of reading the store on a timer.
+    async fn watch_changes(&self) -> Result<Changes, Self::Error>;
 }
 
 /// A run's summary row.
@@ -202,28 +207,51 @@ pub enum Change {
     Approvals(TenantId),
     /// A run's journal grew.
     Run { tenant: TenantId, run: RunId },
+    /// A person approved a tool's new definition (any owner's).
+    PinApproved,
     /// Announcements may have been missed (a receiver fell behind, the listening
     /// connection was remade): whoever waits reads the store again.
     Missed,
 }
 
-impl Change {
-    /// Whether a waiter on `tenant`'s approvals should look again.
-    pub fn concerns_approvals_of(self, tenant: TenantId) -> bool {
-        match self {
-            Change::Approvals(t) => t == tenant,
-            Change::Run { .. } => false,
-            Change::Missed => true,
+/// A waiter's [`Change`]s, as a store announces them.
+pub struct Changes(tokio::sync::broadcast::Receiver<Change>);
+
+impl Changes {
+    pub fn new(receiver: tokio::sync::broadcast::Receiver<Change>) -> Self {
+        Self(receiver)
+    }
+
+    /// The next change; [`Change::Missed`] for any this receiver fell behind on; `None`
+    /// once the store is gone.
+    pub async fn next(&mut self) -> Option<Change> {
+        use tokio::sync::broadcast::error::RecvError;
+        match self.0.recv().await {
+            Ok(change) => Some(change),
+            Err(RecvError::Lagged(_)) => Some(Change::Missed),
+            Err(RecvError::Closed) => None,
         }
     }
 
-    /// Whether a reader of `run`'s journal should look again.
-    pub fn concerns_run(self, tenant: TenantId, run: RunId) -> bool {
-        match self {
-            Change::Run { tenant: t, run: r } => t == tenant && r == run,
-            Change::Approvals(_) => false,
-            Change::Missed => true,
+    /// Returns once a change `concerns` the waiter (a missed announcement always does);
+    /// never, once the store is gone, so waiters keep a timer too.
+    pub async fn until(&mut self, concerns: impl Fn(Change) -> bool) {
+        while let Some(change) = self.next().await {
+            if change == Change::Missed || concerns(change) {
+                return;
+            }
         }
+        std::future::pending().await
+    }
+
+    /// [`until`](Self::until) something changed in `tenant`'s approvals.
+    pub async fn approvals_of(&mut self, tenant: TenantId) {
+        self.until(|c| c == Change::Approvals(tenant)).await
+    }
+
+    /// [`until`](Self::until) `run`'s journal grew.
+    pub async fn run(&mut self, tenant: TenantId, run: RunId) {
+        self.until(|c| c == Change::Run { tenant, run }).await
     }
 }
 

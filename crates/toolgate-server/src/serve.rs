@@ -16,8 +16,9 @@ use crate::{
     sign_checkpoints,
 };
 
-/// How often each instance checks for tool definitions approved on another.
-const PIN_APPROVALS_EVERY: Duration = Duration::from_secs(5);
+/// Longest an instance goes without checking for tool definitions approved on another
+/// (it checks when the store announces one).
+const PIN_APPROVALS_EVERY: Duration = Duration::from_secs(30);
 
 /// Renews this instance's row every [`HEARTBEAT_EVERY`] and tells admission how many
 /// instances share each limit; forgets idle rate-limit buckets; leaves on `stop`.
@@ -124,7 +125,7 @@ pub async fn serve_with(
         statuses.push((name, supervised.status));
     }
     state.telemetry.observe_upstreams(statuses);
-    // Definitions approved on other instances reach this one's upstreams within this.
+    // Definitions approved on other instances reach this one's upstreams when announced.
     tokio::spawn(
         state
             .pins

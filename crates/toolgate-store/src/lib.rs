@@ -316,7 +316,7 @@ impl Store {
 
     /// The changes committed from now on, by this instance and (on Postgres) every
     /// other: see [`notify`].
-    pub async fn watch_changes(&self) -> Result<notify::Changes, StoreError> {
+    pub async fn watch_changes(&self) -> Result<toolgate_core::stores::Changes, StoreError> {
         dispatch!(self, s => s.watch_changes().await)
     }
 
@@ -527,11 +527,16 @@ pub(crate) fn interrupted(f: IntentFields) -> Result<AuditRecord, StoreError> {
     })
 }
 
+#[async_trait::async_trait]
 impl toolgate_core::stores::Backend for Store {
     type Error = StoreError;
 
     fn is_shared(&self) -> bool {
         Store::is_shared(self)
+    }
+
+    async fn watch_changes(&self) -> Result<toolgate_core::stores::Changes, StoreError> {
+        Store::watch_changes(self).await
     }
 }
 

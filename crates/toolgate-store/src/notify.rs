@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use tokio::sync::broadcast;
-use toolgate_core::stores::Change;
+use toolgate_core::stores::{Change, Changes};
 use toolgate_core::{RunId, TenantId};
 
 use crate::StoreError;
@@ -43,9 +43,9 @@ impl Notifier {
         let _ = self.changes.send(change);
     }
 
-    /// The changes from now on, with [`Change::Missed`] for any the receiver fell behind on.
+    /// The changes from now on.
     pub(crate) fn watch(&self) -> Changes {
-        Changes(self.changes.subscribe())
+        Changes::new(self.changes.subscribe())
     }
 
     /// On Postgres: starts (once) the task listening on [`CHANNEL`] with its own
@@ -91,47 +91,13 @@ impl Notifier {
     }
 }
 
-/// A waiter's changes.
-pub struct Changes(broadcast::Receiver<Change>);
-
-impl Changes {
-    /// The next change; `None` once the store is gone.
-    pub async fn next(&mut self) -> Option<Change> {
-        match self.0.recv().await {
-            Ok(change) => Some(change),
-            Err(broadcast::error::RecvError::Lagged(_)) => Some(Change::Missed),
-            Err(broadcast::error::RecvError::Closed) => None,
-        }
-    }
-
-    /// Returns once something changed in `tenant`'s approvals (or may have: a missed
-    /// announcement); never, once the store is gone, so callers keep a timer too.
-    pub async fn approvals_of(&mut self, tenant: TenantId) {
-        while let Some(change) = self.next().await {
-            if change.concerns_approvals_of(tenant) {
-                return;
-            }
-        }
-        std::future::pending().await
-    }
-
-    /// Returns once `run`'s journal grew (or may have); never, once the store is gone.
-    pub async fn run(&mut self, tenant: TenantId, run: RunId) {
-        while let Some(change) = self.next().await {
-            if change.concerns_run(tenant, run) {
-                return;
-            }
-        }
-        std::future::pending().await
-    }
-}
-
 /// The `NOTIFY` payload of `change`.
 pub(crate) fn encode(change: Change) -> String {
     match change {
         Change::Approvals(tenant) => format!("approvals:{tenant}"),
         // As migration 0017's `toolgate_append_run_events` writes it.
         Change::Run { tenant, run } => format!("run:{tenant}:{run}"),
+        Change::PinApproved => "pin".to_owned(),
         Change::Missed => "missed".to_owned(),
     }
 }
@@ -146,6 +112,7 @@ fn decode(payload: &str) -> Option<Change> {
                 run: RunId(run.parse().ok()?),
             })
         }
+        _ if payload == "pin" => Some(Change::PinApproved),
         _ if payload == "missed" => Some(Change::Missed),
         _ => None,
     }

@@ -9,6 +9,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use toolgate_core::PrincipalId;
+use toolgate_core::stores::Change;
 use uuid::Uuid;
 
 use crate::postgres::PostgresStore;
@@ -180,6 +181,7 @@ macro_rules! pin_store {
                 hash: &str,
                 by: PrincipalId,
             ) -> Result<Option<PinRecord>, StoreError> {
+                let mut tx = self.$cross.begin().await?;
                 let row: Option<Row> = sqlx::query_as(sql(format!(
                     "update tool_pin set pinned_hash = pending_hash, pinned = pending, pending_hash = null, pending = null, \
                      findings = '[]', approved_by = $5{u}, approved_at = $6, updated_at = $6 \
@@ -193,8 +195,16 @@ macro_rules! pin_store {
                 .bind(hash)
                 .bind(by.to_string())
                 .bind(Utc::now())
-                .fetch_optional(&self.$cross)
+                .fetch_optional(&mut *tx)
                 .await?;
+                // Every instance's supervisors list the upstream's tools again.
+                if row.is_some() {
+                    self.announce_in(&mut tx, Change::PinApproved).await?;
+                }
+                tx.commit().await?;
+                if row.is_some() {
+                    self.announced(Change::PinApproved);
+                }
                 row.map(Row::into_record).transpose()
             }
         }

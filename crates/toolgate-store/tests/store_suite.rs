@@ -1936,6 +1936,7 @@ async fn tool_pins_round_trip_and_approve_only_the_waiting_definition() {
                 .is_empty()
         );
         let by = PrincipalId(uuid::Uuid::now_v7());
+        let mut changes = store.watch_changes().await.expect("watch");
         assert_eq!(
             store
                 .approve_tool_pin(owner, "fx", "add", "h1", by)
@@ -1949,6 +1950,8 @@ async fn tool_pins_round_trip_and_approve_only_the_waiting_definition() {
             .await
             .expect("approve")
             .expect("approved");
+        // Announced (and the approval refused just before was not).
+        assert_eq!(announced(&mut changes).await, Change::PinApproved);
         assert_eq!(approved.pinned_hash.as_deref(), Some("h2"));
         assert_eq!(approved.pinned, pin.pending);
         assert_eq!((approved.pending_hash, approved.pending), (None, None));
@@ -1990,7 +1993,7 @@ fn approval_request(
 }
 
 /// The next change announced to `changes`.
-async fn announced(changes: &mut toolgate_store::notify::Changes) -> Change {
+async fn announced(changes: &mut toolgate_core::stores::Changes) -> Change {
     tokio::time::timeout(Duration::from_secs(10), changes.next())
         .await
         .expect("a change was announced")

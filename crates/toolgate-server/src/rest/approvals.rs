@@ -228,7 +228,7 @@ async fn approval_events(
         .collect();
     struct Watch {
         app: AppState,
-        changes: toolgate_store::notify::Changes,
+        changes: toolgate_core::stores::Changes,
         seen: std::collections::HashMap<ApprovalId, String>,
         /// When the first approval still pending expires.
         next_expiry: Option<chrono::DateTime<Utc>>,

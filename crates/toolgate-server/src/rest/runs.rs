@@ -269,7 +269,7 @@ fn steps_stream(
         app: AppState,
         updates: tokio::sync::watch::Receiver<toolgate_agent::runs::Committed>,
         /// The store's announcements: the run's steps committed by another instance.
-        changes: Option<toolgate_store::notify::Changes>,
+        changes: Option<toolgate_core::stores::Changes>,
         deltas: tokio::sync::broadcast::Receiver<toolgate_agent::runs::Piece>,
         deltas_open: bool,
         /// Pieces received and not yet sent, with their turns: each goes out once its

@@ -176,7 +176,7 @@ impl PostgresStore {
 
     /// The changes committed by any instance from now on (listening starts on the first
     /// watch, on a connection of its own).
-    pub async fn watch_changes(&self) -> Result<crate::notify::Changes, StoreError> {
+    pub async fn watch_changes(&self) -> Result<toolgate_core::stores::Changes, StoreError> {
         let changes = self.notifier.watch();
         self.notifier.listen_on(&self.owner).await?;
         Ok(changes)

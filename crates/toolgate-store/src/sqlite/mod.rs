@@ -217,7 +217,7 @@ impl SqliteStore {
     }
 
     /// The changes committed from now on.
-    pub async fn watch_changes(&self) -> Result<crate::notify::Changes, StoreError> {
+    pub async fn watch_changes(&self) -> Result<toolgate_core::stores::Changes, StoreError> {
         Ok(self.notifier.watch())
     }
 
