@@ -895,28 +895,37 @@ async fn agents_are_per_tenant_with_unique_names() {
     .await;
 }
 
+/// Run `run` of agent "helper" in `tenant`, owned by "instance-1" until `lease_until`.
+fn new_run(
+    tenant: TenantId,
+    run: toolgate_core::RunId,
+    lease_until: chrono::DateTime<chrono::Utc>,
+) -> toolgate_store::NewRun {
+    toolgate_store::NewRun {
+        id: run,
+        agent_id: uuid::Uuid::now_v7(),
+        agent_name: "helper".into(),
+        principal: PrincipalId::new(),
+        auth: json!({"tenant": tenant}),
+        agent_config: json!({"name": "helper"}),
+        input: "hello".into(),
+        owner: "instance-1".into(),
+        lease_until,
+        first_event: json!({"type": "run_started", "input": "hello"}),
+    }
+}
+
 #[tokio::test]
 async fn a_run_journal_is_ordered_single_writer_and_tenant_scoped() {
     use chrono::Utc;
     use toolgate_core::RunId;
-    use toolgate_store::{NewRun, RunFinish};
+    use toolgate_store::RunFinish;
 
     on_both(|store| async move {
         let a = store.create_tenant("runs-a").await.expect("tenant");
         let b = store.create_tenant("runs-b").await.expect("tenant");
         let run = RunId::new();
-        let new = NewRun {
-            id: run,
-            agent_id: uuid::Uuid::now_v7(),
-            agent_name: "helper".into(),
-            principal: PrincipalId::new(),
-            auth: json!({"tenant": a.id}),
-            agent_config: json!({"name": "helper"}),
-            input: "hello".into(),
-            owner: "instance-1".into(),
-            lease_until: Utc::now() - chrono::Duration::seconds(1),
-            first_event: json!({"type": "run_started", "input": "hello"}),
-        };
+        let new = new_run(a.id, run, Utc::now() - chrono::Duration::seconds(1));
         store.create_run(a.id, &new).await.expect("run");
         let turn = json!({"type": "turn_started", "turn": 1});
         store
@@ -2079,7 +2088,7 @@ async fn postgres_announces_approval_changes_to_every_instance() {
 #[tokio::test]
 async fn a_runs_new_steps_are_announced_to_every_instance() {
     use toolgate_core::RunId;
-    use toolgate_store::{NewRun, RunFinish};
+    use toolgate_store::RunFinish;
 
     // On Postgres the second store is another instance (its own pools and listener); on
     // SQLite, with one instance per file, it is the same process's store reopened.
@@ -2087,18 +2096,11 @@ async fn a_runs_new_steps_are_announced_to_every_instance() {
         let elsewhere = store.reopen().await.expect("second instance");
         let tenant = store.create_tenant("runs-notify").await.expect("tenant");
         let run = RunId::new();
-        let new = NewRun {
-            id: run,
-            agent_id: uuid::Uuid::now_v7(),
-            agent_name: "helper".into(),
-            principal: PrincipalId::new(),
-            auth: json!({"tenant": tenant.id}),
-            agent_config: json!({"name": "helper"}),
-            input: "hello".into(),
-            owner: "instance-1".into(),
-            lease_until: chrono::Utc::now() + chrono::Duration::seconds(30),
-            first_event: json!({"type": "run_started", "input": "hello"}),
-        };
+        let new = new_run(
+            tenant.id,
+            run,
+            chrono::Utc::now() + chrono::Duration::seconds(30),
+        );
         store.create_run(tenant.id, &new).await.expect("run");
         let mut here = store.watch_changes().await.expect("watch");
         let turn = json!({"type": "turn_started", "turn": 1});
