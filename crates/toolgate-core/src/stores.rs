@@ -209,6 +209,8 @@ pub enum Change {
     Run { tenant: TenantId, run: RunId },
     /// A person approved a tool's new definition (any owner's).
     PinApproved,
+    /// Audit rows of the tenant were committed (announced in process only).
+    Audit(TenantId),
     /// Announcements may have been missed (a receiver fell behind, the listening
     /// connection was remade): whoever waits reads the store again.
     Missed,

@@ -314,6 +314,13 @@ impl Store {
         dispatch!(self, s => s.find_key(secret).await)
     }
 
+    /// Tells this process's waiters of `change`, committed elsewhere than in a store
+    /// transaction that announces it (the audit writer's batches: a `NOTIFY` in every
+    /// audit commit would serialize Postgres's commits on its notification queue).
+    pub fn announce_local(&self, change: toolgate_core::stores::Change) {
+        dispatch!(self, s => s.notifier.announce(change))
+    }
+
     /// The changes committed from now on, by this instance and (on Postgres) every
     /// other: see [`notify`].
     pub async fn watch_changes(&self) -> Result<toolgate_core::stores::Changes, StoreError> {

@@ -98,6 +98,7 @@ pub(crate) fn encode(change: Change) -> String {
         // As migration 0017's `toolgate_append_run_events` writes it.
         Change::Run { tenant, run } => format!("run:{tenant}:{run}"),
         Change::PinApproved => "pin".to_owned(),
+        Change::Audit(tenant) => format!("audit:{tenant}"),
         Change::Missed => "missed".to_owned(),
     }
 }
@@ -105,6 +106,7 @@ pub(crate) fn encode(change: Change) -> String {
 fn decode(payload: &str) -> Option<Change> {
     match payload.split_once(':') {
         Some(("approvals", tenant)) => tenant.parse().ok().map(|t| Change::Approvals(TenantId(t))),
+        Some(("audit", tenant)) => tenant.parse().ok().map(|t| Change::Audit(TenantId(t))),
         Some(("run", ids)) => {
             let (tenant, run) = ids.split_once(':')?;
             Some(Change::Run {

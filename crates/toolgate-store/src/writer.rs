@@ -20,9 +20,11 @@
 
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot};
+use toolgate_core::TenantId;
 use toolgate_core::audit::{AuditError, AuditRecord, AuditSink};
 use toolgate_core::group_commit::next_group;
 use toolgate_core::metrics::Metrics;
+use toolgate_core::stores::Change;
 
 use crate::{Store, StoreError};
 
@@ -101,6 +103,9 @@ async fn run(store: Store, mut rx: mpsc::Receiver<(AuditRecord, Ack)>, metrics: 
     let mut batch = Vec::with_capacity(limit);
     while next_group(&mut rx, &mut batch, limit, |_| false).await > 0 {
         let (records, acks): (Vec<AuditRecord>, Vec<Ack>) = batch.drain(..).unzip();
+        let mut tenants: Vec<TenantId> = records.iter().map(|r| r.tenant).collect();
+        tenants.sort_unstable();
+        tenants.dedup();
         let started = std::time::Instant::now();
         let appended = store.append_audit(&records).await;
         metrics.audit_committed(started.elapsed(), appended.is_ok());
@@ -131,6 +136,11 @@ async fn run(store: Store, mut rx: mpsc::Receiver<(AuditRecord, Ack)>, metrics: 
                     let _ = ack.send((result.map_err(|e| audit_error(&e)), record));
                 }
             }
+        }
+        // After the callers have their answers: this instance's live views of the audit
+        // look now (another instance's rows reach them on their timer).
+        for tenant in tenants {
+            store.announce_local(Change::Audit(tenant));
         }
     }
 }

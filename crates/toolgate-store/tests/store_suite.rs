@@ -2145,3 +2145,20 @@ async fn a_runs_new_steps_are_announced_to_every_instance() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn the_audit_writer_announces_each_batch_to_this_instance() {
+    on_both(|store| async move {
+        let (a, p) = acme_alice(&store).await;
+        let mut changes = store.watch_changes().await.expect("watch");
+        let (writer, task) = AuditWriter::spawn(store.clone()).expect("writer thread");
+        writer
+            .record(record(a.id, p.id, "echo"))
+            .await
+            .expect("record");
+        assert_eq!(announced(&mut changes).await, Change::Audit(a.id));
+        drop(writer);
+        task.join().await;
+    })
+    .await;
+}

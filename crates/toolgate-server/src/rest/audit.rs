@@ -6,6 +6,7 @@ use axum::extract::State;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use toolgate_core::auth::scopes;
+use toolgate_core::stores::Change;
 use toolgate_core::{PrincipalId, RunId};
 use toolgate_store::{AuditFilter, AuditRow};
 use utoipa::{IntoParams, ToSchema};
@@ -210,8 +211,12 @@ async fn newest_seq(app: &AppState, tenant: toolgate_core::TenantId) -> Result<i
         .map_or(0, |row| row.seq))
 }
 
-/// How often the calls stream looks for new rows (calls finish on any instance).
+/// How often the calls stream looks for new rows besides when this instance commits
+/// some: rows another instance commits are not announced (see
+/// `toolgate_store::Store::announce_local`), so on a shared store it looks every second.
 const EVENTS_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+/// The same on a store no other instance writes to: only a missed wake-up waits for it.
+const EVENTS_FALLBACK: std::time::Duration = std::time::Duration::from_secs(5);
 /// Rows the calls stream reads per look.
 const EVENTS_BATCH: i64 = 500;
 
@@ -259,10 +264,18 @@ async fn audit_events(
     };
     struct Follow {
         app: AppState,
+        changes: toolgate_core::stores::Changes,
+        look_every: std::time::Duration,
         last: i64,
         queue: std::collections::VecDeque<Event>,
     }
     let follow = Follow {
+        changes: app.store.watch_changes().await?,
+        look_every: if app.store.is_shared() {
+            EVENTS_POLL
+        } else {
+            EVENTS_FALLBACK
+        },
         app: app.clone(),
         last,
         queue: Default::default(),
@@ -299,7 +312,8 @@ async fn audit_events(
                 continue;
             }
             tokio::select! {
-                () = tokio::time::sleep(EVENTS_POLL) => {}
+                () = f.changes.until(|c| c == Change::Audit(tenant)) => {}
+                () = tokio::time::sleep(f.look_every) => {}
                 () = f.app.shutdown.cancelled() => return None,
             }
         }

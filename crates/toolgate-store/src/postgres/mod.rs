@@ -59,7 +59,7 @@ pub struct PostgresStore {
     /// The relay this store's TCP connections go through (see [`crate::nodelay`]).
     _relay: Option<Arc<crate::nodelay::NoDelayRelay>>,
     /// Changes heard from every instance (`LISTEN`), for this process's waiters.
-    notifier: crate::notify::Notifier,
+    pub(crate) notifier: crate::notify::Notifier,
 }
 
 #[derive(sqlx::FromRow)]

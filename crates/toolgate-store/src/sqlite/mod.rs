@@ -36,7 +36,7 @@ pub struct SqliteStore {
     audit_conn: Arc<std::sync::Mutex<Option<rusqlite::Connection>>>,
     limits: crate::StoreLimits,
     /// Changes announced to this process's waiters (one instance per SQLite file).
-    notifier: crate::notify::Notifier,
+    pub(crate) notifier: crate::notify::Notifier,
 }
 
 impl SqliteStore {
