@@ -140,7 +140,11 @@ impl ToolCall {
 
     /// Name plus key-sorted arguments: two calls with the same signature do the same.
     pub fn signature(&self) -> String {
-        format!("{}\u{0}{}", self.name, canonical(&self.arguments))
+        format!(
+            "{}\u{0}{}",
+            self.name,
+            toolgate_core::audit::canonical_json(&self.arguments)
+        )
     }
 }
 
@@ -152,26 +156,6 @@ fn json_kind(v: &Value) -> &'static str {
         Value::String(_) => "a string",
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
-    }
-}
-
-/// JSON with object keys sorted at every level and no whitespace.
-pub fn canonical(v: &Value) -> String {
-    match v {
-        Value::Object(map) => {
-            let mut keys: Vec<_> = map.keys().collect();
-            keys.sort();
-            let inner: Vec<String> = keys
-                .into_iter()
-                .map(|k| format!("{}:{}", Value::String(k.clone()), canonical(&map[k])))
-                .collect();
-            format!("{{{}}}", inner.join(","))
-        }
-        Value::Array(items) => {
-            let inner: Vec<String> = items.iter().map(canonical).collect();
-            format!("[{}]", inner.join(","))
-        }
-        other => other.to_string(),
     }
 }
 

@@ -88,13 +88,20 @@ impl AuditRecord {
     }
 }
 
-/// Hex SHA-256 of a JSON value's serialization. Object keys serialize sorted (serde_json
-/// without `preserve_order`), so a value read back from a store that reorders keys
-/// (Postgres `jsonb`) hashes the same: approvals match calls by this hash.
+/// The one canonical JSON text of a value: object keys sorted at every level, no
+/// whitespace, whatever the map order of the process that wrote it or of a store that
+/// reorders keys (Postgres `jsonb`). What the audit stores and hashes, and how the agent
+/// tells two calls apart. serde_json's `Map` is a `BTreeMap` here (no crate in the
+/// workspace enables `preserve_order`; the unit test below fails if one does), so its
+/// text already is canonical and costs no copy.
+pub fn canonical_json(value: &Value) -> String {
+    value.to_string()
+}
+
+/// Hex SHA-256 of a JSON value's [canonical text](canonical_json), so a value read back
+/// from a store that reorders keys hashes the same: approvals match calls by this hash.
 pub fn hash_json(value: &Value) -> String {
-    crate::to_hex(&Sha256::digest(
-        serde_json::to_vec(value).unwrap_or_default(),
-    ))
+    crate::to_hex(&Sha256::digest(canonical_json(value).as_bytes()))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -184,6 +191,17 @@ mod tests {
         );
         assert_ne!(hash_json(&args), hash_json(&masked));
         assert_eq!(hash_json(&args).len(), 64);
+    }
+
+    #[test]
+    fn canonical_text_sorts_keys_at_every_level() {
+        let reordered: Value =
+            serde_json::from_str(r#"{"b": [{"z": 1, "y": null}], "a": {"d": "x", "c": 2.5}}"#)
+                .expect("json");
+        assert_eq!(
+            canonical_json(&reordered),
+            r#"{"a":{"c":2.5,"d":"x"},"b":[{"y":null,"z":1}]}"#
+        );
     }
 
     #[test]

@@ -5,7 +5,6 @@
 //! sequence order and names the first row that does not match.
 
 use serde::Serialize;
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::model::{AuditRow, ChainBreak};
@@ -13,26 +12,8 @@ use crate::model::{AuditRow, ChainBreak};
 /// `prev_hash` of a tenant's first row.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
-/// JSON text with object keys sorted at every level: one text per value, whatever the
-/// map order of the process that wrote it.
-pub fn canonical_json(value: &Value) -> String {
-    fn sorted(value: &Value) -> Value {
-        match value {
-            Value::Object(map) => {
-                let mut keys: Vec<&String> = map.keys().collect();
-                keys.sort();
-                Value::Object(
-                    keys.into_iter()
-                        .map(|k| (k.clone(), sorted(&map[k])))
-                        .collect(),
-                )
-            }
-            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
-            other => other.clone(),
-        }
-    }
-    sorted(value).to_string()
-}
+/// The one canonical JSON text (core's), re-exported where the chain uses it.
+pub use toolgate_core::audit::canonical_json;
 
 #[derive(Serialize)]
 struct Hashed<'a> {
