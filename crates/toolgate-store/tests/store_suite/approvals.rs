@@ -1,0 +1,384 @@
+//! Approvals: bound to their call, used once, decided once, expired.
+
+use super::*;
+
+#[tokio::test]
+async fn approvals_are_used_once_decided_once_expire_and_stay_in_their_tenant() {
+    use chrono::Utc;
+    use toolgate_core::policy::ApprovalRequest;
+    use toolgate_core::{Gate, RunId, RunStep};
+    use toolgate_store::NewRun;
+    use toolgate_store::approvals::Decision;
+
+    on_both(|store| async move {
+        let a = store.create_tenant("appr-a").await.expect("tenant");
+        let b = store.create_tenant("appr-b").await.expect("tenant");
+        let asker = PrincipalId::new();
+        let boss = PrincipalId::new();
+        let request = |presented, ttl: i64| ApprovalRequest {
+            tenant: a.id,
+            call_id: CallId::new(),
+            requester: asker,
+            requester_name: "asker".into(),
+            auth: json!({"tenant": a.id}),
+            // MCP: the adapter whose clients make an approved call again, unpresented.
+            adapter: Adapter::Mcp,
+            tool: "execute_command".into(),
+            risk: toolgate_core::Risk::High,
+            arguments: json!({"command": "ls", "token": "***"}),
+            call_arguments: json!({"command": "ls", "token": "s3cret"}),
+            arguments_hash: "cd".repeat(32),
+            run: None,
+            agent: None,
+            presented,
+            expires_at: SystemTime::now() + Duration::from_secs(ttl as u64),
+        };
+        let Gate::Pending { approval, .. } =
+            store.gate_approval(&request(None, 60)).await.expect("gate")
+        else {
+            panic!("a new call waits");
+        };
+        // The same call again waits on the same approval.
+        assert!(matches!(
+            store.gate_approval(&request(None, 60)).await.expect("gate"),
+            Gate::Pending { approval: again, .. } if again == approval
+        ));
+        let pending = store
+            .list_approvals(a.id, Some("pending"), 10)
+            .await
+            .expect("list");
+        assert_eq!(pending.len(), 1);
+        assert_eq!(pending[0].arguments["token"], "***");
+        assert_eq!(
+            pending[0].call_arguments.as_ref().expect("kept")["token"],
+            "s3cret"
+        );
+
+        // Another tenant neither sees nor decides it.
+        assert!(
+            store
+                .get_approval(b.id, approval)
+                .await
+                .expect("get")
+                .is_none()
+        );
+        assert!(
+            store
+                .list_approvals(b.id, None, 10)
+                .await
+                .expect("list")
+                .is_empty()
+        );
+        let approve = Decision {
+            approve: true,
+            by: boss,
+            by_name: "boss".into(),
+            reason: "fine".into(),
+        };
+        assert!(matches!(
+            store.decide_approval(b.id, approval, &approve).await,
+            Err(StoreError::NotFound(_))
+        ));
+        let decided = store
+            .decide_approval(a.id, approval, &approve)
+            .await
+            .expect("decide");
+        assert_eq!(
+            (decided.status.as_str(), decided.decided_by),
+            ("approved", Some(boss))
+        );
+        // Decided once only.
+        assert!(matches!(
+            store.decide_approval(a.id, approval, &approve).await,
+            Err(StoreError::Conflict(_))
+        ));
+        // Used by the next matching call, once; the call after that asks anew.
+        assert_eq!(
+            store.gate_approval(&request(None, 60)).await.expect("gate"),
+            Gate::Approved { approval }
+        );
+        let used = store
+            .get_approval(a.id, approval)
+            .await
+            .expect("get")
+            .expect("found");
+        assert!(
+            used.used_at.is_some() && used.call_arguments.is_none(),
+            "{used:?}"
+        );
+        assert!(matches!(
+            store.gate_approval(&request(None, 60)).await.expect("gate"),
+            Gate::Pending { approval: next, .. } if next != approval
+        ));
+
+        // A denial reaches the call presenting it, with the reason.
+        let Gate::Pending {
+            approval: second, ..
+        } = store.gate_approval(&request(None, 60)).await.expect("gate")
+        else {
+            panic!("pending");
+        };
+        let deny = Decision {
+            approve: false,
+            reason: "not on prod".into(),
+            ..approve.clone()
+        };
+        store
+            .decide_approval(a.id, second, &deny)
+            .await
+            .expect("deny");
+        assert_eq!(
+            store
+                .gate_approval(&request(Some(second), 60))
+                .await
+                .expect("gate"),
+            Gate::Denied {
+                approval: second,
+                reason: "not on prod".into(),
+                decided_by: Some("boss".into())
+            }
+        );
+
+        // An approval past its time cannot be decided, is denied to the call presenting
+        // it, and is marked expired by the sweep.
+        let mut short = request(None, 0);
+        short.arguments_hash = "ef".repeat(32);
+        let Gate::Pending { approval: late, .. } = store.gate_approval(&short).await.expect("gate")
+        else {
+            panic!("pending");
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(matches!(
+            store.decide_approval(a.id, late, &approve).await,
+            Err(StoreError::Conflict(m)) if m.contains("expired")
+        ));
+        let swept = store.expire_approvals().await.expect("sweep");
+        assert_eq!(swept, vec![(a.id, late)]);
+        short.presented = Some(late);
+        assert!(matches!(
+            store.gate_approval(&short).await.expect("gate"),
+            Gate::Denied {
+                decided_by: None,
+                ..
+            }
+        ));
+
+        // A run waiting on an approval is claimed once the approval is decided.
+        let run = RunId::new();
+        store
+            .create_run(
+                a.id,
+                &NewRun {
+                    id: run,
+                    agent_id: uuid::Uuid::now_v7(),
+                    agent_name: "ops".into(),
+                    principal: asker,
+                    auth: json!({}),
+                    agent_config: json!({}),
+                    input: "go".into(),
+                    owner: "i1".into(),
+                    lease_until: Utc::now() + chrono::Duration::seconds(30),
+                    first_event: json!({"type": "run_started"}),
+                },
+            )
+            .await
+            .expect("run");
+        let pause = toolgate_store::RunFinish {
+            status: "awaiting_approval".into(),
+            output: None,
+            best_effort: false,
+            error: None,
+            usage: json!({}),
+        };
+        store
+            .append_run_events(
+                a.id,
+                run,
+                2,
+                &[json!({"type": "approval_requested"})],
+                Some(&pause),
+                true,
+            )
+            .await
+            .expect("pause");
+        let mut for_run = request(None, 60);
+        for_run.arguments_hash = "01".repeat(32);
+        for_run.run = Some(RunStep {
+            run_id: run,
+            step: 1,
+        });
+        let Gate::Pending {
+            approval: run_approval,
+            ..
+        } = store.gate_approval(&for_run).await.expect("gate")
+        else {
+            panic!("pending");
+        };
+        let claim = || {
+            store.claim_orphaned_runs(
+                "i2",
+                Utc::now() + chrono::Duration::seconds(30),
+                10,
+                Utc::now(),
+            )
+        };
+        assert!(
+            claim().await.expect("claim").is_empty(),
+            "nothing decided yet"
+        );
+        store
+            .decide_approval(a.id, run_approval, &approve)
+            .await
+            .expect("decide");
+        let claimed = claim().await.expect("claim");
+        assert_eq!(claimed.iter().map(|r| r.id).collect::<Vec<_>>(), [run]);
+        assert_eq!(claimed[0].status, "running");
+    })
+    .await;
+}
+
+/// An approval belongs to the one call that asked for it: two runs holding the same call
+/// get one approval each, a run never takes another's (nor an MCP or REST call's), a REST
+/// denial never lands on a later agent call, and a cancelled run's approvals expire.
+#[tokio::test]
+async fn approvals_are_bound_to_the_call_that_asked() {
+    use toolgate_core::policy::ApprovalRequest;
+    use toolgate_core::{Gate, RunId, RunStep};
+    use toolgate_store::approvals::Decision;
+
+    on_both(|store| async move {
+        let a = store.create_tenant("bound").await.expect("tenant");
+        let asker = PrincipalId::new();
+        let request = |adapter: Adapter, run: Option<RunId>, presented| ApprovalRequest {
+            tenant: a.id,
+            call_id: CallId::new(),
+            requester: asker,
+            requester_name: "asker".into(),
+            auth: json!({}),
+            adapter,
+            tool: "execute_command".into(),
+            risk: toolgate_core::Risk::High,
+            arguments: json!({"command": "deploy"}),
+            call_arguments: json!({"command": "deploy"}),
+            arguments_hash: "aa".repeat(32),
+            run: run.map(|run_id| RunStep { run_id, step: 1 }),
+            agent: run.map(|_| "ops".into()),
+            presented,
+            expires_at: SystemTime::now() + Duration::from_secs(60),
+        };
+        let pending = |gate: Gate| match gate {
+            Gate::Pending { approval, .. } => approval,
+            other => panic!("pending, not {other:?}"),
+        };
+        let decide = |approval, approve: bool| {
+            let store = store.clone();
+            async move {
+                store
+                    .decide_approval(
+                        a.id,
+                        approval,
+                        &Decision {
+                            approve,
+                            by: PrincipalId::new(),
+                            by_name: "boss".into(),
+                            reason: "decided".into(),
+                        },
+                    )
+                    .await
+                    .expect("decide")
+            }
+        };
+        let gate = |r: ApprovalRequest| {
+            let store = store.clone();
+            async move { store.gate_approval(&r).await.expect("gate") }
+        };
+
+        // Two runs, the same held call: one approval each.
+        let (run1, run2) = (RunId::new(), RunId::new());
+        let first = pending(gate(request(Adapter::Agent, Some(run1), None)).await);
+        let second = pending(gate(request(Adapter::Agent, Some(run2), None)).await);
+        assert_ne!(first, second);
+        decide(first, true).await;
+        // The second run presenting the first's approval does not get it.
+        assert!(matches!(
+            gate(request(Adapter::Agent, Some(run2), Some(first))).await,
+            Gate::Pending { .. }
+        ));
+        // Neither does an MCP call making the same call again.
+        let mcp = gate(request(Adapter::Mcp, None, None)).await;
+        assert!(
+            matches!(mcp, Gate::Pending { approval, .. } if approval != first),
+            "{mcp:?}"
+        );
+        // The first run, presenting its own, does; the second still waits on its own.
+        assert_eq!(
+            gate(request(Adapter::Agent, Some(run1), Some(first))).await,
+            Gate::Approved { approval: first }
+        );
+        assert_eq!(
+            store
+                .get_approval(a.id, second)
+                .await
+                .expect("get")
+                .expect("found")
+                .status,
+            "pending"
+        );
+
+        // An MCP approval is never used by an agent run's call.
+        let for_mcp = match mcp {
+            Gate::Pending { approval, .. } => approval,
+            _ => unreachable!("checked above"),
+        };
+        decide(for_mcp, true).await;
+        let run3 = RunId::new();
+        assert!(matches!(
+            gate(request(Adapter::Agent, Some(run3), None)).await,
+            Gate::Pending { approval, .. } if approval != for_mcp
+        ));
+        // ...while the MCP client making its call again uses it.
+        assert_eq!(
+            gate(request(Adapter::Mcp, None, None)).await,
+            Gate::Approved { approval: for_mcp }
+        );
+
+        // A REST denial does not land on a later agent call nobody saw, nor on a REST
+        // call that does not present it.
+        let rest = pending(gate(request(Adapter::Rest, None, None)).await);
+        decide(rest, false).await;
+        let run4 = RunId::new();
+        assert!(matches!(
+            gate(request(Adapter::Agent, Some(run4), None)).await,
+            Gate::Pending { .. }
+        ));
+        assert!(matches!(
+            gate(request(Adapter::Rest, None, None)).await,
+            Gate::Pending { approval, .. } if approval != rest
+        ));
+        assert!(matches!(
+            gate(request(Adapter::Rest, None, Some(rest))).await,
+            Gate::Denied { approval, .. } if approval == rest
+        ));
+
+        // A cancelled run's approvals expire; other runs' stay.
+        let expired = store
+            .expire_run_approvals(a.id, run2, "the run was cancelled")
+            .await
+            .expect("expire");
+        assert_eq!(expired, [second]);
+        let record = store
+            .get_approval(a.id, second)
+            .await
+            .expect("get")
+            .expect("found");
+        assert_eq!(record.status, "expired");
+        assert_eq!(
+            store
+                .expire_run_approvals(a.id, run2, "again")
+                .await
+                .expect("expire"),
+            []
+        );
+    })
+    .await;
+}

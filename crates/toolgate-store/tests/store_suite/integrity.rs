@@ -1,0 +1,275 @@
+//! The audit chain's integrity: tampering, deleted tails and the app role's limits.
+
+use super::*;
+
+#[tokio::test]
+async fn tampering_is_named_by_verification() {
+    // SQLite: the triggers refuse edits; someone with the file drops them first.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(None, dir.path()).await.expect("open");
+    store.migrate().await.expect("migrate");
+    let (tenant, rows) = seeded(&store).await;
+    let Store::Sqlite(sqlite) = &store else {
+        unreachable!("opened without a URL")
+    };
+    let refused = sqlx::query("update audit_log set tool = 'x' where call_id = $1")
+        .bind(rows[2].call_id.hyphenated().to_string())
+        .execute(sqlite.pool())
+        .await;
+    assert!(refused.is_err(), "append-only trigger");
+    sqlx::query("drop trigger audit_log_no_update")
+        .execute(sqlite.pool())
+        .await
+        .expect("drop trigger");
+    sqlx::query("update audit_log set outcome = 'ok', error = null where call_id = $1")
+        .bind(rows[2].call_id.hyphenated().to_string())
+        .execute(sqlite.pool())
+        .await
+        .expect("tamper");
+    assert_eq!(
+        store.verify_chain(tenant).await.expect("verify"),
+        Some(ChainBreak::Altered {
+            seq: 3,
+            call_id: rows[2].call_id
+        })
+    );
+
+    // Postgres: a superuser going around the trigger.
+    on_postgres(|store, _url| async move {
+        let (tenant, rows) = seeded(&store).await;
+        let Store::Postgres(pg) = &store else {
+            unreachable!("opened with a URL")
+        };
+        let mut conn = pg.owner_pool().acquire().await.expect("conn");
+        sqlx::query("set session_replication_role = replica")
+            .execute(&mut *conn)
+            .await
+            .expect("bypass triggers");
+        sqlx::query("update audit_log set tool = 'something_else' where call_id = $1")
+            .bind(rows[1].call_id)
+            .execute(&mut *conn)
+            .await
+            .expect("tamper");
+        sqlx::query("set session_replication_role = origin")
+            .execute(&mut *conn)
+            .await
+            .expect("reset");
+        assert_eq!(
+            store.verify_chain(tenant).await.expect("verify"),
+            Some(ChainBreak::Altered {
+                seq: 2,
+                call_id: rows[1].call_id
+            })
+        );
+    })
+    .await;
+}
+
+async fn seeded(store: &Store) -> (TenantId, Vec<toolgate_store::AuditRow>) {
+    let (a, p) = acme_alice(store).await;
+    let mut records: Vec<AuditRecord> = (0..5).map(|_| record(a.id, p.id, "read_file")).collect();
+    records[2].outcome = Outcome::Error(ErrorKind::Forbidden);
+    records[2].error = Some("missing scope".into());
+    store.append_audit(&records).await.expect("append");
+    let rows = store.audit_chain(a.id).await.expect("chain");
+    assert_eq!(store.verify_chain(a.id).await.expect("verify"), None);
+    (a.id, rows)
+}
+
+#[tokio::test]
+async fn postgres_app_role_cannot_change_audit_rows_and_sees_only_its_tenant() {
+    on_postgres(|store, _url| async move {
+        let (a, rows) = seeded(&store).await;
+        let b = store.create_tenant("globex").await.expect("tenant");
+        let pb = store.create_principal(b.id, &member("bob")).await.expect("principal");
+        store.append_audit(&[record(b.id, pb.id, "echo")]).await.expect("append");
+        let Store::Postgres(pg) = &store else { unreachable!("postgres") };
+
+        let mut conn = pg.app_pool().acquire().await.expect("conn");
+        let role: String = sqlx::query_scalar("select current_user::text").fetch_one(&mut *conn).await.expect("role");
+        assert_eq!(role, "toolgate_app");
+        for sql in ["update audit_log set tool = 'x'", "delete from audit_log", "truncate audit_log"] {
+            let result = sqlx::query(sql).execute(&mut *conn).await;
+            assert!(result.is_err(), "{sql} must fail for the app role");
+        }
+        // No tenant named: row-level security shows nothing at all.
+        let visible: i64 = sqlx::query_scalar("select count(*) from audit_log").fetch_one(&mut *conn).await.expect("count");
+        assert_eq!(visible, 0);
+        // Tenant A named: only A's rows, even without a where clause.
+        let mut tx = conn.begin().await.expect("tx");
+        sqlx::query("select set_config('toolgate.tenant_id', $1, true)").bind(a.to_string()).execute(&mut *tx).await.expect("set");
+        let tenants: Vec<uuid::Uuid> =
+            sqlx::query_scalar("select distinct tenant_id from audit_log").fetch_all(&mut *tx).await.expect("select");
+        assert_eq!(tenants, [a.0]);
+        let principals: i64 = sqlx::query_scalar("select count(*) from principal").fetch_one(&mut *tx).await.expect("count");
+        assert_eq!(principals, 1);
+        // Writing a row for another tenant is refused by the policy's check.
+        let forged = sqlx::query("insert into principal (principal_id, tenant_id, kind, name, created_at) values ($1, $2, 'user', 'mallory', now())")
+            .bind(uuid::Uuid::now_v7())
+            .bind(b.id.0)
+            .execute(&mut *tx)
+            .await;
+        assert!(forged.is_err(), "RLS with check");
+        drop(tx);
+        assert_eq!(rows.len(), 5);
+    })
+    .await;
+}
+
+/// Runs `sqls` around the store's own guards, as someone with the database would.
+async fn tamper(store: &Store, sqls: &[String]) {
+    match store {
+        Store::Sqlite(sqlite) => {
+            for sql in [
+                "drop trigger if exists audit_log_no_delete",
+                "drop trigger if exists audit_checkpoint_no_delete",
+            ] {
+                sqlx::query(sql).execute(sqlite.pool()).await.expect(sql);
+            }
+            for sql in sqls {
+                sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                    .execute(sqlite.pool())
+                    .await
+                    .expect("tamper");
+            }
+        }
+        Store::Postgres(pg) => {
+            let mut conn = pg.owner_pool().acquire().await.expect("conn");
+            sqlx::query("set session_replication_role = replica")
+                .execute(&mut *conn)
+                .await
+                .expect("bypass triggers");
+            for sql in sqls {
+                sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                    .execute(&mut *conn)
+                    .await
+                    .expect("tamper");
+            }
+            sqlx::query("set session_replication_role = origin")
+                .execute(&mut *conn)
+                .await
+                .expect("reset");
+        }
+    }
+}
+
+/// Removing a tenant's newest rows — or all of them — is detected against the stored
+/// chain head; rewriting the head to match is detected by a signed checkpoint; deleting
+/// the checkpoints too, by an exported copy; a checkpoint signed by another key is forged.
+#[tokio::test]
+async fn tail_truncation_is_detected_by_the_head_and_by_signed_checkpoints() {
+    use toolgate_store::checkpoint::AuditSigner;
+    on_both(|store| async move {
+        let signer = AuditSigner::from_seed(&[42; 32]);
+        let key = signer.public_key();
+        let (tenant, rows) = seeded(&store).await;
+        assert_eq!(store.write_checkpoints(&signer).await.expect("sign"), 1);
+        assert_eq!(
+            store.write_checkpoints(&signer).await.expect("sign"),
+            0,
+            "nothing moved"
+        );
+        let exported = store.checkpoints(tenant).await.expect("export");
+        assert_eq!(exported.len(), 1);
+        assert_eq!(exported[0].seq, 5);
+        assert_eq!(
+            store
+                .verify_audit(tenant, Some(&key), &[])
+                .await
+                .expect("verify"),
+            None
+        );
+        let t = match &store {
+            Store::Sqlite(_) => tenant.0.hyphenated().to_string(),
+            Store::Postgres(_) => tenant.0.to_string(),
+        };
+        let cast = if matches!(store, Store::Postgres(_)) {
+            "::uuid"
+        } else {
+            ""
+        };
+
+        // The newest two rows go: the head still says 5.
+        tamper(
+            &store,
+            &[format!(
+                "delete from audit_log where tenant_id = '{t}'{cast} and seq > 3"
+            )],
+        )
+        .await;
+        assert_eq!(
+            store.verify_chain(tenant).await.expect("verify"),
+            Some(ChainBreak::Truncated {
+                recorded: 5,
+                found: 3
+            })
+        );
+        // The head rewritten to match: the signed checkpoint still names row 5.
+        tamper(&store, &[format!(
+            "update audit_chain_head set seq = 3, row_hash = '{}' where tenant_id = '{t}'{cast}",
+            rows[2].row_hash
+        )])
+        .await;
+        assert_eq!(
+            store
+                .verify_audit(tenant, Some(&key), &[])
+                .await
+                .expect("verify"),
+            Some(ChainBreak::Truncated {
+                recorded: 5,
+                found: 3
+            })
+        );
+        // The checkpoints deleted as well: the exported copy still tells.
+        tamper(
+            &store,
+            &[format!(
+                "delete from audit_checkpoint where tenant_id = '{t}'{cast}"
+            )],
+        )
+        .await;
+        assert_eq!(
+            store
+                .verify_audit(tenant, Some(&key), &[])
+                .await
+                .expect("verify"),
+            None
+        );
+        assert_eq!(
+            store
+                .verify_audit(tenant, Some(&key), &exported)
+                .await
+                .expect("verify"),
+            Some(ChainBreak::Truncated {
+                recorded: 5,
+                found: 3
+            })
+        );
+        // A checkpoint signed by someone else's key, for the shortened chain: forged.
+        let forger = AuditSigner::from_seed(&[7; 32]);
+        let forged = forger.sign(tenant, 3, &rows[2].row_hash);
+        assert_eq!(
+            store
+                .verify_audit(tenant, Some(&key), &[forged])
+                .await
+                .expect("verify"),
+            Some(ChainBreak::Forged { seq: 3 })
+        );
+        // Every row gone, the head left: detected.
+        tamper(
+            &store,
+            &[format!(
+                "delete from audit_log where tenant_id = '{t}'{cast}"
+            )],
+        )
+        .await;
+        assert_eq!(
+            store.verify_chain(tenant).await.expect("verify"),
+            Some(ChainBreak::Truncated {
+                recorded: 3,
+                found: 0
+            })
+        );
+    })
+    .await;
+}

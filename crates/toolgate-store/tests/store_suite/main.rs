@@ -1,0 +1,200 @@
+//! The shared store suite: every behaviour, against embedded SQLite and real Postgres.
+//!
+//! Postgres tests use the server on 127.0.0.1:5432 (override with TOOLGATE_TEST_PG, an
+//! admin URL): each test gets its own database, dropped afterwards.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde_json::json;
+use sqlx::Connection;
+use toolgate_core::audit::{AuditRecord, AuditSink};
+use toolgate_core::stores::{
+    ApprovalStore as _, Change, PinStore as _, RunStore as _, SessionStore as _, UpstreamStore as _,
+};
+use toolgate_core::{Adapter, CallId, ErrorKind, Outcome, PrincipalId, PrincipalKind, TenantId};
+use toolgate_store::{
+    AuditFilter, AuditWriter, ChainBreak, McpEvent, McpSession, NewApiKey, NewPrincipal, Store,
+    StoreError, UpstreamWrite,
+};
+
+mod approvals;
+mod audit;
+mod integrity;
+mod notify;
+mod runs;
+mod sessions;
+mod tenants;
+mod upstreams;
+
+fn admin_url() -> String {
+    std::env::var("TOOLGATE_TEST_PG")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// A Postgres database for one test, dropped with the guard.
+struct PgDb {
+    name: String,
+    url: String,
+}
+
+impl PgDb {
+    async fn create() -> PgDb {
+        let name = format!("toolgate_test_{}", uuid::Uuid::now_v7().simple());
+        let mut admin = sqlx::PgConnection::connect(&admin_url())
+            .await
+            .expect("connect to Postgres on 127.0.0.1:5432");
+        sqlx::query(sqlx::AssertSqlSafe(format!("create database {name}")))
+            .execute(&mut admin)
+            .await
+            .expect("create db");
+        let base = admin_url();
+        let url = match base.rfind('/') {
+            Some(i) => format!("{}/{name}", &base[..i]),
+            None => panic!("admin URL has no database part: {base}"),
+        };
+        PgDb { name, url }
+    }
+
+    async fn drop_db(self) {
+        drop(self);
+    }
+}
+
+impl Drop for PgDb {
+    /// Drops the database even when the test panicked before `drop_db`.
+    fn drop(&mut self) {
+        let name = std::mem::take(&mut self.name);
+        if name.is_empty() {
+            return;
+        }
+        let admin = admin_url();
+        let _ = std::thread::spawn(move || {
+            use sqlx::Connection;
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async move {
+                if let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await {
+                    let sql = format!("drop database if exists {name} with (force)");
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
+                        .execute(&mut conn)
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// Runs `test` against a migrated SQLite store and a migrated Postgres store.
+async fn on_both<F, Fut>(test: F)
+where
+    F: Fn(Store) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sqlite = Store::open(None, dir.path()).await.expect("open sqlite");
+    sqlite.migrate().await.expect("migrate sqlite");
+    test(sqlite).await;
+
+    let db = PgDb::create().await;
+    let pg = Store::open(Some(&db.url), dir.path())
+        .await
+        .expect("open postgres");
+    pg.migrate().await.expect("migrate postgres");
+    test(pg.clone()).await;
+    drop(pg);
+    db.drop_db().await;
+}
+
+/// Like `on_both`, for Postgres alone (row-level security, roles, triggers).
+async fn on_postgres<F, Fut>(test: F)
+where
+    F: FnOnce(Store, String) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = PgDb::create().await;
+    let pg = Store::open(Some(&db.url), dir.path())
+        .await
+        .expect("open postgres");
+    pg.migrate().await.expect("migrate postgres");
+    test(pg.clone(), db.url.clone()).await;
+    drop(pg);
+    db.drop_db().await;
+}
+
+/// Tenant "acme" with its member "alice": most tests' starting point.
+async fn acme_alice(store: &Store) -> (toolgate_store::Tenant, toolgate_store::Principal) {
+    let a = store.create_tenant("acme").await.expect("tenant");
+    let p = store
+        .create_principal(a.id, &member("alice"))
+        .await
+        .expect("principal");
+    (a, p)
+}
+
+fn member(name: &str) -> NewPrincipal {
+    NewPrincipal {
+        kind: PrincipalKind::User,
+        name: name.into(),
+        roles: vec!["member".into()],
+        scopes: vec!["tools:invoke".into()],
+    }
+}
+
+fn record(tenant: TenantId, principal: PrincipalId, tool: &str) -> AuditRecord {
+    AuditRecord {
+        call_id: CallId::new(),
+        tenant,
+        principal,
+        adapter: Adapter::Rest,
+        tool: tool.into(),
+        arguments: json!({"path": "a.txt", "token": "***"}),
+        arguments_hash: "ab".repeat(32),
+        outcome: Outcome::Ok,
+        error: None,
+        duration: Duration::from_micros(1234),
+        request_id: Some("req-1".into()),
+        trace_id: None,
+        run: None,
+        client: Some("curl/8".into()),
+        approval: None,
+        cache: None,
+        started_at: SystemTime::now(),
+        finished_at: SystemTime::now() + Duration::from_micros(1234),
+    }
+}
+
+/// Run `run` of agent "helper" in `tenant`, owned by "instance-1" until `lease_until`.
+fn new_run(
+    tenant: TenantId,
+    run: toolgate_core::RunId,
+    lease_until: chrono::DateTime<chrono::Utc>,
+) -> toolgate_store::NewRun {
+    toolgate_store::NewRun {
+        id: run,
+        agent_id: uuid::Uuid::now_v7(),
+        agent_name: "helper".into(),
+        principal: PrincipalId::new(),
+        auth: json!({"tenant": tenant}),
+        agent_config: json!({"name": "helper"}),
+        input: "hello".into(),
+        owner: "instance-1".into(),
+        lease_until,
+        first_event: json!({"type": "run_started", "input": "hello"}),
+    }
+}
+
+/// The next change announced to `changes`.
+async fn announced(changes: &mut toolgate_core::stores::Changes) -> Change {
+    tokio::time::timeout(Duration::from_secs(10), changes.next())
+        .await
+        .expect("a change was announced")
+        .expect("the store is still there")
+}

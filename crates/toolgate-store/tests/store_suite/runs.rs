@@ -1,0 +1,129 @@
+//! Agent runs and their journals.
+
+use super::*;
+
+#[tokio::test]
+async fn a_run_journal_is_ordered_single_writer_and_tenant_scoped() {
+    use chrono::Utc;
+    use toolgate_core::RunId;
+    use toolgate_store::RunFinish;
+
+    on_both(|store| async move {
+        let a = store.create_tenant("runs-a").await.expect("tenant");
+        let b = store.create_tenant("runs-b").await.expect("tenant");
+        let run = RunId::new();
+        let new = new_run(a.id, run, Utc::now() - chrono::Duration::seconds(1));
+        store.create_run(a.id, &new).await.expect("run");
+        let turn = json!({"type": "turn_started", "turn": 1});
+        store
+            .append_run_events(
+                a.id,
+                run,
+                2,
+                &[turn.clone(), json!({"type": "model_message"})],
+                None,
+                false,
+            )
+            .await
+            .expect("event");
+        // A second writer of the same position is refused.
+        let again = store
+            .append_run_events(a.id, run, 2, std::slice::from_ref(&turn), None, true)
+            .await;
+        assert!(matches!(again, Err(StoreError::Conflict(_))), "{again:?}");
+        let events = store.run_events(a.id, run, 0).await.expect("events");
+        assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!(events[1].kind, "turn_started");
+        assert_eq!(
+            store.run_events(a.id, run, 1).await.expect("events").len(),
+            2
+        );
+        // Another tenant sees nothing of it.
+        assert!(store.get_run(b.id, run).await.expect("get").is_none());
+        assert!(
+            store
+                .run_events(b.id, run, 0)
+                .await
+                .expect("events")
+                .is_empty()
+        );
+        assert!(!store.request_run_cancel(b.id, run).await.expect("cancel"));
+        assert!(store.list_runs(b.id, 10).await.expect("list").is_empty());
+
+        // Its lease expired: another instance takes it over, and sees a cancel request.
+        let claimed = store
+            .claim_orphaned_runs(
+                "instance-2",
+                Utc::now() + chrono::Duration::seconds(30),
+                10,
+                Utc::now(),
+            )
+            .await
+            .expect("claim");
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(claimed[0].input, "hello");
+        assert!(
+            store
+                .claim_orphaned_runs(
+                    "instance-3",
+                    Utc::now() + chrono::Duration::seconds(30),
+                    10,
+                    Utc::now()
+                )
+                .await
+                .expect("claim")
+                .is_empty()
+        );
+        assert!(store.request_run_cancel(a.id, run).await.expect("cancel"));
+        let until = Utc::now() + chrono::Duration::seconds(30);
+        assert!(
+            store
+                .renew_run_leases("instance-1", &[run], until)
+                .await
+                .expect("renew")
+                .is_empty()
+        );
+        assert_eq!(
+            store
+                .renew_run_leases("instance-2", &[run], until)
+                .await
+                .expect("renew"),
+            [run]
+        );
+
+        let finish = RunFinish {
+            status: "completed".into(),
+            output: Some("done".into()),
+            best_effort: false,
+            error: None,
+            usage: json!({"input_tokens": 3, "output_tokens": 4}),
+        };
+        let last = json!({"type": "run_finished", "status": "completed"});
+        store
+            .append_run_events(
+                a.id,
+                run,
+                4,
+                std::slice::from_ref(&last),
+                Some(&finish),
+                true,
+            )
+            .await
+            .expect("finish");
+        let got = store
+            .get_run(a.id, run)
+            .await
+            .expect("get")
+            .expect("exists");
+        assert_eq!(got.status, "completed");
+        assert_eq!(got.output.as_deref(), Some("done"));
+        assert_eq!(
+            got.usage,
+            Some(json!({"input_tokens": 3, "output_tokens": 4}))
+        );
+        assert!(got.finished_at.is_some());
+        assert!(!store.request_run_cancel(a.id, run).await.expect("cancel"));
+        assert_eq!(store.list_runs(a.id, 10).await.expect("list").len(), 1);
+    })
+    .await;
+}

@@ -1,0 +1,160 @@
+//! MCP sessions and their SSE events.
+
+use super::*;
+
+#[tokio::test]
+async fn mcp_events_replay_per_stream_and_only_for_their_tenant_and_session() {
+    on_both(|store| async move {
+        let a = store.create_tenant("acme").await.expect("tenant");
+        let b = store.create_tenant("globex").await.expect("tenant");
+        let pa = store
+            .create_principal(a.id, &member("alice"))
+            .await
+            .expect("principal");
+        store
+            .put_mcp_session(&McpSession {
+                id: "s1".into(),
+                tenant: a.id,
+                principal: pa.id,
+                initialize_params: "{}".into(),
+            })
+            .await
+            .expect("session");
+        let prime = store
+            .append_mcp_event(a.id, "s1", "r1", None, Some(3000))
+            .await
+            .expect("append");
+        let other = store
+            .append_mcp_event(a.id, "s1", "r2", Some("{\"other\":1}"), None)
+            .await
+            .expect("append");
+        let first = store
+            .append_mcp_event(a.id, "s1", "r1", Some("{\"n\":1}"), None)
+            .await
+            .expect("append");
+        let second = store
+            .append_mcp_event(a.id, "s1", "r1", Some("{\"n\":2}"), None)
+            .await
+            .expect("append");
+        assert!(
+            prime < other && other < first && first < second,
+            "one rising sequence"
+        );
+
+        // After the priming event: the rest of its stream, in order, nothing of r2.
+        let replay = store
+            .mcp_events_after(a.id, "s1", prime)
+            .await
+            .expect("replay");
+        assert_eq!(
+            replay,
+            [
+                McpEvent {
+                    seq: first,
+                    message: Some("{\"n\":1}".into()),
+                    retry_ms: None
+                },
+                McpEvent {
+                    seq: second,
+                    message: Some("{\"n\":2}".into()),
+                    retry_ms: None
+                },
+            ]
+        );
+        assert_eq!(
+            store
+                .mcp_events_after(a.id, "s1", second)
+                .await
+                .expect("replay"),
+            []
+        );
+        // Another tenant, another session or an unknown event: nothing.
+        assert_eq!(
+            store
+                .mcp_events_after(b.id, "s1", prime)
+                .await
+                .expect("replay"),
+            []
+        );
+        assert_eq!(
+            store
+                .mcp_events_after(a.id, "s2", prime)
+                .await
+                .expect("replay"),
+            []
+        );
+        assert_eq!(
+            store
+                .mcp_events_after(a.id, "s1", second + 100)
+                .await
+                .expect("replay"),
+            []
+        );
+
+        // Ending the session drops its events; retention drops old ones everywhere.
+        store
+            .append_mcp_event(a.id, "s3", "r9", Some("{}"), None)
+            .await
+            .expect("append");
+        store.delete_mcp_session(a.id, "s1").await.expect("delete");
+        assert_eq!(
+            store
+                .mcp_events_after(a.id, "s1", prime)
+                .await
+                .expect("replay"),
+            []
+        );
+        let pruned = store
+            .prune_mcp_events(chrono::Utc::now() + chrono::Duration::seconds(1))
+            .await
+            .expect("prune");
+        assert_eq!(pruned, 1, "only s3's event was left");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn mcp_sessions_nobody_used_within_the_retention_are_pruned_with_their_events() {
+    on_both(|store| async move {
+        let a = store.create_tenant("acme").await.expect("tenant");
+        let pa = store
+            .create_principal(a.id, &member("alice"))
+            .await
+            .expect("principal");
+        for id in ["old", "kept"] {
+            store
+                .put_mcp_session(&McpSession {
+                    id: id.into(),
+                    tenant: a.id,
+                    principal: pa.id,
+                    initialize_params: "{}".into(),
+                })
+                .await
+                .expect("session");
+            store
+                .append_mcp_event(a.id, id, "r1", Some("{}"), None)
+                .await
+                .expect("event");
+        }
+        let later = chrono::Utc::now() + chrono::Duration::hours(1);
+        // An instance holding "kept" in memory stamps it; "old" nobody came back to.
+        store
+            .touch_mcp_sessions(&["kept".to_owned()], later)
+            .await
+            .expect("touch");
+        let pruned = store
+            .prune_mcp_sessions(later - chrono::Duration::minutes(1))
+            .await
+            .expect("prune");
+        assert_eq!(pruned, 1);
+        assert!(store.mcp_session("old").await.expect("read").is_none());
+        assert!(store.mcp_session("kept").await.expect("read").is_some());
+        // The pruned session's events went with it; the kept one's stay.
+        let left = store
+            .prune_mcp_events(chrono::Utc::now() + chrono::Duration::seconds(1))
+            .await
+            .expect("prune events");
+        assert_eq!(left, 1, "only the kept session's event was left");
+    })
+    .await;
+}

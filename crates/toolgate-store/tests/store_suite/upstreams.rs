@@ -1,0 +1,262 @@
+//! Tenant upstreams and tool-definition pins.
+
+use super::*;
+
+#[tokio::test]
+async fn tenant_upstreams_are_per_tenant_with_unique_names_and_revisions() {
+    on_both(|store| async move {
+        let a = store.create_tenant("upstreams-a").await.expect("tenant");
+        let b = store.create_tenant("upstreams-b").await.expect("tenant");
+        let by = store
+            .create_principal(a.id, &member("ann"))
+            .await
+            .expect("principal")
+            .id;
+        let config = json!({"url": "https://mcp.example.com/mcp", "allow": [], "deny": []});
+        let sealed = [7u8, 0, 255, 1];
+        let new = UpstreamWrite {
+            name: "docs",
+            config: &config,
+            credentials: Some(&sealed),
+        };
+        let created = store
+            .create_upstream(a.id, &new, by, 16)
+            .await
+            .expect("create");
+        assert_eq!(
+            (created.revision, created.credentials.as_deref()),
+            (1, Some(&sealed[..]))
+        );
+        assert_eq!(created.created_by, Some(by));
+        let dup = store.create_upstream(a.id, &new, by, 16).await;
+        assert!(matches!(dup, Err(StoreError::Conflict(_))), "{dup:?}");
+        // Another tenant neither sees nor changes it, and may use the same name.
+        assert!(
+            store
+                .get_upstream(b.id, "docs")
+                .await
+                .expect("get")
+                .is_none()
+        );
+        assert!(store.list_upstreams(b.id).await.expect("list").is_empty());
+        assert!(
+            store
+                .update_upstream(b.id, "docs", &new)
+                .await
+                .expect("update")
+                .is_none()
+        );
+        assert!(!store.delete_upstream(b.id, "docs").await.expect("delete"));
+        store
+            .create_upstream(b.id, &new, by, 16)
+            .await
+            .expect("same name, other tenant");
+
+        let changed = json!({"url": "https://mcp.example.com/v2", "allow": ["search"], "deny": []});
+        let replace = UpstreamWrite {
+            name: "docs",
+            config: &changed,
+            credentials: None,
+        };
+        let updated = store
+            .update_upstream(a.id, "docs", &replace)
+            .await
+            .expect("update")
+            .expect("exists");
+        assert_eq!(
+            (
+                updated.revision,
+                &updated.config,
+                updated.credentials.as_ref()
+            ),
+            (2, &changed, None)
+        );
+        assert_eq!(updated.id, created.id);
+
+        // Across tenants: every id and revision, and any one by id.
+        let all = store.upstream_revisions().await.expect("revisions");
+        assert_eq!(all.len(), 2);
+        assert!(all.contains(&(created.id, 2)), "{all:?}");
+        let read = store
+            .upstream_by_id(created.id)
+            .await
+            .expect("by id")
+            .expect("there");
+        assert_eq!((read.tenant, read.revision), (a.id, 2));
+        assert!(store.delete_upstream(a.id, "docs").await.expect("delete"));
+        assert!(store.list_upstreams(a.id).await.expect("list").is_empty());
+        assert_eq!(store.upstream_revisions().await.expect("all").len(), 1);
+        assert_eq!(store.upstream_by_id(created.id).await.expect("by id"), None);
+    })
+    .await;
+}
+
+/// A tenant's upstreams are capped, and creations racing for the last places cannot
+/// exceed the cap: counted and inserted under one lock.
+#[tokio::test]
+async fn concurrent_upstream_creations_never_exceed_the_tenant_cap() {
+    on_both(|store| async move {
+        let tenant = store.create_tenant("upstreams-cap").await.expect("tenant");
+        let by = store
+            .create_principal(tenant.id, &member("ann"))
+            .await
+            .expect("principal")
+            .id;
+        let mut attempts = tokio::task::JoinSet::new();
+        for i in 0..8 {
+            let store = store.clone();
+            attempts.spawn(async move {
+                let config = json!({"url": "https://mcp.example.com/mcp"});
+                let name = format!("u{i}");
+                let new = UpstreamWrite {
+                    name: &name,
+                    config: &config,
+                    credentials: None,
+                };
+                store.create_upstream(tenant.id, &new, by, 3).await
+            });
+        }
+        let results = attempts.join_all().await;
+        let created = results.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(created, 3, "{results:?}");
+        assert!(
+            results
+                .iter()
+                .filter_map(|r| r.as_ref().err())
+                .all(|e| matches!(e, StoreError::Conflict(m) if m.contains("the most allowed"))),
+            "{results:?}"
+        );
+        assert_eq!(
+            store.list_upstreams(tenant.id).await.expect("list").len(),
+            3
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn postgres_row_level_security_hides_other_tenants_upstreams() {
+    on_postgres(|store, _url| async move {
+        let config = json!({"url": "https://mcp.example.com/mcp"});
+        let mut ids = Vec::new();
+        for name in ["rls-a", "rls-b"] {
+            let tenant = store.create_tenant(name).await.expect("tenant");
+            let by = store
+                .create_principal(tenant.id, &member("ann"))
+                .await
+                .expect("principal")
+                .id;
+            let new = UpstreamWrite {
+                name: "docs",
+                config: &config,
+                credentials: Some(b"sealed"),
+            };
+            store
+                .create_upstream(tenant.id, &new, by, 16)
+                .await
+                .expect("create");
+            ids.push(tenant.id);
+        }
+        let Store::Postgres(pg) = &store else {
+            unreachable!("postgres")
+        };
+        let mut conn = pg.app_pool().acquire().await.expect("conn");
+        let visible: i64 = sqlx::query_scalar("select count(*) from tenant_upstream")
+            .fetch_one(&mut *conn)
+            .await
+            .expect("count");
+        assert_eq!(visible, 0, "no tenant named: nothing");
+        let mut tx = conn.begin().await.expect("tx");
+        sqlx::query("select set_config('toolgate.tenant_id', $1, true)")
+            .bind(ids[0].to_string())
+            .execute(&mut *tx)
+            .await
+            .expect("set");
+        let tenants: Vec<uuid::Uuid> = sqlx::query_scalar("select tenant_id from tenant_upstream")
+            .fetch_all(&mut *tx)
+            .await
+            .expect("select");
+        assert_eq!(tenants, [ids[0].0]);
+        let moved = sqlx::query("update tenant_upstream set tenant_id = $1")
+            .bind(ids[1].0)
+            .execute(&mut *tx)
+            .await;
+        assert!(
+            moved.is_err(),
+            "RLS with check: a row cannot be handed to another tenant"
+        );
+    })
+    .await;
+}
+
+/// Pinned tool definitions: saved whole and read back per owner; approving moves the
+/// waiting definition to the pin only while it is the one named by its hash.
+#[tokio::test]
+async fn tool_pins_round_trip_and_approve_only_the_waiting_definition() {
+    on_both(|store| async move {
+        let owner = uuid::Uuid::now_v7();
+        let pin = toolgate_store::PinRecord {
+            owner,
+            upstream: "fx".into(),
+            tool: "add".into(),
+            exported: "fx__add".into(),
+            pinned_hash: Some("h1".into()),
+            pinned: Some(serde_json::json!({"name": "add", "description": "Adds."})),
+            pending_hash: Some("h2".into()),
+            pending: Some(serde_json::json!({"name": "add", "description": "Adds. <IMPORTANT>"})),
+            findings: vec!["instructions to the model".into()],
+            updated_at: chrono::DateTime::from_timestamp_micros(1_700_000_000_000_000)
+                .expect("time"),
+            approved_by: None,
+            approved_at: None,
+        };
+        store.save_tool_pin(&pin).await.expect("save");
+        let read = store
+            .tool_pin(owner, "fx", "add")
+            .await
+            .expect("read")
+            .expect("there");
+        assert_eq!(read, pin);
+        assert_eq!(
+            store.tool_pins(owner).await.expect("list"),
+            std::slice::from_ref(&pin)
+        );
+        assert!(
+            store
+                .tool_pins(uuid::Uuid::nil())
+                .await
+                .expect("list")
+                .is_empty()
+        );
+        let by = PrincipalId(uuid::Uuid::now_v7());
+        let mut changes = store.watch_changes().await.expect("watch");
+        assert_eq!(
+            store
+                .approve_tool_pin(owner, "fx", "add", "h1", by)
+                .await
+                .expect("approve"),
+            None,
+            "h1 is pinned, not waiting"
+        );
+        let approved = store
+            .approve_tool_pin(owner, "fx", "add", "h2", by)
+            .await
+            .expect("approve")
+            .expect("approved");
+        // Announced (and the approval refused just before was not).
+        assert_eq!(announced(&mut changes).await, Change::PinApproved);
+        assert_eq!(approved.pinned_hash.as_deref(), Some("h2"));
+        assert_eq!(approved.pinned, pin.pending);
+        assert_eq!((approved.pending_hash, approved.pending), (None, None));
+        assert!(approved.findings.is_empty());
+        assert_eq!(approved.approved_by, Some(by));
+        assert_eq!(
+            store.last_pin_approval().await.expect("last"),
+            approved.approved_at,
+            "what other instances watch for"
+        );
+        store.delete_tool_pins(owner, "fx").await.expect("delete");
+        assert!(store.tool_pins(owner).await.expect("list").is_empty());
+    })
+    .await;
+}
