@@ -224,6 +224,12 @@ impl Changes {
         Self(receiver)
     }
 
+    /// Changes that never come: for a waiter whose store could not be watched, which
+    /// then looks on its timer alone.
+    pub fn silent() -> Self {
+        Self(tokio::sync::broadcast::channel(1).0.subscribe())
+    }
+
     /// The next change; [`Change::Missed`] for any this receiver fell behind on; `None`
     /// once the store is gone.
     pub async fn next(&mut self) -> Option<Change> {

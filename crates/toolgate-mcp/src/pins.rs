@@ -18,7 +18,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use toolgate_core::audit::{AuditRecord, AuditSink};
-use toolgate_core::stores::{Change, PinRecord, PinStore};
+use toolgate_core::stores::{Change, Changes, PinRecord, PinStore};
 use toolgate_core::{
     Adapter, Approvals, AuthContext, CallContext, DefinitionEvent, ErrorKind, Event, Executor,
     Outcome, Owner, Principal, PrincipalId, PrincipalKind, TenantId,
@@ -167,24 +167,15 @@ impl<S: PinStore> Pins<S> {
         every: Duration,
         shutdown: tokio_util::sync::CancellationToken,
     ) {
-        let mut changes = match self.store.watch_changes().await {
-            Ok(changes) => Some(changes),
-            Err(err) => {
-                tracing::warn!(error = %err, "cannot watch the store; reading tool definition approvals on a timer");
-                None
-            }
-        };
+        let mut changes = self.store.watch_changes().await.unwrap_or_else(|err| {
+            tracing::warn!(error = %err, "cannot watch the store; reading tool definition approvals on a timer");
+            Changes::silent()
+        });
         let mut seen = self.store.last_pin_approval().await.ok().flatten();
         loop {
-            let announced = async {
-                match changes.as_mut() {
-                    Some(changes) => changes.until(|c| c == Change::PinApproved).await,
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
                 () = shutdown.cancelled() => return,
-                () = announced => {}
+                () = changes.until(|c| c == Change::PinApproved) => {}
                 () = tokio::time::sleep(every) => {}
             }
             match self.store.last_pin_approval().await {

@@ -321,6 +321,11 @@ impl Store {
         dispatch!(self, s => s.notifier.announce(change))
     }
 
+    /// Whether anyone in this process watches the store's changes.
+    pub fn watched(&self) -> bool {
+        dispatch!(self, s => s.notifier.watched())
+    }
+
     /// The changes committed from now on, by this instance and (on Postgres) every
     /// other: see [`notify`].
     pub async fn watch_changes(&self) -> Result<toolgate_core::stores::Changes, StoreError> {

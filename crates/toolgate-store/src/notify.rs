@@ -43,6 +43,11 @@ impl Notifier {
         let _ = self.changes.send(change);
     }
 
+    /// Whether anyone in this process watches.
+    pub(crate) fn watched(&self) -> bool {
+        self.changes.receiver_count() > 0
+    }
+
     /// The changes from now on.
     pub(crate) fn watch(&self) -> Changes {
         Changes::new(self.changes.subscribe())

@@ -103,9 +103,13 @@ async fn run(store: Store, mut rx: mpsc::Receiver<(AuditRecord, Ack)>, metrics: 
     let mut batch = Vec::with_capacity(limit);
     while next_group(&mut rx, &mut batch, limit, |_| false).await > 0 {
         let (records, acks): (Vec<AuditRecord>, Vec<Ack>) = batch.drain(..).unzip();
-        let mut tenants: Vec<TenantId> = records.iter().map(|r| r.tenant).collect();
-        tenants.sort_unstable();
-        tenants.dedup();
+        // Only while someone watches (a live audit view): nothing to do per batch otherwise.
+        let tenants = store.watched().then(|| {
+            let mut tenants: Vec<TenantId> = records.iter().map(|r| r.tenant).collect();
+            tenants.sort_unstable();
+            tenants.dedup();
+            tenants
+        });
         let started = std::time::Instant::now();
         let appended = store.append_audit(&records).await;
         metrics.audit_committed(started.elapsed(), appended.is_ok());
@@ -139,7 +143,7 @@ async fn run(store: Store, mut rx: mpsc::Receiver<(AuditRecord, Ack)>, metrics: 
         }
         // After the callers have their answers: this instance's live views of the audit
         // look now (another instance's rows reach them on their timer).
-        for tenant in tenants {
+        for tenant in tenants.into_iter().flatten() {
             store.announce_local(Change::Audit(tenant));
         }
     }

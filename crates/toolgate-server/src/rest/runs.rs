@@ -269,7 +269,7 @@ fn steps_stream(
         app: AppState,
         updates: tokio::sync::watch::Receiver<toolgate_agent::runs::Committed>,
         /// The store's announcements: the run's steps committed by another instance.
-        changes: Option<toolgate_core::stores::Changes>,
+        changes: toolgate_core::stores::Changes,
         deltas: tokio::sync::broadcast::Receiver<toolgate_agent::runs::Piece>,
         deltas_open: bool,
         /// Pieces received and not yet sent, with their turns: each goes out once its
@@ -284,7 +284,7 @@ fn steps_stream(
     }
     let cursor = Cursor {
         updates: app.runs.subscribe(run),
-        changes: None,
+        changes: toolgate_core::stores::Changes::silent(),
         deltas: app.runs.subscribe_deltas(run),
         deltas_open: true,
         held: Default::default(),
@@ -298,13 +298,10 @@ fn steps_stream(
     futures::stream::unfold(cursor, move |mut c| async move {
         if c.turn.is_none() {
             // Watching before the first read, so a step between the two is not missed.
-            c.changes = match c.app.store.watch_changes().await {
-                Ok(changes) => Some(changes),
-                Err(err) => {
-                    tracing::warn!(error = %err, run_id = %run, "cannot watch the store; reading the run on a timer");
-                    None
-                }
-            };
+            c.changes = c.app.store.watch_changes().await.unwrap_or_else(|err| {
+                tracing::warn!(error = %err, run_id = %run, "cannot watch the store; reading the run on a timer");
+                toolgate_core::stores::Changes::silent()
+            });
             // Resumed after step `after`: the turn it was in.
             let before = if after > 0 {
                 c.app
@@ -370,15 +367,9 @@ fn steps_stream(
                 }
             }
             use tokio::sync::broadcast::error::RecvError;
-            let announced = async {
-                match c.changes.as_mut() {
-                    Some(changes) => changes.run(tenant, run).await,
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
                 _ = c.updates.changed() => {}
-                () = announced => {}
+                () = c.changes.run(tenant, run) => {}
                 piece = c.deltas.recv(), if c.deltas_open => match piece {
                     Ok(p) => c.held.push_back(p),
                     Err(RecvError::Lagged(_)) => {}

@@ -530,16 +530,13 @@ async fn held(
             // Until the tenant's approvals change, this one expires, or the wait is over;
             // at most WAIT_FALLBACK between looks, whatever was announced.
             let expiry = (record.expires_at - now).to_std().unwrap_or_default();
-            let look = tokio::time::Instant::now() + expiry.min(WAIT_FALLBACK);
-            if look >= deadline {
-                tokio::select! {
-                    () = changes.approvals_of(caller.auth.tenant) => continue,
-                    () = tokio::time::sleep_until(deadline) => break,
-                }
-            }
-            tokio::select! {
-                () = changes.approvals_of(caller.auth.tenant) => {}
-                () = tokio::time::sleep_until(look) => {}
+            let look = (tokio::time::Instant::now() + expiry.min(WAIT_FALLBACK)).min(deadline);
+            let announced = tokio::select! {
+                () = changes.approvals_of(caller.auth.tenant) => true,
+                () = tokio::time::sleep_until(look) => false,
+            };
+            if !announced && look >= deadline {
+                break;
             }
         }
     }
