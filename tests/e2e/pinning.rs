@@ -155,6 +155,104 @@ async fn a_changed_tool_definition_is_withheld_until_a_tenant_admin_approves_it(
     gw.stop().await;
 }
 
+/// An operator's upstream (quarantining) changes a tool: the change is in every
+/// tenant's chain, not only the operator's (each tenant is offered the operator's
+/// tools), and so is the operator's approval, named by the operator's principal.
+#[tokio::test]
+async fn an_operator_upstreams_changed_definition_is_audited_in_every_tenants_chain() {
+    let (_fixture, port) = toolgate_e2e::python_server("fixture_server.py").await;
+    let entry: toolgate_server::config::UpstreamEntry = serde_json::from_value(json!({
+        "name": "fx",
+        "url": format!("http://127.0.0.1:{port}/mcp"),
+        "pin": "quarantine",
+    }))
+    .expect("an upstream entry");
+    let gw = Gateway::start_with(|c| c.upstreams = vec![entry]).await;
+    until_tools(&gw.http, &gw, "fx connects", |n| {
+        n.contains(&"fx__add".to_owned())
+    })
+    .await;
+    let other = toolgate_e2e::client_with_key(&gw.create_tenant("other").await);
+    let definition_rows = |http: reqwest::Client| {
+        let url = gw.url("/v1/audit?adapter=definition");
+        async move {
+            let (status, _, audit) =
+                toolgate_e2e::read(http.get(url).send().await.expect("audit")).await;
+            assert_eq!(status, 200, "{audit}");
+            audit["entries"].as_array().expect("entries").clone()
+        }
+    };
+
+    let (status, _, pulled) = gw.invoke("fx__rug_pull", json!({"arguments": {}})).await;
+    assert_eq!(status, 200, "{pulled}");
+    until_tools(
+        &other,
+        &gw,
+        "the changed add is withheld from the other tenant",
+        |n| !n.contains(&"fx__add".to_owned()),
+    )
+    .await;
+    for (who, http) in [
+        ("operator's tenant", gw.http.clone()),
+        ("other", other.clone()),
+    ] {
+        let rows = definition_rows(http).await;
+        let changed = rows
+            .iter()
+            .find(|r| r["tool"] == "fx__add" && r["arguments"]["event"] == "changed")
+            .unwrap_or_else(|| panic!("{who}: no change row in {rows:?}"));
+        assert_eq!(changed["outcome"], "approval_required", "{who}: {changed}");
+        assert!(
+            changed["arguments"]["diff"]["description"]["after"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("<IMPORTANT>"),
+            "{who}: {changed}"
+        );
+    }
+
+    let (_, _, waiting) = gw.get("/v1/tool-definitions?owner=operator").await;
+    let add = waiting["definitions"]
+        .as_array()
+        .expect("definitions")
+        .iter()
+        .find(|d| d["tool"] == "add")
+        .unwrap_or_else(|| panic!("{waiting}"))
+        .clone();
+    assert_eq!(add["status"], "quarantined", "{add}");
+    let (status, _, approved) = gw
+        .post(
+            "/v1/tool-definitions/fx/add/approve?owner=operator",
+            json!({"hash": add["pending_hash"]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{approved}");
+    until_tools(
+        &other,
+        &gw,
+        "the approved add is offered to the other tenant",
+        |n| n.contains(&"fx__add".to_owned()),
+    )
+    .await;
+    let (_, _, me) = gw.get("/v1/me").await;
+    for (who, http) in [
+        ("operator's tenant", gw.http.clone()),
+        ("other", other.clone()),
+    ] {
+        let rows = definition_rows(http).await;
+        let approval = rows
+            .iter()
+            .find(|r| r["tool"] == "fx__add" && r["arguments"]["event"] == "approved")
+            .unwrap_or_else(|| panic!("{who}: no approval row in {rows:?}"));
+        assert_eq!(approval["outcome"], "ok", "{who}: {approval}");
+        assert_eq!(
+            approval["principal_id"], me["principal_id"],
+            "{who}: the operator approved: {approval}"
+        );
+    }
+    gw.stop().await;
+}
+
 /// Tool overrides (issue 29): a tenant's upstream tool renamed, described anew, with an
 /// argument fixed by the gateway: callers see and call it by its new name, its schema
 /// lacks the fixed argument, and a caller cannot set it. A name too long once prefixed

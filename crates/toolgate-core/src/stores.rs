@@ -489,4 +489,8 @@ pub trait PinStore: Backend {
         hash: &str,
         by: PrincipalId,
     ) -> Result<Option<PinRecord>, Self::Error>;
+
+    /// Every tenant: the chains in which a change to the operator's upstreams (whose
+    /// tools every tenant is offered) is recorded.
+    async fn tenant_ids(&self) -> Result<Vec<crate::TenantId>, Self::Error>;
 }

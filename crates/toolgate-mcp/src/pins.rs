@@ -67,8 +67,10 @@ impl<S: PinStore> Pins<S> {
         }
     }
 
-    /// The event, and for a tenant's upstream the audit row, of what happened to a
-    /// definition. `by` approved it (else the gateway noticed it).
+    /// The event and the audit rows of what happened to a definition: a tenant's
+    /// upstream's change is recorded in that tenant's chain, the operator's in every
+    /// tenant's (all of them are offered its tools). `by` approved it (else the gateway
+    /// noticed it).
     async fn record(
         &self,
         pin: &PinRecord,
@@ -91,11 +93,16 @@ impl<S: PinStore> Pins<S> {
             what,
             withheld,
         });
-        let Some(tenant) = tenant else {
-            return;
+        let chains = match tenant {
+            Some(tenant) => vec![tenant],
+            None => match self.store.tenant_ids().await {
+                Ok(tenants) => tenants,
+                Err(err) => {
+                    tracing::error!(error = %err, upstream = %pin.upstream, tool = %pin.exported, "the tenants could not be read: an operator upstream's tool definition change is not audited");
+                    return;
+                }
+            },
         };
-        let auth = by.cloned().unwrap_or_else(|| gateway(tenant));
-        let ctx = CallContext::new(auth, Adapter::Definition);
         let mut arguments = json!({
             "upstream": pin.upstream,
             "tool": pin.tool,
@@ -109,21 +116,29 @@ impl<S: PinStore> Pins<S> {
         if let (Some(map), Value::Object(extra)) = (arguments.as_object_mut(), details) {
             map.extend(extra);
         }
-        let record = AuditRecord::start(&ctx, &pin.exported, &arguments, arguments.clone());
         let (outcome, note) = if withheld {
+            let who = if tenant.is_some() {
+                "a tenant admin"
+            } else {
+                "the operator"
+            };
             (
                 Outcome::Error(ErrorKind::ApprovalRequired),
-                Some("withheld until a tenant admin approves the new definition".to_owned()),
+                Some(format!("withheld until {who} approves the new definition")),
             )
         } else {
             (Outcome::Ok, None)
         };
-        if let Err(err) = self
-            .audit
-            .record(record.finish(outcome, note, Duration::ZERO))
-            .await
-        {
-            tracing::error!(error = %err, upstream = %pin.upstream, tool = %pin.exported, "a tool definition change could not be audited");
+        for chain in chains {
+            let ctx = CallContext::new(recorder(chain, by), Adapter::Definition);
+            let record = AuditRecord::start(&ctx, &pin.exported, &arguments, arguments.clone());
+            if let Err(err) = self
+                .audit
+                .record(record.finish(outcome, note.clone(), Duration::ZERO))
+                .await
+            {
+                tracing::error!(error = %err, upstream = %pin.upstream, tool = %pin.exported, "a tool definition change could not be audited");
+            }
         }
     }
 
@@ -192,19 +207,27 @@ impl<S: PinStore> Pins<S> {
     }
 }
 
-/// The gateway itself, as the principal of the audit rows it writes of its own accord.
-fn gateway(tenant: TenantId) -> Arc<AuthContext> {
-    Arc::new(AuthContext {
-        tenant,
-        tenant_name: String::new(),
-        principal: Principal {
-            id: PrincipalId(Uuid::nil()),
-            kind: PrincipalKind::ServiceAccount,
-            name: "toolgate".into(),
-        },
-        roles: Vec::new(),
-        scopes: Vec::new(),
-    })
+/// Who a definition row in `tenant`'s chain is by: the person who approved (the
+/// operator, for an operator upstream, named in every tenant's chain by their principal
+/// and granted nothing there), else the gateway itself, of its own accord.
+fn recorder(tenant: TenantId, by: Option<&Arc<AuthContext>>) -> Arc<AuthContext> {
+    match by {
+        Some(by) if by.tenant == tenant => by.clone(),
+        by => Arc::new(AuthContext {
+            tenant,
+            tenant_name: String::new(),
+            principal: by.map_or_else(
+                || Principal {
+                    id: PrincipalId(Uuid::nil()),
+                    kind: PrincipalKind::ServiceAccount,
+                    name: "toolgate".into(),
+                },
+                |by| by.principal.clone(),
+            ),
+            roles: Vec::new(),
+            scopes: Vec::new(),
+        }),
+    }
 }
 
 #[async_trait]

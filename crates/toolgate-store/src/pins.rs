@@ -255,4 +255,13 @@ impl toolgate_core::stores::PinStore for Store {
     ) -> Result<Option<PinRecord>, StoreError> {
         dispatch!(self, s => s.approve_tool_pin(owner, upstream, tool, hash, by).await)
     }
+
+    async fn tenant_ids(&self) -> Result<Vec<toolgate_core::TenantId>, StoreError> {
+        Ok(self
+            .list_tenants()
+            .await?
+            .into_iter()
+            .map(|t| t.id)
+            .collect())
+    }
 }

@@ -243,8 +243,10 @@ async fn supervise(
     // Tools stay registered while their upstream is away: calls then fail as `upstream`
     // errors (the connection they hold is closed) until a new connection replaces them.
     let mut registered = Vec::new();
-    // Per-tenant (or per-principal) sessions for calls, kept across reconnections.
-    let pool = SessionPool::new(&config, catalog.clone());
+    // Per-tenant (or per-principal) sessions for calls, kept across reconnections, and
+    // the changes to the upstream's lists they hear of.
+    let (pool_changed_tx, mut pool_changed) = tokio::sync::mpsc::channel(1);
+    let pool = SessionPool::new(&config, catalog.clone(), pool_changed_tx);
     // A definition approved by a person: list again, to offer it.
     let mut approvals = config.vetting.0.as_ref().map(|v| v.approvals());
     loop {
@@ -300,6 +302,7 @@ async fn supervise(
                             _ = shutdown.cancelled() => break 'listing End::Shutdown,
                             _ = &mut ended => break 'listing End::Closed,
                             Some(()) = changed.recv() => continue 'listing,
+                            Some(()) = pool_changed.recv() => continue 'listing,
                             Ok(()) = async {
                                 match approvals.as_mut() {
                                     Some(approved) => approved.changed().await,

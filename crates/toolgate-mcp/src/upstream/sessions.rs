@@ -30,10 +30,19 @@ pub(super) struct SessionPool {
     pub(super) config: UpstreamConfig,
     pub(super) catalog: Arc<Catalog>,
     pub(super) sessions: Mutex<HashMap<PoolKey, (PoolCell, Instant)>>,
+    /// Tells the supervisor that the upstream said, in one of these sessions, that its
+    /// lists changed: a server may say so only in the session where the change was
+    /// made (the Python SDK's `ctx.session.send_tool_list_changed()` does), and the
+    /// supervisor lists in its own.
+    pub(super) list_changed: tokio::sync::mpsc::Sender<()>,
 }
 
 impl SessionPool {
-    pub(super) fn new(config: &UpstreamConfig, catalog: Arc<Catalog>) -> Option<Arc<Self>> {
+    pub(super) fn new(
+        config: &UpstreamConfig,
+        catalog: Arc<Catalog>,
+        list_changed: tokio::sync::mpsc::Sender<()>,
+    ) -> Option<Arc<Self>> {
         let pooled = matches!(config.transport, UpstreamTransport::Http { .. })
             && (config.sessions != SessionScope::Shared || config.personal.0.is_some());
         pooled.then(|| {
@@ -41,6 +50,7 @@ impl SessionPool {
                 config: config.clone(),
                 catalog,
                 sessions: Mutex::default(),
+                list_changed,
             })
         })
     }
@@ -97,11 +107,15 @@ impl SessionPool {
             let opened = cell
                 .get_or_try_init(|| async {
                     let routes = Routes::new(self.config.relay_unattributed);
-                    // Tool lists come from the supervisor's session; these only call.
-                    let (list_changed, _) = tokio::sync::mpsc::channel(1);
-                    let (service, _no_child) =
-                        connect(&config, routes.clone(), list_changed, self.catalog.clone())
-                            .await?;
+                    // Tool lists come from the supervisor's session; these only call,
+                    // and pass on what they hear of changes.
+                    let (service, _no_child) = connect(
+                        &config,
+                        routes.clone(),
+                        self.list_changed.clone(),
+                        self.catalog.clone(),
+                    )
+                    .await?;
                     tracing::debug!(upstream = %self.config.name, tenant = %key.0, "opened an upstream session");
                     Ok::<_, String>(Arc::new(Pooled { service, routes }))
                 })
