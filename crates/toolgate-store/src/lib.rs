@@ -6,7 +6,7 @@
 //!
 //! Queries are runtime `query`/`query_as` with bound values, not the `query!` macros: the
 //! macros check one database per crate, and this crate has two. The shared store suite
-//! (`tests/store_suite.rs`) runs every behaviour against both backends and is the check.
+//! (`tests/store_suite/`) runs every behaviour against both backends and is the check.
 //!
 //! # Layout
 //!
@@ -18,8 +18,9 @@
 //! - [`runs`]: agents, runs and run journals.
 //! - [`approvals`]: approval policies and approvals.
 //! - [`upstreams`]: tenants' own upstream MCP servers.
+//! - [`sessions`]: MCP sessions and their stored SSE events.
 //! - [`sqlite`], [`postgres`]: the two backends, each with its audit log (`audit.rs`) and
-//!   MCP sessions (`sessions.rs`) in files of their own.
+//!   runs (`runs.rs`) in files of their own.
 
 /// Calls the same method on whichever backend the store is. Defined before the modules,
 /// so that each module's `impl Store` forwards through it.
@@ -30,6 +31,31 @@ macro_rules! dispatch {
             Store::Sqlite($s) => $call,
         }
     };
+}
+
+/// Runs one statement for a tenant on SQLite: straight on the pool, in autocommit (a
+/// transaction would cost two more round trips to the connection's thread), the tenant
+/// wall being the statement's own `tenant_id` filter. `$conn` is bound to the pool.
+macro_rules! sqlite_once {
+    ($store:ident, $tenant:expr, |$conn:ident| $body:expr) => {{
+        let _ = $tenant;
+        let $conn = &$store.pool;
+        $body
+    }};
+}
+
+/// Runs one statement for a tenant on Postgres: in a transaction naming the tenant, so
+/// row-level security applies. `$conn` is bound to the transaction's connection.
+macro_rules! postgres_once {
+    ($store:ident, $tenant:expr, |$conn:ident| $body:expr) => {{
+        let mut tx = $store.tenant_tx($tenant).await?;
+        let done = {
+            let $conn = &mut *tx;
+            $body
+        };
+        tx.commit().await?;
+        done
+    }};
 }
 
 pub mod approvals;
@@ -43,6 +69,7 @@ pub mod notify;
 pub mod pins;
 pub mod postgres;
 pub mod runs;
+pub mod sessions;
 pub mod sqlite;
 pub mod upstreams;
 pub mod writer;
@@ -549,74 +576,5 @@ impl toolgate_core::stores::Backend for Store {
 
     async fn watch_changes(&self) -> Result<toolgate_core::stores::Changes, StoreError> {
         Store::watch_changes(self).await
-    }
-}
-
-/// The MCP session seam of [`toolgate_core::stores`], for the MCP adapter's sessions.
-#[async_trait::async_trait]
-impl toolgate_core::stores::SessionStore for Store {
-    /// Records an MCP session; [`StoreError::Conflict`] if the id is taken.
-    async fn put_mcp_session(&self, session: &McpSession) -> Result<(), StoreError> {
-        dispatch!(self, s => s.put_mcp_session(session).await)
-    }
-
-    /// The session with this id, whichever tenant it belongs to: the caller is then
-    /// checked against its owner.
-    async fn mcp_session(&self, id: &str) -> Result<Option<McpSession>, StoreError> {
-        dispatch!(self, s => s.mcp_session(id).await)
-    }
-
-    /// Ends a session: its row and its stored SSE events.
-    async fn delete_mcp_session(&self, tenant: TenantId, id: &str) -> Result<(), StoreError> {
-        dispatch!(self, s => s.delete_mcp_session(tenant, id).await)
-    }
-
-    /// Marks sessions `ids` as in use at `at` (an instance holding them in memory).
-    async fn touch_mcp_sessions(
-        &self,
-        ids: &[String],
-        at: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
-        if ids.is_empty() {
-            return Ok(());
-        }
-        dispatch!(self, s => s.touch_mcp_sessions(ids, at).await)
-    }
-
-    /// Ends the sessions last seen in use before `before`, across tenants, with their
-    /// stored events (retention: a client coming back gets 404 and opens a new one).
-    /// Returns how many went.
-    async fn prune_mcp_sessions(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
-        dispatch!(self, s => s.prune_mcp_sessions(before).await)
-    }
-
-    /// Stores one SSE event of `stream` in `session`; returns its sequence number, unique
-    /// across the store (and so across gateway instances).
-    async fn append_mcp_event(
-        &self,
-        tenant: TenantId,
-        session: &str,
-        stream: &str,
-        message: Option<&str>,
-        retry_ms: Option<i32>,
-    ) -> Result<i64, StoreError> {
-        dispatch!(self, s => s.append_mcp_event(tenant, session, stream, message, retry_ms).await)
-    }
-
-    /// The events after event `seq` on the same stream as it, in order; empty when `seq`
-    /// is not an event of this tenant's `session`.
-    async fn mcp_events_after(
-        &self,
-        tenant: TenantId,
-        session: &str,
-        seq: i64,
-    ) -> Result<Vec<McpEvent>, StoreError> {
-        dispatch!(self, s => s.mcp_events_after(tenant, session, seq).await)
-    }
-
-    /// Drops stored SSE events older than `before`, across tenants (retention). Returns
-    /// how many went.
-    async fn prune_mcp_events(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
-        dispatch!(self, s => s.prune_mcp_events(before).await)
     }
 }

@@ -35,7 +35,6 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/
 
 mod audit;
 mod runs;
-mod sessions;
 
 /// The role the app pool works as (created by the migrations).
 pub const APP_ROLE: &str = "toolgate_app";

@@ -23,7 +23,6 @@ use crate::{StoreError, keys};
 
 mod audit;
 mod runs;
-mod sessions;
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
 
