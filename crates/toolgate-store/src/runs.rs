@@ -1,5 +1,7 @@
-//! Agents, runs and run journals, on both backends: what they share here, each
-//! backend's queries in `postgres/runs.rs` and `sqlite/runs.rs`.
+//! Agents, runs and run journals, on both backends: one macro writes both (as for
+//! approvals and sessions: ids and JSON travel as text and are cast on Postgres); only
+//! the journal append differs, in `postgres/runs.rs` (one function call) and
+//! `sqlite/runs.rs` (a transaction of inserts).
 //!
 //! A run's events are numbered 1, 2, 3… by the one instance that holds the run's lease;
 //! the primary key `(run_id, seq)` refuses a second writer. The last event and the run's
@@ -8,21 +10,23 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use toolgate_core::{RunId, TenantId};
+use toolgate_core::{PrincipalId, RunId, TenantId};
 use uuid::Uuid;
 
 use crate::model::{AgentRecord, NewRun, RunEventRecord, RunFinish, RunRecord};
+use crate::postgres::PostgresStore;
+use crate::sqlite::{SqliteStore, uuid};
 use crate::{Store, StoreError};
 
 /// Runs an instance may take over: running ones whose lease ended before `$4`, and ones
 /// waiting for approval that can go on (a decision not yet used, an approval expired by
 /// `$5`, or a cancel request).
-pub(crate) const READY: &str = "(r.status = 'running' and (r.lease_until is null or r.lease_until < $4)) \
+const READY: &str = "(r.status = 'running' and (r.lease_until is null or r.lease_until < $4)) \
     or (r.status = 'awaiting_approval' and (r.cancel_requested \
         or exists (select 1 from approval a where a.run_id = r.run_id and a.used_at is null \
                    and (a.status <> 'pending' or a.expires_at <= $5))))";
 
-pub(crate) const AGENT_CONFLICT: &str = "an agent with this name exists in your tenant";
+const AGENT_CONFLICT: &str = "an agent with this name exists in your tenant";
 pub(crate) const SEQ_CONFLICT: &str = "another instance is writing this run";
 
 pub(crate) fn event_kind(event: &Value) -> &str {
@@ -32,15 +36,442 @@ pub(crate) fn event_kind(event: &Value) -> &str {
         .unwrap_or("unknown")
 }
 
-pub(crate) fn json(text: &str) -> Result<Value, StoreError> {
+fn json(text: &str) -> Result<Value, StoreError> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("stored JSON: {e}")))
 }
 
-/// `agent_id, name, config, created_at, updated_at`, with the id as each backend stores it.
-pub(crate) type AgentRow<Id> = (Id, String, String, DateTime<Utc>, DateTime<Utc>);
+fn sql(s: String) -> sqlx::AssertSqlSafe<String> {
+    sqlx::AssertSqlSafe(s)
+}
 
-/// Columns of `run`, JSON as text, in [`RunRow`] order.
-pub(crate) const RUN_COLUMNS: &str = "run_id, tenant_id, agent_id, agent_name, principal_id, auth, agent_config, input, status, output, best_effort, error, usage, cancel_requested, created_at, finished_at";
+/// `ids` as a JSON array, which both backends expand into rows.
+fn json_list(ids: impl IntoIterator<Item = Uuid>) -> String {
+    Value::from_iter(ids.into_iter().map(|id| id.to_string())).to_string()
+}
+
+/// `agent_id, name, config, created_at, updated_at`.
+type AgentRow = (String, String, String, DateTime<Utc>, DateTime<Utc>);
+
+/// A `run` row as [`run_columns`] reads it: ids and JSON as text.
+type RunRow = (
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    Option<String>,
+    bool,
+    Option<String>,
+    Option<String>,
+    bool,
+    DateTime<Utc>,
+    Option<DateTime<Utc>>,
+);
+
+fn run_record(r: RunRow) -> Result<RunRecord, StoreError> {
+    Ok(RunRecord {
+        id: RunId(uuid(&r.0)?),
+        tenant: TenantId(uuid(&r.1)?),
+        agent_id: uuid(&r.2)?,
+        agent_name: r.3,
+        principal: PrincipalId(uuid(&r.4)?),
+        auth: json(&r.5)?,
+        agent_config: json(&r.6)?,
+        input: r.7,
+        status: r.8,
+        output: r.9,
+        best_effort: r.10,
+        error: r.11,
+        usage: r.12.as_deref().map(json).transpose()?,
+        cancel_requested: r.13,
+        created_at: r.14,
+        finished_at: r.15,
+    })
+}
+
+/// The columns of `run` in [`RunRow`] order, `t` casting a uuid or JSON column to text.
+fn run_columns(t: &str) -> String {
+    format!(
+        "run_id{t}, tenant_id{t}, agent_id{t}, agent_name, principal_id{t}, auth{t}, agent_config{t}, input, status, \
+         output, best_effort, error, usage{t}, cancel_requested, created_at, finished_at"
+    )
+}
+
+/// Writes the run operations for one backend. `$conn`: its connection type; `$cross`:
+/// the pool for statements across tenants; `$once`: the macro running one statement for
+/// a tenant (see `sqlite_once`); `$now`: the time as the backend stores it; `$u`, `$j`:
+/// the casts of a text parameter to a uuid and to JSON; `$jl`: to a JSON array
+/// parameter; `$t`: of a uuid or JSON column to text; `$each`: the function expanding a
+/// JSON array into rows of `value`; `$lock`: what a claim locks the rows it takes with.
+macro_rules! run_store {
+    (
+        $store:ty, $conn:ty, $cross:ident, $once:ident, $now:path,
+        $u:literal, $j:literal, $jl:literal, $t:literal, $each:literal, $lock:literal
+    ) => {
+        impl $store {
+            pub async fn create_agent(
+                &self,
+                tenant: TenantId,
+                name: &str,
+                config: &Value,
+            ) -> Result<AgentRecord, StoreError> {
+                let at = $now();
+                let record = AgentRecord {
+                    id: Uuid::now_v7(),
+                    tenant,
+                    name: name.to_owned(),
+                    config: config.clone(),
+                    created_at: at,
+                    updated_at: at,
+                };
+                let insert = sql(format!(
+                    "insert into agent (agent_id, tenant_id, name, config, created_at, updated_at) \
+                     values ($1{u}, $2{u}, $3, $4{j}, $5, $5)",
+                    u = $u,
+                    j = $j
+                ));
+                $once!(self, tenant, |conn| {
+                    sqlx::query(insert)
+                        .bind(record.id.to_string())
+                        .bind(tenant.to_string())
+                        .bind(name)
+                        .bind(config.to_string())
+                        .bind(at)
+                        .execute(conn)
+                        .await
+                        .map_err(|e| StoreError::on_constraint(e, "agent_tenant_name_key", AGENT_CONFLICT))?
+                });
+                Ok(record)
+            }
+
+            /// The tenant's agents, or only the one with id `only`.
+            pub async fn agents(
+                &self,
+                tenant: TenantId,
+                only: Option<Uuid>,
+            ) -> Result<Vec<AgentRecord>, StoreError> {
+                let select = sql(format!(
+                    "select agent_id{t}, name, config{t}, created_at, updated_at from agent \
+                     where tenant_id = $1{u} and ($2 is null or agent_id = $2{u}) order by name",
+                    t = $t,
+                    u = $u
+                ));
+                let rows: Vec<AgentRow> = $once!(self, tenant, |conn| {
+                    sqlx::query_as(select)
+                        .bind(tenant.to_string())
+                        .bind(only.map(|id| id.to_string()))
+                        .fetch_all(conn)
+                        .await?
+                });
+                rows.into_iter()
+                    .map(|(id, name, config, created_at, updated_at)| {
+                        Ok(AgentRecord {
+                            id: uuid(&id)?,
+                            tenant,
+                            name,
+                            config: json(&config)?,
+                            created_at,
+                            updated_at,
+                        })
+                    })
+                    .collect()
+            }
+
+            pub async fn update_agent(
+                &self,
+                tenant: TenantId,
+                agent: Uuid,
+                name: &str,
+                config: &Value,
+            ) -> Result<bool, StoreError> {
+                let update = sql(format!(
+                    "update agent set name = $3, config = $4{j}, updated_at = $5 where tenant_id = $1{u} and agent_id = $2{u}",
+                    u = $u,
+                    j = $j
+                ));
+                let done = $once!(self, tenant, |conn| {
+                    sqlx::query(update)
+                        .bind(tenant.to_string())
+                        .bind(agent.to_string())
+                        .bind(name)
+                        .bind(config.to_string())
+                        .bind($now())
+                        .execute(conn)
+                        .await
+                        .map_err(|e| StoreError::on_constraint(e, "agent_tenant_name_key", AGENT_CONFLICT))?
+                });
+                Ok(done.rows_affected() == 1)
+            }
+
+            pub async fn delete_agent(&self, tenant: TenantId, agent: Uuid) -> Result<bool, StoreError> {
+                let delete = sql(format!(
+                    "delete from agent where tenant_id = $1{u} and agent_id = $2{u}",
+                    u = $u
+                ));
+                let done = $once!(self, tenant, |conn| {
+                    sqlx::query(delete)
+                        .bind(tenant.to_string())
+                        .bind(agent.to_string())
+                        .execute(conn)
+                        .await?
+                });
+                Ok(done.rows_affected() == 1)
+            }
+
+            pub async fn create_run(&self, tenant: TenantId, new: &NewRun) -> Result<(), StoreError> {
+                let mut tx = self.tenant_tx(tenant).await?;
+                let at = $now();
+                sqlx::query(sql(format!(
+                    "insert into run (run_id, tenant_id, agent_id, agent_name, principal_id, auth, agent_config, input, status, owner, lease_until, created_at) \
+                     values ($1{u}, $2{u}, $3{u}, $4, $5{u}, $6{j}, $7{j}, $8, 'running', $9, $10, $11)",
+                    u = $u,
+                    j = $j
+                )))
+                .bind(new.id.to_string())
+                .bind(tenant.to_string())
+                .bind(new.agent_id.to_string())
+                .bind(&new.agent_name)
+                .bind(new.principal.0.to_string())
+                .bind(new.auth.to_string())
+                .bind(new.agent_config.to_string())
+                .bind(&new.input)
+                .bind(&new.owner)
+                .bind(new.lease_until)
+                .bind(at)
+                .execute(&mut *tx)
+                .await?;
+                Self::insert_run_event(&mut tx, tenant, new.id, 1, &new.first_event, at).await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            /// Inserts one event of a run's journal.
+            pub(crate) async fn insert_run_event(
+                conn: &mut $conn,
+                tenant: TenantId,
+                run: RunId,
+                seq: i64,
+                event: &Value,
+                at: DateTime<Utc>,
+            ) -> Result<(), StoreError> {
+                sqlx::query(sql(format!(
+                    "insert into run_event (run_id, tenant_id, seq, kind, payload, created_at) values ($1{u}, $2{u}, $3, $4, $5{j}, $6)",
+                    u = $u,
+                    j = $j
+                )))
+                .bind(run.to_string())
+                .bind(tenant.to_string())
+                .bind(seq)
+                .bind(event_kind(event))
+                .bind(event.to_string())
+                .bind(at)
+                .execute(conn)
+                .await
+                .map_err(|e| StoreError::on_constraint(e, "run_event_pkey", SEQ_CONFLICT))?;
+                Ok(())
+            }
+
+            /// Ends a run (or parks it awaiting approval), with the last of its events.
+            pub(crate) async fn finish_run(
+                conn: &mut $conn,
+                tenant: TenantId,
+                run: RunId,
+                f: &RunFinish,
+                at: DateTime<Utc>,
+            ) -> Result<(), StoreError> {
+                sqlx::query(sql(format!(
+                    "update run set status = $3, output = $4, best_effort = $5, error = $6, usage = $7{j}, \
+                     finished_at = case when $3 = 'awaiting_approval' then null else $8 end, owner = null, lease_until = null \
+                     where tenant_id = $1{u} and run_id = $2{u}",
+                    u = $u,
+                    j = $j
+                )))
+                .bind(tenant.to_string())
+                .bind(run.to_string())
+                .bind(&f.status)
+                .bind(&f.output)
+                .bind(f.best_effort)
+                .bind(&f.error)
+                .bind(f.usage.to_string())
+                .bind(at)
+                .execute(conn)
+                .await?;
+                Ok(())
+            }
+
+            pub async fn get_run(
+                &self,
+                tenant: TenantId,
+                run: RunId,
+            ) -> Result<Option<RunRecord>, StoreError> {
+                let select = sql(format!(
+                    "select {columns} from run where tenant_id = $1{u} and run_id = $2{u}",
+                    columns = run_columns($t),
+                    u = $u
+                ));
+                let row: Option<RunRow> = $once!(self, tenant, |conn| {
+                    sqlx::query_as(select)
+                        .bind(tenant.to_string())
+                        .bind(run.to_string())
+                        .fetch_optional(conn)
+                        .await?
+                });
+                row.map(run_record).transpose()
+            }
+
+            pub async fn list_runs(
+                &self,
+                tenant: TenantId,
+                limit: i64,
+            ) -> Result<Vec<RunRecord>, StoreError> {
+                let select = sql(format!(
+                    "select {columns} from run where tenant_id = $1{u} order by created_at desc, run_id desc limit $2",
+                    columns = run_columns($t),
+                    u = $u
+                ));
+                let rows: Vec<RunRow> = $once!(self, tenant, |conn| {
+                    sqlx::query_as(select)
+                        .bind(tenant.to_string())
+                        .bind(limit)
+                        .fetch_all(conn)
+                        .await?
+                });
+                rows.into_iter().map(run_record).collect()
+            }
+
+            pub async fn run_events(
+                &self,
+                tenant: TenantId,
+                run: RunId,
+                after: i64,
+            ) -> Result<Vec<RunEventRecord>, StoreError> {
+                let select = sql(format!(
+                    "select seq, kind, payload{t}, created_at from run_event \
+                     where tenant_id = $1{u} and run_id = $2{u} and seq > $3 order by seq",
+                    t = $t,
+                    u = $u
+                ));
+                let rows: Vec<(i64, String, String, DateTime<Utc>)> = $once!(self, tenant, |conn| {
+                    sqlx::query_as(select)
+                        .bind(tenant.to_string())
+                        .bind(run.to_string())
+                        .bind(after)
+                        .fetch_all(conn)
+                        .await?
+                });
+                rows.into_iter()
+                    .map(|(seq, kind, payload, created_at)| {
+                        Ok(RunEventRecord {
+                            seq,
+                            kind,
+                            payload: json(&payload)?,
+                            created_at,
+                        })
+                    })
+                    .collect()
+            }
+
+            pub async fn request_run_cancel(
+                &self,
+                tenant: TenantId,
+                run: RunId,
+            ) -> Result<bool, StoreError> {
+                let update = sql(format!(
+                    "update run set cancel_requested = true where tenant_id = $1{u} and run_id = $2{u} \
+                     and status in ('running', 'awaiting_approval')",
+                    u = $u
+                ));
+                let done = $once!(self, tenant, |conn| {
+                    sqlx::query(update)
+                        .bind(tenant.to_string())
+                        .bind(run.to_string())
+                        .execute(conn)
+                        .await?
+                });
+                Ok(done.rows_affected() == 1)
+            }
+
+            pub async fn renew_run_leases(
+                &self,
+                owner: &str,
+                runs: &[RunId],
+                until: DateTime<Utc>,
+            ) -> Result<Vec<RunId>, StoreError> {
+                let rows: Vec<(String, bool)> = sqlx::query_as(sql(format!(
+                    "update run set lease_until = $3 where run_id in (select value{u} from {each}($2{jl})) \
+                     and owner = $1 and status = 'running' returning run_id{t}, cancel_requested",
+                    u = $u,
+                    t = $t,
+                    jl = $jl,
+                    each = $each
+                )))
+                .bind(owner)
+                .bind(json_list(runs.iter().map(|r| r.0)))
+                .bind(until)
+                .fetch_all(&self.$cross)
+                .await?;
+                rows.into_iter()
+                    .filter(|r| r.1)
+                    .map(|r| Ok(RunId(uuid(&r.0)?)))
+                    .collect()
+            }
+
+            pub async fn claim_orphaned_runs(
+                &self,
+                owner: &str,
+                until: DateTime<Utc>,
+                limit: i64,
+                expired_before: DateTime<Utc>,
+            ) -> Result<Vec<RunRecord>, StoreError> {
+                let rows: Vec<RunRow> = sqlx::query_as(sql(format!(
+                    "update run set status = 'running', owner = $1, lease_until = $2 where run_id in \
+                     (select r.run_id from run r where {READY} order by r.created_at limit $3{lock}) returning {columns}",
+                    lock = $lock,
+                    columns = run_columns($t)
+                )))
+                .bind(owner)
+                .bind(until)
+                .bind(limit)
+                .bind(expired_before)
+                .bind($now())
+                .fetch_all(&self.$cross)
+                .await?;
+                rows.into_iter().map(run_record).collect()
+            }
+        }
+    };
+}
+
+run_store!(
+    PostgresStore,
+    sqlx::PgConnection,
+    owner,
+    postgres_once,
+    crate::postgres::now,
+    "::uuid",
+    "::jsonb",
+    "::json",
+    "::text",
+    "json_array_elements_text",
+    " for update of r skip locked"
+);
+run_store!(
+    SqliteStore,
+    sqlx::SqliteConnection,
+    pool,
+    sqlite_once,
+    Utc::now,
+    "",
+    "",
+    "",
+    "",
+    "json_each",
+    ""
+);
 
 impl Store {
     /// Creates an agent; [`StoreError::Conflict`] when the tenant has one of that name.
