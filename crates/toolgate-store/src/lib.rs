@@ -11,6 +11,7 @@
 //! # Layout
 //!
 //! - [`model`]: tenants, principals, API keys, audit rows.
+//! - [`tenancy`]: tenants, principals and API keys, on both backends.
 //! - [`keys`]: API key secrets (generated, hashed, recognised).
 //! - [`chain`]: the per-tenant audit hash chain and canonical JSON.
 //! - [`writer`]: [`AuditWriter`], group commit of audit records (implements the core's
@@ -71,6 +72,7 @@ pub mod postgres;
 pub mod runs;
 pub mod sessions;
 pub mod sqlite;
+pub mod tenancy;
 pub mod upstreams;
 pub mod writer;
 
@@ -272,75 +274,6 @@ impl Store {
         dispatch!(self, s => s.ping().await)
     }
 
-    /// Creates a tenant; its name must match `^[a-z0-9][a-z0-9-]{0,62}$`.
-    pub async fn create_tenant(&self, name: &str) -> Result<Tenant, StoreError> {
-        if !toolgate_core::auth::is_valid_tenant_name(name) {
-            return Err(StoreError::Invalid(format!(
-                "tenant name {name:?} is invalid: use 1-63 lowercase letters, digits and dashes, starting with a letter or digit"
-            )));
-        }
-        dispatch!(self, s => s.create_tenant(name).await)
-    }
-
-    /// The tenant named `name`.
-    pub async fn find_tenant(&self, name: &str) -> Result<Option<Tenant>, StoreError> {
-        Ok(self
-            .list_tenants()
-            .await?
-            .into_iter()
-            .find(|t| t.name == name))
-    }
-
-    pub async fn list_tenants(&self) -> Result<Vec<Tenant>, StoreError> {
-        dispatch!(self, s => s.list_tenants().await)
-    }
-
-    pub async fn get_tenant(&self, tenant: TenantId) -> Result<Option<Tenant>, StoreError> {
-        dispatch!(self, s => s.get_tenant(tenant).await)
-    }
-
-    pub async fn create_principal(
-        &self,
-        tenant: TenantId,
-        new: &NewPrincipal,
-    ) -> Result<Principal, StoreError> {
-        dispatch!(self, s => s.create_principal(tenant, new).await)
-    }
-
-    pub async fn list_principals(&self, tenant: TenantId) -> Result<Vec<Principal>, StoreError> {
-        dispatch!(self, s => s.list_principals(tenant).await)
-    }
-
-    pub async fn get_principal(
-        &self,
-        tenant: TenantId,
-        principal: PrincipalId,
-    ) -> Result<Option<Principal>, StoreError> {
-        dispatch!(self, s => s.get_principal(tenant, principal).await)
-    }
-
-    /// Creates a key; returns it and its secret, which is never stored or shown again.
-    pub async fn create_api_key(
-        &self,
-        tenant: TenantId,
-        new: &NewApiKey,
-    ) -> Result<(ApiKey, String), StoreError> {
-        dispatch!(self, s => s.create_api_key(tenant, new).await)
-    }
-
-    pub async fn list_api_keys(&self, tenant: TenantId) -> Result<Vec<ApiKey>, StoreError> {
-        dispatch!(self, s => s.list_api_keys(tenant).await)
-    }
-
-    pub async fn revoke_api_key(&self, tenant: TenantId, key: Uuid) -> Result<bool, StoreError> {
-        dispatch!(self, s => s.revoke_api_key(tenant, key).await)
-    }
-
-    /// The key a presented secret belongs to, with its principal and tenant.
-    pub async fn find_key(&self, secret: &str) -> Result<Option<KeyMatch>, StoreError> {
-        dispatch!(self, s => s.find_key(secret).await)
-    }
-
     /// Tells this process's waiters of `change`, committed elsewhere than in a store
     /// transaction that announces it (the audit writer's batches: a `NOTIFY` in every
     /// audit commit would serialize Postgres's commits on its notification queue).
@@ -381,16 +314,6 @@ impl Store {
             Store::Postgres(_) => None,
             Store::Sqlite(s) => Some(s.revocation_signal()),
         }
-    }
-
-    /// Changes whenever any key is revoked, in any instance or by the CLI: how many keys
-    /// are revoked, and the latest revocation time.
-    pub async fn revocation_marker(&self) -> Result<(i64, Option<DateTime<Utc>>), StoreError> {
-        dispatch!(self, s => s.revocation_marker().await)
-    }
-
-    pub async fn touch_key(&self, key: Uuid, at: DateTime<Utc>) -> Result<(), StoreError> {
-        dispatch!(self, s => s.touch_key(key, at).await)
     }
 
     pub async fn record_call_intent(&self, record: &AuditRecord) -> Result<(), StoreError> {
@@ -510,6 +433,13 @@ impl Store {
     ) -> Result<(), StoreError> {
         dispatch!(self, s => s.record_security_event(source, route, reason).await)
     }
+}
+
+/// The time now, to the microsecond both backends keep: what is written is what a
+/// read returns.
+pub(crate) fn now() -> DateTime<Utc> {
+    let t = Utc::now();
+    DateTime::from_timestamp_micros(t.timestamp_micros()).unwrap_or(t)
 }
 
 /// The columns of a call intent, as read back by a backend.

@@ -451,7 +451,7 @@ run_store!(
     sqlx::PgConnection,
     owner,
     postgres_once,
-    crate::postgres::now,
+    crate::now,
     "::uuid",
     "::jsonb",
     "::json",

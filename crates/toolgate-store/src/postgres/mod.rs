@@ -19,17 +19,16 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::types::Json;
 use sqlx::{Connection, Executor, PgConnection, PgPool, Postgres, QueryBuilder, Transaction};
 use toolgate_core::audit::AuditRecord;
 use toolgate_core::stores::Change;
 use toolgate_core::{PrincipalId, RunId, TenantId};
 use uuid::Uuid;
 
+use crate::StoreError;
 use crate::chain::{GENESIS, canonical_json, row_from_record};
 use crate::checkpoint::Checkpoint;
 use crate::model::*;
-use crate::{StoreError, keys};
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
 
@@ -60,85 +59,6 @@ pub struct PostgresStore {
     /// Changes heard from every instance (`LISTEN`), for this process's waiters.
     pub(crate) notifier: crate::notify::Notifier,
 }
-
-#[derive(sqlx::FromRow)]
-struct PrincipalRow {
-    principal_id: Uuid,
-    tenant_id: Uuid,
-    kind: String,
-    name: String,
-    roles: Json<Vec<String>>,
-    scopes: Json<Vec<String>>,
-    created_at: DateTime<Utc>,
-}
-
-impl From<PrincipalRow> for Principal {
-    fn from(r: PrincipalRow) -> Self {
-        Principal {
-            id: PrincipalId(r.principal_id),
-            tenant: TenantId(r.tenant_id),
-            kind: parse_kind(&r.kind),
-            name: r.name,
-            roles: r.roles.0,
-            scopes: r.scopes.0,
-            created_at: r.created_at,
-        }
-    }
-}
-
-#[derive(sqlx::FromRow)]
-struct KeyRow {
-    api_key_id: Uuid,
-    tenant_id: Uuid,
-    principal_id: Uuid,
-    name: String,
-    prefix: String,
-    scopes: Json<Vec<String>>,
-    expires_at: Option<DateTime<Utc>>,
-    last_used_at: Option<DateTime<Utc>>,
-    revoked_at: Option<DateTime<Utc>>,
-    created_at: DateTime<Utc>,
-}
-
-impl From<KeyRow> for ApiKey {
-    fn from(r: KeyRow) -> Self {
-        ApiKey {
-            id: r.api_key_id,
-            tenant: TenantId(r.tenant_id),
-            principal: PrincipalId(r.principal_id),
-            name: r.name,
-            prefix: r.prefix,
-            scopes: r.scopes.0,
-            expires_at: r.expires_at,
-            last_used_at: r.last_used_at,
-            revoked_at: r.revoked_at,
-            created_at: r.created_at,
-        }
-    }
-}
-
-#[derive(sqlx::FromRow)]
-struct KeyMatchRow {
-    #[sqlx(flatten)]
-    key: KeyRow,
-    principal_kind: String,
-    principal_name: String,
-    principal_roles: Json<Vec<String>>,
-    principal_scopes: Json<Vec<String>>,
-    principal_created_at: DateTime<Utc>,
-    tenant_name: String,
-}
-
-const FIND_KEY: &str = "select k.api_key_id, k.tenant_id, k.principal_id, k.name, k.prefix, k.scopes, k.expires_at, k.last_used_at, k.revoked_at, k.created_at,
-        p.kind as principal_kind, p.name as principal_name, p.roles as principal_roles, p.scopes as principal_scopes,
-        p.created_at as principal_created_at, t.name as tenant_name
- from api_key k
- join principal p on p.principal_id = k.principal_id and p.tenant_id = k.tenant_id
- join tenant t on t.tenant_id = k.tenant_id
- where k.secret_hash = $1";
-
-const KEY_COLUMNS: &str = "api_key_id, tenant_id, principal_id, name, prefix, scopes, expires_at, last_used_at, revoked_at, created_at";
-const PRINCIPAL_COLUMNS: &str = "principal_id, tenant_id, kind, name, roles, scopes, created_at";
 
 impl PostgresStore {
     /// Pools on `url`; connections open on first use.
@@ -276,190 +196,21 @@ impl PostgresStore {
         self.tenant_tx(tenant).await
     }
 
-    pub async fn create_tenant(&self, name: &str) -> Result<Tenant, StoreError> {
-        let tenant = Tenant {
-            id: TenantId::new(),
-            name: name.to_owned(),
-            created_at: now(),
-        };
-        sqlx::query("insert into tenant (tenant_id, name, created_at) values ($1, $2, $3)")
-            .bind(tenant.id.0)
-            .bind(&tenant.name)
-            .bind(tenant.created_at)
-            .execute(&self.owner)
-            .await
-            .map_err(|e| {
-                StoreError::on_constraint(e, "tenant_name_key", "a tenant with this name exists")
-            })?;
-        Ok(tenant)
-    }
-
-    pub async fn list_tenants(&self) -> Result<Vec<Tenant>, StoreError> {
-        let rows: Vec<(Uuid, String, DateTime<Utc>)> =
-            sqlx::query_as("select tenant_id, name, created_at from tenant order by name")
-                .fetch_all(&self.owner)
-                .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(id, name, created_at)| Tenant {
-                id: TenantId(id),
-                name,
-                created_at,
-            })
-            .collect())
-    }
-
-    pub async fn get_tenant(&self, tenant: TenantId) -> Result<Option<Tenant>, StoreError> {
-        let row: Option<(Uuid, String, DateTime<Utc>)> =
-            sqlx::query_as("select tenant_id, name, created_at from tenant where tenant_id = $1")
-                .bind(tenant.0)
-                .fetch_optional(&self.owner)
-                .await?;
-        Ok(row.map(|(id, name, created_at)| Tenant {
-            id: TenantId(id),
-            name,
-            created_at,
-        }))
-    }
-
-    pub async fn create_principal(
+    /// `NOTIFY` inside the revoking transaction: delivered to every listening instance
+    /// when, and only if, it commits.
+    pub(crate) async fn announce_revocation_in(
         &self,
-        tenant: TenantId,
-        new: &NewPrincipal,
-    ) -> Result<Principal, StoreError> {
-        let principal = Principal {
-            id: PrincipalId::new(),
-            tenant,
-            kind: new.kind,
-            name: new.name.clone(),
-            roles: new.roles.clone(),
-            scopes: new.scopes.clone(),
-            created_at: now(),
-        };
-        let mut tx = self.tenant_tx(tenant).await?;
-        sqlx::query(
-            "insert into principal (principal_id, tenant_id, kind, name, roles, scopes, created_at) values ($1, $2, $3, $4, $5, $6, $7)",
-        )
-        .bind(principal.id.0)
-        .bind(tenant.0)
-        .bind(kind_str(principal.kind))
-        .bind(&principal.name)
-        .bind(Json(&principal.roles))
-        .bind(Json(&principal.scopes))
-        .bind(principal.created_at)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| {
-            StoreError::on_constraint(e, "principal_tenant_id_name_key", "a principal with this name exists in the tenant")
-        })?;
-        tx.commit().await?;
-        Ok(principal)
-    }
-
-    pub async fn list_principals(&self, tenant: TenantId) -> Result<Vec<Principal>, StoreError> {
-        let mut tx = self.tenant_tx(tenant).await?;
-        let rows: Vec<PrincipalRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "select {PRINCIPAL_COLUMNS} from principal where tenant_id = $1 order by name"
-        )))
-        .bind(tenant.0)
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(rows.into_iter().map(Principal::from).collect())
-    }
-
-    pub async fn get_principal(
-        &self,
-        tenant: TenantId,
-        principal: PrincipalId,
-    ) -> Result<Option<Principal>, StoreError> {
-        let mut tx = self.tenant_tx(tenant).await?;
-        let row: Option<PrincipalRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "select {PRINCIPAL_COLUMNS} from principal where tenant_id = $1 and principal_id = $2"
-        )))
-        .bind(tenant.0)
-        .bind(principal.0)
-        .fetch_optional(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(row.map(Principal::from))
-    }
-
-    pub async fn create_api_key(
-        &self,
-        tenant: TenantId,
-        new: &NewApiKey,
-    ) -> Result<(ApiKey, String), StoreError> {
-        let secret =
-            keys::generate().map_err(|e| StoreError::Corrupt(format!("no randomness: {e}")))?;
-        let key = ApiKey {
-            id: Uuid::now_v7(),
-            tenant,
-            principal: new.principal,
-            name: new.name.clone(),
-            prefix: secret[..keys::SHOWN].to_owned(),
-            scopes: new.scopes.clone(),
-            expires_at: new.expires_at,
-            last_used_at: None,
-            revoked_at: None,
-            created_at: now(),
-        };
-        let mut tx = self.tenant_tx(tenant).await?;
-        let inserted = sqlx::query(
-            "insert into api_key (api_key_id, tenant_id, principal_id, name, prefix, secret_hash, scopes, expires_at, created_at)
-             select $1, $2, $3, $4, $5, $6, $7, $8, $9
-             where exists (select 1 from principal where principal_id = $3 and tenant_id = $2)",
-        )
-        .bind(key.id)
-        .bind(tenant.0)
-        .bind(key.principal.0)
-        .bind(&key.name)
-        .bind(&key.prefix)
-        .bind(keys::hash(&secret))
-        .bind(Json(&key.scopes))
-        .bind(key.expires_at)
-        .bind(key.created_at)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        if inserted.rows_affected() == 0 {
-            return Err(StoreError::NotFound(
-                "no such principal in this tenant".into(),
-            ));
-        }
-        Ok((key, secret))
-    }
-
-    pub async fn list_api_keys(&self, tenant: TenantId) -> Result<Vec<ApiKey>, StoreError> {
-        let mut tx = self.tenant_tx(tenant).await?;
-        let rows: Vec<KeyRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "select {KEY_COLUMNS} from api_key where tenant_id = $1 order by created_at"
-        )))
-        .bind(tenant.0)
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(rows.into_iter().map(ApiKey::from).collect())
-    }
-
-    pub async fn revoke_api_key(&self, tenant: TenantId, key: Uuid) -> Result<bool, StoreError> {
-        let mut tx = self.tenant_tx(tenant).await?;
-        let done = sqlx::query(
-            "update api_key set revoked_at = coalesce(revoked_at, $3) where tenant_id = $1 and api_key_id = $2",
-        )
-        .bind(tenant.0)
-        .bind(key)
-        .bind(now())
-        .execute(&mut *tx)
-        .await?;
-        // Delivered to every listening instance when the revocation commits.
+        tx: &mut PgConnection,
+    ) -> Result<(), StoreError> {
         sqlx::query("select pg_notify($1, '')")
             .bind(REVOCATIONS_CHANNEL)
-            .execute(&mut *tx)
+            .execute(tx)
             .await?;
-        tx.commit().await?;
-        Ok(done.rows_affected() > 0)
+        Ok(())
     }
+
+    /// Nothing after the commit: the `NOTIFY` went with it.
+    pub(crate) fn revocation_announced(&self) {}
 
     /// A signal each time a key is revoked anywhere (`NOTIFY`), and also whenever the
     /// listening connection was lost and made again (notifications may have been missed
@@ -484,48 +235,6 @@ impl PostgresStore {
             }
         });
         Ok(rx)
-    }
-
-    /// One query: the key, its principal and its tenant's name.
-    pub async fn find_key(&self, secret: &str) -> Result<Option<KeyMatch>, StoreError> {
-        let row: Option<KeyMatchRow> = sqlx::query_as(FIND_KEY)
-            .bind(keys::hash(secret))
-            .fetch_optional(&self.owner)
-            .await?;
-        Ok(row.map(|r| {
-            let key = ApiKey::from(r.key);
-            let principal = Principal {
-                id: key.principal,
-                tenant: key.tenant,
-                kind: parse_kind(&r.principal_kind),
-                name: r.principal_name,
-                roles: r.principal_roles.0,
-                scopes: r.principal_scopes.0,
-                created_at: r.principal_created_at,
-            };
-            KeyMatch {
-                key,
-                principal,
-                tenant_name: r.tenant_name,
-            }
-        }))
-    }
-
-    pub async fn revocation_marker(&self) -> Result<(i64, Option<DateTime<Utc>>), StoreError> {
-        Ok(sqlx::query_as(
-            "select count(*), max(revoked_at) from api_key where revoked_at is not null",
-        )
-        .fetch_one(&self.owner)
-        .await?)
-    }
-
-    pub async fn touch_key(&self, key: Uuid, at: DateTime<Utc>) -> Result<(), StoreError> {
-        sqlx::query("update api_key set last_used_at = $2 where api_key_id = $1")
-            .bind(key)
-            .bind(at)
-            .execute(&self.owner)
-            .await?;
-        Ok(())
     }
 
     /// The app-role pool, for tests that check what the gateway's role can and cannot do.
@@ -566,9 +275,4 @@ async fn set_tenant(
         .execute(&mut **tx)
         .await?;
     Ok(())
-}
-
-pub(crate) fn now() -> DateTime<Utc> {
-    let t = Utc::now();
-    DateTime::from_timestamp_micros(t.timestamp_micros()).unwrap_or(t)
 }

@@ -3,9 +3,10 @@
 use serde_json::Value;
 use toolgate_core::{RunId, TenantId};
 
-use super::{PostgresStore, now};
+use super::PostgresStore;
 use crate::StoreError;
 use crate::model::RunFinish;
+use crate::now;
 use crate::runs::{SEQ_CONFLICT, event_kind};
 
 impl PostgresStore {
