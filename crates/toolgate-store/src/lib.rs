@@ -60,6 +60,7 @@ macro_rules! postgres_once {
 }
 
 pub mod approvals;
+mod audit_log;
 pub mod chain;
 pub mod checkpoint;
 pub mod instances;

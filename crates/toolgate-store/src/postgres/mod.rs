@@ -19,15 +19,14 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{Connection, Executor, PgConnection, PgPool, Postgres, QueryBuilder, Transaction};
+use sqlx::{Connection, Executor, PgConnection, PgPool, Postgres, Transaction};
+use toolgate_core::TenantId;
 use toolgate_core::audit::AuditRecord;
 use toolgate_core::stores::Change;
-use toolgate_core::{PrincipalId, RunId, TenantId};
 use uuid::Uuid;
 
 use crate::StoreError;
 use crate::chain::{GENESIS, canonical_json, row_from_record};
-use crate::checkpoint::Checkpoint;
 use crate::model::*;
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");

@@ -8,16 +8,14 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{QueryBuilder, Sqlite, SqlitePool};
+use toolgate_core::TenantId;
 use toolgate_core::audit::AuditRecord;
 use toolgate_core::stores::Change;
-use toolgate_core::{PrincipalId, RunId, TenantId};
 use uuid::Uuid;
 
 use crate::chain::{GENESIS, canonical_json, row_from_record};
-use crate::checkpoint::Checkpoint;
-use crate::model::*;
 use crate::{StoreError, now};
 
 mod audit;

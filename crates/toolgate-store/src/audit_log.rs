@@ -1,0 +1,325 @@
+//! The audit log's reads, checkpoints and security events, on both backends.
+//!
+//! One macro writes both, as for runs and approvals (ids and JSON read as text, cast on
+//! Postgres). The writes differ for a measured reason and stay with each backend: call
+//! intents and batches go through `toolgate_append_audit` on Postgres
+//! (`postgres/audit.rs`) and through the audit writer's own rusqlite connection on
+//! SQLite (`sqlite/audit.rs`).
+
+use sqlx::QueryBuilder;
+use toolgate_core::audit::AuditRecord;
+use toolgate_core::{PrincipalId, RunId, TenantId};
+
+use crate::checkpoint::{Checkpoint, CheckpointRow};
+use crate::model::{AuditFilter, AuditRow};
+use crate::postgres::PostgresStore;
+use crate::sqlite::{SqliteStore, uuid};
+use crate::{StoreError, now};
+
+fn sql(s: String) -> sqlx::AssertSqlSafe<String> {
+    sqlx::AssertSqlSafe(s)
+}
+
+/// An `audit_log` row as [`audit_columns`] reads it.
+#[derive(sqlx::FromRow)]
+struct AuditDbRow {
+    call_id: String,
+    tenant_id: String,
+    seq: i64,
+    principal_id: String,
+    adapter: String,
+    tool: String,
+    arguments: String,
+    arguments_hash: String,
+    outcome: String,
+    error: Option<String>,
+    duration_us: i64,
+    request_id: Option<String>,
+    trace_id: Option<String>,
+    run_id: Option<String>,
+    step: Option<i32>,
+    client: Option<String>,
+    approval_id: Option<String>,
+    cache: Option<String>,
+    started_at: chrono::DateTime<chrono::Utc>,
+    finished_at: chrono::DateTime<chrono::Utc>,
+    prev_hash: String,
+    row_hash: String,
+}
+
+impl AuditDbRow {
+    fn into_model(self) -> Result<AuditRow, StoreError> {
+        Ok(AuditRow {
+            call_id: uuid(&self.call_id)?,
+            tenant: TenantId(uuid(&self.tenant_id)?),
+            seq: self.seq,
+            principal: PrincipalId(uuid(&self.principal_id)?),
+            adapter: self.adapter,
+            tool: self.tool,
+            arguments: self.arguments,
+            arguments_hash: self.arguments_hash,
+            outcome: self.outcome,
+            error: self.error,
+            duration_us: self.duration_us,
+            request_id: self.request_id,
+            trace_id: self.trace_id,
+            run_id: self.run_id.as_deref().map(uuid).transpose()?.map(RunId),
+            step: self.step,
+            client: self.client,
+            approval_id: self.approval_id.as_deref().map(uuid).transpose()?,
+            cache: self.cache,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            prev_hash: self.prev_hash,
+            row_hash: self.row_hash,
+        })
+    }
+}
+
+/// A `call_intent` row as [`intent_columns`] reads it.
+#[derive(sqlx::FromRow)]
+struct IntentRow {
+    call_id: String,
+    tenant_id: String,
+    principal_id: String,
+    adapter: String,
+    tool: String,
+    arguments: String,
+    arguments_hash: String,
+    request_id: Option<String>,
+    trace_id: Option<String>,
+    run_id: Option<String>,
+    step: Option<i64>,
+    client: Option<String>,
+    started_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl IntentRow {
+    fn into_record(self) -> Result<AuditRecord, StoreError> {
+        crate::interrupted(crate::IntentFields {
+            call_id: uuid(&self.call_id)?,
+            tenant: uuid(&self.tenant_id)?,
+            principal: uuid(&self.principal_id)?,
+            adapter: self.adapter,
+            tool: self.tool,
+            arguments: self.arguments,
+            arguments_hash: self.arguments_hash,
+            request_id: self.request_id,
+            trace_id: self.trace_id,
+            run_id: self.run_id.as_deref().map(uuid).transpose()?,
+            step: self.step,
+            client: self.client,
+            started_at: self.started_at,
+        })
+    }
+}
+
+/// `audit_log`'s columns in [`AuditDbRow`], `t` casting a uuid or JSON column to text.
+fn audit_columns(t: &str) -> String {
+    format!(
+        "call_id{t} as call_id, tenant_id{t} as tenant_id, seq, principal_id{t} as principal_id, adapter, tool, \
+         arguments{t} as arguments, arguments_hash, outcome, error, duration_us, request_id, trace_id, \
+         run_id{t} as run_id, step, client, approval_id{t} as approval_id, cache, started_at, finished_at, prev_hash, row_hash"
+    )
+}
+
+/// `call_intent`'s columns in [`IntentRow`].
+fn intent_columns(t: &str) -> String {
+    format!(
+        "call_id{t} as call_id, tenant_id{t} as tenant_id, principal_id{t} as principal_id, adapter, tool, \
+         arguments{t} as arguments, arguments_hash, request_id, trace_id, run_id{t} as run_id, \
+         cast(step as bigint) as step, client, started_at"
+    )
+}
+
+/// Writes the audit log's reads for one backend. `$db`: its database type; `$cross`: the
+/// pool for statements across tenants; `$app`: the pool writing what belongs to no
+/// tenant (security events); `$once`: the macro running one statement for a tenant (see
+/// `sqlite_once`); `$u`: the cast of a text parameter to a uuid; `$t`: of a uuid or JSON
+/// column to text.
+macro_rules! audit_reads {
+    ($store:ty, $db:ty, $cross:ident, $app:ident, $once:ident, $u:literal, $t:literal) => {
+        impl $store {
+            /// Calls with side effects that started and were never recorded (the gateway
+            /// stopped mid-call).
+            pub async fn unfinished_calls(&self) -> Result<Vec<AuditRecord>, StoreError> {
+                let rows: Vec<IntentRow> = sqlx::query_as(sql(format!(
+                    "select {columns} from call_intent",
+                    columns = intent_columns($t)
+                )))
+                .fetch_all(&self.$cross)
+                .await?;
+                rows.into_iter().map(IntentRow::into_record).collect()
+            }
+
+            pub async fn list_audit(
+                &self,
+                tenant: TenantId,
+                filter: &AuditFilter,
+                limit: i64,
+            ) -> Result<Vec<AuditRow>, StoreError> {
+                let mut q = QueryBuilder::<$db>::new(format!(
+                    "select {columns} from audit_log where tenant_id = ",
+                    columns = audit_columns($t)
+                ));
+                q.push_bind(tenant.to_string()).push($u);
+                if let Some(tool) = &filter.tool {
+                    q.push(" and tool = ").push_bind(tool.clone());
+                }
+                if let Some(p) = filter.principal {
+                    q.push(" and principal_id = ").push_bind(p.to_string()).push($u);
+                }
+                if let Some(a) = &filter.adapter {
+                    q.push(" and adapter = ").push_bind(a.clone());
+                }
+                if let Some(o) = &filter.outcome {
+                    q.push(" and outcome = ").push_bind(o.clone());
+                }
+                if let Some(r) = filter.run_id {
+                    q.push(" and run_id = ").push_bind(r.to_string()).push($u);
+                }
+                if let Some(t) = filter.since {
+                    q.push(" and started_at >= ").push_bind(t);
+                }
+                if let Some(t) = filter.until {
+                    q.push(" and started_at < ").push_bind(t);
+                }
+                if let Some(c) = filter.call_id {
+                    q.push(" and call_id = ").push_bind(c.to_string()).push($u);
+                }
+                if let Some(t) = &filter.trace_id {
+                    q.push(" and trace_id = ").push_bind(t.clone());
+                }
+                if let Some(s) = filter.before_seq {
+                    q.push(" and seq < ").push_bind(s);
+                }
+                match filter.after_seq {
+                    Some(s) => q
+                        .push(" and seq > ")
+                        .push_bind(s)
+                        .push(" order by seq asc limit "),
+                    None => q.push(" order by seq desc limit "),
+                };
+                q.push_bind(limit);
+                let rows: Vec<AuditDbRow> =
+                    $once!(self, tenant, |conn| q.build_query_as().fetch_all(conn).await?);
+                rows.into_iter().map(AuditDbRow::into_model).collect()
+            }
+
+            /// A tenant's whole chain in order, for verification.
+            pub async fn audit_chain(&self, tenant: TenantId) -> Result<Vec<AuditRow>, StoreError> {
+                let select = sql(format!(
+                    "select {columns} from audit_log where tenant_id = $1{u} order by seq",
+                    columns = audit_columns($t),
+                    u = $u
+                ));
+                let rows: Vec<AuditDbRow> = $once!(self, tenant, |conn| {
+                    sqlx::query_as(select)
+                        .bind(tenant.to_string())
+                        .fetch_all(conn)
+                        .await?
+                });
+                rows.into_iter().map(AuditDbRow::into_model).collect()
+            }
+
+            /// A tenant's stored chain head, `None` before its first row.
+            pub async fn audit_head(
+                &self,
+                tenant: TenantId,
+            ) -> Result<Option<(i64, String)>, StoreError> {
+                let select = sql(format!(
+                    "select seq, row_hash from audit_chain_head where tenant_id = $1{u}",
+                    u = $u
+                ));
+                Ok($once!(self, tenant, |conn| {
+                    sqlx::query_as(select)
+                        .bind(tenant.to_string())
+                        .fetch_optional(conn)
+                        .await?
+                }))
+            }
+
+            /// Every tenant's chain head that no checkpoint covers yet.
+            pub async fn unsigned_heads(&self) -> Result<Vec<(TenantId, i64, String)>, StoreError> {
+                let rows: Vec<(String, i64, String)> = sqlx::query_as(sql(format!(
+                    "select h.tenant_id{t}, h.seq, h.row_hash from audit_chain_head h \
+                     where h.seq > coalesce((select max(c.seq) from audit_checkpoint c where c.tenant_id = h.tenant_id), 0)",
+                    t = $t
+                )))
+                .fetch_all(&self.$cross)
+                .await?;
+                rows.into_iter()
+                    .map(|(t, seq, hash)| Ok((TenantId(uuid(&t)?), seq, hash)))
+                    .collect()
+            }
+
+            pub async fn insert_checkpoint(&self, cp: &Checkpoint) -> Result<(), StoreError> {
+                let insert = sql(format!(
+                    "insert into audit_checkpoint (tenant_id, seq, row_hash, key_id, signature, signed_at) \
+                     values ($1{u}, $2, $3, $4, $5, $6) on conflict do nothing",
+                    u = $u
+                ));
+                $once!(self, cp.tenant, |conn| {
+                    sqlx::query(insert)
+                        .bind(cp.tenant.to_string())
+                        .bind(cp.seq)
+                        .bind(&cp.row_hash)
+                        .bind(&cp.key_id)
+                        .bind(&cp.signature)
+                        .bind(cp.signed_at)
+                        .execute(conn)
+                        .await?
+                });
+                Ok(())
+            }
+
+            /// A tenant's checkpoints in chain order.
+            pub async fn checkpoints(&self, tenant: TenantId) -> Result<Vec<Checkpoint>, StoreError> {
+                let select = sql(format!(
+                    "select seq, row_hash, key_id, signature, signed_at from audit_checkpoint \
+                     where tenant_id = $1{u} order by seq",
+                    u = $u
+                ));
+                let rows: Vec<CheckpointRow> = $once!(self, tenant, |conn| {
+                    sqlx::query_as(select)
+                        .bind(tenant.to_string())
+                        .fetch_all(conn)
+                        .await?
+                });
+                Ok(rows
+                    .into_iter()
+                    .map(|row| Checkpoint::from_row(tenant, row))
+                    .collect())
+            }
+
+            pub async fn record_security_event(
+                &self,
+                source: Option<&str>,
+                route: &str,
+                reason: &str,
+            ) -> Result<(), StoreError> {
+                sqlx::query(
+                    "insert into security_event (occurred_at, source, route, reason) values ($1, $2, $3, $4)",
+                )
+                .bind(now())
+                .bind(source)
+                .bind(route)
+                .bind(reason)
+                .execute(&self.$app)
+                .await?;
+                Ok(())
+            }
+        }
+    };
+}
+
+audit_reads!(
+    PostgresStore,
+    sqlx::Postgres,
+    owner,
+    app,
+    postgres_once,
+    "::uuid",
+    "::text"
+);
+audit_reads!(SqliteStore, sqlx::Sqlite, pool, pool, sqlite_once, "", "");
