@@ -28,68 +28,10 @@ mod sessions;
 mod tenants;
 mod upstreams;
 
-fn admin_url() -> String {
-    std::env::var("TOOLGATE_TEST_PG")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
-}
+#[path = "../../../../tests/harness/pgdb.rs"]
+mod pgdb;
 
-/// A Postgres database for one test, dropped with the guard.
-struct PgDb {
-    name: String,
-    url: String,
-}
-
-impl PgDb {
-    async fn create() -> PgDb {
-        let name = format!("toolgate_test_{}", uuid::Uuid::now_v7().simple());
-        let mut admin = sqlx::PgConnection::connect(&admin_url())
-            .await
-            .expect("connect to Postgres on 127.0.0.1:5432");
-        sqlx::query(sqlx::AssertSqlSafe(format!("create database {name}")))
-            .execute(&mut admin)
-            .await
-            .expect("create db");
-        let base = admin_url();
-        let url = match base.rfind('/') {
-            Some(i) => format!("{}/{name}", &base[..i]),
-            None => panic!("admin URL has no database part: {base}"),
-        };
-        PgDb { name, url }
-    }
-
-    async fn drop_db(self) {
-        drop(self);
-    }
-}
-
-impl Drop for PgDb {
-    /// Drops the database even when the test panicked before `drop_db`.
-    fn drop(&mut self) {
-        let name = std::mem::take(&mut self.name);
-        if name.is_empty() {
-            return;
-        }
-        let admin = admin_url();
-        let _ = std::thread::spawn(move || {
-            use sqlx::Connection;
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            runtime.block_on(async move {
-                if let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await {
-                    let sql = format!("drop database if exists {name} with (force)");
-                    let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
-                        .execute(&mut conn)
-                        .await;
-                }
-            });
-        })
-        .join();
-    }
-}
+use pgdb::PgDb;
 
 /// Runs `test` against a migrated SQLite store and a migrated Postgres store.
 async fn on_both<F, Fut>(test: F)
