@@ -20,6 +20,7 @@
 //!
 //! # Layout
 //!
+//! - [`config`]: `[providers.<name>]` entries and what is wrong with one.
 //! - [`message`]: the neutral conversation (user, assistant with tool calls, tool
 //!   results, gateway notes).
 //! - [`provider`]: the [`provider::Provider`] trait, retries with backoff and
@@ -38,6 +39,7 @@
 //!   cancellation, and taking over runs whose instance stopped.
 
 pub mod agent;
+pub mod config;
 pub mod message;
 pub mod output;
 pub mod protocol;

@@ -3,7 +3,7 @@
 //!
 //! The executor awaits the sink before it returns a result, so a row is durable before
 //! the caller sees the outcome. For tools that declare side effects it first records an
-//! intent ([`AuditSink::begin`]) and runs the tool only once that is durable, so a crash
+//! intent ([`AuditSink::record_intent`]) and runs the tool only once that is durable, so a crash
 //! mid-call still leaves a trace. If the sink fails, the call fails closed.
 
 use std::time::{Duration, SystemTime};

@@ -41,6 +41,8 @@
 //!   [`group_commit::next_group`]: how the durable writers batch.
 //! - [`declarations`]: a toolset rendered as OpenAI, Anthropic, Gemini or MCP tool
 //!   declarations, generated from the specs.
+//! - [`settings`]: what every crate's configuration section is made of ([`settings::Secret`],
+//!   shared checks, [`settings::Problems`]).
 
 pub mod approvals;
 pub mod audit;
@@ -60,6 +62,7 @@ pub mod metrics;
 pub mod policy;
 pub mod registry;
 pub mod secrets;
+pub mod settings;
 pub mod spec;
 pub mod stores;
 pub mod tool;

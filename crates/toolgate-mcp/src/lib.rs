@@ -24,6 +24,8 @@
 //!   [`SessionStore`](toolgate_core::stores::SessionStore) seam: sessions any instance
 //!   can take over, caps per principal and tenant, dormant sessions let go of, SSE
 //!   resumption and polling.
+//! - [`config`]: `[mcp]`, `[[upstreams]]` and `[tenant_upstreams]`, each with what is wrong
+//!   with it.
 //! - [`upstream`]: upstream MCP servers (stdio and HTTP) federated into the registry.
 //! - [`tenant_upstreams`]: tenants' own upstreams (MCP servers and HTTP APIs) kept in
 //!   step with the store on every instance, their credentials sealed, their addresses
@@ -39,6 +41,7 @@ mod vendor_meta;
 mod wire;
 
 pub mod catalog;
+pub mod config;
 pub mod pins;
 pub mod relay;
 pub mod sessions;

@@ -80,7 +80,7 @@ impl ConsoleConfig {
             return Vec::new();
         };
         let mut problems = Vec::new();
-        if let Err(problem) = crate::config::http_url(&oidc.issuer) {
+        if let Err(problem) = toolgate_core::settings::http_url(&oidc.issuer) {
             problems.push(("console.oidc.issuer".into(), problem));
         }
         if oidc.client_id.is_empty() {

@@ -35,7 +35,7 @@ use toolgate_core::{
 };
 use toolgate_store::Store;
 
-use crate::config::Secret;
+use toolgate_core::settings::Secret;
 
 /// Longest a JWKS fetch may take.
 pub const JWKS_FETCH_TIMEOUT: Duration = Duration::from_secs(3);
@@ -112,7 +112,7 @@ impl JwtConfig {
             problems.push(("auth.jwt.audience".into(), "must not be empty".into()));
         }
         if let Some(url) = &self.jwks_url
-            && let Err(problem) = crate::config::http_url(url)
+            && let Err(problem) = toolgate_core::settings::http_url(url)
         {
             problems.push(("auth.jwt.jwks_url".into(), problem));
         }

@@ -8,12 +8,9 @@ use std::path::Path;
 use anyhow::Context;
 use ring::rand::{SecureRandom, SystemRandom};
 
-use crate::config::Secret;
+use toolgate_core::settings::Secret;
 
-/// A 32-byte key from 64 hex digits.
-pub fn parse_key(hex_digits: &str) -> Option<[u8; 32]> {
-    hex::decode(hex_digits.trim()).ok()?.try_into().ok()
-}
+pub use toolgate_core::settings::hex_key as parse_key;
 
 /// `configured` (the setting named `setting`) when set, else the key in `path`, created
 /// if absent.

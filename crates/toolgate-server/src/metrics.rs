@@ -43,7 +43,7 @@ pub struct Telemetry {
 }
 
 impl Telemetry {
-    pub fn new(config: &crate::config::TelemetryConfig) -> anyhow::Result<Self> {
+    pub fn new(config: &crate::telemetry::TelemetryConfig) -> anyhow::Result<Self> {
         let registry = prometheus::Registry::new();
         let exporter = opentelemetry_prometheus::exporter()
             .with_registry(registry.clone())

@@ -27,12 +27,15 @@
 //! - [`diagnostics`]: `echo` and `sleep`, for checking a deployment end to end (and
 //!   for benchmarks); off with `tools.diagnostics = false`.
 //!
+//! - [`config`]: `[tools]`, the settings of all of the above, and what is wrong with them.
+//!
 //! The entry point is [`builtin_tools`].
 
 use std::sync::Arc;
 
 use toolgate_core::Tool;
 
+pub mod config;
 pub mod diagnostics;
 pub mod egress;
 pub mod execute_command;

@@ -2,6 +2,7 @@
 //! and the command-line flags; then every problem at once, not the first.
 
 use super::*;
+use toolgate_core::settings::within;
 
 /// Variables that name command-line flags; clap reads them, the overlay skips them.
 const FLAG_VARIABLES: [&str; 3] = ["TOOLGATE_CONFIG", "TOOLGATE_LISTEN", "TOOLGATE_DATA_DIR"];
@@ -93,225 +94,34 @@ impl Config {
         }
     }
 
+    /// Every section's problems, named by their full keys: each section says what is
+    /// wrong with it (the crate owning it checks it), here only layered.
     fn validate(&self, errors: &mut Vec<(String, String)>) {
-        if let Some(url) = &self.database.url
-            && !(url.expose().starts_with("postgres://")
-                || url.expose().starts_with("postgresql://"))
-        {
-            errors.push((
-                "database.url".into(),
-                "must be a postgres:// URL (unset for embedded SQLite)".into(),
-            ));
-        }
+        errors.extend(within("database", self.database.problems()));
         if let Some(jwt) = &self.auth.jwt {
             errors.extend(jwt.problems());
         }
-        for server in &self.mcp.authorization_servers {
-            if let Err(problem) = http_url(server) {
-                errors.push(("mcp.authorization_servers".into(), problem));
-            }
-        }
-        if self.http.max_body_bytes == 0 {
-            errors.push(("http.max_body_bytes".into(), "must be at least 1".into()));
-        }
-        for (key, secs) in [
-            (
-                "http.header_read_timeout_secs",
-                self.http.header_read_timeout_secs,
-            ),
-            (
-                "http.body_read_timeout_secs",
-                self.http.body_read_timeout_secs,
-            ),
-            (
-                "database.statement_timeout_ms",
-                self.database.statement_timeout_ms,
-            ),
-            (
-                "database.acquire_timeout_ms",
-                self.database.acquire_timeout_ms,
-            ),
-            (
-                "mcp.session_retention_secs",
-                self.mcp.session_retention_secs,
-            ),
-        ] {
-            if secs == 0 {
-                errors.push((key.into(), "must be at least 1".into()));
-            }
-        }
-        for origin in &self.http.cors_allowed_origins {
-            if origin != "*" && axum::http::HeaderValue::from_str(origin).is_err() {
-                errors.push((
-                    "http.cors_allowed_origins".into(),
-                    format!("{origin:?} is not a valid origin"),
-                ));
-            }
-        }
-        if let Some(url) = &self.telemetry.otlp_endpoint
-            && let Err(problem) = http_url(url)
-        {
-            errors.push(("telemetry.otlp_endpoint".into(), problem));
-        }
-        for (field, message) in self.limits.admission().defaults.problems() {
-            errors.push((format!("limits.{}", field.replace('/', ".")), message));
-        }
-        if self.limits.max_in_flight == 0 || self.limits.max_audit_backlog == 0 {
-            errors.push((
-                "limits".into(),
-                "max_in_flight and max_audit_backlog must be at least 1".into(),
-            ));
-        }
+        errors.extend(within("http", self.http.problems()));
+        errors.extend(within("telemetry", self.telemetry.problems()));
+        errors.extend(within("limits", self.limits.problems()));
         errors.extend(self.console.problems(self.auth.jwt.as_ref()));
         for (field, message) in self.cache.problems() {
             errors.push((format!("cache.{}", field.replace('/', ".")), message));
         }
-        if self.tools.max_output_chars == 0 {
-            errors.push(("tools.max_output_chars".into(), "must be at least 1".into()));
-        }
-        if let Some(key) = &self.audit.signing_key
-            && crate::key_file::parse_key(key.expose()).is_none()
-        {
-            errors.push(("audit.signing_key".into(), "must be 64 hex digits".into()));
-        }
-        if let Err(err) = toolgate_core::SecretNames::new(&self.tools.secret_names) {
-            errors.push(("tools.secret_names".into(), err.to_string()));
-        }
-        if let Err(problem) = self.tools.web_fetch.networks() {
-            errors.push(("tools.web_fetch.allowed_networks".into(), problem));
-        }
-        if let Some(url) = &self.tools.web_search.url
-            && !(url.starts_with("https://") || url.starts_with("http://"))
-        {
-            errors.push((
-                "tools.web_search.url".into(),
-                format!("{url:?} is not an http(s) URL"),
-            ));
-        }
-        let command = &self.tools.execute_command;
-        if command.default_timeout_secs == 0
-            || command.default_timeout_secs > command.max_timeout_secs
-        {
-            errors.push((
-                "tools.execute_command.default_timeout_secs".into(),
-                "must be at least 1 and at most max_timeout_secs".into(),
-            ));
-        }
+        errors.extend(within("audit", self.audit.problems()));
+        errors.extend(within("tools", self.tools.problems()));
         for (i, upstream) in self.upstreams.iter().enumerate() {
-            let key = format!("upstreams[{i}]");
-            if upstream.progress_extends_ms == Some(0) {
-                errors.push((
-                    format!("{key}.progress_extends_ms"),
-                    "must be at least 1 (unset: progress extends nothing)".into(),
-                ));
-            }
-            if !toolgate_mcp::upstream::is_valid_name(&upstream.name) {
-                errors.push((
-                    format!("{key}.name"),
-                    "use 1-32 letters, digits, '_', '.' or '-'".into(),
-                ));
-            }
-            let prefix = upstream
-                .prefix
-                .clone()
-                .unwrap_or_else(|| format!("{}__", upstream.name));
-            for (field, message) in
-                toolgate_mcp::upstream::ToolOverride::problems(&upstream.overrides, &prefix)
-            {
-                errors.push((
-                    format!("{key}.overrides.{}", field.replace('/', ".")),
-                    message,
-                ));
-            }
-            if let Some(exchange) = &upstream.token_exchange {
-                if upstream.url.is_none() {
-                    errors.push((
-                        format!("{key}.token_exchange"),
-                        "only an HTTP upstream (`url`) can be called with exchanged tokens".into(),
-                    ));
-                }
-                for (field, message) in exchange.problems() {
-                    errors.push((format!("{key}.token_exchange.{field}"), message));
-                }
-            }
-            if upstream.to_upstream().is_none() {
-                errors.push((
-                    key.clone(),
-                    "set exactly one of `command` (stdio) and `url` (HTTP)".into(),
-                ));
-            }
-            if upstream.timeout_secs == 0 {
-                errors.push((format!("{key}.timeout_secs"), "must be at least 1".into()));
-            }
-            // A bad glob dropped silently would fail open (a `deny` that denies nothing).
-            for (field, globs) in [("allow", &upstream.allow), ("deny", &upstream.deny)] {
-                for glob in globs {
-                    if let Some(problem) = toolgate_mcp::upstream::glob_problem(glob) {
-                        errors.push((format!("{key}.{field}"), format!("{glob:?}: {problem}")));
-                    }
-                }
-            }
-            if self.upstreams[..i].iter().any(|u| u.name == upstream.name) {
-                errors.push((
-                    format!("{key}.name"),
-                    format!("{:?} is used twice", upstream.name),
-                ));
-            }
-        }
-        let tenant = &self.tenant_upstreams;
-        if let Err(problem) = tenant.networks() {
-            errors.push(("tenant_upstreams.allowed_networks".into(), problem));
-        }
-        if let Some(key) = &tenant.key
-            && crate::key_file::parse_key(key.expose()).is_none()
-        {
-            errors.push((
-                "tenant_upstreams.key".into(),
-                "must be 64 hex digits (32 bytes), e.g. from `openssl rand -hex 32`".into(),
+            errors.extend(within(
+                &format!("upstreams[{i}]"),
+                upstream.problems(&self.upstreams[..i]),
             ));
         }
-        if tenant.sync_secs == 0 || tenant.max_timeout_secs == 0 {
-            errors.push((
-                "tenant_upstreams".into(),
-                "sync_secs and max_timeout_secs must be at least 1".into(),
-            ));
-        }
+        errors.extend(within("tenant_upstreams", self.tenant_upstreams.problems()));
         for (name, provider) in &self.providers {
-            let key = format!("providers.{name}");
-            if !(provider.base_url.starts_with("http://")
-                || provider.base_url.starts_with("https://"))
-            {
-                errors.push((
-                    format!("{key}.base_url"),
-                    "must be an http:// or https:// URL".into(),
-                ));
-            }
-            if provider.timeout_secs == 0 {
-                errors.push((format!("{key}.timeout_secs"), "must be at least 1".into()));
-            }
-            if let Err(e) = toolgate_agent::provider::http::HttpClient::new(&provider.to_provider())
-            {
-                errors.push((format!("{key}.headers"), e));
-            }
+            errors.extend(within(&format!("providers.{name}"), provider.problems()));
         }
-        if let Err(e) = self.mcp.vendor_meta() {
-            errors.push(("mcp.vendor_meta".into(), e));
-        }
-        if self.mcp.sse_poll_after_ms == Some(0) {
-            errors.push((
-                "mcp.sse_poll_after_ms".into(),
-                "must be at least 1 (unset turns polling off)".into(),
-            ));
-        }
-        if self.mcp.sse_poll_after_ms.is_some() && self.mcp.durable_streams == Some(false) {
-            errors.push((
-                "mcp.durable_streams".into(),
-                "SSE polling (sse_poll_after_ms) keeps the events of a stream it lets go of in the store: unset durable_streams or set it true".into(),
-            ));
-        }
-        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log.filter) {
-            errors.push(("log.filter".into(), e.to_string()));
-        }
+        errors.extend(within("mcp", self.mcp.problems()));
+        errors.extend(within("log", self.log.problems()));
     }
 
     /// Where the bootstrap admin key is written.

@@ -93,42 +93,6 @@ impl LimitsConfig {
     }
 }
 
-/// `[telemetry]`: metrics (Prometheus at `/metrics`) and their attributes.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct TelemetryConfig {
-    /// Record metrics (on by default). Off: instruments record nothing and `/metrics`
-    /// answers 404.
-    pub metrics: bool,
-    /// Add the tenant id to metric attributes. Off by default: every series is multiplied
-    /// by the number of tenants; turn it on only when they are few.
-    pub tenant_attributes: bool,
-    /// A second listener serving only `GET /metrics`, without credentials (for a
-    /// Prometheus scraper inside the deployment's network). On the main listener,
-    /// `/metrics` needs the operator scope `tenants:manage`.
-    pub metrics_listen: Option<SocketAddr>,
-    /// Export spans and metrics over OTLP to this URL: a base URL over HTTP
-    /// (`http://collector:4318`), the collector's address over gRPC
-    /// (`http://collector:4317`); the standard `OTEL_EXPORTER_OTLP_ENDPOINT` does the same.
-    /// Off when neither is set.
-    pub otlp_endpoint: Option<String>,
-    /// `"http/protobuf"` (the default) or `"grpc"`; the standard
-    /// `OTEL_EXPORTER_OTLP_PROTOCOL` (and its per-signal forms) does the same.
-    pub otlp_protocol: Option<crate::telemetry::OtlpProtocol>,
-}
-
-impl Default for TelemetryConfig {
-    fn default() -> Self {
-        Self {
-            metrics: true,
-            tenant_attributes: false,
-            metrics_listen: None,
-            otlp_endpoint: None,
-            otlp_protocol: None,
-        }
-    }
-}
-
 /// `[audit]`: signed checkpoints of the audit chains (see `toolgate_store::checkpoint`).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -162,27 +126,6 @@ pub struct AuthConfig {
     /// Where the bootstrap admin API key is written on first start; `<data_dir>/admin-api-key`
     /// when unset.
     pub admin_key_file: Option<PathBuf>,
-}
-
-/// A value that must never be printed: its `Debug` shows `***`.
-#[derive(Clone, Deserialize, PartialEq, Eq)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(***)")
-    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -241,21 +184,6 @@ pub struct HttpConfig {
     pub max_streams_per_tenant: usize,
 }
 
-#[derive(Clone, Debug, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct LogConfig {
-    /// `tracing` filter directives, e.g. `info,toolgate=debug`. `RUST_LOG` overrides it.
-    pub filter: String,
-    pub format: LogFormat,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    Text,
-    Json,
-}
-
 impl Default for Config {
     fn default() -> Self {
         Self {
@@ -293,14 +221,84 @@ impl Default for HttpConfig {
     }
 }
 
-impl Default for LogConfig {
-    fn default() -> Self {
-        Self {
-            // rmcp logs a few `info` lines for every stateless request and session (service
-            // initialized, input stream terminated, serve finished): noise at a gateway, and
-            // about 5 µs of a 2026-07-28 call's CPU. Its warnings and errors still show.
-            filter: "info,rmcp=warn".to_owned(),
-            format: LogFormat::Text,
+impl DatabaseConfig {
+    /// What is wrong with `[database]`, by key within it.
+    pub fn problems(&self) -> Problems {
+        let mut problems = Problems::new();
+        if let Some(url) = &self.url
+            && !(url.expose().starts_with("postgres://")
+                || url.expose().starts_with("postgresql://"))
+        {
+            problems.push((
+                "url".into(),
+                "must be a postgres:// URL (unset for embedded SQLite)".into(),
+            ));
+        }
+        for (key, ms) in [
+            ("statement_timeout_ms", self.statement_timeout_ms),
+            ("acquire_timeout_ms", self.acquire_timeout_ms),
+        ] {
+            if ms == 0 {
+                problems.push((key.into(), "must be at least 1".into()));
+            }
+        }
+        problems
+    }
+}
+
+impl HttpConfig {
+    /// What is wrong with `[http]`, by key within it.
+    pub fn problems(&self) -> Problems {
+        let mut problems = Problems::new();
+        for (key, value) in [
+            ("max_body_bytes", self.max_body_bytes as u64),
+            ("header_read_timeout_secs", self.header_read_timeout_secs),
+            ("body_read_timeout_secs", self.body_read_timeout_secs),
+        ] {
+            if value == 0 {
+                problems.push((key.into(), "must be at least 1".into()));
+            }
+        }
+        for origin in &self.cors_allowed_origins {
+            if origin != "*" && axum::http::HeaderValue::from_str(origin).is_err() {
+                problems.push((
+                    "cors_allowed_origins".into(),
+                    format!("{origin:?} is not a valid origin"),
+                ));
+            }
+        }
+        problems
+    }
+}
+
+impl LimitsConfig {
+    /// What is wrong with `[limits]`, by key within it.
+    pub fn problems(&self) -> Problems {
+        let mut problems: Problems = self
+            .admission()
+            .defaults
+            .problems()
+            .into_iter()
+            .map(|(field, message)| (field.replace('/', "."), message))
+            .collect();
+        if self.max_in_flight == 0 || self.max_audit_backlog == 0 {
+            problems.push((
+                String::new(),
+                "max_in_flight and max_audit_backlog must be at least 1".into(),
+            ));
+        }
+        problems
+    }
+}
+
+impl AuditConfig {
+    /// What is wrong with `[audit]`, by key within it.
+    pub fn problems(&self) -> Problems {
+        match &self.signing_key {
+            Some(key) if toolgate_core::settings::hex_key(key.expose()).is_none() => {
+                vec![("signing_key".into(), "must be 64 hex digits".into())]
+            }
+            _ => Problems::new(),
         }
     }
 }
@@ -317,17 +315,6 @@ pub struct Overrides {
 #[derive(Debug)]
 pub struct ConfigError(pub Vec<(String, String)>);
 
-/// `Ok` when `url` is an absolute `http(s)` URL with a host; else what is wrong with it.
-pub fn http_url(url: &str) -> Result<(), String> {
-    match reqwest::Url::parse(url) {
-        Ok(parsed) if matches!(parsed.scheme(), "https" | "http") && parsed.host().is_some() => {
-            Ok(())
-        }
-        Ok(_) => Err(format!("{url:?} is not an http(s) URL")),
-        Err(err) => Err(format!("{url:?} is not a URL: {err}")),
-    }
-}
-
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "invalid configuration:")?;
@@ -341,14 +328,11 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 mod load;
-mod mcp;
-mod providers;
-mod tools;
-mod upstreams;
 
-pub use mcp::{McpConfig, VendorMetaRule};
-pub use providers::ProviderEntry;
-pub use tools::{CommandConfig, FetchConfig, SearchConfig, ToolsConfig};
-pub use upstreams::{TenantUpstreamsConfig, UpstreamEntry};
+pub use crate::telemetry::{LogConfig, LogFormat, TelemetryConfig};
+pub use toolgate_agent::config::ProviderEntry;
+pub use toolgate_core::settings::{Problems, Secret, http_url};
+pub use toolgate_mcp::config::{McpConfig, TenantUpstreamsConfig, UpstreamEntry, VendorMetaRule};
+pub use toolgate_tools::config::{CommandConfig, FetchConfig, SearchConfig, ToolsConfig};
 #[cfg(test)]
 mod tests;

@@ -1,7 +1,11 @@
-//! `[tools]`: the built-in tools' settings (`web_fetch`, `web_search`, `execute_command`).
+//! `[tools]`: the built-in tools' settings (`web_fetch`, `web_search`, `execute_command`),
+//! and what is wrong with them ([`ToolsConfig::problems`]).
 
-use super::upstreams::parse_networks;
-use super::*;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use toolgate_core::settings::{self, Problems};
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -44,24 +48,23 @@ impl Default for FetchConfig {
             enabled: true,
             allow_http: false,
             allowed_networks: Vec::new(),
-            max_bytes: toolgate_tools::web_fetch::FetchOptions::default().max_bytes,
+            max_bytes: crate::web_fetch::FetchOptions::default().max_bytes,
         }
     }
 }
 
 impl FetchConfig {
-    pub(super) fn networks(&self) -> Result<Vec<ipnet::IpNet>, String> {
-        parse_networks(&self.allowed_networks)
+    pub fn networks(&self) -> Result<Vec<ipnet::IpNet>, String> {
+        settings::networks(&self.allowed_networks)
     }
 
-    pub fn options(&self) -> Option<toolgate_tools::web_fetch::FetchOptions> {
-        self.enabled
-            .then(|| toolgate_tools::web_fetch::FetchOptions {
-                allow_http: self.allow_http,
-                allowed_networks: self.networks().unwrap_or_default(),
-                max_bytes: self.max_bytes,
-                ..Default::default()
-            })
+    pub fn options(&self) -> Option<crate::web_fetch::FetchOptions> {
+        self.enabled.then(|| crate::web_fetch::FetchOptions {
+            allow_http: self.allow_http,
+            allowed_networks: self.networks().unwrap_or_default(),
+            max_bytes: self.max_bytes,
+            ..Default::default()
+        })
     }
 }
 
@@ -76,9 +79,9 @@ pub struct SearchConfig {
 }
 
 impl SearchConfig {
-    pub fn options(&self) -> Option<toolgate_tools::web_search::SearchOptions> {
+    pub fn options(&self) -> Option<crate::web_search::SearchOptions> {
         let url = self.url.as_deref()?.parse().ok()?;
-        Some(toolgate_tools::web_search::SearchOptions {
+        Some(crate::web_search::SearchOptions {
             url,
             api_key: self
                 .api_key_env
@@ -95,9 +98,9 @@ pub struct CommandConfig {
     /// Offer the tool (it is high-risk: callers need `tools:high_risk`).
     pub enabled: bool,
     /// `read-only`, `workspace-write` or `unrestricted` (no Landlock).
-    pub sandbox: toolgate_tools::SandboxMode,
+    pub sandbox: crate::SandboxMode,
     /// Per-tenant sandbox, by tenant name (`{ ops = "unrestricted" }`).
-    pub tenant_sandbox: BTreeMap<String, toolgate_tools::SandboxMode>,
+    pub tenant_sandbox: BTreeMap<String, crate::SandboxMode>,
     /// Run commands without Landlock where the kernel lacks it (otherwise the tool refuses).
     pub allow_unsandboxed: bool,
     /// Let sandboxed commands open TCP connections.
@@ -124,11 +127,11 @@ pub struct CommandConfig {
 
 impl Default for CommandConfig {
     fn default() -> Self {
-        let limits = toolgate_tools::ResourceLimits::default();
-        let options = toolgate_tools::CommandOptions::default();
+        let limits = crate::ResourceLimits::default();
+        let options = crate::CommandOptions::default();
         Self {
             enabled: true,
-            sandbox: toolgate_tools::SandboxMode::default(),
+            sandbox: crate::SandboxMode::default(),
             tenant_sandbox: BTreeMap::new(),
             allow_unsandboxed: false,
             network: false,
@@ -147,15 +150,15 @@ impl Default for CommandConfig {
 
 impl CommandConfig {
     /// The tool's options, or `None` when it is off.
-    pub fn options(&self) -> Option<toolgate_tools::CommandOptions> {
-        let defaults = toolgate_tools::CommandOptions::default();
-        self.enabled.then(|| toolgate_tools::CommandOptions {
+    pub fn options(&self) -> Option<crate::CommandOptions> {
+        let defaults = crate::CommandOptions::default();
+        self.enabled.then(|| crate::CommandOptions {
             sandbox: self.sandbox,
             tenant_sandbox: self.tenant_sandbox.clone().into_iter().collect(),
             allow_unsandboxed: self.allow_unsandboxed,
             network: self.network,
             read_paths: self.read_paths.clone(),
-            limits: toolgate_tools::ResourceLimits {
+            limits: crate::ResourceLimits {
                 memory_bytes: self.memory_mb << 20,
                 cpu_secs: self.cpu_secs,
                 processes: self.max_processes,
@@ -181,5 +184,36 @@ impl Default for ToolsConfig {
             web_fetch: FetchConfig::default(),
             web_search: SearchConfig::default(),
         }
+    }
+}
+
+impl ToolsConfig {
+    /// What is wrong with `[tools]`, by key within it.
+    pub fn problems(&self) -> Problems {
+        let mut problems = Problems::new();
+        if self.max_output_chars == 0 {
+            problems.push(("max_output_chars".into(), "must be at least 1".into()));
+        }
+        if let Err(err) = toolgate_core::SecretNames::new(&self.secret_names) {
+            problems.push(("secret_names".into(), err.to_string()));
+        }
+        if let Err(problem) = self.web_fetch.networks() {
+            problems.push(("web_fetch.allowed_networks".into(), problem));
+        }
+        if let Some(url) = &self.web_search.url
+            && let Err(problem) = settings::http_url(url)
+        {
+            problems.push(("web_search.url".into(), problem));
+        }
+        let command = &self.execute_command;
+        if command.default_timeout_secs == 0
+            || command.default_timeout_secs > command.max_timeout_secs
+        {
+            problems.push((
+                "execute_command.default_timeout_secs".into(),
+                "must be at least 1 and at most max_timeout_secs".into(),
+            ));
+        }
+        problems
     }
 }

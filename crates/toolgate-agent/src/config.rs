@@ -1,6 +1,10 @@
-//! `[providers.<name>]`: the LLM providers agents are driven through.
+//! `[providers.<name>]`: the LLM providers agents are driven through, and what is wrong
+//! with one ([`ProviderEntry::problems`]).
 
-use super::*;
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use toolgate_core::settings::{Problems, Secret};
 
 /// One `[providers.<name>]` entry.
 #[derive(Clone, Debug, Deserialize)]
@@ -8,7 +12,7 @@ use super::*;
 pub struct ProviderEntry {
     /// The wire format: `openai` (also OpenRouter, vLLM, llama.cpp, LM Studio),
     /// `anthropic`, `gemini` or `ollama`.
-    pub kind: toolgate_agent::ProviderKind,
+    pub kind: crate::ProviderKind,
     /// Taken verbatim: `https://api.openai.com/v1`, `https://openrouter.ai/api/v1`,
     /// `https://api.anthropic.com`, `https://generativelanguage.googleapis.com`,
     /// `http://127.0.0.1:11434`.
@@ -54,8 +58,8 @@ fn default_provider_max_backoff() -> u64 {
 
 impl ProviderEntry {
     /// The provider as `toolgate-agent` takes it.
-    pub fn to_provider(&self) -> toolgate_agent::ProviderConfig {
-        toolgate_agent::ProviderConfig {
+    pub fn to_provider(&self) -> crate::ProviderConfig {
+        crate::ProviderConfig {
             kind: self.kind,
             base_url: self.base_url.clone(),
             api_key: self.api_key.as_ref().map(|k| k.expose().to_owned()),
@@ -65,11 +69,31 @@ impl ProviderEntry {
                 .map(|(k, v)| (k.clone(), v.expose().to_owned()))
                 .collect(),
             timeout: std::time::Duration::from_secs(self.timeout_secs),
-            retry: toolgate_agent::RetryPolicy {
+            retry: crate::RetryPolicy {
                 max_retries: self.max_retries,
                 base_delay: std::time::Duration::from_millis(self.retry_base_ms),
                 max_delay: std::time::Duration::from_secs(self.retry_max_secs),
             },
         }
+    }
+}
+
+impl ProviderEntry {
+    /// What is wrong with this entry, by key within it.
+    pub fn problems(&self) -> Problems {
+        let mut problems = Problems::new();
+        if !(self.base_url.starts_with("http://") || self.base_url.starts_with("https://")) {
+            problems.push((
+                "base_url".into(),
+                "must be an http:// or https:// URL".into(),
+            ));
+        }
+        if self.timeout_secs == 0 {
+            problems.push(("timeout_secs".into(), "must be at least 1".into()));
+        }
+        if let Err(e) = crate::provider::http::HttpClient::new(&self.to_provider()) {
+            problems.push(("headers".into(), e));
+        }
+        problems
     }
 }
