@@ -14,8 +14,7 @@ use sha2::{Digest, Sha256};
 
 use crate::{Adapter, ApprovalId, CallContext, CallId, Outcome, PrincipalId, RunStep, TenantId};
 
-/// What a masked argument value is replaced with.
-pub const MASK: &str = "***";
+pub use crate::secrets::MASK;
 
 /// One call, as recorded.
 #[derive(Clone, Debug, PartialEq)]

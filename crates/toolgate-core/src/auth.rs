@@ -14,6 +14,9 @@ pub mod scopes {
     pub const AGENTS_MANAGE: &str = "agents:manage";
     pub const APPROVALS_DECIDE: &str = "approvals:decide";
     pub const TENANT_ADMIN: &str = "tenant:admin";
+    /// Creating and listing tenants, and the operator's own resources: held only by the
+    /// operator's bootstrap admin (never in [`ALL`], never taken from a token unmapped).
+    pub const TENANTS_MANAGE: &str = "tenants:manage";
 
     /// Every scope the gateway knows (what an admin holds).
     pub const ALL: &[&str] = &[

@@ -9,6 +9,10 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// How long a caller is asked to wait before trying again a call refused for now (the
+/// store could not take it, a limit was reached).
+pub const RETRY_AFTER_SECS: u64 = 1;
+
 /// The category of a failed call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -409,7 +409,7 @@ fn shed(limit: Limit, message: &str) -> Refusal {
     Refusal {
         limit,
         error: ToolError::new(ErrorKind::Unavailable, message)
-            .with_retry_after(Duration::from_secs(crate::executor::RETRY_AFTER_SECS), true)
+            .with_retry_after(Duration::from_secs(crate::error::RETRY_AFTER_SECS), true)
             .with_suggestion("make the same call again shortly"),
     }
 }

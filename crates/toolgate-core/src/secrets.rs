@@ -14,7 +14,8 @@
 
 use serde_json::Value;
 
-use crate::audit::MASK;
+/// What a masked argument value is replaced with.
+pub const MASK: &str = "***";
 
 /// The default secret-name pattern: words that name credentials, as whole `_`-separated
 /// words of the snake-cased key (`api_key`, `accessToken`, `db_password`; not

@@ -16,7 +16,7 @@ use toolgate_core::approvals::DecideError;
 use toolgate_core::stores::{ApprovalRecord, ApprovalStore as _};
 use toolgate_core::{Adapter, ApprovalId, AuthContext, CallContext, ToolError, Toolset};
 
-use crate::rest::error::ApiError;
+use crate::error::ApiError;
 use crate::rest::tools::InvokeResponse;
 use crate::state::AppState;
 

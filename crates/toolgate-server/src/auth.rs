@@ -31,8 +31,8 @@ use toolgate_core::{
 use toolgate_store::{Store, keys};
 use uuid::Uuid;
 
+use crate::error::ApiError;
 use crate::jwt::JwtVerifier;
-use crate::rest::error::ApiError;
 
 /// Scopes each role grants when a principal is created without explicit scopes.
 pub fn role_scopes(role: &str) -> &'static [&'static str] {
@@ -51,8 +51,7 @@ pub fn role_scopes(role: &str) -> &'static [&'static str] {
     }
 }
 
-/// Creating and listing tenants: held only by the operator's bootstrap admin.
-pub const TENANTS_MANAGE: &str = "tenants:manage";
+pub use toolgate_core::auth::scopes::TENANTS_MANAGE;
 
 /// How long a verified API key is trusted without asking the store again.
 pub const KEY_CACHE_TTL: Duration = Duration::from_secs(30);
@@ -371,9 +370,7 @@ fn unauthenticated(message: &str) -> ToolError {
         .with_suggestion("send Authorization: Bearer <API key or JWT>")
 }
 
-/// The message of the 401 for a request with no credentials at all: its challenge names
-/// no error (RFC 6750 §3.1).
-pub const MISSING_TOKEN: &str = "missing bearer token";
+pub use crate::error::MISSING_TOKEN;
 
 fn bearer(parts: &Parts) -> Result<&str, ToolError> {
     let mut headers = parts.headers.get_all(AUTHORIZATION).iter();

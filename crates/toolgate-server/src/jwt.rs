@@ -267,7 +267,7 @@ impl JwtVerifier {
         let tenant = self.tenant(&tenant_name).await?;
         let mut scopes = strings(claims.get(&self.config.scopes_claim));
         if !self.config.operator_scopes {
-            scopes.retain(|s| s != crate::auth::TENANTS_MANAGE);
+            scopes.retain(|s| s != toolgate_core::auth::scopes::TENANTS_MANAGE);
         }
         Ok(AuthContext {
             tenant,

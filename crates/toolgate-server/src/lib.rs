@@ -13,7 +13,8 @@
 //! - [`bootstrap`]: the default tenant and admin key on first start.
 //! - [`cli`]: the admin subcommands (`migrate`, `tenants`, `keys`, `audit verify`).
 //! - [`request_id`]: request ids and the observe middleware (span, logging).
-//! - [`rest`]: REST routes, one module per resource; problem+json errors.
+//! - [`rest`]: REST routes, one module per resource.
+//! - [`error`]: [`error::ApiError`], problem+json errors for every HTTP edge.
 //! - [`mcp`]: the MCP front door at `/mcp` (rmcp Streamable HTTP) and its OAuth metadata.
 //! - [`docs`]: `/openapi.json` and the offline `/docs` page.
 //! - [`console`]: the operators' console at `/console` (plain modules, no build step).
@@ -30,6 +31,7 @@ pub mod cli;
 pub mod config;
 pub mod console;
 pub mod docs;
+pub mod error;
 pub mod http_server;
 pub mod jwt;
 pub mod key_file;
@@ -65,7 +67,7 @@ pub(crate) use serve::nodelay;
 pub use serve::{serve, serve_with, tuned};
 pub use state::AppState;
 
-use rest::error::ApiError;
+use error::ApiError;
 
 /// A built gateway: the state handlers share, and the audit writer task to drain on
 /// shutdown.

@@ -27,7 +27,7 @@ use toolgate_store::instances::Counts;
 
 use crate::AppState;
 use crate::auth::Caller;
-use crate::rest::error::ApiError;
+use crate::error::ApiError;
 
 /// How often store-backed gauges (approvals pending, runs by status) are recounted.
 pub const COUNTS_EVERY: Duration = Duration::from_secs(15);

@@ -19,7 +19,9 @@ use axum::response::Response;
 use tower::{Layer, Service};
 use tracing::Instrument;
 
-use crate::rest::error::InternalCause;
+/// What the observe middleware logs for a 5xx: the internal cause.
+#[derive(Clone, Debug)]
+pub struct InternalCause(pub std::sync::Arc<str>);
 
 pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 

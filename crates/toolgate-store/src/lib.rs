@@ -8,9 +8,18 @@
 //! macros check one database per crate, and this crate has two. The shared store suite
 //! (`tests/store_suite/`) runs every behaviour against both backends and is the check.
 //!
+//! **One shape.** Each family of operations (tenancy, runs, approvals, sessions, pins,
+//! upstreams, the audit log's reads) lives in one module, where one `macro_rules!` writes
+//! it for both backends: ids and JSON travel as text and are cast on Postgres, a tenant's
+//! statements run in a transaction naming the tenant on Postgres (row-level security)
+//! and straight on the pool on SQLite (`sqlite_once` / `postgres_once`). What differs
+//! for a measured reason stays with its backend: the audit log's writes and a run
+//! journal's append.
+//!
 //! # Layout
 //!
 //! - [`model`]: tenants, principals, API keys, audit rows.
+//! - [`audit_log`]: the audit log's reads, checkpoints and security events.
 //! - [`tenancy`]: tenants, principals and API keys, on both backends.
 //! - [`keys`]: API key secrets (generated, hashed, recognised).
 //! - [`chain`]: the per-tenant audit hash chain and canonical JSON.
@@ -20,8 +29,8 @@
 //! - [`approvals`]: approval policies and approvals.
 //! - [`upstreams`]: tenants' own upstream MCP servers.
 //! - [`sessions`]: MCP sessions and their stored SSE events.
-//! - [`sqlite`], [`postgres`]: the two backends, each with its audit log (`audit.rs`) and
-//!   runs (`runs.rs`) in files of their own.
+//! - [`sqlite`], [`postgres`]: the two backends: connecting, and the audit log's writes
+//!   (`audit.rs`), which differ for a measured reason; [`audit_log`]'s reads are shared.
 
 /// Calls the same method on whichever backend the store is. Defined before the modules,
 /// so that each module's `impl Store` forwards through it.
@@ -60,7 +69,7 @@ macro_rules! postgres_once {
 }
 
 pub mod approvals;
-mod audit_log;
+pub mod audit_log;
 pub mod chain;
 pub mod checkpoint;
 pub mod instances;

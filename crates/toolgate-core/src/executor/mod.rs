@@ -578,8 +578,7 @@ struct Refused {
 /// The tool name in metrics for a call of a tool the caller's toolset does not have.
 pub const UNKNOWN_TOOL: &str = "_unknown";
 
-/// How long a caller is asked to wait before trying a call the store could not take.
-pub const RETRY_AFTER_SECS: u64 = 1;
+pub use crate::error::RETRY_AFTER_SECS;
 
 /// The call's error when the audit sink failed: `unavailable` (try again shortly) when
 /// the store could not take the write for now, else `internal`; the cause is logged.

@@ -30,8 +30,8 @@ use toolgate_store::Store;
 use tower::service_fn;
 
 use crate::config::Config;
+use crate::error::ApiError;
 use crate::request_id::RequestId;
-use crate::rest::error::ApiError;
 use crate::state::AppState;
 
 mod answers;

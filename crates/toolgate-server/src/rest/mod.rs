@@ -6,7 +6,7 @@ pub mod agents;
 pub mod approvals;
 pub mod audit;
 pub mod definitions;
-pub mod error;
+pub use crate::error;
 pub mod extract;
 pub mod health;
 pub mod policy;

@@ -32,7 +32,6 @@ use crate::model::*;
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
 
 mod audit;
-mod runs;
 
 /// The role the app pool works as (created by the migrations).
 pub const APP_ROLE: &str = "toolgate_app";

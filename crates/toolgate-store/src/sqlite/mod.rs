@@ -19,7 +19,6 @@ use crate::chain::{GENESIS, canonical_json, row_from_record};
 use crate::{StoreError, now};
 
 mod audit;
-mod runs;
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
 
@@ -158,7 +157,7 @@ impl SqliteStore {
         probed
     }
 
-    /// The file replaced after every revocation (see [`Store::revocation_signal`]).
+    /// The file replaced after every revocation (see [`crate::Store::revocation_signal`]).
     pub fn revocation_signal(&self) -> std::path::PathBuf {
         let mut name = self.path.clone().into_os_string();
         name.push("-revoked");
@@ -175,7 +174,7 @@ impl SqliteStore {
     }
 
     /// Replaces the signal file with a new one (a new inode: see
-    /// [`Store::revocation_signal`]). The revocation is already committed; if the file
+    /// [`crate::Store::revocation_signal`]). The revocation is already committed; if the file
     /// cannot be written, gateways still see it at their next poll.
     pub(crate) fn revocation_announced(&self) {
         let signal = self.revocation_signal();

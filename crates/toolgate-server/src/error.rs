@@ -5,8 +5,6 @@
 //! decides how REST shows it. Internal causes never reach the body; they ride in the
 //! response extensions to the observe middleware, which logs them inside the request span.
 
-use std::sync::Arc;
-
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -17,6 +15,10 @@ use toolgate_core::{ErrorKind, ToolError};
 use utoipa::ToSchema;
 
 use crate::request_id;
+
+/// The message of the 401 for a request with no credentials at all: its challenge names
+/// no error (RFC 6750 §3.1).
+pub const MISSING_TOKEN: &str = "missing bearer token";
 
 /// Media type of every error body.
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -100,10 +102,6 @@ pub enum ApiError {
     #[error("internal error: {0:#}")]
     Internal(anyhow::Error),
 }
-
-/// What the observe middleware logs for a 5xx: the internal cause.
-#[derive(Clone, Debug)]
-pub struct InternalCause(pub Arc<str>);
 
 impl ApiError {
     fn parts(&self) -> (StatusCode, &'static str, &'static str) {
@@ -242,7 +240,7 @@ impl ApiError {
             return None;
         };
         match err.kind {
-            ErrorKind::Unauthenticated if err.message == crate::auth::MISSING_TOKEN => {
+            ErrorKind::Unauthenticated if err.message == MISSING_TOKEN => {
                 Some(r#"Bearer realm="toolgate""#.into())
             }
             ErrorKind::Unauthenticated => {
@@ -292,7 +290,7 @@ impl IntoResponse for ApiError {
         if let Some(cause) = cause {
             response
                 .extensions_mut()
-                .insert(InternalCause(cause.into()));
+                .insert(request_id::InternalCause(cause.into()));
         }
         response
     }
@@ -378,7 +376,7 @@ mod tests {
         assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
         let cause = response
             .extensions()
-            .get::<InternalCause>()
+            .get::<request_id::InternalCause>()
             .expect("cause for the logs");
         assert!(cause.0.contains("hunter2"));
     }

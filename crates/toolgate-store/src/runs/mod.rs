@@ -1,7 +1,6 @@
 //! Agents, runs and run journals, on both backends: one macro writes both (as for
 //! approvals and sessions: ids and JSON travel as text and are cast on Postgres); only
-//! the journal append differs, in `postgres/runs.rs` (one function call) and
-//! `sqlite/runs.rs` (a transaction of inserts).
+//! the journal append differs (`runs/journal.rs`).
 //!
 //! A run's events are numbered 1, 2, 3… by the one instance that holds the run's lease;
 //! the primary key `(run_id, seq)` refuses a second writer. The last event and the run's
@@ -18,6 +17,8 @@ use crate::postgres::PostgresStore;
 use crate::sqlite::{SqliteStore, uuid};
 use crate::{Store, StoreError};
 
+mod journal;
+
 /// Runs an instance may take over: running ones whose lease ended before `$4`, and ones
 /// waiting for approval that can go on (a decision not yet used, an approval expired by
 /// `$5`, or a cancel request).
@@ -27,9 +28,9 @@ const READY: &str = "(r.status = 'running' and (r.lease_until is null or r.lease
                    and (a.status <> 'pending' or a.expires_at <= $5))))";
 
 const AGENT_CONFLICT: &str = "an agent with this name exists in your tenant";
-pub(crate) const SEQ_CONFLICT: &str = "another instance is writing this run";
+const SEQ_CONFLICT: &str = "another instance is writing this run";
 
-pub(crate) fn event_kind(event: &Value) -> &str {
+fn event_kind(event: &Value) -> &str {
     event
         .get("type")
         .and_then(Value::as_str)
@@ -582,7 +583,7 @@ impl toolgate_core::stores::RunStore for Store {
     }
 
     /// Takes over running runs whose lease ended before `expired_before` (their instance
-    /// stopped), and runs waiting for approval that can go on (see [`READY`]): at most
+    /// stopped), and runs waiting for approval that can go on (see `READY`): at most
     /// `limit`, each set running and leased to `owner` until `until`.
     async fn claim_orphaned_runs(
         &self,
