@@ -37,6 +37,8 @@
 //!   ([`stores::RunStore`], [`stores::ApprovalStore`], [`stores::SessionStore`],
 //!   [`stores::UpstreamStore`], [`stores::PinStore`]) and the records crossing them;
 //!   `toolgate-store` implements them.
+//! - [`clock::Clock`]: the wall clock orchestration reads (leases, expiries), a seam
+//!   tests move instead of sleeping.
 //! - [`backoff::Backoff`]: the one backoff policy of retry and reconnect loops;
 //!   [`group_commit::next_group`]: how the durable writers batch.
 //! - [`declarations`]: a toolset rendered as OpenAI, Anthropic, Gemini or MCP tool
@@ -50,6 +52,7 @@ pub mod auth;
 pub mod backoff;
 pub mod cache;
 pub mod client;
+pub mod clock;
 pub mod context;
 pub mod declarations;
 pub mod error;

@@ -13,10 +13,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::Utc;
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use toolgate_core::clock::{Clock, SystemClock};
 use toolgate_core::stores::{ApprovalStore, NewRun, RunFinish, RunRecord, RunStore};
 use toolgate_core::{AuthContext, Event, Executor, Registry, RunId, TenantId, Toolset};
 use uuid::Uuid;
@@ -69,6 +69,8 @@ pub struct Runs<S> {
     providers: HashMap<String, Arc<dyn Provider>>,
     /// This instance's name in run leases.
     instance: String,
+    /// Where lease times and claim cut-offs come from.
+    clock: Arc<dyn Clock>,
     /// Runs this instance drives, with the token that stops each.
     active: Mutex<HashMap<RunId, Active>>,
     /// The latest committed step of each run with readers here, to wake SSE streams
@@ -104,12 +106,24 @@ impl<S: Store> Runs<S> {
         executor: Executor,
         providers: HashMap<String, Arc<dyn Provider>>,
     ) -> Arc<Self> {
+        Self::with_clock(store, registry, executor, providers, Arc::new(SystemClock))
+    }
+
+    /// As [`new`](Self::new), with leases and claims timed by `clock`.
+    pub fn with_clock(
+        store: S,
+        registry: Arc<Registry>,
+        executor: Executor,
+        providers: HashMap<String, Arc<dyn Provider>>,
+        clock: Arc<dyn Clock>,
+    ) -> Arc<Self> {
         Arc::new(Runs {
             store,
             registry,
             executor,
             providers,
             instance: format!("toolgate-{}", Uuid::now_v7().simple()),
+            clock,
             active: Mutex::default(),
             bus: Mutex::default(),
             deltas: Mutex::default(),
@@ -141,7 +155,7 @@ impl<S: Store> Runs<S> {
             agent_config: serde_json::to_value(&agent).unwrap_or(Value::Null),
             input,
             owner: self.instance.clone(),
-            lease_until: Utc::now() + LEASE,
+            lease_until: self.clock.now() + LEASE,
             first_event: serde_json::to_value(&first).unwrap_or(Value::Null),
         };
         self.store
@@ -323,9 +337,9 @@ impl<S: Store> Runs<S> {
         // An SQLite file has one gateway: at start-up every running run is an orphan,
         // even one whose lease has not run out (its gateway was killed).
         let startup_cutoff = if self.store.is_shared() {
-            Utc::now()
+            self.clock.now()
         } else {
-            Utc::now() + LEASE + chrono::Duration::seconds(1)
+            self.clock.now() + LEASE + chrono::Duration::seconds(1)
         };
         self.claim_orphans(startup_cutoff).await;
     }
@@ -343,7 +357,7 @@ impl<S: Store> Runs<S> {
                 _ = renew.tick() => self.renew().await,
                 _ = scan.tick() => {
                     self.expire_approvals().await;
-                    self.claim_orphans(Utc::now()).await;
+                    self.claim_orphans(self.clock.now()).await;
                 }
                 () = shutdown.cancelled() => break,
             }
@@ -357,7 +371,7 @@ impl<S: Store> Runs<S> {
         };
         if !runs.is_empty() {
             // An expired lease: the next instance to look takes them over.
-            let past = Utc::now() - chrono::Duration::seconds(1);
+            let past = self.clock.now() - chrono::Duration::seconds(1);
             match self
                 .store
                 .renew_run_leases(&self.instance, &runs, past)
@@ -381,7 +395,7 @@ impl<S: Store> Runs<S> {
         }
         match self
             .store
-            .renew_run_leases(&self.instance, &runs, Utc::now() + LEASE)
+            .renew_run_leases(&self.instance, &runs, self.clock.now() + LEASE)
             .await
         {
             Ok(cancelled) => {
@@ -416,15 +430,15 @@ impl<S: Store> Runs<S> {
     /// Takes over, at once, runs that can go on after a decision (on this instance,
     /// whichever instance paused them).
     pub async fn resume_decided(self: &Arc<Self>) {
-        self.claim_orphans(Utc::now()).await;
+        self.claim_orphans(self.clock.now()).await;
     }
 
-    async fn claim_orphans(self: &Arc<Self>, expired_before: chrono::DateTime<Utc>) {
+    async fn claim_orphans(self: &Arc<Self>, expired_before: chrono::DateTime<chrono::Utc>) {
         let claimed = match self
             .store
             .claim_orphaned_runs(
                 &self.instance,
-                Utc::now() + LEASE,
+                self.clock.now() + LEASE,
                 ORPHAN_BATCH,
                 expired_before,
             )
