@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_core::{CallContext, Tool, ToolError, ToolOutput, ToolSpec};
@@ -19,12 +20,7 @@ impl Echo {
         let spec = ToolSpec::new(
             "echo",
             "Return the given message unchanged. Useful to check that calls reach the gateway.",
-            json!({
-                "type": "object",
-                "properties": {"message": {"type": "string", "maxLength": 100000}},
-                "required": ["message"],
-                "additionalProperties": false
-            }),
+            crate::input_schema::<EchoArgs>(),
         )
         .with_title("Echo")
         .with_category("diagnostics")
@@ -47,8 +43,10 @@ impl Default for Echo {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct EchoArgs {
+    #[schemars(length(max = 100000))]
     message: String,
 }
 
@@ -75,12 +73,7 @@ impl Sleep {
             "sleep",
             "Wait the given number of seconds, then return. Useful to check deadlines and \
              cancellation: the default deadline is 30 s, callers may ask for up to 600 s.",
-            json!({
-                "type": "object",
-                "properties": {"seconds": {"type": "number", "minimum": 0, "maximum": 3600}},
-                "required": ["seconds"],
-                "additionalProperties": false
-            }),
+            crate::input_schema::<SleepArgs>(),
         )
         .with_title("Sleep")
         .with_category("diagnostics")
@@ -95,8 +88,10 @@ impl Default for Sleep {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct SleepArgs {
+    #[schemars(range(min = 0, max = 3600))]
     seconds: f64,
 }
 

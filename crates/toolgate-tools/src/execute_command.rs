@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
@@ -102,9 +103,13 @@ pub struct ExecuteCommand {
     options: CommandOptions,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct Args {
+    /// Shell command line
+    #[schemars(length(min = 1, max = 100000))]
     command: String,
+    /// Directory to run in, relative to the workspace root (default: the root)
     #[serde(default)]
     cwd: Option<String>,
 }
@@ -117,15 +122,7 @@ impl ExecuteCommand {
              stderr (first 30,000 characters) and exit code. Runs sandboxed: writes reach only the \
              workspace and $TMPDIR, there is no network unless the operator allows it, and the \
              whole process group is killed at the deadline.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "command": {"type": "string", "minLength": 1, "maxLength": 100000, "description": "Shell command line"},
-                    "cwd": {"type": "string", "description": "Directory to run in, relative to the workspace root (default: the root)"}
-                },
-                "required": ["command"],
-                "additionalProperties": false
-            }),
+            crate::input_schema::<Args>(),
         )
         .with_title("Execute command")
         .with_category("shell")

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_core::{CallContext, Tool, ToolError, ToolOutput, ToolSpec};
@@ -29,9 +30,12 @@ pub struct GitStatus {
     options: CommandOptions,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct Args {
+    /// A directory inside the repository, relative to the workspace root; the root when omitted
     #[serde(default)]
+    #[schemars(extend("default" = "."))]
     path: String,
 }
 
@@ -41,13 +45,7 @@ impl GitStatus {
             "git_status",
             "Show the current branch (with commits ahead of and behind its upstream) and the \
              changed, staged and untracked files of a git repository in the workspace.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "description": "A directory inside the repository, relative to the workspace root; the root when omitted", "default": "."}
-                },
-                "additionalProperties": false
-            }),
+            crate::input_schema::<Args>(),
         )
         .with_title("Git status")
         .with_category("workspace")

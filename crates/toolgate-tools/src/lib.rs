@@ -33,6 +33,8 @@
 
 use std::sync::Arc;
 
+use serde_json::Value;
+
 use toolgate_core::Tool;
 
 pub mod config;
@@ -122,4 +124,90 @@ pub(crate) async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(work)
         .await
         .unwrap_or_else(|e| Err(toolgate_core::ToolError::internal(e)))
+}
+
+/// A tool's input schema, derived from its argument struct: doc comments are the
+/// descriptions, `#[schemars(...)]` the constraints, serde's defaults the defaults,
+/// `deny_unknown_fields` the closed object. Trimmed to the keywords every provider's
+/// declarations take: no `$schema` or `title`, no `format` (`uint64`, `double`), no
+/// `null` among a property's types, no `null` default.
+pub(crate) fn input_schema<T: schemars::JsonSchema>() -> Value {
+    let mut schema = schemars::generate::SchemaSettings::draft2020_12()
+        .for_deserialize()
+        .into_generator()
+        .root_schema_for::<T>()
+        .to_value();
+    if let Some(root) = schema.as_object_mut() {
+        for key in ["$schema", "title", "description"] {
+            root.remove(key);
+        }
+    }
+    if let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut) {
+        for property in properties.values_mut().filter_map(Value::as_object_mut) {
+            property.remove("format");
+            if property.get("default") == Some(&Value::Null) {
+                property.remove("default");
+            }
+            if let Some(Value::Array(types)) = property.get("type") {
+                let named: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
+                if let [one] = named.as_slice() {
+                    property.insert("type".into(), one.clone());
+                }
+            }
+        }
+    }
+    schema
+}
+
+#[cfg(test)]
+mod input_schemas {
+    use super::*;
+
+    /// Every built-in tool's input schema, by tool name.
+    pub(crate) fn all() -> serde_json::Map<String, serde_json::Value> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let workspaces = Arc::new(Workspaces::new(dir.path()).expect("workspaces"));
+        let options = BuiltinOptions {
+            diagnostics: true,
+            commands: Some(CommandOptions::default()),
+            fetch: Some(web_fetch::FetchOptions::default()),
+            search: Some(web_search::SearchOptions {
+                url: "https://search.example/search".parse().expect("url"),
+                api_key: None,
+            }),
+        };
+        builtin_tools(workspaces, &options)
+            .expect("tools")
+            .iter()
+            .map(|t| (t.spec().name.clone(), t.spec().input_schema.clone()))
+            .collect()
+    }
+
+    /// Derived from the argument structs, the schemas hold only what every provider's
+    /// declarations take, and keep the constraints the structs declare.
+    #[test]
+    fn every_builtin_input_schema_is_derived_closed_and_plain() {
+        let schemas = all();
+        assert_eq!(schemas.len(), 13, "{:?}", schemas.keys());
+        for (tool, schema) in &schemas {
+            assert_eq!(schema["type"], "object", "{tool}: {schema}");
+            assert_eq!(schema["additionalProperties"], false, "{tool}: {schema}");
+            let text = schema.to_string();
+            for word in ["$schema", "\"title\"", "\"format\"", "$ref", "null"] {
+                assert!(!text.contains(word), "{tool}: {word} in {schema}");
+            }
+        }
+        let read = &schemas["read_file"];
+        assert_eq!(read["required"], serde_json::json!(["path"]));
+        assert_eq!(read["properties"]["limit"]["maximum"], 100000);
+        assert_eq!(read["properties"]["offset"]["default"], 1);
+        assert_eq!(
+            read["properties"]["path"]["description"],
+            "File path relative to the workspace root"
+        );
+        let search = &schemas["search_files"];
+        assert_eq!(search["properties"]["path"]["default"], ".");
+        assert_eq!(search["properties"]["glob"]["type"], "string");
+        assert_eq!(search["properties"]["glob"]["maxLength"], 200);
+    }
 }

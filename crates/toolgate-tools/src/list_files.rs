@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_core::{CallContext, Tool, ToolError, ToolOutput, ToolSpec};
@@ -18,10 +19,14 @@ pub struct ListFiles {
     workspaces: Arc<Workspaces>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct Args {
+    /// Directory relative to the workspace root; the root when omitted
     #[serde(default)]
+    #[schemars(extend("default" = "."))]
     path: String,
+    /// Include names starting with '.'
     #[serde(default)]
     include_hidden: bool,
 }
@@ -32,14 +37,7 @@ impl ListFiles {
             "list_files",
             "List the entries of a directory in the workspace, sorted by name. Directories end \
              with '/', symbolic links with '@'. Paths are relative to the workspace root.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "description": "Directory relative to the workspace root; the root when omitted", "default": "."},
-                    "include_hidden": {"type": "boolean", "description": "Include names starting with '.'", "default": false}
-                },
-                "additionalProperties": false
-            }),
+            crate::input_schema::<Args>(),
         )
         .with_title("List files")
         .with_category("workspace")

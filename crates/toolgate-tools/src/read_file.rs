@@ -4,6 +4,7 @@ use std::io::{BufRead, BufReader};
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_core::{CallContext, Tool, ToolError, ToolOutput, ToolSpec};
@@ -23,12 +24,19 @@ pub struct ReadFile {
     workspaces: Arc<Workspaces>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct Args {
+    /// File path relative to the workspace root
+    #[schemars(length(min = 1))]
     path: String,
+    /// First line to return (1-based)
     #[serde(default = "one")]
+    #[schemars(range(min = 1))]
     offset: u64,
+    /// Most lines to return
     #[serde(default = "default_limit")]
+    #[schemars(range(min = 1, max = 100000))]
     limit: u64,
 }
 
@@ -46,16 +54,7 @@ impl ReadFile {
             "read_file",
             "Read a text file from the workspace. Returns lines `offset` .. `offset + limit - 1` \
              (1-based; by default the first 2000 lines). Paths are relative to the workspace root.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "minLength": 1, "description": "File path relative to the workspace root"},
-                    "offset": {"type": "integer", "minimum": 1, "description": "First line to return (1-based)", "default": 1},
-                    "limit": {"type": "integer", "minimum": 1, "maximum": 100000, "description": "Most lines to return", "default": DEFAULT_LIMIT}
-                },
-                "required": ["path"],
-                "additionalProperties": false
-            }),
+            crate::input_schema::<Args>(),
         )
         .with_title("Read file")
         .with_category("workspace")

@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use ignore::WalkBuilder;
 use ignore::overrides::OverrideBuilder;
 use regex::RegexBuilder;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_core::{CallContext, ErrorKind, Tool, ToolError, ToolOutput, ToolSpec};
@@ -27,19 +28,28 @@ pub struct SearchFiles {
     workspaces: Arc<Workspaces>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct Args {
+    #[schemars(length(min = 1, max = 1000))]
     pattern: String,
+    /// Match the pattern as plain text
     #[serde(default)]
     literal: bool,
+    /// Directory or file to search, relative to the workspace root
     #[serde(default)]
+    #[schemars(extend("default" = "."))]
     path: String,
+    /// Only files matching this glob, e.g. "*.rs"
+    #[serde(default)]
+    #[schemars(length(max = 200))]
     glob: Option<String>,
     #[serde(default)]
     case_insensitive: bool,
     #[serde(default)]
     include_hidden: bool,
     #[serde(default = "default_max")]
+    #[schemars(range(min = 1, max = 1000))]
     max_results: usize,
 }
 
@@ -54,20 +64,7 @@ impl SearchFiles {
             "Search text files in the workspace for lines matching a regular expression (Rust \
              regex syntax) or, with literal=true, a plain string. Respects .gitignore and skips \
              hidden and binary files. Returns `path:line: text` per match.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "pattern": {"type": "string", "minLength": 1, "maxLength": 1000},
-                    "literal": {"type": "boolean", "default": false, "description": "Match the pattern as plain text"},
-                    "path": {"type": "string", "description": "Directory or file to search, relative to the workspace root", "default": "."},
-                    "glob": {"type": "string", "maxLength": 200, "description": "Only files matching this glob, e.g. \"*.rs\""},
-                    "case_insensitive": {"type": "boolean", "default": false},
-                    "include_hidden": {"type": "boolean", "default": false},
-                    "max_results": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}
-                },
-                "required": ["pattern"],
-                "additionalProperties": false
-            }),
+            crate::input_schema::<Args>(),
         )
         .with_title("Search files")
         .with_category("workspace")

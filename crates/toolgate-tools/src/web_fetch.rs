@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use reqwest::Url;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_core::{CallContext, Effects, ErrorKind, Risk, Tool, ToolError, ToolOutput, ToolSpec};
@@ -56,9 +57,13 @@ pub struct WebFetch {
     client: reqwest::Client,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct Args {
+    /// An https:// URL
+    #[schemars(length(min = 1, max = 8192))]
     url: String,
+    /// Return the body as text, without extracting the main content
     #[serde(default)]
     raw: bool,
 }
@@ -69,15 +74,7 @@ impl WebFetch {
             "web_fetch",
             "Fetch a web page by URL and return its main content as Markdown (navigation and \
              boilerplate removed), or the raw text with `raw`. Public HTTPS addresses only.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "url": {"type": "string", "minLength": 1, "maxLength": 8192, "description": "An https:// URL"},
-                    "raw": {"type": "boolean", "default": false, "description": "Return the body as text, without extracting the main content"}
-                },
-                "required": ["url"],
-                "additionalProperties": false
-            }),
+            crate::input_schema::<Args>(),
         )
         .with_title("Fetch web page")
         .with_category("web")

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_core::{CallContext, Effects, ErrorKind, Risk, Tool, ToolError, ToolOutput, ToolSpec};
@@ -30,12 +31,17 @@ pub struct WebSearch {
     client: reqwest::Client,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct Args {
+    #[schemars(length(min = 1, max = 500))]
     query: String,
     #[serde(default = "default_count")]
+    #[schemars(range(min = 1, max = MAX_RESULTS))]
     count: usize,
+    /// Language code, e.g. "en"
     #[serde(default)]
+    #[schemars(length(max = 16))]
     language: Option<String>,
 }
 
@@ -64,16 +70,7 @@ impl WebSearch {
             "web_search",
             "Search the web. Returns the top results with title, URL and a snippet; fetch a \
              result with web_fetch to read it.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "query": {"type": "string", "minLength": 1, "maxLength": 500},
-                    "count": {"type": "integer", "minimum": 1, "maximum": MAX_RESULTS, "default": 8},
-                    "language": {"type": "string", "maxLength": 16, "description": "Language code, e.g. \"en\""}
-                },
-                "required": ["query"],
-                "additionalProperties": false
-            }),
+            crate::input_schema::<Args>(),
         )
         .with_title("Web search")
         .with_category("web")

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use ignore::WalkBuilder;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_core::{CallContext, Tool, ToolError, ToolOutput, ToolSpec};
@@ -23,11 +24,16 @@ pub struct WorkspaceTree {
     workspaces: Arc<Workspaces>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct Args {
+    /// Directory relative to the workspace root; the root when omitted
     #[serde(default)]
+    #[schemars(extend("default" = "."))]
     path: String,
+    /// Levels below the directory to show
     #[serde(default = "default_depth")]
+    #[schemars(range(min = 1, max = MAX_DEPTH))]
     depth: usize,
     #[serde(default)]
     include_hidden: bool,
@@ -44,15 +50,7 @@ impl WorkspaceTree {
             "Show the workspace (or a directory in it) as an indented tree, a few levels deep. \
              Honours .gitignore; hidden entries only when asked. Directories end with '/', \
              symbolic links with '@'.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "description": "Directory relative to the workspace root; the root when omitted", "default": "."},
-                    "depth": {"type": "integer", "minimum": 1, "maximum": MAX_DEPTH, "default": DEFAULT_DEPTH, "description": "Levels below the directory to show"},
-                    "include_hidden": {"type": "boolean", "default": false}
-                },
-                "additionalProperties": false
-            }),
+            crate::input_schema::<Args>(),
         )
         .with_title("Workspace tree")
         .with_category("workspace")

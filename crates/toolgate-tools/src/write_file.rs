@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use cap_std::fs::{Dir, OpenOptions};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_core::{CallContext, Effects, Risk, Tool, ToolError, ToolOutput, ToolSpec};
@@ -32,9 +33,14 @@ pub struct WriteFile {
     workspaces: Arc<Workspaces>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct WriteArgs {
+    /// File path relative to the workspace root
+    #[schemars(length(min = 1))]
     path: String,
+    /// The whole new content
+    #[schemars(length(max = MAX_CONTENT_CHARS))]
     content: String,
 }
 
@@ -44,15 +50,7 @@ impl WriteFile {
             "write_file",
             "Write a text file in the workspace, replacing it if it exists and creating missing \
              parent directories. Paths are relative to the workspace root.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "minLength": 1, "description": "File path relative to the workspace root"},
-                    "content": {"type": "string", "maxLength": MAX_CONTENT_CHARS, "description": "The whole new content"}
-                },
-                "required": ["path", "content"],
-                "additionalProperties": false
-            }),
+            crate::input_schema::<WriteArgs>(),
         )
         .with_title("Write file")
         .with_category("workspace")
@@ -115,11 +113,18 @@ pub struct EditFile {
     workspaces: Arc<Workspaces>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct EditArgs {
+    /// File path relative to the workspace root
+    #[schemars(length(min = 1))]
     path: String,
+    /// Exact text to find, whitespace included
+    #[schemars(length(min = 1))]
     old_text: String,
+    /// Text to put in its place
     new_text: String,
+    /// Replace every occurrence
     #[serde(default)]
     replace_all: bool,
 }
@@ -131,17 +136,7 @@ impl EditFile {
             "Replace exact text in a file of the workspace. `old_text` must occur exactly once \
              (include surrounding lines to make it unique), or set `replace_all` to replace every \
              occurrence. Fails, changing nothing, when the text is missing or not unique.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "minLength": 1, "description": "File path relative to the workspace root"},
-                    "old_text": {"type": "string", "minLength": 1, "description": "Exact text to find, whitespace included"},
-                    "new_text": {"type": "string", "description": "Text to put in its place"},
-                    "replace_all": {"type": "boolean", "default": false, "description": "Replace every occurrence"}
-                },
-                "required": ["path", "old_text", "new_text"],
-                "additionalProperties": false
-            }),
+            crate::input_schema::<EditArgs>(),
         )
         .with_title("Edit file")
         .with_category("workspace")
@@ -236,8 +231,11 @@ pub struct CreateDirectory {
     workspaces: Arc<Workspaces>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct DirArgs {
+    /// Directory path relative to the workspace root
+    #[schemars(length(min = 1))]
     path: String,
 }
 
@@ -246,14 +244,7 @@ impl CreateDirectory {
         let spec = ToolSpec::new(
             "create_directory",
             "Create a directory in the workspace, with any missing parents. Succeeds when it exists.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "minLength": 1, "description": "Directory path relative to the workspace root"}
-                },
-                "required": ["path"],
-                "additionalProperties": false
-            }),
+            crate::input_schema::<DirArgs>(),
         )
         .with_title("Create directory")
         .with_category("workspace")
