@@ -34,6 +34,10 @@ impl PgDb {
     }
 
     /// Drops the database (also done on drop, for tests that panic first).
+    #[allow(
+        dead_code,
+        reason = "not every test binary including this file drops early"
+    )]
     pub async fn drop_db(self) {
         drop(self);
     }

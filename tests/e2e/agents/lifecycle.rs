@@ -1,0 +1,384 @@
+//! Agents and runs as resources: validation, scopes, cancelling, toolsets, and runs resumed after a gateway stops or dies.
+
+use super::*;
+
+#[tokio::test]
+async fn a_tool_outside_the_agents_toolset_is_an_error_result_not_a_call() {
+    let mock = MockLlm::start(
+        Wire::Openai,
+        vec![
+            Reply::ok(says::openai_calls(&[("c1", "list_files", "{}")])),
+            Reply::ok(says::openai_text("I cannot list files.")),
+        ],
+    )
+    .await;
+    let gw = gateway(&mock, Wire::Openai).await;
+    let agent = create_agent(
+        &gw,
+        json!({"name": "narrow", "provider": "llm", "model": "gpt-test", "tools": ["read_file"]}),
+    )
+    .await;
+    let run = run(&gw, &agent, "List the files").await;
+    assert_eq!(run["status"], "completed", "{run}");
+    // Only read_file was declared.
+    let first = mock.requests()[0].body.clone();
+    let declared: Vec<&str> = first["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| t["function"]["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(declared, ["read_file"]);
+    let finished = steps(&run, "tool_call_finished");
+    assert_eq!(finished[0]["category"], "not_found");
+    // A mistake the model can fix (an unknown tool) does not take its tools away: it
+    // hears the error and may call again.
+    assert!(steps(&run, "note").is_empty(), "{run}");
+    let second = mock.requests()[1].body.clone();
+    assert_ne!(second["tool_choice"], "none", "{second}");
+    assert_eq!(
+        second["messages"]
+            .as_array()
+            .expect("messages")
+            .last()
+            .expect("last")["role"],
+        "tool"
+    );
+    let content: Value =
+        serde_json::from_str(finished[0]["result"]["content"].as_str().expect("content"))
+            .expect("json");
+    assert!(
+        content["suggestion"]
+            .as_str()
+            .expect("suggestion")
+            .contains("read_file"),
+        "{content}"
+    );
+    // Nothing was listed: the workspace tool never ran (its audit row says not_found).
+    let run_id = run["id"].as_str().expect("id");
+    let (_, _, audit) = gw.get(&format!("/v1/audit?run_id={run_id}")).await;
+    let rows = audit["entries"].as_array().expect("rows");
+    assert_eq!(rows.len(), 1, "{audit}");
+    assert_eq!(rows[0]["outcome"], "not_found");
+
+    // An agent with no tools declares none at all.
+    let bare = create_agent(
+        &gw,
+        json!({"name": "bare", "provider": "llm", "model": "gpt-test"}),
+    )
+    .await;
+    let _ = self::run(&gw, &bare, "hi").await;
+    let last = mock.requests().pop().expect("request");
+    assert!(last.body.get("tools").is_none(), "{}", last.body);
+}
+
+#[tokio::test]
+async fn agents_and_runs_are_validated_scoped_and_cancellable() {
+    let mock = MockLlm::start(
+        Wire::Openai,
+        vec![Reply::ok(says::openai_text("slow")).delayed(Duration::from_secs(4))],
+    )
+    .await;
+    let gw = gateway(&mock, Wire::Openai).await;
+    // Every problem is named.
+    let (status, _, problem) = gw
+        .post(
+            "/v1/agents",
+            json!({"name": "Bad Name", "provider": "nope", "model": "", "max_turns": 0}),
+        )
+        .await;
+    assert_eq!(status, 400, "{problem}");
+    let pointers: Vec<&str> = problem["errors"]
+        .as_array()
+        .expect("errors")
+        .iter()
+        .map(|e| e["pointer"].as_str().expect("pointer"))
+        .collect();
+    for p in ["/name", "/model", "/max_turns", "/provider"] {
+        assert!(pointers.contains(&p), "{p} in {pointers:?}");
+    }
+    let (status, _, _) = gw
+        .post(
+            "/v1/agents",
+            json!({"name": "x", "provider": "llm", "model": "m", "surprise": 1}),
+        )
+        .await;
+    assert_eq!(status, 400);
+    // An agent-level approval policy was accepted and ignored: now refused, naming where
+    // such rules go.
+    let (status, _, problem) = gw
+        .post(
+            "/v1/agents",
+            json!({"name": "x", "provider": "llm", "model": "m", "approval_policy": "always"}),
+        )
+        .await;
+    assert_eq!(status, 400, "{problem}");
+    assert!(problem.to_string().contains("/v1/policy"), "{problem}");
+    let agent = create_agent(
+        &gw,
+        json!({"name": "slow", "provider": "llm", "model": "gpt-test"}),
+    )
+    .await;
+    let (status, _, _) = gw
+        .post(
+            "/v1/agents",
+            json!({"name": "slow", "provider": "llm", "model": "gpt-test"}),
+        )
+        .await;
+    assert_eq!(status, 409);
+
+    let (_, _, started) = gw
+        .post(&format!("/v1/agents/{agent}/runs"), json!({"input": "hi"}))
+        .await;
+    let run_id = started["id"].as_str().expect("id").to_owned();
+
+    // Another tenant sees neither the agent nor the run.
+    let other = client_with_key(&gw.create_tenant("other").await);
+    for path in [
+        format!("/v1/agents/{agent}"),
+        format!("/v1/runs/{run_id}"),
+        format!("/v1/runs/{run_id}/events"),
+    ] {
+        let (status, _, _) = read(other.get(gw.url(&path)).send().await.expect("request")).await;
+        assert_eq!(status, 404, "{path}");
+    }
+    let (status, _, _) = read(
+        other
+            .post(gw.url(&format!("/v1/runs/{run_id}/cancel")))
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 404);
+    let (_, _, listed) = read(other.get(gw.url("/v1/runs")).send().await.expect("request")).await;
+    assert_eq!(listed["runs"], json!([]));
+
+    let (status, _, cancelled) = gw
+        .post(&format!("/v1/runs/{run_id}/cancel"), json!({}))
+        .await;
+    assert_eq!(status, 202, "{cancelled}");
+    let mut run = Value::Null;
+    for _ in 0..100 {
+        run = gw.get(&format!("/v1/runs/{run_id}")).await.2;
+        if run["status"] != "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(run["status"], "cancelled", "{run}");
+    let (status, _, _) = gw
+        .post(&format!("/v1/runs/{run_id}/cancel"), json!({}))
+        .await;
+    assert_eq!(status, 409, "already ended");
+}
+
+#[tokio::test]
+async fn a_run_cut_off_by_a_stopping_gateway_resumes_when_the_next_one_starts() {
+    resumes_after_a_stop(None).await;
+}
+
+#[tokio::test]
+async fn a_run_cut_off_by_a_stopping_gateway_resumes_on_postgres() {
+    let db = toolgate_e2e::PgDb::create().await;
+    resumes_after_a_stop(Some(db.url.clone())).await;
+    db.drop_db().await;
+}
+
+async fn resumes_after_a_stop(database_url: Option<String>) {
+    let mock = MockLlm::start(
+        Wire::Openai,
+        vec![
+            Reply::ok(says::openai_calls(&[(
+                "c1",
+                "read_file",
+                r#"{"path":"notes.txt"}"#,
+            )])),
+            // The first instance stops while waiting for this one.
+            Reply::ok(says::openai_text("never seen")).delayed(Duration::from_secs(60)),
+            Reply::ok(says::openai_text("Tuesday, after a restart.")),
+        ],
+    )
+    .await;
+    let data = tempfile::tempdir().expect("data dir");
+    let start = || {
+        let base = mock.base.clone();
+        let dir = data.path().to_path_buf();
+        let url = database_url.clone();
+        Gateway::start_with(move |c| {
+            c.data_dir = dir;
+            c.database.url = url.map(toolgate_server::config::Secret::new);
+            c.providers
+                .insert("llm".into(), provider(Wire::Openai, &base));
+        })
+    };
+    let first = start().await;
+    let workspace = data.path().join("workspace").join("default");
+    std::fs::create_dir_all(&workspace).expect("workspace");
+    std::fs::write(workspace.join("notes.txt"), "the launch is on tuesday\n").expect("write");
+    let agent = create_agent(
+        &first,
+        json!({"name": "r", "provider": "llm", "model": "gpt-test", "tools": ["read_file"]}),
+    )
+    .await;
+    let (_, _, started) = first
+        .post(
+            &format!("/v1/agents/{agent}/runs"),
+            json!({"input": "When?"}),
+        )
+        .await;
+    let run_id = started["id"].as_str().expect("id").to_owned();
+    // Wait until the second model call is in flight, then stop the gateway.
+    for _ in 0..200 {
+        if mock.requests().len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(mock.requests().len(), 2);
+    first.stop().await;
+
+    let second = start().await;
+    let mut run = Value::Null;
+    for _ in 0..200 {
+        run = second.get(&format!("/v1/runs/{run_id}")).await.2;
+        if run["status"] != "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["output"], "Tuesday, after a restart.");
+    // The tool ran once; the cut-off turn was redone, not skipped or doubled.
+    assert_eq!(steps(&run, "tool_call_finished").len(), 1);
+    let turns: Vec<i64> = steps(&run, "turn_started")
+        .iter()
+        .map(|s| s["turn"].as_i64().expect("turn"))
+        .collect();
+    assert_eq!(turns, [1, 2]);
+    // The resumed request carried the whole history, tool result included.
+    let third = mock.requests()[2].body.clone();
+    assert_eq!(
+        third["messages"].as_array().expect("messages").len(),
+        3,
+        "{third}"
+    );
+    let seqs: Vec<i64> = run["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .map(|s| s["seq"].as_i64().expect("seq"))
+        .collect();
+    assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn on_sqlite_a_run_left_by_a_killed_gateway_resumes_at_the_next_start() {
+    let mock = MockLlm::start(
+        Wire::Openai,
+        vec![Reply::ok(says::openai_text("Back again."))],
+    )
+    .await;
+    let data = tempfile::tempdir().expect("data dir");
+    let start = || {
+        let base = mock.base.clone();
+        let dir = data.path().to_path_buf();
+        Gateway::start_with(move |c| {
+            c.data_dir = dir;
+            c.providers
+                .insert("llm".into(), provider(Wire::Openai, &base));
+        })
+    };
+    start().await.stop().await;
+    // What a killed gateway leaves: a running run, leased for a while yet, one step in.
+    let store = toolgate_store::Store::open(None, data.path())
+        .await
+        .expect("store");
+    let tenant = store
+        .find_tenant("default")
+        .await
+        .expect("tenant")
+        .expect("default");
+    let run = toolgate_store::NewRun {
+        id: toolgate_core::RunId::new(),
+        agent_id: uuid::Uuid::now_v7(),
+        agent_name: "r".into(),
+        principal: toolgate_core::PrincipalId::new(),
+        auth: json!({
+            "tenant": tenant.id, "tenant_name": "default",
+            "principal": {"id": uuid::Uuid::now_v7(), "kind": "user", "name": "someone"},
+            "roles": ["admin"], "scopes": ["tools:invoke", "agents:run"]
+        }),
+        agent_config: json!({"name": "r", "provider": "llm", "model": "gpt-test"}),
+        input: "Still there?".into(),
+        owner: "a-killed-instance".into(),
+        lease_until: chrono::Utc::now() + chrono::Duration::seconds(25),
+        first_event: json!({"type": "run_started", "agent": "r", "input": "Still there?"}),
+    };
+    toolgate_core::stores::RunStore::create_run(&store, tenant.id, &run)
+        .await
+        .expect("run");
+    drop(store);
+
+    let gw = start().await;
+    let mut view = Value::Null;
+    for _ in 0..100 {
+        view = gw.get(&format!("/v1/runs/{}", run.id)).await.2;
+        if view["status"] != "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(view["status"], "completed", "{view}");
+    assert_eq!(view["output"], "Back again.");
+}
+
+/// The model is offered exactly the tools the run may call: one the caller's scopes
+/// forbid (a high-risk tool without `tools:high_risk`) is not declared.
+#[tokio::test]
+async fn tools_the_caller_may_not_call_are_not_declared() {
+    let mock = MockLlm::start(Wire::Openai, vec![Reply::ok(says::openai_text("ok"))]).await;
+    let gw = gateway(&mock, Wire::Openai).await;
+    let agent = create_agent(
+        &gw,
+        json!({"name": "both", "provider": "llm", "model": "gpt-test",
+               "tools": ["read_file", "execute_command"]}),
+    )
+    .await;
+    let (status, _, who) = gw
+        .post(
+            "/v1/principals",
+            json!({"name": "member", "scopes": ["agents:run", "tools:invoke"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{who}");
+    let (status, _, key) = gw
+        .post(
+            "/v1/keys",
+            json!({"name": "member", "principal_id": who["id"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{key}");
+    let member = client_with_key(key["secret"].as_str().expect("secret"));
+    let (status, _, run) = read(
+        member
+            .post(gw.url(&format!("/v1/agents/{agent}/runs")))
+            .json(&json!({"input": "hi", "wait_secs": 30}))
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(
+        (status, run["status"].as_str()),
+        (201, Some("completed")),
+        "{run}"
+    );
+    let declared: Vec<String> = mock.requests()[0].body["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| t["function"]["name"].as_str().expect("name").to_owned())
+        .collect();
+    assert_eq!(declared, ["read_file"]);
+}

@@ -1,0 +1,397 @@
+//! REST and MCP calls held for approval: decided by someone else, waited on, denied, expired, retried, elicited.
+
+use super::*;
+
+#[tokio::test]
+async fn a_rest_call_waits_for_someone_else_to_approve_then_runs_once() {
+    let gw = Gateway::start().await;
+    let base = gw.base.clone();
+    put_policy(&base, &gw.http, json!({"level": 5})).await;
+    let reviewer = principal(
+        &base,
+        &gw.http,
+        "reviewer",
+        &["approvals:decide", "audit:read"],
+    )
+    .await;
+
+    // Low risk runs; high risk waits: 202, the approval id, a status URL.
+    let (status, _, _) = gw
+        .invoke("echo", json!({"arguments": {"message": "hi"}}))
+        .await;
+    assert_eq!(status, 200);
+    let command = json!({"arguments": {"command": "echo ran >> log.txt; cat log.txt"}});
+    let response = gw
+        .http
+        .post(gw.url("/v1/tools/execute_command/invoke"))
+        .json(&command)
+        .send()
+        .await
+        .expect("request");
+    let location = response.headers()["location"]
+        .to_str()
+        .expect("ascii")
+        .to_owned();
+    let (status, _, held) = read(response).await;
+    assert_eq!(status, 202, "{held}");
+    assert_eq!(held["status"], "awaiting_approval");
+    assert_eq!(location, held["status_url"]);
+    let approval = held["approval_id"]
+        .as_str()
+        .expect("approval id")
+        .to_owned();
+    assert!(
+        !gw.workspace().join("log.txt").exists(),
+        "ran before approval"
+    );
+
+    // Listed for the reviewer, arguments shown; the requester cannot decide its own call.
+    let (status, list) = get(&base, &reviewer, "/v1/approvals").await;
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(list["approvals"][0]["id"], approval.as_str());
+    assert_eq!(list["approvals"][0]["tool"], "execute_command");
+    assert_eq!(list["approvals"][0]["risk"], "high");
+    assert_eq!(list["approvals"][0]["adapter"], "rest");
+    let (status, body) = decide(&base, &gw.http, &approval, "approve", "mine").await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("someone else"),
+        "{body}"
+    );
+
+    // Another tenant neither sees nor decides it.
+    let other = client_with_key(&gw.create_tenant("other").await);
+    let (status, _) = get(&base, &other, &format!("/v1/approvals/{approval}")).await;
+    assert_eq!(status, 404);
+    let (status, list) = get(&base, &other, "/v1/approvals").await;
+    assert_eq!(
+        (status, list["approvals"].as_array().map(Vec::len)),
+        (200, Some(0))
+    );
+    let (status, _) = decide(&base, &other, &approval, "approve", "sure").await;
+    assert_eq!(status, 404);
+    let (status, _) = get(&base, &other, &location).await;
+    assert_eq!(status, 404);
+
+    // Approved: the call runs once, its outcome at the status URL.
+    let (status, decided) = decide(&base, &reviewer, &approval, "approve", "looks safe").await;
+    assert_eq!(status, 200, "{decided}");
+    assert_eq!(decided["status"], "approved");
+    let (status, body) = decide(&base, &reviewer, &approval, "deny", "changed my mind").await;
+    assert_eq!(status, 409, "decided once: {body}");
+    let mut call = Value::Null;
+    for _ in 0..100 {
+        let (status, body) = get(&base, &gw.http, &location).await;
+        assert_eq!(status, 200, "{body}");
+        if body["status"] == "completed" {
+            call = body;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(call["result"]["status"], 200, "{call}");
+    let text = call["result"]["body"]["content"][0]["text"]
+        .as_str()
+        .expect("text");
+    assert!(text.starts_with("ran\n"), "{text}");
+    assert_eq!(
+        std::fs::read_to_string(gw.workspace().join("log.txt")).expect("ran"),
+        "ran\n"
+    );
+
+    // The audit log: the held call, the decision, the call that ran.
+    let rows = audit_of(&base, &reviewer, &approval).await;
+    assert_eq!(
+        summary(&rows),
+        [
+            ("rest".into(), "approval_required".into()),
+            ("approval".into(), "ok".into()),
+            ("rest".into(), "ok".into()),
+        ],
+        "{rows:#?}"
+    );
+    assert_eq!(rows[0]["principal_id"], rows[2]["principal_id"]);
+    assert_ne!(rows[0]["principal_id"], rows[1]["principal_id"]);
+}
+
+#[tokio::test]
+async fn prefer_wait_answers_with_the_outcome_and_a_denial_is_a_403_with_the_reason() {
+    let gw = Gateway::start().await;
+    let base = gw.base.clone();
+    put_policy(&base, &gw.http, json!({"level": 9})).await;
+    let reviewer = principal(&base, &gw.http, "reviewer", &["approvals:decide"]).await;
+    let approve_next = |decision: &'static str, reason: &'static str| {
+        let reviewer = reviewer.clone();
+        let base = base.clone();
+        tokio::spawn(async move {
+            for _ in 0..100 {
+                let (_, list) = get(&base, &reviewer, "/v1/approvals").await;
+                if let Some(id) = list["approvals"][0]["id"].as_str() {
+                    let (status, body) = decide(&base, &reviewer, id, decision, reason).await;
+                    assert_eq!(status, 200, "{body}");
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            panic!("no approval appeared");
+        })
+    };
+    let waiting = |message: &'static str| {
+        gw.http
+            .post(gw.url("/v1/tools/echo/invoke"))
+            .header("prefer", "wait=20")
+            .json(&json!({"arguments": {"message": message}}))
+            .send()
+    };
+
+    let decider = approve_next("approve", "ok");
+    let (status, _, body) = read(waiting("first").await.expect("request")).await;
+    decider.await.expect("decider");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["structured"]["message"], "first");
+
+    let decider = approve_next("deny", "not this one");
+    let (status, content_type, problem) = read(waiting("second").await.expect("request")).await;
+    decider.await.expect("decider");
+    assert_eq!(
+        (status, content_type.as_str()),
+        (403, "application/problem+json"),
+        "{problem}"
+    );
+    assert_eq!(problem["type"], "urn:toolgate:error:denied");
+    assert_eq!(problem["details"]["reason"], "not this one");
+}
+
+#[tokio::test]
+async fn an_expired_approval_cannot_be_decided_and_counts_as_denied() {
+    let gw = Gateway::start().await;
+    let base = gw.base.clone();
+    put_policy(&base, &gw.http, json!({"level": 9, "approval_ttl_secs": 1})).await;
+    let reviewer = principal(&base, &gw.http, "reviewer", &["approvals:decide"]).await;
+    let (status, _, held) = gw
+        .invoke("echo", json!({"arguments": {"message": "late"}}))
+        .await;
+    assert_eq!(status, 202, "{held}");
+    let approval = held["approval_id"].as_str().expect("id").to_owned();
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let (status, body) = decide(&base, &reviewer, &approval, "approve", "too late").await;
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body["detail"].as_str().unwrap_or("").contains("expired"),
+        "{body}"
+    );
+    let (status, view) = get(&base, &reviewer, &format!("/v1/approvals/{approval}")).await;
+    assert_eq!(
+        (status, view["status"].as_str()),
+        (200, Some("expired")),
+        "{view}"
+    );
+    let (_, call) = get(
+        &base,
+        &gw.http,
+        &format!("/v1/calls/{}", held["call_id"].as_str().expect("id")),
+    )
+    .await;
+    assert_eq!(call["status"], "expired", "{call}");
+    let (status, list) = get(&base, &reviewer, "/v1/approvals?status=expired").await;
+    assert_eq!(
+        (status, list["approvals"].as_array().map(Vec::len)),
+        (200, Some(1))
+    );
+
+    // Bad policies are refused, each problem named.
+    let (status, _, problem) = read(
+        gw.http
+            .put(gw.url("/v1/policy"))
+            .json(&json!({"level": 11, "approval_ttl_secs": 0, "rules": [{"action": "deny"}]}))
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 400, "{problem}");
+    let pointers: Vec<&str> = problem["errors"]
+        .as_array()
+        .expect("errors")
+        .iter()
+        .filter_map(|e| e["pointer"].as_str())
+        .collect();
+    assert_eq!(pointers, ["/level", "/approval_ttl_secs", "/rules/0"]);
+}
+
+#[tokio::test]
+async fn an_mcp_call_gets_an_error_result_naming_the_approval_and_runs_when_retried() {
+    let gw = Gateway::start().await;
+    let base = gw.base.clone();
+    put_policy(
+        &base,
+        &gw.http,
+        json!({"level": 9, "rules": [{"tool": "list_files", "action": "deny"}]}),
+    )
+    .await;
+    let reviewer = principal(&base, &gw.http, "reviewer", &["approvals:decide"]).await;
+    let client = crate::mcp::connect(&gw, &gw.admin_key, ProtocolVersion::V_2025_11_25).await;
+    let call = || {
+        let Value::Object(args) = json!({"message": "via mcp"}) else {
+            unreachable!()
+        };
+        CallToolRequestParams::new("echo").with_arguments(args)
+    };
+    let held = client.call_tool(call()).await.expect("tools/call");
+    assert_eq!(held.is_error, Some(true), "{held:?}");
+    let text = held.content[0].as_text().expect("text").text.clone();
+    let error: Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(error["error"]["kind"], "approval_required", "{text}");
+    let approval = error["error"]["details"]["approval_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains(&approval)
+    );
+    // Retrying before a decision waits on the same approval.
+    let again = client.call_tool(call()).await.expect("tools/call");
+    assert!(
+        again.content[0]
+            .as_text()
+            .expect("text")
+            .text
+            .contains(&approval)
+    );
+
+    let (status, body) = decide(&base, &reviewer, &approval, "approve", "fine").await;
+    assert_eq!(status, 200, "{body}");
+    let ran = client.call_tool(call()).await.expect("tools/call");
+    assert_eq!(ran.is_error, Some(false), "{ran:?}");
+    assert_eq!(ran.structured_content, Some(json!({"message": "via mcp"})));
+    // Used once: the next identical call asks again.
+    let next = client.call_tool(call()).await.expect("tools/call");
+    assert_eq!(next.is_error, Some(true), "{next:?}");
+
+    // A rule that denies outright needs no person.
+    let Value::Object(args) = json!({}) else {
+        unreachable!()
+    };
+    let denied = client
+        .call_tool(CallToolRequestParams::new("list_files").with_arguments(args))
+        .await
+        .expect("tools/call");
+    let text = denied.content[0].as_text().expect("text").text.clone();
+    assert!(text.contains("\"denied\""), "{text}");
+    client.cancel().await.expect("close");
+}
+
+#[tokio::test]
+async fn an_mcp_client_that_can_elicit_lets_its_user_decide_when_the_tenant_allows_it() {
+    use rmcp::ServiceExt;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+
+    let gw = Gateway::start().await;
+    let base = gw.base.clone();
+    put_policy(&base, &gw.http, json!({"level": 9, "self_approval": true})).await;
+    let call = |message: &str| {
+        let Value::Object(args) = json!({"message": message}) else {
+            unreachable!()
+        };
+        CallToolRequestParams::new("echo").with_arguments(args)
+    };
+    for approve in [true, false] {
+        let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let transport = StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(gw.url("/mcp"))
+                .auth_header(gw.admin_key.clone()),
+        );
+        let client = User {
+            approve,
+            reason: "asked in the client".into(),
+            asked: asked.clone(),
+        }
+        .serve(transport)
+        .await
+        .expect("connect");
+        let result = client
+            .call_tool(call(&format!("approve={approve}")))
+            .await
+            .expect("tools/call");
+        let prompts = asked.lock().expect("lock").clone();
+        assert_eq!(prompts.len(), 1, "{prompts:?}");
+        assert!(prompts[0].contains("echo"), "{prompts:?}");
+        if approve {
+            assert_eq!(result.is_error, Some(false), "{result:?}");
+            assert_eq!(
+                result.structured_content,
+                Some(json!({"message": "approve=true"}))
+            );
+        } else {
+            assert_eq!(result.is_error, Some(true), "{result:?}");
+            let text = result.content[0].as_text().expect("text").text.clone();
+            assert!(
+                text.contains("\"denied\"") && text.contains("asked in the client"),
+                "{text}"
+            );
+        }
+        client.cancel().await.expect("close");
+    }
+    // Without self-approval the client is not asked: the call stays held.
+    put_policy(&base, &gw.http, json!({"level": 9})).await;
+    let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(gw.url("/mcp"))
+            .auth_header(gw.admin_key.clone()),
+    );
+    let client = User {
+        approve: true,
+        reason: "asked in the client".into(),
+        asked: asked.clone(),
+    }
+    .serve(transport)
+    .await
+    .expect("connect");
+    let held = client.call_tool(call("held")).await.expect("tools/call");
+    assert_eq!(held.is_error, Some(true));
+    assert!(
+        held.content[0]
+            .as_text()
+            .expect("text")
+            .text
+            .contains("approval_required")
+    );
+    assert!(asked.lock().expect("lock").is_empty());
+    client.cancel().await.expect("close");
+
+    // A decision through the client follows the rules a REST one does: a reason longer
+    // than 2,000 characters is refused there, and here too (it was taken): the call
+    // stays held, its approval pending.
+    put_policy(&base, &gw.http, json!({"level": 9, "self_approval": true})).await;
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(gw.url("/mcp"))
+            .auth_header(gw.admin_key.clone()),
+    );
+    let client = User {
+        approve: true,
+        reason: "x".repeat(2001),
+        asked: asked.clone(),
+    }
+    .serve(transport)
+    .await
+    .expect("connect");
+    let held = client
+        .call_tool(call("long reason"))
+        .await
+        .expect("tools/call");
+    assert_eq!(held.is_error, Some(true), "{held:?}");
+    assert_eq!(asked.lock().expect("lock").len(), 1, "the user was asked");
+    let (_, _, pending) = gw.get("/v1/approvals?status=pending").await;
+    assert!(
+        pending.to_string().contains("long reason"),
+        "still pending: {pending}"
+    );
+    client.cancel().await.expect("close");
+}
