@@ -1,0 +1,204 @@
+//! Resource subscriptions shared upstream and ended with their sessions, and a listen stream hearing updates and list changes.
+
+use super::*;
+
+/// A relayed read within the upstream's deadline, and `resources/subscribe` through the
+/// gateway: one upstream subscription per URI however many sessions hold it, each update
+/// reaching exactly the sessions that hold it, made again on a new upstream connection,
+/// given back when the last one unsubscribes or its session ends.
+#[tokio::test]
+#[allow(deprecated)] // resources/subscribe: what clients before 2026-07-28 use
+async fn resource_subscriptions_are_shared_upstream_and_end_with_their_sessions() {
+    let dir = sdk_clients();
+    let fixture: toolgate_server::config::UpstreamEntry = serde_json::from_value(json!({
+        "name": "fixture",
+        "prefix": "",
+        "command": dir.join(".venv/bin/python"),
+        "args": [dir.join("conformance_fixture.py")],
+        "timeout_secs": 1,
+    }))
+    .expect("an upstream entry");
+    let gw = Gateway::start_with(|c| c.upstreams = vec![fixture]).await;
+    crate::upstream::listed_once(&gw, "test_update_resource").await;
+    assert!(touch(&gw, WATCHED).await.contains("0 subscriber"));
+
+    let (one, mut one_heard) = subscriber(&gw, &gw.admin_key).await;
+    // A relayed read keeps the upstream's deadline (1 s here; the resource takes 5 s).
+    let started = std::time::Instant::now();
+    let slow = one
+        .read_resource(ReadResourceRequestParams::new("test://slow"))
+        .await;
+    assert!(
+        matches!(&slow, Err(ServiceError::McpError(e)) if e.message.contains("within 1 s")),
+        "{slow:?}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(4));
+    let (two, mut two_heard) = subscriber(&gw, &gw.admin_key).await;
+    let subscribe = || rmcp::model::SubscribeRequestParams::new(WATCHED);
+    one.subscribe(subscribe()).await.expect("one subscribes");
+    two.subscribe(subscribe()).await.expect("two subscribes");
+    assert!(
+        touch(&gw, WATCHED).await.contains("1 subscriber"),
+        "one upstream subscription"
+    );
+    assert_eq!(
+        heard_within(&mut one_heard, 5000).await.as_deref(),
+        Some(WATCHED)
+    );
+    assert_eq!(
+        heard_within(&mut two_heard, 5000).await.as_deref(),
+        Some(WATCHED)
+    );
+
+    // One unsubscribes: only the other hears, and the upstream subscription stays.
+    one.unsubscribe(rmcp::model::UnsubscribeRequestParams::new(WATCHED))
+        .await
+        .expect("one unsubscribes");
+    let told = touch(&gw, WATCHED).await;
+    assert!(told.contains("1 subscriber"), "{told}");
+    let process = process_of(&told).to_owned();
+    assert_eq!(
+        heard_within(&mut two_heard, 5000).await.as_deref(),
+        Some(WATCHED)
+    );
+    assert_eq!(heard_within(&mut one_heard, 300).await, None);
+
+    // The upstream's process ends: on the new connection the gateway subscribes again
+    // to what sessions still hold.
+    let (status, _, done) = gw.invoke("fixture_exit", json!({"arguments": {}})).await;
+    assert_eq!(status, 200, "{done}");
+    // The old process answers for another 50 ms: wait for the new one's word.
+    loop {
+        let told = until_told(&gw, "1 subscriber").await;
+        if process_of(&told) != process {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        heard_within(&mut two_heard, 5000).await.as_deref(),
+        Some(WATCHED)
+    );
+
+    // The last holder's session ends: the gateway unsubscribes upstream.
+    let _ = two.cancel().await;
+    until_told(&gw, "0 subscriber").await;
+
+    // The upstream's resource list changes: the session hears it, and lists the new one.
+    let added = "test://added-later";
+    let (status, _, done) = gw
+        .invoke("test_add_resource", json!({"arguments": {"uri": added}}))
+        .await;
+    assert_eq!(status, 200, "{done}");
+    // (News of the reconnection's lists may still be queued ahead of it.)
+    let mut resources = Vec::new();
+    for _ in 0..5 {
+        assert_eq!(
+            heard_within(&mut one_heard, 5000).await.as_deref(),
+            Some("resources/list_changed")
+        );
+        resources = one.list_all_resources().await.expect("resources/list");
+        if resources.iter().any(|r| r.uri == added) {
+            break;
+        }
+    }
+    assert!(resources.iter().any(|r| r.uri == added), "{resources:?}");
+    let _ = one.cancel().await;
+    gw.stop().await;
+}
+
+/// The next notification on a listen stream, within 5 s.
+async fn next(stream: &mut rmcp::service::Subscription) -> rmcp::model::ServerNotification {
+    tokio::time::timeout(std::time::Duration::from_secs(5), stream.next())
+        .await
+        .expect("a notification within 5 s")
+        .expect("the stream")
+        .expect("not ended")
+}
+
+/// Protocol 2026-07-28: `subscriptions/listen` carries the same resource updates, and tool
+/// and resource list changes; the stream's end gives its upstream subscriptions back.
+#[tokio::test]
+async fn a_listen_stream_hears_resource_updates_and_list_changes() {
+    let dir = sdk_clients();
+    let python = dir.join(".venv/bin/python");
+    let upstreams: Vec<toolgate_server::config::UpstreamEntry> = serde_json::from_value(json!([
+        {"name": "fixture", "prefix": "", "command": python, "args": [dir.join("conformance_fixture.py")]},
+        {"name": "fx", "command": python, "args": [dir.join("fixture_server.py")]},
+    ]))
+    .expect("upstream entries");
+    let gw = Gateway::start_with(|c| c.upstreams = upstreams).await;
+    crate::upstream::listed_once(&gw, "test_update_resource").await;
+    crate::upstream::listed_once(&gw, "fx__grow").await;
+
+    let client = {
+        use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+        use rmcp::transport::StreamableHttpClientTransport;
+        use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+        let transport = StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(gw.url("/mcp"))
+                .auth_header(&gw.admin_key),
+        );
+        rmcp::model::ClientConfig::new(
+            rmcp::model::ClientCapabilities::default(),
+            rmcp::model::Implementation::new("e2e-listener", "1"),
+        )
+        .serve_with_lifecycle(
+            transport,
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("connect at 2026-07-28")
+    };
+    let filter = rmcp::model::SubscriptionFilter::builder()
+        .tools_list_changed()
+        .resources_list_changed()
+        .resource_subscription(WATCHED)
+        .build();
+    let mut stream = client
+        .peer()
+        .listen(filter)
+        .await
+        .expect("subscriptions/listen");
+    assert_eq!(
+        stream.acknowledged().resource_subscriptions.as_deref(),
+        Some(&[WATCHED.to_owned()][..])
+    );
+    assert!(touch(&gw, WATCHED).await.contains("1 subscriber"));
+    let heard = serde_json::to_value(next(&mut stream).await).expect("json");
+    assert_eq!(
+        heard["method"], "notifications/resources/updated",
+        "{heard}"
+    );
+    assert_eq!(heard["params"]["uri"], WATCHED, "{heard}");
+
+    let (status, _, done) = gw.invoke("fx__grow", json!({"arguments": {}})).await;
+    assert_eq!(status, 200, "{done}");
+    let heard = serde_json::to_value(next(&mut stream).await).expect("json");
+    assert_eq!(
+        heard["method"], "notifications/tools/list_changed",
+        "{heard}"
+    );
+
+    let (status, _, done) = gw
+        .invoke(
+            "test_add_resource",
+            json!({"arguments": {"uri": "test://added"}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{done}");
+    // The upstream's tools are listed again too, unchanged: no news of them.
+    let heard = serde_json::to_value(next(&mut stream).await).expect("json");
+    assert_eq!(
+        heard["method"], "notifications/resources/list_changed",
+        "{heard}"
+    );
+
+    // The stream ends: the gateway unsubscribes upstream.
+    drop(stream);
+    until_told(&gw, "0 subscriber").await;
+    let _ = client.cancel().await;
+    gw.stop().await;
+}

@@ -1,0 +1,181 @@
+//! Upstream credentials: kept to their origin when the upstream is edited, and each principal's own.
+
+use super::*;
+
+/// Editing an upstream (the console's form) keeps its write-only credentials when asked,
+/// sealed again for its new name, but never for another server: a changed origin must
+/// send them again.
+#[tokio::test]
+async fn an_edited_upstream_keeps_its_credentials_only_on_its_origin() {
+    let upstream = Gateway::start().await;
+    let gw = Gateway::start_with(loopback).await;
+    let a = gw.http.clone();
+    let (status, created) = send(
+        &a,
+        reqwest::Method::POST,
+        gw.url("/v1/upstreams"),
+        Some(json!({"name": "peer", "url": upstream.url("/mcp"),
+                    "bearer": upstream.admin_key, "headers": {"x-team": "alpha"}})),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+
+    let edit = |body: Value| {
+        send(
+            &a,
+            reqwest::Method::PUT,
+            gw.url("/v1/upstreams/peer"),
+            Some(body),
+        )
+    };
+    let (status, refused) = edit(json!({"name": "peer", "url": upstream.url("/mcp"),
+        "bearer": "new", "keep_credentials": true}))
+    .await;
+    assert_eq!(status, 400, "new credentials or kept ones: {refused}");
+    let elsewhere = "http://127.0.0.1:9/mcp";
+    let (status, refused) =
+        edit(json!({"name": "peer", "url": elsewhere, "keep_credentials": true})).await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(refused.to_string().contains("origin"), "{refused}");
+
+    // Renamed and narrowed, its credentials kept: it connects with them and answers.
+    let (status, edited) = edit(json!({"name": "docs", "url": upstream.url("/mcp"),
+        "allow": ["echo"], "keep_credentials": true}))
+    .await;
+    assert_eq!(status, 200, "{edited}");
+    assert_eq!(edited["bearer"], true, "{edited}");
+    assert_eq!(edited["headers"], json!(["x-team"]), "{edited}");
+    until_tools(&a, &gw, "the edited upstream's tools", |n| {
+        n.iter().any(|t| t == "docs__echo") && !n.iter().any(|t| t.starts_with("peer__"))
+    })
+    .await;
+    let (status, _, done) = gw
+        .invoke("docs__echo", json!({"arguments": {"message": "kept"}}))
+        .await;
+    assert_eq!(status, 200, "the bearer went along: {done}");
+
+    // Without keep_credentials a replacement holds what it says: no credentials.
+    let (status, bare) = send(
+        &a,
+        reqwest::Method::PUT,
+        gw.url("/v1/upstreams/docs"),
+        Some(json!({"name": "docs", "url": upstream.url("/mcp")})),
+    )
+    .await;
+    assert_eq!(status, 200, "{bare}");
+    assert_eq!(bare["bearer"], false, "{bare}");
+    gw.stop().await;
+    upstream.stop().await;
+}
+
+/// Per-principal upstream credentials (issue 29): an upstream that calls with each
+/// caller's own credential is seen by its server (another gateway, which checks API
+/// keys) with each principal's own key; a principal with none stored cannot call; the
+/// upstream's own credential only lists the tools; nothing stored is ever shown.
+#[tokio::test]
+async fn each_principal_calls_an_upstream_with_its_own_credential() {
+    let upstream = Gateway::start().await;
+    // At the upstream: a key to list tools with, and one per person.
+    let mut keys = Vec::new();
+    for name in ["lister", "ann-at-upstream", "bob-at-upstream"] {
+        let (_, _, who) = upstream
+            .post("/v1/principals", json!({"name": name, "roles": ["member"]}))
+            .await;
+        let (_, _, key) = upstream
+            .post("/v1/keys", json!({"name": name, "principal_id": who["id"]}))
+            .await;
+        keys.push((
+            who["id"].clone(),
+            key["secret"].as_str().expect("secret").to_owned(),
+        ));
+    }
+    let gw = Gateway::start_with(loopback).await;
+    let (status, created) = send(
+        &gw.http,
+        reqwest::Method::POST,
+        gw.url("/v1/upstreams"),
+        Some(
+            json!({"name": "peer", "url": upstream.url("/mcp"), "bearer": keys[0].1,
+                    "personal_credentials": true}),
+        ),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["personal_credentials"], true, "{created}");
+    until_tools(&gw.http, &gw, "peer's tools are listed", |n| {
+        n.contains(&"peer__echo".to_owned())
+    })
+    .await;
+    // Here: Ann and Bob, and Carol who stores nothing.
+    let mut people = Vec::new();
+    for name in ["ann", "bob", "carol"] {
+        let (_, _, who) = gw
+            .post("/v1/principals", json!({"name": name, "roles": ["member"]}))
+            .await;
+        let (_, _, key) = gw
+            .post("/v1/keys", json!({"name": name, "principal_id": who["id"]}))
+            .await;
+        people.push(client_with_key(key["secret"].as_str().expect("secret")));
+    }
+    let mine = gw.url("/v1/upstreams/peer/credentials");
+    for (person, (_, key)) in people.iter().zip(&keys[1..]) {
+        let (status, stored) = send(
+            person,
+            reqwest::Method::PUT,
+            mine.clone(),
+            Some(json!({"bearer": key})),
+        )
+        .await;
+        assert_eq!(status, 200, "{stored}");
+        assert_eq!(stored, json!({"bearer": true, "headers": []}));
+        let (status, shown) = send(person, reqwest::Method::GET, mine.clone(), None).await;
+        assert_eq!(status, 200, "{shown}");
+        assert!(
+            !shown.to_string().contains(key.as_str()),
+            "write-only: {shown}"
+        );
+    }
+    let call = |who: usize, message: &str| {
+        let person = people[who].clone();
+        let url = gw.url("/v1/tools/peer__echo/invoke");
+        let body = json!({"arguments": {"message": message}});
+        async move { send(&person, reqwest::Method::POST, url, Some(body)).await }
+    };
+    let (status, body) = call(0, "from ann").await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = call(1, "from bob").await;
+    assert_eq!(status, 200, "{body}");
+    let (status, refused) = call(2, "from carol").await;
+    assert_eq!(status, 502, "{refused}");
+    assert!(
+        refused["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("you stored none"),
+        "{refused}"
+    );
+    // The upstream saw each call as its own principal.
+    let (_, _, audit) = upstream.get("/v1/audit?tool=echo").await;
+    let seen: Vec<(Value, Value)> = audit["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .map(|e| (e["principal_id"].clone(), e["arguments"]["message"].clone()))
+        .collect();
+    assert!(
+        seen.contains(&(keys[1].0.clone(), json!("from ann"))),
+        "{seen:?}"
+    );
+    assert!(
+        seen.contains(&(keys[2].0.clone(), json!("from bob"))),
+        "{seen:?}"
+    );
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    // Forgotten: Ann's next call is refused.
+    let (status, _) = send(&people[0], reqwest::Method::DELETE, mine.clone(), None).await;
+    assert_eq!(status, 204);
+    let (status, _) = call(0, "again").await;
+    assert_eq!(status, 502);
+    gw.stop().await;
+    upstream.stop().await;
+}
