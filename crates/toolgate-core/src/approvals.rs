@@ -14,7 +14,7 @@ use async_trait::async_trait;
 
 use crate::audit::{AuditError, AuditRecord, AuditSink};
 use crate::policy::{ApprovalError, ApprovalRequest};
-use crate::stores::{ApprovalRecord, ApprovalStore, Decision};
+use crate::stores::{ApprovalRecord, ApprovalStatus, ApprovalStore, Decision};
 use crate::{
     Adapter, ApprovalId, Approvals, AuthContext, CallContext, ErrorKind, Event, Executor, Gate,
     Outcome, Policy, TenantId, ToolError, Violation,
@@ -217,7 +217,7 @@ impl<S: ApprovalStore> Decisions<S> {
         self.executor.events().emit(&Event::ApprovalDecided {
             tenant,
             approval: id,
-            approved: decided.status == "approved",
+            approved: decided.status == ApprovalStatus::Approved,
             by: decider.principal.id,
         });
         Ok(decided)
@@ -241,7 +241,7 @@ impl<S: ApprovalStore> Decisions<S> {
         );
         record.arguments_hash = decided.arguments_hash.clone();
         record.approval = Some(decided.id);
-        let (outcome, note) = if decided.status == "approved" {
+        let (outcome, note) = if decided.status == ApprovalStatus::Approved {
             (Outcome::Ok, None)
         } else {
             (Outcome::Error(ErrorKind::Denied), decided.reason.clone())

@@ -24,6 +24,17 @@ pub enum Risk {
     High,
 }
 
+impl Risk {
+    /// Its name, as stored and shown (`low`, `medium`, `high`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Risk::Low => "low",
+            Risk::Medium => "medium",
+            Risk::High => "high",
+        }
+    }
+}
+
 /// What a call does to the world, stated by the tool (the MCP annotations are derived
 /// from it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

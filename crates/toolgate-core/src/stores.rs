@@ -147,8 +147,8 @@ pub struct ApprovalRecord {
     pub tenant: TenantId,
     pub call_id: CallId,
     pub tool: String,
-    pub risk: String,
-    pub adapter: String,
+    pub risk: crate::Risk,
+    pub adapter: crate::Adapter,
     /// Secret fields masked.
     pub arguments: serde_json::Value,
     pub arguments_hash: String,
@@ -160,8 +160,7 @@ pub struct ApprovalRecord {
     pub run_id: Option<RunId>,
     pub step: Option<i64>,
     pub agent: Option<String>,
-    /// `pending`, `approved`, `denied` or `expired`.
-    pub status: String,
+    pub status: ApprovalStatus,
     pub reason: Option<String>,
     pub decided_by: Option<PrincipalId>,
     pub decided_by_name: Option<String>,
@@ -175,17 +174,58 @@ pub struct ApprovalRecord {
 impl ApprovalRecord {
     /// Pending and not yet past its time.
     pub fn is_open(&self, now: DateTime<Utc>) -> bool {
-        self.status == "pending" && self.expires_at > now
+        self.status == ApprovalStatus::Pending && self.expires_at > now
     }
 
     /// The status a reader should see: a pending approval past its time is expired even
     /// before the sweep marks it.
-    pub fn effective_status(&self, now: DateTime<Utc>) -> &str {
-        if self.status == "pending" && self.expires_at <= now {
-            "expired"
+    pub fn effective_status(&self, now: DateTime<Utc>) -> ApprovalStatus {
+        if self.status == ApprovalStatus::Pending && self.expires_at <= now {
+            ApprovalStatus::Expired
         } else {
-            &self.status
+            self.status
         }
+    }
+}
+
+/// Where an approval stands; stored and shown as its lower-case name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalStatus {
+    Pending,
+    Approved,
+    Denied,
+    Expired,
+}
+
+impl ApprovalStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Approved => "approved",
+            Self::Denied => "denied",
+            Self::Expired => "expired",
+        }
+    }
+
+    /// The status named `name`, as stored.
+    pub fn parse(name: &str) -> Option<Self> {
+        [Self::Pending, Self::Approved, Self::Denied, Self::Expired]
+            .into_iter()
+            .find(|s| s.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for ApprovalStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Compares with a status's stored name (for readers holding names, such as tests).
+impl PartialEq<&str> for ApprovalStatus {
+    fn eq(&self, name: &&str) -> bool {
+        self.as_str() == *name
     }
 }
 

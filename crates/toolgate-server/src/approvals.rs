@@ -13,7 +13,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use toolgate_core::approvals::DecideError;
-use toolgate_core::stores::{ApprovalRecord, ApprovalStore as _};
+use toolgate_core::stores::{ApprovalRecord, ApprovalStatus, ApprovalStore as _};
 use toolgate_core::{Adapter, ApprovalId, AuthContext, CallContext, ToolError, Toolset};
 
 use crate::error::ApiError;
@@ -79,7 +79,7 @@ impl toolgate_mcp::ApprovalDesk for ElicitedApprovals {
 pub async fn after_decision(app: &AppState, decided: &ApprovalRecord) {
     if decided.run_id.is_some() {
         app.runs.resume_decided().await;
-    } else if decided.adapter == Adapter::Rest.as_str() && decided.status == "approved" {
+    } else if decided.adapter == Adapter::Rest && decided.status == ApprovalStatus::Approved {
         let app = app.clone();
         let decided = decided.clone();
         tokio::spawn(async move { run_approved(&app, decided).await });

@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolgate_core::auth::scopes;
-use toolgate_core::stores::{ApprovalRecord, ApprovalStore as _};
+use toolgate_core::stores::{ApprovalRecord, ApprovalStatus, ApprovalStore as _};
 use toolgate_core::{Adapter, ApprovalId, CallId, ToolError};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -95,11 +95,11 @@ impl From<&ApprovalRecord> for ApprovalView {
     fn from(r: &ApprovalRecord) -> Self {
         Self {
             id: r.id.to_string(),
-            status: r.effective_status(Utc::now()).to_owned(),
+            status: r.effective_status(Utc::now()).as_str().to_owned(),
             tool: r.tool.clone(),
-            risk: r.risk.clone(),
+            risk: r.risk.as_str().to_owned(),
             arguments: r.arguments.clone(),
-            adapter: r.adapter.clone(),
+            adapter: r.adapter.as_str().to_owned(),
             requester: Who {
                 id: r.requester.to_string(),
                 name: r.requester_name.clone(),
@@ -222,14 +222,14 @@ async fn approval_events(
         .list_approvals(tenant, None, EVENTS_WINDOW)
         .await?;
     let now = Utc::now();
-    let seen: std::collections::HashMap<ApprovalId, String> = known
+    let seen: std::collections::HashMap<ApprovalId, ApprovalStatus> = known
         .iter()
-        .map(|r| (r.id, r.effective_status(now).to_owned()))
+        .map(|r| (r.id, r.effective_status(now)))
         .collect();
     struct Watch {
         app: AppState,
         changes: toolgate_core::stores::Changes,
-        seen: std::collections::HashMap<ApprovalId, String>,
+        seen: std::collections::HashMap<ApprovalId, ApprovalStatus>,
         /// When the first approval still pending expires.
         next_expiry: Option<chrono::DateTime<Utc>>,
         queue: std::collections::VecDeque<axum::response::sse::Event>,
@@ -272,14 +272,14 @@ async fn approval_events(
             // Oldest first, so events come in the order things happened.
             for record in records.iter().rev() {
                 let status = record.effective_status(now);
-                if w.seen.get(&record.id).map(String::as_str) == Some(status) {
+                if w.seen.get(&record.id) == Some(&status) {
                     continue;
                 }
-                w.seen.insert(record.id, status.to_owned());
+                w.seen.insert(record.id, status);
                 let kind = match status {
-                    "pending" => "approval_requested",
-                    "expired" => "approval_expired",
-                    _ => "approval_decided",
+                    ApprovalStatus::Pending => "approval_requested",
+                    ApprovalStatus::Expired => "approval_expired",
+                    ApprovalStatus::Approved | ApprovalStatus::Denied => "approval_decided",
                 };
                 let data = serde_json::to_string(&ApprovalView::from(record)).unwrap_or_default();
                 w.queue.push_back(
@@ -308,7 +308,7 @@ fn next_expiry(
 ) -> Option<chrono::DateTime<Utc>> {
     records
         .iter()
-        .filter(|r| r.effective_status(now) == "pending")
+        .filter(|r| r.effective_status(now) == ApprovalStatus::Pending)
         .map(|r| r.expires_at)
         .min()
 }
@@ -445,11 +445,11 @@ pub struct CallView {
 impl CallView {
     pub fn new(record: &ApprovalRecord) -> Self {
         let approval = ApprovalView::from(record);
-        let status = match (approval.status.as_str(), &record.result) {
-            ("pending", _) => "awaiting_approval",
-            ("approved", Some(_)) => "completed",
-            ("approved", None) if record.adapter == Adapter::Rest.as_str() => "running",
-            (other, _) => other,
+        let status = match (record.effective_status(Utc::now()), &record.result) {
+            (ApprovalStatus::Pending, _) => "awaiting_approval",
+            (ApprovalStatus::Approved, Some(_)) => "completed",
+            (ApprovalStatus::Approved, None) if record.adapter == Adapter::Rest => "running",
+            (other, _) => other.as_str(),
         }
         .to_owned();
         Self {

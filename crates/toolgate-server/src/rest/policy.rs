@@ -156,20 +156,12 @@ impl From<&Policy> for PolicyBody {
             risk_scopes: p
                 .risk_scopes
                 .iter()
-                .map(|(risk, scope)| (risk_name(*risk).to_owned(), scope.clone()))
+                .map(|(risk, scope)| (risk.as_str().to_owned(), scope.clone()))
                 .collect(),
             rate_limits: RateLimitsBody::from(&p.rate_limits),
             cache: p.cache.clone(),
             pin: p.pin,
         }
-    }
-}
-
-fn risk_name(risk: Risk) -> &'static str {
-    match risk {
-        Risk::Low => "low",
-        Risk::Medium => "medium",
-        Risk::High => "high",
     }
 }
 

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolgate_core::cache::{CacheMode, CacheStatus};
 use toolgate_core::declarations::{self, DeclarationFormat};
+use toolgate_core::stores::ApprovalStatus;
 use toolgate_core::{
     Adapter, CallContext, CallId, Completed, Content, RegisteredTool, Risk, ToolError, ToolSpec,
 };
@@ -511,8 +512,8 @@ async fn held(
             };
             let now = chrono::Utc::now();
             match record.effective_status(now) {
-                "pending" => {}
-                "approved" => {
+                ApprovalStatus::Pending => {}
+                ApprovalStatus::Approved => {
                     if let Some(result) = &record.result {
                         return Ok(stored_outcome(result));
                     }

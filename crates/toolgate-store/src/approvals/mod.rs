@@ -16,7 +16,7 @@ use crate::{Store, StoreError};
 
 mod sql;
 
-pub use toolgate_core::stores::{ApprovalRecord, Decision};
+pub use toolgate_core::stores::{ApprovalRecord, ApprovalStatus, Decision};
 
 const EXPIRED_REASON: &str = "the approval expired before anyone decided";
 
@@ -48,6 +48,12 @@ struct ApprovalRow {
     result: Option<String>,
 }
 
+/// A core enum from the name it is stored by (its serde name).
+fn named<T: serde::de::DeserializeOwned>(name: &str, what: &str) -> Result<T, StoreError> {
+    serde_json::from_value(Value::String(name.to_owned()))
+        .map_err(|_| StoreError::Corrupt(format!("stored {what} {name:?}")))
+}
+
 fn json(text: &str) -> Result<Value, StoreError> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("stored JSON: {e}")))
 }
@@ -59,8 +65,8 @@ impl ApprovalRow {
             tenant: TenantId(uuid(&self.tenant_id)?),
             call_id: CallId(uuid(&self.call_id)?),
             tool: self.tool,
-            risk: self.risk,
-            adapter: self.adapter,
+            risk: named(&self.risk, "risk")?,
+            adapter: named(&self.adapter, "adapter")?,
             arguments: json(&self.arguments)?,
             arguments_hash: self.arguments_hash,
             call_arguments: self.call_arguments.as_deref().map(json).transpose()?,
@@ -70,7 +76,8 @@ impl ApprovalRow {
             run_id: self.run_id.as_deref().map(uuid).transpose()?.map(RunId),
             step: self.step,
             agent: self.agent,
-            status: self.status,
+            status: ApprovalStatus::parse(&self.status)
+                .ok_or_else(|| StoreError::Corrupt(format!("approval status {:?}", self.status)))?,
             reason: self.reason,
             decided_by: self
                 .decided_by
@@ -98,12 +105,12 @@ fn sql(s: String) -> sqlx::AssertSqlSafe<String> {
 
 /// What [`gate`] does with the approval it found for a call.
 fn settle(found: &ApprovalRecord, now: DateTime<Utc>) -> Settle {
-    match found.status.as_str() {
-        "pending" if found.expires_at > now => Settle::Pending,
-        "pending" | "expired" => Settle::Expired,
-        "approved" if found.used_at.is_none() => Settle::UseApproval,
-        "approved" => Settle::UsedUp,
-        _ => Settle::Denied,
+    match found.status {
+        ApprovalStatus::Pending if found.expires_at > now => Settle::Pending,
+        ApprovalStatus::Pending | ApprovalStatus::Expired => Settle::Expired,
+        ApprovalStatus::Approved if found.used_at.is_none() => Settle::UseApproval,
+        ApprovalStatus::Approved => Settle::UsedUp,
+        ApprovalStatus::Denied => Settle::Denied,
     }
 }
 
@@ -128,14 +135,6 @@ fn denied(found: &ApprovalRecord, expired: bool) -> Gate {
         } else {
             found.decided_by_name.clone()
         },
-    }
-}
-
-fn risk_name(risk: toolgate_core::Risk) -> &'static str {
-    match risk {
-        toolgate_core::Risk::Low => "low",
-        toolgate_core::Risk::Medium => "medium",
-        toolgate_core::Risk::High => "high",
     }
 }
 

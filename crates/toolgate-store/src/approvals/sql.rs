@@ -165,13 +165,13 @@ macro_rules! approval_store {
                             (done.rows_affected() == 1).then_some(Gate::Approved { approval: f.id })
                         }
                         Settle::Denied => {
-                            use_it(f.id, "denied").execute(&mut *tx).await?;
+                            use_it(f.id, ApprovalStatus::Denied.as_str()).execute(&mut *tx).await?;
                             Some(denied(f, false))
                         }
                         // An expired approval denies the call that presents it; a fresh
                         // call that merely matches it asks anew.
                         Settle::Expired => {
-                            use_it(f.id, "expired").execute(&mut *tx).await?;
+                            use_it(f.id, ApprovalStatus::Expired.as_str()).execute(&mut *tx).await?;
                             request.presented.map(|_| denied(f, true))
                         }
                         Settle::UsedUp => None,
@@ -197,7 +197,7 @@ macro_rules! approval_store {
                         .bind(text(tenant))
                         .bind(text(request.call_id))
                         .bind(&request.tool)
-                        .bind(risk_name(request.risk))
+                        .bind(request.risk.as_str())
                         .bind(request.adapter.as_str())
                         .bind(request.arguments.to_string())
                         .bind(&request.arguments_hash)
@@ -315,7 +315,12 @@ macro_rules! approval_store {
             ) -> Result<ApprovalRecord, StoreError> {
                 let now = Utc::now();
                 let mut tx = self.tenant_tx(tenant).await?;
-                let status = if decision.approve { "approved" } else { "denied" };
+                let status = if decision.approve {
+                    ApprovalStatus::Approved
+                } else {
+                    ApprovalStatus::Denied
+                }
+                .as_str();
                 let done = sqlx::query(sql(format!(
                     "update approval set status = $3, reason = $4, decided_by = $5{u}, decided_by_name = $6, decided_at = $7 \
                      where tenant_id = $1{u} and approval_id = $2{u} and status = 'pending' and expires_at > $7",
@@ -345,7 +350,7 @@ macro_rules! approval_store {
                 };
                 if done.rows_affected() == 0 {
                     return Err(StoreError::Conflict(match record.effective_status(now) {
-                        "expired" => format!("approval {approval} has expired"),
+                        ApprovalStatus::Expired => format!("approval {approval} has expired"),
                         other => format!("approval {approval} is already {other}"),
                     }));
                 }
