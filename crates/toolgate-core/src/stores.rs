@@ -42,8 +42,7 @@ pub struct RunRecord {
     /// The agent's configuration when the run started.
     pub agent_config: serde_json::Value,
     pub input: String,
-    /// `running`, `awaiting_approval`, `completed`, `failed` or `cancelled`.
-    pub status: String,
+    pub status: RunStatus,
     pub output: Option<String>,
     pub best_effort: bool,
     pub error: Option<String>,
@@ -51,6 +50,53 @@ pub struct RunRecord {
     pub cancel_requested: bool,
     pub created_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// Where a run stands; stored and shown as its snake-case name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Running,
+    /// Paused at a call that waits for a person's approval.
+    AwaitingApproval,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::AwaitingApproval => "awaiting_approval",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RunStatus> {
+        Some(match s {
+            "running" => RunStatus::Running,
+            "awaiting_approval" => RunStatus::AwaitingApproval,
+            "completed" => RunStatus::Completed,
+            "failed" => RunStatus::Failed,
+            "cancelled" => RunStatus::Cancelled,
+            _ => return None,
+        })
+    }
+
+    /// Whether the run has ended for good (a paused run goes on later).
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, RunStatus::Running | RunStatus::AwaitingApproval)
+    }
+}
+
+/// Compares with a status's stored name (for readers holding names, such as tests).
+impl PartialEq<&str> for RunStatus {
+    fn eq(&self, name: &&str) -> bool {
+        self.as_str() == *name
+    }
 }
 
 /// A run to start, with its first event (`run_started`, sequence 1).
@@ -81,7 +127,7 @@ pub struct RunEventRecord {
 /// How a run ended, written with its last event.
 #[derive(Clone, Debug)]
 pub struct RunFinish {
-    pub status: String,
+    pub status: RunStatus,
     pub output: Option<String>,
     pub best_effort: bool,
     pub error: Option<String>,

@@ -12,45 +12,7 @@ use toolgate_core::ApprovalId;
 use crate::message::{AssistantMessage, Message, ToolCall, ToolResult};
 use crate::provider::Usage;
 
-/// Where a run stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RunStatus {
-    Running,
-    /// Paused at a call that waits for a person's approval.
-    AwaitingApproval,
-    Completed,
-    Failed,
-    Cancelled,
-}
-
-impl RunStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Running => "running",
-            RunStatus::AwaitingApproval => "awaiting_approval",
-            RunStatus::Completed => "completed",
-            RunStatus::Failed => "failed",
-            RunStatus::Cancelled => "cancelled",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<RunStatus> {
-        Some(match s {
-            "running" => RunStatus::Running,
-            "awaiting_approval" => RunStatus::AwaitingApproval,
-            "completed" => RunStatus::Completed,
-            "failed" => RunStatus::Failed,
-            "cancelled" => RunStatus::Cancelled,
-            _ => return None,
-        })
-    }
-
-    /// Whether the run has ended for good (a paused run goes on later).
-    pub fn is_terminal(self) -> bool {
-        !matches!(self, RunStatus::Running | RunStatus::AwaitingApproval)
-    }
-}
+pub use toolgate_core::stores::RunStatus;
 
 /// One journal entry: a step of the run and an SSE event (`event:` = the type name).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -100,7 +100,7 @@ impl Journal for StoreJournal {
                 usage,
                 error,
             } => Some(RunFinish {
-                status: status.as_str().to_owned(),
+                status: *status,
                 output: output.clone(),
                 best_effort: *best_effort,
                 error: error.clone(),
@@ -109,7 +109,7 @@ impl Journal for StoreJournal {
             // Paused: the run row says so and frees its lease, so that whichever instance
             // sees the decision first takes it over.
             RunEvent::RunPaused { usage, .. } => Some(RunFinish {
-                status: RunStatus::AwaitingApproval.as_str().to_owned(),
+                status: RunStatus::AwaitingApproval,
                 output: None,
                 best_effort: false,
                 error: None,

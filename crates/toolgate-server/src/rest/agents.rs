@@ -454,7 +454,7 @@ async fn start_run(
                 }
                 _ = check.tick() => {
                     let current = app.store.get_run(tenant, run).await?;
-                    if current.is_none_or(|r| r.status != "running") {
+                    if current.is_none_or(|r| r.status != toolgate_core::stores::RunStatus::Running) {
                         break;
                     }
                 }

@@ -15,6 +15,7 @@ use futures::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolgate_core::auth::scopes;
+use toolgate_core::stores::RunStatus;
 use toolgate_core::stores::RunStore as _;
 use toolgate_core::{RunId, TenantId, ToolError};
 use toolgate_store::{RunEventRecord, RunRecord};
@@ -93,7 +94,7 @@ pub struct RunView {
 fn summary(r: RunRecord, steps: Option<Vec<Value>>) -> RunView {
     // A completed run of an agent with an output schema ended on an answer the loop
     // checked against it (the agent as it was when the run started).
-    let structured = r.status == "completed"
+    let structured = r.status == RunStatus::Completed
         && r.agent_config
             .get("output_schema")
             .is_some_and(|s| !s.is_null());
@@ -107,7 +108,7 @@ fn summary(r: RunRecord, steps: Option<Vec<Value>>) -> RunView {
         id: r.id.0,
         agent_id: r.agent_id,
         agent_name: r.agent_name,
-        status: r.status,
+        status: r.status.as_str().to_owned(),
         input: r.input,
         output: r.output,
         best_effort: r.best_effort,

@@ -9,6 +9,7 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use toolgate_core::stores::RunStatus;
 use toolgate_core::{PrincipalId, RunId, TenantId};
 use uuid::Uuid;
 
@@ -83,7 +84,8 @@ fn run_record(r: RunRow) -> Result<RunRecord, StoreError> {
         auth: json(&r.5)?,
         agent_config: json(&r.6)?,
         input: r.7,
-        status: r.8,
+        status: RunStatus::parse(&r.8)
+            .ok_or_else(|| StoreError::Corrupt(format!("run status {:?}", r.8)))?,
         output: r.9,
         best_effort: r.10,
         error: r.11,
@@ -293,7 +295,7 @@ macro_rules! run_store {
                 )))
                 .bind(tenant.to_string())
                 .bind(run.to_string())
-                .bind(&f.status)
+                .bind(f.status.as_str())
                 .bind(&f.output)
                 .bind(f.best_effort)
                 .bind(&f.error)

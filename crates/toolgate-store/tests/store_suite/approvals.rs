@@ -184,7 +184,7 @@ async fn approvals_are_used_once_decided_once_expire_and_stay_in_their_tenant() 
             .await
             .expect("run");
         let pause = toolgate_store::RunFinish {
-            status: "awaiting_approval".into(),
+            status: toolgate_core::stores::RunStatus::AwaitingApproval,
             output: None,
             best_effort: false,
             error: None,

@@ -135,7 +135,7 @@ async fn a_runs_new_steps_are_announced_to_every_instance() {
             }
         );
         let finish = RunFinish {
-            status: "completed".into(),
+            status: toolgate_core::stores::RunStatus::Completed,
             output: Some("done".into()),
             best_effort: false,
             error: None,

@@ -92,7 +92,7 @@ async fn a_run_journal_is_ordered_single_writer_and_tenant_scoped() {
         );
 
         let finish = RunFinish {
-            status: "completed".into(),
+            status: toolgate_core::stores::RunStatus::Completed,
             output: Some("done".into()),
             best_effort: false,
             error: None,
