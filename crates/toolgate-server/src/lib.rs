@@ -7,7 +7,8 @@
 //!
 //! # Layout
 //!
-//! - [`config`]: typed configuration, layered defaults → file → `TOOLGATE_*` → flags.
+//! - [`config`]: layers defaults → file → `TOOLGATE_*` → flags into [`Config`]; each
+//!   section is owned, and checked (`problems()`), by the crate it configures.
 //! - [`auth`]: the [`auth::Caller`] extractor, made once per request from an API key or a
 //!   JWT ([`jwt`]).
 //! - [`bootstrap`]: the default tenant and admin key on first start.
@@ -19,7 +20,7 @@
 //! - [`docs`]: `/openapi.json` and the offline `/docs` page.
 //! - [`console`]: the operators' console at `/console` (plain modules, no build step).
 //! - [`state`]: [`AppState`], what handlers share.
-//! - [`telemetry`]: the `tracing` subscriber.
+//! - [`telemetry`]: the `tracing` subscriber and OTLP export, with `[log]` and `[telemetry]`.
 //! - [`streams`]: caps on open SSE streams; streams end when their credential does.
 //! - [`http_server`]: the accept loop, with request read timeouts (slowloris).
 //! - [`key_file`]: 32-byte keys from the configuration or a file made on first start.

@@ -127,7 +127,7 @@ impl Streams {
         })
     }
 
-    /// `response`'s body as an admitted stream (see [`Streams::guard`]), re-checking the
+    /// `response`'s body as an admitted stream (see `Streams::guard`), re-checking the
     /// credential `authorization` (the request's `Authorization` header).
     pub fn follow(
         &self,
