@@ -17,7 +17,7 @@ use toolgate_core::stores::{ApprovalRecord, ApprovalStatus, ApprovalStore as _};
 use toolgate_core::{Adapter, ApprovalId, AuthContext, CallContext, ToolError, Toolset};
 
 use crate::error::ApiError;
-use crate::rest::tools::InvokeResponse;
+use crate::outcome::InvokeResponse;
 use crate::state::AppState;
 
 /// A person decides approval `id`, through any front door: core's rules

@@ -16,6 +16,7 @@
 //! - [`request_id`]: request ids and the observe middleware (span, logging).
 //! - [`rest`]: REST routes, one module per resource.
 //! - [`error`]: [`error::ApiError`], problem+json errors for every HTTP edge.
+//! - [`outcome`]: a successful call's outcome as REST shows (and keeps) it.
 //! - [`mcp`]: the MCP front door at `/mcp` (rmcp Streamable HTTP) and its OAuth metadata.
 //! - [`docs`]: `/openapi.json` and the offline `/docs` page.
 //! - [`console`]: the operators' console at `/console` (plain modules, no build step).
@@ -38,6 +39,7 @@ pub mod jwt;
 pub mod key_file;
 pub mod mcp;
 pub mod metrics;
+pub mod outcome;
 
 pub mod request_id;
 pub mod rest;

@@ -12,9 +12,7 @@ use serde_json::Value;
 use toolgate_core::cache::{CacheMode, CacheStatus};
 use toolgate_core::declarations::{self, DeclarationFormat};
 use toolgate_core::stores::ApprovalStatus;
-use toolgate_core::{
-    Adapter, CallContext, CallId, Completed, Content, RegisteredTool, Risk, ToolError, ToolSpec,
-};
+use toolgate_core::{Adapter, CallContext, CallId, RegisteredTool, Risk, ToolError, ToolSpec};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -22,6 +20,7 @@ use utoipa_axum::routes;
 use super::error::{ApiError, Problem};
 use super::extract::{AppJson, AppPath, AppQuery, UserAgent, located};
 use crate::auth::Caller;
+pub use crate::outcome::{ContentItem, InvokeResponse};
 use crate::request_id::RequestId;
 use crate::state::AppState;
 
@@ -259,82 +258,6 @@ pub struct InvokeRequest {
     /// (longer requests are clamped), the tool's default when absent.
     #[schema(value_type = Option<u64>, minimum = 1)]
     pub timeout_ms: Option<NonZeroU64>,
-}
-
-/// One piece of output.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum ContentItem {
-    Text {
-        text: String,
-    },
-    Image {
-        /// Base64-encoded bytes.
-        data: String,
-        mime_type: String,
-    },
-    Audio {
-        /// Base64-encoded bytes.
-        data: String,
-        mime_type: String,
-    },
-    /// A resource embedded in the output (MCP `EmbeddedResource.resource`: `uri`,
-    /// `mimeType`, and `text` or base64 `blob`).
-    Resource {
-        #[schema(value_type = Object)]
-        resource: Value,
-    },
-    /// A link to a resource (MCP `ResourceLink`: `uri`, `name`, `mimeType`, …).
-    ResourceLink {
-        #[schema(value_type = Object)]
-        link: Value,
-    },
-}
-
-/// A successful call.
-#[derive(Debug, Serialize, ToSchema)]
-#[schema(example = json!({
-    "call_id": "01936f0e-9b7a-7c11-8d2f-0a4b5c6d7e8f",
-    "content": [{"type": "text", "text": "# toolgate\n"}],
-    "structured": {"path": "README.md", "start_line": 1, "end_line": 1, "total_lines": 120, "has_more": true},
-    "duration_ms": 0.412,
-    "truncated": false
-}))]
-pub struct InvokeResponse {
-    /// Identifies this call in events and logs.
-    pub call_id: String,
-    /// Output for people and models.
-    pub content: Vec<ContentItem>,
-    /// Structured result matching the tool's `output_schema`, when it has one.
-    #[schema(value_type = Option<Object>)]
-    pub structured: Option<Value>,
-    /// Time spent in the gateway and the tool, in milliseconds.
-    pub duration_ms: f64,
-    /// Whether text output was cut to the tool's limit (a marker ends the text).
-    pub truncated: bool,
-}
-
-impl From<Completed> for InvokeResponse {
-    fn from(done: Completed) -> Self {
-        Self {
-            call_id: done.call_id.to_string(),
-            content: done
-                .output
-                .content
-                .into_iter()
-                .map(|c| match c {
-                    Content::Text { text } => ContentItem::Text { text },
-                    Content::Image { data, mime_type } => ContentItem::Image { data, mime_type },
-                    Content::Audio { data, mime_type } => ContentItem::Audio { data, mime_type },
-                    Content::Resource { resource } => ContentItem::Resource { resource },
-                    Content::ResourceLink { link } => ContentItem::ResourceLink { link },
-                })
-                .collect(),
-            structured: done.output.structured,
-            duration_ms: (done.duration.as_secs_f64() * 1_000_000.0).round() / 1000.0,
-            truncated: done.truncated,
-        }
-    }
 }
 
 /// A call held for a person's approval.
