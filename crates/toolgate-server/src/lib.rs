@@ -232,7 +232,7 @@ pub async fn build_with(
         mcp_sessions: Arc::default(),
         pins,
     });
-    telemetry.observe(&state);
+    telemetry.observe(Arc::downgrade(&state.arc()));
     Ok(Gateway {
         state,
         audit_writer,
@@ -393,7 +393,7 @@ pub fn app(state: AppState, config: &Config) -> Router {
     let mut document = document.to_pretty_json().unwrap_or_default();
     document.push('\n');
     let mut router = api
-        .route("/metrics", axum::routing::get(metrics::scrape))
+        .route("/metrics", axum::routing::get(scrape))
         .with_state(state.clone())
         .merge(docs::router(document.into()))
         .merge(console::router(&config.console));
@@ -449,4 +449,13 @@ fn cors(config: &Config) -> Option<CorsLayer> {
             ])
             .max_age(Duration::from_secs(3600)),
     )
+}
+
+/// `GET /metrics` on the main listener: the operator's (`tenants:manage`).
+async fn scrape(
+    axum::extract::State(app): axum::extract::State<AppState>,
+    caller: auth::Caller,
+) -> Result<axum::response::Response, ApiError> {
+    caller.require(auth::TENANTS_MANAGE)?;
+    Ok(metrics::exposition(&app.telemetry))
 }

@@ -14,7 +14,6 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use opentelemetry::KeyValue;
@@ -25,8 +24,6 @@ use tokio_util::sync::CancellationToken;
 use toolgate_core::metrics::Metrics;
 use toolgate_store::instances::Counts;
 
-use crate::AppState;
-use crate::auth::Caller;
 use crate::error::ApiError;
 
 /// How often store-backed gauges (approvals pending, runs by status) are recounted.
@@ -103,16 +100,15 @@ impl Telemetry {
 
     /// Registers the gauges observed from `state` (held weakly: the gauges never keep a
     /// stopped gateway alive).
-    pub fn observe(&self, state: &AppState) {
+    pub fn observe<S: Observed>(&self, state: Weak<S>) {
         if !self.enabled {
             return;
         }
-        let weak = Arc::downgrade(&state.arc());
         let gauge = |name: &'static str,
                      description: &'static str,
                      unit: &'static str,
-                     read: fn(&crate::state::Shared) -> u64| {
-            let weak: Weak<crate::state::Shared> = weak.clone();
+                     read: fn(&S) -> u64| {
+            let weak = state.clone();
             self.meter
                 .u64_observable_gauge(name)
                 .with_description(description)
@@ -128,31 +124,31 @@ impl Telemetry {
             "toolgate.audit.queue.depth",
             "Audit records waiting to be committed",
             "{record}",
-            |s| s.audit.backlog() as u64,
+            S::audit_backlog,
         );
         gauge(
             "toolgate.calls.in_flight",
             "Tool calls running on this instance",
             "{call}",
-            |s| s.admission.in_flight() as u64,
+            S::calls_in_flight,
         );
         gauge(
             "toolgate.instances",
             "Live instances sharing the store (and each rate limit)",
             "{instance}",
-            |s| u64::from(s.admission.instances()),
+            S::instances,
         );
         gauge(
             "toolgate.sse.streams",
             "Open SSE streams (approval and run events, MCP session streams)",
             "{stream}",
-            |s| s.streams.open() as u64,
+            S::sse_streams,
         );
         gauge(
             "toolgate.mcp.sessions",
             "MCP sessions live in this instance's memory",
             "{session}",
-            |s| s.mcp_sessions.load(std::sync::atomic::Ordering::Relaxed) as u64,
+            S::mcp_sessions,
         );
         let counts = self.counts.clone();
         self.meter
@@ -221,16 +217,25 @@ impl Telemetry {
     }
 }
 
+/// What the gauges read from a running gateway (the server's shared state implements
+/// it, so this module names none of its parts).
+pub trait Observed: Send + Sync + 'static {
+    /// Audit records waiting to be committed.
+    fn audit_backlog(&self) -> u64;
+    /// Tool calls running on this instance.
+    fn calls_in_flight(&self) -> u64;
+    /// Live instances sharing the store.
+    fn instances(&self) -> u64;
+    /// Open SSE streams.
+    fn sse_streams(&self) -> u64;
+    /// MCP sessions live in this instance's memory.
+    fn mcp_sessions(&self) -> u64;
+}
+
 impl Drop for Telemetry {
     fn drop(&mut self) {
         let _ = self.provider.shutdown();
     }
-}
-
-/// `GET /metrics` on the main listener: the operator's (`tenants:manage`).
-pub async fn scrape(State(app): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
-    caller.require(crate::auth::TENANTS_MANAGE)?;
-    Ok(exposition(&app.telemetry))
 }
 
 /// The exposition as a response, in Prometheus text format 0.0.4 (404 with metrics off).

@@ -76,3 +76,25 @@ impl FromRef<AppState> for Arc<Authenticator> {
 
 /// Tenants' upstreams, supervised over this gateway's store.
 pub type TenantUpstreams = toolgate_mcp::tenant_upstreams::TenantUpstreams<toolgate_store::Store>;
+
+impl crate::metrics::Observed for Shared {
+    fn audit_backlog(&self) -> u64 {
+        self.audit.backlog() as u64
+    }
+
+    fn calls_in_flight(&self) -> u64 {
+        self.admission.in_flight() as u64
+    }
+
+    fn instances(&self) -> u64 {
+        u64::from(self.admission.instances())
+    }
+
+    fn sse_streams(&self) -> u64 {
+        self.streams.open() as u64
+    }
+
+    fn mcp_sessions(&self) -> u64 {
+        self.mcp_sessions.load(std::sync::atomic::Ordering::Relaxed) as u64
+    }
+}
