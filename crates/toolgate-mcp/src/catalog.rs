@@ -37,8 +37,6 @@ use rmcp::{RoleClient, RoleServer, ServiceError};
 use toolgate_core::auth::scopes;
 use toolgate_core::{AuthContext, ChangeLog, Owner, ScopedToolset};
 
-use crate::upstream::UpstreamConfig;
-
 /// Every connected upstream's resources and prompts. Shared by the upstreams'
 /// supervisors (which fill it) and the MCP front door (which serves it).
 pub struct Catalog {
@@ -102,6 +100,16 @@ impl std::fmt::Debug for Catalog {
     }
 }
 
+/// The upstream a listing is filed under, as the catalog needs to know it.
+pub(crate) struct Source<'a> {
+    pub name: &'a str,
+    pub owner: Owner,
+    /// Put before the names of its tools (and of its prompts).
+    pub prefix: String,
+    /// A relayed request's deadline.
+    pub timeout: std::time::Duration,
+}
+
 impl Catalog {
     pub fn new() -> Arc<Self> {
         Arc::default()
@@ -116,11 +124,11 @@ impl Catalog {
     /// filed empty (the others are still served) and its error returned.
     pub(crate) async fn refresh(
         &self,
-        config: &UpstreamConfig,
+        source: &Source<'_>,
         tools: &[String],
         peer: &Peer<RoleClient>,
     ) -> Result<(), ServiceError> {
-        let (upstream, owner) = (config.name.as_str(), config.owner);
+        let (upstream, owner) = (source.name, source.owner);
         let capabilities = peer.peer_info().map(|info| info.capabilities.clone());
         let offers_resources = capabilities.as_ref().is_some_and(|c| c.resources.is_some());
         let offers_prompts = capabilities.as_ref().is_some_and(|c| c.prompts.is_some());
@@ -158,8 +166,8 @@ impl Catalog {
         let entry = Entry {
             upstream: upstream.to_owned(),
             owner,
-            prefix: config.prefix(),
-            timeout: config.default_timeout,
+            prefix: source.prefix.clone(),
+            timeout: source.timeout,
             tools: tools.to_vec(),
             peer: peer.clone(),
             resources,
@@ -266,10 +274,10 @@ impl Catalog {
     }
 
     /// The upstream is gone (its connection ended, or it was removed).
-    pub(crate) fn remove(&self, config: &UpstreamConfig) {
-        let removed = self.lock().remove(&(config.owner, config.name.clone()));
+    pub(crate) fn remove(&self, owner: Owner, name: &str) {
+        let removed = self.lock().remove(&(owner, name.to_owned()));
         if removed.is_some_and(|e| !e.lists_nothing()) {
-            self.log.changed(config.owner);
+            self.log.changed(owner);
         }
     }
 

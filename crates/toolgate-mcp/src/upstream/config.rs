@@ -118,6 +118,16 @@ impl UpstreamConfig {
             .clone()
             .unwrap_or_else(|| format!("{}__", self.name))
     }
+
+    /// What the catalog files this upstream's resources and prompts under.
+    pub(crate) fn source(&self) -> crate::catalog::Source<'_> {
+        crate::catalog::Source {
+            name: &self.name,
+            owner: self.owner,
+            prefix: self.prefix(),
+            timeout: self.default_timeout,
+        }
+    }
 }
 
 /// An upstream's name: `^[A-Za-z0-9_.-]{1,32}$`.

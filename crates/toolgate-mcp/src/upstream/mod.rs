@@ -290,7 +290,8 @@ async fn supervise(
                     if std::mem::take(&mut carried) {
                         registry.touch(config.owner);
                     }
-                    let listed = catalog.refresh(&config, &registered, &peer);
+                    let source = config.source();
+                    let listed = catalog.refresh(&source, &registered, &peer);
                     if let Err(err) = listed.await {
                         tracing::warn!(upstream = %config.name, error = %err, "could not list the upstream's resources and prompts");
                         status.send_modify(|s| {
@@ -317,7 +318,7 @@ async fn supervise(
                         }
                     }
                 };
-                catalog.remove(&config);
+                catalog.remove(config.owner, &config.name);
                 if !registered.is_empty() {
                     // The tools stay listed, now unavailable.
                     registry.touch(config.owner);
