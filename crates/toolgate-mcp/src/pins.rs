@@ -129,14 +129,16 @@ impl<S: PinStore> Pins<S> {
         } else {
             (Outcome::Ok, None)
         };
-        for chain in chains {
+        // Handed to the writer together, so one commit takes every tenant's row (one
+        // after another, an operator upstream's change would wait a commit per tenant).
+        let recorded = chains.into_iter().map(|chain| {
             let ctx = CallContext::new(recorder(chain, by), Adapter::Definition);
             let record = AuditRecord::start(&ctx, &pin.exported, &arguments, arguments.clone());
-            if let Err(err) = self
-                .audit
+            self.audit
                 .record(record.finish(outcome, note.clone(), Duration::ZERO))
-                .await
-            {
+        });
+        for result in futures::future::join_all(recorded).await {
+            if let Err(err) = result {
                 tracing::error!(error = %err, upstream = %pin.upstream, tool = %pin.exported, "a tool definition change could not be audited");
             }
         }

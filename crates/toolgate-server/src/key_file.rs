@@ -10,17 +10,17 @@ use ring::rand::{SecureRandom, SystemRandom};
 
 use toolgate_core::settings::Secret;
 
-pub use toolgate_core::settings::hex_key as parse_key;
+use toolgate_core::settings::hex_key;
 
 /// `configured` (the setting named `setting`) when set, else the key in `path`, created
 /// if absent.
 pub fn load(configured: Option<&Secret>, path: &Path, setting: &str) -> anyhow::Result<[u8; 32]> {
     if let Some(key) = configured {
-        return parse_key(key.expose()).with_context(|| format!("{setting} must be 64 hex digits"));
+        return hex_key(key.expose()).with_context(|| format!("{setting} must be 64 hex digits"));
     }
     match std::fs::read_to_string(path) {
         Ok(text) => {
-            parse_key(&text).with_context(|| format!("{} must hold 64 hex digits", path.display()))
+            hex_key(&text).with_context(|| format!("{} must hold 64 hex digits", path.display()))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => create(path),
         Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
@@ -51,7 +51,7 @@ fn create(path: &Path) -> anyhow::Result<[u8; 32]> {
         // Another process made it first: use theirs.
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             let text = std::fs::read_to_string(path)?;
-            parse_key(&text).with_context(|| format!("{} must hold 64 hex digits", path.display()))
+            hex_key(&text).with_context(|| format!("{} must hold 64 hex digits", path.display()))
         }
         Err(e) => Err(e).with_context(|| format!("creating {}", path.display())),
     }

@@ -13,12 +13,9 @@ use toolgate_core::{PrincipalId, RunId, TenantId};
 use crate::checkpoint::{Checkpoint, CheckpointRow};
 use crate::model::{AuditFilter, AuditRow};
 use crate::postgres::PostgresStore;
-use crate::sqlite::{SqliteStore, uuid};
+use crate::sqlite::SqliteStore;
+use crate::text::{sql, uuid};
 use crate::{StoreError, now};
-
-fn sql(s: String) -> sqlx::AssertSqlSafe<String> {
-    sqlx::AssertSqlSafe(s)
-}
 
 /// An `audit_log` row as [`audit_columns`] reads it.
 #[derive(sqlx::FromRow)]

@@ -83,6 +83,7 @@ pub mod runs;
 pub mod sessions;
 pub mod sqlite;
 pub mod tenancy;
+mod text;
 pub mod upstreams;
 pub mod writer;
 

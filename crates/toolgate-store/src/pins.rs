@@ -13,7 +13,8 @@ use toolgate_core::stores::Change;
 use uuid::Uuid;
 
 use crate::postgres::PostgresStore;
-use crate::sqlite::{SqliteStore, uuid};
+use crate::sqlite::SqliteStore;
+use crate::text::{sql, uuid};
 use crate::{Store, StoreError};
 
 pub use toolgate_core::stores::PinRecord;
@@ -61,10 +62,6 @@ impl Row {
             approved_at: self.approved_at,
         })
     }
-}
-
-fn sql(s: String) -> sqlx::AssertSqlSafe<String> {
-    sqlx::AssertSqlSafe(s)
 }
 
 /// `$cross`: the pool that spans tenants; `$u`: the cast of a text parameter to a uuid;

@@ -9,17 +9,9 @@ use chrono::{DateTime, Utc};
 use toolgate_core::{PrincipalId, TenantId};
 
 use crate::postgres::PostgresStore;
-use crate::sqlite::{SqliteStore, uuid};
+use crate::sqlite::SqliteStore;
+use crate::text::{json_list, sql, uuid};
 use crate::{McpEvent, McpSession, Store, StoreError};
-
-fn sql(s: String) -> sqlx::AssertSqlSafe<String> {
-    sqlx::AssertSqlSafe(s)
-}
-
-/// `ids` as a JSON array, which both backends expand into rows (`$each`).
-fn json_list(ids: &[String]) -> String {
-    serde_json::Value::from(ids).to_string()
-}
 
 /// Writes the session operations for one backend. `$cross`: the pool for statements
 /// across tenants; `$once`: the macro running one statement for a tenant (see

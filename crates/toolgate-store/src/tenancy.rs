@@ -14,12 +14,9 @@ use uuid::Uuid;
 
 use crate::model::*;
 use crate::postgres::PostgresStore;
-use crate::sqlite::{SqliteStore, uuid};
+use crate::sqlite::SqliteStore;
+use crate::text::{sql, uuid};
 use crate::{Store, StoreError, keys, now};
-
-fn sql(s: String) -> sqlx::AssertSqlSafe<String> {
-    sqlx::AssertSqlSafe(s)
-}
 
 #[derive(sqlx::FromRow)]
 struct TenantRow {

@@ -10,7 +10,8 @@ use toolgate_core::{PrincipalId, TenantId};
 use uuid::Uuid;
 
 use crate::postgres::PostgresStore;
-use crate::sqlite::{SqliteStore, uuid};
+use crate::sqlite::SqliteStore;
+use crate::text::{sql, uuid};
 use crate::{Store, StoreError};
 
 pub use toolgate_core::stores::UpstreamRecord;
@@ -59,10 +60,6 @@ impl Row {
             updated_at: self.updated_at,
         })
     }
-}
-
-fn sql(s: String) -> sqlx::AssertSqlSafe<String> {
-    sqlx::AssertSqlSafe(s)
 }
 
 /// `$cross`: the pool that reads across tenants; `$u`: the cast of a text parameter to a

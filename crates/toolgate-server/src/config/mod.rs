@@ -331,7 +331,7 @@ mod load;
 
 pub use crate::telemetry::{LogConfig, LogFormat, TelemetryConfig};
 pub use toolgate_agent::config::ProviderEntry;
-pub use toolgate_core::settings::{Problems, Secret, http_url};
+pub use toolgate_core::settings::{Problems, Secret};
 pub use toolgate_mcp::config::{McpConfig, TenantUpstreamsConfig, UpstreamEntry, VendorMetaRule};
 pub use toolgate_tools::config::{CommandConfig, FetchConfig, SearchConfig, ToolsConfig};
 #[cfg(test)]

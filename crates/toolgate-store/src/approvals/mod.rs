@@ -11,7 +11,8 @@ use toolgate_core::policy::{ApprovalRequest, Gate};
 use toolgate_core::{ApprovalId, CallId, PrincipalId, RunId, TenantId};
 
 use crate::postgres::PostgresStore;
-use crate::sqlite::{SqliteStore, uuid};
+use crate::sqlite::SqliteStore;
+use crate::text::{json, sql, uuid};
 use crate::{Store, StoreError};
 
 mod sql;
@@ -54,10 +55,6 @@ fn named<T: serde::de::DeserializeOwned>(name: &str, what: &str) -> Result<T, St
         .map_err(|_| StoreError::Corrupt(format!("stored {what} {name:?}")))
 }
 
-fn json(text: &str) -> Result<Value, StoreError> {
-    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("stored JSON: {e}")))
-}
-
 impl ApprovalRow {
     fn into_record(self) -> Result<ApprovalRecord, StoreError> {
         Ok(ApprovalRecord {
@@ -97,10 +94,6 @@ impl ApprovalRow {
 
 fn text(id: impl std::fmt::Display) -> String {
     id.to_string()
-}
-
-fn sql(s: String) -> sqlx::AssertSqlSafe<String> {
-    sqlx::AssertSqlSafe(s)
 }
 
 /// What [`gate`] does with the approval it found for a call.

@@ -15,7 +15,8 @@ use uuid::Uuid;
 
 use crate::model::{AgentRecord, NewRun, RunEventRecord, RunFinish, RunRecord};
 use crate::postgres::PostgresStore;
-use crate::sqlite::{SqliteStore, uuid};
+use crate::sqlite::SqliteStore;
+use crate::text::{json, json_list, sql, uuid};
 use crate::{Store, StoreError};
 
 mod journal;
@@ -36,19 +37,6 @@ fn event_kind(event: &Value) -> &str {
         .get("type")
         .and_then(Value::as_str)
         .unwrap_or("unknown")
-}
-
-fn json(text: &str) -> Result<Value, StoreError> {
-    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("stored JSON: {e}")))
-}
-
-fn sql(s: String) -> sqlx::AssertSqlSafe<String> {
-    sqlx::AssertSqlSafe(s)
-}
-
-/// `ids` as a JSON array, which both backends expand into rows.
-fn json_list(ids: impl IntoIterator<Item = Uuid>) -> String {
-    Value::from_iter(ids.into_iter().map(|id| id.to_string())).to_string()
 }
 
 /// `agent_id, name, config, created_at, updated_at`.

@@ -63,10 +63,6 @@ pub(crate) fn id(u: Uuid) -> String {
     u.hyphenated().to_string()
 }
 
-pub(crate) fn uuid(s: &str) -> Result<Uuid, StoreError> {
-    Uuid::parse_str(s).map_err(|e| StoreError::Corrupt(format!("bad uuid {s:?}: {e}")))
-}
-
 impl SqliteStore {
     /// Opens (creating if needed) the database file at `path`.
     pub async fn open(path: &Path, limits: crate::StoreLimits) -> Result<Self, StoreError> {
