@@ -1,10 +1,13 @@
 //! Approvals over a store: the executor's [`Approvals`] seam ([`StoredApprovals`]: tenant
-//! policies cached briefly, calls gated atomically in the store), and the rules of a
-//! person's decision ([`Decisions`]), the same whichever front door it comes through
-//! (REST, an MCP client's elicitation).
+//! policies cached briefly, calls gated atomically in the store), and a person's
+//! decision ([`Decisions`]): its rules and what it sets going, the same whichever front
+//! door it comes through (REST, an MCP client's elicitation).
 //!
-//! What a decision sets going afterwards (a paused run resumed, an approved REST call
-//! run as its requester) belongs to the adapters and is not here.
+//! A decision may land on any instance. An agent run waiting on it is taken over by the
+//! instance that received the decision ([`PausedRuns`]; failing that, by the next
+//! periodic claim of any instance). An approved REST call is run by the deciding
+//! instance, as its requester, and its outcome kept for its requester to read back
+//! ([`FollowUps::keep`]). An MCP client makes its call again, which uses the approval.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -13,11 +16,12 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use crate::audit::{AuditError, AuditRecord, AuditSink};
+use crate::executor::Completed;
 use crate::policy::{ApprovalError, ApprovalRequest};
 use crate::stores::{ApprovalRecord, ApprovalStatus, ApprovalStore, Decision};
 use crate::{
     Adapter, ApprovalId, Approvals, AuthContext, CallContext, ErrorKind, Event, Executor, Gate,
-    Outcome, Policy, TenantId, ToolError, Violation,
+    Outcome, Policy, Registry, TenantId, ToolError, Toolset, Violation,
 };
 
 /// How long a tenant's policy is served from memory: a change made on another instance
@@ -105,26 +109,50 @@ pub enum DecideError<E: std::error::Error + 'static> {
     Audit(AuditError),
 }
 
-/// People's decisions on approvals: who may decide, what a decision must say, and what
-/// it leaves behind (the stored decision, an audit row, an event).
+/// The runs of this instance's supervisor that may be waiting on a decision.
+#[async_trait]
+pub trait PausedRuns: Send + Sync {
+    /// Takes over, at once, the runs a decision lets go on (whichever instance paused
+    /// them).
+    async fn resume_decided(self: Arc<Self>);
+}
+
+/// How the outcome of an approved call is kept for its requester to read back: the REST
+/// door's own encoding of it (`GET /v1/calls/{call_id}`).
+pub type KeepOutcome = dyn Fn(Result<Completed, ToolError>) -> serde_json::Value + Send + Sync;
+
+/// What a decision sets going, wired by the gateway.
+pub struct FollowUps {
+    /// The tools an approved REST call is run against (scoped to its requester).
+    pub registry: Arc<Registry>,
+    pub runs: Arc<dyn PausedRuns>,
+    pub keep: Arc<KeepOutcome>,
+}
+
+/// People's decisions on approvals: who may decide, what a decision must say, what it
+/// leaves behind (the stored decision, an audit row, an event) and what it sets going
+/// ([`FollowUps`]).
 pub struct Decisions<S> {
     /// The policies and the store they are read from.
     approvals: Arc<StoredApprovals<S>>,
     audit: Arc<dyn AuditSink>,
-    /// For its events.
+    /// For its events, and for approved REST calls.
     executor: Executor,
+    follow_ups: FollowUps,
 }
 
-impl<S: ApprovalStore> Decisions<S> {
+impl<S: ApprovalStore + 'static> Decisions<S> {
     pub fn new(
         approvals: Arc<StoredApprovals<S>>,
         audit: Arc<dyn AuditSink>,
         executor: Executor,
+        follow_ups: FollowUps,
     ) -> Self {
         Self {
             approvals,
             audit,
             executor,
+            follow_ups,
         }
     }
 
@@ -144,7 +172,8 @@ impl<S: ApprovalStore> Decisions<S> {
     /// decides their own call unless the tenant's policy allows self-approval; a reason
     /// is at most [`MAX_REASON_CHARS`], and a denial without one says so. The decision is
     /// stored (once: a decided approval is the store's conflict), audited as a row of
-    /// adapter `approval`, and announced as the `approval.decided` event.
+    /// adapter `approval`, announced as the `approval.decided` event, and what it allows
+    /// is set going: a waiting run resumes here, an approved REST call runs here.
     pub async fn decide(
         &self,
         decider: &Arc<AuthContext>,
@@ -220,7 +249,23 @@ impl<S: ApprovalStore> Decisions<S> {
             approved: decided.status == ApprovalStatus::Approved,
             by: decider.principal.id,
         });
+        self.set_going(&decided).await;
         Ok(decided)
+    }
+
+    /// What `decided` allows, set going on this instance.
+    async fn set_going(&self, decided: &ApprovalRecord) {
+        if decided.run_id.is_some() {
+            self.follow_ups.runs.clone().resume_decided().await;
+        } else if decided.adapter == Adapter::Rest && decided.status == ApprovalStatus::Approved {
+            let call = ApprovedCall {
+                approvals: self.approvals.clone(),
+                executor: self.executor.clone(),
+                registry: self.follow_ups.registry.clone(),
+                keep: self.follow_ups.keep.clone(),
+            };
+            tokio::spawn(call.run(decided.clone()));
+        }
     }
 
     /// A decision as an audit row of adapter `approval`: the decider, the tool and masked
@@ -249,5 +294,45 @@ impl<S: ApprovalStore> Decisions<S> {
         self.audit
             .record(record.finish(outcome, note, Duration::ZERO))
             .await
+    }
+}
+
+/// An approved REST call, run by the deciding instance.
+struct ApprovedCall<S> {
+    approvals: Arc<StoredApprovals<S>>,
+    executor: Executor,
+    registry: Arc<Registry>,
+    keep: Arc<KeepOutcome>,
+}
+
+impl<S: ApprovalStore> ApprovedCall<S> {
+    /// Runs the call `approval` allowed as its requester and keeps its outcome.
+    async fn run(self, approval: ApprovalRecord) {
+        let outcome = match serde_json::from_value::<AuthContext>(approval.auth.clone()) {
+            Err(e) => Err(ToolError::internal(format!(
+                "the requester of approval {} cannot be read: {e}",
+                approval.id
+            ))),
+            Ok(auth) => {
+                let tools = Toolset::all().scope(self.registry.clone(), &auth);
+                let ctx = CallContext::new(Arc::new(auth), Adapter::Rest)
+                    .with_approval(Some(approval.id))
+                    .with_trace(None);
+                let args = approval
+                    .call_arguments
+                    .clone()
+                    .unwrap_or(serde_json::Value::Null);
+                self.executor.call(&tools, ctx, &approval.tool, args).await
+            }
+        };
+        let kept = (self.keep)(outcome);
+        if let Err(err) = self
+            .approvals
+            .store
+            .set_approval_result(approval.tenant, approval.id, &kept)
+            .await
+        {
+            tracing::error!(approval_id = %approval.id, error = %err, "the outcome of an approved call could not be stored");
+        }
     }
 }

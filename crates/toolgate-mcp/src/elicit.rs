@@ -72,3 +72,35 @@ impl McpAdapter {
         }
     }
 }
+
+/// Core's decisions are the desk: the same rules, audit row, event and follow-ups as a
+/// decision made over REST.
+#[async_trait::async_trait]
+impl<S> ApprovalDesk for toolgate_core::approvals::Decisions<S>
+where
+    S: toolgate_core::stores::ApprovalStore + 'static,
+{
+    async fn may_self_approve(&self, auth: &AuthContext) -> bool {
+        toolgate_core::approvals::Decisions::may_self_approve(self, auth).await
+    }
+
+    async fn decide(
+        &self,
+        auth: &AuthContext,
+        approval: ApprovalId,
+        approve: bool,
+        reason: String,
+    ) -> Result<(), String> {
+        toolgate_core::approvals::Decisions::decide(
+            self,
+            &Arc::new(auth.clone()),
+            approval,
+            approve,
+            reason,
+            None,
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+    }
+}

@@ -26,7 +26,6 @@
 //! - [`http_server`]: the accept loop, with request read timeouts (slowloris).
 //! - [`key_file`]: 32-byte keys from the configuration or a file made on first start.
 
-pub mod approvals;
 pub mod auth;
 pub mod bootstrap;
 pub mod cli;
@@ -211,6 +210,11 @@ pub async fn build_with(
         approvals.clone(),
         audit.clone(),
         executor.clone(),
+        toolgate_core::approvals::FollowUps {
+            registry: registry.clone(),
+            runs: runs.clone(),
+            keep: Arc::new(outcome::kept),
+        },
     ));
     let state = AppState::new(state::Shared {
         registry,

@@ -1,10 +1,10 @@
 //! A successful call's outcome as the REST API shows it, and as the outcome of an
-//! approved REST call is kept for `GET /v1/calls/{call_id}` (by [`crate::approvals`],
-//! whichever front door the decision came through).
+//! approved REST call is kept for `GET /v1/calls/{call_id}` ([`kept`], which core's
+//! decisions run, whichever front door the decision came through).
 
 use serde::Serialize;
-use serde_json::Value;
-use toolgate_core::{Completed, Content};
+use serde_json::{Value, json};
+use toolgate_core::{Completed, Content, ToolError};
 use utoipa::ToSchema;
 
 /// One piece of output.
@@ -79,6 +79,21 @@ impl From<Completed> for InvokeResponse {
             structured: done.output.structured,
             duration_ms: (done.duration.as_secs_f64() * 1_000_000.0).round() / 1000.0,
             truncated: done.truncated,
+        }
+    }
+}
+
+/// The outcome of an approved REST call as it is kept for `GET /v1/calls/{call_id}`: the
+/// status and body the call would have answered with.
+pub fn kept(outcome: Result<Completed, ToolError>) -> Value {
+    match outcome {
+        Ok(done) => json!({"status": 200, "body": InvokeResponse::from(done)}),
+        Err(err) => {
+            let (status, problem, cause) = crate::error::ApiError::Tool(err).into_problem();
+            if let Some(cause) = cause {
+                tracing::error!(error = %cause, "an approved call failed internally");
+            }
+            json!({"status": status.as_u16(), "body": problem})
         }
     }
 }

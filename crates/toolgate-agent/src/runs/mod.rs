@@ -94,6 +94,14 @@ struct Active {
     task: tokio::task::AbortHandle,
 }
 
+/// A person's decision on an approval lets the runs waiting on it go on here.
+#[async_trait::async_trait]
+impl<S: Store + 'static> toolgate_core::approvals::PausedRuns for Runs<S> {
+    async fn resume_decided(self: Arc<Self>) {
+        Runs::resume_decided(&self).await;
+    }
+}
+
 impl<S: Store> Runs<S> {
     /// This instance's name (in run leases and the instances table).
     pub fn instance(&self) -> &str {

@@ -107,7 +107,7 @@ impl GuardInner {
 pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> Router {
     let adapter = McpAdapter::new(state.registry.clone(), state.executor.clone())
         .with_catalog(state.catalog.clone())
-        .with_approval_desk(Arc::new(crate::approvals::ElicitedApprovals(state.clone())))
+        .with_approval_desk(state.decisions.clone())
         // Checked when the configuration was loaded.
         .with_vendor_meta(config.mcp.vendor_meta().unwrap_or_default());
     let mcp = &config.mcp;

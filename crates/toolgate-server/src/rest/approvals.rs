@@ -12,6 +12,7 @@ use axum::extract::State;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use toolgate_core::approvals::DecideError;
 use toolgate_core::auth::scopes;
 use toolgate_core::stores::{ApprovalRecord, ApprovalStatus, ApprovalStore as _};
 use toolgate_core::{Adapter, ApprovalId, CallId, ToolError};
@@ -408,15 +409,21 @@ async fn decide(
 ) -> Result<AppJson<ApprovalView>, ApiError> {
     caller.require(scopes::APPROVALS_DECIDE)?;
     let approve = matches!(body.decision, DecisionKind::Approve);
-    let decided = crate::approvals::decide(
-        &app,
-        &caller.auth,
-        ApprovalId(id),
-        approve,
-        body.reason,
-        Some(&request_id),
-    )
-    .await?;
+    let decided = app
+        .decisions
+        .decide(
+            &caller.auth,
+            ApprovalId(id),
+            approve,
+            body.reason,
+            Some(&request_id),
+        )
+        .await
+        .map_err(|e| match e {
+            DecideError::Refused(e) => ApiError::Tool(e),
+            DecideError::Store(e) => e.into(),
+            DecideError::Audit(e) => ApiError::Internal(anyhow::anyhow!(e)),
+        })?;
     Ok(AppJson(ApprovalView::from(&decided)))
 }
 
