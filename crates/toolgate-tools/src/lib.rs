@@ -41,6 +41,7 @@ pub mod config;
 pub mod diagnostics;
 pub mod egress;
 pub mod execute_command;
+pub mod file_tool;
 pub mod git_status;
 pub mod http_api;
 pub mod list_files;

@@ -1,27 +1,27 @@
 //! `list_files`: the entries of one workspace directory.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use toolgate_core::{CallContext, Tool, ToolError, ToolOutput, ToolSpec};
+use toolgate_core::{ToolError, ToolOutput, ToolSpec};
 
+use tokio_util::sync::CancellationToken;
+
+use crate::file_tool::{FileWork, WorkspaceTool};
 use crate::workspace::{display_path, io_error};
-use crate::{Workspaces, blocking, parse_args};
+use crate::{Workspace, Workspaces};
 
 /// Most entries returned; the rest are counted.
 pub const MAX_ENTRIES: usize = 1000;
 
-pub struct ListFiles {
-    spec: ToolSpec,
-    workspaces: Arc<Workspaces>,
-}
+pub type ListFiles = WorkspaceTool<Args>;
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct Args {
+pub struct Args {
     /// Directory relative to the workspace root; the root when omitted
     #[serde(default)]
     #[schemars(extend("default" = "."))]
@@ -58,77 +58,76 @@ impl ListFiles {
             },
             "required": ["path", "entries", "omitted"]
         }));
-        Self { spec, workspaces }
+        Self::with_spec(spec, workspaces)
     }
 }
 
-#[async_trait]
-impl Tool for ListFiles {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
+impl FileWork for Args {
+    fn path(&self) -> &str {
+        &self.path
     }
 
-    async fn call(&self, ctx: &CallContext, args: Value) -> Result<ToolOutput, ToolError> {
-        let args: Args = parse_args(args)?;
-        let ws = self.workspaces.for_caller(&ctx.auth)?;
-        let rel = ws.relative(&args.path)?;
-        blocking(move || {
-            let entries = ws.dir().read_dir(&rel).map_err(|e| io_error(&rel, e))?;
-            let mut listed = Vec::new();
-            for entry in entries {
-                let entry = entry.map_err(|e| io_error(&rel, e))?;
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if !args.include_hidden && name.starts_with('.') {
-                    continue;
-                }
-                let file_type = entry.file_type().map_err(|e| io_error(&rel, e))?;
-                let (kind, size) = if file_type.is_symlink() {
-                    ("symlink", None)
-                } else if file_type.is_dir() {
-                    ("dir", None)
-                } else if file_type.is_file() {
-                    ("file", entry.metadata().ok().map(|m| m.len()))
-                } else {
-                    ("other", None)
-                };
-                listed.push((name, kind, size));
+    fn run(
+        args: Self,
+        ws: &Workspace,
+        rel: PathBuf,
+        _cancel: &CancellationToken,
+    ) -> Result<ToolOutput, ToolError> {
+        let entries = ws.dir().read_dir(&rel).map_err(|e| io_error(&rel, e))?;
+        let mut listed = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| io_error(&rel, e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !args.include_hidden && name.starts_with('.') {
+                continue;
             }
-            listed.sort_by(|a, b| a.0.cmp(&b.0));
-            let omitted = listed.len().saturating_sub(MAX_ENTRIES);
-            listed.truncate(MAX_ENTRIES);
-            let mut text = String::new();
-            for (name, kind, _) in &listed {
-                text.push_str(name);
-                text.push_str(match *kind {
-                    "dir" => "/",
-                    "symlink" => "@",
-                    _ => "",
-                });
-                text.push('\n');
-            }
-            if omitted > 0 {
-                text.push_str(&format!("[{omitted} more entries not shown]\n"));
-            }
-            let entries: Vec<Value> = listed
-                .into_iter()
-                .map(|(name, kind, size)| match size {
-                    Some(size) => json!({"name": name, "type": kind, "size": size}),
-                    None => json!({"name": name, "type": kind}),
-                })
-                .collect();
-            Ok(ToolOutput::text(text).with_structured(json!({
-                "path": display_path(&rel),
-                "entries": entries,
-                "omitted": omitted,
-            })))
-        })
-        .await
+            let file_type = entry.file_type().map_err(|e| io_error(&rel, e))?;
+            let (kind, size) = if file_type.is_symlink() {
+                ("symlink", None)
+            } else if file_type.is_dir() {
+                ("dir", None)
+            } else if file_type.is_file() {
+                ("file", entry.metadata().ok().map(|m| m.len()))
+            } else {
+                ("other", None)
+            };
+            listed.push((name, kind, size));
+        }
+        listed.sort_by(|a, b| a.0.cmp(&b.0));
+        let omitted = listed.len().saturating_sub(MAX_ENTRIES);
+        listed.truncate(MAX_ENTRIES);
+        let mut text = String::new();
+        for (name, kind, _) in &listed {
+            text.push_str(name);
+            text.push_str(match *kind {
+                "dir" => "/",
+                "symlink" => "@",
+                _ => "",
+            });
+            text.push('\n');
+        }
+        if omitted > 0 {
+            text.push_str(&format!("[{omitted} more entries not shown]\n"));
+        }
+        let entries: Vec<Value> = listed
+            .into_iter()
+            .map(|(name, kind, size)| match size {
+                Some(size) => json!({"name": name, "type": kind, "size": size}),
+                None => json!({"name": name, "type": kind}),
+            })
+            .collect();
+        Ok(ToolOutput::text(text).with_structured(json!({
+            "path": display_path(&rel),
+            "entries": entries,
+            "omitted": omitted,
+        })))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use toolgate_core::Tool;
     use toolgate_core::ErrorKind;
 
     #[tokio::test]

@@ -1,16 +1,19 @@
 //! `read_file`: a range of lines from a text file in the workspace.
 
 use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Value, json};
-use toolgate_core::{CallContext, Tool, ToolError, ToolOutput, ToolSpec};
+use serde_json::json;
+use toolgate_core::{ToolError, ToolOutput, ToolSpec};
 
+use tokio_util::sync::CancellationToken;
+
+use crate::file_tool::{FileWork, WorkspaceTool};
 use crate::workspace::{display_path, io_error};
-use crate::{Workspaces, blocking, parse_args};
+use crate::{Workspace, Workspaces};
 
 /// Lines returned when the caller gives no limit.
 pub const DEFAULT_LIMIT: u64 = 2000;
@@ -19,14 +22,11 @@ pub const MAX_FILE_BYTES: u64 = 32 * 1024 * 1024;
 /// Bytes inspected for NUL to tell binary files from text.
 const SNIFF_BYTES: usize = 8192;
 
-pub struct ReadFile {
-    spec: ToolSpec,
-    workspaces: Arc<Workspaces>,
-}
+pub type ReadFile = WorkspaceTool<Args>;
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct Args {
+pub struct Args {
     /// File path relative to the workspace root
     #[schemars(length(min = 1))]
     path: String,
@@ -69,83 +69,81 @@ impl ReadFile {
             },
             "required": ["path", "start_line", "end_line", "total_lines", "has_more"]
         }));
-        Self { spec, workspaces }
+        Self::with_spec(spec, workspaces)
     }
 }
 
-#[async_trait]
-impl Tool for ReadFile {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
+impl FileWork for Args {
+    fn path(&self) -> &str {
+        &self.path
     }
 
-    async fn call(&self, ctx: &CallContext, args: Value) -> Result<ToolOutput, ToolError> {
-        let args: Args = parse_args(args)?;
-        let ws = self.workspaces.for_caller(&ctx.auth)?;
-        let rel = ws.relative(&args.path)?;
-        let cancel = ctx.cancel.clone();
-        blocking(move || {
-            let (file, meta) = ws.open_regular(&rel)?;
-            if meta.len() > MAX_FILE_BYTES {
-                return Err(ToolError::invalid_arguments(format!(
-                    "{:?} is {} bytes, more than read_file reads ({MAX_FILE_BYTES})",
-                    display_path(&rel),
-                    meta.len()
-                ))
-                .with_suggestion("use search_files to find the lines you need"));
+    fn run(
+        args: Self,
+        ws: &Workspace,
+        rel: PathBuf,
+        cancel: &CancellationToken,
+    ) -> Result<ToolOutput, ToolError> {
+        let (file, meta) = ws.open_regular(&rel)?;
+        if meta.len() > MAX_FILE_BYTES {
+            return Err(ToolError::invalid_arguments(format!(
+                "{:?} is {} bytes, more than read_file reads ({MAX_FILE_BYTES})",
+                display_path(&rel),
+                meta.len()
+            ))
+            .with_suggestion("use search_files to find the lines you need"));
+        }
+        let mut reader = BufReader::new(file);
+        if reader
+            .fill_buf()
+            .map_err(|e| io_error(&rel, e))?
+            .iter()
+            .take(SNIFF_BYTES)
+            .any(|b| *b == 0)
+        {
+            return Err(ToolError::invalid_arguments(format!(
+                "{:?} is a binary file",
+                display_path(&rel)
+            )));
+        }
+        let last = args.offset.saturating_add(args.limit) - 1;
+        let mut text = String::new();
+        let mut total = 0u64;
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            let n = reader
+                .read_until(b'\n', &mut line)
+                .map_err(|e| io_error(&rel, e))?;
+            if n == 0 {
+                break;
             }
-            let mut reader = BufReader::new(file);
-            if reader
-                .fill_buf()
-                .map_err(|e| io_error(&rel, e))?
-                .iter()
-                .take(SNIFF_BYTES)
-                .any(|b| *b == 0)
-            {
-                return Err(ToolError::invalid_arguments(format!(
-                    "{:?} is a binary file",
-                    display_path(&rel)
-                )));
+            total += 1;
+            if (args.offset..=last).contains(&total) {
+                text.push_str(&String::from_utf8_lossy(&line));
             }
-            let last = args.offset.saturating_add(args.limit) - 1;
-            let mut text = String::new();
-            let mut total = 0u64;
-            let mut line = Vec::new();
-            loop {
-                line.clear();
-                let n = reader
-                    .read_until(b'\n', &mut line)
-                    .map_err(|e| io_error(&rel, e))?;
-                if n == 0 {
-                    break;
-                }
-                total += 1;
-                if (args.offset..=last).contains(&total) {
-                    text.push_str(&String::from_utf8_lossy(&line));
-                }
-                if total.is_multiple_of(4096) && cancel.is_cancelled() {
-                    return Err(ToolError::new(
-                        toolgate_core::ErrorKind::Cancelled,
-                        "the call was cancelled",
-                    ));
-                }
+            if total.is_multiple_of(4096) && cancel.is_cancelled() {
+                return Err(ToolError::new(
+                    toolgate_core::ErrorKind::Cancelled,
+                    "the call was cancelled",
+                ));
             }
-            let end = last.min(total).max(args.offset - 1);
-            Ok(ToolOutput::text(text).with_structured(json!({
-                "path": display_path(&rel),
-                "start_line": args.offset,
-                "end_line": end,
-                "total_lines": total,
-                "has_more": end < total,
-            })))
-        })
-        .await
+        }
+        let end = last.min(total).max(args.offset - 1);
+        Ok(ToolOutput::text(text).with_structured(json!({
+            "path": display_path(&rel),
+            "start_line": args.offset,
+            "end_line": end,
+            "total_lines": total,
+            "has_more": end < total,
+        })))
     }
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use toolgate_core::{CallContext, Tool};
     use toolgate_core::{
         Adapter, AuthContext, Content, ErrorKind, Principal, PrincipalId, PrincipalKind, TenantId,
     };

@@ -3,34 +3,32 @@
 //! (the walk is ripgrep's own `ignore` crate).
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use ignore::WalkBuilder;
 use ignore::overrides::OverrideBuilder;
 use regex::RegexBuilder;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use toolgate_core::{CallContext, ErrorKind, Tool, ToolError, ToolOutput, ToolSpec};
+use tokio_util::sync::CancellationToken;
+use toolgate_core::{ErrorKind, ToolError, ToolOutput, ToolSpec};
 
+use crate::file_tool::{FileWork, WorkspaceTool};
 use crate::workspace::{display_path, io_error};
-use crate::{Workspace, Workspaces, blocking, parse_args};
+use crate::{Workspace, Workspaces};
 
 /// Files larger than this are skipped.
 pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 /// Matched lines are cut to this many characters in the output.
 const MAX_LINE_CHARS: usize = 400;
 
-pub struct SearchFiles {
-    spec: ToolSpec,
-    workspaces: Arc<Workspaces>,
-}
+pub type SearchFiles = WorkspaceTool<Args>;
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct Args {
+pub struct Args {
     #[schemars(length(min = 1, max = 1000))]
     pattern: String,
     /// Match the pattern as plain text
@@ -81,20 +79,21 @@ impl SearchFiles {
             },
             "required": ["matches", "files_searched", "truncated"]
         }));
-        Self { spec, workspaces }
+        Self::with_spec(spec, workspaces)
     }
 }
 
-#[async_trait]
-impl Tool for SearchFiles {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
+impl FileWork for Args {
+    fn path(&self) -> &str {
+        &self.path
     }
 
-    async fn call(&self, ctx: &CallContext, args: Value) -> Result<ToolOutput, ToolError> {
-        let args: Args = parse_args(args)?;
-        let ws = self.workspaces.for_caller(&ctx.auth)?;
-        let base = ws.relative(&args.path)?;
+    fn run(
+        args: Self,
+        ws: &Workspace,
+        base: PathBuf,
+        cancel: &CancellationToken,
+    ) -> Result<ToolOutput, ToolError> {
         let pattern = if args.literal {
             regex::escape(&args.pattern)
         } else {
@@ -108,98 +107,94 @@ impl Tool for SearchFiles {
                 ToolError::invalid_arguments(format!("invalid pattern: {e}"))
                     .with_suggestion("escape special characters, or set literal=true")
             })?;
-        let cancel = ctx.cancel.clone();
-        blocking(move || {
-            // Checks the base through the capability handle first: it must exist and stay
-            // inside, and must not itself be a symlink (the walk below uses host paths).
-            let meta = ws
-                .dir()
-                .symlink_metadata(&base)
-                .map_err(|e| io_error(&base, e))?;
-            if meta.is_symlink() {
-                return Err(ToolError::invalid_arguments(format!(
-                    "{:?} is a symbolic link; search its target instead",
-                    display_path(&base)
-                )));
-            }
-            ws.dir().metadata(&base).map_err(|e| io_error(&base, e))?;
-            let mut walk = WalkBuilder::new(ws.root().join(&base));
-            walk.hidden(!args.include_hidden)
-                .require_git(false)
-                .follow_links(false)
-                .filter_entry(|e| e.file_name() != ".git");
-            if let Some(glob) = &args.glob {
-                let mut overrides = OverrideBuilder::new(ws.root());
+        // Checks the base through the capability handle first: it must exist and stay
+        // inside, and must not itself be a symlink (the walk below uses host paths).
+        let meta = ws
+            .dir()
+            .symlink_metadata(&base)
+            .map_err(|e| io_error(&base, e))?;
+        if meta.is_symlink() {
+            return Err(ToolError::invalid_arguments(format!(
+                "{:?} is a symbolic link; search its target instead",
+                display_path(&base)
+            )));
+        }
+        ws.dir().metadata(&base).map_err(|e| io_error(&base, e))?;
+        let mut walk = WalkBuilder::new(ws.root().join(&base));
+        walk.hidden(!args.include_hidden)
+            .require_git(false)
+            .follow_links(false)
+            .filter_entry(|e| e.file_name() != ".git");
+        if let Some(glob) = &args.glob {
+            let mut overrides = OverrideBuilder::new(ws.root());
+            overrides
+                .add(glob)
+                .map_err(|e| ToolError::invalid_arguments(format!("invalid glob: {e}")))?;
+            walk.overrides(
                 overrides
-                    .add(glob)
-                    .map_err(|e| ToolError::invalid_arguments(format!("invalid glob: {e}")))?;
-                walk.overrides(
-                    overrides
-                        .build()
-                        .map_err(|e| ToolError::invalid_arguments(format!("invalid glob: {e}")))?,
-                );
-            }
-            let mut matches = Vec::new();
-            let mut files_searched = 0u64;
-            let mut truncated = false;
-            'files: for entry in walk.build() {
-                if cancel.is_cancelled() {
-                    return Err(ToolError::new(
-                        ErrorKind::Cancelled,
-                        "the call was cancelled",
-                    ));
-                }
-                let Ok(entry) = entry else { continue };
-                if !entry.file_type().is_some_and(|t| t.is_file()) {
-                    continue;
-                }
-                let Ok(rel) = entry.path().strip_prefix(ws.root()) else {
-                    continue;
-                };
-                let Some(lines) = open_text(&ws, rel) else {
-                    continue;
-                };
-                files_searched += 1;
-                for (idx, line) in lines.enumerate() {
-                    let Ok(line) = line else { break };
-                    let text = String::from_utf8_lossy(&line);
-                    if regex.is_match(&text) {
-                        if matches.len() == args.max_results {
-                            truncated = true;
-                            break 'files;
-                        }
-                        let shown: String = text
-                            .trim_end_matches(['\r', '\n'])
-                            .chars()
-                            .take(MAX_LINE_CHARS)
-                            .collect();
-                        matches.push((display_path(rel), idx + 1, shown));
-                    }
-                }
-            }
-            let mut text = String::new();
-            for (path, line, shown) in &matches {
-                text.push_str(&format!("{path}:{line}: {shown}\n"));
-            }
-            if matches.is_empty() {
-                text.push_str("no matches\n");
-            } else if truncated {
-                text.push_str(&format!(
-                    "[stopped at {} matches; narrow the search or raise max_results]\n",
-                    args.max_results
+                    .build()
+                    .map_err(|e| ToolError::invalid_arguments(format!("invalid glob: {e}")))?,
+            );
+        }
+        let mut matches = Vec::new();
+        let mut files_searched = 0u64;
+        let mut truncated = false;
+        'files: for entry in walk.build() {
+            if cancel.is_cancelled() {
+                return Err(ToolError::new(
+                    ErrorKind::Cancelled,
+                    "the call was cancelled",
                 ));
             }
-            let matches: Vec<Value> = matches
-                .into_iter()
-                .map(|(path, line, text)| json!({"path": path, "line": line, "text": text}))
-                .collect();
-            Ok(ToolOutput::text(text).with_structured(json!({
-                "matches": matches,
-                "files_searched": files_searched,
-                "truncated": truncated,
-            })))
-        })
-        .await
+            let Ok(entry) = entry else { continue };
+            if !entry.file_type().is_some_and(|t| t.is_file()) {
+                continue;
+            }
+            let Ok(rel) = entry.path().strip_prefix(ws.root()) else {
+                continue;
+            };
+            let Some(lines) = open_text(ws, rel) else {
+                continue;
+            };
+            files_searched += 1;
+            for (idx, line) in lines.enumerate() {
+                let Ok(line) = line else { break };
+                let text = String::from_utf8_lossy(&line);
+                if regex.is_match(&text) {
+                    if matches.len() == args.max_results {
+                        truncated = true;
+                        break 'files;
+                    }
+                    let shown: String = text
+                        .trim_end_matches(['\r', '\n'])
+                        .chars()
+                        .take(MAX_LINE_CHARS)
+                        .collect();
+                    matches.push((display_path(rel), idx + 1, shown));
+                }
+            }
+        }
+        let mut text = String::new();
+        for (path, line, shown) in &matches {
+            text.push_str(&format!("{path}:{line}: {shown}\n"));
+        }
+        if matches.is_empty() {
+            text.push_str("no matches\n");
+        } else if truncated {
+            text.push_str(&format!(
+                "[stopped at {} matches; narrow the search or raise max_results]\n",
+                args.max_results
+            ));
+        }
+        let matches: Vec<Value> = matches
+            .into_iter()
+            .map(|(path, line, text)| json!({"path": path, "line": line, "text": text}))
+            .collect();
+        Ok(ToolOutput::text(text).with_structured(json!({
+            "matches": matches,
+            "files_searched": files_searched,
+            "truncated": truncated,
+        })))
     }
 }
 
@@ -220,6 +215,7 @@ fn open_text(ws: &Workspace, rel: &Path) -> Option<std::io::Split<BufReader<cap_
 #[cfg(test)]
 mod tests {
     use super::*;
+    use toolgate_core::Tool;
     use crate::read_file::tests::ctx;
 
     fn workspace() -> (tempfile::TempDir, Arc<Workspaces>) {

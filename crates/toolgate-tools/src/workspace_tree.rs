@@ -2,31 +2,31 @@
 //! honouring `.gitignore` and skipping hidden entries unless asked. Symbolic links are
 //! shown, never followed.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use ignore::WalkBuilder;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Value, json};
-use toolgate_core::{CallContext, Tool, ToolError, ToolOutput, ToolSpec};
+use serde_json::json;
+use toolgate_core::{ToolError, ToolOutput, ToolSpec};
 
+use tokio_util::sync::CancellationToken;
+
+use crate::file_tool::{FileWork, WorkspaceTool};
 use crate::workspace::{display_path, io_error};
-use crate::{Workspaces, blocking, parse_args};
+use crate::{Workspace, Workspaces};
 
 /// Most entries shown; the walk stops there.
 pub const MAX_ENTRIES: usize = 2000;
 pub const DEFAULT_DEPTH: usize = 3;
 pub const MAX_DEPTH: usize = 10;
 
-pub struct WorkspaceTree {
-    spec: ToolSpec,
-    workspaces: Arc<Workspaces>,
-}
+pub type WorkspaceTree = WorkspaceTool<Args>;
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct Args {
+pub struct Args {
     /// Directory relative to the workspace root; the root when omitted
     #[serde(default)]
     #[schemars(extend("default" = "."))]
@@ -70,88 +70,86 @@ impl WorkspaceTree {
             },
             "required": ["path", "entries", "truncated"]
         }));
-        Self { spec, workspaces }
+        Self::with_spec(spec, workspaces)
     }
 }
 
-#[async_trait]
-impl Tool for WorkspaceTree {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
+impl FileWork for Args {
+    fn path(&self) -> &str {
+        &self.path
     }
 
-    async fn call(&self, ctx: &CallContext, args: Value) -> Result<ToolOutput, ToolError> {
-        let args: Args = parse_args(args)?;
-        let ws = self.workspaces.for_caller(&ctx.auth)?;
-        let rel = ws.relative(&args.path)?;
-        let cancel = ctx.cancel.clone();
-        blocking(move || {
-            // Checked through the capability first: `..` and symlinks out are refused.
-            let meta = ws.dir().metadata(&rel).map_err(|e| io_error(&rel, e))?;
-            if !meta.is_dir() {
-                return Err(ToolError::invalid_arguments(format!(
-                    "{:?} is not a directory",
-                    display_path(&rel)
-                )));
+    fn run(
+        args: Self,
+        ws: &Workspace,
+        rel: PathBuf,
+        cancel: &CancellationToken,
+    ) -> Result<ToolOutput, ToolError> {
+        // Checked through the capability first: `..` and symlinks out are refused.
+        let meta = ws.dir().metadata(&rel).map_err(|e| io_error(&rel, e))?;
+        if !meta.is_dir() {
+            return Err(ToolError::invalid_arguments(format!(
+                "{:?} is not a directory",
+                display_path(&rel)
+            )));
+        }
+        let base = ws.root().join(&rel);
+        let walk = WalkBuilder::new(&base)
+            .hidden(!args.include_hidden)
+            .require_git(false)
+            .follow_links(false)
+            .max_depth(Some(args.depth.clamp(1, MAX_DEPTH)))
+            .filter_entry(|e| e.file_name() != ".git")
+            .sort_by_file_name(|a, b| a.cmp(b))
+            .build();
+        let mut text = format!("{}/\n", display_path(&rel));
+        let mut entries = Vec::new();
+        let mut truncated = false;
+        for entry in walk {
+            let Ok(entry) = entry else { continue };
+            if entry.depth() == 0 {
+                continue;
             }
-            let base = ws.root().join(&rel);
-            let walk = WalkBuilder::new(&base)
-                .hidden(!args.include_hidden)
-                .require_git(false)
-                .follow_links(false)
-                .max_depth(Some(args.depth.clamp(1, MAX_DEPTH)))
-                .filter_entry(|e| e.file_name() != ".git")
-                .sort_by_file_name(|a, b| a.cmp(b))
-                .build();
-            let mut text = format!("{}/\n", display_path(&rel));
-            let mut entries = Vec::new();
-            let mut truncated = false;
-            for entry in walk {
-                let Ok(entry) = entry else { continue };
-                if entry.depth() == 0 {
-                    continue;
-                }
-                if entries.len() >= MAX_ENTRIES || cancel.is_cancelled() {
-                    truncated = true;
-                    break;
-                }
-                let kind = match entry.file_type() {
-                    Some(t) if t.is_symlink() => "symlink",
-                    Some(t) if t.is_dir() => "dir",
-                    Some(t) if t.is_file() => "file",
-                    _ => "other",
-                };
-                let path = entry
-                    .path()
-                    .strip_prefix(ws.root())
-                    .map(display_path)
-                    .unwrap_or_default();
-                text.push_str(&"  ".repeat(entry.depth()));
-                text.push_str(&entry.file_name().to_string_lossy());
-                text.push_str(match kind {
-                    "dir" => "/",
-                    "symlink" => "@",
-                    _ => "",
-                });
-                text.push('\n');
-                entries.push(json!({"path": path, "type": kind}));
+            if entries.len() >= MAX_ENTRIES || cancel.is_cancelled() {
+                truncated = true;
+                break;
             }
-            if truncated {
-                text.push_str(&format!("[stopped after {MAX_ENTRIES} entries]\n"));
-            }
-            Ok(ToolOutput::text(text).with_structured(json!({
-                "path": display_path(&rel),
-                "entries": entries,
-                "truncated": truncated,
-            })))
-        })
-        .await
+            let kind = match entry.file_type() {
+                Some(t) if t.is_symlink() => "symlink",
+                Some(t) if t.is_dir() => "dir",
+                Some(t) if t.is_file() => "file",
+                _ => "other",
+            };
+            let path = entry
+                .path()
+                .strip_prefix(ws.root())
+                .map(display_path)
+                .unwrap_or_default();
+            text.push_str(&"  ".repeat(entry.depth()));
+            text.push_str(&entry.file_name().to_string_lossy());
+            text.push_str(match kind {
+                "dir" => "/",
+                "symlink" => "@",
+                _ => "",
+            });
+            text.push('\n');
+            entries.push(json!({"path": path, "type": kind}));
+        }
+        if truncated {
+            text.push_str(&format!("[stopped after {MAX_ENTRIES} entries]\n"));
+        }
+        Ok(ToolOutput::text(text).with_structured(json!({
+            "path": display_path(&rel),
+            "entries": entries,
+            "truncated": truncated,
+        })))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use toolgate_core::Tool;
 
     #[tokio::test]
     async fn shows_a_depth_limited_tree_honouring_gitignore() {

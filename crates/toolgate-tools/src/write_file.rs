@@ -7,16 +7,18 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use cap_std::fs::{Dir, OpenOptions};
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Value, json};
-use toolgate_core::{CallContext, Effects, Risk, Tool, ToolError, ToolOutput, ToolSpec};
+use serde_json::json;
+use toolgate_core::{Effects, Risk, ToolError, ToolOutput, ToolSpec};
 
+use tokio_util::sync::CancellationToken;
+
+use crate::file_tool::{FileWork, WorkspaceTool};
 use crate::read_file::MAX_FILE_BYTES;
 use crate::workspace::{display_path, io_error};
-use crate::{Workspaces, blocking, parse_args};
+use crate::{Workspace, Workspaces};
 
 /// Longest content written in one call, in characters.
 pub const MAX_CONTENT_CHARS: u64 = 10_000_000;
@@ -28,14 +30,11 @@ const CHANGES: Effects = Effects {
     open_world: false,
 };
 
-pub struct WriteFile {
-    spec: ToolSpec,
-    workspaces: Arc<Workspaces>,
-}
+pub type WriteFile = WorkspaceTool<WriteArgs>;
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct WriteArgs {
+pub struct WriteArgs {
     /// File path relative to the workspace root
     #[schemars(length(min = 1))]
     path: String,
@@ -64,58 +63,54 @@ impl WriteFile {
             },
             "required": ["path", "bytes", "created"]
         }));
-        Self { spec, workspaces }
+        Self::with_spec(spec, workspaces)
     }
 }
 
-#[async_trait]
-impl Tool for WriteFile {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
+impl FileWork for WriteArgs {
+    fn path(&self) -> &str {
+        &self.path
     }
 
-    async fn call(&self, ctx: &CallContext, args: Value) -> Result<ToolOutput, ToolError> {
-        let args: WriteArgs = parse_args(args)?;
-        let ws = self.workspaces.for_caller(&ctx.auth)?;
-        let rel = file_path(&ws.relative(&args.path)?)?;
-        blocking(move || {
-            let dir = ws.dir();
-            if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
-                dir.create_dir_all(parent)
-                    .map_err(|e| io_error(parent, e))?;
+    fn run(
+        args: Self,
+        ws: &Workspace,
+        rel: PathBuf,
+        _cancel: &CancellationToken,
+    ) -> Result<ToolOutput, ToolError> {
+        let rel = file_path(&rel)?;
+        let dir = ws.dir();
+        if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+            dir.create_dir_all(parent)
+                .map_err(|e| io_error(parent, e))?;
+        }
+        let created = match dir.symlink_metadata(&rel) {
+            Ok(meta) if meta.is_dir() => {
+                return Err(ToolError::invalid_arguments(format!(
+                    "{:?} is a directory",
+                    display_path(&rel)
+                )));
             }
-            let created = match dir.symlink_metadata(&rel) {
-                Ok(meta) if meta.is_dir() => {
-                    return Err(ToolError::invalid_arguments(format!(
-                        "{:?} is a directory",
-                        display_path(&rel)
-                    )));
-                }
-                Ok(_) => false,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
-                Err(e) => return Err(io_error(&rel, e)),
-            };
-            replace(dir, &rel, args.content.as_bytes())?;
-            let bytes = args.content.len();
-            let shown = display_path(&rel);
-            Ok(ToolOutput::text(format!(
-                "{} {shown} ({bytes} bytes)",
-                if created { "created" } else { "replaced" }
-            ))
-            .with_structured(json!({"path": shown, "bytes": bytes, "created": created})))
-        })
-        .await
+            Ok(_) => false,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+            Err(e) => return Err(io_error(&rel, e)),
+        };
+        replace(dir, &rel, args.content.as_bytes())?;
+        let bytes = args.content.len();
+        let shown = display_path(&rel);
+        Ok(ToolOutput::text(format!(
+            "{} {shown} ({bytes} bytes)",
+            if created { "created" } else { "replaced" }
+        ))
+        .with_structured(json!({"path": shown, "bytes": bytes, "created": created})))
     }
 }
 
-pub struct EditFile {
-    spec: ToolSpec,
-    workspaces: Arc<Workspaces>,
-}
+pub type EditFile = WorkspaceTool<EditArgs>;
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct EditArgs {
+pub struct EditArgs {
     /// File path relative to the workspace root
     #[schemars(length(min = 1))]
     path: String,
@@ -155,85 +150,81 @@ impl EditFile {
             },
             "required": ["path", "replacements"]
         }));
-        Self { spec, workspaces }
+        Self::with_spec(spec, workspaces)
     }
 }
 
-#[async_trait]
-impl Tool for EditFile {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
+impl FileWork for EditArgs {
+    fn path(&self) -> &str {
+        &self.path
     }
 
-    async fn call(&self, ctx: &CallContext, args: Value) -> Result<ToolOutput, ToolError> {
-        let args: EditArgs = parse_args(args)?;
-        let ws = self.workspaces.for_caller(&ctx.auth)?;
-        let rel = file_path(&ws.relative(&args.path)?)?;
-        blocking(move || {
-            let dir = ws.dir();
-            let shown = display_path(&rel);
-            let meta = dir.metadata(&rel).map_err(|e| io_error(&rel, e))?;
-            if meta.is_dir() {
-                return Err(ToolError::invalid_arguments(format!(
-                    "{shown:?} is a directory"
-                )));
+    fn run(
+        args: Self,
+        ws: &Workspace,
+        rel: PathBuf,
+        _cancel: &CancellationToken,
+    ) -> Result<ToolOutput, ToolError> {
+        let rel = file_path(&rel)?;
+        let dir = ws.dir();
+        let shown = display_path(&rel);
+        let meta = dir.metadata(&rel).map_err(|e| io_error(&rel, e))?;
+        if meta.is_dir() {
+            return Err(ToolError::invalid_arguments(format!(
+                "{shown:?} is a directory"
+            )));
+        }
+        if meta.len() > MAX_FILE_BYTES {
+            return Err(ToolError::invalid_arguments(format!(
+                "{shown:?} is {} bytes, more than edit_file edits ({MAX_FILE_BYTES})",
+                meta.len()
+            )));
+        }
+        let text = dir.read_to_string(&rel).map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidData => {
+                ToolError::invalid_arguments(format!("{shown:?} is not UTF-8 text"))
             }
-            if meta.len() > MAX_FILE_BYTES {
-                return Err(ToolError::invalid_arguments(format!(
-                    "{shown:?} is {} bytes, more than edit_file edits ({MAX_FILE_BYTES})",
-                    meta.len()
-                )));
-            }
-            let text = dir.read_to_string(&rel).map_err(|e| match e.kind() {
-                std::io::ErrorKind::InvalidData => {
-                    ToolError::invalid_arguments(format!("{shown:?} is not UTF-8 text"))
-                }
-                _ => io_error(&rel, e),
-            })?;
-            let count = text.matches(&args.old_text).count();
-            if count == 0 {
-                return Err(ToolError::invalid_arguments(format!(
-                    "old_text was not found in {shown:?}"
-                ))
-                .with_suggestion(
-                    "read the file again and copy the text exactly, whitespace included",
-                ));
-            }
-            if count > 1 && !args.replace_all {
-                return Err(ToolError::invalid_arguments(format!(
-                    "old_text occurs {count} times in {shown:?}"
-                ))
-                .with_suggestion(
-                    "include more surrounding text to make it unique, or set replace_all",
-                ));
-            }
-            let edited = if args.replace_all {
-                text.replace(&args.old_text, &args.new_text)
-            } else {
-                text.replacen(&args.old_text, &args.new_text, 1)
-            };
-            replace(dir, &rel, edited.as_bytes())?;
-            if let Err(e) = dir.set_permissions(&rel, meta.permissions()) {
-                return Err(io_error(&rel, e));
-            }
-            Ok(ToolOutput::text(format!(
-                "edited {shown}: {count} replacement{}",
-                if count == 1 { "" } else { "s" }
+            _ => io_error(&rel, e),
+        })?;
+        let count = text.matches(&args.old_text).count();
+        if count == 0 {
+            return Err(ToolError::invalid_arguments(format!(
+                "old_text was not found in {shown:?}"
             ))
-            .with_structured(json!({"path": shown, "replacements": count})))
-        })
-        .await
+            .with_suggestion(
+                "read the file again and copy the text exactly, whitespace included",
+            ));
+        }
+        if count > 1 && !args.replace_all {
+            return Err(ToolError::invalid_arguments(format!(
+                "old_text occurs {count} times in {shown:?}"
+            ))
+            .with_suggestion(
+                "include more surrounding text to make it unique, or set replace_all",
+            ));
+        }
+        let edited = if args.replace_all {
+            text.replace(&args.old_text, &args.new_text)
+        } else {
+            text.replacen(&args.old_text, &args.new_text, 1)
+        };
+        replace(dir, &rel, edited.as_bytes())?;
+        if let Err(e) = dir.set_permissions(&rel, meta.permissions()) {
+            return Err(io_error(&rel, e));
+        }
+        Ok(ToolOutput::text(format!(
+            "edited {shown}: {count} replacement{}",
+            if count == 1 { "" } else { "s" }
+        ))
+        .with_structured(json!({"path": shown, "replacements": count})))
     }
 }
 
-pub struct CreateDirectory {
-    spec: ToolSpec,
-    workspaces: Arc<Workspaces>,
-}
+pub type CreateDirectory = WorkspaceTool<DirArgs>;
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct DirArgs {
+pub struct DirArgs {
     /// Directory path relative to the workspace root
     #[schemars(length(min = 1))]
     path: String,
@@ -255,27 +246,26 @@ impl CreateDirectory {
                 ..CHANGES
             },
         );
-        Self { spec, workspaces }
+        Self::with_spec(spec, workspaces)
     }
 }
 
-#[async_trait]
-impl Tool for CreateDirectory {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
+impl FileWork for DirArgs {
+    fn path(&self) -> &str {
+        &self.path
     }
 
-    async fn call(&self, ctx: &CallContext, args: Value) -> Result<ToolOutput, ToolError> {
-        let args: DirArgs = parse_args(args)?;
-        let ws = self.workspaces.for_caller(&ctx.auth)?;
-        let rel = file_path(&ws.relative(&args.path)?)?;
-        blocking(move || {
-            ws.dir()
-                .create_dir_all(&rel)
-                .map_err(|e| io_error(&rel, e))?;
-            Ok(ToolOutput::text(format!("created {}/", display_path(&rel))))
-        })
-        .await
+    fn run(
+        _args: Self,
+        ws: &Workspace,
+        rel: PathBuf,
+        _cancel: &CancellationToken,
+    ) -> Result<ToolOutput, ToolError> {
+        let rel = file_path(&rel)?;
+        ws.dir()
+            .create_dir_all(&rel)
+            .map_err(|e| io_error(&rel, e))?;
+        Ok(ToolOutput::text(format!("created {}/", display_path(&rel))))
     }
 }
 
@@ -312,6 +302,7 @@ fn replace(dir: &Dir, rel: &Path, bytes: &[u8]) -> Result<(), ToolError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use toolgate_core::Tool;
     use toolgate_core::ErrorKind;
 
     fn workspaces() -> (tempfile::TempDir, Arc<Workspaces>, PathBuf) {
