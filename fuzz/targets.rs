@@ -89,12 +89,13 @@ pub fn providers(data: &[u8]) {
         max_tokens: None,
         output_schema: None,
     };
+    use toolgate_agent::provider::WireFormat;
     use toolgate_agent::provider::{anthropic, gemini, ollama, openai};
     for decode in [
-        openai::decode,
-        anthropic::decode,
-        gemini::decode,
-        ollama::decode,
+        openai::OpenAi::decode,
+        anthropic::Anthropic::decode,
+        gemini::Gemini::decode,
+        ollama::Ollama::decode,
     ] {
         if let Ok(turn) = decode(&request, raw.clone()) {
             for call in &turn.message.tool_calls {

@@ -127,8 +127,8 @@ impl FileWork for Args {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use toolgate_core::Tool;
     use toolgate_core::ErrorKind;
+    use toolgate_core::Tool;
 
     #[tokio::test]
     async fn lists_sorted_with_kinds_and_hides_dotfiles() {

@@ -143,10 +143,10 @@ impl FileWork for Args {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use toolgate_core::{CallContext, Tool};
     use toolgate_core::{
         Adapter, AuthContext, Content, ErrorKind, Principal, PrincipalId, PrincipalKind, TenantId,
     };
+    use toolgate_core::{CallContext, Tool};
 
     pub(crate) fn ctx() -> CallContext {
         CallContext::new(

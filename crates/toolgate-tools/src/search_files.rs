@@ -215,8 +215,8 @@ fn open_text(ws: &Workspace, rel: &Path) -> Option<std::io::Split<BufReader<cap_
 #[cfg(test)]
 mod tests {
     use super::*;
-    use toolgate_core::Tool;
     use crate::read_file::tests::ctx;
+    use toolgate_core::Tool;
 
     fn workspace() -> (tempfile::TempDir, Arc<Workspaces>) {
         let tmp = tempfile::tempdir().expect("tempdir");

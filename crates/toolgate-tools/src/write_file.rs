@@ -302,8 +302,8 @@ fn replace(dir: &Dir, rel: &Path, bytes: &[u8]) -> Result<(), ToolError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use toolgate_core::Tool;
     use toolgate_core::ErrorKind;
+    use toolgate_core::Tool;
 
     fn workspaces() -> (tempfile::TempDir, Arc<Workspaces>, PathBuf) {
         let tmp = tempfile::tempdir().expect("tempdir");

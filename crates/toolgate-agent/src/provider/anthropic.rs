@@ -31,15 +31,159 @@ impl WireFormat for Anthropic {
         "/v1/messages".to_owned()
     }
 
+    type Fold = Fold;
+
     fn request_body(request: &ModelRequest<'_>) -> Value {
-        request_body(request)
+        let mut messages: Vec<Value> = Vec::with_capacity(request.messages.len());
+        for message in request.messages {
+            match message {
+                Message::User { text } => push_to_user(
+                    &mut messages,
+                    "content",
+                    json!({"type": "text", "text": text}),
+                ),
+                Message::Note { text } => push_to_user(
+                    &mut messages,
+                    "content",
+                    json!({"type": "text", "text": text}),
+                ),
+                Message::Assistant(a) => {
+                    let content = match &a.native {
+                        Some(native) if native.format == FORMAT => native.value.clone(),
+                        _ => {
+                            let mut blocks = Vec::new();
+                            if !a.text.is_empty() {
+                                blocks.push(json!({"type": "text", "text": a.text}));
+                            }
+                            for c in &a.tool_calls {
+                                let input = if c.arguments.is_object() {
+                                    c.arguments.clone()
+                                } else {
+                                    json!({})
+                                };
+                                blocks.push(json!({"type": "tool_use", "id": c.id, "name": request.wire_name(&c.name), "input": input}));
+                            }
+                            Value::Array(blocks)
+                        }
+                    };
+                    messages.push(json!({"role": "assistant", "content": content}));
+                }
+                Message::ToolResults { results } => {
+                    let blocks: Vec<Value> = results
+                        .iter()
+                        .map(|r| {
+                            let mut block = json!({"type": "tool_result", "tool_use_id": r.call_id, "content": r.content});
+                            if r.is_error {
+                                block["is_error"] = json!(true);
+                            }
+                            block
+                        })
+                        .collect();
+                    messages.push(json!({"role": "user", "content": blocks}));
+                }
+            }
+        }
+        let mut body = json!({
+            "model": request.model,
+            "max_tokens": request.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+            "messages": messages,
+        });
+        if let Some(system) = request.system {
+            body["system"] = json!(system);
+        }
+        if !request.tools.is_empty() {
+            body["tools"] = request
+                .tools
+                .iter()
+                .map(|t| declarations::anthropic(t.declared()))
+                .collect();
+            body["tool_choice"] = match request.tool_choice {
+                ToolChoice::Auto => {
+                    json!({"type": "auto", "disable_parallel_tool_use": !request.parallel_tool_calls})
+                }
+                ToolChoice::None => json!({"type": "none"}),
+            };
+        }
+        if let Some(t) = request.temperature {
+            body["temperature"] = json!(t);
+        }
+        if let Some(schema) = request.output_schema {
+            body["output_config"] = json!({"format": {"type": "json_schema", "schema": schema}});
+        }
+        body
     }
 
     fn decode(request: &ModelRequest<'_>, raw: Value) -> Result<ModelTurn, ProviderError> {
-        decode(request, raw)
+        let content = raw
+            .get("content")
+            .and_then(Value::as_array)
+            .ok_or_else(|| decode_error("no content array"))?;
+        let mut text = String::new();
+        let mut reasoning = String::new();
+        let mut tool_calls = Vec::new();
+        for block in content {
+            match block.get("type").and_then(Value::as_str) {
+                Some("text") => {
+                    text.push_str(block.get("text").and_then(Value::as_str).unwrap_or(""))
+                }
+                Some("thinking") => {
+                    reasoning.push_str(block.get("thinking").and_then(Value::as_str).unwrap_or(""))
+                }
+                Some("tool_use") => {
+                    let (Some(id), Some(name)) = (
+                        block.get("id").and_then(Value::as_str),
+                        block.get("name").and_then(Value::as_str),
+                    ) else {
+                        return Err(decode_error("a tool_use block without id or name"));
+                    };
+                    let input = block.get("input").cloned().unwrap_or(Value::Null);
+                    tool_calls.push(ToolCall::from_value(
+                        id.to_owned(),
+                        true,
+                        request.gateway_name(name),
+                        input,
+                    ));
+                }
+                // redacted_thinking, server tool blocks…: kept in `native`, echoed back.
+                _ => {}
+            }
+        }
+        let usage = raw.get("usage").and_then(|u| {
+            let input = u.get("input_tokens")?.as_u64()?;
+            let cache_read = u
+                .get("cache_read_input_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            let cache_write = u
+                .get("cache_creation_input_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            Some(Usage {
+                // Anthropic's input_tokens leaves out cached and cache-writing tokens.
+                input_tokens: input + cache_read + cache_write,
+                output_tokens: u.get("output_tokens").and_then(Value::as_u64).unwrap_or(0),
+                cached_input_tokens: cache_read,
+                reasoning_tokens: 0,
+            })
+        });
+        Ok(ModelTurn {
+            message: AssistantMessage {
+                text,
+                tool_calls,
+                reasoning: (!reasoning.is_empty()).then_some(reasoning),
+                native: Some(NativeContent {
+                    format: FORMAT.to_owned(),
+                    value: Value::Array(content.clone()),
+                }),
+            },
+            stop_reason: raw
+                .get("stop_reason")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            usage,
+            raw,
+        })
     }
-
-    type Fold = Fold;
 }
 
 /// Messages stream events folded into a message: `message_start` gives the message
@@ -155,154 +299,4 @@ impl stream::Fold for Fold {
             Value::Array(self.blocks.into_iter().filter(|b| !b.is_null()).collect());
         Ok(message)
     }
-}
-
-pub fn request_body(request: &ModelRequest<'_>) -> Value {
-    let mut messages: Vec<Value> = Vec::with_capacity(request.messages.len());
-    for message in request.messages {
-        match message {
-            Message::User { text } => push_to_user(
-                &mut messages,
-                "content",
-                json!({"type": "text", "text": text}),
-            ),
-            Message::Note { text } => push_to_user(
-                &mut messages,
-                "content",
-                json!({"type": "text", "text": text}),
-            ),
-            Message::Assistant(a) => {
-                let content = match &a.native {
-                    Some(native) if native.format == FORMAT => native.value.clone(),
-                    _ => {
-                        let mut blocks = Vec::new();
-                        if !a.text.is_empty() {
-                            blocks.push(json!({"type": "text", "text": a.text}));
-                        }
-                        for c in &a.tool_calls {
-                            let input = if c.arguments.is_object() {
-                                c.arguments.clone()
-                            } else {
-                                json!({})
-                            };
-                            blocks.push(json!({"type": "tool_use", "id": c.id, "name": request.wire_name(&c.name), "input": input}));
-                        }
-                        Value::Array(blocks)
-                    }
-                };
-                messages.push(json!({"role": "assistant", "content": content}));
-            }
-            Message::ToolResults { results } => {
-                let blocks: Vec<Value> = results
-                    .iter()
-                    .map(|r| {
-                        let mut block = json!({"type": "tool_result", "tool_use_id": r.call_id, "content": r.content});
-                        if r.is_error {
-                            block["is_error"] = json!(true);
-                        }
-                        block
-                    })
-                    .collect();
-                messages.push(json!({"role": "user", "content": blocks}));
-            }
-        }
-    }
-    let mut body = json!({
-        "model": request.model,
-        "max_tokens": request.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
-        "messages": messages,
-    });
-    if let Some(system) = request.system {
-        body["system"] = json!(system);
-    }
-    if !request.tools.is_empty() {
-        body["tools"] = request
-            .tools
-            .iter()
-            .map(|t| declarations::anthropic(t.declared()))
-            .collect();
-        body["tool_choice"] = match request.tool_choice {
-            ToolChoice::Auto => {
-                json!({"type": "auto", "disable_parallel_tool_use": !request.parallel_tool_calls})
-            }
-            ToolChoice::None => json!({"type": "none"}),
-        };
-    }
-    if let Some(t) = request.temperature {
-        body["temperature"] = json!(t);
-    }
-    if let Some(schema) = request.output_schema {
-        body["output_config"] = json!({"format": {"type": "json_schema", "schema": schema}});
-    }
-    body
-}
-
-pub fn decode(request: &ModelRequest<'_>, raw: Value) -> Result<ModelTurn, ProviderError> {
-    let content = raw
-        .get("content")
-        .and_then(Value::as_array)
-        .ok_or_else(|| decode_error("no content array"))?;
-    let mut text = String::new();
-    let mut reasoning = String::new();
-    let mut tool_calls = Vec::new();
-    for block in content {
-        match block.get("type").and_then(Value::as_str) {
-            Some("text") => text.push_str(block.get("text").and_then(Value::as_str).unwrap_or("")),
-            Some("thinking") => {
-                reasoning.push_str(block.get("thinking").and_then(Value::as_str).unwrap_or(""))
-            }
-            Some("tool_use") => {
-                let (Some(id), Some(name)) = (
-                    block.get("id").and_then(Value::as_str),
-                    block.get("name").and_then(Value::as_str),
-                ) else {
-                    return Err(decode_error("a tool_use block without id or name"));
-                };
-                let input = block.get("input").cloned().unwrap_or(Value::Null);
-                tool_calls.push(ToolCall::from_value(
-                    id.to_owned(),
-                    true,
-                    request.gateway_name(name),
-                    input,
-                ));
-            }
-            // redacted_thinking, server tool blocks…: kept in `native`, echoed back.
-            _ => {}
-        }
-    }
-    let usage = raw.get("usage").and_then(|u| {
-        let input = u.get("input_tokens")?.as_u64()?;
-        let cache_read = u
-            .get("cache_read_input_tokens")
-            .and_then(Value::as_u64)
-            .unwrap_or(0);
-        let cache_write = u
-            .get("cache_creation_input_tokens")
-            .and_then(Value::as_u64)
-            .unwrap_or(0);
-        Some(Usage {
-            // Anthropic's input_tokens leaves out cached and cache-writing tokens.
-            input_tokens: input + cache_read + cache_write,
-            output_tokens: u.get("output_tokens").and_then(Value::as_u64).unwrap_or(0),
-            cached_input_tokens: cache_read,
-            reasoning_tokens: 0,
-        })
-    });
-    Ok(ModelTurn {
-        message: AssistantMessage {
-            text,
-            tool_calls,
-            reasoning: (!reasoning.is_empty()).then_some(reasoning),
-            native: Some(NativeContent {
-                format: FORMAT.to_owned(),
-                value: Value::Array(content.clone()),
-            }),
-        },
-        stop_reason: raw
-            .get("stop_reason")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-        usage,
-        raw,
-    })
 }

@@ -29,14 +29,6 @@ impl WireFormat for Gemini {
         format!("/v1beta/models/{}:generateContent", request.model)
     }
 
-    fn request_body(request: &ModelRequest<'_>) -> Value {
-        request_body(request)
-    }
-
-    fn decode(request: &ModelRequest<'_>, raw: Value) -> Result<ModelTurn, ProviderError> {
-        decode(request, raw)
-    }
-
     type Fold = Fold;
 
     fn stream_path(request: &ModelRequest<'_>) -> String {
@@ -47,7 +39,178 @@ impl WireFormat for Gemini {
     }
 
     fn stream_body(request: &ModelRequest<'_>) -> Value {
-        request_body(request)
+        Self::request_body(request)
+    }
+
+    fn request_body(request: &ModelRequest<'_>) -> Value {
+        let mut contents: Vec<Value> = Vec::with_capacity(request.messages.len());
+        for message in request.messages {
+            match message {
+                Message::User { text } | Message::Note { text } => {
+                    push_to_user(&mut contents, "parts", json!({"text": text}));
+                }
+                Message::Assistant(a) => {
+                    let parts = match &a.native {
+                        Some(native) if native.format == FORMAT => native.value.clone(),
+                        _ => {
+                            let mut parts = Vec::new();
+                            if !a.text.is_empty() {
+                                parts.push(json!({"text": a.text}));
+                            }
+                            for c in &a.tool_calls {
+                                let args = if c.arguments.is_object() {
+                                    c.arguments.clone()
+                                } else {
+                                    json!({})
+                                };
+                                let mut call =
+                                    json!({"name": request.wire_name(&c.name), "args": args});
+                                if c.provider_id {
+                                    call["id"] = json!(c.id);
+                                }
+                                parts.push(json!({"functionCall": call}));
+                            }
+                            Value::Array(parts)
+                        }
+                    };
+                    contents.push(json!({"role": "model", "parts": parts}));
+                }
+                Message::ToolResults { results } => {
+                    for r in results {
+                        let value = serde_json::from_str::<Value>(&r.content)
+                            .unwrap_or_else(|_| Value::String(r.content.clone()));
+                        let key = if r.is_error { "error" } else { "result" };
+                        let mut response =
+                            json!({"name": request.wire_name(&r.name), "response": {key: value}});
+                        if r.provider_id {
+                            response["id"] = json!(r.call_id);
+                        }
+                        push_to_user(
+                            &mut contents,
+                            "parts",
+                            json!({"functionResponse": response}),
+                        );
+                    }
+                }
+            }
+        }
+        let mut body = json!({"contents": contents});
+        if let Some(system) = request.system {
+            body["systemInstruction"] = json!({"parts": [{"text": system}]});
+        }
+        if !request.tools.is_empty() {
+            let decls: Vec<Value> = request
+                .tools
+                .iter()
+                .map(|t| declarations::gemini(t.declared()))
+                .collect();
+            body["tools"] = json!([{"functionDeclarations": decls}]);
+            let mode = match request.tool_choice {
+                ToolChoice::Auto => "AUTO",
+                ToolChoice::None => "NONE",
+            };
+            body["toolConfig"] = json!({"functionCallingConfig": {"mode": mode}});
+        }
+        let mut generation = serde_json::Map::new();
+        if let Some(t) = request.temperature {
+            generation.insert("temperature".into(), json!(t));
+        }
+        if let Some(max) = request.max_tokens {
+            generation.insert("maxOutputTokens".into(), json!(max));
+        }
+        // JSON mode with function declarations is refused by models before Gemini 3: the
+        // schema goes only on calls without tools (the loop validates every answer anyway).
+        if let Some(schema) = request.output_schema
+            && request.tools.is_empty()
+        {
+            generation.insert("responseMimeType".into(), json!("application/json"));
+            generation.insert("responseJsonSchema".into(), schema.clone());
+        }
+        if !generation.is_empty() {
+            body["generationConfig"] = Value::Object(generation);
+        }
+        body
+    }
+
+    fn decode(request: &ModelRequest<'_>, raw: Value) -> Result<ModelTurn, ProviderError> {
+        let candidate = raw.pointer("/candidates/0").ok_or_else(|| {
+            // A prompt blocked by safety filters comes back without candidates.
+            let reason = raw
+                .pointer("/promptFeedback/blockReason")
+                .and_then(Value::as_str)
+                .unwrap_or("no candidates in the reply");
+            decode_error(reason)
+        })?;
+        let parts = candidate
+            .pointer("/content/parts")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let mut text = String::new();
+        let mut reasoning = String::new();
+        let mut tool_calls = Vec::new();
+        for (n, part) in parts.iter().enumerate() {
+            if let Some(call) = part.get("functionCall") {
+                let Some(name) = call.get("name").and_then(Value::as_str) else {
+                    return Err(decode_error("a functionCall without a name"));
+                };
+                let (id, provider_id) = match call.get("id").and_then(Value::as_str) {
+                    Some(id) if !id.is_empty() => (id.to_owned(), true),
+                    _ => (format!("call_{n}"), false),
+                };
+                let args = call.get("args").cloned().unwrap_or(Value::Null);
+                tool_calls.push(ToolCall::from_value(
+                    id,
+                    provider_id,
+                    request.gateway_name(name),
+                    args,
+                ));
+            } else if let Some(t) = part.get("text").and_then(Value::as_str) {
+                if part.get("thought").and_then(Value::as_bool) == Some(true) {
+                    reasoning.push_str(t);
+                } else {
+                    text.push_str(t);
+                }
+            }
+        }
+        let usage = raw.get("usageMetadata").and_then(|u| {
+            let input = u.get("promptTokenCount")?.as_u64()?;
+            let thoughts = u
+                .get("thoughtsTokenCount")
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            Some(Usage {
+                input_tokens: input,
+                // Gemini counts thinking apart from the candidates' tokens.
+                output_tokens: u
+                    .get("candidatesTokenCount")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0)
+                    + thoughts,
+                cached_input_tokens: u
+                    .get("cachedContentTokenCount")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0),
+                reasoning_tokens: thoughts,
+            })
+        });
+        Ok(ModelTurn {
+            message: AssistantMessage {
+                text,
+                tool_calls,
+                reasoning: (!reasoning.is_empty()).then_some(reasoning),
+                native: Some(NativeContent {
+                    format: FORMAT.to_owned(),
+                    value: Value::Array(parts),
+                }),
+            },
+            stop_reason: candidate
+                .get("finishReason")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            usage,
+            raw,
+        })
     }
 }
 
@@ -121,175 +284,4 @@ impl stream::Fold for Fold {
         reply["candidates"] = json!([candidate]);
         Ok(reply)
     }
-}
-
-pub fn request_body(request: &ModelRequest<'_>) -> Value {
-    let mut contents: Vec<Value> = Vec::with_capacity(request.messages.len());
-    for message in request.messages {
-        match message {
-            Message::User { text } | Message::Note { text } => {
-                push_to_user(&mut contents, "parts", json!({"text": text}));
-            }
-            Message::Assistant(a) => {
-                let parts = match &a.native {
-                    Some(native) if native.format == FORMAT => native.value.clone(),
-                    _ => {
-                        let mut parts = Vec::new();
-                        if !a.text.is_empty() {
-                            parts.push(json!({"text": a.text}));
-                        }
-                        for c in &a.tool_calls {
-                            let args = if c.arguments.is_object() {
-                                c.arguments.clone()
-                            } else {
-                                json!({})
-                            };
-                            let mut call =
-                                json!({"name": request.wire_name(&c.name), "args": args});
-                            if c.provider_id {
-                                call["id"] = json!(c.id);
-                            }
-                            parts.push(json!({"functionCall": call}));
-                        }
-                        Value::Array(parts)
-                    }
-                };
-                contents.push(json!({"role": "model", "parts": parts}));
-            }
-            Message::ToolResults { results } => {
-                for r in results {
-                    let value = serde_json::from_str::<Value>(&r.content)
-                        .unwrap_or_else(|_| Value::String(r.content.clone()));
-                    let key = if r.is_error { "error" } else { "result" };
-                    let mut response =
-                        json!({"name": request.wire_name(&r.name), "response": {key: value}});
-                    if r.provider_id {
-                        response["id"] = json!(r.call_id);
-                    }
-                    push_to_user(
-                        &mut contents,
-                        "parts",
-                        json!({"functionResponse": response}),
-                    );
-                }
-            }
-        }
-    }
-    let mut body = json!({"contents": contents});
-    if let Some(system) = request.system {
-        body["systemInstruction"] = json!({"parts": [{"text": system}]});
-    }
-    if !request.tools.is_empty() {
-        let decls: Vec<Value> = request
-            .tools
-            .iter()
-            .map(|t| declarations::gemini(t.declared()))
-            .collect();
-        body["tools"] = json!([{"functionDeclarations": decls}]);
-        let mode = match request.tool_choice {
-            ToolChoice::Auto => "AUTO",
-            ToolChoice::None => "NONE",
-        };
-        body["toolConfig"] = json!({"functionCallingConfig": {"mode": mode}});
-    }
-    let mut generation = serde_json::Map::new();
-    if let Some(t) = request.temperature {
-        generation.insert("temperature".into(), json!(t));
-    }
-    if let Some(max) = request.max_tokens {
-        generation.insert("maxOutputTokens".into(), json!(max));
-    }
-    // JSON mode with function declarations is refused by models before Gemini 3: the
-    // schema goes only on calls without tools (the loop validates every answer anyway).
-    if let Some(schema) = request.output_schema
-        && request.tools.is_empty()
-    {
-        generation.insert("responseMimeType".into(), json!("application/json"));
-        generation.insert("responseJsonSchema".into(), schema.clone());
-    }
-    if !generation.is_empty() {
-        body["generationConfig"] = Value::Object(generation);
-    }
-    body
-}
-
-pub fn decode(request: &ModelRequest<'_>, raw: Value) -> Result<ModelTurn, ProviderError> {
-    let candidate = raw.pointer("/candidates/0").ok_or_else(|| {
-        // A prompt blocked by safety filters comes back without candidates.
-        let reason = raw
-            .pointer("/promptFeedback/blockReason")
-            .and_then(Value::as_str)
-            .unwrap_or("no candidates in the reply");
-        decode_error(reason)
-    })?;
-    let parts = candidate
-        .pointer("/content/parts")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let mut text = String::new();
-    let mut reasoning = String::new();
-    let mut tool_calls = Vec::new();
-    for (n, part) in parts.iter().enumerate() {
-        if let Some(call) = part.get("functionCall") {
-            let Some(name) = call.get("name").and_then(Value::as_str) else {
-                return Err(decode_error("a functionCall without a name"));
-            };
-            let (id, provider_id) = match call.get("id").and_then(Value::as_str) {
-                Some(id) if !id.is_empty() => (id.to_owned(), true),
-                _ => (format!("call_{n}"), false),
-            };
-            let args = call.get("args").cloned().unwrap_or(Value::Null);
-            tool_calls.push(ToolCall::from_value(
-                id,
-                provider_id,
-                request.gateway_name(name),
-                args,
-            ));
-        } else if let Some(t) = part.get("text").and_then(Value::as_str) {
-            if part.get("thought").and_then(Value::as_bool) == Some(true) {
-                reasoning.push_str(t);
-            } else {
-                text.push_str(t);
-            }
-        }
-    }
-    let usage = raw.get("usageMetadata").and_then(|u| {
-        let input = u.get("promptTokenCount")?.as_u64()?;
-        let thoughts = u
-            .get("thoughtsTokenCount")
-            .and_then(Value::as_u64)
-            .unwrap_or(0);
-        Some(Usage {
-            input_tokens: input,
-            // Gemini counts thinking apart from the candidates' tokens.
-            output_tokens: u
-                .get("candidatesTokenCount")
-                .and_then(Value::as_u64)
-                .unwrap_or(0)
-                + thoughts,
-            cached_input_tokens: u
-                .get("cachedContentTokenCount")
-                .and_then(Value::as_u64)
-                .unwrap_or(0),
-            reasoning_tokens: thoughts,
-        })
-    });
-    Ok(ModelTurn {
-        message: AssistantMessage {
-            text,
-            tool_calls,
-            reasoning: (!reasoning.is_empty()).then_some(reasoning),
-            native: Some(NativeContent {
-                format: FORMAT.to_owned(),
-                value: Value::Array(parts),
-            }),
-        },
-        stop_reason: candidate
-            .get("finishReason")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-        usage,
-        raw,
-    })
 }

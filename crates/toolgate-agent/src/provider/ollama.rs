@@ -14,7 +14,7 @@ use super::{
     ModelRequest, ModelTurn, ProviderError, ProviderKind, ToolChoice, Usage, WireFormat,
     decode_error,
 };
-use crate::message::{AssistantMessage, Message, ToolCall};
+use crate::message::{AssistantMessage, Message};
 
 /// The Ollama wire format.
 pub struct Ollama;
@@ -26,16 +26,114 @@ impl WireFormat for Ollama {
         "/api/chat".to_owned()
     }
 
+    const FRAMING: stream::Framing = stream::Framing::Ndjson;
+    type Fold = Fold;
+
     fn request_body(request: &ModelRequest<'_>) -> Value {
-        request_body(request)
+        let mut messages = Vec::with_capacity(request.messages.len() + 1);
+        if let Some(system) = request.system {
+            messages.push(json!({"role": "system", "content": system}));
+        }
+        for message in request.messages {
+            match message {
+                Message::User { text } | Message::Note { text } => {
+                    messages.push(json!({"role": "user", "content": text}));
+                }
+                Message::Assistant(a) => {
+                    let mut m = json!({"role": "assistant", "content": a.text});
+                    if let Some(thinking) = &a.reasoning {
+                        m["thinking"] = json!(thinking);
+                    }
+                    if !a.tool_calls.is_empty() {
+                        m["tool_calls"] = a
+                            .tool_calls
+                            .iter()
+                            .enumerate()
+                            .map(|(index, c)| {
+                                let args = if c.arguments.is_object() { c.arguments.clone() } else { json!({}) };
+                                let mut call = json!({"function": {"index": index, "name": request.wire_name(&c.name), "arguments": args}});
+                                if c.provider_id {
+                                    call["id"] = json!(c.id);
+                                }
+                                call
+                            })
+                            .collect();
+                    }
+                    messages.push(m);
+                }
+                Message::ToolResults { results } => {
+                    for r in results {
+                        let mut m = json!({"role": "tool", "tool_name": request.wire_name(&r.name), "content": r.content});
+                        if r.provider_id {
+                            m["tool_call_id"] = json!(r.call_id);
+                        }
+                        messages.push(m);
+                    }
+                }
+            }
+        }
+        let mut body = json!({"model": request.model, "messages": messages, "stream": false});
+        if !request.tools.is_empty() && request.tool_choice == ToolChoice::Auto {
+            body["tools"] = request
+                .tools
+                .iter()
+                .map(|t| declarations::openai(t.declared()))
+                .collect();
+        }
+        let mut options = serde_json::Map::new();
+        if let Some(t) = request.temperature {
+            options.insert("temperature".into(), json!(t));
+        }
+        if let Some(max) = request.max_tokens {
+            options.insert("num_predict".into(), json!(max));
+        }
+        if !options.is_empty() {
+            body["options"] = Value::Object(options);
+        }
+        if let Some(schema) = request.output_schema {
+            body["format"] = schema.clone();
+        }
+        body
     }
 
     fn decode(request: &ModelRequest<'_>, raw: Value) -> Result<ModelTurn, ProviderError> {
-        decode(request, raw)
+        let message = raw
+            .get("message")
+            .ok_or_else(|| decode_error("no message in the reply"))?;
+        let tool_calls = super::openai::tool_calls(request, message)?;
+        let count = |k: &str| raw.get(k).and_then(Value::as_u64);
+        let usage = match (count("prompt_eval_count"), count("eval_count")) {
+            (None, None) => None,
+            (input, output) => Some(Usage {
+                input_tokens: input.unwrap_or(0),
+                output_tokens: output.unwrap_or(0),
+                cached_input_tokens: count("prompt_eval_cached_count").unwrap_or(0),
+                reasoning_tokens: 0,
+            }),
+        };
+        Ok(ModelTurn {
+            message: AssistantMessage {
+                text: message
+                    .get("content")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned(),
+                tool_calls,
+                reasoning: message
+                    .get("thinking")
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned),
+                native: None,
+            },
+            stop_reason: raw
+                .get("done_reason")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            usage,
+            raw,
+        })
     }
-
-    const FRAMING: stream::Framing = stream::Framing::Ndjson;
-    type Fold = Fold;
 }
 
 /// `stream: true` lines folded into the unstreamed reply: `message.content` and
@@ -87,133 +185,4 @@ impl stream::Fold for Fold {
         reply["message"] = message;
         Ok(reply)
     }
-}
-
-pub fn request_body(request: &ModelRequest<'_>) -> Value {
-    let mut messages = Vec::with_capacity(request.messages.len() + 1);
-    if let Some(system) = request.system {
-        messages.push(json!({"role": "system", "content": system}));
-    }
-    for message in request.messages {
-        match message {
-            Message::User { text } | Message::Note { text } => {
-                messages.push(json!({"role": "user", "content": text}));
-            }
-            Message::Assistant(a) => {
-                let mut m = json!({"role": "assistant", "content": a.text});
-                if let Some(thinking) = &a.reasoning {
-                    m["thinking"] = json!(thinking);
-                }
-                if !a.tool_calls.is_empty() {
-                    m["tool_calls"] = a
-                        .tool_calls
-                        .iter()
-                        .enumerate()
-                        .map(|(index, c)| {
-                            let args = if c.arguments.is_object() { c.arguments.clone() } else { json!({}) };
-                            let mut call = json!({"function": {"index": index, "name": request.wire_name(&c.name), "arguments": args}});
-                            if c.provider_id {
-                                call["id"] = json!(c.id);
-                            }
-                            call
-                        })
-                        .collect();
-                }
-                messages.push(m);
-            }
-            Message::ToolResults { results } => {
-                for r in results {
-                    let mut m = json!({"role": "tool", "tool_name": request.wire_name(&r.name), "content": r.content});
-                    if r.provider_id {
-                        m["tool_call_id"] = json!(r.call_id);
-                    }
-                    messages.push(m);
-                }
-            }
-        }
-    }
-    let mut body = json!({"model": request.model, "messages": messages, "stream": false});
-    if !request.tools.is_empty() && request.tool_choice == ToolChoice::Auto {
-        body["tools"] = request
-            .tools
-            .iter()
-            .map(|t| declarations::openai(t.declared()))
-            .collect();
-    }
-    let mut options = serde_json::Map::new();
-    if let Some(t) = request.temperature {
-        options.insert("temperature".into(), json!(t));
-    }
-    if let Some(max) = request.max_tokens {
-        options.insert("num_predict".into(), json!(max));
-    }
-    if !options.is_empty() {
-        body["options"] = Value::Object(options);
-    }
-    if let Some(schema) = request.output_schema {
-        body["format"] = schema.clone();
-    }
-    body
-}
-
-pub fn decode(request: &ModelRequest<'_>, raw: Value) -> Result<ModelTurn, ProviderError> {
-    let message = raw
-        .get("message")
-        .ok_or_else(|| decode_error("no message in the reply"))?;
-    let mut tool_calls = Vec::new();
-    for (n, call) in message
-        .get("tool_calls")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        let function = call.get("function").unwrap_or(&Value::Null);
-        let Some(name) = function.get("name").and_then(Value::as_str) else {
-            return Err(decode_error("a tool call without a function name"));
-        };
-        let (id, provider_id) = match call.get("id").and_then(Value::as_str) {
-            Some(id) if !id.is_empty() => (id.to_owned(), true),
-            _ => (format!("call_{n}"), false),
-        };
-        let args = function.get("arguments").cloned().unwrap_or(Value::Null);
-        tool_calls.push(ToolCall::from_value(
-            id,
-            provider_id,
-            request.gateway_name(name),
-            args,
-        ));
-    }
-    let count = |k: &str| raw.get(k).and_then(Value::as_u64);
-    let usage = match (count("prompt_eval_count"), count("eval_count")) {
-        (None, None) => None,
-        (input, output) => Some(Usage {
-            input_tokens: input.unwrap_or(0),
-            output_tokens: output.unwrap_or(0),
-            cached_input_tokens: count("prompt_eval_cached_count").unwrap_or(0),
-            reasoning_tokens: 0,
-        }),
-    };
-    Ok(ModelTurn {
-        message: AssistantMessage {
-            text: message
-                .get("content")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned(),
-            tool_calls,
-            reasoning: message
-                .get("thinking")
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned),
-            native: None,
-        },
-        stop_reason: raw
-            .get("done_reason")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-        usage,
-        raw,
-    })
 }

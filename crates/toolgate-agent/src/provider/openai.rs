@@ -27,22 +27,135 @@ impl WireFormat for OpenAi {
         "/chat/completions".to_owned()
     }
 
-    fn request_body(request: &ModelRequest<'_>) -> Value {
-        request_body(request)
-    }
-
-    fn decode(request: &ModelRequest<'_>, raw: Value) -> Result<ModelTurn, ProviderError> {
-        decode(request, raw)
-    }
-
     type Fold = Fold;
 
     fn stream_body(request: &ModelRequest<'_>) -> Value {
-        let mut body = request_body(request);
+        let mut body = Self::request_body(request);
         body["stream"] = json!(true);
         // The usage comes in a last chunk with no choices.
         body["stream_options"] = json!({"include_usage": true});
         body
+    }
+
+    fn request_body(request: &ModelRequest<'_>) -> Value {
+        let mut messages = Vec::with_capacity(request.messages.len() + 1);
+        if let Some(system) = request.system {
+            messages.push(json!({"role": "system", "content": system}));
+        }
+        for message in request.messages {
+            match message {
+                Message::User { text } | Message::Note { text } => {
+                    messages.push(json!({"role": "user", "content": text}));
+                }
+                Message::Assistant(a) => {
+                    let mut m = json!({
+                        "role": "assistant",
+                        "content": if a.text.is_empty() && !a.tool_calls.is_empty() { Value::Null } else { json!(a.text) },
+                    });
+                    if !a.tool_calls.is_empty() {
+                        m["tool_calls"] = a
+                            .tool_calls
+                            .iter()
+                            .map(|c| {
+                                json!({
+                                    "id": c.id,
+                                    "type": "function",
+                                    "function": {"name": request.wire_name(&c.name), "arguments": c.arguments_text()},
+                                })
+                            })
+                            .collect();
+                    }
+                    messages.push(m);
+                }
+                Message::ToolResults { results } => {
+                    for r in results {
+                        messages.push(
+                            json!({"role": "tool", "tool_call_id": r.call_id, "content": r.content}),
+                        );
+                    }
+                }
+            }
+        }
+        let mut body = json!({
+            "model": request.model,
+            "messages": messages,
+            "stream": false,
+        });
+        if !request.tools.is_empty() {
+            body["tools"] = request
+                .tools
+                .iter()
+                .map(|t| declarations::openai(t.declared()))
+                .collect();
+            body["tool_choice"] = json!(match request.tool_choice {
+                ToolChoice::Auto => "auto",
+                ToolChoice::None => "none",
+            });
+            body["parallel_tool_calls"] = json!(request.parallel_tool_calls);
+        }
+        if let Some(t) = request.temperature {
+            body["temperature"] = json!(t);
+        }
+        if let Some(max) = request.max_tokens {
+            body["max_completion_tokens"] = json!(max);
+        }
+        if let Some(schema) = request.output_schema {
+            body["response_format"] = json!({
+                "type": "json_schema",
+                "json_schema": {"name": "answer", "schema": schema},
+            });
+        }
+        body
+    }
+
+    fn decode(request: &ModelRequest<'_>, raw: Value) -> Result<ModelTurn, ProviderError> {
+        let choice = raw
+            .pointer("/choices/0")
+            .ok_or_else(|| decode_error("no choices in the reply"))?;
+        let message = choice
+            .get("message")
+            .ok_or_else(|| decode_error("no message in the first choice"))?;
+        let text = content_text(message.get("content"));
+        let tool_calls = tool_calls(request, message)?;
+        // `reasoning_content` (vLLM, DeepSeek) or `reasoning` (OpenRouter).
+        let reasoning = ["reasoning_content", "reasoning"]
+            .iter()
+            .find_map(|k| message.get(*k).and_then(Value::as_str))
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned);
+        let stop_reason = choice
+            .get("finish_reason")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let usage = raw.get("usage").and_then(|u| {
+            let input = u.get("prompt_tokens")?.as_u64()?;
+            Some(Usage {
+                input_tokens: input,
+                output_tokens: u
+                    .get("completion_tokens")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0),
+                cached_input_tokens: u
+                    .pointer("/prompt_tokens_details/cached_tokens")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0),
+                reasoning_tokens: u
+                    .pointer("/completion_tokens_details/reasoning_tokens")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0),
+            })
+        });
+        Ok(ModelTurn {
+            message: AssistantMessage {
+                text,
+                tool_calls,
+                reasoning,
+                native: None,
+            },
+            stop_reason,
+            usage,
+            raw,
+        })
     }
 }
 
@@ -147,85 +260,13 @@ impl stream::Fold for Fold {
     }
 }
 
-pub fn request_body(request: &ModelRequest<'_>) -> Value {
-    let mut messages = Vec::with_capacity(request.messages.len() + 1);
-    if let Some(system) = request.system {
-        messages.push(json!({"role": "system", "content": system}));
-    }
-    for message in request.messages {
-        match message {
-            Message::User { text } | Message::Note { text } => {
-                messages.push(json!({"role": "user", "content": text}));
-            }
-            Message::Assistant(a) => {
-                let mut m = json!({
-                    "role": "assistant",
-                    "content": if a.text.is_empty() && !a.tool_calls.is_empty() { Value::Null } else { json!(a.text) },
-                });
-                if !a.tool_calls.is_empty() {
-                    m["tool_calls"] = a
-                        .tool_calls
-                        .iter()
-                        .map(|c| {
-                            json!({
-                                "id": c.id,
-                                "type": "function",
-                                "function": {"name": request.wire_name(&c.name), "arguments": c.arguments_text()},
-                            })
-                        })
-                        .collect();
-                }
-                messages.push(m);
-            }
-            Message::ToolResults { results } => {
-                for r in results {
-                    messages.push(
-                        json!({"role": "tool", "tool_call_id": r.call_id, "content": r.content}),
-                    );
-                }
-            }
-        }
-    }
-    let mut body = json!({
-        "model": request.model,
-        "messages": messages,
-        "stream": false,
-    });
-    if !request.tools.is_empty() {
-        body["tools"] = request
-            .tools
-            .iter()
-            .map(|t| declarations::openai(t.declared()))
-            .collect();
-        body["tool_choice"] = json!(match request.tool_choice {
-            ToolChoice::Auto => "auto",
-            ToolChoice::None => "none",
-        });
-        body["parallel_tool_calls"] = json!(request.parallel_tool_calls);
-    }
-    if let Some(t) = request.temperature {
-        body["temperature"] = json!(t);
-    }
-    if let Some(max) = request.max_tokens {
-        body["max_completion_tokens"] = json!(max);
-    }
-    if let Some(schema) = request.output_schema {
-        body["response_format"] = json!({
-            "type": "json_schema",
-            "json_schema": {"name": "answer", "schema": schema},
-        });
-    }
-    body
-}
-
-pub fn decode(request: &ModelRequest<'_>, raw: Value) -> Result<ModelTurn, ProviderError> {
-    let choice = raw
-        .pointer("/choices/0")
-        .ok_or_else(|| decode_error("no choices in the reply"))?;
-    let message = choice
-        .get("message")
-        .ok_or_else(|| decode_error("no message in the first choice"))?;
-    let text = content_text(message.get("content"));
+/// The `message.tool_calls` of an OpenAI-shaped reply (OpenAI, and Ollama's native API,
+/// whose `arguments` is an object rather than a string): a call without an id is named
+/// `call_{n}`.
+pub(super) fn tool_calls(
+    request: &ModelRequest<'_>,
+    message: &Value,
+) -> Result<Vec<ToolCall>, ProviderError> {
     let mut tool_calls = Vec::new();
     for (n, call) in message
         .get("tool_calls")
@@ -249,45 +290,7 @@ pub fn decode(request: &ModelRequest<'_>, raw: Value) -> Result<ModelTurn, Provi
             None => ToolCall::from_value(id, provider_id, name, Value::Null),
         });
     }
-    // `reasoning_content` (vLLM, DeepSeek) or `reasoning` (OpenRouter).
-    let reasoning = ["reasoning_content", "reasoning"]
-        .iter()
-        .find_map(|k| message.get(*k).and_then(Value::as_str))
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned);
-    let stop_reason = choice
-        .get("finish_reason")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let usage = raw.get("usage").and_then(|u| {
-        let input = u.get("prompt_tokens")?.as_u64()?;
-        Some(Usage {
-            input_tokens: input,
-            output_tokens: u
-                .get("completion_tokens")
-                .and_then(Value::as_u64)
-                .unwrap_or(0),
-            cached_input_tokens: u
-                .pointer("/prompt_tokens_details/cached_tokens")
-                .and_then(Value::as_u64)
-                .unwrap_or(0),
-            reasoning_tokens: u
-                .pointer("/completion_tokens_details/reasoning_tokens")
-                .and_then(Value::as_u64)
-                .unwrap_or(0),
-        })
-    });
-    Ok(ModelTurn {
-        message: AssistantMessage {
-            text,
-            tool_calls,
-            reasoning,
-            native: None,
-        },
-        stop_reason,
-        usage,
-        raw,
-    })
+    Ok(tool_calls)
 }
 
 /// `content` as a string, or the text parts of a content array.
