@@ -21,7 +21,7 @@ use rmcp::{ClientHandler, ServiceExt};
 use serde_json::{Value, json};
 use toolgate_e2e::{Gateway, sdk_clients};
 
-use crate::mcp::{call, post_stateless};
+use crate::mcp::{call, post_mcp, post_stateless};
 use crate::upstream::listed_once;
 
 /// An MCP client that answers sampling as `name`, accepts elicitations with its name,
@@ -253,6 +253,99 @@ async fn over_stdio_only_the_one_call_in_flight_hears_its_upstream() {
     alice.cancel().await.expect("close");
     bob.cancel().await.expect("close");
     gw.stop().await;
+}
+
+/// A relayed request rides the response stream of the `tools/call` it serves (SEP-2260),
+/// whatever id the upstream gave its own request, over stdio and over HTTP: a raw client
+/// with no standalone GET stream open hears the elicitation on its call's stream, answers
+/// it, and gets the result there. rmcp tagged the request with the *upstream's* request
+/// id (a task-local of the upstream handler's task, which overwrote the gateway's tag), so
+/// it fell back to the standalone stream: lost to a client without one, and a flake of the
+/// conformance suite whenever that stream opened late.
+#[tokio::test]
+async fn a_relayed_request_rides_its_calls_own_response_stream() {
+    let (_server, port) = toolgate_e2e::python_server("conformance_fixture.py").await;
+    let over_http = json!({"name": "fx", "url": format!("http://127.0.0.1:{port}/mcp")});
+    for upstream in [stdio_fixture(), over_http] {
+        let gw = gateway_with_fixture(upstream).await;
+        let session = raw_session_that_elicits(&gw).await;
+        // The upstream's own request ids are small; the call's is not.
+        let mut stream = post_mcp(
+            &gw,
+            &gw.http,
+            Some(&session),
+            json!({"jsonrpc": "2.0", "id": 4141, "method": "tools/call", "params": {
+                "name": "fx__test_elicitation", "arguments": {"message": "who are you?"}}}),
+        )
+        .await;
+        assert_eq!(stream.status(), 200);
+        let mut seen = String::new();
+        let asked = next_message(&mut stream, &mut seen, |m| {
+            m["method"] == "elicitation/create"
+        })
+        .await;
+        let answer = json!({"jsonrpc": "2.0", "id": asked["id"], "result": {
+            "action": "accept", "content": {"username": "raw", "email": "r@example.com"}}});
+        let taken = post_mcp(&gw, &gw.http, Some(&session), answer).await;
+        assert_eq!(taken.status(), 202);
+        let result = next_message(&mut stream, &mut seen, |m| m["id"] == 4141).await;
+        assert_eq!(result["result"]["isError"], false, "{result}");
+        assert!(
+            result["result"]["content"][0]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("'username': 'raw'")),
+            "{result}"
+        );
+        gw.stop().await;
+    }
+}
+
+/// A raw 2025-11-25 session whose client declares elicitation, initialized; no GET stream.
+async fn raw_session_that_elicits(gw: &Gateway) -> String {
+    let mut initialize = crate::mcp::initialize_body();
+    initialize["params"]["capabilities"] = json!({"elicitation": {}});
+    let opened = post_mcp(gw, &gw.http, None, initialize).await;
+    assert_eq!(opened.status(), 200);
+    let session = opened
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .expect("session id")
+        .to_owned();
+    drop(opened);
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let ack = post_mcp(gw, &gw.http, Some(&session), initialized).await;
+    assert_eq!(ack.status(), 202);
+    session
+}
+
+/// The next JSON-RPC message on an SSE response that `wanted` picks, within 10 s; `seen`
+/// keeps what was read past it.
+async fn next_message(
+    stream: &mut reqwest::Response,
+    seen: &mut String,
+    wanted: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        while let Some(end) = seen.find("\n\n") {
+            let event: String = seen.drain(..end + 2).collect();
+            let data = event.lines().find_map(|l| l.strip_prefix("data:"));
+            if let Some(message) = data.and_then(|d| serde_json::from_str::<Value>(d.trim()).ok())
+                && wanted(&message)
+            {
+                return message;
+            }
+        }
+        let chunk = tokio::time::timeout_at(deadline, stream.chunk())
+            .await
+            .unwrap_or_else(|_| {
+                panic!("nothing wanted on the call's stream in 10 s; read: {seen:?}")
+            })
+            .expect("the stream")
+            .unwrap_or_else(|| panic!("the call's stream ended; read: {seen:?}"));
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
 }
 
 /// A 2026-07-28 request hears log messages only at the level in its own `_meta`, and none

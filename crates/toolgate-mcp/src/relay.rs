@@ -174,15 +174,21 @@ impl ClientChannel for CallerPeer {
             }
         };
         // Ride the `tools/call`'s own response stream (the tool runs on a task of its own,
-        // where rmcp cannot see which request it serves).
+        // where rmcp cannot see which request it serves). Sent from a task of its own too:
+        // this runs in the upstream's handler, whose task-local originating request (the
+        // upstream's own request id) rmcp would put in place of this tag, sending the
+        // request to the standalone stream, which the client may not have open.
         use rmcp::model::GetExtensions;
         outbound
             .extensions_mut()
             .insert(OriginatingRequestId(self.call.clone()));
-        let answer = self
-            .peer
-            .send_request(outbound)
+        let peer = self.peer.clone();
+        let sending = tokio::spawn(async move { peer.send_request(outbound).await });
+        // A call given up (cancelled, past its deadline) stops waiting for the answer.
+        let _abort = AbortOnDrop(sending.abort_handle());
+        let answer = sending
             .await
+            .map_err(|e| ClientError::new(ClientError::INTERNAL, e.to_string()))?
             .map_err(|e| match e {
                 ServiceError::McpError(e) => ClientError::new(e.code.0, e.message),
                 other => ClientError::new(ClientError::INTERNAL, other.to_string()),
@@ -200,6 +206,15 @@ impl ClientChannel for CallerPeer {
                 ),
             )),
         }
+    }
+}
+
+/// Aborts a task when dropped: whoever awaited it gave up.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
