@@ -21,7 +21,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::{ApiError, Problem};
-use super::extract::{AppJson, AppPath, AppQuery};
+use super::extract::{AppJson, AppPath, AppQuery, bounded};
 use crate::auth::Caller;
 use crate::request_id::RequestId;
 use crate::state::AppState;
@@ -168,12 +168,7 @@ async fn list_approvals(
             )));
         }
     };
-    let limit = query.limit.unwrap_or(100);
-    if !(1..=500).contains(&limit) {
-        return Err(ApiError::Malformed(
-            "limit must be between 1 and 500".into(),
-        ));
-    }
+    let limit = bounded("limit", query.limit, 100, 1..=500)?;
     let records = app
         .store
         .list_approvals(caller.auth.tenant, status, limit)

@@ -15,7 +15,7 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::error::{ApiError, Problem};
-use super::extract::{AppJson, AppQuery};
+use super::extract::{AppJson, AppQuery, bounded};
 use crate::auth::Caller;
 use crate::state::AppState;
 
@@ -146,12 +146,7 @@ async fn list_audit(
     AppQuery(q): AppQuery<AuditQuery>,
 ) -> Result<AppJson<AuditPage>, ApiError> {
     caller.require(scopes::AUDIT_READ)?;
-    let limit = q.limit.unwrap_or(100);
-    if !(1..=1000).contains(&limit) {
-        return Err(ApiError::Malformed(
-            "limit must be between 1 and 1000".into(),
-        ));
-    }
+    let limit = bounded("limit", q.limit, 100, 1..=1000)?;
     let before_seq = q
         .cursor
         .as_deref()
@@ -449,12 +444,7 @@ async fn audit_summary(
     AppQuery(q): AppQuery<SummaryQuery>,
 ) -> Result<AppJson<AuditSummary>, ApiError> {
     caller.require(scopes::AUDIT_READ)?;
-    let minutes = q.minutes.unwrap_or(60);
-    if !(1..=1440).contains(&minutes) {
-        return Err(ApiError::Malformed(
-            "minutes must be between 1 and 1440".into(),
-        ));
-    }
+    let minutes = bounded("minutes", q.minutes, 60, 1..=1440)?;
     let filter = AuditFilter {
         since: Some(Utc::now() - chrono::Duration::minutes(minutes)),
         ..AuditFilter::default()

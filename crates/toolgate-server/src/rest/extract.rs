@@ -63,3 +63,26 @@ impl<S: Send + Sync> FromRequestParts<S> for UserAgent {
         Ok(UserAgent(client))
     }
 }
+
+/// A numeric query parameter `name`: `default` when absent, refused outside `range`
+/// ("limit must be between 1 and 500").
+pub fn bounded<T>(
+    name: &str,
+    value: Option<T>,
+    default: T,
+    range: std::ops::RangeInclusive<T>,
+) -> Result<T, ApiError>
+where
+    T: PartialOrd + std::fmt::Display + Copy,
+{
+    let value = value.unwrap_or(default);
+    if range.contains(&value) {
+        Ok(value)
+    } else {
+        Err(ApiError::Malformed(format!(
+            "{name} must be between {} and {}",
+            range.start(),
+            range.end()
+        )))
+    }
+}

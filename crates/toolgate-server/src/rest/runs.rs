@@ -25,7 +25,7 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::error::{ApiError, Problem};
-use super::extract::{AppJson, AppPath, AppQuery};
+use super::extract::{AppJson, AppPath, AppQuery, bounded};
 use crate::auth::Caller;
 use crate::state::AppState;
 
@@ -170,12 +170,7 @@ async fn list_runs(
     AppQuery(query): AppQuery<ListRunsQuery>,
 ) -> Result<AppJson<RunList>, ApiError> {
     caller.require(scopes::AGENTS_RUN)?;
-    let limit = query.limit.unwrap_or(50);
-    if !(1..=500).contains(&limit) {
-        return Err(ApiError::Malformed(
-            "limit must be between 1 and 500".into(),
-        ));
-    }
+    let limit = bounded("limit", query.limit, 50, 1..=500)?;
     let runs = app.store.list_runs(caller.auth.tenant, limit).await?;
     Ok(AppJson(RunList {
         runs: runs.into_iter().map(|r| summary(r, None)).collect(),

@@ -18,7 +18,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::{ApiError, Problem};
-use super::extract::{AppJson, AppPath, AppQuery, UserAgent, located};
+use super::extract::{AppJson, AppPath, AppQuery, UserAgent, bounded, located};
 use crate::auth::Caller;
 pub use crate::outcome::{ContentItem, InvokeResponse};
 use crate::request_id::RequestId;
@@ -205,12 +205,7 @@ async fn list_tools(
         let rendered = declarations::render(format, tools.iter().map(|t| t.spec()));
         return Ok(AppJson(rendered).into_response());
     }
-    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
-    if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(ApiError::Malformed(format!(
-            "limit must be between 1 and {MAX_PAGE}"
-        )));
-    }
+    let limit = bounded("limit", query.limit, DEFAULT_PAGE, 1..=MAX_PAGE)?;
     if let Some(cursor) = &query.cursor {
         tools.retain(|t| t.spec().name.as_str() > cursor.as_str());
     }
