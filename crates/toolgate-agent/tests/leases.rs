@@ -32,11 +32,12 @@ async fn a_run_is_taken_over_only_once_the_clock_passes_its_lease() {
         agent_id: uuid::Uuid::now_v7(),
         agent_name: "r".into(),
         principal: PrincipalId::new(),
-        auth: json!({
+        auth: serde_json::from_value(json!({
             "tenant": tenant.id, "tenant_name": "leases",
             "principal": {"id": uuid::Uuid::now_v7(), "kind": "user", "name": "someone"},
             "roles": [], "scopes": ["agents:run"]
-        }),
+        }))
+        .expect("an auth context"),
         // Its provider is not configured here: once taken over, the run fails at once,
         // which shows the takeover without driving a model.
         agent_config: json!({"name": "r", "provider": "gone", "model": "m"}),

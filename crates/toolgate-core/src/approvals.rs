@@ -308,23 +308,16 @@ struct ApprovedCall<S> {
 impl<S: ApprovalStore> ApprovedCall<S> {
     /// Runs the call `approval` allowed as its requester and keeps its outcome.
     async fn run(self, approval: ApprovalRecord) {
-        let outcome = match serde_json::from_value::<AuthContext>(approval.auth.clone()) {
-            Err(e) => Err(ToolError::internal(format!(
-                "the requester of approval {} cannot be read: {e}",
-                approval.id
-            ))),
-            Ok(auth) => {
-                let tools = Toolset::all().scope(self.registry.clone(), &auth);
-                let ctx = CallContext::new(Arc::new(auth), Adapter::Rest)
-                    .with_approval(Some(approval.id))
-                    .with_trace(None);
-                let args = approval
-                    .call_arguments
-                    .clone()
-                    .unwrap_or(serde_json::Value::Null);
-                self.executor.call(&tools, ctx, &approval.tool, args).await
-            }
-        };
+        let auth = approval.auth.clone();
+        let tools = Toolset::all().scope(self.registry.clone(), &auth);
+        let ctx = CallContext::new(Arc::new(auth), Adapter::Rest)
+            .with_approval(Some(approval.id))
+            .with_trace(None);
+        let args = approval
+            .call_arguments
+            .clone()
+            .unwrap_or(serde_json::Value::Null);
+        let outcome = self.executor.call(&tools, ctx, &approval.tool, args).await;
         let kept = (self.keep)(outcome);
         if let Err(err) = self
             .approvals

@@ -198,7 +198,7 @@ pub struct ApprovalRequest {
     pub requester: PrincipalId,
     pub requester_name: String,
     /// The requester's auth context, so an approved call can run as them later.
-    pub auth: Value,
+    pub auth: crate::AuthContext,
     pub adapter: Adapter,
     pub tool: String,
     pub risk: Risk,

@@ -37,8 +37,8 @@ pub struct RunRecord {
     pub agent_id: Uuid,
     pub agent_name: String,
     pub principal: PrincipalId,
-    /// The caller's auth context (JSON), to resume the run as that caller.
-    pub auth: serde_json::Value,
+    /// The caller's auth context, to resume the run as that caller.
+    pub auth: crate::AuthContext,
     /// The agent's configuration when the run started.
     pub agent_config: serde_json::Value,
     pub input: String,
@@ -106,7 +106,7 @@ pub struct NewRun {
     pub agent_id: Uuid,
     pub agent_name: String,
     pub principal: PrincipalId,
-    pub auth: serde_json::Value,
+    pub auth: crate::AuthContext,
     pub agent_config: serde_json::Value,
     pub input: String,
     /// The instance that drives it and until when (renewed while it runs).
@@ -202,7 +202,7 @@ pub struct ApprovalRecord {
     pub call_arguments: Option<serde_json::Value>,
     pub requester: PrincipalId,
     pub requester_name: String,
-    pub auth: serde_json::Value,
+    pub auth: crate::AuthContext,
     pub run_id: Option<RunId>,
     pub step: Option<i64>,
     pub agent: Option<String>,

@@ -18,8 +18,13 @@ pub(crate) fn uuid(s: &str) -> Result<Uuid, StoreError> {
 }
 
 /// JSON read back as text.
-pub(crate) fn json(text: &str) -> Result<Value, StoreError> {
+pub(crate) fn json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("stored JSON: {e}")))
+}
+
+/// A typed value stored as JSON text.
+pub(crate) fn encode<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::Invalid(format!("not JSON: {e}")))
 }
 
 /// `items` as a JSON array of strings, which both backends expand into rows of `value`

@@ -304,11 +304,12 @@ async fn on_sqlite_a_run_left_by_a_killed_gateway_resumes_at_the_next_start() {
         agent_id: uuid::Uuid::now_v7(),
         agent_name: "r".into(),
         principal: toolgate_core::PrincipalId::new(),
-        auth: json!({
+        auth: serde_json::from_value(json!({
             "tenant": tenant.id, "tenant_name": "default",
             "principal": {"id": uuid::Uuid::now_v7(), "kind": "user", "name": "someone"},
             "roles": ["admin"], "scopes": ["tools:invoke", "agents:run"]
-        }),
+        }))
+        .expect("an auth context"),
         agent_config: json!({"name": "r", "provider": "llm", "model": "gpt-test"}),
         input: "Still there?".into(),
         owner: "a-killed-instance".into(),

@@ -159,7 +159,7 @@ impl<S: Store> Runs<S> {
             agent_id,
             agent_name: agent.name.clone(),
             principal: auth.principal.id,
-            auth: serde_json::to_value(&*auth).unwrap_or(Value::Null),
+            auth: (*auth).clone(),
             agent_config: serde_json::to_value(&agent).unwrap_or(Value::Null),
             input,
             owner: self.instance.clone(),
@@ -481,8 +481,7 @@ impl<S: Store> Runs<S> {
             .collect();
         let setup = (|| {
             let events = parsed.map_err(|e| format!("its journal cannot be read: {e}"))?;
-            let auth: AuthContext = serde_json::from_value(record.auth.clone())
-                .map_err(|e| format!("its caller cannot be read: {e}"))?;
+            let auth = record.auth.clone();
             let agent: AgentConfig = serde_json::from_value(record.agent_config.clone())
                 .map_err(|e| format!("its agent configuration cannot be read: {e}"))?;
             let provider = self.provider(&agent).map_err(|e| e.to_string())?;

@@ -458,7 +458,7 @@ impl Executor {
             call_id: ctx.call_id,
             requester: ctx.auth.principal.id,
             requester_name: ctx.auth.principal.name.clone(),
-            auth: serde_json::to_value(&*ctx.auth).unwrap_or(Value::Null),
+            auth: (*ctx.auth).clone(),
             adapter: ctx.adapter,
             tool: spec.name.clone(),
             risk: spec.risk,

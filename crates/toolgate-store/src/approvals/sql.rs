@@ -204,7 +204,7 @@ macro_rules! approval_store {
                         .bind(request.call_arguments.to_string())
                         .bind(text(request.requester))
                         .bind(&request.requester_name)
-                        .bind(request.auth.to_string())
+                        .bind(crate::text::encode(&request.auth)?)
                         .bind(request.run.map(|r| text(r.run_id)))
                         .bind(request.run.map(|r| i64::from(r.step)))
                         .bind(&request.agent)

@@ -227,7 +227,7 @@ macro_rules! run_store {
                 .bind(new.agent_id.to_string())
                 .bind(&new.agent_name)
                 .bind(new.principal.0.to_string())
-                .bind(new.auth.to_string())
+                .bind(crate::text::encode(&new.auth)?)
                 .bind(new.agent_config.to_string())
                 .bind(&new.input)
                 .bind(&new.owner)

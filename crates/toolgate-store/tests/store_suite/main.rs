@@ -113,6 +113,21 @@ fn record(tenant: TenantId, principal: PrincipalId, tool: &str) -> AuditRecord {
     }
 }
 
+/// A caller in `tenant`, as an approval or a run keeps it.
+fn caller(tenant: TenantId) -> toolgate_core::AuthContext {
+    toolgate_core::AuthContext {
+        tenant,
+        tenant_name: "suite".into(),
+        principal: toolgate_core::Principal {
+            id: PrincipalId::new(),
+            kind: PrincipalKind::User,
+            name: "asker".into(),
+        },
+        roles: vec![],
+        scopes: vec![],
+    }
+}
+
 /// Run `run` of agent "helper" in `tenant`, owned by "instance-1" until `lease_until`.
 fn new_run(
     tenant: TenantId,
@@ -124,7 +139,7 @@ fn new_run(
         agent_id: uuid::Uuid::now_v7(),
         agent_name: "helper".into(),
         principal: PrincipalId::new(),
-        auth: json!({"tenant": tenant}),
+        auth: caller(tenant),
         agent_config: json!({"name": "helper"}),
         input: "hello".into(),
         owner: "instance-1".into(),

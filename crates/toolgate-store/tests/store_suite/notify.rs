@@ -12,7 +12,7 @@ fn approval_request(
         call_id: CallId::new(),
         requester,
         requester_name: "asker".into(),
-        auth: json!({"tenant": tenant}),
+        auth: caller(tenant),
         adapter: Adapter::Mcp,
         tool: "execute_command".into(),
         risk: toolgate_core::Risk::High,
