@@ -304,19 +304,7 @@ async fn a_relayed_request_rides_its_calls_own_response_stream() {
 async fn raw_session_that_elicits(gw: &Gateway) -> String {
     let mut initialize = crate::mcp::initialize_body();
     initialize["params"]["capabilities"] = json!({"elicitation": {}});
-    let opened = post_mcp(gw, &gw.http, None, initialize).await;
-    assert_eq!(opened.status(), 200);
-    let session = opened
-        .headers()
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .expect("session id")
-        .to_owned();
-    drop(opened);
-    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    let ack = post_mcp(gw, &gw.http, Some(&session), initialized).await;
-    assert_eq!(ack.status(), 202);
-    session
+    crate::mcp::open_session_with(gw, initialize).await
 }
 
 /// The next JSON-RPC message on an SSE response that `wanted` picks, within 10 s; `seen`

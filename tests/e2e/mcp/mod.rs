@@ -82,7 +82,12 @@ pub(crate) fn initialize_body() -> Value {
 
 /// A raw 2025-11-25 session of the admin's, initialized.
 pub(crate) async fn open_session(gw: &Gateway) -> String {
-    let opened = post_mcp(gw, &gw.http, None, initialize_body()).await;
+    open_session_with(gw, initialize_body()).await
+}
+
+/// A raw session of the admin's opened by `initialize`, initialized.
+pub(crate) async fn open_session_with(gw: &Gateway, initialize: Value) -> String {
+    let opened = post_mcp(gw, &gw.http, None, initialize).await;
     assert_eq!(opened.status(), 200);
     let session = opened
         .headers()
