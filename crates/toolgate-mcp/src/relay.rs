@@ -183,16 +183,16 @@ impl ClientChannel for CallerPeer {
             .extensions_mut()
             .insert(OriginatingRequestId(self.call.clone()));
         let peer = self.peer.clone();
-        let sending = tokio::spawn(async move { peer.send_request(outbound).await });
         // A call given up (cancelled, past its deadline) stops waiting for the answer.
-        let _abort = AbortOnDrop(sending.abort_handle());
-        let answer = sending
-            .await
-            .map_err(|e| ClientError::new(ClientError::INTERNAL, e.to_string()))?
-            .map_err(|e| match e {
-                ServiceError::McpError(e) => ClientError::new(e.code.0, e.message),
-                other => ClientError::new(ClientError::INTERNAL, other.to_string()),
-            })?;
+        let answer = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
+            peer.send_request(outbound).await
+        }))
+        .await
+        .map_err(|e| ClientError::new(ClientError::INTERNAL, e.to_string()))?
+        .map_err(|e| match e {
+            ServiceError::McpError(e) => ClientError::new(e.code.0, e.message),
+            other => ClientError::new(ClientError::INTERNAL, other.to_string()),
+        })?;
         match answer {
             ClientResult::CreateMessageResult(_) | ClientResult::ElicitResult(_) => {
                 serde_json::to_value(&answer)
@@ -206,15 +206,6 @@ impl ClientChannel for CallerPeer {
                 ),
             )),
         }
-    }
-}
-
-/// Aborts a task when dropped: whoever awaited it gave up.
-struct AbortOnDrop(tokio::task::AbortHandle);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
