@@ -1,9 +1,11 @@
 """Memory per idle MCP session: RSS of a running gateway before and after opening N
-sessions (initialize + initialized), each left idle.
+sessions (initialize + initialized, and `logging/setLevel` when LEVEL is set), each
+left idle.
 
     TOOLGATE_MCP__MAX_SESSIONS_PER_PRINCIPAL=100000 TOOLGATE_MCP__MAX_SESSIONS_PER_TENANT=100000 \
       target/release/toolgate serve --listen 127.0.0.1:18080 --data-dir /tmp/tg &
     python3 bench/idle_sessions.py /tmp/tg 2000 [SECONDS_TO_WAIT]
+    LEVEL=warning python3 bench/idle_sessions.py /tmp/tg 2000   # each session sets a log level
 """
 import http.client, json, sys, os, subprocess
 data_dir=sys.argv[1]
@@ -12,12 +14,17 @@ pid=int(subprocess.check_output(['pgrep','-f','toolgate serve --listen 127.0.0.1
 def rss():
     for l in open(f'/proc/{pid}/status'):
         if l.startswith('VmRSS'): return int(l.split()[1])
+LEVEL=os.environ.get('LEVEL')
 H={'authorization':'Bearer '+key,'content-type':'application/json','accept':'application/json, text/event-stream'}
 def session(c):
     c.request('POST','/mcp',json.dumps({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"m","version":"1"}}}),H)
     r=c.getresponse(); sid=r.getheader('mcp-session-id'); r.read()
     h=dict(H); h['mcp-session-id']=sid; h['mcp-protocol-version']='2025-11-25'
     c.request('POST','/mcp',json.dumps({"jsonrpc":"2.0","method":"notifications/initialized"}),h); r=c.getresponse(); r.read()
+    if LEVEL:
+        c.request('POST','/mcp',json.dumps({"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":LEVEL}}),h)
+        r=c.getresponse(); r.read()
+        assert r.status==200, r.status
     return sid
 c=http.client.HTTPConnection('127.0.0.1',18080)
 for _ in range(50): session(c)

@@ -155,6 +155,12 @@ async fn mcp_post(
     crate::mcp::post_mcp(gw, &gw.http, session, body).await
 }
 
+/// A `resources/subscribe`: state a session holds only in memory.
+fn subscribe() -> serde_json::Value {
+    json!({"jsonrpc": "2.0", "id": 2, "method": "resources/subscribe",
+           "params": {"uri": "file:///notes.txt"}})
+}
+
 /// A session nobody used for `mcp.session_retention_secs` is deleted from the store (its
 /// rows were kept forever), and its client gets 404; one held in memory is noted as in
 /// use and kept.
@@ -169,10 +175,14 @@ async fn sessions_nobody_comes_back_to_are_pruned_and_held_ones_kept() {
         crate::mcp::open_session(&gw).await,
         crate::mcp::open_session(&gw).await,
     ];
-    // A log level keeps the second in memory (session_idle_secs); the first goes dormant.
-    let level = json!({"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel",
-                       "params": {"level": "error"}});
-    assert_eq!(mcp_post(&gw, Some(&sessions[1]), level).await.status(), 200);
+    // A subscription keeps the second in memory (session_idle_secs); the first goes
+    // dormant.
+    assert_eq!(
+        mcp_post(&gw, Some(&sessions[1]), subscribe())
+            .await
+            .status(),
+        200
+    );
 
     let store = toolgate_store::Store::open(None, gw.data.path())
         .await
@@ -210,9 +220,10 @@ async fn sessions_nobody_comes_back_to_are_pruned_and_held_ones_kept() {
     gw.stop().await;
 }
 
-/// A session holding nothing beyond its `initialize` leaves memory after
-/// `mcp.session_dormant_secs` and comes back whole when used; one with a log level of its
-/// own stays. A dormant session still counts against the caps.
+/// A session holding nothing beyond what the store keeps leaves memory after
+/// `mcp.session_dormant_secs` and comes back whole when used; one with a resource
+/// subscription, which lives only in memory, stays. A dormant session still counts
+/// against the caps.
 #[tokio::test]
 async fn a_dormant_session_leaves_memory_and_comes_back_when_used() {
     let gw = Gateway::start_with(|c| {
@@ -225,9 +236,12 @@ async fn a_dormant_session_leaves_memory_and_comes_back_when_used() {
         crate::mcp::open_session(&gw).await,
         crate::mcp::open_session(&gw).await,
     ];
-    let level = json!({"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel",
-                       "params": {"level": "error"}});
-    assert_eq!(mcp_post(&gw, Some(&sessions[1]), level).await.status(), 200);
+    assert_eq!(
+        mcp_post(&gw, Some(&sessions[1]), subscribe())
+            .await
+            .status(),
+        200
+    );
 
     let live = || gw.metric("toolgate_mcp_sessions{");
     assert_eq!(live().await, 2.0);
@@ -241,7 +255,7 @@ async fn a_dormant_session_leaves_memory_and_comes_back_when_used() {
     }
     assert!(
         left,
-        "the dormant session left memory, the one with a log level stayed"
+        "the dormant session left memory, the one with a subscription stayed"
     );
     // Still counted: a third session is over this principal's cap.
     assert_eq!(mcp_post(&gw, None, initialize).await.status(), 429);

@@ -21,7 +21,7 @@ use rmcp::{ClientHandler, ServiceExt};
 use serde_json::{Value, json};
 use toolgate_e2e::{Gateway, sdk_clients};
 
-use crate::mcp::{call, post_mcp, post_stateless};
+use crate::mcp::{call, messages, open_session, post_mcp, post_stateless};
 use crate::upstream::listed_once;
 
 /// An MCP client that answers sampling as `name`, accepts elicitations with its name,
@@ -356,6 +356,78 @@ async fn a_stateless_call_hears_log_messages_only_at_the_level_it_asked_for() {
             .collect();
         assert_eq!(logs.len(), heard, "level {level:?}: {messages:#?}");
     }
+    gw.stop().await;
+}
+
+/// A session's `logging/setLevel` choice is kept with it in the store: the session leaves
+/// memory once dormant (a level used to keep it there, ~110 KiB each) and, restored by its
+/// next request, still hears only what it chose.
+#[tokio::test]
+async fn a_sessions_log_level_outlives_its_time_out_of_memory() {
+    let gw = Gateway::start_with(|c| {
+        c.upstreams = vec![serde_json::from_value(stdio_fixture()).expect("an upstream entry")];
+        c.mcp.session_dormant_secs = 1;
+    })
+    .await;
+    listed_once(&gw, "fx__test_tool_with_logging").await;
+    // The fixture logs three messages at `info`.
+    let mut sessions = Vec::new();
+    for (level, heard) in [("warning", 0), ("info", 3)] {
+        let session = open_session(&gw).await;
+        let set = json!({"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel",
+                         "params": {"level": level}});
+        let answer = messages(post_mcp(&gw, &gw.http, Some(&session), set).await).await;
+        assert_eq!(answer, [json!({"jsonrpc": "2.0", "id": 2, "result": {}})]);
+        sessions.push((session, level, heard));
+    }
+
+    let in_memory = || gw.metric("toolgate_mcp_sessions{");
+    let mut gone = false;
+    for _ in 0..100 {
+        if in_memory().await == 0.0 {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(gone, "sessions with a log level went dormant too");
+
+    // A session's log messages go out on its standalone stream.
+    for (session, level, heard) in sessions {
+        let mut stream = gw
+            .http
+            .get(gw.url("/mcp"))
+            .header("accept", "text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .header("mcp-session-id", &session)
+            .send()
+            .await
+            .expect("the session's stream");
+        assert_eq!(stream.status(), 200, "restored at {level}");
+        let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                          "params": {"name": "fx__test_tool_with_logging", "arguments": {}}});
+        let answer = messages(post_mcp(&gw, &gw.http, Some(&session), call).await).await;
+        assert_eq!(
+            answer.last().expect("an answer")["result"]["isError"],
+            false
+        );
+        // What the call said went out before its result.
+        let mut seen = String::new();
+        let mut logs = 0;
+        while tokio::time::timeout(Duration::from_millis(500), async {
+            next_message(&mut stream, &mut seen, |m| {
+                m["method"] == "notifications/message"
+            })
+            .await
+        })
+        .await
+        .is_ok()
+        {
+            logs += 1;
+        }
+        assert_eq!(logs, heard, "restored at {level}");
+    }
+    assert_eq!(in_memory().await, 2.0, "both restored");
     gw.stop().await;
 }
 

@@ -399,13 +399,16 @@ pub trait ApprovalStore: Backend {
     ) -> Result<Vec<ApprovalId>, Self::Error>;
 }
 
-/// An MCP session: who opened it and the client's `initialize` parameters (JSON).
+/// An MCP session: who opened it, the client's `initialize` parameters (JSON) and the
+/// state a restored session must get back: the level it chose with `logging/setLevel`
+/// (`None` until it chooses).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct McpSession {
     pub id: String,
     pub tenant: TenantId,
     pub principal: PrincipalId,
     pub initialize_params: String,
+    pub log_level: Option<String>,
 }
 
 /// One SSE event of an MCP session's stream, kept for `Last-Event-ID` resumption.
@@ -428,6 +431,15 @@ pub trait SessionStore: Backend {
     /// The session with this id, whichever tenant it belongs to: the caller is then
     /// checked against its owner.
     async fn mcp_session(&self, id: &str) -> Result<Option<McpSession>, Self::Error>;
+
+    /// Records the level this tenant's session `id` chose with `logging/setLevel`;
+    /// `false` when the tenant has no such session.
+    async fn set_mcp_session_log_level(
+        &self,
+        tenant: TenantId,
+        id: &str,
+        level: &str,
+    ) -> Result<bool, Self::Error>;
 
     /// Ends a session: its row and its stored SSE events.
     async fn delete_mcp_session(&self, tenant: TenantId, id: &str) -> Result<(), Self::Error>;

@@ -46,9 +46,9 @@ pub struct McpConfig {
     /// A session with no request and no open stream for this long is let go of from
     /// memory (it stays in the store and is restored if its client comes back), seconds.
     pub session_idle_secs: u64,
-    /// A session that holds nothing its `initialize` did not give it (no
-    /// `logging/setLevel`, no resource subscription) is let go of sooner: after this long
-    /// with no request and no open stream, seconds. Restoring it gives back exactly the
+    /// A session that holds nothing the store does not keep (its `initialize` and its
+    /// `logging/setLevel` choice are kept; a resource subscription is not) is let go of
+    /// sooner: after this long with no request and no open stream, seconds. Restoring it gives back exactly the
     /// same session, for one replayed handshake (see docs/BENCHMARKS.md for what an idle
     /// session costs in memory).
     pub session_dormant_secs: u64,

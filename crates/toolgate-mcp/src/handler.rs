@@ -73,13 +73,56 @@ impl ServerHandler for McpAdapter {
 
     /// The lowest level of upstream log messages this session hears from its calls.
     #[allow(deprecated)] // logging is deprecated by SEP-2577 (2026-07-28), still used before it
+    /// In a session it is kept with the session (when the gateway keeps levels), so that
+    /// the session, restored from the store, still has it; a level that could not be kept
+    /// is not set, and the client hears why.
     async fn set_level(
         &self,
         request: rmcp::model::SetLevelRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        let parts = context.extensions.get::<http::request::Parts>();
+        let session = parts
+            .and_then(|p| p.headers.get(HEADER_SESSION_ID))
+            .and_then(|id| id.to_str().ok());
+        if let (Some(levels), Some(session)) = (&self.levels, session) {
+            let tenant = caller(&context)?.auth.tenant;
+            levels
+                .keep(tenant, session, request.level)
+                .await
+                .map_err(|why| {
+                    tracing::warn!(error = %why, "could not keep a session's log level");
+                    ErrorData::internal_error(format!("the log level was not kept: {why}"), None)
+                })?;
+        }
         self.log_level.set(request.level);
         Ok(())
+    }
+
+    /// A session restored from the store (let go of from memory, or made on another
+    /// instance) replays its `initialize` here; it gets back the level it had chosen.
+    async fn initialize(
+        &self,
+        request: rmcp::model::InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::InitializeResult, ErrorData> {
+        use rmcp::transport::streamable_http_server::SessionRestoreMarker;
+        if let (Some(levels), Some(restored)) = (
+            &self.levels,
+            context.extensions.get::<SessionRestoreMarker>(),
+        ) {
+            match levels.kept(&restored.id).await {
+                Ok(Some(level)) => self.log_level.set(level),
+                Ok(None) => {}
+                // The store answered for the session a moment ago: it hears everything
+                // rather than lose the session.
+                Err(why) => {
+                    tracing::warn!(error = %why, "could not read a restored session's log level")
+                }
+            }
+        }
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
     }
 
     async fn list_resources(

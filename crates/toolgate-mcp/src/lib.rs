@@ -108,6 +108,8 @@ pub struct McpAdapter {
     desk: Option<Arc<dyn ApprovalDesk>>,
     /// This session's `logging/setLevel` choice (see [`McpAdapter::for_session`]).
     log_level: Arc<relay::LogLevel>,
+    /// Where sessions' levels are kept, so that a restored session has its own.
+    levels: Option<Arc<dyn sessions::SessionLevels>>,
     /// Upstreams' resources and prompts.
     catalog: Arc<catalog::Catalog>,
     /// This session's resource subscriptions (see [`McpAdapter::for_session`]).
@@ -140,9 +142,17 @@ impl McpAdapter {
             vendor_meta: Arc::default(),
             desk: None,
             log_level: Arc::default(),
+            levels: None,
             subscriptions: catalog::Subscriptions::new(catalog.clone()),
             catalog,
         }
+    }
+
+    /// Keep each session's `logging/setLevel` choice in `levels`, and give a restored
+    /// session back its own.
+    pub fn with_session_levels(mut self, levels: Arc<dyn sessions::SessionLevels>) -> Self {
+        self.levels = Some(levels);
+        self
     }
 
     /// The handler for a new session: shares everything but the session's own state

@@ -41,22 +41,44 @@ macro_rules! session_store {
             }
 
             pub async fn mcp_session(&self, id: &str) -> Result<Option<McpSession>, StoreError> {
-                let row: Option<(String, String, String)> = sqlx::query_as(sql(format!(
-                    "select tenant_id{t}, principal_id{t}, initialize_params{t} from mcp_session where session_id = $1",
+                let row: Option<(String, String, String, Option<String>)> = sqlx::query_as(sql(format!(
+                    "select tenant_id{t}, principal_id{t}, initialize_params{t}, log_level from mcp_session where session_id = $1",
                     t = $t
                 )))
                 .bind(id)
                 .fetch_optional(&self.$cross)
                 .await?;
-                row.map(|(tenant, principal, params)| {
+                row.map(|(tenant, principal, params, log_level)| {
                     Ok(McpSession {
                         id: id.to_owned(),
                         tenant: TenantId(uuid(&tenant)?),
                         principal: PrincipalId(uuid(&principal)?),
                         initialize_params: params,
+                        log_level,
                     })
                 })
                 .transpose()
+            }
+
+            pub async fn set_mcp_session_log_level(
+                &self,
+                tenant: TenantId,
+                id: &str,
+                level: &str,
+            ) -> Result<bool, StoreError> {
+                let set = sql(format!(
+                    "update mcp_session set log_level = $3 where session_id = $1 and tenant_id = $2{u}",
+                    u = $u
+                ));
+                let done = $once!(self, tenant, |conn| {
+                    sqlx::query(set)
+                        .bind(id)
+                        .bind(tenant.to_string())
+                        .bind(level)
+                        .execute(conn)
+                        .await?
+                });
+                Ok(done.rows_affected() == 1)
             }
 
             pub async fn delete_mcp_session(
@@ -208,6 +230,17 @@ impl toolgate_core::stores::SessionStore for Store {
     /// checked against its owner.
     async fn mcp_session(&self, id: &str) -> Result<Option<McpSession>, StoreError> {
         dispatch!(self, s => s.mcp_session(id).await)
+    }
+
+    /// Records the level this tenant's session `id` chose with `logging/setLevel`;
+    /// `false` when the tenant has no such session.
+    async fn set_mcp_session_log_level(
+        &self,
+        tenant: TenantId,
+        id: &str,
+        level: &str,
+    ) -> Result<bool, StoreError> {
+        dispatch!(self, s => s.set_mcp_session_log_level(tenant, id, level).await)
     }
 
     /// Ends a session: its row and its stored SSE events.

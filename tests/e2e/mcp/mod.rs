@@ -194,18 +194,22 @@ async fn post_stateless_typed(
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_owned();
+    let messages = messages(response).await;
+    assert!(
+        messages.last().is_some_and(|m| m["id"] == id),
+        "{method}: no response in {messages:?}"
+    );
+    (content_type, messages)
+}
+
+/// The JSON-RPC messages of an answer: one JSON body, or the SSE events carrying them.
+pub(crate) async fn messages(response: reqwest::Response) -> Vec<Value> {
     let text = response.text().await.expect("body");
-    // JSON, or SSE events carrying it.
-    let messages = match serde_json::from_str(&text) {
+    match serde_json::from_str(&text) {
         Ok(message) => vec![message],
         Err(_) => sse_events(&text)
             .into_iter()
             .filter_map(|(_, _, data)| data)
             .collect(),
-    };
-    assert!(
-        messages.last().is_some_and(|m| m["id"] == id),
-        "{method}: no response in {text:?}"
-    );
-    (content_type, messages)
+    }
 }

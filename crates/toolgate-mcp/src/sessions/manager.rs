@@ -47,7 +47,7 @@ pub(super) struct Live {
     owner: Owner,
     used: Arc<Mutex<Instant>>,
     streams: Arc<std::sync::atomic::AtomicUsize>,
-    /// Whether the session has state that lives only here: a log level, subscriptions,
+    /// Whether the session has state that lives only here: subscriptions,
     /// or a stream its client left before its end (which it may come back for).
     stateful: Arc<std::sync::atomic::AtomicBool>,
     /// False while a restored session's handshake is being replayed (see
@@ -384,7 +384,7 @@ impl<S: SessionRows + Clone> StoredSessions<S> {
     }
 
     /// Notes that session `id` was asked for state a restored session would not have
-    /// (a log level, a subscription), so that it is kept for `limits.idle`.
+    /// (a subscription), so that it is kept for `limits.idle`.
     pub async fn keep_state(&self, id: &str) {
         if let Some(live) = self.live.read().await.get(id) {
             live.stateful

@@ -44,6 +44,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::Stream;
+#[allow(deprecated)] // logging: deprecated by SEP-2577 (2026-07-28), used before it
+use rmcp::model::LoggingLevel;
 use rmcp::model::{ClientJsonRpcMessage, ClientNotification, ServerJsonRpcMessage};
 use rmcp::transport::WorkerTransport;
 use rmcp::transport::common::server_side_http::ServerSseMessage;
@@ -140,6 +142,48 @@ impl<S: SessionRows> Sessions<S> {
     }
 }
 
+/// Where a session's `logging/setLevel` choice is kept, beside its `initialize`: a session
+/// let go of from memory (dormant, idle) or taken over by another instance is restored
+/// with it, so a level no longer keeps a session in memory.
+#[allow(deprecated)] // logging: deprecated by SEP-2577 (2026-07-28), used before it
+#[async_trait]
+pub trait SessionLevels: Send + Sync {
+    /// Records `level` for `tenant`'s session `id`.
+    async fn keep(&self, tenant: TenantId, id: &str, level: LoggingLevel) -> Result<(), String>;
+    /// The level session `id` chose, if it chose one.
+    async fn kept(&self, id: &str) -> Result<Option<LoggingLevel>, String>;
+}
+
+#[allow(deprecated)]
+#[async_trait]
+impl<S: SessionRows> SessionLevels for Sessions<S> {
+    async fn keep(&self, tenant: TenantId, id: &str, level: LoggingLevel) -> Result<(), String> {
+        let level = serde_json::to_value(level).map_err(|e| e.to_string())?;
+        let level = level.as_str().unwrap_or_default();
+        match self
+            .store
+            .set_mcp_session_log_level(tenant, id, level)
+            .await
+        {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(format!("no session {id} in this tenant")),
+            Err(err) => Err(err.to_string()),
+        }
+    }
+
+    async fn kept(&self, id: &str) -> Result<Option<LoggingLevel>, String> {
+        let session = self
+            .store
+            .mcp_session(id)
+            .await
+            .map_err(|e| e.to_string())?;
+        session
+            .and_then(|s| s.log_level)
+            .map(|level| serde_json::from_value(level.into()).map_err(|e| e.to_string()))
+            .transpose()
+    }
+}
+
 /// A session refused (or made outside a request) as rmcp's error type.
 fn refusal(why: String) -> LocalSessionManagerError {
     LocalSessionManagerError::SessionError(
@@ -214,6 +258,7 @@ impl<S: SessionRows> SessionStore for Sessions<S> {
                 tenant,
                 principal,
                 initialize_params: serde_json::to_string(&state.initialize_params)?,
+                log_level: None,
             })
             .await?;
         self.remember(

@@ -45,8 +45,8 @@ use probe::{Operation, Probe, probe, server_span};
 const SESSION_HEADER: &str = "mcp-session-id";
 const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
 /// Requests that leave state in a session's memory which restoring it from the store
-/// would not bring back (see `sessions`).
-const SESSION_STATE_METHODS: [&str; 2] = ["logging/setLevel", "resources/subscribe"];
+/// would not bring back (see `sessions`; a `logging/setLevel` choice is kept in the store).
+const SESSION_STATE_METHODS: [&str; 1] = ["resources/subscribe"];
 /// Where clients find the metadata for the `/mcp` resource (RFC 9728 §3.1).
 const METADATA_PATH: &str = "/.well-known/oauth-protected-resource/mcp";
 
@@ -105,13 +105,14 @@ impl GuardInner {
 /// The `/mcp` route and the protected-resource metadata. `shutdown` ends open SSE
 /// streams and sessions when the gateway stops.
 pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> Router {
+    let sessions = Arc::new(Sessions::new(state.store.clone()));
     let adapter = McpAdapter::new(state.registry.clone(), state.executor.clone())
         .with_catalog(state.catalog.clone())
         .with_approval_desk(state.decisions.clone())
+        .with_session_levels(sessions.clone())
         // Checked when the configuration was loaded.
         .with_vendor_meta(config.mcp.vendor_meta().unwrap_or_default());
     let mcp = &config.mcp;
-    let sessions = Arc::new(Sessions::new(state.store.clone()));
     // Polling needs the events in the store: a result sent while its client is away is
     // kept there (rmcp's memory drops a finished request's events).
     let durable_events = mcp

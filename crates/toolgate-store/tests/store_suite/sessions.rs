@@ -17,6 +17,7 @@ async fn mcp_events_replay_per_stream_and_only_for_their_tenant_and_session() {
                 tenant: a.id,
                 principal: pa.id,
                 initialize_params: "{}".into(),
+                log_level: None,
             })
             .await
             .expect("session");
@@ -128,6 +129,7 @@ async fn mcp_sessions_nobody_used_within_the_retention_are_pruned_with_their_eve
                     tenant: a.id,
                     principal: pa.id,
                     initialize_params: "{}".into(),
+                    log_level: None,
                 })
                 .await
                 .expect("session");
@@ -157,4 +159,70 @@ async fn mcp_sessions_nobody_used_within_the_retention_are_pruned_with_their_eve
         assert_eq!(left, 1, "only the kept session's event was left");
     })
     .await;
+}
+
+/// A session's `logging/setLevel` choice is kept with it, so that the session restored
+/// from the store (on this instance or another) has it; only its own tenant may set it.
+#[tokio::test]
+async fn an_mcp_sessions_log_level_is_kept_and_only_its_tenant_sets_it() {
+    on_both(|store| async move {
+        let a = store.create_tenant("acme").await.expect("tenant");
+        let b = store.create_tenant("globex").await.expect("tenant");
+        let pa = store
+            .create_principal(a.id, &member("alice"))
+            .await
+            .expect("principal");
+        let session = McpSession {
+            id: "s1".into(),
+            tenant: a.id,
+            principal: pa.id,
+            initialize_params: "{}".into(),
+            log_level: None,
+        };
+        store.put_mcp_session(&session).await.expect("session");
+        assert_eq!(
+            store.mcp_session("s1").await.expect("read"),
+            Some(session.clone()),
+            "no level until one is chosen"
+        );
+
+        assert!(
+            store
+                .set_mcp_session_log_level(a.id, "s1", "error")
+                .await
+                .expect("set")
+        );
+        assert_eq!(level(&store).await.as_deref(), Some("error"));
+        assert!(
+            store
+                .set_mcp_session_log_level(a.id, "s1", "debug")
+                .await
+                .expect("set again")
+        );
+        assert_eq!(level(&store).await.as_deref(), Some("debug"));
+
+        // Another tenant's caller, or a session that does not exist, changes nothing.
+        assert!(
+            !store
+                .set_mcp_session_log_level(b.id, "s1", "emergency")
+                .await
+                .expect("refused")
+        );
+        assert!(
+            !store
+                .set_mcp_session_log_level(a.id, "nope", "error")
+                .await
+                .expect("none")
+        );
+        assert_eq!(level(&store).await.as_deref(), Some("debug"));
+    })
+    .await;
+}
+
+async fn level(store: &Store) -> Option<String> {
+    store
+        .mcp_session("s1")
+        .await
+        .expect("read")
+        .and_then(|s| s.log_level)
 }
