@@ -5,12 +5,7 @@ use super::*;
 #[tokio::test]
 async fn concurrent_records_become_exactly_one_row_each_in_a_verified_chain() {
     on_both(|store| async move {
-        let a = store.create_tenant("acme").await.expect("tenant");
-        let b = store.create_tenant("globex").await.expect("tenant");
-        let pa = store
-            .create_principal(a.id, &member("alice"))
-            .await
-            .expect("principal");
+        let (a, b, pa) = acme_globex_and_alice(&store).await;
         let pb = store
             .create_principal(b.id, &member("bob"))
             .await

@@ -15,8 +15,8 @@ use toolgate_core::stores::{
 };
 use toolgate_core::{Adapter, CallId, ErrorKind, Outcome, PrincipalId, PrincipalKind, TenantId};
 use toolgate_store::{
-    AuditFilter, AuditWriter, ChainBreak, McpEvent, McpSession, NewApiKey, NewPrincipal, Store,
-    StoreError, UpstreamWrite,
+    AuditFilter, AuditWriter, ChainBreak, McpEvent, McpSession, NewApiKey, NewPrincipal, Principal,
+    Store, StoreError, Tenant, UpstreamWrite,
 };
 
 mod approvals;
@@ -88,6 +88,17 @@ fn member(name: &str) -> NewPrincipal {
         roles: vec!["member".into()],
         scopes: vec!["tools:invoke".into()],
     }
+}
+
+/// Tenants `acme` and `globex`, and `alice`, a member of `acme`.
+async fn acme_globex_and_alice(store: &Store) -> (Tenant, Tenant, Principal) {
+    let a = store.create_tenant("acme").await.expect("tenant");
+    let b = store.create_tenant("globex").await.expect("tenant");
+    let pa = store
+        .create_principal(a.id, &member("alice"))
+        .await
+        .expect("principal");
+    (a, b, pa)
 }
 
 fn record(tenant: TenantId, principal: PrincipalId, tool: &str) -> AuditRecord {

@@ -5,12 +5,7 @@ use super::*;
 #[tokio::test]
 async fn mcp_events_replay_per_stream_and_only_for_their_tenant_and_session() {
     on_both(|store| async move {
-        let a = store.create_tenant("acme").await.expect("tenant");
-        let b = store.create_tenant("globex").await.expect("tenant");
-        let pa = store
-            .create_principal(a.id, &member("alice"))
-            .await
-            .expect("principal");
+        let (a, b, pa) = acme_globex_and_alice(&store).await;
         store
             .put_mcp_session(&McpSession {
                 id: "s1".into(),
@@ -166,12 +161,7 @@ async fn mcp_sessions_nobody_used_within_the_retention_are_pruned_with_their_eve
 #[tokio::test]
 async fn an_mcp_sessions_log_level_is_kept_and_only_its_tenant_sets_it() {
     on_both(|store| async move {
-        let a = store.create_tenant("acme").await.expect("tenant");
-        let b = store.create_tenant("globex").await.expect("tenant");
-        let pa = store
-            .create_principal(a.id, &member("alice"))
-            .await
-            .expect("principal");
+        let (a, b, pa) = acme_globex_and_alice(&store).await;
         let session = McpSession {
             id: "s1".into(),
             tenant: a.id,
