@@ -155,7 +155,9 @@ async fn mcp_post(
     crate::mcp::post_mcp(gw, &gw.http, session, body).await
 }
 
-/// A `resources/subscribe`: state a session holds only in memory.
+/// A `resources/subscribe`: state a session holds only in memory. The request alone marks
+/// the session (the `/mcp` guard sees the method before rmcp answers it), so a URI no
+/// upstream serves does here.
 fn subscribe() -> serde_json::Value {
     json!({"jsonrpc": "2.0", "id": 2, "method": "resources/subscribe",
            "params": {"uri": "file:///notes.txt"}})
@@ -245,16 +247,8 @@ async fn a_dormant_session_leaves_memory_and_comes_back_when_used() {
 
     let live = || gw.metric("toolgate_mcp_sessions{");
     assert_eq!(live().await, 2.0);
-    let mut left = false;
-    for _ in 0..100 {
-        if live().await == 1.0 {
-            left = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
     assert!(
-        left,
+        crate::mcp::sessions_in_memory_come_to(&gw, 1.0).await,
         "the dormant session left memory, the one with a subscription stayed"
     );
     // Still counted: a third session is over this principal's cap.
@@ -279,18 +273,12 @@ async fn a_dormant_session_leaves_memory_and_comes_back_when_used() {
 async fn concurrent_requests_on_a_dormant_session_are_all_answered() {
     let gw = Gateway::start_with(|c| c.mcp.session_dormant_secs = 1).await;
     let session = crate::mcp::open_session(&gw).await;
-    let in_memory = || gw.metric("toolgate_mcp_sessions{");
     let mut failed = Vec::new();
     for round in 0..8 {
-        let mut gone = false;
-        for _ in 0..100 {
-            if in_memory().await == 0.0 {
-                gone = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        assert!(gone, "round {round}: the session went dormant");
+        assert!(
+            crate::mcp::sessions_in_memory_come_to(&gw, 0.0).await,
+            "round {round}: the session went dormant"
+        );
         // Spread over 64 ms, so that some arrive while the first restores the session.
         let calls = (0..64u64).map(|i| {
             let list =

@@ -21,7 +21,9 @@ use rmcp::{ClientHandler, ServiceExt};
 use serde_json::{Value, json};
 use toolgate_e2e::{Gateway, sdk_clients};
 
-use crate::mcp::{call, messages, open_session, post_mcp, post_stateless};
+use crate::mcp::{
+    call, messages, open_session, post_mcp, post_stateless, sessions_in_memory_come_to,
+};
 use crate::upstream::listed_once;
 
 /// An MCP client that answers sampling as `name`, accepts elicitations with its name,
@@ -381,16 +383,10 @@ async fn a_sessions_log_level_outlives_its_time_out_of_memory() {
         sessions.push((session, level, heard));
     }
 
-    let in_memory = || gw.metric("toolgate_mcp_sessions{");
-    let mut gone = false;
-    for _ in 0..100 {
-        if in_memory().await == 0.0 {
-            gone = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(gone, "sessions with a log level went dormant too");
+    assert!(
+        sessions_in_memory_come_to(&gw, 0.0).await,
+        "sessions with a log level went dormant too"
+    );
 
     // A session's log messages go out on its standalone stream.
     for (session, level, heard) in sessions {
@@ -427,7 +423,11 @@ async fn a_sessions_log_level_outlives_its_time_out_of_memory() {
         }
         assert_eq!(logs, heard, "restored at {level}");
     }
-    assert_eq!(in_memory().await, 2.0, "both restored");
+    assert_eq!(
+        gw.metric("toolgate_mcp_sessions{").await,
+        2.0,
+        "both restored"
+    );
     gw.stop().await;
 }
 

@@ -102,6 +102,18 @@ pub(crate) async fn open_session_with(gw: &Gateway, initialize: Value) -> String
     session
 }
 
+/// Whether the sessions this gateway holds in memory (`toolgate_mcp_sessions`) come down
+/// to `count` within 10 s, as dormant ones are let go of.
+pub(crate) async fn sessions_in_memory_come_to(gw: &Gateway, count: f64) -> bool {
+    for _ in 0..200 {
+        if gw.metric("toolgate_mcp_sessions{").await == count {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    false
+}
+
 /// The events of an SSE body: (id, retry, JSON data), in order.
 fn sse_events(body: &str) -> Vec<(Option<String>, Option<u64>, Option<Value>)> {
     body.split("\n\n")
