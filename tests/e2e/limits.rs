@@ -8,6 +8,7 @@ use futures::StreamExt;
 use serde_json::json;
 use toolgate_core::stores::SessionStore as _;
 use toolgate_e2e::{Gateway, client_with_key};
+use toolgate_server::config::Config;
 
 /// A new principal `name` with `scopes`, and its key (id, secret).
 async fn key(gw: &Gateway, name: &str, scopes: &[&str]) -> (String, String) {
@@ -155,36 +156,45 @@ async fn mcp_post(
     crate::mcp::post_mcp(gw, &gw.http, session, body).await
 }
 
-/// A `resources/subscribe`: state a session holds only in memory. The request alone marks
-/// the session (the `/mcp` guard sees the method before rmcp answers it), so a URI no
-/// upstream serves does here.
-fn subscribe() -> serde_json::Value {
-    json!({"jsonrpc": "2.0", "id": 2, "method": "resources/subscribe",
-           "params": {"uri": "file:///notes.txt"}})
+/// A gateway whose sessions go dormant after 1 s, with the conformance fixture as upstream
+/// `fx`: it offers subscriptions to its resources.
+async fn gateway_with_subscriptions(configure: impl FnOnce(&mut Config)) -> Gateway {
+    let gw = Gateway::start_with(|c| {
+        c.mcp.session_dormant_secs = 1;
+        c.upstreams =
+            vec![serde_json::from_value(crate::relay::stdio_fixture()).expect("an upstream entry")];
+        configure(c);
+    })
+    .await;
+    crate::upstream::listed_once(&gw, "fx__test_simple_text").await;
+    gw
 }
+
+/// `session` subscribes to `uri`: what it is answered.
+async fn subscribe(gw: &Gateway, session: &str, uri: &str) -> serde_json::Value {
+    let subscribe = json!({"jsonrpc": "2.0", "id": 2, "method": "resources/subscribe",
+                           "params": {"uri": uri}});
+    let answer = crate::mcp::messages(mcp_post(gw, Some(session), subscribe).await).await;
+    answer.into_iter().last().expect("an answer")
+}
+
+/// A subscription the upstream holds for the session: state only its memory has.
+const WATCHED: &str = "test://watched-resource";
 
 /// A session nobody used for `mcp.session_retention_secs` is deleted from the store (its
 /// rows were kept forever), and its client gets 404; one held in memory is noted as in
 /// use and kept.
 #[tokio::test]
 async fn sessions_nobody_comes_back_to_are_pruned_and_held_ones_kept() {
-    let gw = Gateway::start_with(|c| {
-        c.mcp.session_dormant_secs = 1;
-        c.mcp.session_retention_secs = 2;
-    })
-    .await;
+    let gw = gateway_with_subscriptions(|c| c.mcp.session_retention_secs = 2).await;
     let sessions = [
         crate::mcp::open_session(&gw).await,
         crate::mcp::open_session(&gw).await,
     ];
     // A subscription keeps the second in memory (session_idle_secs); the first goes
     // dormant.
-    assert_eq!(
-        mcp_post(&gw, Some(&sessions[1]), subscribe())
-            .await
-            .status(),
-        200
-    );
+    let subscribed = subscribe(&gw, &sessions[1], WATCHED).await;
+    assert_eq!(subscribed["result"], json!({}), "{subscribed}");
 
     let store = toolgate_store::Store::open(None, gw.data.path())
         .await
@@ -224,26 +234,21 @@ async fn sessions_nobody_comes_back_to_are_pruned_and_held_ones_kept() {
 
 /// A session holding nothing beyond what the store keeps leaves memory after
 /// `mcp.session_dormant_secs` and comes back whole when used; one with a resource
-/// subscription, which lives only in memory, stays. A dormant session still counts
-/// against the caps.
+/// subscription, which lives only in memory, stays (a subscription refused does not keep
+/// a session). A dormant session still counts against the caps.
 #[tokio::test]
 async fn a_dormant_session_leaves_memory_and_comes_back_when_used() {
-    let gw = Gateway::start_with(|c| {
-        c.mcp.session_dormant_secs = 1;
-        c.mcp.max_sessions_per_principal = 2;
-    })
-    .await;
+    let gw = gateway_with_subscriptions(|c| c.mcp.max_sessions_per_principal = 2).await;
     let initialize = crate::mcp::initialize_body();
     let sessions = [
         crate::mcp::open_session(&gw).await,
         crate::mcp::open_session(&gw).await,
     ];
-    assert_eq!(
-        mcp_post(&gw, Some(&sessions[1]), subscribe())
-            .await
-            .status(),
-        200
-    );
+    // Only a subscription that holds keeps a session: a refused one does not.
+    let refused = subscribe(&gw, &sessions[0], "test://no-such-resource").await;
+    assert!(refused["error"].is_object(), "{refused}");
+    let subscribed = subscribe(&gw, &sessions[1], WATCHED).await;
+    assert_eq!(subscribed["result"], json!({}), "{subscribed}");
 
     let live = || gw.metric("toolgate_mcp_sessions{");
     assert_eq!(live().await, 2.0);

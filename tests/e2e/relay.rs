@@ -112,7 +112,7 @@ fn text(result: &CallToolResult) -> String {
 }
 
 /// The fixture over stdio as upstream `fx`, relaying messages to the one call in flight.
-fn stdio_fixture() -> Value {
+pub(crate) fn stdio_fixture() -> Value {
     let dir = sdk_clients();
     json!({
         "name": "fx",

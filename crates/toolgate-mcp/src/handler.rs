@@ -71,24 +71,20 @@ impl ServerHandler for McpAdapter {
         );
     }
 
-    /// The lowest level of upstream log messages this session hears from its calls.
+    /// The lowest level of upstream log messages this session hears from its calls. In a
+    /// session it is kept with the session (when the gateway keeps sessions' state), so
+    /// that the session, restored from the store, still has it; a level that could not be
+    /// kept is not set, and the client hears why.
     #[allow(deprecated)] // logging is deprecated by SEP-2577 (2026-07-28), still used before it
-    /// In a session it is kept with the session (when the gateway keeps levels), so that
-    /// the session, restored from the store, still has it; a level that could not be kept
-    /// is not set, and the client hears why.
     async fn set_level(
         &self,
         request: rmcp::model::SetLevelRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let parts = context.extensions.get::<http::request::Parts>();
-        let session = parts
-            .and_then(|p| p.headers.get(HEADER_SESSION_ID))
-            .and_then(|id| id.to_str().ok());
-        if let (Some(levels), Some(session)) = (&self.levels, session) {
+        if let (Some(sessions), Some(session)) = (&self.sessions, session_id(&context)) {
             let tenant = caller(&context)?.auth.tenant;
-            levels
-                .keep(tenant, session, request.level)
+            sessions
+                .keep_level(tenant, session, request.level)
                 .await
                 .map_err(|why| {
                     tracing::warn!(error = %why, "could not keep a session's log level");
@@ -107,11 +103,11 @@ impl ServerHandler for McpAdapter {
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::InitializeResult, ErrorData> {
         use rmcp::transport::streamable_http_server::SessionRestoreMarker;
-        if let (Some(levels), Some(restored)) = (
-            &self.levels,
+        if let (Some(sessions), Some(restored)) = (
+            &self.sessions,
             context.extensions.get::<SessionRestoreMarker>(),
         ) {
-            match levels.kept(&restored.id).await {
+            match sessions.kept_level(&restored.id).await {
                 Ok(Some(level)) => self.log_level.set(level),
                 Ok(None) => {}
                 // The store answered for the session a moment ago: it hears everything
@@ -200,7 +196,12 @@ impl ServerHandler for McpAdapter {
                     catalog::Listener::Session(context.peer.clone()),
                 )
                 .await
-                .map_err(|e| upstream_error(&upstream.upstream, e))
+                .map_err(|e| upstream_error(&upstream.upstream, e))?;
+            // A session let go of from memory would miss the updates.
+            if let (Some(sessions), Some(session)) = (&self.sessions, session_id(&context)) {
+                sessions.hold_in_memory(session).await;
+            }
+            Ok(())
         })
         .await
     }

@@ -108,8 +108,9 @@ pub struct McpAdapter {
     desk: Option<Arc<dyn ApprovalDesk>>,
     /// This session's `logging/setLevel` choice (see [`McpAdapter::for_session`]).
     log_level: Arc<relay::LogLevel>,
-    /// Where sessions' levels are kept, so that a restored session has its own.
-    levels: Option<Arc<dyn sessions::SessionLevels>>,
+    /// The session manager, told of a session's own state (see
+    /// [`sessions::SessionKeeping`]).
+    sessions: Option<Arc<dyn sessions::SessionKeeping>>,
     /// Upstreams' resources and prompts.
     catalog: Arc<catalog::Catalog>,
     /// This session's resource subscriptions (see [`McpAdapter::for_session`]).
@@ -142,16 +143,16 @@ impl McpAdapter {
             vendor_meta: Arc::default(),
             desk: None,
             log_level: Arc::default(),
-            levels: None,
+            sessions: None,
             subscriptions: catalog::Subscriptions::new(catalog.clone()),
             catalog,
         }
     }
 
-    /// Keep each session's `logging/setLevel` choice in `levels`, and give a restored
-    /// session back its own.
-    pub fn with_session_levels(mut self, levels: Arc<dyn sessions::SessionLevels>) -> Self {
-        self.levels = Some(levels);
+    /// Tell `sessions` of each session's own state: its log level (kept, and given back
+    /// to the session restored), its subscriptions (which keep it in memory).
+    pub fn with_session_keeping(mut self, sessions: Arc<dyn sessions::SessionKeeping>) -> Self {
+        self.sessions = Some(sessions);
         self
     }
 

@@ -98,6 +98,17 @@ pub(crate) fn to_rpc(err: ToolError) -> ErrorData {
     ErrorData::new(code, err.message.clone(), Some(json!({ "error": err })))
 }
 
+/// The session a request belongs to (its `Mcp-Session-Id`), if it is a session's.
+pub(crate) fn session_id(context: &RequestContext<RoleServer>) -> Option<&str> {
+    context
+        .extensions
+        .get::<http::request::Parts>()?
+        .headers
+        .get(HEADER_SESSION_ID)?
+        .to_str()
+        .ok()
+}
+
 pub(crate) fn caller(context: &RequestContext<RoleServer>) -> Result<McpCaller, ErrorData> {
     context
         .extensions

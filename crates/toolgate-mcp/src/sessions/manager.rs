@@ -382,10 +382,43 @@ impl<S: SessionRows + Clone> StoredSessions<S> {
             ready: tokio::sync::watch::Sender::new(ready),
         }
     }
+}
 
-    /// Notes that session `id` was asked for state a restored session would not have
-    /// (a subscription), so that it is kept for `limits.idle`.
-    pub async fn keep_state(&self, id: &str) {
+#[allow(deprecated)] // logging: deprecated by SEP-2577 (2026-07-28), used before it
+#[async_trait]
+impl<S: SessionRows + Clone> SessionKeeping for StoredSessions<S> {
+    async fn keep_level(
+        &self,
+        tenant: TenantId,
+        id: &str,
+        level: LoggingLevel,
+    ) -> Result<(), String> {
+        let level = serde_json::to_value(level).map_err(|e| e.to_string())?;
+        let level = level.as_str().unwrap_or_default();
+        match self
+            .store
+            .set_mcp_session_log_level(tenant, id, level)
+            .await
+        {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(format!("no session {id} in this tenant")),
+            Err(err) => Err(err.to_string()),
+        }
+    }
+
+    async fn kept_level(&self, id: &str) -> Result<Option<LoggingLevel>, String> {
+        let session = self
+            .store
+            .mcp_session(id)
+            .await
+            .map_err(|e| e.to_string())?;
+        session
+            .and_then(|s| s.log_level)
+            .map(|level| serde_json::from_value(level.into()).map_err(|e| e.to_string()))
+            .transpose()
+    }
+
+    async fn hold_in_memory(&self, id: &str) {
         if let Some(live) = self.live.read().await.get(id) {
             live.stateful
                 .store(true, std::sync::atomic::Ordering::Relaxed);

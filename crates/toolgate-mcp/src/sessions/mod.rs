@@ -23,11 +23,11 @@
 //! no open stream for `mcp.session_idle_secs` is let go of from memory (rmcp's own idle
 //! timeout stops its worker but keeps its handle, so idle sessions piled up). A session
 //! let go of stays in the store: its client coming back restores it, as on another
-//! instance. A session that holds nothing beyond its `initialize` — no
-//! `logging/setLevel`, no resource subscription, which live only in memory — is let go
-//! of after `mcp.session_dormant_secs` already: restoring it replays the handshake and
-//! gives back the very same session, while keeping it costs rmcp's tasks and channels
-//! (about 110 KiB).
+//! instance. A session that holds nothing beyond what the store keeps — its `initialize`
+//! and its `logging/setLevel` choice ([`SessionKeeping`]); not a resource subscription,
+//! which lives only in memory — is let go of after `mcp.session_dormant_secs` already:
+//! restoring it replays the handshake, sets its level again and gives back the very same
+//! session, while keeping it costs rmcp's tasks and channels (about 110 KiB).
 //!
 //! SSE polling (SEP-1699, `mcp.sse_poll_after_ms`): a session request still running after
 //! that long has its POST stream closed with a `retry` event; the client comes back with
@@ -142,46 +142,25 @@ impl<S: SessionRows> Sessions<S> {
     }
 }
 
-/// Where a session's `logging/setLevel` choice is kept, beside its `initialize`: a session
-/// let go of from memory (dormant, idle) or taken over by another instance is restored
-/// with it, so a level no longer keeps a session in memory.
+/// What the handler tells the session manager about a session's own state: its
+/// `logging/setLevel` choice, kept in the store so that the session restored from it (let
+/// go of when dormant, or taken over by another instance) has it again, and state that
+/// lives only in memory (a resource subscription), which keeps the session there.
 #[allow(deprecated)] // logging: deprecated by SEP-2577 (2026-07-28), used before it
 #[async_trait]
-pub trait SessionLevels: Send + Sync {
+pub trait SessionKeeping: Send + Sync {
     /// Records `level` for `tenant`'s session `id`.
-    async fn keep(&self, tenant: TenantId, id: &str, level: LoggingLevel) -> Result<(), String>;
+    async fn keep_level(
+        &self,
+        tenant: TenantId,
+        id: &str,
+        level: LoggingLevel,
+    ) -> Result<(), String>;
     /// The level session `id` chose, if it chose one.
-    async fn kept(&self, id: &str) -> Result<Option<LoggingLevel>, String>;
-}
-
-#[allow(deprecated)]
-#[async_trait]
-impl<S: SessionRows> SessionLevels for Sessions<S> {
-    async fn keep(&self, tenant: TenantId, id: &str, level: LoggingLevel) -> Result<(), String> {
-        let level = serde_json::to_value(level).map_err(|e| e.to_string())?;
-        let level = level.as_str().unwrap_or_default();
-        match self
-            .store
-            .set_mcp_session_log_level(tenant, id, level)
-            .await
-        {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(format!("no session {id} in this tenant")),
-            Err(err) => Err(err.to_string()),
-        }
-    }
-
-    async fn kept(&self, id: &str) -> Result<Option<LoggingLevel>, String> {
-        let session = self
-            .store
-            .mcp_session(id)
-            .await
-            .map_err(|e| e.to_string())?;
-        session
-            .and_then(|s| s.log_level)
-            .map(|level| serde_json::from_value(level.into()).map_err(|e| e.to_string()))
-            .transpose()
-    }
+    async fn kept_level(&self, id: &str) -> Result<Option<LoggingLevel>, String>;
+    /// Session `id` now holds state only its memory has: it is let go of after
+    /// `session_idle_secs` unused, not when dormant.
+    async fn hold_in_memory(&self, id: &str);
 }
 
 /// A session refused (or made outside a request) as rmcp's error type.

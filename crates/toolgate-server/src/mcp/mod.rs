@@ -44,9 +44,6 @@ use probe::{Operation, Probe, probe, server_span};
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
-/// Requests that leave state in a session's memory which restoring it from the store
-/// would not bring back (see `sessions`; a `logging/setLevel` choice is kept in the store).
-const SESSION_STATE_METHODS: [&str; 1] = ["resources/subscribe"];
 /// Where clients find the metadata for the `/mcp` resource (RFC 9728 §3.1).
 const METADATA_PATH: &str = "/.well-known/oauth-protected-resource/mcp";
 
@@ -65,8 +62,6 @@ impl std::ops::Deref for Guard {
 struct GuardInner {
     state: AppState,
     sessions: Arc<Sessions<Store>>,
-    /// The sessions in this instance's memory.
-    live: Arc<StoredSessions<Store>>,
     public_url: Option<String>,
     authorization_servers: Vec<String>,
     max_body_bytes: usize,
@@ -105,14 +100,8 @@ impl GuardInner {
 /// The `/mcp` route and the protected-resource metadata. `shutdown` ends open SSE
 /// streams and sessions when the gateway stops.
 pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> Router {
-    let sessions = Arc::new(Sessions::new(state.store.clone()));
-    let adapter = McpAdapter::new(state.registry.clone(), state.executor.clone())
-        .with_catalog(state.catalog.clone())
-        .with_approval_desk(state.decisions.clone())
-        .with_session_levels(sessions.clone())
-        // Checked when the configuration was loaded.
-        .with_vendor_meta(config.mcp.vendor_meta().unwrap_or_default());
     let mcp = &config.mcp;
+    let sessions = Arc::new(Sessions::new(state.store.clone()));
     // Polling needs the events in the store: a result sent while its client is away is
     // kept there (rmcp's memory drops a finished request's events).
     let durable_events = mcp
@@ -167,6 +156,12 @@ pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> 
         state.mcp_sessions.clone(),
     ));
     stored_sessions.sweep(shutdown.clone());
+    let adapter = McpAdapter::new(state.registry.clone(), state.executor.clone())
+        .with_catalog(state.catalog.clone())
+        .with_approval_desk(state.decisions.clone())
+        .with_session_keeping(stored_sessions.clone())
+        // Checked when the configuration was loaded.
+        .with_vendor_meta(config.mcp.vendor_meta().unwrap_or_default());
     let service = Arc::new(StreamableHttpService::new(
         move || Ok(adapter.for_session()),
         stored_sessions.clone(),
@@ -175,7 +170,6 @@ pub fn router(state: AppState, config: &Config, shutdown: CancellationToken) -> 
     let guard = Guard(Arc::new(GuardInner {
         state,
         sessions,
-        live: stored_sessions,
         public_url: mcp
             .public_url
             .as_ref()
@@ -292,14 +286,6 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
             Err(err) => return body_error(&err),
         };
         let probed = probe(&bytes);
-        if let Some(id) = &session
-            && probed
-                .as_ref()
-                .and_then(|p| p.method.as_deref())
-                .is_some_and(|m| SESSION_STATE_METHODS.contains(&m))
-        {
-            guard.live.keep_state(id).await;
-        }
         if let Some(id) = &session
             && let Some(request) = probed.as_ref().and_then(|p| p.id.as_ref())
         {
