@@ -6,6 +6,7 @@
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
+use uuid::Uuid;
 
 use crate::model::{AuditRow, ChainBreak};
 
@@ -15,12 +16,14 @@ pub const GENESIS: &str = "00000000000000000000000000000000000000000000000000000
 /// The one canonical JSON text (core's), re-exported where the chain uses it.
 pub use toolgate_core::audit::canonical_json;
 
+/// The hashed fields. Ids serialize as the hyphenated text their `to_string` gives,
+/// without a string allocated for each (the text hashed is unchanged: see the test).
 #[derive(Serialize)]
 struct Hashed<'a> {
-    call_id: String,
-    tenant: String,
+    call_id: Uuid,
+    tenant: Uuid,
     seq: i64,
-    principal: String,
+    principal: Uuid,
     adapter: &'a str,
     tool: &'a str,
     arguments: &'a str,
@@ -30,13 +33,13 @@ struct Hashed<'a> {
     duration_us: i64,
     request_id: Option<&'a str>,
     trace_id: Option<&'a str>,
-    run_id: Option<String>,
+    run_id: Option<Uuid>,
     step: Option<i32>,
     client: Option<&'a str>,
     /// Absent from rows without one, so rows written before the column existed keep
     /// their hashes.
     #[serde(skip_serializing_if = "Option::is_none")]
-    approval_id: Option<String>,
+    approval_id: Option<Uuid>,
     /// Likewise absent from rows of tools that are not cached.
     #[serde(skip_serializing_if = "Option::is_none")]
     cache: Option<&'a str>,
@@ -48,10 +51,10 @@ struct Hashed<'a> {
 /// The hash `row` should carry, given its `prev_hash`.
 pub fn row_hash(row: &AuditRow) -> String {
     let hashed = Hashed {
-        call_id: row.call_id.to_string(),
-        tenant: row.tenant.to_string(),
+        call_id: row.call_id,
+        tenant: row.tenant.0,
         seq: row.seq,
-        principal: row.principal.to_string(),
+        principal: row.principal.0,
         adapter: &row.adapter,
         tool: &row.tool,
         arguments: &row.arguments,
@@ -61,17 +64,33 @@ pub fn row_hash(row: &AuditRow) -> String {
         duration_us: row.duration_us,
         request_id: row.request_id.as_deref(),
         trace_id: row.trace_id.as_deref(),
-        run_id: row.run_id.map(|r| r.to_string()),
+        run_id: row.run_id.map(|r| r.0),
         step: row.step,
         client: row.client.as_deref(),
-        approval_id: row.approval_id.map(|a| a.to_string()),
+        approval_id: row.approval_id,
         cache: row.cache.as_deref(),
         started_at_us: row.started_at.timestamp_micros(),
         finished_at_us: row.finished_at.timestamp_micros(),
         prev_hash: &row.prev_hash,
     };
-    let text = serde_json::to_string(&hashed).unwrap_or_default();
-    toolgate_core::to_hex(&Sha256::digest(text.as_bytes()))
+    let mut hasher = Sha256::new();
+    // Into the hash as it is written: no text kept. Serializing these fields cannot fail.
+    let _ = serde_json::to_writer(HashWriter(&mut hasher), &hashed);
+    toolgate_core::to_hex(&hasher.finalize())
+}
+
+/// Feeds what is written into a SHA-256.
+struct HashWriter<'a>(&'a mut Sha256);
+
+impl std::io::Write for HashWriter<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.update(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Checks rows of one tenant given in `seq` order; the first break, if any.
@@ -146,6 +165,58 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// A row as written by earlier releases keeps its hash: the hashed text must never
+    /// change, or stored chains stop verifying.
+    #[test]
+    fn a_rows_hash_is_what_earlier_releases_computed() {
+        let id = |s: &str| uuid::Uuid::parse_str(s).expect("uuid");
+        let at = |s: &str| {
+            chrono::DateTime::parse_from_rfc3339(s)
+                .expect("time")
+                .with_timezone(&chrono::Utc)
+        };
+        let mut row = AuditRow {
+            call_id: id("01a21a26-adb4-7372-9b3b-5a851b9f55fc"),
+            tenant: toolgate_core::TenantId(id("01a21a1b-7552-711a-858b-0b6355bb520a")),
+            seq: 42,
+            principal: toolgate_core::PrincipalId(id("01a21a26-ecc6-71ef-bb66-4ee2ce766526")),
+            adapter: "mcp".into(),
+            tool: "fx__echo".into(),
+            arguments: r#"{"api_key":"***","message":"hi \"there\""}"#.into(),
+            arguments_hash: "adbd982b8fe0bbd8477f09262028d3ac264001dc36e3c7579905e72c0b718755"
+                .into(),
+            outcome: "error:timeout".into(),
+            error: Some("took too long".into()),
+            duration_us: 1_234_567,
+            request_id: Some("req-1".into()),
+            trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
+            run_id: Some(toolgate_core::RunId(id(
+                "01a21a26-ed65-7730-a286-411e52f34094",
+            ))),
+            step: Some(3),
+            client: Some("claude-code/1.0".into()),
+            approval_id: None,
+            cache: None,
+            started_at: at("2026-11-26T23:18:08.326847Z"),
+            finished_at: at("2026-11-26T23:18:09.561414Z"),
+            prev_hash: GENESIS.into(),
+            row_hash: String::new(),
+        };
+        assert_eq!(
+            row_hash(&row),
+            "084cf638ac2d341abe184a78b34a625700dd7b5cf8ee0c9766fb93b0095892ed"
+        );
+        row.approval_id = Some(id("01a21a26-8fbc-7098-8c08-c8f1229018c1"));
+        row.cache = Some("miss".into());
+        row.run_id = None;
+        row.step = None;
+        row.error = None;
+        assert_eq!(
+            row_hash(&row),
+            "dcc0e74a90b1a9cf5c8600e2f13ec8412a699e39298656b01477e041749211e1"
+        );
+    }
 
     #[test]
     fn canonical_json_sorts_keys_at_every_level() {
