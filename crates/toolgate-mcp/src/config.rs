@@ -48,9 +48,9 @@ pub struct McpConfig {
     pub session_idle_secs: u64,
     /// A session that holds nothing the store does not keep (its `initialize` and its
     /// `logging/setLevel` choice are kept; a resource subscription is not) is let go of
-    /// sooner: after this long with no request and no open stream, seconds. Restoring it gives back exactly the
-    /// same session, for one replayed handshake (see docs/BENCHMARKS.md for what an idle
-    /// session costs in memory).
+    /// sooner: after this long with no request and no open stream, seconds. Restoring it
+    /// gives back exactly the same session, for one replayed handshake (see
+    /// docs/BENCHMARKS.md for what an idle session costs in memory).
     pub session_dormant_secs: u64,
     /// A session nobody used for this long is deleted from the store with its events;
     /// its client, coming back, gets 404 and opens a new one (as the MCP specification
