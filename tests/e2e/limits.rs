@@ -159,15 +159,11 @@ async fn mcp_post(
 /// A gateway whose sessions go dormant after 1 s, with the conformance fixture as upstream
 /// `fx`: it offers subscriptions to its resources.
 async fn gateway_with_subscriptions(configure: impl FnOnce(&mut Config)) -> Gateway {
-    let gw = Gateway::start_with(|c| {
+    crate::relay::gateway_with_fixture_and(crate::relay::stdio_fixture(), |c| {
         c.mcp.session_dormant_secs = 1;
-        c.upstreams =
-            vec![serde_json::from_value(crate::relay::stdio_fixture()).expect("an upstream entry")];
         configure(c);
     })
-    .await;
-    crate::upstream::listed_once(&gw, "fx__test_simple_text").await;
-    gw
+    .await
 }
 
 /// `session` subscribes to `uri`: what it is answered.

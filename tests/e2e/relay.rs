@@ -123,8 +123,17 @@ pub(crate) fn stdio_fixture() -> Value {
 }
 
 async fn gateway_with_fixture(upstream: Value) -> Gateway {
+    gateway_with_fixture_and(upstream, |_| {}).await
+}
+
+/// [`gateway_with_fixture`], with the rest of the configuration as `configure` sets it.
+pub(crate) async fn gateway_with_fixture_and(
+    upstream: Value,
+    configure: impl FnOnce(&mut toolgate_server::config::Config),
+) -> Gateway {
     let gw = Gateway::start_with(|c| {
         c.upstreams = vec![serde_json::from_value(upstream).expect("an upstream entry")];
+        configure(c);
     })
     .await;
     listed_once(&gw, "fx__test_sampling").await;
@@ -366,12 +375,7 @@ async fn a_stateless_call_hears_log_messages_only_at_the_level_it_asked_for() {
 /// next request, still hears only what it chose.
 #[tokio::test]
 async fn a_sessions_log_level_outlives_its_time_out_of_memory() {
-    let gw = Gateway::start_with(|c| {
-        c.upstreams = vec![serde_json::from_value(stdio_fixture()).expect("an upstream entry")];
-        c.mcp.session_dormant_secs = 1;
-    })
-    .await;
-    listed_once(&gw, "fx__test_tool_with_logging").await;
+    let gw = gateway_with_fixture_and(stdio_fixture(), |c| c.mcp.session_dormant_secs = 1).await;
     // The fixture logs three messages at `info`.
     let mut sessions = Vec::new();
     for (level, heard) in [("warning", 0), ("info", 3)] {
