@@ -12,7 +12,9 @@
 //! holds, the WAL writer, the checkpointer). The last line is the figure issue 29 sets a
 //! target for: the audit's CPU per row on all its threads — the writer, SQLite's connection
 //! thread or the Postgres processes — and, apart, what the waiting tasks spent.
-//! `AUDIT_ROWS_DROP_INDEXES=1` measures the same without `audit_log`'s query indexes.
+//! `AUDIT_ROWS_DROP_INDEXES=1` measures the same without `audit_log`'s query indexes;
+//! `AUDIT_ROWS_SQL='…'` runs any other what-if's SQL on the migrated store first (a
+//! rebuilt table, say). Neither is ever done to a real store.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -77,30 +79,27 @@ fn stat(path: &std::path::Path) -> Option<(String, u64)> {
 /// What-if (`AUDIT_ROWS_DROP_INDEXES=1`): `audit_log` without the indexes only queries
 /// use (by time, tool, trace, approval), keeping the primary key and `(tenant_id, seq)`
 /// the chain needs. Never done to a real store.
-async fn drop_query_indexes(url: Option<&str>, dir: &std::path::Path) -> anyhow::Result<()> {
-    const INDEXES: [&str; 4] = [
-        "audit_log_tenant_started_idx",
-        "audit_log_tenant_tool_idx",
-        "audit_log_tenant_trace_idx",
-        "audit_log_approval_idx",
-    ];
-    for index in INDEXES {
-        let sql = format!("drop index if exists {index}");
-        match url {
-            Some(url) => {
-                use sqlx::Connection as _;
-                let mut conn = sqlx::PgConnection::connect(url).await?;
-                sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-                    .execute(&mut conn)
-                    .await?;
-            }
-            None => {
-                let conn = rusqlite::Connection::open(dir.join("toolgate.db"))?;
-                conn.execute_batch(&sql)?;
-            }
+const DROP_QUERY_INDEXES: &str = "drop index if exists audit_log_tenant_started_idx; \
+    drop index if exists audit_log_tenant_tool_idx; \
+    drop index if exists audit_log_tenant_trace_idx; \
+    drop index if exists audit_log_approval_idx;";
+
+/// Runs a what-if's SQL on the migrated store, before any row is written.
+async fn what_if(url: Option<&str>, dir: &std::path::Path, sql: &str) -> anyhow::Result<()> {
+    match url {
+        Some(url) => {
+            use sqlx::Connection as _;
+            let mut conn = sqlx::PgConnection::connect(url).await?;
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+                .execute(&mut conn)
+                .await?;
+        }
+        None => {
+            let conn = rusqlite::Connection::open(dir.join("toolgate.db"))?;
+            conn.execute_batch(sql)?;
         }
     }
-    println!("(what-if: audit_log without {})", INDEXES.join(", "));
+    println!("(what-if, before the run: {sql})");
     Ok(())
 }
 
@@ -145,7 +144,10 @@ async fn main() -> anyhow::Result<()> {
     let store = Store::open(url.as_deref(), &dir).await?;
     store.migrate().await?;
     if std::env::var_os("AUDIT_ROWS_DROP_INDEXES").is_some() {
-        drop_query_indexes(url.as_deref(), &dir).await?;
+        what_if(url.as_deref(), &dir, DROP_QUERY_INDEXES).await?;
+    }
+    if let Ok(sql) = std::env::var("AUDIT_ROWS_SQL") {
+        what_if(url.as_deref(), &dir, &sql).await?;
     }
     let tenant = store.create_tenant("bench").await?.id;
     let principal = PrincipalId::new();
