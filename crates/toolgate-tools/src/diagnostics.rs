@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use schemars::JsonSchema;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use toolgate_core::{CallContext, Tool, ToolError, ToolOutput, ToolSpec};
 
@@ -24,11 +24,7 @@ impl Echo {
         )
         .with_title("Echo")
         .with_category("diagnostics")
-        .with_output_schema(json!({
-            "type": "object",
-            "properties": {"message": {"type": "string"}},
-            "required": ["message"]
-        }))
+        .with_output_schema(crate::output_schema::<Echoed>())
         // Status lines OpenAI's clients show while the tool runs (Apps SDK); the MCP
         // adapter sends them to those clients only.
         .with_vendor_meta("openai/toolInvocation/invoking", json!("Echoing…"))
@@ -41,6 +37,12 @@ impl Default for Echo {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// What `echo` returns: the message it was given.
+#[derive(Serialize, JsonSchema)]
+struct Echoed<'a> {
+    message: &'a str,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -58,7 +60,7 @@ impl Tool for Echo {
 
     async fn call(&self, _ctx: &CallContext, args: Value) -> Result<ToolOutput, ToolError> {
         let EchoArgs { message } = parse_args(args)?;
-        let structured = json!({ "message": message });
+        let structured = crate::structured(&Echoed { message: &message });
         Ok(ToolOutput::text(message).with_structured(structured))
     }
 }

@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use schemars::JsonSchema;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use tokio::io::AsyncReadExt;
 use tokio::time::Instant;
 use toolgate_core::{CallContext, Effects, ErrorKind, Risk, Tool, ToolError, ToolOutput, ToolSpec};
@@ -114,6 +114,18 @@ struct Args {
     cwd: Option<String>,
 }
 
+/// How the command ended.
+#[derive(Serialize, JsonSchema)]
+struct Finished {
+    /// null when killed by a signal
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    /// Bytes written to stdout and stderr
+    output_bytes: u64,
+    truncated: bool,
+    sandbox: SandboxMode,
+}
+
 impl ExecuteCommand {
     pub fn new(workspaces: Arc<Workspaces>, options: CommandOptions) -> Self {
         let spec = ToolSpec::new(
@@ -137,17 +149,7 @@ impl ExecuteCommand {
         )
         .with_timeouts(options.default_timeout, options.max_timeout)
         .with_max_output_chars(MAX_OUTPUT_CHARS + 200)
-        .with_output_schema(json!({
-            "type": "object",
-            "properties": {
-                "exit_code": {"type": ["integer", "null"], "description": "null when killed by a signal"},
-                "signal": {"type": ["integer", "null"]},
-                "output_bytes": {"type": "integer", "description": "Bytes written to stdout and stderr"},
-                "truncated": {"type": "boolean"},
-                "sandbox": {"type": "string", "enum": ["read-only", "workspace-write", "unrestricted"]}
-            },
-            "required": ["exit_code", "signal", "output_bytes", "truncated", "sandbox"]
-        }));
+        .with_output_schema(crate::output_schema::<Finished>());
         Self {
             spec,
             workspaces,
@@ -190,14 +192,14 @@ impl Tool for ExecuteCommand {
             (None, Some(signal)) => text.push_str(&format!("[killed by signal {signal}]")),
             (None, None) => text.push_str("[exited]"),
         }
-        let structured = json!({
-            "exit_code": ran.code,
-            "signal": ran.signal,
-            "output_bytes": ran.written,
-            "truncated": truncated,
-            "sandbox": ran.mode.as_str(),
-        });
-        Ok(ToolOutput::text(text).with_structured(structured))
+        let finished = Finished {
+            exit_code: ran.code,
+            signal: ran.signal,
+            output_bytes: ran.written,
+            truncated,
+            sandbox: ran.mode,
+        };
+        Ok(ToolOutput::text(text).with_structured(crate::structured(&finished)))
     }
 }
 

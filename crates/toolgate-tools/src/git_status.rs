@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use schemars::JsonSchema;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use toolgate_core::{CallContext, Tool, ToolError, ToolOutput, ToolSpec};
 
 use crate::execute_command::{CommandOptions, run_sandboxed};
@@ -49,26 +49,7 @@ impl GitStatus {
         )
         .with_title("Git status")
         .with_category("workspace")
-        .with_output_schema(json!({
-            "type": "object",
-            "properties": {
-                "branch": {"type": ["string", "null"], "description": "null when HEAD is detached"},
-                "upstream": {"type": ["string", "null"]},
-                "ahead": {"type": "integer"},
-                "behind": {"type": "integer"},
-                "files": {"type": "array", "items": {
-                    "type": "object",
-                    "properties": {
-                        "path": {"type": "string"},
-                        "index": {"type": "string", "description": "Status in the index (X of git's XY)"},
-                        "worktree": {"type": "string", "description": "Status in the work tree (Y of git's XY)"}
-                    },
-                    "required": ["path", "index", "worktree"]
-                }},
-                "omitted": {"type": "integer"}
-            },
-            "required": ["branch", "upstream", "ahead", "behind", "files", "omitted"]
-        }));
+        .with_output_schema(crate::output_schema::<Status>());
         Self {
             spec,
             workspaces,
@@ -111,18 +92,35 @@ impl Tool for GitStatus {
                 ToolError::internal(format!("git status failed: {first}"))
             });
         }
-        let status = parse(&text);
+        let status = crate::structured(&parse(&text));
         Ok(ToolOutput::text(text).with_structured(status))
     }
 }
 
+/// The repository's state, as `git status --porcelain=v1 --branch` tells it.
+#[derive(Default, Serialize, JsonSchema)]
+struct Status {
+    /// null when HEAD is detached
+    branch: Option<String>,
+    upstream: Option<String>,
+    ahead: u64,
+    behind: u64,
+    files: Vec<FileStatus>,
+    omitted: usize,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct FileStatus {
+    path: String,
+    /// Status in the index (X of git's XY)
+    index: String,
+    /// Status in the work tree (Y of git's XY)
+    worktree: String,
+}
+
 /// Reads `git status --porcelain=v1 --branch`.
-fn parse(text: &str) -> Value {
-    let mut branch = Value::Null;
-    let mut upstream = Value::Null;
-    let (mut ahead, mut behind) = (0u64, 0u64);
-    let mut files = Vec::new();
-    let mut omitted = 0usize;
+fn parse(text: &str) -> Status {
+    let mut status = Status::default();
     for line in text.lines() {
         if let Some(head) = line.strip_prefix("## ") {
             let (names, counts) = match head.split_once(" [") {
@@ -135,14 +133,14 @@ fn parse(text: &str) -> Value {
             };
             let local = local.strip_prefix("No commits yet on ").unwrap_or(local);
             if !local.starts_with("HEAD (no branch)") {
-                branch = json!(local);
+                status.branch = Some(local.to_owned());
             }
-            upstream = remote.map_or(Value::Null, |r| json!(r));
+            status.upstream = remote.map(str::to_owned);
             for part in counts.split(", ") {
                 if let Some(n) = part.strip_prefix("ahead ") {
-                    ahead = n.parse().unwrap_or(0);
+                    status.ahead = n.parse().unwrap_or(0);
                 } else if let Some(n) = part.strip_prefix("behind ") {
-                    behind = n.parse().unwrap_or(0);
+                    status.behind = n.parse().unwrap_or(0);
                 }
             }
             continue;
@@ -150,29 +148,32 @@ fn parse(text: &str) -> Value {
         if line.len() < 4 {
             continue;
         }
-        if files.len() >= MAX_ENTRIES {
-            omitted += 1;
+        if status.files.len() >= MAX_ENTRIES {
+            status.omitted += 1;
             continue;
         }
         let (xy, path) = line.split_at(3);
         let mut codes = xy.chars();
         let index = codes.next().unwrap_or(' ').to_string();
         let worktree = codes.next().unwrap_or(' ').to_string();
-        files.push(json!({"path": path, "index": index, "worktree": worktree}));
+        status.files.push(FileStatus {
+            path: path.to_owned(),
+            index,
+            worktree,
+        });
     }
-    json!({
-        "branch": branch,
-        "upstream": upstream,
-        "ahead": ahead,
-        "behind": behind,
-        "files": files,
-        "omitted": omitted,
-    })
+    status
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    /// The structured result for `text`.
+    fn parse(text: &str) -> Value {
+        crate::structured(&super::parse(text))
+    }
 
     #[test]
     fn porcelain_output_is_read() {

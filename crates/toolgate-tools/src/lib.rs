@@ -129,32 +129,89 @@ pub(crate) async fn blocking<T: Send + 'static>(
 
 /// A tool's input schema, derived from its argument struct: doc comments are the
 /// descriptions, `#[schemars(...)]` the constraints, serde's defaults the defaults,
-/// `deny_unknown_fields` the closed object. Trimmed to the keywords every provider's
-/// declarations take: no `$schema` or `title`, no `format` (`uint64`, `double`), no
-/// `null` among a property's types, no `null` default.
+/// `deny_unknown_fields` the closed object. Trimmed as [`trimmed`] says.
 pub(crate) fn input_schema<T: schemars::JsonSchema>() -> Value {
-    let mut schema = schemars::generate::SchemaSettings::draft2020_12()
-        .for_deserialize()
-        .into_generator()
-        .root_schema_for::<T>()
-        .to_value();
+    let mut generator =
+        trimmed(schemars::generate::SchemaSettings::draft2020_12().for_deserialize());
+    trim_root(generator.root_schema_for::<T>().to_value())
+}
+
+/// A tool's output schema, derived from the struct its structured result is serialized
+/// from ([`structured`]), so the two cannot disagree: doc comments are the descriptions,
+/// nested structs are written in place (no `$defs`), and it is trimmed as input schemas
+/// are. A field always present may be `null`; one left out when empty
+/// (`skip_serializing_if`) has its one type.
+pub(crate) fn output_schema<T: schemars::JsonSchema>() -> Value {
+    let mut settings = schemars::generate::SchemaSettings::draft2020_12().for_serialize();
+    settings.inline_subschemas = true;
+    trim_root(trimmed(settings).root_schema_for::<T>().to_value())
+}
+
+/// A tool's structured result, from its output struct (see [`output_schema`]).
+pub(crate) fn structured<T: serde::Serialize>(output: &T) -> Value {
+    // The output structs hold strings, numbers, booleans and lists of them: serializing
+    // them into a `Value` cannot fail.
+    serde_json::to_value(output).unwrap_or_default()
+}
+
+/// A generator whose schemas hold only the keywords every provider's declarations take:
+/// no `format` (`uint64`, `double`), no `null` default, no `null` among the types of a
+/// property that may be left out, and a plain `enum` for a Rust enum whose variants have
+/// doc comments (schemars writes a `oneOf` of documented constants; the docs are for
+/// rustdoc readers).
+fn trimmed(mut settings: schemars::generate::SchemaSettings) -> schemars::SchemaGenerator {
+    let trim = schemars::transform::RecursiveTransform(trim_schema);
+    settings.transforms.push(Box::new(trim));
+    settings.into_generator()
+}
+
+fn trim_schema(schema: &mut schemars::Schema) {
+    let Some(node) = schema.as_object_mut() else {
+        return;
+    };
+    node.remove("format");
+    if node.get("default") == Some(&Value::Null) {
+        node.remove("default");
+    }
+    if let Some(Value::Array(variants)) = node.get("oneOf") {
+        let names: Option<Vec<Value>> = variants
+            .iter()
+            .map(|v| v.get("const").filter(|c| c.is_string()).cloned())
+            .collect();
+        if let Some(names) = names {
+            node.remove("oneOf");
+            node.insert("type".into(), "string".into());
+            node.insert("enum".into(), names.into());
+        }
+    }
+    let required: Vec<String> = match node.get("required") {
+        Some(Value::Array(names)) => names
+            .iter()
+            .filter_map(|n| n.as_str().map(str::to_owned))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let Some(properties) = node.get_mut("properties").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for (name, property) in properties.iter_mut() {
+        if required.contains(name) {
+            continue;
+        }
+        if let Some(Value::Array(types)) = property.get("type") {
+            let named: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
+            if let [one] = named.as_slice() {
+                property["type"] = one.clone();
+            }
+        }
+    }
+}
+
+/// No `$schema`, `title` or `description` at the root: the tool's own spec says those.
+fn trim_root(mut schema: Value) -> Value {
     if let Some(root) = schema.as_object_mut() {
         for key in ["$schema", "title", "description"] {
             root.remove(key);
-        }
-    }
-    if let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut) {
-        for property in properties.values_mut().filter_map(Value::as_object_mut) {
-            property.remove("format");
-            if property.get("default") == Some(&Value::Null) {
-                property.remove("default");
-            }
-            if let Some(Value::Array(types)) = property.get("type") {
-                let named: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
-                if let [one] = named.as_slice() {
-                    property.insert("type".into(), one.clone());
-                }
-            }
         }
     }
     schema
@@ -210,5 +267,79 @@ mod input_schemas {
         assert_eq!(search["properties"]["path"]["default"], ".");
         assert_eq!(search["properties"]["glob"]["type"], "string");
         assert_eq!(search["properties"]["glob"]["maxLength"], 200);
+    }
+}
+
+#[cfg(test)]
+mod output_schemas {
+    use super::*;
+    use serde_json::json;
+
+    /// Each output schema is derived from the struct the tool's structured result is
+    /// serialized from; trimmed, it must still accept what the tool returns. Called for
+    /// real in one workspace: every built-in tool with an output schema that needs no
+    /// network, git repository or sandbox launcher (the gateway's binary; those tools'
+    /// results are checked by tests/e2e).
+    #[tokio::test]
+    async fn every_builtin_result_is_what_its_output_schema_says() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let workspaces = Arc::new(Workspaces::new(dir.path()).expect("workspaces"));
+        let options = BuiltinOptions {
+            diagnostics: true,
+            commands: None,
+            fetch: None,
+            search: None,
+        };
+        let tools = builtin_tools(workspaces, &options).expect("tools");
+        let ctx = read_file::tests::ctx();
+        let calls = [
+            (
+                "write_file",
+                json!({"path": "src/a.txt", "content": "needle\nhay\n"}),
+            ),
+            (
+                "write_file",
+                json!({"path": "src/a.txt", "content": "needle\nhay\n"}),
+            ),
+            (
+                "edit_file",
+                json!({"path": "src/a.txt", "old_text": "hay", "new_text": "straw"}),
+            ),
+            ("read_file", json!({"path": "src/a.txt"})),
+            ("read_file", json!({"path": "src/a.txt", "offset": 9})),
+            ("list_files", json!({"path": "src"})),
+            ("workspace_tree", json!({})),
+            ("search_files", json!({"pattern": "needle"})),
+            ("echo", json!({"message": "hello"})),
+        ];
+        let mut checked = std::collections::BTreeSet::new();
+        for (name, args) in calls {
+            let tool = tools
+                .iter()
+                .find(|t| t.spec().name == name)
+                .expect("a built-in tool");
+            let schema = tool
+                .spec()
+                .output_schema
+                .as_ref()
+                .expect("an output schema");
+            let text = schema.to_string();
+            for word in ["$schema", "$ref", "$defs", "\"format\"", "oneOf"] {
+                assert!(!text.contains(word), "{name}: {word} in {schema}");
+            }
+            let out = tool.call(&ctx, args.clone()).await.expect(name);
+            let structured = out.structured.expect("a structured result");
+            let validator = jsonschema::validator_for(schema).expect("a valid schema");
+            let errors: Vec<String> = validator
+                .iter_errors(&structured)
+                .map(|e| e.to_string())
+                .collect();
+            assert!(
+                errors.is_empty(),
+                "{name} {args}: {errors:?} in {structured}"
+            );
+            checked.insert(name);
+        }
+        assert_eq!(checked.len(), 7, "{checked:?}");
     }
 }

@@ -4,8 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use schemars::JsonSchema;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 use toolgate_core::{ToolError, ToolOutput, ToolSpec};
 
 use tokio_util::sync::CancellationToken;
@@ -31,6 +30,57 @@ pub struct Args {
     include_hidden: bool,
 }
 
+/// What `list_files` found.
+#[derive(Serialize, JsonSchema)]
+struct Listing {
+    path: String,
+    entries: Vec<Entry>,
+    /// Entries beyond the listing limit
+    omitted: usize,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Entry {
+    name: String,
+    #[serde(rename = "type")]
+    kind: EntryKind,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    size: Option<u64>,
+}
+
+/// The entry's type: a file, a directory, a symbolic link or something else.
+#[derive(Clone, Copy, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum EntryKind {
+    File,
+    Dir,
+    Symlink,
+    Other,
+}
+
+impl EntryKind {
+    /// From a file type's `is_symlink`, `is_dir` and `is_file` (std's and cap-std's types
+    /// share no trait).
+    pub(crate) fn new(symlink: bool, dir: bool, file: bool) -> Self {
+        match (symlink, dir, file) {
+            (true, _, _) => EntryKind::Symlink,
+            (_, true, _) => EntryKind::Dir,
+            (_, _, true) => EntryKind::File,
+            _ => EntryKind::Other,
+        }
+    }
+
+    /// What follows the entry's name in a listing's text: `/` for a directory, `@` for a
+    /// symbolic link.
+    pub(crate) fn suffix(self) -> &'static str {
+        match self {
+            EntryKind::Dir => "/",
+            EntryKind::Symlink => "@",
+            EntryKind::File | EntryKind::Other => "",
+        }
+    }
+}
+
 impl ListFiles {
     pub fn new(workspaces: Arc<Workspaces>) -> Self {
         let spec = ToolSpec::new(
@@ -41,23 +91,7 @@ impl ListFiles {
         )
         .with_title("List files")
         .with_category("workspace")
-        .with_output_schema(json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string"},
-                "entries": {"type": "array", "items": {
-                    "type": "object",
-                    "properties": {
-                        "name": {"type": "string"},
-                        "type": {"enum": ["file", "dir", "symlink", "other"]},
-                        "size": {"type": "integer"}
-                    },
-                    "required": ["name", "type"]
-                }},
-                "omitted": {"type": "integer", "description": "Entries beyond the listing limit"}
-            },
-            "required": ["path", "entries", "omitted"]
-        }));
+        .with_output_schema(crate::output_schema::<Listing>());
         Self::with_spec(spec, workspaces)
     }
 }
@@ -81,52 +115,39 @@ impl FileWork for Args {
             if !args.include_hidden && name.starts_with('.') {
                 continue;
             }
-            let file_type = entry.file_type().map_err(|e| io_error(&rel, e))?;
-            let (kind, size) = if file_type.is_symlink() {
-                ("symlink", None)
-            } else if file_type.is_dir() {
-                ("dir", None)
-            } else if file_type.is_file() {
-                ("file", entry.metadata().ok().map(|m| m.len()))
-            } else {
-                ("other", None)
+            let t = entry.file_type().map_err(|e| io_error(&rel, e))?;
+            let kind = EntryKind::new(t.is_symlink(), t.is_dir(), t.is_file());
+            let size = match kind {
+                EntryKind::File => entry.metadata().ok().map(|m| m.len()),
+                _ => None,
             };
-            listed.push((name, kind, size));
+            listed.push(Entry { name, kind, size });
         }
-        listed.sort_by(|a, b| a.0.cmp(&b.0));
+        listed.sort_by(|a, b| a.name.cmp(&b.name));
         let omitted = listed.len().saturating_sub(MAX_ENTRIES);
         listed.truncate(MAX_ENTRIES);
         let mut text = String::new();
-        for (name, kind, _) in &listed {
-            text.push_str(name);
-            text.push_str(match *kind {
-                "dir" => "/",
-                "symlink" => "@",
-                _ => "",
-            });
+        for entry in &listed {
+            text.push_str(&entry.name);
+            text.push_str(entry.kind.suffix());
             text.push('\n');
         }
         if omitted > 0 {
             text.push_str(&format!("[{omitted} more entries not shown]\n"));
         }
-        let entries: Vec<Value> = listed
-            .into_iter()
-            .map(|(name, kind, size)| match size {
-                Some(size) => json!({"name": name, "type": kind, "size": size}),
-                None => json!({"name": name, "type": kind}),
-            })
-            .collect();
-        Ok(ToolOutput::text(text).with_structured(json!({
-            "path": display_path(&rel),
-            "entries": entries,
-            "omitted": omitted,
-        })))
+        let listing = Listing {
+            path: display_path(&rel),
+            entries: listed,
+            omitted,
+        };
+        Ok(ToolOutput::text(text).with_structured(crate::structured(&listing)))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
     use toolgate_core::ErrorKind;
     use toolgate_core::Tool;
 

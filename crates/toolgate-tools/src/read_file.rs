@@ -5,8 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use schemars::JsonSchema;
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 use toolgate_core::{ToolError, ToolOutput, ToolSpec};
 
 use tokio_util::sync::CancellationToken;
@@ -48,6 +47,17 @@ fn default_limit() -> u64 {
     DEFAULT_LIMIT
 }
 
+/// The lines `read_file` returned, and where they stand in the file.
+#[derive(Serialize, JsonSchema)]
+struct Read {
+    path: String,
+    start_line: u64,
+    /// Last line returned; start_line - 1 when none
+    end_line: u64,
+    total_lines: u64,
+    has_more: bool,
+}
+
 impl ReadFile {
     pub fn new(workspaces: Arc<Workspaces>) -> Self {
         let spec = ToolSpec::new(
@@ -58,17 +68,7 @@ impl ReadFile {
         )
         .with_title("Read file")
         .with_category("workspace")
-        .with_output_schema(json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string"},
-                "start_line": {"type": "integer"},
-                "end_line": {"type": "integer", "description": "Last line returned; start_line - 1 when none"},
-                "total_lines": {"type": "integer"},
-                "has_more": {"type": "boolean"}
-            },
-            "required": ["path", "start_line", "end_line", "total_lines", "has_more"]
-        }));
+        .with_output_schema(crate::output_schema::<Read>());
         Self::with_spec(spec, workspaces)
     }
 }
@@ -130,19 +130,21 @@ impl FileWork for Args {
             }
         }
         let end = last.min(total).max(args.offset - 1);
-        Ok(ToolOutput::text(text).with_structured(json!({
-            "path": display_path(&rel),
-            "start_line": args.offset,
-            "end_line": end,
-            "total_lines": total,
-            "has_more": end < total,
-        })))
+        let read = Read {
+            path: display_path(&rel),
+            start_line: args.offset,
+            end_line: end,
+            total_lines: total,
+            has_more: end < total,
+        };
+        Ok(ToolOutput::text(text).with_structured(crate::structured(&read)))
     }
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use serde_json::json;
     use toolgate_core::{
         Adapter, AuthContext, Content, ErrorKind, Principal, PrincipalId, PrincipalKind, TenantId,
     };

@@ -28,13 +28,14 @@ use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, RestrictionStatus, Ruleset,
     RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules,
 };
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The newest Landlock ABI we ask for; older kernels get what they support.
 const ABI_WANTED: ABI = ABI::V6;
 
 /// How far a tenant's commands may reach.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum SandboxMode {
     /// Reads as below; writes only to the call's private temp dir.

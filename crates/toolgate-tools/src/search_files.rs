@@ -10,8 +10,7 @@ use ignore::WalkBuilder;
 use ignore::overrides::OverrideBuilder;
 use regex::RegexBuilder;
 use schemars::JsonSchema;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use toolgate_core::{ErrorKind, ToolError, ToolOutput, ToolSpec};
 
@@ -55,6 +54,22 @@ fn default_max() -> usize {
     100
 }
 
+/// What `search_files` found.
+#[derive(Serialize, JsonSchema)]
+struct Found {
+    matches: Vec<Match>,
+    files_searched: u64,
+    /// max_results was reached
+    truncated: bool,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Match {
+    path: String,
+    line: usize,
+    text: String,
+}
+
 impl SearchFiles {
     pub fn new(workspaces: Arc<Workspaces>) -> Self {
         let spec = ToolSpec::new(
@@ -66,19 +81,7 @@ impl SearchFiles {
         )
         .with_title("Search files")
         .with_category("workspace")
-        .with_output_schema(json!({
-            "type": "object",
-            "properties": {
-                "matches": {"type": "array", "items": {
-                    "type": "object",
-                    "properties": {"path": {"type": "string"}, "line": {"type": "integer"}, "text": {"type": "string"}},
-                    "required": ["path", "line", "text"]
-                }},
-                "files_searched": {"type": "integer"},
-                "truncated": {"type": "boolean", "description": "max_results was reached"}
-            },
-            "required": ["matches", "files_searched", "truncated"]
-        }));
+        .with_output_schema(crate::output_schema::<Found>());
         Self::with_spec(spec, workspaces)
     }
 }
@@ -170,13 +173,17 @@ impl FileWork for Args {
                         .chars()
                         .take(MAX_LINE_CHARS)
                         .collect();
-                    matches.push((display_path(rel), idx + 1, shown));
+                    matches.push(Match {
+                        path: display_path(rel),
+                        line: idx + 1,
+                        text: shown,
+                    });
                 }
             }
         }
         let mut text = String::new();
-        for (path, line, shown) in &matches {
-            text.push_str(&format!("{path}:{line}: {shown}\n"));
+        for m in &matches {
+            text.push_str(&format!("{}:{}: {}\n", m.path, m.line, m.text));
         }
         if matches.is_empty() {
             text.push_str("no matches\n");
@@ -186,15 +193,12 @@ impl FileWork for Args {
                 args.max_results
             ));
         }
-        let matches: Vec<Value> = matches
-            .into_iter()
-            .map(|(path, line, text)| json!({"path": path, "line": line, "text": text}))
-            .collect();
-        Ok(ToolOutput::text(text).with_structured(json!({
-            "matches": matches,
-            "files_searched": files_searched,
-            "truncated": truncated,
-        })))
+        let found = Found {
+            matches,
+            files_searched,
+            truncated,
+        };
+        Ok(ToolOutput::text(text).with_structured(crate::structured(&found)))
     }
 }
 
@@ -216,6 +220,7 @@ fn open_text(ws: &Workspace, rel: &Path) -> Option<std::io::Split<BufReader<cap_
 mod tests {
     use super::*;
     use crate::read_file::tests::ctx;
+    use serde_json::json;
     use toolgate_core::Tool;
 
     fn workspace() -> (tempfile::TempDir, Arc<Workspaces>) {

@@ -16,7 +16,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use reqwest::Url;
 use schemars::JsonSchema;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use toolgate_core::{CallContext, Effects, ErrorKind, Risk, Tool, ToolError, ToolOutput, ToolSpec};
 
@@ -68,6 +68,19 @@ struct Args {
     raw: bool,
 }
 
+/// What `web_fetch` fetched.
+#[derive(Serialize, JsonSchema)]
+struct Fetched {
+    /// The final URL, after redirects
+    url: String,
+    status: u16,
+    content_type: Option<String>,
+    title: Option<String>,
+    bytes: usize,
+    /// The body was longer than the byte cap
+    truncated: bool,
+}
+
 impl WebFetch {
     pub fn new(options: FetchOptions) -> Result<Self, ToolError> {
         let spec = ToolSpec::new(
@@ -88,18 +101,7 @@ impl WebFetch {
             },
         )
         .with_timeouts(Duration::from_secs(30), Duration::from_secs(120))
-        .with_output_schema(json!({
-            "type": "object",
-            "properties": {
-                "url": {"type": "string", "description": "The final URL, after redirects"},
-                "status": {"type": "integer"},
-                "content_type": {"type": ["string", "null"]},
-                "title": {"type": ["string", "null"]},
-                "bytes": {"type": "integer"},
-                "truncated": {"type": "boolean", "description": "The body was longer than the byte cap"}
-            },
-            "required": ["url", "status", "content_type", "title", "bytes", "truncated"]
-        }));
+        .with_output_schema(crate::output_schema::<Fetched>());
         let egress = Arc::new(Egress {
             allow_http: options.allow_http,
             allowed_networks: options.allowed_networks.clone(),
@@ -243,14 +245,15 @@ impl WebFetch {
                 self.options.max_bytes
             ));
         }
-        Ok(ToolOutput::text(shown).with_structured(json!({
-            "url": url.as_str(),
-            "status": status.as_u16(),
-            "content_type": content_type,
-            "title": title,
-            "bytes": body.len(),
-            "truncated": truncated,
-        })))
+        let fetched = Fetched {
+            url: url.to_string(),
+            status: status.as_u16(),
+            content_type,
+            title,
+            bytes: body.len(),
+            truncated,
+        };
+        Ok(ToolOutput::text(shown).with_structured(crate::structured(&fetched)))
     }
 }
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use schemars::JsonSchema;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use toolgate_core::{CallContext, Effects, ErrorKind, Risk, Tool, ToolError, ToolOutput, ToolSpec};
 
 use crate::parse_args;
@@ -64,6 +64,19 @@ struct SearxResult {
     content: String,
 }
 
+/// What `web_search` found.
+#[derive(Serialize, JsonSchema)]
+struct Results {
+    results: Vec<Hit>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Hit {
+    title: String,
+    url: String,
+    snippet: String,
+}
+
 impl WebSearch {
     pub fn new(options: SearchOptions) -> Result<Self, ToolError> {
         let spec = ToolSpec::new(
@@ -84,21 +97,7 @@ impl WebSearch {
             },
         )
         .with_timeouts(Duration::from_secs(20), Duration::from_secs(60))
-        .with_output_schema(json!({
-            "type": "object",
-            "properties": {
-                "results": {"type": "array", "items": {
-                    "type": "object",
-                    "properties": {
-                        "title": {"type": "string"},
-                        "url": {"type": "string"},
-                        "snippet": {"type": "string"}
-                    },
-                    "required": ["title", "url", "snippet"]
-                }}
-            },
-            "required": ["results"]
-        }));
+        .with_output_schema(crate::output_schema::<Results>());
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::limited(3))
             .connect_timeout(Duration::from_secs(10))
@@ -150,25 +149,29 @@ impl Tool for WebSearch {
             .json()
             .await
             .map_err(|e| upstream(format!("the search API's answer is not SearXNG JSON: {e}")))?;
-        let results: Vec<Value> = body
+        let results: Vec<Hit> = body
             .results
             .into_iter()
             .take(args.count.min(MAX_RESULTS))
-            .map(|r| json!({"title": r.title, "url": r.url, "snippet": r.content}))
+            .map(|r| Hit {
+                title: r.title,
+                url: r.url,
+                snippet: r.content,
+            })
             .collect();
         let mut text = String::new();
         for (n, r) in results.iter().enumerate() {
             text.push_str(&format!(
                 "{}. {}\n   {}\n   {}\n",
                 n + 1,
-                r["title"].as_str().unwrap_or(""),
-                r["url"].as_str().unwrap_or(""),
-                r["snippet"].as_str().unwrap_or("")
+                r.title,
+                r.url,
+                r.snippet
             ));
         }
         if results.is_empty() {
             text.push_str("no results\n");
         }
-        Ok(ToolOutput::text(text).with_structured(json!({"results": results})))
+        Ok(ToolOutput::text(text).with_structured(crate::structured(&Results { results })))
     }
 }

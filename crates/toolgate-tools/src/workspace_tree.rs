@@ -7,13 +7,13 @@ use std::sync::Arc;
 
 use ignore::WalkBuilder;
 use schemars::JsonSchema;
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 use toolgate_core::{ToolError, ToolOutput, ToolSpec};
 
 use tokio_util::sync::CancellationToken;
 
 use crate::file_tool::{FileWork, WorkspaceTool};
+use crate::list_files::EntryKind;
 use crate::workspace::{display_path, io_error};
 use crate::{Workspace, Workspaces};
 
@@ -43,6 +43,22 @@ fn default_depth() -> usize {
     DEFAULT_DEPTH
 }
 
+/// What `workspace_tree` walked.
+#[derive(Serialize, JsonSchema)]
+struct Tree {
+    path: String,
+    entries: Vec<TreeEntry>,
+    /// More entries exist than were shown
+    truncated: bool,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct TreeEntry {
+    path: String,
+    #[serde(rename = "type")]
+    kind: EntryKind,
+}
+
 impl WorkspaceTree {
     pub fn new(workspaces: Arc<Workspaces>) -> Self {
         let spec = ToolSpec::new(
@@ -54,22 +70,7 @@ impl WorkspaceTree {
         )
         .with_title("Workspace tree")
         .with_category("workspace")
-        .with_output_schema(json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string"},
-                "entries": {"type": "array", "items": {
-                    "type": "object",
-                    "properties": {
-                        "path": {"type": "string"},
-                        "type": {"enum": ["file", "dir", "symlink", "other"]}
-                    },
-                    "required": ["path", "type"]
-                }},
-                "truncated": {"type": "boolean", "description": "More entries exist than were shown"}
-            },
-            "required": ["path", "entries", "truncated"]
-        }));
+        .with_output_schema(crate::output_schema::<Tree>());
         Self::with_spec(spec, workspaces)
     }
 }
@@ -114,12 +115,9 @@ impl FileWork for Args {
                 truncated = true;
                 break;
             }
-            let kind = match entry.file_type() {
-                Some(t) if t.is_symlink() => "symlink",
-                Some(t) if t.is_dir() => "dir",
-                Some(t) if t.is_file() => "file",
-                _ => "other",
-            };
+            let kind = entry.file_type().map_or(EntryKind::Other, |t| {
+                EntryKind::new(t.is_symlink(), t.is_dir(), t.is_file())
+            });
             let path = entry
                 .path()
                 .strip_prefix(ws.root())
@@ -127,28 +125,26 @@ impl FileWork for Args {
                 .unwrap_or_default();
             text.push_str(&"  ".repeat(entry.depth()));
             text.push_str(&entry.file_name().to_string_lossy());
-            text.push_str(match kind {
-                "dir" => "/",
-                "symlink" => "@",
-                _ => "",
-            });
+            text.push_str(kind.suffix());
             text.push('\n');
-            entries.push(json!({"path": path, "type": kind}));
+            entries.push(TreeEntry { path, kind });
         }
         if truncated {
             text.push_str(&format!("[stopped after {MAX_ENTRIES} entries]\n"));
         }
-        Ok(ToolOutput::text(text).with_structured(json!({
-            "path": display_path(&rel),
-            "entries": entries,
-            "truncated": truncated,
-        })))
+        let tree = Tree {
+            path: display_path(&rel),
+            entries,
+            truncated,
+        };
+        Ok(ToolOutput::text(text).with_structured(crate::structured(&tree)))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
     use toolgate_core::Tool;
 
     #[tokio::test]

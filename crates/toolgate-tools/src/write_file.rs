@@ -9,8 +9,7 @@ use std::sync::Arc;
 
 use cap_std::fs::{Dir, OpenOptions};
 use schemars::JsonSchema;
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 use toolgate_core::{Effects, Risk, ToolError, ToolOutput, ToolSpec};
 
 use tokio_util::sync::CancellationToken;
@@ -43,6 +42,15 @@ pub struct WriteArgs {
     content: String,
 }
 
+/// What `write_file` wrote.
+#[derive(Serialize, JsonSchema)]
+struct Written {
+    path: String,
+    bytes: usize,
+    /// The file did not exist before
+    created: bool,
+}
+
 impl WriteFile {
     pub fn new(workspaces: Arc<Workspaces>) -> Self {
         let spec = ToolSpec::new(
@@ -54,15 +62,7 @@ impl WriteFile {
         .with_title("Write file")
         .with_category("workspace")
         .with_risk(Risk::Medium, CHANGES)
-        .with_output_schema(json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string"},
-                "bytes": {"type": "integer"},
-                "created": {"type": "boolean", "description": "The file did not exist before"}
-            },
-            "required": ["path", "bytes", "created"]
-        }));
+        .with_output_schema(crate::output_schema::<Written>());
         Self::with_spec(spec, workspaces)
     }
 }
@@ -96,13 +96,18 @@ impl FileWork for WriteArgs {
             Err(e) => return Err(io_error(&rel, e)),
         };
         replace(dir, &rel, args.content.as_bytes())?;
-        let bytes = args.content.len();
-        let shown = display_path(&rel);
+        let written = Written {
+            path: display_path(&rel),
+            bytes: args.content.len(),
+            created,
+        };
         Ok(ToolOutput::text(format!(
-            "{} {shown} ({bytes} bytes)",
-            if created { "created" } else { "replaced" }
+            "{} {} ({} bytes)",
+            if created { "created" } else { "replaced" },
+            written.path,
+            written.bytes
         ))
-        .with_structured(json!({"path": shown, "bytes": bytes, "created": created})))
+        .with_structured(crate::structured(&written)))
     }
 }
 
@@ -124,6 +129,13 @@ pub struct EditArgs {
     replace_all: bool,
 }
 
+/// What `edit_file` changed.
+#[derive(Serialize, JsonSchema)]
+struct Edited {
+    path: String,
+    replacements: usize,
+}
+
 impl EditFile {
     pub fn new(workspaces: Arc<Workspaces>) -> Self {
         let spec = ToolSpec::new(
@@ -142,14 +154,7 @@ impl EditFile {
                 ..CHANGES
             },
         )
-        .with_output_schema(json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string"},
-                "replacements": {"type": "integer"}
-            },
-            "required": ["path", "replacements"]
-        }));
+        .with_output_schema(crate::output_schema::<Edited>());
         Self::with_spec(spec, workspaces)
     }
 }
@@ -216,7 +221,10 @@ impl FileWork for EditArgs {
             "edited {shown}: {count} replacement{}",
             if count == 1 { "" } else { "s" }
         ))
-        .with_structured(json!({"path": shown, "replacements": count})))
+        .with_structured(crate::structured(&Edited {
+            path: shown,
+            replacements: count,
+        })))
     }
 }
 
@@ -302,6 +310,7 @@ fn replace(dir: &Dir, rel: &Path, bytes: &[u8]) -> Result<(), ToolError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
     use toolgate_core::ErrorKind;
     use toolgate_core::Tool;
 
