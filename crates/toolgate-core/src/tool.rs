@@ -27,6 +27,7 @@ pub trait Tool: Send + Sync + 'static {
 
 /// One piece of output for people and models.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = ContentItem))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Content {
     Text {
@@ -45,11 +46,13 @@ pub enum Content {
     /// A resource embedded in the output, as MCP's `EmbeddedResource.resource`: `uri`,
     /// `mimeType`, and `text` or base64 `blob` (kept as given by an upstream server).
     Resource {
+        #[cfg_attr(feature = "openapi", schema(value_type = Object))]
         resource: Value,
     },
     /// A link to a resource the caller may read, as MCP's `ResourceLink` (`uri`, `name`,
     /// `mimeType`, …).
     ResourceLink {
+        #[cfg_attr(feature = "openapi", schema(value_type = Object))]
         link: Value,
     },
 }

@@ -7,36 +7,6 @@ use serde_json::{Value, json};
 use toolgate_core::{Completed, Content, ToolError};
 use utoipa::ToSchema;
 
-/// One piece of output.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum ContentItem {
-    Text {
-        text: String,
-    },
-    Image {
-        /// Base64-encoded bytes.
-        data: String,
-        mime_type: String,
-    },
-    Audio {
-        /// Base64-encoded bytes.
-        data: String,
-        mime_type: String,
-    },
-    /// A resource embedded in the output (MCP `EmbeddedResource.resource`: `uri`,
-    /// `mimeType`, and `text` or base64 `blob`).
-    Resource {
-        #[schema(value_type = Object)]
-        resource: Value,
-    },
-    /// A link to a resource (MCP `ResourceLink`: `uri`, `name`, `mimeType`, …).
-    ResourceLink {
-        #[schema(value_type = Object)]
-        link: Value,
-    },
-}
-
 /// A successful call.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(example = json!({
@@ -50,7 +20,7 @@ pub struct InvokeResponse {
     /// Identifies this call in events and logs.
     pub call_id: String,
     /// Output for people and models.
-    pub content: Vec<ContentItem>,
+    pub content: Vec<Content>,
     /// Structured result matching the tool's `output_schema`, when it has one.
     #[schema(value_type = Option<Object>)]
     pub structured: Option<Value>,
@@ -64,18 +34,7 @@ impl From<Completed> for InvokeResponse {
     fn from(done: Completed) -> Self {
         Self {
             call_id: done.call_id.to_string(),
-            content: done
-                .output
-                .content
-                .into_iter()
-                .map(|c| match c {
-                    Content::Text { text } => ContentItem::Text { text },
-                    Content::Image { data, mime_type } => ContentItem::Image { data, mime_type },
-                    Content::Audio { data, mime_type } => ContentItem::Audio { data, mime_type },
-                    Content::Resource { resource } => ContentItem::Resource { resource },
-                    Content::ResourceLink { link } => ContentItem::ResourceLink { link },
-                })
-                .collect(),
+            content: done.output.content,
             structured: done.output.structured,
             duration_ms: (done.duration.as_secs_f64() * 1_000_000.0).round() / 1000.0,
             truncated: done.truncated,

@@ -20,7 +20,7 @@ use utoipa_axum::routes;
 use super::error::{ApiError, Problem};
 use super::extract::{AppJson, AppPath, AppQuery, UserAgent, bounded, located};
 use crate::auth::Caller;
-pub use crate::outcome::{ContentItem, InvokeResponse};
+pub use crate::outcome::InvokeResponse;
 use crate::request_id::RequestId;
 use crate::state::AppState;
 
