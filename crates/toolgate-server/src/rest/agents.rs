@@ -9,7 +9,6 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use toolgate_agent::AgentConfig;
 use toolgate_core::ToolError;
 use toolgate_core::auth::scopes;
@@ -58,139 +57,9 @@ pub struct AgentView {
     pub id: Uuid,
     #[serde(flatten)]
     #[schema(inline)]
-    pub config: AgentBody,
+    pub config: AgentConfig,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
-}
-
-/// What an agent is. Unknown fields are refused.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(example = json!({
-    "name": "researcher",
-    "provider": "openai",
-    "model": "gpt-4.1-mini",
-    "system_prompt": "You answer questions about the workspace.",
-    "tools": ["read_file", "search_files"]
-}))]
-pub struct AgentBody {
-    /// `^[a-z0-9][a-z0-9_-]{0,62}$`, unique in the tenant.
-    pub name: String,
-    /// A provider configured on the gateway (`[providers.<name>]`).
-    pub provider: String,
-    pub model: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub system_prompt: Option<String>,
-    /// Tool names or globs. With `categories` both empty, the agent has no tools.
-    /// Always intersected with the caller's own tools.
-    #[serde(default)]
-    pub tools: Vec<String>,
-    #[serde(default)]
-    pub categories: Vec<String>,
-    /// `native` (the provider's function calling), `react` or `xml` (text protocols for
-    /// models without function calling).
-    #[serde(default)]
-    #[schema(value_type = String, example = "native")]
-    pub protocol: toolgate_agent::Protocol,
-    /// 1–100, default 10.
-    #[serde(default)]
-    pub max_turns: Option<u32>,
-    /// Off: one tool call per turn. Default on.
-    #[serde(default)]
-    pub parallel_tool_calls: Option<bool>,
-    /// Each tool call's deadline in milliseconds (clamped to the tool's maximum).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_timeout_ms: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub temperature: Option<f32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_tokens: Option<u32>,
-    /// Identical consecutive tool calls before the next is refused (default 3).
-    #[serde(default)]
-    pub repetition_limit: Option<u32>,
-    /// Structured output: a JSON Schema (root `"type": "object"`) the final answer must
-    /// match. The model is told it (natively where the provider can), every answer is
-    /// validated, and the run's `output_json` holds the answer as JSON.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub output_schema: Option<Value>,
-    /// Model routing: a faster model for the first turn (an answer without tool calls
-    /// ends the run; a reply calling tools is routed, unrun, to `model`) and for answers
-    /// asked without tools; `model` for every tool-using turn. Each `model_message` step
-    /// names the model that answered.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fast_model: Option<String>,
-    /// The provider of `fast_model` (default: `provider`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fast_provider: Option<String>,
-    /// Stream the model's replies: text and reasoning reach `GET /v1/runs/{id}/events`
-    /// as `model_delta` events while they are generated (default off).
-    #[serde(default)]
-    pub stream: Option<bool>,
-    /// Answers not matching `output_schema` sent back for another try before the run
-    /// fails (0–5, default 2).
-    #[serde(default)]
-    pub output_retries: Option<u32>,
-    /// Not supported: refused with a pointer to the tenant policy's `agent` rules.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub approval_policy: Option<Value>,
-}
-
-impl AgentBody {
-    fn into_config(self) -> AgentConfig {
-        AgentConfig {
-            name: self.name,
-            provider: self.provider,
-            model: self.model,
-            system_prompt: self.system_prompt,
-            tools: self.tools,
-            categories: self.categories,
-            protocol: self.protocol,
-            max_turns: self
-                .max_turns
-                .unwrap_or(toolgate_agent::agent::DEFAULT_MAX_TURNS),
-            parallel_tool_calls: self.parallel_tool_calls.unwrap_or(true),
-            tool_timeout_ms: self.tool_timeout_ms,
-            temperature: self.temperature,
-            max_tokens: self.max_tokens,
-            repetition_limit: self
-                .repetition_limit
-                .unwrap_or(toolgate_agent::agent::DEFAULT_REPETITION_LIMIT),
-            output_schema: self.output_schema,
-            fast_model: self.fast_model,
-            fast_provider: self.fast_provider,
-            stream: self.stream.unwrap_or(false),
-            output_retries: self
-                .output_retries
-                .unwrap_or(toolgate_agent::agent::DEFAULT_OUTPUT_RETRIES),
-            approval_policy: self.approval_policy,
-        }
-    }
-
-    fn from_config(c: AgentConfig) -> Self {
-        Self {
-            name: c.name,
-            provider: c.provider,
-            model: c.model,
-            system_prompt: c.system_prompt,
-            tools: c.tools,
-            categories: c.categories,
-            protocol: c.protocol,
-            max_turns: Some(c.max_turns),
-            parallel_tool_calls: Some(c.parallel_tool_calls),
-            tool_timeout_ms: c.tool_timeout_ms,
-            temperature: c.temperature,
-            max_tokens: c.max_tokens,
-            repetition_limit: Some(c.repetition_limit),
-            output_schema: c.output_schema,
-            fast_model: c.fast_model,
-            fast_provider: c.fast_provider,
-            stream: Some(c.stream),
-            output_retries: Some(c.output_retries),
-            approval_policy: c.approval_policy,
-        }
-    }
 }
 
 /// The stored agent's configuration; stored data that no longer reads is an internal error.
@@ -207,7 +76,7 @@ fn view(record: AgentRecord) -> Result<AgentView, ApiError> {
     let config = config_of(&record)?;
     Ok(AgentView {
         id: record.id,
-        config: AgentBody::from_config(config),
+        config,
         created_at: record.created_at,
         updated_at: record.updated_at,
     })
@@ -284,7 +153,7 @@ async fn list_agents(
 
 /// Create an agent.
 #[utoipa::path(post, path = "/v1/agents", tag = "agents",
-    request_body(content = AgentBody, content_type = "application/json"),
+    request_body(content = AgentConfig, content_type = "application/json"),
     responses(
         (status = 201, description = "Created", body = AgentView),
         (status = 400, description = "Invalid configuration (every problem listed)", body = Problem, content_type = "application/problem+json"),
@@ -294,10 +163,9 @@ async fn list_agents(
 async fn create_agent(
     State(app): State<AppState>,
     caller: Caller,
-    AppJson(body): AppJson<AgentBody>,
+    AppJson(config): AppJson<AgentConfig>,
 ) -> Result<Response, ApiError> {
     caller.require(scopes::AGENTS_MANAGE)?;
-    let config = body.into_config();
     validate(&app, &config)?;
     let value = serde_json::to_value(&config).map_err(|e| ApiError::Internal(e.into()))?;
     let record = app
@@ -329,7 +197,7 @@ async fn get_agent(
 /// started with.
 #[utoipa::path(put, path = "/v1/agents/{id}", tag = "agents",
     params(("id" = Uuid, Path, description = "Agent id")),
-    request_body(content = AgentBody, content_type = "application/json"),
+    request_body(content = AgentConfig, content_type = "application/json"),
     responses(
         (status = 200, description = "The resource", body = AgentView),
         (status = 400, description = "Malformed request or invalid configuration (every problem listed)", body = Problem, content_type = "application/problem+json"),
@@ -340,10 +208,9 @@ async fn replace_agent(
     State(app): State<AppState>,
     caller: Caller,
     AppPath(id): AppPath<Uuid>,
-    AppJson(body): AppJson<AgentBody>,
+    AppJson(config): AppJson<AgentConfig>,
 ) -> Result<AppJson<AgentView>, ApiError> {
     caller.require(scopes::AGENTS_MANAGE)?;
-    let config = body.into_config();
     validate(&app, &config)?;
     let value = serde_json::to_value(&config).map_err(|e| ApiError::Internal(e.into()))?;
     if !app
