@@ -70,6 +70,7 @@ pub mod spec;
 pub mod stores;
 pub mod tool;
 pub mod toolset;
+pub mod usage;
 
 pub use auth::{AuthContext, Principal, PrincipalKind, SubjectToken};
 pub use client::{Client, ClientChannel, ClientError, ClientRequest};
@@ -85,6 +86,7 @@ pub use secrets::SecretNames;
 pub use spec::{Effects, Risk, ToolSpec};
 pub use tool::{Content, Tool, ToolOutput};
 pub use toolset::{ScopedToolset, Toolset};
+pub use usage::Usage;
 
 /// Lower-case hex of `bytes`. Used on every call (key, argument and row hashes, trace
 /// ids): `hex::encode` collects an iterator of `char`s into its `String` one push at a

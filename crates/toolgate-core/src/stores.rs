@@ -46,7 +46,8 @@ pub struct RunRecord {
     pub output: Option<String>,
     pub best_effort: bool,
     pub error: Option<String>,
-    pub usage: Option<serde_json::Value>,
+    /// Token counts over all the run's model calls, once it has ended or paused.
+    pub usage: Option<crate::Usage>,
     pub cancel_requested: bool,
     pub created_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
@@ -131,7 +132,7 @@ pub struct RunFinish {
     pub output: Option<String>,
     pub best_effort: bool,
     pub error: Option<String>,
-    pub usage: serde_json::Value,
+    pub usage: crate::Usage,
 }
 
 /// Agent runs and their journals, with the leases that say which instance drives each.

@@ -180,32 +180,8 @@ pub(crate) fn decode_error(message: &str) -> ProviderError {
     )
 }
 
-/// Token counts of one model call, normalized across providers.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Usage {
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    /// Input tokens served from a cache (part of `input_tokens`).
-    #[serde(default)]
-    pub cached_input_tokens: u64,
-    /// Reasoning tokens (part of `output_tokens`, except on Gemini where they are extra and
-    /// added here and to `output_tokens`).
-    #[serde(default)]
-    pub reasoning_tokens: u64,
-}
-
-impl Usage {
-    pub fn total(&self) -> u64 {
-        self.input_tokens + self.output_tokens
-    }
-
-    pub fn add(&mut self, other: &Usage) {
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
-        self.cached_input_tokens += other.cached_input_tokens;
-        self.reasoning_tokens += other.reasoning_tokens;
-    }
-}
+/// Token counts of one model call (core's type: a run's row keeps their sum).
+pub use toolgate_core::Usage;
 
 /// What one model call returned.
 #[derive(Clone, Debug)]

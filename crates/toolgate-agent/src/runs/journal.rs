@@ -104,7 +104,7 @@ impl Journal for StoreJournal {
                 output: output.clone(),
                 best_effort: *best_effort,
                 error: error.clone(),
-                usage: serde_json::to_value(usage).unwrap_or(Value::Null),
+                usage: *usage,
             }),
             // Paused: the run row says so and frees its lease, so that whichever instance
             // sees the decision first takes it over.
@@ -113,7 +113,7 @@ impl Journal for StoreJournal {
                 output: None,
                 best_effort: false,
                 error: None,
-                usage: serde_json::to_value(usage).unwrap_or(Value::Null),
+                usage: *usage,
             }),
             _ => None,
         };

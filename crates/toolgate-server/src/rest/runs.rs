@@ -80,8 +80,7 @@ pub struct RunView {
     pub error: Option<String>,
     /// Token counts over all model calls, once the run has ended.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub usage: Option<Value>,
+    pub usage: Option<toolgate_core::Usage>,
     pub created_at: DateTime<Utc>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<DateTime<Utc>>,

@@ -77,7 +77,13 @@ fn run_record(r: RunRow) -> Result<RunRecord, StoreError> {
         output: r.9,
         best_effort: r.10,
         error: r.11,
-        usage: r.12.as_deref().map(json).transpose()?,
+        // Text `null` from an older writer reads as no usage, as SQL NULL does.
+        usage: r
+            .12
+            .as_deref()
+            .map(json::<Option<_>>)
+            .transpose()?
+            .flatten(),
         cancel_requested: r.13,
         created_at: r.14,
         finished_at: r.15,
@@ -287,7 +293,7 @@ macro_rules! run_store {
                 .bind(&f.output)
                 .bind(f.best_effort)
                 .bind(&f.error)
-                .bind(f.usage.to_string())
+                .bind(crate::text::encode(&f.usage)?)
                 .bind(at)
                 .execute(conn)
                 .await?;

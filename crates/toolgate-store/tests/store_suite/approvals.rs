@@ -188,7 +188,7 @@ async fn approvals_are_used_once_decided_once_expire_and_stay_in_their_tenant() 
             output: None,
             best_effort: false,
             error: None,
-            usage: json!({}),
+            usage: Default::default(),
         };
         store
             .append_run_events(

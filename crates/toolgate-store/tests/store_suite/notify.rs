@@ -139,7 +139,7 @@ async fn a_runs_new_steps_are_announced_to_every_instance() {
             output: Some("done".into()),
             best_effort: false,
             error: None,
-            usage: json!({}),
+            usage: Default::default(),
         };
         elsewhere
             .append_run_events(

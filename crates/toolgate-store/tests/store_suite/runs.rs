@@ -96,7 +96,11 @@ async fn a_run_journal_is_ordered_single_writer_and_tenant_scoped() {
             output: Some("done".into()),
             best_effort: false,
             error: None,
-            usage: json!({"input_tokens": 3, "output_tokens": 4}),
+            usage: toolgate_core::Usage {
+                input_tokens: 3,
+                output_tokens: 4,
+                ..Default::default()
+            },
         };
         let last = json!({"type": "run_finished", "status": "completed"});
         store
@@ -118,8 +122,8 @@ async fn a_run_journal_is_ordered_single_writer_and_tenant_scoped() {
         assert_eq!(got.status, "completed");
         assert_eq!(got.output.as_deref(), Some("done"));
         assert_eq!(
-            got.usage,
-            Some(json!({"input_tokens": 3, "output_tokens": 4}))
+            got.usage.map(|u| (u.input_tokens, u.output_tokens)),
+            Some((3, 4))
         );
         assert!(got.finished_at.is_some());
         assert!(!store.request_run_cancel(a.id, run).await.expect("cancel"));
