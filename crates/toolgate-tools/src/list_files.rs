@@ -10,7 +10,7 @@ use toolgate_core::{ToolError, ToolOutput, ToolSpec};
 use tokio_util::sync::CancellationToken;
 
 use crate::file_tool::{FileWork, WorkspaceTool};
-use crate::workspace::{display_path, io_error};
+use crate::workspace::{EntryKind, display_path, io_error};
 use crate::{Workspace, Workspaces};
 
 /// Most entries returned; the rest are counted.
@@ -46,39 +46,6 @@ struct Entry {
     kind: EntryKind,
     #[serde(skip_serializing_if = "Option::is_none")]
     size: Option<u64>,
-}
-
-/// The entry's type: a file, a directory, a symbolic link or something else.
-#[derive(Clone, Copy, Serialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum EntryKind {
-    File,
-    Dir,
-    Symlink,
-    Other,
-}
-
-impl EntryKind {
-    /// From a file type's `is_symlink`, `is_dir` and `is_file` (std's and cap-std's types
-    /// share no trait).
-    pub(crate) fn new(symlink: bool, dir: bool, file: bool) -> Self {
-        match (symlink, dir, file) {
-            (true, _, _) => EntryKind::Symlink,
-            (_, true, _) => EntryKind::Dir,
-            (_, _, true) => EntryKind::File,
-            _ => EntryKind::Other,
-        }
-    }
-
-    /// What follows the entry's name in a listing's text: `/` for a directory, `@` for a
-    /// symbolic link.
-    pub(crate) fn suffix(self) -> &'static str {
-        match self {
-            EntryKind::Dir => "/",
-            EntryKind::Symlink => "@",
-            EntryKind::File | EntryKind::Other => "",
-        }
-    }
 }
 
 impl ListFiles {

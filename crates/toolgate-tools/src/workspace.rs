@@ -213,6 +213,39 @@ pub fn io_error(path: &Path, err: io::Error) -> ToolError {
     }
 }
 
+/// The entry's type: a file, a directory, a symbolic link or something else.
+#[derive(Clone, Copy, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum EntryKind {
+    File,
+    Dir,
+    Symlink,
+    Other,
+}
+
+impl EntryKind {
+    /// From a file type's `is_symlink`, `is_dir` and `is_file` (std's and cap-std's types
+    /// share no trait).
+    pub(crate) fn new(symlink: bool, dir: bool, file: bool) -> Self {
+        match (symlink, dir, file) {
+            (true, _, _) => EntryKind::Symlink,
+            (_, true, _) => EntryKind::Dir,
+            (_, _, true) => EntryKind::File,
+            _ => EntryKind::Other,
+        }
+    }
+
+    /// What follows the entry's name in a listing's text: `/` for a directory, `@` for a
+    /// symbolic link.
+    pub(crate) fn suffix(self) -> &'static str {
+        match self {
+            EntryKind::Dir => "/",
+            EntryKind::Symlink => "@",
+            EntryKind::File | EntryKind::Other => "",
+        }
+    }
+}
+
 /// The path as shown to callers (`/` separators, `.` for the root).
 pub fn display_path(path: &Path) -> String {
     path.to_string_lossy().into_owned()

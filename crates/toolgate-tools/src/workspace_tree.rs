@@ -13,8 +13,7 @@ use toolgate_core::{ToolError, ToolOutput, ToolSpec};
 use tokio_util::sync::CancellationToken;
 
 use crate::file_tool::{FileWork, WorkspaceTool};
-use crate::list_files::EntryKind;
-use crate::workspace::{display_path, io_error};
+use crate::workspace::{EntryKind, display_path, io_error};
 use crate::{Workspace, Workspaces};
 
 /// Most entries shown; the walk stops there.
