@@ -305,6 +305,7 @@ mod output_schemas {
                 "edit_file",
                 json!({"path": "src/a.txt", "old_text": "hay", "new_text": "straw"}),
             ),
+            ("create_directory", json!({"path": "src/made"})),
             ("read_file", json!({"path": "src/a.txt"})),
             ("read_file", json!({"path": "src/a.txt", "offset": 9})),
             ("list_files", json!({"path": "src"})),
@@ -340,6 +341,6 @@ mod output_schemas {
             );
             checked.insert(name);
         }
-        assert_eq!(checked.len(), 7, "{checked:?}");
+        assert_eq!(checked.len(), 8, "{checked:?}");
     }
 }

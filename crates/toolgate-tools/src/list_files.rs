@@ -1,17 +1,11 @@
 //! `list_files`: the entries of one workspace directory.
 
-use std::path::PathBuf;
-use std::sync::Arc;
-
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use toolgate_core::{ToolError, ToolOutput, ToolSpec};
+use toolgate_core::ToolError;
 
-use tokio_util::sync::CancellationToken;
-
-use crate::file_tool::{FileWork, WorkspaceTool};
+use crate::file_tool::{At, FileWork, WorkspaceTool};
 use crate::workspace::{EntryKind, display_path, io_error};
-use crate::{Workspace, Workspaces};
 
 /// Most entries returned; the rest are counted.
 pub const MAX_ENTRIES: usize = 1000;
@@ -32,7 +26,7 @@ pub struct Args {
 
 /// What `list_files` found.
 #[derive(Serialize, JsonSchema)]
-struct Listing {
+pub struct Listing {
     path: String,
     entries: Vec<Entry>,
     /// Entries beyond the listing limit
@@ -48,38 +42,25 @@ struct Entry {
     size: Option<u64>,
 }
 
-impl ListFiles {
-    pub fn new(workspaces: Arc<Workspaces>) -> Self {
-        let spec = ToolSpec::new(
-            "list_files",
-            "List the entries of a directory in the workspace, sorted by name. Directories end \
-             with '/', symbolic links with '@'. Paths are relative to the workspace root.",
-            crate::input_schema::<Args>(),
-        )
-        .with_title("List files")
-        .with_category("workspace")
-        .with_output_schema(crate::output_schema::<Listing>());
-        Self::with_spec(spec, workspaces)
-    }
-}
-
 impl FileWork for Args {
+    type Output = Listing;
+    const NAME: &str = "list_files";
+    const TITLE: &str = "List files";
+    const DESCRIPTION: &str = "List the entries of a directory in the workspace, sorted \
+        by name. Directories end with '/', symbolic links with '@'. Paths are relative to \
+        the workspace root.";
+
     fn path(&self) -> &str {
         &self.path
     }
 
-    fn run(
-        args: Self,
-        ws: &Workspace,
-        rel: PathBuf,
-        _cancel: &CancellationToken,
-    ) -> Result<ToolOutput, ToolError> {
+    fn run(self, At { ws, rel, .. }: At<'_>) -> Result<(String, Listing), ToolError> {
         let entries = ws.dir().read_dir(&rel).map_err(|e| io_error(&rel, e))?;
         let mut listed = Vec::new();
         for entry in entries {
             let entry = entry.map_err(|e| io_error(&rel, e))?;
             let name = entry.file_name().to_string_lossy().into_owned();
-            if !args.include_hidden && name.starts_with('.') {
+            if !self.include_hidden && name.starts_with('.') {
                 continue;
             }
             let t = entry.file_type().map_err(|e| io_error(&rel, e))?;
@@ -107,7 +88,7 @@ impl FileWork for Args {
             entries: listed,
             omitted,
         };
-        Ok(ToolOutput::text(text).with_structured(crate::structured(&listing)))
+        Ok((text, listing))
     }
 }
 
@@ -117,16 +98,11 @@ mod tests {
     use serde_json::json;
     use toolgate_core::ErrorKind;
     use toolgate_core::Tool;
+    use toolgate_core::ToolOutput;
 
     #[tokio::test]
     async fn lists_sorted_with_kinds_and_hides_dotfiles() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let wss = Arc::new(Workspaces::new(tmp.path()).expect("ws"));
-        let root = wss
-            .for_caller(&crate::read_file::tests::ctx().auth)
-            .expect("ws")
-            .root()
-            .to_path_buf();
+        let (_tmp, wss, root) = crate::read_file::tests::workspaces();
         std::fs::create_dir(root.join("src")).expect("mkdir");
         std::fs::write(root.join("b.txt"), "bb").expect("write");
         std::fs::write(root.join(".env"), "x").expect("write");

@@ -1,18 +1,13 @@
 //! `read_file`: a range of lines from a text file in the workspace.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::sync::Arc;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use toolgate_core::{ToolError, ToolOutput, ToolSpec};
+use toolgate_core::ToolError;
 
-use tokio_util::sync::CancellationToken;
-
-use crate::file_tool::{FileWork, WorkspaceTool};
+use crate::file_tool::{At, FileWork, WorkspaceTool};
 use crate::workspace::{display_path, io_error};
-use crate::{Workspace, Workspaces};
 
 /// Lines returned when the caller gives no limit.
 pub const DEFAULT_LIMIT: u64 = 2000;
@@ -49,7 +44,7 @@ fn default_limit() -> u64 {
 
 /// The lines `read_file` returned, and where they stand in the file.
 #[derive(Serialize, JsonSchema)]
-struct Read {
+pub struct Read {
     path: String,
     start_line: u64,
     /// Last line returned; start_line - 1 when none
@@ -58,32 +53,19 @@ struct Read {
     has_more: bool,
 }
 
-impl ReadFile {
-    pub fn new(workspaces: Arc<Workspaces>) -> Self {
-        let spec = ToolSpec::new(
-            "read_file",
-            "Read a text file from the workspace. Returns lines `offset` .. `offset + limit - 1` \
-             (1-based; by default the first 2000 lines). Paths are relative to the workspace root.",
-            crate::input_schema::<Args>(),
-        )
-        .with_title("Read file")
-        .with_category("workspace")
-        .with_output_schema(crate::output_schema::<Read>());
-        Self::with_spec(spec, workspaces)
-    }
-}
-
 impl FileWork for Args {
+    type Output = Read;
+    const NAME: &str = "read_file";
+    const TITLE: &str = "Read file";
+    const DESCRIPTION: &str = "Read a text file from the workspace. Returns lines \
+        `offset` .. `offset + limit - 1` (1-based; by default the first 2000 lines). Paths \
+        are relative to the workspace root.";
+
     fn path(&self) -> &str {
         &self.path
     }
 
-    fn run(
-        args: Self,
-        ws: &Workspace,
-        rel: PathBuf,
-        cancel: &CancellationToken,
-    ) -> Result<ToolOutput, ToolError> {
+    fn run(self, At { ws, rel, cancel }: At<'_>) -> Result<(String, Read), ToolError> {
         let (file, meta) = ws.open_regular(&rel)?;
         if meta.len() > MAX_FILE_BYTES {
             return Err(ToolError::invalid_arguments(format!(
@@ -106,7 +88,7 @@ impl FileWork for Args {
                 display_path(&rel)
             )));
         }
-        let last = args.offset.saturating_add(args.limit) - 1;
+        let last = self.offset.saturating_add(self.limit) - 1;
         let mut text = String::new();
         let mut total = 0u64;
         let mut line = Vec::new();
@@ -119,7 +101,7 @@ impl FileWork for Args {
                 break;
             }
             total += 1;
-            if (args.offset..=last).contains(&total) {
+            if (self.offset..=last).contains(&total) {
                 text.push_str(&String::from_utf8_lossy(&line));
             }
             if total.is_multiple_of(4096) && cancel.is_cancelled() {
@@ -129,22 +111,25 @@ impl FileWork for Args {
                 ));
             }
         }
-        let end = last.min(total).max(args.offset - 1);
+        let end = last.min(total).max(self.offset - 1);
         let read = Read {
             path: display_path(&rel),
-            start_line: args.offset,
+            start_line: self.offset,
             end_line: end,
             total_lines: total,
             has_more: end < total,
         };
-        Ok(ToolOutput::text(text).with_structured(crate::structured(&read)))
+        Ok((text, read))
     }
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::Workspaces;
     use serde_json::json;
+    use std::sync::Arc;
+    use toolgate_core::ToolOutput;
     use toolgate_core::{
         Adapter, AuthContext, Content, ErrorKind, Principal, PrincipalId, PrincipalKind, TenantId,
     };
@@ -165,6 +150,19 @@ pub(crate) mod tests {
             }),
             Adapter::Rest,
         )
+    }
+
+    /// A temporary directory holding [`ctx`]'s workspace: the directory (deleted when
+    /// dropped), the workspaces, and the caller's workspace root.
+    pub(crate) fn workspaces() -> (tempfile::TempDir, Arc<Workspaces>, std::path::PathBuf) {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let wss = Arc::new(Workspaces::new(tmp.path()).expect("ws"));
+        let root = wss
+            .for_caller(&ctx().auth)
+            .expect("ws")
+            .root()
+            .to_path_buf();
+        (tmp, wss, root)
     }
 
     fn text(out: &ToolOutput) -> &str {

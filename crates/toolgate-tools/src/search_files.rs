@@ -3,20 +3,18 @@
 //! (the walk is ripgrep's own `ignore` crate).
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::Path;
 
 use ignore::WalkBuilder;
 use ignore::overrides::OverrideBuilder;
 use regex::RegexBuilder;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use tokio_util::sync::CancellationToken;
-use toolgate_core::{ErrorKind, ToolError, ToolOutput, ToolSpec};
+use toolgate_core::{ErrorKind, ToolError};
 
-use crate::file_tool::{FileWork, WorkspaceTool};
+use crate::Workspace;
+use crate::file_tool::{At, FileWork, WorkspaceTool};
 use crate::workspace::{display_path, io_error};
-use crate::{Workspace, Workspaces};
 
 /// Files larger than this are skipped.
 pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
@@ -56,7 +54,7 @@ fn default_max() -> usize {
 
 /// What `search_files` found.
 #[derive(Serialize, JsonSchema)]
-struct Found {
+pub struct Found {
     matches: Vec<Match>,
     files_searched: u64,
     /// max_results was reached
@@ -70,33 +68,20 @@ struct Match {
     text: String,
 }
 
-impl SearchFiles {
-    pub fn new(workspaces: Arc<Workspaces>) -> Self {
-        let spec = ToolSpec::new(
-            "search_files",
-            "Search text files in the workspace for lines matching a regular expression (Rust \
-             regex syntax) or, with literal=true, a plain string. Respects .gitignore and skips \
-             hidden and binary files. Returns `path:line: text` per match.",
-            crate::input_schema::<Args>(),
-        )
-        .with_title("Search files")
-        .with_category("workspace")
-        .with_output_schema(crate::output_schema::<Found>());
-        Self::with_spec(spec, workspaces)
-    }
-}
-
 impl FileWork for Args {
+    type Output = Found;
+    const NAME: &str = "search_files";
+    const TITLE: &str = "Search files";
+    const DESCRIPTION: &str = "Search text files in the workspace for lines matching a \
+        regular expression (Rust regex syntax) or, with literal=true, a plain string. Respects \
+        .gitignore and skips hidden and binary files. Returns `path:line: text` per match.";
+
     fn path(&self) -> &str {
         &self.path
     }
 
-    fn run(
-        args: Self,
-        ws: &Workspace,
-        base: PathBuf,
-        cancel: &CancellationToken,
-    ) -> Result<ToolOutput, ToolError> {
+    fn run(self, at: At<'_>) -> Result<(String, Found), ToolError> {
+        let (args, ws, base, cancel) = (self, at.ws, at.rel, at.cancel);
         let pattern = if args.literal {
             regex::escape(&args.pattern)
         } else {
@@ -198,7 +183,7 @@ impl FileWork for Args {
             files_searched,
             truncated,
         };
-        Ok(ToolOutput::text(text).with_structured(crate::structured(&found)))
+        Ok((text, found))
     }
 }
 
@@ -219,18 +204,15 @@ fn open_text(ws: &Workspace, rel: &Path) -> Option<std::io::Split<BufReader<cap_
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Workspaces;
     use crate::read_file::tests::ctx;
     use serde_json::json;
+    use std::sync::Arc;
     use toolgate_core::Tool;
+    use toolgate_core::ToolOutput;
 
     fn workspace() -> (tempfile::TempDir, Arc<Workspaces>) {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let wss = Arc::new(Workspaces::new(tmp.path()).expect("ws"));
-        let root = wss
-            .for_caller(&ctx().auth)
-            .expect("ws")
-            .root()
-            .to_path_buf();
+        let (tmp, wss, root) = crate::read_file::tests::workspaces();
         std::fs::create_dir_all(root.join("src")).expect("mkdir");
         std::fs::create_dir_all(root.join("target")).expect("mkdir");
         std::fs::write(root.join(".gitignore"), "target/\n").expect("write");

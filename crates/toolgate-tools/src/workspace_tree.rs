@@ -2,19 +2,13 @@
 //! honouring `.gitignore` and skipping hidden entries unless asked. Symbolic links are
 //! shown, never followed.
 
-use std::path::PathBuf;
-use std::sync::Arc;
-
 use ignore::WalkBuilder;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use toolgate_core::{ToolError, ToolOutput, ToolSpec};
+use toolgate_core::ToolError;
 
-use tokio_util::sync::CancellationToken;
-
-use crate::file_tool::{FileWork, WorkspaceTool};
+use crate::file_tool::{At, FileWork, WorkspaceTool};
 use crate::workspace::{EntryKind, display_path, io_error};
-use crate::{Workspace, Workspaces};
 
 /// Most entries shown; the walk stops there.
 pub const MAX_ENTRIES: usize = 2000;
@@ -44,7 +38,7 @@ fn default_depth() -> usize {
 
 /// What `workspace_tree` walked.
 #[derive(Serialize, JsonSchema)]
-struct Tree {
+pub struct Tree {
     path: String,
     entries: Vec<TreeEntry>,
     /// More entries exist than were shown
@@ -58,33 +52,19 @@ struct TreeEntry {
     kind: EntryKind,
 }
 
-impl WorkspaceTree {
-    pub fn new(workspaces: Arc<Workspaces>) -> Self {
-        let spec = ToolSpec::new(
-            "workspace_tree",
-            "Show the workspace (or a directory in it) as an indented tree, a few levels deep. \
-             Honours .gitignore; hidden entries only when asked. Directories end with '/', \
-             symbolic links with '@'.",
-            crate::input_schema::<Args>(),
-        )
-        .with_title("Workspace tree")
-        .with_category("workspace")
-        .with_output_schema(crate::output_schema::<Tree>());
-        Self::with_spec(spec, workspaces)
-    }
-}
-
 impl FileWork for Args {
+    type Output = Tree;
+    const NAME: &str = "workspace_tree";
+    const TITLE: &str = "Workspace tree";
+    const DESCRIPTION: &str = "Show the workspace (or a directory in it) as an indented \
+        tree, a few levels deep. Honours .gitignore; hidden entries only when asked. \
+        Directories end with '/', symbolic links with '@'.";
+
     fn path(&self) -> &str {
         &self.path
     }
 
-    fn run(
-        args: Self,
-        ws: &Workspace,
-        rel: PathBuf,
-        cancel: &CancellationToken,
-    ) -> Result<ToolOutput, ToolError> {
+    fn run(self, At { ws, rel, cancel }: At<'_>) -> Result<(String, Tree), ToolError> {
         // Checked through the capability first: `..` and symlinks out are refused.
         let meta = ws.dir().metadata(&rel).map_err(|e| io_error(&rel, e))?;
         if !meta.is_dir() {
@@ -95,10 +75,10 @@ impl FileWork for Args {
         }
         let base = ws.root().join(&rel);
         let walk = WalkBuilder::new(&base)
-            .hidden(!args.include_hidden)
+            .hidden(!self.include_hidden)
             .require_git(false)
             .follow_links(false)
-            .max_depth(Some(args.depth.clamp(1, MAX_DEPTH)))
+            .max_depth(Some(self.depth.clamp(1, MAX_DEPTH)))
             .filter_entry(|e| e.file_name() != ".git")
             .sort_by_file_name(|a, b| a.cmp(b))
             .build();
@@ -136,7 +116,7 @@ impl FileWork for Args {
             entries,
             truncated,
         };
-        Ok(ToolOutput::text(text).with_structured(crate::structured(&tree)))
+        Ok((text, tree))
     }
 }
 
@@ -148,10 +128,8 @@ mod tests {
 
     #[tokio::test]
     async fn shows_a_depth_limited_tree_honouring_gitignore() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let wss = Arc::new(Workspaces::new(tmp.path()).expect("ws"));
+        let (_tmp, wss, root) = crate::read_file::tests::workspaces();
         let ctx = crate::read_file::tests::ctx();
-        let root = wss.for_caller(&ctx.auth).expect("ws").root().to_path_buf();
         std::fs::create_dir_all(root.join("src/deep/deeper")).expect("mkdir");
         std::fs::write(root.join("src/deep/deeper/x.rs"), "").expect("write");
         std::fs::write(root.join("src/main.rs"), "").expect("write");

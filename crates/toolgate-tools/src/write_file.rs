@@ -5,19 +5,15 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use cap_std::fs::{Dir, OpenOptions};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use toolgate_core::{Effects, Risk, ToolError, ToolOutput, ToolSpec};
+use toolgate_core::{Effects, Risk, ToolError};
 
-use tokio_util::sync::CancellationToken;
-
-use crate::file_tool::{FileWork, WorkspaceTool};
+use crate::file_tool::{At, FileWork, WorkspaceTool};
 use crate::read_file::MAX_FILE_BYTES;
 use crate::workspace::{display_path, io_error};
-use crate::{Workspace, Workspaces};
 
 /// Longest content written in one call, in characters.
 pub const MAX_CONTENT_CHARS: u64 = 10_000_000;
@@ -44,40 +40,27 @@ pub struct WriteArgs {
 
 /// What `write_file` wrote.
 #[derive(Serialize, JsonSchema)]
-struct Written {
+pub struct Written {
     path: String,
     bytes: usize,
     /// The file did not exist before
     created: bool,
 }
 
-impl WriteFile {
-    pub fn new(workspaces: Arc<Workspaces>) -> Self {
-        let spec = ToolSpec::new(
-            "write_file",
-            "Write a text file in the workspace, replacing it if it exists and creating missing \
-             parent directories. Paths are relative to the workspace root.",
-            crate::input_schema::<WriteArgs>(),
-        )
-        .with_title("Write file")
-        .with_category("workspace")
-        .with_risk(Risk::Medium, CHANGES)
-        .with_output_schema(crate::output_schema::<Written>());
-        Self::with_spec(spec, workspaces)
-    }
-}
-
 impl FileWork for WriteArgs {
+    type Output = Written;
+    const NAME: &str = "write_file";
+    const TITLE: &str = "Write file";
+    const DESCRIPTION: &str = "Write a text file in the workspace, replacing it if it \
+        exists and creating missing parent directories. Paths are relative to the workspace \
+        root.";
+    const RISK: Option<(Risk, Effects)> = Some((Risk::Medium, CHANGES));
+
     fn path(&self) -> &str {
         &self.path
     }
 
-    fn run(
-        args: Self,
-        ws: &Workspace,
-        rel: PathBuf,
-        _cancel: &CancellationToken,
-    ) -> Result<ToolOutput, ToolError> {
+    fn run(self, At { ws, rel, .. }: At<'_>) -> Result<(String, Written), ToolError> {
         let rel = file_path(&rel)?;
         let dir = ws.dir();
         if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -95,19 +78,19 @@ impl FileWork for WriteArgs {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
             Err(e) => return Err(io_error(&rel, e)),
         };
-        replace(dir, &rel, args.content.as_bytes())?;
+        replace(dir, &rel, self.content.as_bytes())?;
         let written = Written {
             path: display_path(&rel),
-            bytes: args.content.len(),
+            bytes: self.content.len(),
             created,
         };
-        Ok(ToolOutput::text(format!(
+        let text = format!(
             "{} {} ({} bytes)",
             if created { "created" } else { "replaced" },
             written.path,
             written.bytes
-        ))
-        .with_structured(crate::structured(&written)))
+        );
+        Ok((text, written))
     }
 }
 
@@ -131,45 +114,32 @@ pub struct EditArgs {
 
 /// What `edit_file` changed.
 #[derive(Serialize, JsonSchema)]
-struct Edited {
+pub struct Edited {
     path: String,
     replacements: usize,
 }
 
-impl EditFile {
-    pub fn new(workspaces: Arc<Workspaces>) -> Self {
-        let spec = ToolSpec::new(
-            "edit_file",
-            "Replace exact text in a file of the workspace. `old_text` must occur exactly once \
-             (include surrounding lines to make it unique), or set `replace_all` to replace every \
-             occurrence. Fails, changing nothing, when the text is missing or not unique.",
-            crate::input_schema::<EditArgs>(),
-        )
-        .with_title("Edit file")
-        .with_category("workspace")
-        .with_risk(
-            Risk::Medium,
-            Effects {
-                idempotent: false,
-                ..CHANGES
-            },
-        )
-        .with_output_schema(crate::output_schema::<Edited>());
-        Self::with_spec(spec, workspaces)
-    }
-}
-
 impl FileWork for EditArgs {
+    type Output = Edited;
+    const NAME: &str = "edit_file";
+    const TITLE: &str = "Edit file";
+    const DESCRIPTION: &str = "Replace exact text in a file of the workspace. `old_text` \
+        must occur exactly once (include surrounding lines to make it unique), or set \
+        `replace_all` to replace every occurrence. Fails, changing nothing, when the text is \
+        missing or not unique.";
+    const RISK: Option<(Risk, Effects)> = Some((
+        Risk::Medium,
+        Effects {
+            idempotent: false,
+            ..CHANGES
+        },
+    ));
+
     fn path(&self) -> &str {
         &self.path
     }
 
-    fn run(
-        args: Self,
-        ws: &Workspace,
-        rel: PathBuf,
-        _cancel: &CancellationToken,
-    ) -> Result<ToolOutput, ToolError> {
+    fn run(self, At { ws, rel, .. }: At<'_>) -> Result<(String, Edited), ToolError> {
         let rel = file_path(&rel)?;
         let dir = ws.dir();
         let shown = display_path(&rel);
@@ -191,7 +161,7 @@ impl FileWork for EditArgs {
             }
             _ => io_error(&rel, e),
         })?;
-        let count = text.matches(&args.old_text).count();
+        let count = text.matches(&self.old_text).count();
         if count == 0 {
             return Err(ToolError::invalid_arguments(format!(
                 "old_text was not found in {shown:?}"
@@ -200,7 +170,7 @@ impl FileWork for EditArgs {
                 "read the file again and copy the text exactly, whitespace included",
             ));
         }
-        if count > 1 && !args.replace_all {
+        if count > 1 && !self.replace_all {
             return Err(ToolError::invalid_arguments(format!(
                 "old_text occurs {count} times in {shown:?}"
             ))
@@ -208,27 +178,34 @@ impl FileWork for EditArgs {
                 "include more surrounding text to make it unique, or set replace_all",
             ));
         }
-        let edited = if args.replace_all {
-            text.replace(&args.old_text, &args.new_text)
+        let edited = if self.replace_all {
+            text.replace(&self.old_text, &self.new_text)
         } else {
-            text.replacen(&args.old_text, &args.new_text, 1)
+            text.replacen(&self.old_text, &self.new_text, 1)
         };
         replace(dir, &rel, edited.as_bytes())?;
         if let Err(e) = dir.set_permissions(&rel, meta.permissions()) {
             return Err(io_error(&rel, e));
         }
-        Ok(ToolOutput::text(format!(
+        let text = format!(
             "edited {shown}: {count} replacement{}",
             if count == 1 { "" } else { "s" }
-        ))
-        .with_structured(crate::structured(&Edited {
+        );
+        let edited = Edited {
             path: shown,
             replacements: count,
-        })))
+        };
+        Ok((text, edited))
     }
 }
 
 pub type CreateDirectory = WorkspaceTool<DirArgs>;
+
+/// The directory `create_directory` made, or found already there.
+#[derive(Serialize, JsonSchema)]
+pub struct Made {
+    path: String,
+}
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -238,42 +215,33 @@ pub struct DirArgs {
     path: String,
 }
 
-impl CreateDirectory {
-    pub fn new(workspaces: Arc<Workspaces>) -> Self {
-        let spec = ToolSpec::new(
-            "create_directory",
-            "Create a directory in the workspace, with any missing parents. Succeeds when it exists.",
-            crate::input_schema::<DirArgs>(),
-        )
-        .with_title("Create directory")
-        .with_category("workspace")
-        .with_risk(
-            Risk::Medium,
-            Effects {
-                destructive: false,
-                ..CHANGES
-            },
-        );
-        Self::with_spec(spec, workspaces)
-    }
-}
-
 impl FileWork for DirArgs {
+    type Output = Made;
+    const NAME: &str = "create_directory";
+    const TITLE: &str = "Create directory";
+    const DESCRIPTION: &str =
+        "Create a directory in the workspace, with any missing parents. Succeeds when it exists.";
+    const RISK: Option<(Risk, Effects)> = Some((
+        Risk::Medium,
+        Effects {
+            destructive: false,
+            ..CHANGES
+        },
+    ));
+
     fn path(&self) -> &str {
         &self.path
     }
 
-    fn run(
-        _args: Self,
-        ws: &Workspace,
-        rel: PathBuf,
-        _cancel: &CancellationToken,
-    ) -> Result<ToolOutput, ToolError> {
+    fn run(self, At { ws, rel, .. }: At<'_>) -> Result<(String, Made), ToolError> {
         let rel = file_path(&rel)?;
         ws.dir()
             .create_dir_all(&rel)
             .map_err(|e| io_error(&rel, e))?;
-        Ok(ToolOutput::text(format!("created {}/", display_path(&rel))))
+        let made = Made {
+            path: display_path(&rel),
+        };
+        Ok((format!("created {}/", made.path), made))
     }
 }
 
@@ -310,20 +278,10 @@ fn replace(dir: &Dir, rel: &Path, bytes: &[u8]) -> Result<(), ToolError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::read_file::tests::workspaces;
     use serde_json::json;
     use toolgate_core::ErrorKind;
     use toolgate_core::Tool;
-
-    fn workspaces() -> (tempfile::TempDir, Arc<Workspaces>, PathBuf) {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let wss = Arc::new(Workspaces::new(tmp.path()).expect("ws"));
-        let root = wss
-            .for_caller(&crate::read_file::tests::ctx().auth)
-            .expect("ws")
-            .root()
-            .to_path_buf();
-        (tmp, wss, root)
-    }
 
     #[tokio::test]
     async fn writes_create_parents_and_replace_whole_files() {
