@@ -27,6 +27,30 @@ use url::Url;
 
 use crate::resolver::{DEADLINE, Resolver};
 
+/// Headers the gateway sets itself on every request it sends (credentials, framing,
+/// content negotiation, trace context): a tenant's static header or an API's parameter
+/// may not replace them. Each kind of connection adds its own (see [`sets_header`]).
+const SET_BY_GATEWAY: &[&str] = &[
+    "authorization",
+    "host",
+    "content-length",
+    "content-type",
+    "accept",
+    "connection",
+    "transfer-encoding",
+    "te",
+    "upgrade",
+    "traceparent",
+    "tracestate",
+];
+
+/// Whether the gateway sets header `name` itself: one of [`SET_BY_GATEWAY`] or of the
+/// connection's own `also` (lower case), whatever the case of `name`.
+pub fn sets_header(name: &str, also: &[&str]) -> bool {
+    let lower = name.to_ascii_lowercase();
+    SET_BY_GATEWAY.contains(&lower.as_str()) || also.contains(&lower.as_str())
+}
+
 /// Where connections may go.
 #[derive(Clone, Debug, Default)]
 pub struct Egress {

@@ -44,22 +44,9 @@ pub const MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 pub const MAX_OPERATIONS: usize = 512;
 /// Longest description taken from a document.
 const MAX_DESCRIPTION_CHARS: usize = 2_000;
-/// Headers the gateway sets itself: a parameter may not name them.
-const RESERVED_HEADERS: &[&str] = &[
-    "authorization",
-    "host",
-    "cookie",
-    "content-length",
-    "content-type",
-    "accept",
-    "connection",
-    "transfer-encoding",
-    "te",
-    "upgrade",
-    "traceparent",
-    "tracestate",
-    "proxy-authorization",
-];
+/// Headers an API's parameter may not name, besides those the gateway sets on every
+/// request ([`crate::egress::sets_header`]): credentials that are not the tool's.
+const RESERVED_HEADERS: &[&str] = &["cookie", "proxy-authorization"];
 const METHODS: [&str; 7] = ["get", "put", "post", "delete", "patch", "head", "options"];
 
 /// Where and how an API's tools call it.
@@ -300,7 +287,7 @@ fn operation(
             "path" => In::Path,
             "query" => In::Query,
             "header" => {
-                if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+                if crate::egress::sets_header(&name, RESERVED_HEADERS) {
                     // The gateway sets it (credentials, content type): not the caller's.
                     continue;
                 }

@@ -48,23 +48,9 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// A call's deadline when the caller gives none, unless the body says otherwise.
 const DEFAULT_TIMEOUT_SECS: u64 = 60;
 
-/// Headers the gateway sets itself, which an upstream's static headers may not replace.
-const RESERVED_HEADERS: &[&str] = &[
-    "authorization",
-    "host",
-    "content-length",
-    "content-type",
-    "accept",
-    "connection",
-    "transfer-encoding",
-    "te",
-    "upgrade",
-    "mcp-session-id",
-    "mcp-protocol-version",
-    "last-event-id",
-    "traceparent",
-    "tracestate",
-];
+/// Headers an upstream's static headers may not replace, besides those the gateway sets
+/// on every request ([`toolgate_tools::egress::sets_header`]): the MCP transport's own.
+const RESERVED_HEADERS: &[&str] = &["mcp-session-id", "mcp-protocol-version", "last-event-id"];
 
 /// An upstream to add, or what it becomes. Unknown fields are refused. `headers` and
 /// `bearer` are write-only: replacing an upstream without them removes them.

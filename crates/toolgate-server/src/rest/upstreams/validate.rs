@@ -110,10 +110,9 @@ pub(super) fn credential_problems(
 ) -> Vec<(String, String)> {
     let mut problems = Vec::new();
     for (name, value) in headers {
-        let lower = name.to_ascii_lowercase();
         if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
             problems.push((format!("headers/{name}"), "not a valid header name".into()));
-        } else if RESERVED_HEADERS.contains(&lower.as_str()) {
+        } else if toolgate_tools::egress::sets_header(name, RESERVED_HEADERS) {
             problems.push((
                 format!("headers/{name}"),
                 "set by the gateway itself (use `bearer` for Authorization)".into(),
