@@ -50,4 +50,4 @@ pub mod runs;
 pub use agent::AgentConfig;
 pub use protocol::Protocol;
 pub use provider::{Provider, ProviderConfig, ProviderKind, RetryPolicy};
-pub use run::{Journal, RunContext, RunEvent, RunOutcome, RunState, RunStatus, drive};
+pub use run::{Journal, RunContext, RunEvent, RunFinish, RunState, RunStatus, drive};

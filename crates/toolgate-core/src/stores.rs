@@ -126,7 +126,7 @@ pub struct RunEventRecord {
 }
 
 /// How a run ended, written with its last event.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct RunFinish {
     pub status: RunStatus,
     pub output: Option<String>,

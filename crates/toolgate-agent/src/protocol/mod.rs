@@ -173,3 +173,16 @@ fn describe_parameters(schema: &Value) -> Vec<String> {
         })
         .collect()
 }
+
+/// A call the model wrote but that could not be read, kept for the model to be told:
+/// `problem`, and that it should resend the call `as` the protocol writes calls. Its text
+/// (cut to 2,000 characters) stands in for the arguments.
+fn malformed_call(name: &str, raw: &str, problem: &str, resend_as: &str) -> ToolCall {
+    ToolCall {
+        id: String::new(),
+        provider_id: false,
+        name: name.to_owned(),
+        arguments: Value::String(raw.chars().take(2000).collect()),
+        malformed: Some(format!("{problem}; resend the call as {resend_as}")),
+    }
+}

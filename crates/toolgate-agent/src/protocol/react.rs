@@ -124,15 +124,12 @@ pub fn parse(text: &str) -> Parsed {
 }
 
 fn malformed(name: &str, raw: &str, problem: &str) -> ToolCall {
-    ToolCall {
-        id: String::new(),
-        provider_id: false,
-        name: name.to_owned(),
-        arguments: Value::String(raw.chars().take(2000).collect()),
-        malformed: Some(format!(
-            "{problem}; resend the call as TOOL_CALL: <name> then ARGUMENTS: <one JSON object>"
-        )),
-    }
+    super::malformed_call(
+        name,
+        raw,
+        problem,
+        "TOOL_CALL: <name> then ARGUMENTS: <one JSON object>",
+    )
 }
 
 /// Everything before the first line that starts an invented result.

@@ -192,15 +192,12 @@ fn hermes(text: &str, start: usize) -> (ToolCall, usize) {
 }
 
 fn malformed(name: &str, raw: &str, problem: &str) -> ToolCall {
-    ToolCall {
-        id: String::new(),
-        provider_id: false,
-        name: name.to_owned(),
-        arguments: Value::String(raw.chars().take(2000).collect()),
-        malformed: Some(format!(
-            "{problem}; resend the call as <tool_name><argument>value</argument></tool_name>"
-        )),
-    }
+    super::malformed_call(
+        name,
+        raw,
+        problem,
+        "<tool_name><argument>value</argument></tool_name>",
+    )
 }
 
 #[cfg(test)]

@@ -176,10 +176,7 @@ impl WireFormat for Anthropic {
                     value: Value::Array(content.clone()),
                 }),
             },
-            stop_reason: raw
-                .get("stop_reason")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
+            stop_reason: super::text_field(&raw, "stop_reason"),
             usage,
             raw,
         })

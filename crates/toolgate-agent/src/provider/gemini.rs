@@ -204,10 +204,7 @@ impl WireFormat for Gemini {
                     value: Value::Array(parts),
                 }),
             },
-            stop_reason: candidate
-                .get("finishReason")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
+            stop_reason: super::text_field(candidate, "finishReason"),
             usage,
             raw,
         })

@@ -386,6 +386,11 @@ pub fn build(config: &ProviderConfig) -> Result<std::sync::Arc<dyn Provider>, St
     })
 }
 
+/// The text at `key` of a reply's object, when it is text.
+pub(crate) fn text_field(object: &Value, key: &str) -> Option<String> {
+    object.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
 /// Appends `item` to the `key` list (`content`, `parts`) of the last message when it is
 /// the user's, else starts a user message: Anthropic and Gemini want a turn's tool results
 /// in one user message, and text after them in the same one.

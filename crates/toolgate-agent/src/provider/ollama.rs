@@ -126,10 +126,7 @@ impl WireFormat for Ollama {
                     .map(str::to_owned),
                 native: None,
             },
-            stop_reason: raw
-                .get("done_reason")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
+            stop_reason: super::text_field(&raw, "done_reason"),
             usage,
             raw,
         })

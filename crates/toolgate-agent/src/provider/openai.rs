@@ -123,10 +123,7 @@ impl WireFormat for OpenAi {
             .find_map(|k| message.get(*k).and_then(Value::as_str))
             .filter(|s| !s.is_empty())
             .map(str::to_owned);
-        let stop_reason = choice
-            .get("finish_reason")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
+        let stop_reason = super::text_field(choice, "finish_reason");
         let usage = raw.get("usage").and_then(|u| {
             let input = u.get("prompt_tokens")?.as_u64()?;
             Some(Usage {

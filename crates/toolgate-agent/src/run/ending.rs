@@ -5,13 +5,13 @@ use super::*;
 
 impl Driver<'_> {
     /// Stops the run until its held calls are decided.
-    pub(super) async fn pause(&self, state: &mut RunState) -> Result<RunOutcome, Stop> {
+    pub(super) async fn pause(&self, state: &mut RunState) -> Result<RunFinish, Stop> {
         let mut approvals: Vec<ApprovalId> = state.approvals.values().copied().collect();
         approvals.sort();
         let usage = state.usage;
         self.append(state, RunEvent::RunPaused { approvals, usage })
             .await?;
-        Ok(RunOutcome {
+        Ok(RunFinish {
             status: RunStatus::AwaitingApproval,
             output: None,
             best_effort: false,
@@ -26,7 +26,7 @@ impl Driver<'_> {
         &self,
         state: &mut RunState,
         why: &str,
-    ) -> Result<RunOutcome, Stop> {
+    ) -> Result<RunFinish, Stop> {
         let turn = state.turn;
         if !state.pending.is_empty() {
             self.answer_unexecuted(state, turn, why).await?;
@@ -88,7 +88,7 @@ impl Driver<'_> {
         state: &mut RunState,
         turn: u32,
         answer: String,
-    ) -> Result<Option<RunOutcome>, Stop> {
+    ) -> Result<Option<RunFinish>, Stop> {
         match self.checked(&answer) {
             Ok(output) => self
                 .finish(state, RunStatus::Completed, Some(output), false, None)
@@ -127,7 +127,7 @@ impl Driver<'_> {
     }
 
     /// Ends the run as cancelled.
-    pub(super) async fn cancelled(&self, state: &mut RunState) -> Result<RunOutcome, Stop> {
+    pub(super) async fn cancelled(&self, state: &mut RunState) -> Result<RunFinish, Stop> {
         self.finish(
             state,
             RunStatus::Cancelled,
@@ -142,7 +142,7 @@ impl Driver<'_> {
         &self,
         state: &mut RunState,
         err: ProviderError,
-    ) -> Result<RunOutcome, Stop> {
+    ) -> Result<RunFinish, Stop> {
         if err.kind == crate::provider::ProviderErrorKind::Cancelled {
             return self.cancelled(state).await;
         }
@@ -158,8 +158,8 @@ impl Driver<'_> {
         output: Option<String>,
         best_effort: bool,
         error: Option<String>,
-    ) -> Result<RunOutcome, Stop> {
-        let outcome = RunOutcome {
+    ) -> Result<RunFinish, Stop> {
+        let outcome = RunFinish {
             status,
             output,
             best_effort,

@@ -62,7 +62,7 @@ mod model;
 mod state;
 mod tools;
 
-pub use state::{NoteReason, RunEvent, RunOutcome, RunState, RunStatus, TurnCalls};
+pub use state::{NoteReason, RunEvent, RunFinish, RunState, RunStatus, TurnCalls};
 
 /// Where a run's events go, in order.
 #[async_trait::async_trait]
@@ -96,7 +96,7 @@ pub struct RunContext {
 
 /// Drives a run from `state` to its end, journaling every step. A new run starts from
 /// `RunState::default()` after its `RunStarted` event was folded in.
-pub async fn drive(ctx: &RunContext, agent: &AgentConfig, mut state: RunState) -> RunOutcome {
+pub async fn drive(ctx: &RunContext, agent: &AgentConfig, mut state: RunState) -> RunFinish {
     if let Some(done) = &state.finished {
         return done.clone();
     }
@@ -135,7 +135,7 @@ pub async fn drive(ctx: &RunContext, agent: &AgentConfig, mut state: RunState) -
     }
     match outcome {
         Ok(outcome) => outcome,
-        Err(Stop::Journal(e)) => RunOutcome {
+        Err(Stop::Journal(e)) => RunFinish {
             status: RunStatus::Failed,
             output: None,
             best_effort: false,
@@ -216,7 +216,7 @@ impl Driver<'_> {
         Ok(())
     }
 
-    pub(super) async fn run(&mut self, state: &mut RunState) -> Result<RunOutcome, Stop> {
+    pub(super) async fn run(&mut self, state: &mut RunState) -> Result<RunFinish, Stop> {
         // A paused run cancelled while it waited ends here, its held calls unmade.
         if self.ctx.cancel.is_cancelled() && !state.approvals.is_empty() {
             return self.cancelled(state).await;

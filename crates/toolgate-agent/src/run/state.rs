@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolgate_core::ApprovalId;
+pub use toolgate_core::stores::RunFinish;
 
 use crate::message::{AssistantMessage, Message, ToolCall, ToolResult};
 use crate::provider::Usage;
@@ -112,6 +113,26 @@ impl RunEvent {
             RunEvent::RunFinished { .. } => "run_finished",
         }
     }
+
+    /// How the run ended, when this event ends it.
+    pub fn finish(&self) -> Option<RunFinish> {
+        match self {
+            RunEvent::RunFinished {
+                status,
+                output,
+                best_effort,
+                usage,
+                error,
+            } => Some(RunFinish {
+                status: *status,
+                output: output.clone(),
+                best_effort: *best_effort,
+                usage: *usage,
+                error: error.clone(),
+            }),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -123,16 +144,6 @@ pub enum NoteReason {
     AnswerNow,
     /// The answer did not match the agent's output schema: answer again.
     OutputInvalid,
-}
-
-/// How a run ended.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RunOutcome {
-    pub status: RunStatus,
-    pub output: Option<String>,
-    pub best_effort: bool,
-    pub usage: Usage,
-    pub error: Option<String>,
 }
 
 /// The run so far, folded from its journal.
@@ -168,7 +179,7 @@ pub struct RunState {
     /// The current turn has started but its model message is not in (the gateway
     /// stopped while the model was thinking): the turn is redone, not skipped.
     pub awaiting_model: bool,
-    pub finished: Option<RunOutcome>,
+    pub finished: Option<RunFinish>,
 }
 
 /// See [`RunState::turn_calls`].
@@ -302,21 +313,7 @@ impl RunState {
                     self.output_retries += 1;
                 }
             }
-            RunEvent::RunFinished {
-                status,
-                output,
-                best_effort,
-                usage,
-                error,
-            } => {
-                self.finished = Some(RunOutcome {
-                    status: *status,
-                    output: output.clone(),
-                    best_effort: *best_effort,
-                    usage: *usage,
-                    error: error.clone(),
-                })
-            }
+            RunEvent::RunFinished { .. } => self.finished = event.finish(),
         }
     }
 

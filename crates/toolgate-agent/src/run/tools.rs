@@ -11,7 +11,7 @@ impl Driver<'_> {
         &self,
         state: &mut RunState,
         calls: Vec<(ToolCall, bool)>,
-    ) -> Result<Option<Result<RunOutcome, Stop>>, Stop> {
+    ) -> Result<Option<Result<RunFinish, Stop>>, Stop> {
         Ok(match self.execute(state, calls).await? {
             Flow::Continue => None,
             Flow::HardStop => Some(
@@ -343,16 +343,7 @@ pub(super) fn error_result(
     {
         body["arguments_received"] = json!(raw.chars().take(500).collect::<String>());
     }
-    (
-        ToolResult {
-            call_id: call.id.clone(),
-            provider_id: call.provider_id,
-            name: call.name.clone(),
-            content: body.to_string(),
-            is_error: true,
-        },
-        category.to_owned(),
-    )
+    failed(call, category, &body)
 }
 
 pub(super) fn tool_error_result(
@@ -389,16 +380,19 @@ pub(super) fn tool_error_result(
         body["message"] = json!(format!("there is no tool named {:?}", call.name));
         body["suggestion"] = json!(format!("use one of: {}", names.join(", ")));
     }
-    (
-        ToolResult {
-            call_id: call.id.clone(),
-            provider_id: call.provider_id,
-            name: call.name.clone(),
-            content: body.to_string(),
-            is_error: true,
-        },
-        category.to_owned(),
-    )
+    failed(call, category, &body)
+}
+
+/// The error result of `call`, and its category.
+fn failed(call: &ToolCall, category: &str, body: &Value) -> (ToolResult, String) {
+    let result = ToolResult {
+        call_id: call.id.clone(),
+        provider_id: call.provider_id,
+        name: call.name.clone(),
+        content: body.to_string(),
+        is_error: true,
+    };
+    (result, category.to_owned())
 }
 
 /// A tool's output as text for the model: its text parts, or its structured result.

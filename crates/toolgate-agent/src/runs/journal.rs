@@ -93,19 +93,7 @@ impl Journal for StoreJournal {
         }
         let value = serde_json::to_value(event).map_err(|e| e.to_string())?;
         let finish = match event {
-            RunEvent::RunFinished {
-                status,
-                output,
-                best_effort,
-                usage,
-                error,
-            } => Some(RunFinish {
-                status: *status,
-                output: output.clone(),
-                best_effort: *best_effort,
-                error: error.clone(),
-                usage: *usage,
-            }),
+            RunEvent::RunFinished { .. } => event.finish(),
             // Paused: the run row says so and frees its lease, so that whichever instance
             // sees the decision first takes it over.
             RunEvent::RunPaused { usage, .. } => Some(RunFinish {
