@@ -66,6 +66,27 @@ pub struct Problem {
     pub details: Option<Value>,
 }
 
+/// What every route behind authentication may answer besides its own responses: listed
+/// in each such route's `responses(..)`, so that no route's documentation leaves them out.
+#[derive(utoipa::IntoResponses)]
+pub enum Refusals {
+    /// No credentials, or credentials that are not valid (expired, revoked, malformed).
+    #[response(
+        status = 401,
+        description = "Missing or invalid credentials",
+        content_type = "application/problem+json",
+        headers(("WWW-Authenticate" = String, description = "The Bearer challenge (RFC 6750): `error=\"invalid_token\"` when credentials came but are not valid"))
+    )]
+    Unauthenticated(Problem),
+    /// The gateway failed; the cause is logged under the request id.
+    #[response(
+        status = 500,
+        description = "Internal error (the cause is logged under the request id)",
+        content_type = "application/problem+json"
+    )]
+    Internal(Problem),
+}
+
 /// One violation of a tool's input schema.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ProblemViolation {

@@ -52,7 +52,7 @@ pub struct Me {
     tag = "tenancy",
     responses(
         (status = 200, body = Me, description = "The caller"),
-        (status = 401, body = Problem, content_type = "application/problem+json", description = "No valid credentials"),
+        crate::error::Refusals,
     )
 )]
 async fn me(caller: Caller) -> AppJson<Me> {
@@ -182,9 +182,9 @@ pub struct CreatedTenant {
     responses(
         (status = 201, body = CreatedTenant, description = "Created; the key's secret is shown only here"),
         (status = 400, body = Problem, content_type = "application/problem+json", description = "Invalid name"),
-        (status = 401, body = Problem, content_type = "application/problem+json", description = "No valid credentials"),
         (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks tenants:manage"),
         (status = 409, body = Problem, content_type = "application/problem+json", description = "A tenant with this name exists"),
+        crate::error::Refusals,
     )
 )]
 async fn create_tenant(
@@ -214,8 +214,8 @@ async fn create_tenant(
     tag = "tenancy",
     responses(
         (status = 200, body = Vec<TenantInfo>, description = "Every tenant"),
-        (status = 401, body = Problem, content_type = "application/problem+json", description = "No valid credentials"),
         (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks tenants:manage"),
+        crate::error::Refusals,
     )
 )]
 async fn list_tenants(
@@ -271,9 +271,9 @@ fn grantable(caller: &Caller, asked: Vec<String>) -> Result<Vec<String>, ApiErro
     responses(
         (status = 201, body = PrincipalInfo, description = "Created"),
         (status = 400, body = Problem, content_type = "application/problem+json", description = "Malformed body"),
-        (status = 401, body = Problem, content_type = "application/problem+json", description = "No valid credentials"),
         (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks tenant:admin, or grants a scope the caller lacks"),
         (status = 409, body = Problem, content_type = "application/problem+json", description = "The name is taken"),
+        crate::error::Refusals,
     )
 )]
 async fn create_principal(
@@ -320,8 +320,8 @@ async fn create_principal(
     tag = "tenancy",
     responses(
         (status = 200, body = Vec<PrincipalInfo>, description = "The tenant's principals"),
-        (status = 401, body = Problem, content_type = "application/problem+json", description = "No valid credentials"),
         (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks tenant:admin"),
+        crate::error::Refusals,
     )
 )]
 async fn list_principals(
@@ -358,9 +358,9 @@ pub struct CreateKey {
     responses(
         (status = 201, body = CreatedKey, description = "Created; the secret is shown only here"),
         (status = 400, body = Problem, content_type = "application/problem+json", description = "Malformed body"),
-        (status = 401, body = Problem, content_type = "application/problem+json", description = "No valid credentials"),
         (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks tenant:admin, or grants a scope the caller lacks"),
         (status = 404, body = Problem, content_type = "application/problem+json", description = "No such principal in this tenant"),
+        crate::error::Refusals,
     )
 )]
 async fn create_key(
@@ -424,8 +424,8 @@ async fn create_key(
     tag = "tenancy",
     responses(
         (status = 200, body = Vec<KeyInfo>, description = "The tenant's keys, without secrets"),
-        (status = 401, body = Problem, content_type = "application/problem+json", description = "No valid credentials"),
         (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks tenant:admin"),
+        crate::error::Refusals,
     )
 )]
 async fn list_keys(
@@ -451,9 +451,9 @@ async fn list_keys(
     params(("id" = Uuid, Path, description = "Key id")),
     responses(
         (status = 204, description = "Revoked"),
-        (status = 401, body = Problem, content_type = "application/problem+json", description = "No valid credentials"),
         (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks tenant:admin"),
         (status = 404, body = Problem, content_type = "application/problem+json", description = "No such key in this tenant"),
+        crate::error::Refusals,
     )
 )]
 async fn revoke_key(

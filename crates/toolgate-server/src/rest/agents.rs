@@ -135,6 +135,7 @@ pub struct AgentList {
     responses(
         (status = 200, description = "The resource", body = AgentList),
         (status = 403, description = "Needs `agents:run` or `agents:manage`", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     ))]
 async fn list_agents(
     State(app): State<AppState>,
@@ -159,6 +160,7 @@ async fn list_agents(
         (status = 400, description = "Invalid configuration (every problem listed)", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Needs `agents:manage`", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "An agent of this name exists", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     ))]
 async fn create_agent(
     State(app): State<AppState>,
@@ -182,6 +184,7 @@ async fn create_agent(
     responses(
         (status = 200, description = "The resource", body = AgentView),
         (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     ))]
 async fn get_agent(
     State(app): State<AppState>,
@@ -203,6 +206,7 @@ async fn get_agent(
         (status = 400, description = "Malformed request or invalid configuration (every problem listed)", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Conflicts with the current state", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     ))]
 async fn replace_agent(
     State(app): State<AppState>,
@@ -230,6 +234,7 @@ async fn replace_agent(
     responses(
         (status = 204, description = "Deleted"),
         (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     ))]
 async fn delete_agent(
     State(app): State<AppState>,
@@ -270,6 +275,7 @@ pub struct StartRun {
         (status = 400, description = "Malformed request or invalid configuration (every problem listed)", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Needs `agents:run`", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     ))]
 async fn start_run(
     State(app): State<AppState>,

@@ -148,9 +148,8 @@ pub struct ApprovalQuery {
     responses(
         (status = 200, description = "Approvals", body = ApprovalList),
         (status = 400, description = "Unknown status or bad limit", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or invalid credentials", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The caller lacks approvals:decide", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Internal error", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     )
 )]
 async fn list_approvals(
@@ -195,9 +194,8 @@ const EVENTS_WINDOW: i64 = 200;
     tag = "approvals",
     responses(
         (status = 200, description = "An SSE stream of approval events", content_type = "text/event-stream", body = String),
-        (status = 401, description = "Missing or invalid credentials", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The caller lacks approvals:decide", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Internal error", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     )
 )]
 async fn approval_events(
@@ -318,9 +316,8 @@ fn next_expiry(
     responses(
         (status = 200, description = "The approval", body = ApprovalView),
         (status = 400, description = "Malformed id", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or invalid credentials", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such approval in the caller's tenant (or not theirs to see)", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Internal error", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     )
 )]
 async fn get_approval(
@@ -386,13 +383,12 @@ pub enum DecisionKind {
     responses(
         (status = 200, description = "Decided", body = ApprovalView),
         (status = 400, description = "Malformed body or id", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or invalid credentials", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The caller lacks approvals:decide, or asked for this call itself", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such approval in the caller's tenant", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Already decided, or expired", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body larger than the configured limit", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Body not sent as application/json", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Internal error", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     )
 )]
 async fn decide(
@@ -472,9 +468,8 @@ impl CallView {
     responses(
         (status = 200, description = "The call", body = CallView),
         (status = 400, description = "Malformed id", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or invalid credentials", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No call with this id waited for approval in the caller's tenant (or it is not theirs to see)", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Internal error", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     )
 )]
 async fn get_call(

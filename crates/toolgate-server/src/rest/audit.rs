@@ -136,8 +136,8 @@ pub struct AuditPage {
     responses(
         (status = 200, body = AuditPage, description = "A page of audit entries, newest first"),
         (status = 400, body = Problem, content_type = "application/problem+json", description = "Bad filter"),
-        (status = 401, body = Problem, content_type = "application/problem+json", description = "No valid credentials"),
         (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks audit:read"),
+        crate::error::Refusals,
     )
 )]
 async fn list_audit(
@@ -228,9 +228,9 @@ const EVENTS_BATCH: i64 = 500;
     responses(
         (status = 200, description = "An SSE stream of `call` events", content_type = "text/event-stream", body = String),
         (status = 400, body = Problem, content_type = "application/problem+json", description = "Bad Last-Event-ID"),
-        (status = 401, body = Problem, content_type = "application/problem+json", description = "No valid credentials"),
         (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks audit:read"),
         (status = 429, body = Problem, content_type = "application/problem+json", description = "Too many open streams"),
+        crate::error::Refusals,
     )
 )]
 async fn audit_events(
@@ -357,8 +357,8 @@ pub struct ChainProblem {
     tag = "audit",
     responses(
         (status = 200, body = Verification, description = "The result, broken or not"),
-        (status = 401, body = Problem, content_type = "application/problem+json", description = "No valid credentials"),
         (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks audit:read"),
+        crate::error::Refusals,
     )
 )]
 async fn verify_audit(
@@ -434,8 +434,8 @@ pub struct AuditSummary {
     responses(
         (status = 200, body = AuditSummary, description = "Minutes, oldest first"),
         (status = 400, body = Problem, content_type = "application/problem+json", description = "Bad window"),
-        (status = 401, body = Problem, content_type = "application/problem+json", description = "No valid credentials"),
         (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks audit:read"),
+        crate::error::Refusals,
     )
 )]
 async fn audit_summary(

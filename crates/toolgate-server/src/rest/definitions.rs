@@ -132,6 +132,7 @@ fn owner(caller: &Caller, query: &OwnerQuery) -> Result<Uuid, ApiError> {
         (status = 200, description = "The definitions", body = DefinitionList),
         (status = 400, description = "Unknown owner", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Needs `tenant:admin` (or `tenants:manage` for the operator's)", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     ))]
 async fn list_definitions(
     State(app): State<AppState>,
@@ -164,6 +165,7 @@ async fn list_definitions(
         (status = 400, description = "Malformed body", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Needs `tenant:admin` (or `tenants:manage` for the operator's)", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No definition with this hash waits for this tool", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     ))]
 async fn approve_definition(
     State(app): State<AppState>,

@@ -230,9 +230,8 @@ impl PolicyBody {
     tag = "approvals",
     responses(
         (status = 200, description = "The policy", body = PolicyBody),
-        (status = 401, description = "Missing or invalid credentials", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The caller lacks tenant:admin", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Internal error", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     )
 )]
 async fn get_policy(
@@ -262,11 +261,10 @@ async fn current_policy(app: &AppState, caller: &Caller) -> Result<Arc<Policy>, 
     responses(
         (status = 200, description = "The policy now in force", body = PolicyBody),
         (status = 400, description = "Malformed body or an invalid policy (each problem listed)", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or invalid credentials", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The caller lacks tenant:admin", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body larger than the configured limit", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Body not sent as application/json", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Internal error", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     )
 )]
 async fn put_policy(

@@ -162,6 +162,7 @@ pub struct RunList {
     responses(
         (status = 200, description = "The resource", body = RunList),
         (status = 403, description = "Needs `agents:run`", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     ))]
 async fn list_runs(
     State(app): State<AppState>,
@@ -182,6 +183,7 @@ async fn list_runs(
     responses(
         (status = 200, description = "The resource", body = RunView),
         (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     ))]
 async fn get_run(
     State(app): State<AppState>,
@@ -219,6 +221,7 @@ pub struct EventsQuery {
     responses(
         (status = 200, description = "An SSE stream of steps", content_type = "text/event-stream", body = String),
         (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     ))]
 async fn run_events(
     State(app): State<AppState>,
@@ -386,6 +389,7 @@ fn steps_stream(
         (status = 202, description = "Cancellation requested", body = RunView),
         (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The run has already ended", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     ))]
 async fn cancel_run(
     State(app): State<AppState>,

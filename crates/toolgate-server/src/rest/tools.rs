@@ -184,6 +184,7 @@ pub struct ListQuery {
     responses(
         (status = 200, description = "A page of tools, or with `format` the provider's declarations (a JSON array)", body = ToolList),
         (status = 400, description = "Bad query parameter", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     )
 )]
 async fn list_tools(
@@ -227,6 +228,7 @@ async fn list_tools(
     responses(
         (status = 200, description = "The tool", body = ToolInfo),
         (status = 404, description = "No such tool in the caller's toolset", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     )
 )]
 async fn get_tool(
@@ -327,16 +329,15 @@ fn preferred_wait(headers: &HeaderMap) -> Option<u64> {
             headers(("Cache-Status" = String, description = "For a cached tool (RFC 9211): `toolgate; hit`, `toolgate; fwd=miss; stored` or `toolgate; fwd=request`"))),
         (status = 202, description = "The call waits for a person's approval", body = HeldCall),
         (status = 400, description = "Malformed body, or arguments violating the tool's schema (each violation listed), or a path outside the workspace", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or invalid credentials", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The caller lacks a needed scope, or policy (or a person) denied the call", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such tool in the caller's toolset, or the tool found nothing at the given path", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body larger than the configured limit", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Body not sent as application/json", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "Rate limited", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Internal error (the cause is logged under the request id)", body = Problem, content_type = "application/problem+json"),
         (status = 502, description = "An upstream the tool depends on failed", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The call was cancelled (the gateway is shutting down)", body = Problem, content_type = "application/problem+json"),
         (status = 504, description = "The tool did not finish within its deadline", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     )
 )]
 async fn invoke_tool(

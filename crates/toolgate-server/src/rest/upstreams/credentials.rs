@@ -76,6 +76,7 @@ pub(super) async fn personal_upstream(
         (status = 400, description = "The upstream calls with its own credentials", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Needs `tools:invoke`", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such upstream, or nothing stored", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     ))]
 pub(super) async fn get_my_credential(
     State(app): State<AppState>,
@@ -113,6 +114,7 @@ pub(super) async fn get_my_credential(
         (status = 400, description = "Invalid credential, or the upstream calls with its own", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Needs `tools:invoke`", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such upstream in your tenant", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     ))]
 pub(super) async fn put_my_credential(
     State(app): State<AppState>,
@@ -156,6 +158,7 @@ pub(super) async fn put_my_credential(
         (status = 400, description = "The upstream calls with its own credentials", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Needs `tools:invoke`", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such upstream, or nothing stored", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     ))]
 pub(super) async fn delete_my_credential(
     State(app): State<AppState>,

@@ -317,6 +317,7 @@ async fn apply(upstreams: &TenantUpstreams) {
     responses(
         (status = 200, description = "The resource", body = UpstreamList),
         (status = 403, description = "Needs `tenant:admin`", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     ))]
 async fn list_upstreams(
     State(app): State<AppState>,
@@ -344,6 +345,7 @@ async fn list_upstreams(
         (status = 400, description = "Invalid upstream (every problem listed)", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Needs `tenant:admin`", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "An upstream of this name exists, or the tenant has as many as allowed", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     ))]
 async fn create_upstream(
     State(app): State<AppState>,
@@ -383,6 +385,7 @@ async fn create_upstream(
         (status = 200, description = "The resource", body = UpstreamView),
         (status = 403, description = "Needs `tenant:admin`", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     ))]
 async fn get_upstream(
     State(app): State<AppState>,
@@ -409,6 +412,7 @@ async fn get_upstream(
         (status = 403, description = "Needs `tenant:admin`", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Renamed to a name in use", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     ))]
 async fn replace_upstream(
     State(app): State<AppState>,
@@ -454,6 +458,7 @@ async fn replace_upstream(
         (status = 204, description = "Deleted"),
         (status = 403, description = "Needs `tenant:admin`", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
+        crate::error::Refusals,
     ))]
 async fn delete_upstream(
     State(app): State<AppState>,
