@@ -408,7 +408,22 @@ impl ServerHandler for McpAdapter {
         Ok(page)
     }
 
+    /// Boxed: rmcp holds every request's handler future in the one future its dispatch
+    /// makes, moved into a task and on; a call's state (its context, the retried one,
+    /// the notices) made that future, and every request's moves, 3.7 KB large.
     async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        Box::pin(self.call(request, context)).await
+    }
+}
+
+impl McpAdapter {
+    /// `tools/call`: the executor's call, with the client's notices relayed while it
+    /// runs and a person asked (elicitation) when it waits for approval.
+    async fn call(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
@@ -516,9 +531,7 @@ impl ServerHandler for McpAdapter {
             (Err(err), _) => Ok(error_result(&err).into()),
         }
     }
-}
 
-impl McpAdapter {
     /// Runs a request relayed to an upstream (`resources/read`, `prompts/get`,
     /// `completion/complete`) through the executor's [`Executor::relay`]: admitted,
     /// authorized, under the upstream's deadline, cancelled with the request, audited.
