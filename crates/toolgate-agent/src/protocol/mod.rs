@@ -174,9 +174,9 @@ fn describe_parameters(schema: &Value) -> Vec<String> {
         .collect()
 }
 
-/// A call the model wrote but that could not be read, kept for the model to be told:
-/// `problem`, and that it should resend the call `as` the protocol writes calls. Its text
-/// (cut to 2,000 characters) stands in for the arguments.
+/// A call the model wrote but that could not be read, kept so the model is told what is
+/// wrong (`problem`) and how to write it again (`resend_as`, the protocol's call syntax).
+/// Its text, cut to 2,000 characters, stands in for the arguments.
 fn malformed_call(name: &str, raw: &str, problem: &str, resend_as: &str) -> ToolCall {
     ToolCall {
         id: String::new(),
