@@ -125,14 +125,18 @@ pub struct RunEventRecord {
     pub created_at: DateTime<Utc>,
 }
 
-/// How a run ended, written with its last event.
-#[derive(Clone, Debug, PartialEq)]
+/// How a run ended: written to the run's row with its last event, and that event's
+/// payload in the journal (`run_finished`), in this field order.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RunFinish {
     pub status: RunStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
+    #[serde(default)]
     pub best_effort: bool,
-    pub error: Option<String>,
     pub usage: crate::Usage,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Agent runs and their journals, with the leases that say which instance drives each.

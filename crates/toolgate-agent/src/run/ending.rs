@@ -166,17 +166,8 @@ impl Driver<'_> {
             usage: state.usage,
             error,
         };
-        self.append(
-            state,
-            RunEvent::RunFinished {
-                status,
-                output: outcome.output.clone(),
-                best_effort,
-                usage: outcome.usage,
-                error: outcome.error.clone(),
-            },
-        )
-        .await?;
+        self.append(state, RunEvent::RunFinished(outcome.clone()))
+            .await?;
         Ok(outcome)
     }
 }

@@ -202,7 +202,7 @@ impl Driver<'_> {
         // Anything else lost in a crash is redone on resume without effects: a model
         // call, a read-only tool call.
         let wait = match &event {
-            RunEvent::RunFinished { .. } | RunEvent::RunPaused { .. } => true,
+            RunEvent::RunFinished(_) | RunEvent::RunPaused { .. } => true,
             RunEvent::ToolCallFinished { result, .. } => self.has_effects(&result.name),
             _ => false,
         };

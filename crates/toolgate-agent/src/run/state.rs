@@ -86,16 +86,8 @@ pub enum RunEvent {
         reason: NoteReason,
         text: String,
     },
-    RunFinished {
-        status: RunStatus,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        output: Option<String>,
-        #[serde(default)]
-        best_effort: bool,
-        usage: Usage,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        error: Option<String>,
-    },
+    /// The run's end, as its row keeps it.
+    RunFinished(RunFinish),
 }
 
 impl RunEvent {
@@ -110,27 +102,7 @@ impl RunEvent {
             RunEvent::ApprovalRequested { .. } => "approval_requested",
             RunEvent::RunPaused { .. } => "run_paused",
             RunEvent::Note { .. } => "note",
-            RunEvent::RunFinished { .. } => "run_finished",
-        }
-    }
-
-    /// How the run ended, when this event ends it.
-    pub fn finish(&self) -> Option<RunFinish> {
-        match self {
-            RunEvent::RunFinished {
-                status,
-                output,
-                best_effort,
-                usage,
-                error,
-            } => Some(RunFinish {
-                status: *status,
-                output: output.clone(),
-                best_effort: *best_effort,
-                usage: *usage,
-                error: error.clone(),
-            }),
-            _ => None,
+            RunEvent::RunFinished(_) => "run_finished",
         }
     }
 }
@@ -313,7 +285,7 @@ impl RunState {
                     self.output_retries += 1;
                 }
             }
-            RunEvent::RunFinished { .. } => self.finished = event.finish(),
+            RunEvent::RunFinished(finish) => self.finished = Some(finish.clone()),
         }
     }
 

@@ -93,7 +93,7 @@ impl Journal for StoreJournal {
         }
         let value = serde_json::to_value(event).map_err(|e| e.to_string())?;
         let finish = match event {
-            RunEvent::RunFinished { .. } => event.finish(),
+            RunEvent::RunFinished(finish) => Some(finish.clone()),
             // Paused: the run row says so and frees its lease, so that whichever instance
             // sees the decision first takes it over.
             RunEvent::RunPaused { usage, .. } => Some(RunFinish {

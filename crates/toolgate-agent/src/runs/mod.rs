@@ -511,13 +511,13 @@ impl<S: Store> Runs<S> {
                 Ok(())
             }
             Err(reason) => {
-                let event = RunEvent::RunFinished {
+                let event = RunEvent::RunFinished(RunFinish {
                     status: RunStatus::Failed,
                     output: None,
                     best_effort: false,
                     usage: Default::default(),
                     error: Some(format!("interrupted and not resumable: {reason}")),
-                };
+                });
                 let journal = StoreJournal::new(self.clone(), record.tenant, record.id, next_seq);
                 journal.append(&event, true).await?;
                 Err(reason)
