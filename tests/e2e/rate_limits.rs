@@ -281,6 +281,72 @@ async fn unknown_tools_share_one_series_and_agent_chat_calls_are_measured() {
     gw.stop().await;
 }
 
+/// Made-up MCP methods share the conventions' `_OTHER` series (a client could otherwise
+/// grow the exposition without end, and crowd out everyone's series at the SDK's
+/// cardinality limit); a tool call's series carries `gen_ai.operation.name` and the
+/// HTTP version, as the MCP semantic conventions ask.
+#[tokio::test]
+async fn made_up_mcp_methods_share_one_series_and_tool_calls_are_named_as_the_conventions_ask() {
+    let gw = Gateway::start().await;
+    let post = |id: u64, method: &str, params: serde_json::Value| {
+        let mut request = gw
+            .http
+            .post(gw.url("/mcp"))
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", method);
+        if let Some(name) = params["name"].as_str() {
+            request = request.header("mcp-name", name);
+        }
+        let request =
+            request.json(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        async move { request.send().await.expect("mcp").status() }
+    };
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "e2e", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    for (id, method) in [(1, "no_such/method_one"), (2, "no_such/method_two")] {
+        let status = post(id, method, json!({"_meta": meta})).await;
+        assert!(status.is_success() || status.is_client_error(), "{status}");
+    }
+    let status = post(
+        3,
+        "tools/call",
+        json!({"name": "echo", "arguments": {"message": "hi"}, "_meta": meta}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let exposition = metrics(&gw).await;
+    assert!(!exposition.contains("no_such"), "{exposition}");
+    assert_eq!(
+        total(
+            &exposition,
+            "mcp_server_operation_duration_seconds_count",
+            &[("mcp_method_name", "_OTHER")]
+        ),
+        2.0,
+        "{exposition}"
+    );
+    assert_eq!(
+        total(
+            &exposition,
+            "mcp_server_operation_duration_seconds_count",
+            &[
+                ("mcp_method_name", "tools/call"),
+                ("gen_ai_operation_name", "execute_tool"),
+                ("gen_ai_tool_name", "echo"),
+                ("network_protocol_name", "http"),
+                ("network_protocol_version", "1.1"),
+            ]
+        ),
+        1.0,
+        "{exposition}"
+    );
+    gw.stop().await;
+}
+
 #[tokio::test]
 async fn metrics_need_the_operator_scope_and_a_policy_cannot_set_a_zero_limit() {
     let gw = Gateway::start().await;

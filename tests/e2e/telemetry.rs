@@ -281,7 +281,7 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
             && got.iter().any(|s| s["name"] == "tools/call add")
             && got
                 .iter()
-                .any(|s| s["name"] == "resources/read fixture://note" && s["kind"] == 3)
+                .any(|s| s["name"] == "resources/read" && s["kind"] == 3)
         {
             break;
         }
@@ -318,6 +318,12 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
     assert_eq!(attributes["mcp.protocol.version"], "2026-07-28");
     assert_eq!(attributes["jsonrpc.request.id"], "42");
     assert_eq!(attributes["gen_ai.tool.name"], "echo");
+    assert_eq!(attributes["gen_ai.operation.name"], "execute_tool");
+    assert_eq!(attributes["network.transport"], "tcp");
+    assert_eq!(attributes["network.protocol.name"], "http");
+    assert_eq!(attributes["network.protocol.version"], "1.1");
+    assert_eq!(attributes["client.address"], "127.0.0.1");
+    assert!(attributes["client.port"].is_number(), "{server}");
     assert!(
         attributes.get("mcp.session.id").is_none(),
         "no session: {server}"
@@ -352,9 +358,11 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
         "{agent_call}"
     );
 
+    // A resource's URI is an attribute, never in a span's name (the conventions keep
+    // names low in cardinality).
     let relayed = got
         .iter()
-        .find(|s| s["name"] == "resources/read fixture://note" && s["kind"] == 3)
+        .find(|s| s["name"] == "resources/read" && s["kind"] == 3)
         .expect("the relayed read's client span");
     assert_eq!(relayed["trace_id"], read_trace, "{relayed}");
     assert_eq!(relayed["attributes"]["mcp.method.name"], "resources/read");
@@ -366,6 +374,14 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
     assert_eq!(
         relayed["parent_span_id"], read_server["span_id"],
         "{relayed} under {read_server}"
+    );
+    assert_eq!(read_server["name"], "resources/read", "{read_server}");
+    let read_attributes = &read_server["attributes"];
+    assert_eq!(read_attributes["mcp.method.name"], "resources/read");
+    assert_eq!(read_attributes["mcp.resource.uri"], "fixture://note");
+    assert!(
+        read_attributes.get("gen_ai.operation.name").is_none(),
+        "not a tool call: {read_server}"
     );
 
     let upstream = got

@@ -28,6 +28,25 @@ pub const TOKEN_BUCKETS: [f64; 14] = [
     16777216.0, 67108864.0,
 ];
 
+/// One MCP request as `mcp.server.operation.duration` records it (MCP semantic
+/// conventions); every name here has a bounded set of values.
+#[derive(Debug)]
+pub struct McpOperation<'a> {
+    pub method: &'a str,
+    /// A tool that exists.
+    pub tool: Option<&'a str>,
+    /// A prompt that was found.
+    pub prompt: Option<&'a str>,
+    pub protocol_version: Option<&'a str>,
+    /// `network.protocol.version`: `1.1`, `2`.
+    pub http_version: Option<&'static str>,
+    /// `error.type`: the JSON-RPC error code, `tool_error`, or the HTTP status.
+    pub error: Option<&'a str>,
+    /// `rpc.response.status_code`: the JSON-RPC error code of the answer, if it has one.
+    pub status_code: Option<&'a str>,
+    pub duration: Duration,
+}
+
 /// The gateway's instruments. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -169,29 +188,34 @@ impl Metrics {
         self.audit_commit.record(duration.as_secs_f64(), attrs);
     }
 
-    /// One MCP request handled (`tool` for `tools/call`; `error` the JSON-RPC error code or
-    /// `tool_error` for an `isError` result).
-    pub fn mcp_operation(
-        &self,
-        method: &str,
-        tool: Option<&str>,
-        protocol_version: Option<&str>,
-        error: Option<String>,
-        duration: Duration,
-    ) {
-        let mut attrs = Vec::with_capacity(5);
-        attrs.push(KeyValue::new("mcp.method.name", method.to_owned()));
+    /// One MCP request handled: `mcp.server.operation.duration`.
+    pub fn mcp_operation(&self, op: &McpOperation<'_>) {
+        let mut attrs = Vec::with_capacity(8);
+        attrs.push(KeyValue::new("mcp.method.name", op.method.to_owned()));
         attrs.push(KeyValue::new("network.transport", "tcp"));
-        if let Some(tool) = tool {
+        attrs.push(KeyValue::new("network.protocol.name", "http"));
+        if let Some(version) = op.http_version {
+            attrs.push(KeyValue::new("network.protocol.version", version));
+        }
+        if op.method == "tools/call" {
+            attrs.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
+        }
+        if let Some(tool) = op.tool {
             attrs.push(KeyValue::new("gen_ai.tool.name", tool.to_owned()));
         }
-        if let Some(version) = protocol_version {
+        if let Some(prompt) = op.prompt {
+            attrs.push(KeyValue::new("gen_ai.prompt.name", prompt.to_owned()));
+        }
+        if let Some(version) = op.protocol_version {
             attrs.push(KeyValue::new("mcp.protocol.version", version.to_owned()));
         }
-        if let Some(error) = error {
-            attrs.push(KeyValue::new("error.type", error));
+        if let Some(error) = op.error {
+            attrs.push(KeyValue::new("error.type", error.to_owned()));
         }
-        self.mcp_operation.record(duration.as_secs_f64(), &attrs);
+        if let Some(code) = op.status_code {
+            attrs.push(KeyValue::new("rpc.response.status_code", code.to_owned()));
+        }
+        self.mcp_operation.record(op.duration.as_secs_f64(), &attrs);
     }
 
     /// One chat call to a model provider, with the tokens it used when it answered.

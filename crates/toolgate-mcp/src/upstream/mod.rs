@@ -167,8 +167,8 @@ pub(crate) enum Under {
     Request,
 }
 
-/// A client span for `method` sent to an upstream (MCP conventions: `{method} {target}`,
-/// with the tool, resource or prompt it names), and the `traceparent` to send with it so
+/// A client span for `method` sent to an upstream (MCP conventions: `{method} {target}`
+/// for a tool or prompt, `{method}` alone for a resource, whose URI is an attribute), and the `traceparent` to send with it so
 /// the upstream's spans join the trace: the span's own when traces are recorded, else
 /// the call's. Disabled, and free, when the trace is not recorded.
 pub(crate) fn client_span(
@@ -197,7 +197,13 @@ pub(crate) fn client_span(
         return (span, ctx.traceparent());
     }
     use toolgate_core::context::{exported_traceparent, set_remote_parent};
-    span.record("otel.name", format!("{method} {target}"));
+    // A resource's URI is an attribute, never in the name: the conventions keep span
+    // names low in cardinality.
+    if method == "resources/read" {
+        span.record("otel.name", method);
+    } else {
+        span.record("otel.name", format!("{method} {target}"));
+    }
     match method {
         "tools/call" => {
             span.record("gen_ai.tool.name", target);

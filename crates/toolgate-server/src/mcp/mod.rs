@@ -40,7 +40,7 @@ mod probe;
 use answers::{
     body_error, duplicate_id, parse_error, same_version, unauthorized, version_mismatch,
 };
-use probe::{Operation, Probe, probe, server_span};
+use probe::{Operation, Probe, Target, probe, server_span};
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
@@ -296,15 +296,12 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
         }
         if let Some(Probe {
             method: Some(method),
-            tool,
+            target,
             protocol_version,
             id,
             traceparent,
         }) = probed
         {
-            // A tool is named only when it exists: a client's made-up names must not make
-            // series without end.
-            let tool = tool.filter(|t| guard.state.registry.get(owner.0, t).is_some());
             let protocol_version = parts
                 .headers
                 .get(PROTOCOL_VERSION_HEADER)
@@ -320,22 +317,42 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
                     .and_then(|v| v.to_str().ok())
                     .map(str::to_owned)
             });
-            let (span, continued) = server_span(
-                &method,
-                tool.as_deref(),
-                protocol_version.as_deref(),
-                id.as_ref(),
-                session.as_deref(),
-                traceparent.as_deref(),
-            );
+            // A tool is named (in the span's name, its attributes and the metric) only
+            // when it exists: a client's made-up names must not make series without end.
+            // A prompt is named in the metric only when it was found (see `Operation`).
+            let target = target.filter(|t| match t {
+                Target::Tool(tool) => guard.state.registry.get(owner.0, tool).is_some(),
+                Target::Prompt(_) | Target::Resource(_) => true,
+            });
+            let http_version = probe::http_version(parts.version);
+            let (span, continued) = server_span(&probe::Request {
+                method: &method,
+                target: target.as_ref(),
+                protocol_version: protocol_version.as_deref(),
+                id: id.as_ref(),
+                session: session.as_deref(),
+                traceparent: traceparent.as_deref(),
+                peer: parts
+                    .extensions
+                    .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                    .map(|c| c.0),
+                http_version,
+            });
             if let Some(caller) = parts.extensions.get_mut::<McpCaller>() {
                 caller.traceparent = continued;
             }
+            let (tool, prompt) = match target {
+                Some(Target::Tool(tool)) => (Some(tool), None),
+                Some(Target::Prompt(prompt)) => (None, Some(prompt)),
+                Some(Target::Resource(_)) | None => (None, None),
+            };
             operation = Some(Operation {
                 metrics: guard.state.telemetry.metrics().clone(),
                 method,
                 tool,
+                prompt,
                 protocol_version,
+                http_version,
                 error: None,
                 started,
                 span,

@@ -2,14 +2,36 @@
 //! records of each: the server span and `mcp.server.operation.duration`.
 
 /// What the guard reads of a JSON-RPC message: the id of a request (it has a method and an
-/// id), and the method, tool and protocol version for `mcp.server.operation.duration`.
+/// id), and the method, its target and protocol version for the server span and
+/// `mcp.server.operation.duration`.
 pub(super) struct Probe {
     pub(super) id: Option<serde_json::Value>,
     pub(super) method: Option<String>,
-    pub(super) tool: Option<String>,
+    pub(super) target: Option<Target>,
     pub(super) protocol_version: Option<String>,
     /// The W3C `traceparent` in `_meta` (SEP-414).
     pub(super) traceparent: Option<String>,
+}
+
+/// What a request names, as the MCP semantic conventions record it.
+pub(super) enum Target {
+    /// `tools/call`: `gen_ai.tool.name`, and the span name's target.
+    Tool(String),
+    /// `prompts/get`: `gen_ai.prompt.name`, and the span name's target.
+    Prompt(String),
+    /// `resources/read`, `resources/subscribe`, `resources/unsubscribe`:
+    /// `mcp.resource.uri` (never in the span name: unbounded).
+    Resource(String),
+}
+
+impl Target {
+    /// The target a span name carries (`{mcp.method.name} {target}`), if any.
+    fn in_name(&self) -> Option<&str> {
+        match self {
+            Target::Tool(name) | Target::Prompt(name) => Some(name),
+            Target::Resource(_) => None,
+        }
+    }
 }
 
 pub(super) fn probe(body: &[u8]) -> Option<Probe> {
@@ -26,6 +48,8 @@ pub(super) fn probe(body: &[u8]) -> Option<Probe> {
     struct Params<'a> {
         #[serde(borrow)]
         name: Option<Cow<'a, str>>,
+        #[serde(borrow)]
+        uri: Option<Cow<'a, str>>,
         #[serde(borrow, rename = "protocolVersion")]
         protocol_version: Option<Cow<'a, str>>,
         #[serde(borrow, rename = "_meta")]
@@ -39,17 +63,28 @@ pub(super) fn probe(body: &[u8]) -> Option<Probe> {
         traceparent: Option<Cow<'a, str>>,
     }
     let message: Message<'_> = serde_json::from_slice(body).ok()?;
-    let method = message.method.map(Cow::into_owned);
-    let (tool, protocol_version, traceparent) = match message.params {
+    let method = message.method.map(|m| {
+        if known_method(&m) {
+            m.into_owned()
+        } else {
+            OTHER_METHOD.to_owned()
+        }
+    });
+    let (target, protocol_version, traceparent) = match message.params {
         Some(params) => {
             let (meta_version, traceparent) = params
                 .meta
                 .map_or((None, None), |m| (m.protocol_version, m.traceparent));
+            let target = match method.as_deref() {
+                Some("tools/call") => params.name.map(|n| Target::Tool(n.into_owned())),
+                Some("prompts/get") => params.name.map(|n| Target::Prompt(n.into_owned())),
+                Some("resources/read" | "resources/subscribe" | "resources/unsubscribe") => {
+                    params.uri.map(|u| Target::Resource(u.into_owned()))
+                }
+                _ => None,
+            };
             (
-                params
-                    .name
-                    .filter(|_| method.as_deref() == Some("tools/call"))
-                    .map(Cow::into_owned),
+                target,
                 params
                     .protocol_version
                     .or(meta_version)
@@ -62,30 +97,66 @@ pub(super) fn probe(body: &[u8]) -> Option<Probe> {
     Some(Probe {
         id: method.as_ref().and(message.id),
         method,
-        tool,
+        target,
         protocol_version,
         traceparent,
     })
+}
+
+/// `mcp.method.name` of a method the gateway does not know (the conventions' `_OTHER`):
+/// a client's made-up method names must not make series, or span names, without end.
+pub(super) const OTHER_METHOD: &str = "_OTHER";
+
+/// The notifications a client sends (the MCP semantic conventions' well-known names).
+const NOTIFICATIONS: [&str; 4] = [
+    "notifications/initialized",
+    "notifications/cancelled",
+    "notifications/progress",
+    "notifications/roots/list_changed",
+];
+
+fn known_method(method: &str) -> bool {
+    toolgate_mcp::is_known_method(method) || NOTIFICATIONS.contains(&method)
+}
+
+/// `network.protocol.version` of an HTTP version, as the conventions write it.
+pub(super) fn http_version(version: axum::http::Version) -> Option<&'static str> {
+    match version {
+        axum::http::Version::HTTP_10 => Some("1.0"),
+        axum::http::Version::HTTP_11 => Some("1.1"),
+        axum::http::Version::HTTP_2 => Some("2"),
+        axum::http::Version::HTTP_3 => Some("3"),
+        _ => None,
+    }
+}
+
+/// What the server span of one MCP request is made of.
+pub(super) struct Request<'a> {
+    pub(super) method: &'a str,
+    pub(super) target: Option<&'a Target>,
+    pub(super) protocol_version: Option<&'a str>,
+    pub(super) id: Option<&'a serde_json::Value>,
+    /// Only session traffic has one (2026-07-28 requests have none).
+    pub(super) session: Option<&'a str>,
+    /// The client's `traceparent`: in `_meta`, else the HTTP header.
+    pub(super) traceparent: Option<&'a str>,
+    /// The peer's socket address (`client.address`, `client.port`).
+    pub(super) peer: Option<std::net::SocketAddr>,
+    pub(super) http_version: Option<&'static str>,
 }
 
 /// The server span of one MCP request (`{mcp.method.name} {target}`, MCP semantic
 /// conventions), continuing the client's `traceparent`, with the `traceparent` the call
 /// continues (the span's, or an unrecorded one when the sampler skips the trace). None,
 /// and free, when traces are not exported.
-pub(super) fn server_span(
-    method: &str,
-    tool: Option<&str>,
-    protocol_version: Option<&str>,
-    id: Option<&serde_json::Value>,
-    session: Option<&str>,
-    traceparent: Option<&str>,
-) -> (tracing::Span, Option<String>) {
+pub(super) fn server_span(request: &Request<'_>) -> (tracing::Span, Option<String>) {
     use toolgate_core::context::{Root, exported_traceparent, root, set_remote_parent};
-    let parent = match root(traceparent) {
+    let parent = match root(request.traceparent) {
         Root::Off => return (tracing::Span::none(), None),
         Root::Recorded(parent) => parent,
         Root::Skipped(traceparent) => return (tracing::Span::none(), Some(traceparent)),
     };
+    let method = request.method;
     let span = tracing::info_span!(
         target: "toolgate::otel",
         "mcp",
@@ -95,37 +166,57 @@ pub(super) fn server_span(
         mcp.protocol.version = tracing::field::Empty,
         mcp.session.id = tracing::field::Empty,
         jsonrpc.request.id = tracing::field::Empty,
+        gen_ai.operation.name = tracing::field::Empty,
         gen_ai.tool.name = tracing::field::Empty,
+        gen_ai.prompt.name = tracing::field::Empty,
+        mcp.resource.uri = tracing::field::Empty,
+        client.address = tracing::field::Empty,
+        client.port = tracing::field::Empty,
         network.transport = "tcp",
         network.protocol.name = "http",
+        network.protocol.version = tracing::field::Empty,
         error.type = tracing::field::Empty,
+        rpc.response.status_code = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
     );
     if span.is_disabled() {
         return (span, None);
     }
     span.record(
         "otel.name",
-        match tool {
-            Some(tool) => format!("{method} {tool}"),
+        match request.target.and_then(Target::in_name) {
+            Some(target) => format!("{method} {target}"),
             None => method.to_owned(),
         },
     );
-    if let Some(tool) = tool {
-        span.record("gen_ai.tool.name", tool);
+    if method == "tools/call" {
+        span.record("gen_ai.operation.name", "execute_tool");
     }
-    if let Some(version) = protocol_version {
+    match request.target {
+        Some(Target::Tool(tool)) => span.record("gen_ai.tool.name", tool.as_str()),
+        Some(Target::Prompt(prompt)) => span.record("gen_ai.prompt.name", prompt.as_str()),
+        Some(Target::Resource(uri)) => span.record("mcp.resource.uri", uri.as_str()),
+        None => &span,
+    };
+    if let Some(version) = request.protocol_version {
         span.record("mcp.protocol.version", version);
     }
-    if let Some(id) = id {
+    if let Some(id) = request.id {
         match id {
             serde_json::Value::String(id) => span.record("jsonrpc.request.id", id.as_str()),
             id => span.record("jsonrpc.request.id", id.to_string()),
         };
     }
-    // Only session traffic has a session id (2026-07-28 requests have none).
-    if let Some(session) = session {
+    if let Some(session) = request.session {
         span.record("mcp.session.id", session);
+    }
+    if let Some(peer) = request.peer {
+        span.record("client.address", peer.ip().to_string());
+        span.record("client.port", i64::from(peer.port()));
+    }
+    if let Some(version) = request.http_version {
+        span.record("network.protocol.version", version);
     }
     set_remote_parent(&span, parent);
     let traceparent = exported_traceparent(&span);
@@ -137,8 +228,13 @@ pub(super) fn server_span(
 pub(super) struct Operation {
     pub(super) metrics: toolgate_core::metrics::Metrics,
     pub(super) method: String,
+    /// Only a tool that exists (see the guard).
     pub(super) tool: Option<String>,
+    /// Named in the metric only when the request succeeded: a prompt that was not found
+    /// must not make a series.
+    pub(super) prompt: Option<String>,
     pub(super) protocol_version: Option<String>,
+    pub(super) http_version: Option<&'static str>,
     pub(super) error: Option<String>,
     pub(super) started: std::time::Instant,
     /// The server span (when traces are exported): it ends with the operation.
@@ -150,18 +246,48 @@ impl Drop for Operation {
         if let Some(error) = &self.error {
             toolgate_core::context::span_failed(&self.span, error);
         }
-        self.metrics.mcp_operation(
-            &self.method,
-            self.tool.as_deref(),
-            self.protocol_version.as_deref(),
-            self.error.take(),
-            self.started.elapsed(),
-        );
+        let failed = self.error.is_some();
+        self.metrics
+            .mcp_operation(&toolgate_core::metrics::McpOperation {
+                method: &self.method,
+                tool: self.tool.as_deref(),
+                prompt: self.prompt.as_deref().filter(|_| !failed),
+                protocol_version: self.protocol_version.as_deref(),
+                http_version: self.http_version,
+                error: self.error.as_deref(),
+                status_code: None,
+                duration: self.started.elapsed(),
+            });
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::Target;
+
+    #[test]
+    fn the_probe_names_each_requests_target_and_folds_unknown_methods_into_other() {
+        let probed = super::probe(
+            br#"{"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":"review"}}"#,
+        )
+        .expect("probed");
+        assert!(matches!(probed.target, Some(Target::Prompt(ref p)) if p == "review"));
+        let probed = super::probe(br#"{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"file:///a","name":"x"}}"#)
+            .expect("probed");
+        assert!(matches!(probed.target, Some(Target::Resource(ref u)) if u == "file:///a"));
+        assert_eq!(probed.target.as_ref().and_then(Target::in_name), None);
+        let probed = super::probe(
+            br#"{"jsonrpc":"2.0","id":3,"method":"made/up","params":{"name":"echo"}}"#,
+        )
+        .expect("probed");
+        assert_eq!(probed.method.as_deref(), Some(super::OTHER_METHOD));
+        assert!(probed.target.is_none());
+        assert_eq!(probed.id, Some(serde_json::json!(3)), "still a request");
+        let probed = super::probe(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+            .expect("probed");
+        assert_eq!(probed.method.as_deref(), Some("notifications/initialized"));
+    }
+
     #[test]
     fn the_probe_reads_the_meta_traceparent() {
         let body = br#"{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"echo","arguments":{"message":"over mcp"},"_meta":{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"e2e","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}"#;
