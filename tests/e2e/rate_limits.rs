@@ -284,7 +284,8 @@ async fn unknown_tools_share_one_series_and_agent_chat_calls_are_measured() {
 /// Made-up MCP methods share the conventions' `_OTHER` series (a client could otherwise
 /// grow the exposition without end, and crowd out everyone's series at the SDK's
 /// cardinality limit); a tool call's series carries `gen_ai.operation.name` and the
-/// HTTP version, as the MCP semantic conventions ask.
+/// HTTP version, and a failure that is an HTTP 200 (a JSON-RPC error, a tool's error
+/// result) its `error.type`, as the MCP semantic conventions ask.
 #[tokio::test]
 async fn made_up_mcp_methods_share_one_series_and_tool_calls_are_named_as_the_conventions_ask() {
     let gw = Gateway::start().await;
@@ -318,7 +319,50 @@ async fn made_up_mcp_methods_share_one_series_and_tool_calls_are_named_as_the_co
     )
     .await;
     assert_eq!(status, 200);
+    // Failures the HTTP status does not show: a JSON-RPC error (no such tool: -32602)
+    // and a tool's error result (`isError`: arguments that do not fit its schema).
+    let status = post(
+        4,
+        "tools/call",
+        json!({"name": "no_such_tool", "arguments": {}, "_meta": meta}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let status = post(
+        5,
+        "tools/call",
+        json!({"name": "echo", "arguments": {"volume": 11}, "_meta": meta}),
+    )
+    .await;
+    assert_eq!(status, 200);
     let exposition = metrics(&gw).await;
+    assert_eq!(
+        total(
+            &exposition,
+            "mcp_server_operation_duration_seconds_count",
+            &[
+                ("mcp_method_name", "tools/call"),
+                ("error_type", "-32602"),
+                ("rpc_response_status_code", "-32602"),
+            ]
+        ),
+        1.0,
+        "{exposition}"
+    );
+    assert_eq!(
+        total(
+            &exposition,
+            "mcp_server_operation_duration_seconds_count",
+            &[
+                ("mcp_method_name", "tools/call"),
+                ("gen_ai_tool_name", "echo"),
+                ("error_type", "tool_error"),
+            ]
+        ),
+        1.0,
+        "{exposition}"
+    );
+    assert!(!exposition.contains("no_such_tool"), "{exposition}");
     assert!(!exposition.contains("no_such"), "{exposition}");
     assert_eq!(
         total(
@@ -341,7 +385,7 @@ async fn made_up_mcp_methods_share_one_series_and_tool_calls_are_named_as_the_co
                 ("network_protocol_version", "1.1"),
             ]
         ),
-        1.0,
+        2.0,
         "{exposition}"
     );
     gw.stop().await;

@@ -209,6 +209,28 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
     assert_eq!(response.status(), 200);
     let _ = response.text().await;
 
+    // A JSON-RPC error is an HTTP 200: the server span says it failed all the same.
+    let error_trace = "6bf92f3577b34da6a3ce929d0e0e4736";
+    let response = admin
+        .post(format!("{base}/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "no_such_tool")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 44, "method": "tools/call", "params": {
+            "name": "no_such_tool", "arguments": {},
+            "_meta": {"traceparent": format!("00-{error_trace}-00f067aa0ba902b7-01"),
+                      "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientInfo": {"name": "e2e", "version": "1"},
+                      "io.modelcontextprotocol/clientCapabilities": {}}}}),
+        )
+        .send()
+        .await
+        .expect("mcp");
+    assert_eq!(response.status(), 200);
+    let _ = response.text().await;
+
     // A resource read relayed to the upstream, in a trace of its own: a client span for
     // the upstream request under the request's server span.
     let read_trace = "5bf92f3577b34da6a3ce929d0e0e4736";
@@ -282,6 +304,9 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
             && got
                 .iter()
                 .any(|s| s["name"] == "resources/read" && s["kind"] == 3)
+            && got
+                .iter()
+                .any(|s| s["trace_id"] == error_trace && s["kind"] == 2)
         {
             break;
         }
@@ -328,6 +353,13 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
         attributes.get("mcp.session.id").is_none(),
         "no session: {server}"
     );
+    let refused = find("tools/call", error_trace);
+    assert_eq!(refused["attributes"]["error.type"], "-32602", "{refused}");
+    assert_eq!(
+        refused["attributes"]["rpc.response.status_code"], "-32602",
+        "{refused}"
+    );
+    assert_eq!(refused["status"], 2, "status ERROR: {refused}");
     let executed = find("execute_tool echo", mcp_trace);
     assert_eq!(executed["parent_span_id"], server["span_id"], "{executed}");
 

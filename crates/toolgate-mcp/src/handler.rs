@@ -40,10 +40,10 @@ impl ServerHandler for McpAdapter {
     async fn on_custom_request(
         &self,
         request: CustomRequest,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, ErrorData> {
         let method = request.method.as_str();
-        if is_known_method(method) {
+        Answer::of(&context).record(if is_known_method(method) {
             Err(ErrorData::invalid_params(
                 format!("the params of {method} do not match its schema"),
                 Some(json!({ "method": method })),
@@ -54,7 +54,7 @@ impl ServerHandler for McpAdapter {
                 format!("no method named {method:?}"),
                 None,
             ))
-        }
+        })
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
@@ -152,7 +152,8 @@ impl ServerHandler for McpAdapter {
         mut request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        Box::pin(async move {
+        let answer = Answer::of(&context);
+        let read = Box::pin(async move {
             let upstream = self.resource_upstream(&context, &request.uri)?;
             let args = json!({"uri": request.uri, "upstream": upstream.upstream});
             // The upstream connection is shared: the caller's `_meta` (a progress token, say)
@@ -168,8 +169,8 @@ impl ServerHandler for McpAdapter {
                 |peer, request| async move { peer.read_resource_once(request).await },
             )
             .await
-        })
-        .await
+        });
+        answer.record(read.await)
     }
 
     async fn subscribe(
@@ -307,7 +308,8 @@ impl ServerHandler for McpAdapter {
         mut request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        Box::pin(async move {
+        let answer = Answer::of(&context);
+        let got = Box::pin(async move {
             let (upstream, remote) = self.prompt_upstream(&context, &request.name)?;
             let args = json!({"name": request.name, "arguments": request.arguments,
                               "upstream": upstream.upstream});
@@ -323,8 +325,8 @@ impl ServerHandler for McpAdapter {
                 |peer, request| async move { peer.get_prompt_once(request).await },
             )
             .await
-        })
-        .await
+        });
+        answer.record(got.await)
     }
 
     /// Argument completion for an upstream's prompt or resource template, relayed to the
@@ -334,7 +336,8 @@ impl ServerHandler for McpAdapter {
         mut request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        Box::pin(async move {
+        let answer = Answer::of(&context);
+        let completed = Box::pin(async move {
             let upstream = match &mut request.r#ref {
                 Reference::Prompt(prompt) => {
                     let (upstream, remote) = self.prompt_upstream(&context, &prompt.name)?;
@@ -369,12 +372,17 @@ impl ServerHandler for McpAdapter {
                               "upstream": upstream.upstream});
             request.meta = None;
             let target = request.argument.name.clone();
-            self.relay(&context, ("completion/complete", &target), args, &upstream, request, |peer, request| async move {
-                peer.complete(request).await
-            })
+            self.relay(
+                &context,
+                ("completion/complete", &target),
+                args,
+                &upstream,
+                request,
+                |peer, request| async move { peer.complete(request).await },
+            )
             .await
-        })
-        .await
+        });
+        answer.record(completed.await)
     }
 
     async fn list_tools(
@@ -510,6 +518,15 @@ impl McpAdapter {
                 )))
                 .await;
         }
+        let answered = match (&outcome, known.is_some()) {
+            (Ok(_), _) => Answered::Result,
+            (Err(err), false) if err.kind == ErrorKind::NotFound => Answered::Error {
+                code: ErrorCode::INVALID_PARAMS.0,
+                message: err.message.clone(),
+            },
+            (Err(_), _) => Answered::ToolError,
+        };
+        caller.answer.set(answered);
         match (outcome, known) {
             (Ok(done), Some(tool)) => {
                 let mut meta = self

@@ -96,6 +96,60 @@ pub struct McpCaller {
     pub traceparent: Option<String>,
     /// The JWT the caller signed in with, for upstreams that exchange it (RFC 8693).
     pub subject_token: Option<toolgate_core::SubjectToken>,
+    /// How the handler answered: shared with the server, which records it.
+    pub answer: Answer,
+}
+
+/// How the handler answered one request, for the server's span and
+/// `mcp.server.operation.duration` (the MCP semantic conventions' `error.type` and
+/// `rpc.response.status_code`): a JSON-RPC error, or a tool's result with `isError`, is
+/// an HTTP 200 the server could not tell from a success. Shared by the request's
+/// [`McpCaller`] clones; set once.
+#[derive(Clone, Debug, Default)]
+pub struct Answer(Arc<std::sync::OnceLock<Answered>>);
+
+/// What [`Answer`] holds.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Answered {
+    /// A result.
+    Result,
+    /// A `tools/call` result with `isError` set (`error.type` = `tool_error`).
+    ToolError,
+    /// A JSON-RPC error.
+    Error { code: i32, message: String },
+}
+
+impl Answer {
+    /// The answer slot of the request `context` is for (a detached one if it has none).
+    pub(crate) fn of(context: &RequestContext<RoleServer>) -> Self {
+        context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<McpCaller>())
+            .map(|caller| caller.answer.clone())
+            .unwrap_or_default()
+    }
+
+    /// Records `answered`; the first record stands.
+    pub fn set(&self, answered: Answered) {
+        let _ = self.0.set(answered);
+    }
+
+    pub fn get(&self) -> Option<&Answered> {
+        self.0.get()
+    }
+
+    /// Records how `result` answers the request, and passes it on.
+    pub(crate) fn record<T>(&self, result: Result<T, ErrorData>) -> Result<T, ErrorData> {
+        self.set(match &result {
+            Ok(_) => Answered::Result,
+            Err(err) => Answered::Error {
+                code: err.code.0,
+                message: err.message.to_string(),
+            },
+        });
+        result
+    }
 }
 
 /// The MCP handler. rmcp makes one per session (and one per stateless request); it is a

@@ -264,12 +264,14 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("application/json"));
+    let answer = toolgate_mcp::Answer::default();
     parts.extensions.insert(McpCaller {
         auth: caller.auth,
         toolset: caller.toolset,
         request_id,
         traceparent: None,
         subject_token: caller.subject_token,
+        answer: answer.clone(),
     });
     // A session request reusing the id of one still in flight would take its answer
     // (rmcp routes answers by id): the first caller's POST then waited for ever. The
@@ -354,6 +356,7 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
                 protocol_version,
                 http_version,
                 error: None,
+                answer,
                 started,
                 span,
             });

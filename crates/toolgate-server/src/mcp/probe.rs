@@ -107,6 +107,12 @@ pub(super) fn probe(body: &[u8]) -> Option<Probe> {
 /// a client's made-up method names must not make series, or span names, without end.
 pub(super) const OTHER_METHOD: &str = "_OTHER";
 
+/// JSON-RPC's and MCP's own error codes: the metric names these, and any other as
+/// `_OTHER`.
+const COMMON_CODES: [&str; 8] = [
+    "-32700", "-32600", "-32601", "-32602", "-32603", "-32001", "-32002", "-32042",
+];
+
 /// The notifications a client sends (the MCP semantic conventions' well-known names).
 const NOTIFICATIONS: [&str; 4] = [
     "notifications/initialized",
@@ -235,7 +241,11 @@ pub(super) struct Operation {
     pub(super) prompt: Option<String>,
     pub(super) protocol_version: Option<String>,
     pub(super) http_version: Option<&'static str>,
+    /// An HTTP-level failure: the status, when not 2xx.
     pub(super) error: Option<String>,
+    /// How the handler answered, when it did: a JSON-RPC error or a tool's error result
+    /// is an HTTP 200.
+    pub(super) answer: toolgate_mcp::Answer,
     pub(super) started: std::time::Instant,
     /// The server span (when traces are exported): it ends with the operation.
     pub(super) span: tracing::Span,
@@ -243,19 +253,45 @@ pub(super) struct Operation {
 
 impl Drop for Operation {
     fn drop(&mut self) {
-        if let Some(error) = &self.error {
+        use toolgate_mcp::Answered;
+        // The conventions' `error.type`: the JSON-RPC error code, `tool_error` for a
+        // tool's error result, else the HTTP status of a refused request.
+        let (error, status_code, message) = match (&self.error, self.answer.get()) {
+            (Some(status), _) => (Some(status.clone()), None, None),
+            (None, Some(Answered::Error { code, message })) => {
+                let code = code.to_string();
+                (Some(code.clone()), Some(code), Some(message.as_str()))
+            }
+            (None, Some(Answered::ToolError)) => (Some("tool_error".to_owned()), None, None),
+            (None, Some(Answered::Result) | None) => (None, None, None),
+        };
+        if let Some(error) = &error {
             toolgate_core::context::span_failed(&self.span, error);
         }
-        let failed = self.error.is_some();
+        if let Some(code) = &status_code {
+            self.span.record("rpc.response.status_code", code.as_str());
+        }
+        if let Some(message) = message {
+            self.span.record("otel.status_description", message);
+        }
+        // The metric keeps its series bounded: a relayed upstream's own error codes are
+        // its to choose.
+        let bounded = status_code.as_deref().map(|code| {
+            if COMMON_CODES.contains(&code) {
+                code
+            } else {
+                OTHER_METHOD
+            }
+        });
         self.metrics
             .mcp_operation(&toolgate_core::metrics::McpOperation {
                 method: &self.method,
                 tool: self.tool.as_deref(),
-                prompt: self.prompt.as_deref().filter(|_| !failed),
+                prompt: self.prompt.as_deref().filter(|_| error.is_none()),
                 protocol_version: self.protocol_version.as_deref(),
                 http_version: self.http_version,
-                error: self.error.as_deref(),
-                status_code: None,
+                error: bounded.or(error.as_deref()),
+                status_code: bounded,
                 duration: self.started.elapsed(),
             });
     }
