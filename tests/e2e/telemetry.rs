@@ -95,6 +95,39 @@ async fn echo_traces(admin: &reqwest::Client, base: &str) -> (Value, Vec<String>
     (audit, traces)
 }
 
+/// A 2026-07-28 (stateless) MCP request `(method, name)` whose `_meta` carries
+/// `traceparent` (SEP-414), and `header` as the HTTP `traceparent` too; its answer's body.
+async fn mcp_traced(
+    admin: &reqwest::Client,
+    base: &str,
+    id: u64,
+    (method, name): (&str, &str),
+    mut params: Value,
+    traceparent: &str,
+    header: Option<&str>,
+) -> String {
+    params["_meta"] = json!({"traceparent": traceparent,
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "e2e", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {}});
+    let mut request = admin
+        .post(format!("{base}/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method)
+        .header("mcp-name", name);
+    if let Some(header) = header {
+        request = request.header("traceparent", header);
+    }
+    let response = request
+        .json(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+        .send()
+        .await
+        .expect("mcp");
+    assert_eq!(response.status(), 200, "{method}");
+    response.text().await.expect("body")
+}
+
 fn spans(file: &std::path::Path) -> Vec<Value> {
     std::fs::read_to_string(file)
         .unwrap_or_default()
@@ -185,74 +218,43 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
     // MCP (2026-07-28, stateless), with the caller's trace in `_meta` (SEP-414), which
     // wins over another in the HTTP header.
     let mcp_trace = "0af7651916cd43dd8448eb211c80319c";
-    let response = admin
-        .post(format!("{base}/mcp"))
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", "echo")
-        .header(
-            "traceparent",
-            "00-1af7651916cd43dd8448eb211c80319d-c7ad6b7169203332-01",
-        )
-        .json(
-            &json!({"jsonrpc": "2.0", "id": 42, "method": "tools/call", "params": {
-            "name": "echo", "arguments": {"message": "over mcp"},
-            "_meta": {"traceparent": format!("00-{mcp_trace}-b7ad6b7169203331-01"),
-                      "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                      "io.modelcontextprotocol/clientInfo": {"name": "e2e", "version": "1"},
-                      "io.modelcontextprotocol/clientCapabilities": {}}}}),
-        )
-        .send()
-        .await
-        .expect("mcp");
-    assert_eq!(response.status(), 200);
-    let _ = response.text().await;
+    mcp_traced(
+        &admin,
+        &base,
+        42,
+        ("tools/call", "echo"),
+        json!({"name": "echo", "arguments": {"message": "over mcp"}}),
+        &format!("00-{mcp_trace}-b7ad6b7169203331-01"),
+        Some("00-1af7651916cd43dd8448eb211c80319d-c7ad6b7169203332-01"),
+    )
+    .await;
 
     // A JSON-RPC error is an HTTP 200: the server span says it failed all the same.
     let error_trace = "6bf92f3577b34da6a3ce929d0e0e4736";
-    let response = admin
-        .post(format!("{base}/mcp"))
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", "no_such_tool")
-        .json(
-            &json!({"jsonrpc": "2.0", "id": 44, "method": "tools/call", "params": {
-            "name": "no_such_tool", "arguments": {},
-            "_meta": {"traceparent": format!("00-{error_trace}-00f067aa0ba902b7-01"),
-                      "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                      "io.modelcontextprotocol/clientInfo": {"name": "e2e", "version": "1"},
-                      "io.modelcontextprotocol/clientCapabilities": {}}}}),
-        )
-        .send()
-        .await
-        .expect("mcp");
-    assert_eq!(response.status(), 200);
-    let _ = response.text().await;
+    mcp_traced(
+        &admin,
+        &base,
+        44,
+        ("tools/call", "no_such_tool"),
+        json!({"name": "no_such_tool", "arguments": {}}),
+        &format!("00-{error_trace}-00f067aa0ba902b7-01"),
+        None,
+    )
+    .await;
 
     // A resource read relayed to the upstream, in a trace of its own: a client span for
     // the upstream request under the request's server span.
     let read_trace = "5bf92f3577b34da6a3ce929d0e0e4736";
-    let response = admin
-        .post(format!("{base}/mcp"))
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "resources/read")
-        .header("mcp-name", "fixture://note")
-        .json(
-            &json!({"jsonrpc": "2.0", "id": 43, "method": "resources/read", "params": {
-            "uri": "fixture://note",
-            "_meta": {"traceparent": format!("00-{read_trace}-00f067aa0ba902b7-01"),
-                      "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                      "io.modelcontextprotocol/clientInfo": {"name": "e2e", "version": "1"},
-                      "io.modelcontextprotocol/clientCapabilities": {}}}}),
-        )
-        .send()
-        .await
-        .expect("mcp read");
-    assert_eq!(response.status(), 200);
-    let read = response.text().await.expect("body");
+    let read = mcp_traced(
+        &admin,
+        &base,
+        43,
+        ("resources/read", "fixture://note"),
+        json!({"uri": "fixture://note"}),
+        &format!("00-{read_trace}-00f067aa0ba902b7-01"),
+        None,
+    )
+    .await;
     assert!(read.contains("a note from the fixture"), "{read}");
 
     // An agent run: its span, a client span per model call, its tool call under it.
