@@ -214,6 +214,14 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(federated.is_some(), "the upstream's tool answered");
+    // The upstream's tool answers with an error result (`isError`).
+    let failed_upstream = admin
+        .post(format!("{base}/v1/tools/fx__fail/invoke"))
+        .json(&json!({"arguments": {}}))
+        .send()
+        .await
+        .expect("invoke");
+    assert!(!failed_upstream.status().is_success());
 
     // MCP (2026-07-28, stateless), with the caller's trace in `_meta` (SEP-414), which
     // wins over another in the HTTP header.
@@ -309,6 +317,7 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
             && got
                 .iter()
                 .any(|s| s["trace_id"] == error_trace && s["kind"] == 2)
+            && got.iter().any(|s| s["name"] == "tools/call fail")
         {
             break;
         }
@@ -432,6 +441,18 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
         upstream["parent_span_id"], federated["span_id"],
         "{upstream}"
     );
+
+    // The conventions' `error.type` for a tool's error result.
+    let tool_error = got
+        .iter()
+        .find(|s| s["name"] == "tools/call fail")
+        .expect("the failing upstream call's client span");
+    assert_eq!(tool_error["kind"], 3, "client");
+    assert_eq!(
+        tool_error["attributes"]["error.type"], "tool_error",
+        "{tool_error}"
+    );
+    assert_eq!(tool_error["status"], 2, "status ERROR");
 
     let failed = got
         .iter()

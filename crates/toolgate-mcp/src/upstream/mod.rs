@@ -191,7 +191,9 @@ pub(crate) fn client_span(
         mcp.resource.uri = tracing::field::Empty,
         gen_ai.prompt.name = tracing::field::Empty,
         error.type = tracing::field::Empty,
+        rpc.response.status_code = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
     );
     if span.is_disabled() {
         return (span, ctx.traceparent());

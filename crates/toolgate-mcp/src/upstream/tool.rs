@@ -96,22 +96,48 @@ impl Tool for UpstreamTool {
             use rmcp::model::RequestParamsMeta;
             params.set_traceparent(&traceparent);
         }
-        let result = self.send(ctx, params).await;
-        if let Err(err) = &result {
-            toolgate_core::context::span_failed(&client, err.kind.as_str());
-        }
-        result
+        self.send(ctx, params, &client).await
     }
 }
 
 impl UpstreamTool {
     /// Sends the call in the caller's session and waits for its result (or its
-    /// cancellation, which the upstream is told of).
+    /// cancellation, which the upstream is told of). A failure marks the `client` span
+    /// as the MCP conventions say: `tool_error` for the tool's error result, the JSON-RPC
+    /// code (and `rpc.response.status_code`) for an error answer, else the error's kind.
     pub(super) async fn send(
         &self,
         ctx: &CallContext,
         params: CallToolRequestParams,
+        client: &tracing::Span,
     ) -> Result<ToolOutput, ToolError> {
+        let failed = |error_type: &str| toolgate_core::context::span_failed(client, error_type);
+        let result = self.exchange(ctx, params).await;
+        match &result {
+            Ok(Ok(result)) if result.is_error == Some(true) => failed("tool_error"),
+            Ok(Ok(_)) => {}
+            Ok(Err(ServiceError::McpError(e))) => {
+                let code = e.code.0.to_string();
+                failed(&code);
+                client.record("rpc.response.status_code", code.as_str());
+                client.record("otel.status_description", e.message.as_ref());
+            }
+            Ok(Err(_)) => failed(ErrorKind::Upstream.as_str()),
+            Err(err) => failed(err.kind.as_str()),
+        }
+        match result? {
+            Ok(result) => self.output(result),
+            Err(err) => Err(self.service_error(err)),
+        }
+    }
+
+    /// The upstream's answer to the call: its tool result, or the error it answered
+    /// with; `Err` when the call could not be made or was cancelled.
+    async fn exchange(
+        &self,
+        ctx: &CallContext,
+        params: CallToolRequestParams,
+    ) -> Result<Result<CallToolResult, ServiceError>, ToolError> {
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let (peer, routes) = match &self.pool {
             Some(pool) => pool.session(ctx).await.map_err(|e| {
@@ -143,12 +169,12 @@ impl UpstreamTool {
         };
         pending.id = None;
         match response {
-            Ok(ServerResult::CallToolResult(result)) => self.output(result),
+            Ok(ServerResult::CallToolResult(result)) => Ok(Ok(result)),
             Ok(_) => Err(self.error(
                 ErrorKind::Upstream,
                 "the upstream answered with something other than a tool result (input requests and tasks are not relayed yet)",
             )),
-            Err(err) => Err(self.service_error(err)),
+            Err(err) => Ok(Err(err)),
         }
     }
 }
