@@ -277,6 +277,65 @@ impl McpAdapter {
         })
     }
 
+    /// Runs a request relayed to an upstream (`resources/read`, `prompts/get`,
+    /// `completion/complete`) through the executor's [`Executor::relay`]: admitted,
+    /// authorized, under the upstream's deadline, cancelled with the request, audited.
+    ///
+    /// `(method, target)` names it (`resources/read` and the URI, `prompts/get` and the
+    /// prompt). The upstream request (`params`, handed to `send` with the upstream's
+    /// connection) gets a client span of its own under the request's server span, and
+    /// carries the `traceparent` in `_meta` so the upstream's spans join the trace.
+    pub(crate) async fn relay<P, T, F>(
+        &self,
+        context: &RequestContext<RoleServer>,
+        (method, target): (&str, &str),
+        args: Value,
+        upstream: &Arc<catalog::Entry>,
+        mut params: P,
+        send: impl FnOnce(rmcp::Peer<rmcp::RoleClient>, P) -> F,
+    ) -> Result<T, ErrorData>
+    where
+        P: RequestParamsMeta,
+        T: Send + 'static,
+        F: std::future::Future<Output = Result<T, rmcp::ServiceError>> + Send + 'static,
+    {
+        let caller = caller(context)?;
+        let traceparent = caller
+            .traceparent
+            .clone()
+            .or_else(|| context.meta.get_traceparent().map(str::to_owned));
+        let mut ctx = CallContext::new(caller.auth.clone(), Adapter::Mcp)
+            .with_client(client_info(context))
+            .with_trace(traceparent.as_deref());
+        if let Some(id) = caller.request_id {
+            ctx = ctx.with_request_id(id);
+        }
+        ctx.subject_token = caller.subject_token;
+        ctx.cancel = context.ct.child_token();
+        let (client, traceparent) =
+            upstream::client_span(&ctx, upstream::Under::Request, method, target);
+        if let Some(traceparent) = traceparent {
+            params.set_traceparent(&traceparent);
+        }
+        let name = upstream.upstream.clone();
+        let sent = send(upstream.peer.clone(), params);
+        let operation = async move { sent.await.map_err(|e| from_rpc(upstream_error(&name, e))) };
+        let result = self
+            .executor
+            .relay(
+                ctx,
+                method,
+                args,
+                upstream.timeout,
+                tracing::Instrument::instrument(operation, client.clone()),
+            )
+            .await;
+        if let Err(err) = &result {
+            toolgate_core::context::span_failed(&client, err.kind.as_str());
+        }
+        result.map_err(to_rpc)
+    }
+
     /// Which clients receive which vendor `_meta` keys (none by default).
     pub fn with_vendor_meta(mut self, vendor_meta: VendorMeta) -> Self {
         self.vendor_meta = Arc::new(vendor_meta);
