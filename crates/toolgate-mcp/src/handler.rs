@@ -518,16 +518,7 @@ impl McpAdapter {
                 )))
                 .await;
         }
-        let answered = match (&outcome, known.is_some()) {
-            (Ok(_), _) => Answered::Result,
-            (Err(err), false) if err.kind == ErrorKind::NotFound => Answered::Error {
-                code: ErrorCode::INVALID_PARAMS.0,
-                message: err.message.clone(),
-            },
-            (Err(_), _) => Answered::ToolError,
-        };
-        caller.answer.set(answered);
-        match (outcome, known) {
+        let result = match (outcome, known) {
             (Ok(done), Some(tool)) => {
                 let mut meta = self
                     .vendor_meta
@@ -538,14 +529,15 @@ impl McpAdapter {
                 }
                 let mut result = success_result(done, tool.spec().output_schema.is_some());
                 result.meta = meta;
-                Ok(result.into())
+                Ok(result)
             }
-            (Ok(done), None) => Ok(success_result(done, false).into()),
+            (Ok(done), None) => Ok(success_result(done, false)),
             (Err(err), None) if err.kind == ErrorKind::NotFound => Err(ErrorData::invalid_params(
                 err.message,
                 Some(json!({ "tool": request.name })),
             )),
-            (Err(err), _) => Ok(error_result(&err).into()),
-        }
+            (Err(err), _) => Ok(error_result(&err)),
+        };
+        caller.answer.record_call(result).map(Into::into)
     }
 }

@@ -141,14 +141,32 @@ impl Answer {
 
     /// Records how `result` answers the request, and passes it on.
     pub(crate) fn record<T>(&self, result: Result<T, ErrorData>) -> Result<T, ErrorData> {
+        self.set(Answered::of(&result));
+        result
+    }
+
+    /// [`Answer::record`] for `tools/call`, whose result may be the tool's error.
+    pub(crate) fn record_call(
+        &self,
+        result: Result<CallToolResult, ErrorData>,
+    ) -> Result<CallToolResult, ErrorData> {
         self.set(match &result {
+            Ok(result) if result.is_error == Some(true) => Answered::ToolError,
+            other => Answered::of(other),
+        });
+        result
+    }
+}
+
+impl Answered {
+    fn of<T>(result: &Result<T, ErrorData>) -> Self {
+        match result {
             Ok(_) => Answered::Result,
             Err(err) => Answered::Error {
                 code: err.code.0,
                 message: err.message.to_string(),
             },
-        });
-        result
+        }
     }
 }
 

@@ -29,16 +29,19 @@ use toolgate_store::{AuditWriter, Store};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Ticks of user and system time of this process's threads, by name (numbering dropped).
-fn cpu_ticks() -> BTreeMap<String, u64> {
+/// Ticks of this process's threads by name (numbering dropped): user + system, and
+/// system alone.
+fn cpu_ticks() -> BTreeMap<String, (u64, u64)> {
     let mut groups = BTreeMap::new();
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
         return groups;
     };
     for task in tasks.flatten() {
-        if let Some((name, ticks)) = stat(&task.path().join("stat")) {
+        if let Some((name, ticks, system)) = stat(&task.path().join("stat")) {
             let name = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '-');
-            *groups.entry(name.to_owned()).or_default() += ticks;
+            let group: &mut (u64, u64) = groups.entry(name.to_owned()).or_default();
+            group.0 += ticks;
+            group.1 += system;
         }
     }
     groups
@@ -58,19 +61,13 @@ fn postgres_ticks() -> u64 {
                 .all(|b| b.is_ascii_digit())
         })
         .filter_map(|p| stat(&p.path().join("stat")))
-        .filter(|(name, _)| name == "postgres")
-        .map(|(_, ticks)| ticks)
+        .filter(|(name, _, _)| name == "postgres")
+        .map(|(_, ticks, _)| ticks)
         .sum()
 }
 
-/// The name and user + system ticks in a `/proc/…/stat` file.
-fn stat(path: &std::path::Path) -> Option<(String, u64)> {
-    let (name, user, system) = stat_split(path)?;
-    Some((name, user + system))
-}
-
-/// The name, user ticks and system ticks in a `/proc/…/stat` file.
-fn stat_split(path: &std::path::Path) -> Option<(String, u64, u64)> {
+/// The name, user + system ticks and system ticks in a `/proc/…/stat` file.
+fn stat(path: &std::path::Path) -> Option<(String, u64, u64)> {
     let text = std::fs::read_to_string(path).ok()?;
     let open = text.find('(')?;
     let close = text.rfind(')')?;
@@ -79,21 +76,7 @@ fn stat_split(path: &std::path::Path) -> Option<(String, u64, u64)> {
     // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
     let user: u64 = fields.get(11)?.parse().ok()?;
     let system: u64 = fields.get(12)?.parse().ok()?;
-    Some((name, user, system))
-}
-
-/// System (kernel) ticks of this process's audit threads: the part of their CPU spent in
-/// system calls (writing the WAL, `fsync`, waking callers).
-fn audit_system_ticks() -> u64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return 0;
-    };
-    tasks
-        .flatten()
-        .filter_map(|t| stat_split(&t.path().join("stat")))
-        .filter(|(name, _, _)| is_audit_thread(name))
-        .map(|(_, _, system)| system)
-        .sum()
+    Some((name, user + system, system))
 }
 
 fn is_audit_thread(name: &str) -> bool {
@@ -205,18 +188,16 @@ async fn main() -> anyhow::Result<()> {
         }));
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let (before, system_before, written_before, pg_before, rows_before, started) = (
+    let (before, written_before, pg_before, rows_before, started) = (
         cpu_ticks(),
-        audit_system_ticks(),
         bytes_written(),
         postgres_ticks(),
         rows.load(Ordering::Relaxed),
         Instant::now(),
     );
     tokio::time::sleep(Duration::from_secs(seconds)).await;
-    let (after, system_after, written_after, pg_after, rows_after, elapsed) = (
+    let (after, written_after, pg_after, rows_after, elapsed) = (
         cpu_ticks(),
-        audit_system_ticks(),
         bytes_written(),
         postgres_ticks(),
         rows.load(Ordering::Relaxed),
@@ -246,11 +227,13 @@ async fn main() -> anyhow::Result<()> {
         elapsed.as_secs_f64()
     );
     println!("| threads | CPU µs/row |\n|---|---:|");
-    let (mut audit, mut callers_cpu) = (0.0, 0.0);
-    for (name, ticks) in &after {
-        let spent = per_row(ticks - before.get(name).copied().unwrap_or(0));
+    let (mut audit, mut audit_kernel, mut callers_cpu) = (0.0, 0.0, 0.0);
+    for (name, (ticks, system)) in &after {
+        let (ticks_before, system_before) = before.get(name).copied().unwrap_or_default();
+        let spent = per_row(ticks - ticks_before);
         if is_audit_thread(name) {
             audit += spent;
+            audit_kernel += per_row(system - system_before);
         } else {
             callers_cpu += spent;
         }
@@ -264,8 +247,7 @@ async fn main() -> anyhow::Result<()> {
         println!("| postgres (all processes) | {spent:.1} |");
     }
     println!(
-        "of the audit threads' CPU, in the kernel: {:.1} µs per row; bytes written by this process: {:.0} per row",
-        per_row(system_after - system_before),
+        "of the audit threads' CPU, in the kernel: {audit_kernel:.1} µs per row; bytes written by this process: {:.0} per row",
         (written_after - written_before) as f64 / n,
     );
     println!(

@@ -168,8 +168,8 @@ pub(crate) enum Under {
 }
 
 /// A client span for `method` sent to an upstream (MCP conventions: `{method} {target}`
-/// for a tool or prompt, `{method}` alone for a resource, whose URI is an attribute), and the `traceparent` to send with it so
-/// the upstream's spans join the trace: the span's own when traces are recorded, else
+/// for a tool or prompt, `{method}` alone for a resource, whose URI is an attribute), and
+/// the `traceparent` to send with it so the upstream's spans join the trace: the span's own when traces are recorded, else
 /// the call's. Disabled, and free, when the trace is not recorded.
 pub(crate) fn client_span(
     ctx: &CallContext,
@@ -201,24 +201,23 @@ pub(crate) fn client_span(
     use toolgate_core::context::{exported_traceparent, set_remote_parent};
     // A resource's URI is an attribute, never in the name: the conventions keep span
     // names low in cardinality.
-    if method == "resources/read" {
-        span.record("otel.name", method);
-    } else {
-        span.record("otel.name", format!("{method} {target}"));
-    }
-    match method {
+    let name = match method {
         "tools/call" => {
             span.record("gen_ai.tool.name", target);
             span.record("gen_ai.operation.name", "execute_tool");
+            format!("{method} {target}")
         }
         "resources/read" => {
             span.record("mcp.resource.uri", target);
+            method.to_owned()
         }
         "prompts/get" => {
             span.record("gen_ai.prompt.name", target);
+            format!("{method} {target}")
         }
-        _ => {}
-    }
+        _ => format!("{method} {target}"),
+    };
+    span.record("otel.name", name);
     let parent = match under {
         Under::Call => ctx.span.clone(),
         Under::Request => ctx.parent.clone(),

@@ -343,16 +343,10 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
             if let Some(caller) = parts.extensions.get_mut::<McpCaller>() {
                 caller.traceparent = continued;
             }
-            let (tool, prompt) = match target {
-                Some(Target::Tool(tool)) => (Some(tool), None),
-                Some(Target::Prompt(prompt)) => (None, Some(prompt)),
-                Some(Target::Resource(_)) | None => (None, None),
-            };
             operation = Some(Operation {
                 metrics: guard.state.telemetry.metrics().clone(),
                 method,
-                tool,
-                prompt,
+                target,
                 protocol_version,
                 http_version,
                 error: None,

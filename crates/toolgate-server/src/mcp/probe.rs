@@ -67,7 +67,7 @@ pub(super) fn probe(body: &[u8]) -> Option<Probe> {
         if known_method(&m) {
             m.into_owned()
         } else {
-            OTHER_METHOD.to_owned()
+            OTHER.to_owned()
         }
     });
     let (target, protocol_version, traceparent) = match message.params {
@@ -103,9 +103,10 @@ pub(super) fn probe(body: &[u8]) -> Option<Probe> {
     })
 }
 
-/// `mcp.method.name` of a method the gateway does not know (the conventions' `_OTHER`):
-/// a client's made-up method names must not make series, or span names, without end.
-pub(super) const OTHER_METHOD: &str = "_OTHER";
+/// The conventions' `_OTHER`: the `mcp.method.name` of a method the gateway does not know
+/// (a client's made-up method names must not make series, or span names, without end),
+/// and the metric's `error.type` for an error code that is not JSON-RPC's or MCP's own.
+pub(super) const OTHER: &str = "_OTHER";
 
 /// JSON-RPC's and MCP's own error codes: the metric names these, and any other as
 /// `_OTHER`.
@@ -234,11 +235,10 @@ pub(super) fn server_span(request: &Request<'_>) -> (tracing::Span, Option<Strin
 pub(super) struct Operation {
     pub(super) metrics: toolgate_core::metrics::Metrics,
     pub(super) method: String,
-    /// Only a tool that exists (see the guard).
-    pub(super) tool: Option<String>,
-    /// Named in the metric only when the request succeeded: a prompt that was not found
-    /// must not make a series.
-    pub(super) prompt: Option<String>,
+    /// A tool only when it exists (see the guard); a prompt is named in the metric only
+    /// when the request succeeded (one that was not found must not make a series), a
+    /// resource never.
+    pub(super) target: Option<Target>,
     pub(super) protocol_version: Option<String>,
     pub(super) http_version: Option<&'static str>,
     /// An HTTP-level failure: the status, when not 2xx.
@@ -280,14 +280,20 @@ impl Drop for Operation {
             if COMMON_CODES.contains(&code) {
                 code
             } else {
-                OTHER_METHOD
+                OTHER
             }
         });
         self.metrics
             .mcp_operation(&toolgate_core::metrics::McpOperation {
                 method: &self.method,
-                tool: self.tool.as_deref(),
-                prompt: self.prompt.as_deref().filter(|_| error.is_none()),
+                tool: match &self.target {
+                    Some(Target::Tool(tool)) => Some(tool),
+                    _ => None,
+                },
+                prompt: match &self.target {
+                    Some(Target::Prompt(prompt)) if error.is_none() => Some(prompt),
+                    _ => None,
+                },
                 protocol_version: self.protocol_version.as_deref(),
                 http_version: self.http_version,
                 error: bounded.or(error.as_deref()),
@@ -316,7 +322,7 @@ mod tests {
             br#"{"jsonrpc":"2.0","id":3,"method":"made/up","params":{"name":"echo"}}"#,
         )
         .expect("probed");
-        assert_eq!(probed.method.as_deref(), Some(super::OTHER_METHOD));
+        assert_eq!(probed.method.as_deref(), Some(super::OTHER));
         assert!(probed.target.is_none());
         assert_eq!(probed.id, Some(serde_json::json!(3)), "still a request");
         let probed = super::probe(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
