@@ -257,6 +257,9 @@ SUBSCRIBED: dict[str, dict[int, object]] = {}
 
 
 async def subscribe_resource(ctx, params: SubscribeRequestParams) -> EmptyResult:
+    # Answered slowly, as a remote server may: what the gateway acknowledges before the
+    # upstream has answered is not yet subscribed.
+    await asyncio.sleep(0.2)
     SUBSCRIBED.setdefault(str(params.uri), {})[id(ctx.session._connection)] = ctx.session
     return EmptyResult()
 

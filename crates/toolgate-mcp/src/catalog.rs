@@ -387,7 +387,15 @@ pub struct Subscriptions {
     catalog: Arc<Catalog>,
     /// URI → the upstream's URI it holds.
     uris: Mutex<HashMap<String, Watched>>,
-    forwarder: Mutex<Option<tokio::task::AbortHandle>>,
+    forwarding: Mutex<Forwarding>,
+}
+
+/// Where a [`Subscriptions`]' updates are: none yet, heard since its first hold (until
+/// [`Subscriptions::forward`]), or passed on by a task.
+enum Forwarding {
+    Idle,
+    Heard(tokio::sync::broadcast::Receiver<Watched>),
+    Running(tokio::task::AbortHandle),
 }
 
 impl Subscriptions {
@@ -395,7 +403,7 @@ impl Subscriptions {
         Arc::new(Self {
             catalog,
             uris: Mutex::default(),
-            forwarder: Mutex::default(),
+            forwarding: Mutex::new(Forwarding::Idle),
         })
     }
 
@@ -406,15 +414,29 @@ impl Subscriptions {
         uri: &str,
         listener: Listener,
     ) -> Result<(), ServiceError> {
+        self.hold(entry, uri).await?;
+        self.forward(listener);
+        Ok(())
+    }
+
+    /// Subscribes to `uri` of `entry`'s upstream; its updates wait for
+    /// [`Subscriptions::forward`].
+    pub(crate) async fn hold(&self, entry: &Entry, uri: &str) -> Result<(), ServiceError> {
         let watched = (entry.owner, entry.upstream.clone(), uri.to_owned());
         if lock(&self.uris).get(uri) == Some(&watched) {
             return Ok(());
+        }
+        // Heard from before the upstream is asked, so that no update falls between.
+        {
+            let mut forwarding = lock(&self.forwarding);
+            if let Forwarding::Idle = *forwarding {
+                *forwarding = Forwarding::Heard(self.catalog.updates());
+            }
         }
         self.catalog.hold(entry, uri).await?;
         if let Some(before) = lock(&self.uris).insert(uri.to_owned(), watched) {
             self.catalog.release(&before);
         }
-        self.forward(listener);
         Ok(())
     }
 
@@ -426,13 +448,17 @@ impl Subscriptions {
         }
     }
 
-    /// Starts, once, the task that passes the updates held here to `listener`.
-    fn forward(self: &Arc<Self>, listener: Listener) {
-        let mut slot = lock(&self.forwarder);
-        if slot.is_some() {
-            return;
-        }
-        let mut updates = self.catalog.updates();
+    /// Starts, once, the task that passes the updates held here to `listener`, from the
+    /// first hold on.
+    pub(crate) fn forward(self: &Arc<Self>, listener: Listener) {
+        let mut forwarding = lock(&self.forwarding);
+        let mut updates = match std::mem::replace(&mut *forwarding, Forwarding::Idle) {
+            Forwarding::Heard(updates) => updates,
+            other => {
+                *forwarding = other;
+                return;
+            }
+        };
         let subscriptions = Arc::downgrade(self);
         let task = tokio::spawn(async move {
             loop {
@@ -451,13 +477,13 @@ impl Subscriptions {
                 }
             }
         });
-        *slot = Some(task.abort_handle());
+        *forwarding = Forwarding::Running(task.abort_handle());
     }
 }
 
 impl Drop for Subscriptions {
     fn drop(&mut self) {
-        if let Some(task) = lock(&self.forwarder).take() {
+        if let Forwarding::Running(task) = &*lock(&self.forwarding) {
             task.abort();
         }
         for watched in lock(&self.uris).values() {

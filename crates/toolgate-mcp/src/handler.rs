@@ -209,7 +209,7 @@ impl ServerHandler for McpAdapter {
 
     /// Protocol 2026-07-28's `subscriptions/listen`: changes to the caller's tools,
     /// resources and prompts, and resource updates. Which URIs a caller
-    /// may watch is decided in [`Self::listen`], where the caller is known; a URI it cannot
+    /// may watch is decided where the caller is known (`listen.rs`); a URI it cannot
     /// see is acknowledged and never updated, as a URI that does not exist.
     fn accepted_subscription_filter(
         &self,
@@ -232,53 +232,7 @@ impl ServerHandler for McpAdapter {
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
-        Box::pin(async move {
-            let request = context.request_context();
-            let tenant = caller(request)?.auth.tenant;
-            let sink = context.sink().clone();
-            let subscriptions = catalog::Subscriptions::new(self.catalog.clone());
-            let upstreams = self.visible_upstreams(request)?;
-            for uri in context.accepted().resource_subscriptions.iter().flatten() {
-                let Some(upstream) = catalog::serving(&upstreams, uri) else {
-                    continue;
-                };
-                if !upstream.subscribable {
-                    continue;
-                }
-                let listener = catalog::Listener::Stream(sink.clone());
-                if let Err(err) = subscriptions.subscribe(&upstream, uri, listener).await {
-                    tracing::warn!(upstream = %upstream.upstream, uri, error = %err, "could not subscribe upstream for a listen stream");
-                }
-            }
-            let accepted = context.accepted();
-            let on = |flag: Option<bool>| flag == Some(true);
-            let (resources_on, prompts_on) = (
-                on(accepted.resources_list_changed),
-                on(accepted.prompts_list_changed),
-            );
-            let mut tools_on = on(accepted.tools_list_changed);
-            let mut lists_on = resources_on || prompts_on;
-            let registry = &self.registry;
-            let mut tools = ListWatch::new(registry.changes(), || Some(registry.generation(tenant)));
-            let changes = self.catalog.changes();
-            let mut lists = ListWatch::new(changes.subscribe(), || Some(changes.generation(tenant)));
-            loop {
-                tokio::select! {
-                    () = context.cancelled() => break,
-                    changed = tools.next(), if tools_on => {
-                        tools_on = changed && sink.notify_tool_list_changed().await.is_ok();
-                    }
-                    changed = lists.next(), if lists_on => {
-                        lists_on = changed
-                            && (!resources_on || sink.notify_resource_list_changed().await.is_ok())
-                            && (!prompts_on || sink.notify_prompt_list_changed().await.is_ok());
-                    }
-                }
-            }
-            // `subscriptions` drops here: its upstream subscriptions are given back.
-            Ok(())
-        })
-        .await
+        Box::pin(self.listen_until_ended(context)).await
     }
 
     async fn unsubscribe(

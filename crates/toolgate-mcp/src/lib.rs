@@ -16,8 +16,8 @@
 //!
 //! - this file: [`McpAdapter`] and what it is built with; `handler.rs` its
 //!   [`ServerHandler`] (listing, calls, relayed reads, prompts and completions,
-//!   subscriptions), `elicit.rs` a held call decided by its caller through elicitation;
-//!   `wire.rs` versions, methods, pages,
+//!   subscriptions), `listen.rs` `subscriptions/listen` streams; `elicit.rs` a held
+//!   call decided by its caller through elicitation; `wire.rs` versions, methods, pages,
 //!   results and errors between rmcp's types and the core's; `lists.rs` `list_changed`
 //!   notifications; [`VendorMeta`] vendor `_meta` keys per client.
 //! - [`sessions`]: rmcp's session store and session manager over core's
@@ -36,6 +36,7 @@
 
 mod elicit;
 mod handler;
+mod listen;
 mod lists;
 mod vendor_meta;
 mod wire;
@@ -51,6 +52,7 @@ pub mod vetting;
 
 use std::sync::Arc;
 
+pub use listen::Listening;
 use lists::*;
 pub use vendor_meta::{VendorMeta, VendorPrefixes};
 use wire::*;
@@ -170,6 +172,16 @@ impl Answered {
     }
 }
 
+/// The upstreams whose resources and prompts `caller` may see.
+fn visible(
+    registry: &Arc<Registry>,
+    catalog: &catalog::Catalog,
+    caller: &McpCaller,
+) -> Vec<Arc<catalog::Entry>> {
+    let scoped = caller.toolset.scope(registry.clone(), &caller.auth);
+    catalog.visible(&caller.auth, &scoped)
+}
+
 /// The MCP handler. rmcp makes one per session (and one per stateless request); it is a
 /// couple of `Arc`s.
 #[derive(Clone)]
@@ -229,7 +241,8 @@ impl McpAdapter {
     }
 
     /// The handler for a new session: shares everything but the session's own state
-    /// (its log level). rmcp's service factory calls this once per session.
+    /// (its log level, its subscriptions). rmcp's service factory calls this once per
+    /// session.
     pub fn for_session(&self) -> Self {
         Self {
             log_level: Arc::default(),
@@ -256,9 +269,7 @@ impl McpAdapter {
         &self,
         context: &RequestContext<RoleServer>,
     ) -> Result<Vec<Arc<catalog::Entry>>, ErrorData> {
-        let caller = caller(context)?;
-        let scoped = caller.toolset.scope(self.registry.clone(), &caller.auth);
-        Ok(self.catalog.visible(&caller.auth, &scoped))
+        Ok(visible(&self.registry, &self.catalog, &caller(context)?))
     }
 
     /// The visible upstream offering the prompt the gateway names `name`, and the

@@ -343,6 +343,17 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
             if let Some(caller) = parts.extensions.get_mut::<McpCaller>() {
                 caller.traceparent = continued;
             }
+            // A listen stream's upstream subscriptions are made before rmcp acknowledges
+            // it (see `Listening`).
+            if method == "subscriptions/listen"
+                && let Some(caller) = parts.extensions.get::<McpCaller>()
+            {
+                let state = &guard.state;
+                let listening =
+                    toolgate_mcp::Listening::ahead(&bytes, caller, &state.registry, &state.catalog)
+                        .await;
+                parts.extensions.insert(listening);
+            }
             operation = Some(Operation {
                 metrics: guard.state.telemetry.metrics().clone(),
                 method,

@@ -1,0 +1,113 @@
+//! Protocol 2026-07-28's `subscriptions/listen`, and [`Listening`], its upstream
+//! subscriptions made before rmcp acknowledges the stream.
+
+use super::*;
+
+/// A `subscriptions/listen` stream's upstream resource subscriptions, made by the `/mcp`
+/// edge ([`Listening::ahead`]) before rmcp sees the request, and put into the request's
+/// extensions.
+///
+/// The acknowledgement says the stream is established, and rmcp sends it before
+/// [`ServerHandler::listen`] runs, with no hook before it where the caller is known: a
+/// resource updated between the two was lost when the upstream subscriptions were made in
+/// `listen` (a client acting on the acknowledgement raced them, one upstream round trip).
+/// `listen` passes on what they heard meanwhile; a listen rmcp refuses gives them back
+/// when its request ends.
+#[derive(Clone)]
+pub struct Listening(Arc<catalog::Subscriptions>);
+
+impl Listening {
+    /// Subscribes upstream to the URIs the `subscriptions/listen` request `body` asks to
+    /// watch, as `caller`; a body that does not name them holds none (rmcp answers it).
+    pub async fn ahead(
+        body: &[u8],
+        caller: &McpCaller,
+        registry: &Arc<Registry>,
+        catalog: &Arc<catalog::Catalog>,
+    ) -> Self {
+        let requested: Value = serde_json::from_slice(body).unwrap_or_default();
+        let uris = requested
+            .pointer("/params/notifications/resourceSubscriptions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str);
+        Self(hold(&visible(registry, catalog, caller), catalog, uris).await)
+    }
+}
+
+/// Subscribes upstream to each of `uris` one of `upstreams` serves; a URI none serves, or
+/// whose upstream cannot be subscribed to, is never updated.
+async fn hold<'a>(
+    upstreams: &[Arc<catalog::Entry>],
+    catalog: &Arc<catalog::Catalog>,
+    uris: impl Iterator<Item = &'a str>,
+) -> Arc<catalog::Subscriptions> {
+    let subscriptions = catalog::Subscriptions::new(catalog.clone());
+    for uri in uris {
+        let Some(upstream) = catalog::serving(upstreams, uri) else {
+            continue;
+        };
+        if !upstream.subscribable {
+            continue;
+        }
+        if let Err(err) = subscriptions.hold(&upstream, uri).await {
+            tracing::warn!(upstream = %upstream.upstream, uri, error = %err, "could not subscribe upstream for a listen stream");
+        }
+    }
+    subscriptions
+}
+
+impl McpAdapter {
+    /// Runs one acknowledged listen stream until it ends: its resource updates, and
+    /// changes to the caller's tools, resources and prompts. Its upstream subscriptions
+    /// are given back when it ends.
+    pub(crate) async fn listen_until_ended(
+        &self,
+        context: SubscriptionContext,
+    ) -> Result<(), ErrorData> {
+        let request = context.request_context();
+        let tenant = caller(request)?.auth.tenant;
+        let sink = context.sink().clone();
+        let ahead = request
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Listening>());
+        let subscriptions = match ahead {
+            Some(Listening(held)) => held.clone(),
+            // Served without the `/mcp` edge (in-process): subscribed now.
+            None => {
+                let uris = context.accepted().resource_subscriptions.iter().flatten();
+                let upstreams = self.visible_upstreams(request)?;
+                hold(&upstreams, &self.catalog, uris.map(String::as_str)).await
+            }
+        };
+        subscriptions.forward(catalog::Listener::Stream(sink.clone()));
+        let accepted = context.accepted();
+        let on = |flag: Option<bool>| flag == Some(true);
+        let (resources_on, prompts_on) = (
+            on(accepted.resources_list_changed),
+            on(accepted.prompts_list_changed),
+        );
+        let mut tools_on = on(accepted.tools_list_changed);
+        let mut lists_on = resources_on || prompts_on;
+        let registry = &self.registry;
+        let mut tools = ListWatch::new(registry.changes(), || Some(registry.generation(tenant)));
+        let changes = self.catalog.changes();
+        let mut lists = ListWatch::new(changes.subscribe(), || Some(changes.generation(tenant)));
+        loop {
+            tokio::select! {
+                () = context.cancelled() => break,
+                changed = tools.next(), if tools_on => {
+                    tools_on = changed && sink.notify_tool_list_changed().await.is_ok();
+                }
+                changed = lists.next(), if lists_on => {
+                    lists_on = changed
+                        && (!resources_on || sink.notify_resource_list_changed().await.is_ok())
+                        && (!prompts_on || sink.notify_prompt_list_changed().await.is_ok());
+                }
+            }
+        }
+        Ok(())
+    }
+}
