@@ -102,6 +102,11 @@ def note() -> str:
     return "a note from the fixture"
 
 
+@server.resource("fixture://broken/{name}", name="broken", description="Cannot be read.")
+def broken(name: str) -> str:
+    raise ValueError(f"{name} cannot be read")
+
+
 # Says it only reads, as a malicious server would: policies that hold risky calls let it by.
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
 async def rug_pull(ctx: Context) -> str:

@@ -264,6 +264,19 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
     )
     .await;
     assert!(read.contains("a note from the fixture"), "{read}");
+    // One the upstream answers with an error.
+    let broken_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let broken = mcp_traced(
+        &admin,
+        &base,
+        45,
+        ("resources/read", "fixture://broken/x"),
+        json!({"uri": "fixture://broken/x"}),
+        &format!("00-{broken_trace}-00f067aa0ba902b7-01"),
+        None,
+    )
+    .await;
+    assert!(broken.contains(r#""error":{"code":"#), "{broken}");
 
     // An agent run: its span, a client span per model call, its tool call under it.
     let agent: Value = admin
@@ -318,6 +331,9 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
                 .iter()
                 .any(|s| s["trace_id"] == error_trace && s["kind"] == 2)
             && got.iter().any(|s| s["name"] == "tools/call fail")
+            && got
+                .iter()
+                .any(|s| s["trace_id"] == broken_trace && s["kind"] == 3)
         {
             break;
         }
@@ -426,6 +442,18 @@ async fn rest_and_mcp_calls_export_their_spans_in_the_callers_trace() {
         read_attributes.get("gen_ai.operation.name").is_none(),
         "not a tool call: {read_server}"
     );
+
+    // An upstream's error answer: its JSON-RPC code is the client span's `error.type`.
+    let broken = got
+        .iter()
+        .find(|s| s["trace_id"] == broken_trace && s["kind"] == 3)
+        .expect("the broken read's client span");
+    let code = broken["attributes"]["rpc.response.status_code"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a JSON-RPC code: {broken}"));
+    assert!(code.parse::<i32>().is_ok(), "{broken}");
+    assert_eq!(broken["attributes"]["error.type"], code, "{broken}");
+    assert_eq!(broken["status"], 2, "status ERROR: {broken}");
 
     let upstream = got
         .iter()

@@ -348,7 +348,13 @@ impl McpAdapter {
         }
         let name = upstream.upstream.clone();
         let sent = send(upstream.peer.clone(), params);
-        let operation = async move { sent.await.map_err(|e| from_rpc(upstream_error(&name, e))) };
+        let answered = client.clone();
+        let operation = async move {
+            sent.await.map_err(|e| {
+                upstream::answer_failed(&answered, &e);
+                from_rpc(upstream_error(&name, e))
+            })
+        };
         let result = self
             .executor
             .relay(
@@ -359,7 +365,11 @@ impl McpAdapter {
                 tracing::Instrument::instrument(operation, client.clone()),
             )
             .await;
-        if let Err(err) = &result {
+        // The gateway's own refusals and deadline; the upstream's answers are marked
+        // above, by their JSON-RPC code.
+        if let Err(err) = &result
+            && err.kind != ErrorKind::Upstream
+        {
             toolgate_core::context::span_failed(&client, err.kind.as_str());
         }
         result.map_err(to_rpc)

@@ -227,6 +227,20 @@ pub(crate) fn client_span(
     (span, traceparent)
 }
 
+/// Marks `client` failed by an upstream's answer, as the MCP conventions say: an error
+/// answer by its JSON-RPC code (also `rpc.response.status_code`, its message the status
+/// description), a request that got no answer as `upstream`.
+pub(crate) fn answer_failed(client: &tracing::Span, err: &ServiceError) {
+    let ServiceError::McpError(e) = err else {
+        toolgate_core::context::span_failed(client, ErrorKind::Upstream.as_str());
+        return;
+    };
+    let code = e.code.0.to_string();
+    toolgate_core::context::span_failed(client, &code);
+    client.record("rpc.response.status_code", code.as_str());
+    client.record("otel.status_description", e.message.as_ref());
+}
+
 fn report(status: &tokio::sync::watch::Sender<Status>, state: State, error: Option<String>) {
     status.send_modify(|s| {
         if s.state != state {

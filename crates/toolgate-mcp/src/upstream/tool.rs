@@ -116,13 +116,7 @@ impl UpstreamTool {
         match &result {
             Ok(Ok(result)) if result.is_error == Some(true) => failed("tool_error"),
             Ok(Ok(_)) => {}
-            Ok(Err(ServiceError::McpError(e))) => {
-                let code = e.code.0.to_string();
-                failed(&code);
-                client.record("rpc.response.status_code", code.as_str());
-                client.record("otel.status_description", e.message.as_ref());
-            }
-            Ok(Err(_)) => failed(ErrorKind::Upstream.as_str()),
+            Ok(Err(err)) => answer_failed(client, err),
             Err(err) => failed(err.kind.as_str()),
         }
         match result? {
