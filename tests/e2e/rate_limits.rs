@@ -335,9 +335,22 @@ async fn made_up_mcp_methods_share_one_series_and_tool_calls_are_named_as_the_co
     )
     .await;
     assert_eq!(status, 200);
+    // A refusal rmcp answers itself, before the handler runs: an HTTP 400 whose JSON-RPC
+    // error (2026-07-28's `_meta` without the client's capabilities: -32602) is the one
+    // the operation records.
+    let status = post(
+        6,
+        "tools/list",
+        json!({"_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "e2e", "version": "1"},
+        }}),
+    )
+    .await;
+    assert_eq!(status, 400);
     let exposition = metrics(&gw).await;
     assert!(!exposition.contains("no_such"), "{exposition}");
-    let operations: [(&[(&str, &str)], f64); 4] = [
+    let operations: [(&[(&str, &str)], f64); 5] = [
         (&[("mcp_method_name", "_OTHER")], 2.0),
         (
             &[
@@ -362,6 +375,14 @@ async fn made_up_mcp_methods_share_one_series_and_tool_calls_are_named_as_the_co
                 ("mcp_method_name", "tools/call"),
                 ("gen_ai_tool_name", "echo"),
                 ("error_type", "tool_error"),
+            ],
+            1.0,
+        ),
+        (
+            &[
+                ("mcp_method_name", "tools/list"),
+                ("error_type", "-32602"),
+                ("rpc_response_status_code", "-32602"),
             ],
             1.0,
         ),

@@ -401,7 +401,20 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
     if let Some(operation) = &mut operation
         && !response.status().is_success()
     {
-        operation.error = Some(response.status().as_u16().to_string());
+        let status = response.status().as_u16().to_string();
+        // A refusal rmcp answered itself carries a JSON-RPC error: its code, not the HTTP
+        // status, is the conventions' `error.type` (an answer the handler recorded stands).
+        let refused = if operation.answer.get().is_none() {
+            let refused;
+            (response, refused) = probe::refusal(response).await;
+            refused
+        } else {
+            None
+        };
+        match refused {
+            Some(answered) => operation.answer.set(answered),
+            None => operation.error = Some(status),
+        }
     }
     // A JSON answer is complete now: the operation ends here, and the body keeps its
     // length. An SSE stream's operation ends with the stream.

@@ -110,9 +110,56 @@ pub(super) const OTHER: &str = "_OTHER";
 
 /// JSON-RPC's and MCP's own error codes: the metric names these, and any other as
 /// `_OTHER`.
-const COMMON_CODES: [&str; 8] = [
-    "-32700", "-32600", "-32601", "-32602", "-32603", "-32001", "-32002", "-32042",
+const COMMON_CODES: [&str; 11] = [
+    "-32700", "-32600", "-32601", "-32602", "-32603", "-32001", "-32002", "-32020", "-32021",
+    "-32022", "-32042",
 ];
+
+/// The JSON-RPC error of a refusal rmcp answered itself, before the handler ran (an
+/// unsupported protocol version, a 2026-07-28 `_meta` missing what it must carry): a 4xx
+/// whose small JSON body is the error. The response is given back whole.
+pub(super) async fn refusal(
+    response: axum::response::Response,
+) -> (axum::response::Response, Option<toolgate_mcp::Answered>) {
+    use axum::http::header;
+    /// rmcp's refusals are a few hundred bytes; a larger body is not read here.
+    const READ_UP_TO: u64 = 16 * 1024;
+    #[derive(serde::Deserialize)]
+    struct Refused {
+        error: Error,
+    }
+    #[derive(serde::Deserialize)]
+    struct Error {
+        code: i32,
+        message: String,
+    }
+    let headers = response.headers();
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    let small = http_body::Body::size_hint(response.body())
+        .exact()
+        .is_some_and(|length| length <= READ_UP_TO);
+    if !(json && small) {
+        return (response, None);
+    }
+    let (head, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, READ_UP_TO as usize).await else {
+        return (
+            axum::response::Response::from_parts(head, axum::body::Body::empty()),
+            None,
+        );
+    };
+    let answered =
+        serde_json::from_slice::<Refused>(&bytes)
+            .ok()
+            .map(|r| toolgate_mcp::Answered::Error {
+                code: r.error.code,
+                message: r.error.message,
+            });
+    let response = axum::response::Response::from_parts(head, axum::body::Body::from(bytes));
+    (response, answered)
+}
 
 /// The notifications a client sends (the MCP semantic conventions' well-known names).
 const NOTIFICATIONS: [&str; 4] = [
