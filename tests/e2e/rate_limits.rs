@@ -351,7 +351,14 @@ async fn made_up_mcp_methods_share_one_series_and_tool_calls_are_named_as_the_co
     let exposition = metrics(&gw).await;
     assert!(!exposition.contains("no_such"), "{exposition}");
     let operations: [(&[(&str, &str)], f64); 5] = [
-        (&[("mcp_method_name", "_OTHER")], 2.0),
+        (
+            &[
+                ("mcp_method_name", "_OTHER"),
+                ("error_type", "-32601"),
+                ("rpc_response_status_code", "-32601"),
+            ],
+            2.0,
+        ),
         (
             &[
                 ("mcp_method_name", "tools/call"),

@@ -401,19 +401,15 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
     if let Some(operation) = &mut operation
         && !response.status().is_success()
     {
-        let status = response.status().as_u16().to_string();
-        // A refusal rmcp answered itself carries a JSON-RPC error: its code, not the HTTP
-        // status, is the conventions' `error.type` (an answer the handler recorded stands).
-        let refused = if operation.answer.get().is_none() {
+        operation.error = Some(response.status().as_u16().to_string());
+        // A refusal rmcp answered itself carries a JSON-RPC error, which the operation
+        // records as it does the handler's (see `Operation`'s drop).
+        if operation.answer.get().is_none() {
             let refused;
             (response, refused) = probe::refusal(response).await;
-            refused
-        } else {
-            None
-        };
-        match refused {
-            Some(answered) => operation.answer.set(answered),
-            None => operation.error = Some(status),
+            if let Some(answered) = refused {
+                operation.answer.set(answered);
+            }
         }
     }
     // A JSON answer is complete now: the operation ends here, and the body keeps its

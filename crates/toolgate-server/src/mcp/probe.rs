@@ -301,16 +301,17 @@ pub(super) struct Operation {
 impl Drop for Operation {
     fn drop(&mut self) {
         use toolgate_mcp::Answered;
-        // The conventions' `error.type`: the JSON-RPC error code, `tool_error` for a
+        // The conventions' `error.type`: the JSON-RPC error code (whatever HTTP status
+        // rmcp gave it: 404 for -32601, 400 for a malformed request), `tool_error` for a
         // tool's error result, else the HTTP status of a refused request.
-        let (error, status_code, message) = match (&self.error, self.answer.get()) {
-            (Some(status), _) => (Some(status.clone()), None, None),
-            (None, Some(Answered::Error { code, message })) => {
+        let (error, status_code, message) = match (self.answer.get(), &self.error) {
+            (Some(Answered::Error { code, message }), _) => {
                 let code = code.to_string();
                 (Some(code.clone()), Some(code), Some(message.as_str()))
             }
-            (None, Some(Answered::ToolError)) => (Some("tool_error".to_owned()), None, None),
-            (None, Some(Answered::Result) | None) => (None, None, None),
+            (_, Some(status)) => (Some(status.clone()), None, None),
+            (Some(Answered::ToolError), None) => (Some("tool_error".to_owned()), None, None),
+            (Some(Answered::Result) | None, None) => (None, None, None),
         };
         if let Some(error) = &error {
             toolgate_core::context::span_failed(&self.span, error);
