@@ -349,9 +349,15 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
                 && let Some(caller) = parts.extensions.get::<McpCaller>()
             {
                 let state = &guard.state;
-                let listening =
-                    toolgate_mcp::Listening::ahead(&bytes, caller, &state.registry, &state.catalog)
-                        .await;
+                // Boxed: this middleware's future is moved whole per request, and the
+                // upstream subscribing would make it larger for every request.
+                let listening = Box::pin(toolgate_mcp::Listening::ahead(
+                    &bytes,
+                    caller,
+                    &state.registry,
+                    &state.catalog,
+                ))
+                .await;
                 parts.extensions.insert(listening);
             }
             operation = Some(Operation {
@@ -406,7 +412,7 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
         // records as it does the handler's (see `Operation`'s drop).
         if operation.answer.get().is_none() {
             let refused;
-            (response, refused) = probe::refusal(response).await;
+            (response, refused) = Box::pin(probe::refusal(response)).await;
             if let Some(answered) = refused {
                 operation.answer.set(answered);
             }
