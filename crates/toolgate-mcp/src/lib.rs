@@ -164,10 +164,15 @@ impl Answered {
     fn of<T>(result: &Result<T, ErrorData>) -> Self {
         match result {
             Ok(_) => Answered::Result,
-            Err(err) => Answered::Error {
-                code: err.code.0,
-                message: err.message.to_string(),
-            },
+            Err(err) => Answered::error(err),
+        }
+    }
+
+    /// A JSON-RPC error answer.
+    pub fn error(err: &ErrorData) -> Self {
+        Answered::Error {
+            code: err.code.0,
+            message: err.message.to_string(),
         }
     }
 }

@@ -17,22 +17,16 @@ use super::*;
 pub struct Listening(Arc<catalog::Subscriptions>);
 
 impl Listening {
-    /// Subscribes upstream to the URIs the `subscriptions/listen` request `body` asks to
-    /// watch, as `caller`; a body that does not name them holds none (rmcp answers it).
+    /// Subscribes upstream to `uris`, the resources a `subscriptions/listen` request asks
+    /// to watch (as the `/mcp` edge read them), as `caller`.
     pub async fn ahead(
-        body: &[u8],
+        uris: &[String],
         caller: &McpCaller,
         registry: &Arc<Registry>,
         catalog: &Arc<catalog::Catalog>,
     ) -> Self {
-        let requested: Value = serde_json::from_slice(body).unwrap_or_default();
-        let uris = requested
-            .pointer("/params/notifications/resourceSubscriptions")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str);
-        Self(hold(&visible(registry, catalog, caller), catalog, uris).await)
+        let upstreams = visible(registry, catalog, caller);
+        Self(hold(&upstreams, catalog, uris.iter().map(String::as_str)).await)
     }
 }
 

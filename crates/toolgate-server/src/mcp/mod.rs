@@ -302,6 +302,7 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
             protocol_version,
             id,
             traceparent,
+            watched,
         }) = probed
         {
             let protocol_version = parts
@@ -345,14 +346,14 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
             }
             // A listen stream's upstream subscriptions are made before rmcp acknowledges
             // it (see `Listening`).
-            if method == "subscriptions/listen"
+            if !watched.is_empty()
                 && let Some(caller) = parts.extensions.get::<McpCaller>()
             {
                 let state = &guard.state;
                 // Boxed: this middleware's future is moved whole per request, and the
                 // upstream subscribing would make it larger for every request.
                 let listening = Box::pin(toolgate_mcp::Listening::ahead(
-                    &bytes,
+                    &watched,
                     caller,
                     &state.registry,
                     &state.catalog,

@@ -11,6 +11,9 @@ pub(super) struct Probe {
     pub(super) protocol_version: Option<String>,
     /// The W3C `traceparent` in `_meta` (SEP-414).
     pub(super) traceparent: Option<String>,
+    /// The resource URIs a `subscriptions/listen` asks to watch (see
+    /// `toolgate_mcp::Listening`).
+    pub(super) watched: Vec<String>,
 }
 
 /// What a request names, as the MCP semantic conventions record it.
@@ -54,6 +57,12 @@ pub(super) fn probe(body: &[u8]) -> Option<Probe> {
         protocol_version: Option<Cow<'a, str>>,
         #[serde(borrow, rename = "_meta")]
         meta: Option<Meta<'a>>,
+        notifications: Option<Notifications>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Notifications {
+        #[serde(rename = "resourceSubscriptions")]
+        resource_subscriptions: Option<Vec<String>>,
     }
     #[derive(serde::Deserialize)]
     struct Meta<'a> {
@@ -70,7 +79,7 @@ pub(super) fn probe(body: &[u8]) -> Option<Probe> {
             OTHER.to_owned()
         }
     });
-    let (target, protocol_version, traceparent) = match message.params {
+    let (target, protocol_version, traceparent, watched) = match message.params {
         Some(params) => {
             let (meta_version, traceparent) = params
                 .meta
@@ -90,9 +99,14 @@ pub(super) fn probe(body: &[u8]) -> Option<Probe> {
                     .or(meta_version)
                     .map(Cow::into_owned),
                 traceparent.map(Cow::into_owned),
+                params
+                    .notifications
+                    .and_then(|n| n.resource_subscriptions)
+                    .filter(|_| method.as_deref() == Some("subscriptions/listen"))
+                    .unwrap_or_default(),
             )
         }
-        None => (None, None, None),
+        None => (None, None, None, Vec::new()),
     };
     Some(Probe {
         id: method.as_ref().and(message.id),
@@ -100,6 +114,7 @@ pub(super) fn probe(body: &[u8]) -> Option<Probe> {
         target,
         protocol_version,
         traceparent,
+        watched,
     })
 }
 
@@ -126,12 +141,7 @@ pub(super) async fn refusal(
     const READ_UP_TO: u64 = 16 * 1024;
     #[derive(serde::Deserialize)]
     struct Refused {
-        error: Error,
-    }
-    #[derive(serde::Deserialize)]
-    struct Error {
-        code: i32,
-        message: String,
+        error: rmcp::ErrorData,
     }
     let headers = response.headers();
     let json = headers
@@ -150,13 +160,9 @@ pub(super) async fn refusal(
             None,
         );
     };
-    let answered =
-        serde_json::from_slice::<Refused>(&bytes)
-            .ok()
-            .map(|r| toolgate_mcp::Answered::Error {
-                code: r.error.code,
-                message: r.error.message,
-            });
+    let answered = serde_json::from_slice::<Refused>(&bytes)
+        .ok()
+        .map(|r| toolgate_mcp::Answered::error(&r.error));
     let response = axum::response::Response::from_parts(head, axum::body::Body::from(bytes));
     (response, answered)
 }
