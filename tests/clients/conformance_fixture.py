@@ -254,12 +254,19 @@ def template_data(id: str) -> str:
 # change on every connection subscribed to the URI. A connection is known by the
 # SDK's connection object (each request gets a session wrapper of its own).
 SUBSCRIBED: dict[str, dict[int, object]] = {}
+# Subscribe requests being answered now, and the most there have been at once.
+SUBSCRIBING = {"now": 0, "most": 0}
 
 
 async def subscribe_resource(ctx, params: SubscribeRequestParams) -> EmptyResult:
-    # Answered slowly, as a remote server may: what the gateway acknowledges before the
-    # upstream has answered is not yet subscribed.
-    await asyncio.sleep(0.2)
+    SUBSCRIBING["now"] += 1
+    SUBSCRIBING["most"] = max(SUBSCRIBING["most"], SUBSCRIBING["now"])
+    try:
+        # Answered slowly, as a remote server may: what the gateway acknowledges before
+        # the upstream has answered is not yet subscribed.
+        await asyncio.sleep(0.2)
+    finally:
+        SUBSCRIBING["now"] -= 1
     SUBSCRIBED.setdefault(str(params.uri), {})[id(ctx.session._connection)] = ctx.session
     return EmptyResult()
 
@@ -271,6 +278,12 @@ async def unsubscribe_resource(ctx, params: UnsubscribeRequestParams) -> EmptyRe
 
 server._lowlevel_server.add_request_handler("resources/subscribe", SubscribeRequestParams, subscribe_resource)
 server._lowlevel_server.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, unsubscribe_resource)
+
+
+@server.tool()
+def test_most_subscribing_at_once() -> str:
+    """How many resources/subscribe requests this process has answered at once, at most."""
+    return str(SUBSCRIBING["most"])
 
 
 @server.tool()

@@ -30,6 +30,11 @@ impl Listening {
     }
 }
 
+/// How many upstream subscriptions one listen stream asks for at a time. The stream is
+/// acknowledged once all are made: one after the other, a stream watching 40 resources of
+/// an upstream answering in 200 ms waited 8 s for its acknowledgement.
+const SUBSCRIBING_AT_ONCE: usize = 8;
+
 /// Subscribes upstream to each of `uris` one of `upstreams` serves; a URI none serves, or
 /// whose upstream cannot be subscribed to, is never updated.
 async fn hold<'a>(
@@ -37,18 +42,22 @@ async fn hold<'a>(
     catalog: &Arc<catalog::Catalog>,
     uris: impl Iterator<Item = &'a str>,
 ) -> Arc<catalog::Subscriptions> {
+    use futures::StreamExt as _;
     let subscriptions = catalog::Subscriptions::new(catalog.clone());
-    for uri in uris {
-        let Some(upstream) = catalog::serving(upstreams, uri) else {
-            continue;
-        };
-        if !upstream.subscribable {
-            continue;
-        }
-        if let Err(err) = subscriptions.hold(&upstream, uri).await {
-            tracing::warn!(upstream = %upstream.upstream, uri, error = %err, "could not subscribe upstream for a listen stream");
-        }
-    }
+    let served = uris.filter_map(|uri| {
+        let upstream = catalog::serving(upstreams, uri)?;
+        upstream.subscribable.then_some((upstream, uri))
+    });
+    futures::stream::iter(served)
+        .for_each_concurrent(SUBSCRIBING_AT_ONCE, |(upstream, uri)| {
+            let subscriptions = &subscriptions;
+            async move {
+                if let Err(err) = subscriptions.hold(&upstream, uri).await {
+                    tracing::warn!(upstream = %upstream.upstream, uri, error = %err, "could not subscribe upstream for a listen stream");
+                }
+            }
+        })
+        .await;
     subscriptions
 }
 

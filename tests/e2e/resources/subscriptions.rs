@@ -154,10 +154,15 @@ async fn a_listen_stream_hears_resource_updates_and_list_changes() {
         .await
         .expect("connect at 2026-07-28")
     };
+    // The watched resource and three from the fixture's template: the upstream is asked
+    // for all four before the stream is acknowledged, several at a time.
+    let watched: Vec<String> = std::iter::once(WATCHED.to_owned())
+        .chain((1..=3).map(|n| format!("test://template/{n}/data")))
+        .collect();
     let filter = rmcp::model::SubscriptionFilter::builder()
         .tools_list_changed()
         .resources_list_changed()
-        .resource_subscription(WATCHED)
+        .resource_subscriptions(&watched)
         .build();
     let mut stream = client
         .peer()
@@ -166,7 +171,19 @@ async fn a_listen_stream_hears_resource_updates_and_list_changes() {
         .expect("subscriptions/listen");
     assert_eq!(
         stream.acknowledged().resource_subscriptions.as_deref(),
-        Some(&[WATCHED.to_owned()][..])
+        Some(&watched[..])
+    );
+    let (status, _, most) = gw
+        .invoke("test_most_subscribing_at_once", json!({"arguments": {}}))
+        .await;
+    assert_eq!(status, 200, "{most}");
+    let most: u32 = most["content"][0]["text"]
+        .as_str()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a count: {most}"));
+    assert!(
+        most >= 2,
+        "the upstream was asked one subscription at a time ({most} at most)"
     );
     assert!(touch(&gw, WATCHED).await.contains("1 subscriber"));
     let heard = serde_json::to_value(next(&mut stream).await).expect("json");
