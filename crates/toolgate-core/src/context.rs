@@ -155,9 +155,43 @@ pub enum Root {
     Off,
     /// Recorded: the span continues the caller's span, if it named one.
     Recorded(Option<SpanContext>),
-    /// Not recorded: no span; what the request causes continues this `traceparent`, the
-    /// caller's (or a new) trace with the sampled flag clear, so none of it is recorded.
-    Skipped(String),
+    /// Not recorded: no span; what the request causes continues this, the caller's (or a
+    /// new) trace with the sampled flag clear, so none of it is recorded.
+    Skipped(Continued),
+}
+
+/// The span a request's calls continue, as its edge decided it: the request's exported
+/// server span, or an unrecorded one when the sampler skipped the trace. Handed to the
+/// call as it is ([`CallContext::continuing`]): written as a `traceparent` by the edge
+/// and read back by the call, it went through the W3C propagator twice on every traced
+/// request.
+#[derive(Clone, Debug)]
+pub struct Continued(SpanContext);
+
+impl Continued {
+    /// The caller's span a W3C `traceparent` names; `None` when it is invalid.
+    pub fn parse(traceparent: &str) -> Option<Self> {
+        parse_traceparent(traceparent).map(Self)
+    }
+
+    /// `span`'s own context, when it is exported, as its calls see it: what a
+    /// `traceparent` naming it carries (a remote parent, its sampled flag, no trace state).
+    pub fn exported(span: &tracing::Span) -> Option<Self> {
+        exported(span).map(|own| {
+            let flags = if own.is_sampled() {
+                TraceFlags::SAMPLED
+            } else {
+                TraceFlags::default()
+            };
+            Self(SpanContext::new(
+                own.trace_id(),
+                own.span_id(),
+                flags,
+                true,
+                TraceState::default(),
+            ))
+        })
+    }
 }
 
 /// Decides whether a request whose caller sent `traceparent` is traced.
@@ -177,14 +211,13 @@ pub fn root(traceparent: Option<&str>) -> Root {
         || SpanId::from_bytes(random_bytes::<8>()),
         SpanContext::span_id,
     );
-    let skipped = SpanContext::new(
+    Root::Skipped(Continued(SpanContext::new(
         trace,
         span,
         TraceFlags::default(),
         true,
         TraceState::default(),
-    );
-    Root::Skipped(format_traceparent(&skipped).unwrap_or_default())
+    )))
 }
 
 /// Whether spans under `span` (a call's or a run's) are recorded: its sampled flag; a
@@ -315,8 +348,14 @@ impl CallContext {
 
     /// Continues the caller's W3C trace (`traceparent` header or `_meta`), or starts one
     /// when it sent none or an invalid one. The call gets a span id of its own.
-    pub fn with_trace(mut self, traceparent: Option<&str>) -> Self {
-        let parent = traceparent.and_then(parse_traceparent);
+    pub fn with_trace(self, traceparent: Option<&str>) -> Self {
+        self.continuing(traceparent.and_then(Continued::parse))
+    }
+
+    /// Continues `parent` (the caller's span, or the one the request's edge decided the
+    /// call continues), or starts a trace without one. The call gets a span id of its own.
+    pub fn continuing(mut self, parent: Option<Continued>) -> Self {
+        let parent = parent.map(|Continued(span)| span);
         let (trace, flags) = match &parent {
             Some(p) => (p.trace_id(), p.trace_flags()),
             None => {

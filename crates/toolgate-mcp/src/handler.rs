@@ -396,21 +396,21 @@ impl McpAdapter {
         let client = client_info(&context);
         // The server span's trace when one is exported; else the caller's W3C trace: in
         // `_meta` (SEP-414), else the HTTP `traceparent` header.
-        let traceparent = caller
-            .traceparent
-            .clone()
-            .or_else(|| context.meta.get_traceparent().map(str::to_owned))
-            .or_else(|| {
+        let parent = caller.continued.clone().or_else(|| {
+            let traceparent = context.meta.get_traceparent().or_else(|| {
                 context
                     .extensions
-                    .get::<http::request::Parts>()
-                    .and_then(|parts| parts.headers.get("traceparent"))
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned)
-            });
+                    .get::<http::request::Parts>()?
+                    .headers
+                    .get("traceparent")?
+                    .to_str()
+                    .ok()
+            })?;
+            Continued::parse(traceparent)
+        });
         let mut ctx = CallContext::new(caller.auth.clone(), Adapter::Mcp)
             .with_client(client.clone())
-            .with_trace(traceparent.as_deref());
+            .continuing(parent);
         if let Some(id) = caller.request_id {
             ctx = ctx.with_request_id(id);
         }

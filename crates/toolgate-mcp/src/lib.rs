@@ -71,6 +71,7 @@ use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionConte
 use rmcp::transport::common::http_header::HEADER_SESSION_ID;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
+use toolgate_core::context::Continued;
 use toolgate_core::{
     Adapter, ApprovalId, AuthContext, CallContext, ClientInfo, Completed, Content, ErrorKind,
     Executor, Registry, TenantId, ToolError, ToolSpec, Toolset, declarations,
@@ -92,10 +93,10 @@ pub struct McpCaller {
     pub auth: Arc<AuthContext>,
     pub toolset: Toolset,
     pub request_id: Option<String>,
-    /// The `traceparent` of the server's span for this request, when traces are
-    /// exported: the call continues it (rather than the client's own `traceparent`, which
-    /// that span already continues).
-    pub traceparent: Option<String>,
+    /// The span the server decided this request's calls continue, when traces are
+    /// exported: its own span (which continues the client's `traceparent`), or an
+    /// unrecorded one.
+    pub continued: Option<Continued>,
     /// The JWT the caller signed in with, for upstreams that exchange it (RFC 8693).
     pub subject_token: Option<toolgate_core::SubjectToken>,
     /// How the handler answered: shared with the server, which records it.
@@ -334,13 +335,13 @@ impl McpAdapter {
         F: std::future::Future<Output = Result<T, rmcp::ServiceError>> + Send + 'static,
     {
         let caller = caller(context)?;
-        let traceparent = caller
-            .traceparent
+        let parent = caller
+            .continued
             .clone()
-            .or_else(|| context.meta.get_traceparent().map(str::to_owned));
+            .or_else(|| Continued::parse(context.meta.get_traceparent()?));
         let mut ctx = CallContext::new(caller.auth.clone(), Adapter::Mcp)
             .with_client(client_info(context))
-            .with_trace(traceparent.as_deref());
+            .continuing(parent);
         if let Some(id) = caller.request_id {
             ctx = ctx.with_request_id(id);
         }

@@ -138,7 +138,7 @@ fn server_span(req: &mut Request) -> tracing::Span {
     if route == Some("/mcp") {
         return tracing::Span::none();
     }
-    use toolgate_core::context::{Root, exported_traceparent, root, set_remote_parent};
+    use toolgate_core::context::{Continued, Root, root, set_remote_parent};
     let traceparent = req
         .headers()
         .get("traceparent")
@@ -146,11 +146,9 @@ fn server_span(req: &mut Request) -> tracing::Span {
     let parent = match root(traceparent) {
         Root::Off => return tracing::Span::none(),
         Root::Recorded(parent) => parent,
-        Root::Skipped(traceparent) => {
+        Root::Skipped(continued) => {
             // What the request causes continues the trace, unrecorded.
-            if let Ok(value) = HeaderValue::from_str(&traceparent) {
-                req.headers_mut().insert("traceparent", value);
-            }
+            req.extensions_mut().insert(continued);
             return tracing::Span::none();
         }
     };
@@ -174,10 +172,8 @@ fn server_span(req: &mut Request) -> tracing::Span {
         format!("{} {}", req.method(), route.unwrap_or("")).trim_end(),
     );
     set_remote_parent(&span, parent);
-    if let Some(traceparent) =
-        exported_traceparent(&span).and_then(|t| HeaderValue::from_str(&t).ok())
-    {
-        req.headers_mut().insert("traceparent", traceparent);
+    if let Some(continued) = Continued::exported(&span) {
+        req.extensions_mut().insert(continued);
     }
     span
 }

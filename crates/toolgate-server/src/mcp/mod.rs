@@ -269,7 +269,7 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
         auth: caller.auth,
         toolset: caller.toolset,
         request_id,
-        traceparent: None,
+        continued: None,
         subject_token: caller.subject_token,
         answer: answer.clone(),
     });
@@ -342,7 +342,7 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
                 http_version,
             });
             if let Some(caller) = parts.extensions.get_mut::<McpCaller>() {
-                caller.traceparent = continued;
+                caller.continued = continued;
             }
             // A listen stream's upstream subscriptions are made before rmcp acknowledges
             // it (see `Listening`).

@@ -1,6 +1,8 @@
 //! What the guard reads of each `/mcp` message without parsing it whole, and what it
 //! records of each: the server span and `mcp.server.operation.duration`.
 
+use toolgate_core::context::Continued;
+
 /// What the guard reads of a JSON-RPC message: the id of a request (it has a method and an
 /// id), and the method, its target and protocol version for the server span and
 /// `mcp.server.operation.duration`.
@@ -209,12 +211,12 @@ pub(super) struct Request<'a> {
 /// conventions), continuing the client's `traceparent`, with the `traceparent` the call
 /// continues (the span's, or an unrecorded one when the sampler skips the trace). None,
 /// and free, when traces are not exported.
-pub(super) fn server_span(request: &Request<'_>) -> (tracing::Span, Option<String>) {
-    use toolgate_core::context::{Root, exported_traceparent, root, set_remote_parent};
+pub(super) fn server_span(request: &Request<'_>) -> (tracing::Span, Option<Continued>) {
+    use toolgate_core::context::{Root, root, set_remote_parent};
     let parent = match root(request.traceparent) {
         Root::Off => return (tracing::Span::none(), None),
         Root::Recorded(parent) => parent,
-        Root::Skipped(traceparent) => return (tracing::Span::none(), Some(traceparent)),
+        Root::Skipped(continued) => return (tracing::Span::none(), Some(continued)),
     };
     let method = request.method;
     let span = tracing::info_span!(
@@ -279,8 +281,8 @@ pub(super) fn server_span(request: &Request<'_>) -> (tracing::Span, Option<Strin
         span.record("network.protocol.version", version);
     }
     set_remote_parent(&span, parent);
-    let traceparent = exported_traceparent(&span);
-    (span, traceparent)
+    let continued = Continued::exported(&span);
+    (span, continued)
 }
 
 /// One MCP request or notification, recorded as `mcp.server.operation.duration` when its

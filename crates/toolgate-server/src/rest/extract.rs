@@ -8,6 +8,7 @@ use axum::http::header::USER_AGENT;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use toolgate_core::ClientInfo;
+use toolgate_core::context::Continued;
 
 use super::error::ApiError;
 
@@ -48,21 +49,31 @@ pub struct AppQuery<T>(pub T);
 #[from_request(via(axum::extract::Path), rejection(ApiError))]
 pub struct AppPath<T>(pub T);
 
-/// The `User-Agent` header as the call's client info (first 200 characters).
-pub struct UserAgent(pub Option<ClientInfo>);
+/// What a call's request says of where it comes from: its client (the `User-Agent`, first
+/// 200 characters) and the trace it continues — when traces are exported, the span the
+/// observe layer decided on (the request's server span, or an unrecorded one); else the
+/// caller's `traceparent`, if valid.
+pub struct CallOrigin {
+    pub client: Option<ClientInfo>,
+    pub parent: Option<Continued>,
+}
 
-impl<S: Send + Sync> FromRequestParts<S> for UserAgent {
+impl<S: Send + Sync> FromRequestParts<S> for CallOrigin {
     type Rejection = Infallible;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        let client = parts
-            .headers
-            .get(USER_AGENT)
-            .and_then(|v| v.to_str().ok())
-            .map(ClientInfo::user_agent);
-        Ok(UserAgent(client))
+        let header = |name| parts.headers.get(name).and_then(|v| v.to_str().ok());
+        let client = header(USER_AGENT).map(ClientInfo::user_agent);
+        let parent = parts
+            .extensions
+            .get::<Continued>()
+            .cloned()
+            .or_else(|| Continued::parse(header(TRACEPARENT)?));
+        Ok(CallOrigin { client, parent })
     }
 }
+
+const TRACEPARENT: axum::http::HeaderName = axum::http::HeaderName::from_static("traceparent");
 
 /// A numeric query parameter `name`: `default` when absent, refused outside `range`
 /// ("limit must be between 1 and 500").

@@ -18,7 +18,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::{ApiError, Problem};
-use super::extract::{AppJson, AppPath, AppQuery, UserAgent, bounded, located};
+use super::extract::{AppJson, AppPath, AppQuery, CallOrigin, bounded, located};
 use crate::auth::Caller;
 pub use crate::outcome::InvokeResponse;
 use crate::request_id::RequestId;
@@ -344,17 +344,14 @@ async fn invoke_tool(
     State(app): State<AppState>,
     caller: Caller,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
-    UserAgent(client): UserAgent,
+    CallOrigin { client, parent }: CallOrigin,
     headers: HeaderMap,
     AppPath(name): AppPath<String>,
     AppJson(body): AppJson<InvokeRequest>,
 ) -> Result<Response, ApiError> {
-    // The caller's trace; when traces are exported, the request's server span (which the
-    // observe layer put in the header's place).
-    let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok());
     let mut ctx = CallContext::new(caller.auth.clone(), Adapter::Rest)
         .with_request_id(&*request_id)
-        .with_trace(traceparent)
+        .continuing(parent)
         .with_timeout(body.timeout_ms.map(|ms| Duration::from_millis(ms.get())))
         .with_client(client)
         .with_cache(cache_mode(&headers));
