@@ -10,7 +10,6 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::{Adapter, ApprovalId, CallContext, CallId, Outcome, PrincipalId, RunStep, TenantId};
 
@@ -100,7 +99,7 @@ pub fn canonical_json(value: &Value) -> String {
 /// Hex SHA-256 of a JSON value's [canonical text](canonical_json), so a value read back
 /// from a store that reorders keys hashes the same: approvals match calls by this hash.
 pub fn hash_json(value: &Value) -> String {
-    crate::to_hex(&Sha256::digest(canonical_json(value).as_bytes()))
+    crate::to_hex(&crate::sha256(canonical_json(value).as_bytes()))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -171,7 +170,10 @@ mod tests {
             json!({"b": [1, 2.5, null, true], "a": "é \" \n \u{1}", "c": {"z": {}, "y": []}});
         assert_eq!(
             hash_json(&value),
-            hex::encode(Sha256::digest(value.to_string().as_bytes()))
+            // sha2, another implementation, as the reference.
+            hex::encode(<sha2::Sha256 as sha2::Digest>::digest(
+                value.to_string().as_bytes()
+            ))
         );
     }
 

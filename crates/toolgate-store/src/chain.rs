@@ -5,7 +5,6 @@
 //! sequence order and names the first row that does not match.
 
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::model::{AuditRow, ChainBreak};
@@ -73,11 +72,9 @@ pub fn row_hash(row: &AuditRow) -> String {
         finished_at_us: row.finished_at.timestamp_micros(),
         prev_hash: &row.prev_hash,
     };
-    // Written straight into the hash (sha2's hasher is an `io::Write`): no text kept.
-    // Serializing these fields cannot fail.
-    let mut hasher = Sha256::new();
-    let _ = serde_json::to_writer(&mut hasher, &hashed);
-    toolgate_core::to_hex(&hasher.finalize())
+    // Serialized whole, then hashed in one go. Serializing these fields cannot fail.
+    let text = serde_json::to_vec(&hashed).unwrap_or_default();
+    toolgate_core::to_hex(&toolgate_core::sha256(&text))
 }
 
 /// Checks rows of one tenant given in `seq` order; the first break, if any.

@@ -12,7 +12,6 @@ use chrono::{DateTime, Utc};
 pub use ed25519_dalek::VerifyingKey;
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use toolgate_core::TenantId;
 
 /// One signed chain head.
@@ -73,7 +72,7 @@ fn signed_text(tenant: TenantId, seq: i64, row_hash: &str, at: DateTime<Utc>) ->
 
 /// A short name for a public key: the first 16 hex digits of its SHA-256.
 pub fn key_id(key: &VerifyingKey) -> String {
-    hex::encode(&Sha256::digest(key.as_bytes())[..8])
+    hex::encode(&toolgate_core::sha256(key.as_bytes())[..8])
 }
 
 /// A public key from its 64 hex digits.

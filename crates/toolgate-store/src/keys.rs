@@ -1,8 +1,6 @@
 //! API key secrets: `tg_` followed by 64 hex characters (256 random bits). Stored only as
 //! a SHA-256 hash; a key this long needs no slow hash to resist guessing.
 
-use sha2::{Digest, Sha256};
-
 /// Every key starts with this.
 pub const PREFIX: &str = "tg_";
 /// Characters of the key kept (in clear) for listings.
@@ -17,7 +15,7 @@ pub fn generate() -> Result<String, getrandom::Error> {
 
 /// The stored hash of a key.
 pub fn hash(secret: &str) -> String {
-    toolgate_core::to_hex(&Sha256::digest(secret.as_bytes()))
+    toolgate_core::to_hex(&toolgate_core::sha256(secret.as_bytes()))
 }
 
 /// Whether `s` has the shape of one of our keys (so other bearer tokens are tried as JWTs).

@@ -15,7 +15,6 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 use toolgate_core::CallContext;
 
 use super::PersonalCredential;
@@ -210,7 +209,7 @@ impl super::PersonalCredentials for TokenExchange {
                 self.upstream
             ));
         };
-        let key: [u8; 32] = Sha256::digest(subject.expose().as_bytes()).into();
+        let key = toolgate_core::sha256(subject.expose().as_bytes());
         if let Some((token, until)) = self.lock().get(&key)
             && Instant::now() < *until
         {
