@@ -89,9 +89,10 @@ pub use toolset::{ScopedToolset, Toolset};
 pub use usage::Usage;
 
 /// SHA-256 of `bytes` (audit rows and arguments, API keys, checkpoint keys), by ring: its
-/// assembly takes the SHA extensions where the CPU has them and AVX2 where it does not.
-/// The sha2 crate has no AVX2 path, and this project's machines have no SHA extensions:
-/// there it took 4.05 µs for a 700-byte row against ring's 2.23 (docs/BENCHMARKS.md).
+/// assembly takes the SHA extensions where the CPU has them, else AVX or SSSE3. The sha2
+/// crate has only the SHA extensions' path besides scalar code, and this project's
+/// machines have no SHA extensions: there it took 4.05 µs for a 700-byte row against
+/// ring's 2.23 (docs/BENCHMARKS.md).
 pub fn sha256(bytes: &[u8]) -> [u8; 32] {
     let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
     let mut out = [0; 32];
