@@ -151,8 +151,9 @@ pub fn sample_new_trace(trace_id: [u8; 16]) -> bool {
 
 /// A server span's root decision (see [`set_sampler`]).
 pub enum Root {
-    /// Traces are not exported.
-    Off,
+    /// Traces are not exported: what the request causes continues the caller's trace,
+    /// when it named a valid one.
+    Off(Option<Continued>),
     /// Recorded: the span continues the caller's span, if it named one.
     Recorded(Option<SpanContext>),
     /// Not recorded: no span; what the request causes continues this, the caller's (or a
@@ -160,8 +161,9 @@ pub enum Root {
     Skipped(Continued),
 }
 
-/// The span a request's calls continue, as its edge decided it: the request's exported
-/// server span, or an unrecorded one when the sampler skipped the trace. Handed to the
+/// The span a request's calls continue, as its edge decided it ([`root`]): the request's
+/// exported server span, an unrecorded one when the sampler skipped the trace, or the
+/// caller's own when traces are not exported. Handed to the
 /// call as it is ([`CallContext::continuing`]): written as a `traceparent` by the edge
 /// and read back by the call, it went through the W3C propagator twice on every traced
 /// request.
@@ -194,10 +196,11 @@ impl Continued {
     }
 }
 
-/// Decides whether a request whose caller sent `traceparent` is traced.
+/// Decides whether a request whose caller sent `traceparent` is traced, and which span
+/// its calls continue: the one place both edges (REST, `/mcp`) take that from.
 pub fn root(traceparent: Option<&str>) -> Root {
     if SAMPLER.get().is_none() {
-        return Root::Off;
+        return Root::Off(traceparent.and_then(Continued::parse));
     }
     let parent = traceparent.and_then(parse_traceparent);
     let trace = parent.as_ref().map_or_else(

@@ -394,23 +394,9 @@ impl McpAdapter {
         let tools = caller.toolset.scope(self.registry.clone(), &caller.auth);
         let known = tools.get(&request.name);
         let client = client_info(&context);
-        // The server span's trace when one is exported; else the caller's W3C trace: in
-        // `_meta` (SEP-414), else the HTTP `traceparent` header.
-        let parent = caller.continued.clone().or_else(|| {
-            let traceparent = context.meta.get_traceparent().or_else(|| {
-                context
-                    .extensions
-                    .get::<http::request::Parts>()?
-                    .headers
-                    .get("traceparent")?
-                    .to_str()
-                    .ok()
-            })?;
-            Continued::parse(traceparent)
-        });
         let mut ctx = CallContext::new(caller.auth.clone(), Adapter::Mcp)
             .with_client(client.clone())
-            .continuing(parent);
+            .continuing(caller.continued.clone());
         if let Some(id) = caller.request_id {
             ctx = ctx.with_request_id(id);
         }

@@ -93,9 +93,10 @@ pub struct McpCaller {
     pub auth: Arc<AuthContext>,
     pub toolset: Toolset,
     pub request_id: Option<String>,
-    /// The span the server decided this request's calls continue, when traces are
-    /// exported: its own span (which continues the client's `traceparent`), or an
-    /// unrecorded one.
+    /// The span this request's calls continue, as the server decided it
+    /// (`toolgate_core::context::root`): its own span, which continues the client's
+    /// `traceparent` (`_meta`, else the HTTP header); an unrecorded one when the sampler
+    /// skips the trace; the client's own when traces are not exported.
     pub continued: Option<Continued>,
     /// The JWT the caller signed in with, for upstreams that exchange it (RFC 8693).
     pub subject_token: Option<toolgate_core::SubjectToken>,
@@ -335,13 +336,9 @@ impl McpAdapter {
         F: std::future::Future<Output = Result<T, rmcp::ServiceError>> + Send + 'static,
     {
         let caller = caller(context)?;
-        let parent = caller
-            .continued
-            .clone()
-            .or_else(|| Continued::parse(context.meta.get_traceparent()?));
         let mut ctx = CallContext::new(caller.auth.clone(), Adapter::Mcp)
             .with_client(client_info(context))
-            .continuing(parent);
+            .continuing(caller.continued.clone());
         if let Some(id) = caller.request_id {
             ctx = ctx.with_request_id(id);
         }

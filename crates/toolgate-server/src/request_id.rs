@@ -127,9 +127,11 @@ where
 }
 
 /// The HTTP server span of a REST request (`{method} {route}`, HTTP semantic
-/// conventions), continuing the caller's `traceparent`; the request's `traceparent`
-/// header is replaced by the span's own, so that what the request causes continues it. `/mcp` has its own server span (`crate::mcp`). Disabled, and
-/// free, when traces are not exported.
+/// conventions), continuing the caller's `traceparent`. The span the request's calls
+/// continue goes into its extensions ([`Continued`](toolgate_core::context::Continued)):
+/// this span, an unrecorded one when the sampler skips the trace, or the caller's own
+/// when traces are not exported. `/mcp` has its own server span (`crate::mcp`). Disabled,
+/// and free, when traces are not exported.
 fn server_span(req: &mut Request) -> tracing::Span {
     let route = req
         .extensions()
@@ -144,10 +146,9 @@ fn server_span(req: &mut Request) -> tracing::Span {
         .get("traceparent")
         .and_then(|v| v.to_str().ok());
     let parent = match root(traceparent) {
-        Root::Off => return tracing::Span::none(),
         Root::Recorded(parent) => parent,
-        Root::Skipped(continued) => {
-            // What the request causes continues the trace, unrecorded.
+        Root::Off(None) => return tracing::Span::none(),
+        Root::Off(Some(continued)) | Root::Skipped(continued) => {
             req.extensions_mut().insert(continued);
             return tracing::Span::none();
         }

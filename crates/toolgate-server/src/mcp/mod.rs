@@ -312,7 +312,7 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
                 .map(str::to_owned)
                 .or(protocol_version);
             // `_meta` (SEP-414, the MCP semantic conventions' carrier) before the HTTP
-            // header, as the call itself reads them (`toolgate_mcp`).
+            // header: the server span and the request's calls continue this one.
             let traceparent = traceparent.or_else(|| {
                 parts
                     .headers

@@ -208,13 +208,13 @@ pub(super) struct Request<'a> {
 }
 
 /// The server span of one MCP request (`{mcp.method.name} {target}`, MCP semantic
-/// conventions), continuing the client's `traceparent`, with the `traceparent` the call
-/// continues (the span's, or an unrecorded one when the sampler skips the trace). None,
-/// and free, when traces are not exported.
+/// conventions), continuing the client's `traceparent`, with the span the request's calls
+/// continue (the server span, an unrecorded one when the sampler skips the trace). No
+/// span, and free, when traces are not exported: the calls continue the client's own.
 pub(super) fn server_span(request: &Request<'_>) -> (tracing::Span, Option<Continued>) {
     use toolgate_core::context::{Root, root, set_remote_parent};
     let parent = match root(request.traceparent) {
-        Root::Off => return (tracing::Span::none(), None),
+        Root::Off(continued) => return (tracing::Span::none(), continued),
         Root::Recorded(parent) => parent,
         Root::Skipped(continued) => return (tracing::Span::none(), Some(continued)),
     };

@@ -50,9 +50,8 @@ pub struct AppQuery<T>(pub T);
 pub struct AppPath<T>(pub T);
 
 /// What a call's request says of where it comes from: its client (the `User-Agent`, first
-/// 200 characters) and the trace it continues — when traces are exported, the span the
-/// observe layer decided on (the request's server span, or an unrecorded one); else the
-/// caller's `traceparent`, if valid.
+/// 200 characters) and the span it continues, as the observe layer decided it
+/// (`crate::request_id`).
 pub struct CallOrigin {
     pub client: Option<ClientInfo>,
     pub parent: Option<Continued>,
@@ -62,18 +61,15 @@ impl<S: Send + Sync> FromRequestParts<S> for CallOrigin {
     type Rejection = Infallible;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        let header = |name| parts.headers.get(name).and_then(|v| v.to_str().ok());
-        let client = header(USER_AGENT).map(ClientInfo::user_agent);
-        let parent = parts
-            .extensions
-            .get::<Continued>()
-            .cloned()
-            .or_else(|| Continued::parse(header(TRACEPARENT)?));
+        let client = parts
+            .headers
+            .get(USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .map(ClientInfo::user_agent);
+        let parent = parts.extensions.get::<Continued>().cloned();
         Ok(CallOrigin { client, parent })
     }
 }
-
-const TRACEPARENT: axum::http::HeaderName = axum::http::HeaderName::from_static("traceparent");
 
 /// A numeric query parameter `name`: `default` when absent, refused outside `range`
 /// ("limit must be between 1 and 500").
