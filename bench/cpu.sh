@@ -7,7 +7,9 @@
 #   MODES="stateless rest" SERVERS=gw bench/cpu.sh   # the same gateway's REST invoke beside it
 #   BIN=/tmp/base SERVERS=gw bench/cpu.sh     # binaries built elsewhere (another revision)
 #
-# Servers: gw (the gateway as shipped: SQLite, API key, durable audit), noaudit (the
+# Servers: gw (the gateway as shipped: SQLite, API key, durable audit), gwtraced (the same
+# exporting every span and its metrics over OTLP/HTTP to tests/clients/otlp_receiver.py
+# on loopback; the receiver's own CPU is printed beside), noaudit (the
 # gateway without its audit sink), first (the gateway answering before its audit row
 # commits; never shipped), bare (the bare rmcp echo), baresse (the same, streaming every
 # stateless answer as SSE: rmcp's default). Each runs alone: started,
@@ -30,7 +32,9 @@ ensure_wrk
 release_bins
 WORK=$(mktemp -d)
 pid=
-cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$WORK"; }
+rx_pid=
+rx_port=
+cleanup() { for p in $pid $rx_pid; do kill "$p" 2>/dev/null; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT
 
 # start SERVER PORT: runs it in the background, sets pid and AUTH.
@@ -39,6 +43,9 @@ start() {
   rm -rf "$dir"; mkdir -p "$dir"
   case $1 in
     gw) env -u DATABASE_URL "$BIN/toolgate" serve --listen "127.0.0.1:$2" --data-dir "$dir" >/dev/null 2>"$dir.log" & pid=$! ;;
+    gwtraced) receiver
+      env -u DATABASE_URL OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$rx_port" OTEL_METRIC_EXPORT_INTERVAL=5000 \
+      "$BIN/toolgate" serve --listen "127.0.0.1:$2" --data-dir "$dir" >/dev/null 2>"$dir.log" & pid=$! ;;
     noaudit) env -u DATABASE_URL "$BIN/gateway-unaudited" "127.0.0.1:$2" "$dir" >/dev/null 2>"$dir.log" & pid=$! ;;
     first) env -u DATABASE_URL "$BIN/gateway-unaudited" "127.0.0.1:$2" "$dir" reply-first >/dev/null 2>"$dir.log" & pid=$! ;;
     bare) "$BIN/bare-rmcp-echo" "127.0.0.1:$2" >/dev/null 2>"$dir.log" & pid=$! ;;
@@ -53,6 +60,19 @@ start() {
     sleep 0.5
   fi
 }
+
+# receiver: starts the OTLP receiver once, on rx_port (its process rx_pid).
+receiver() {
+  if [ -z "$rx_pid" ]; then
+    tests/clients/setup.sh >/dev/null
+    rx_port=$(free_port)
+    tests/clients/.venv-otel/bin/python tests/clients/otlp_receiver.py "$rx_port" - >/dev/null 2>&1 &
+    rx_pid=$!
+  fi
+}
+
+# rx_ticks: the receiver's CPU time so far (user + system ticks), 0 without one.
+rx_ticks() { if [ -n "$rx_pid" ]; then awk '{print $14 + $15}' "/proc/$rx_pid/stat"; else echo 0; fi; }
 
 # snapshot FILE: one line per thread: name, user ticks, system ticks, voluntary and
 # involuntary context switches.
@@ -85,9 +105,11 @@ for server in $SERVERS; do
     export BENCH_REST=$([ "$mode" = rest ] && echo 1 || echo 0)
     wrk -t2 -c"$C" -d2s -s bench/mcp_call.lua "${headers[@]}" "$url" >/dev/null
     snapshot "$WORK/before"
+    rx_before=$(rx_ticks)
     wrk -t2 -c"$C" -d"$DURATION" -s bench/mcp_call.lua "${headers[@]}" "$url" \
       | grep '^{' > "$WORK/wrk.json"
     snapshot "$WORK/after"
+    echo "receiver|$(( $(rx_ticks) - rx_before ))|0|0|0" > "$WORK/rx"
     kill "$pid"; wait "$pid" 2>/dev/null || true; pid=
     python3 - "$WORK" "$server" "$mode" "$C" "$(getconf CLK_TCK)" <<'PY' | tee -a bench/results/cpu.md
 import collections, json, re, sys
@@ -120,6 +142,9 @@ print("| threads | user µs/call | system µs/call | switches/call (voluntary) |
 print("|---|---:|---:|---:|---:|")
 for group, p in rows + [("all", total)]:
     print(f"| {group} | {p[0]:.0f} | {p[1]:.0f} | {p[2]:.2f} | {p[3]:.2f} |")
+rx = int(open(f"{work}/rx").read().split("|")[1])
+if rx:
+    print(f"| (the OTLP receiver, another process: user + system) | {rx / hz * 1e6 / calls:.0f} | | | |")
 print()
 PY
   done

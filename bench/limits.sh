@@ -10,6 +10,10 @@
 #    receiver (tests/clients/otlp_receiver.py, decoding every export; it shares the 2
 #    cores); ratio traced/off. And "sampled": the same with 10 % of traces sampled
 #    (OTEL_TRACES_SAMPLER=traceidratio, OTEL_TRACES_SAMPLER_ARG=0.1).
+#    Beside the throughput ratios, each gateway's own CPU per call (user + system time
+#    of its process over the measured window, read from /proc) against off's, and the
+#    receiver's: on 2 shared cores the receiver's decoding lowers the traced gateway's
+#    throughput without being the gateway's cost.
 # 2. On the "on" gateway, tenant `quiet` at a steady 200 calls/s, alone and then while
 #    tenant `noisy` sends 1000 calls/s against its limit of 100/s (6000 per minute, whose
 #    burst it spends in the first seconds, before quiet is measured beside it): quiet's
@@ -34,22 +38,28 @@ trap cleanup EXIT
 tests/clients/setup.sh >/dev/null
 RECEIVER_PORT=$(free_port)
 tests/clients/.venv-otel/bin/python tests/clients/otlp_receiver.py "$RECEIVER_PORT" - >/dev/null & pids+=($!)
+declare -A PID
+PID[receiver]=$!
 ON=$(free_port); OFF=$(free_port); TRACED=$(free_port); SAMPLED=$(free_port)
 mkdir -p "$WORK/on" "$WORK/off" "$WORK/traced" "$WORK/sampled"
 env -u DATABASE_URL TOOLGATE_LIMITS__TENANT_PER_MINUTE=1000000000 TOOLGATE_LIMITS__PRINCIPAL_PER_MINUTE=1000000000 \
   TOOLGATE_LIMITS__TENANT_CONCURRENCY=100000 TOOLGATE_LIMITS__TOOLS__ECHO=1000000000 \
   target/release/toolgate serve --listen "127.0.0.1:$ON" --data-dir "$WORK/on" >/dev/null 2>"$WORK/on.log" & pids+=($!)
+PID[on]=$!
 env -u DATABASE_URL TOOLGATE_LIMITS__TENANT_PER_MINUTE=1000000000 TOOLGATE_LIMITS__PRINCIPAL_PER_MINUTE=1000000000 \
   TOOLGATE_LIMITS__TENANT_CONCURRENCY=100000 TOOLGATE_LIMITS__TOOLS__ECHO=1000000000 \
   OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$RECEIVER_PORT" OTEL_METRIC_EXPORT_INTERVAL=5000 \
   target/release/toolgate serve --listen "127.0.0.1:$TRACED" --data-dir "$WORK/traced" >/dev/null 2>"$WORK/traced.log" & pids+=($!)
+PID[traced]=$!
 env -u DATABASE_URL TOOLGATE_LIMITS__TENANT_PER_MINUTE=1000000000 TOOLGATE_LIMITS__PRINCIPAL_PER_MINUTE=1000000000 \
   TOOLGATE_LIMITS__TENANT_CONCURRENCY=100000 TOOLGATE_LIMITS__TOOLS__ECHO=1000000000 \
   OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$RECEIVER_PORT" OTEL_METRIC_EXPORT_INTERVAL=5000 \
   OTEL_TRACES_SAMPLER=traceidratio OTEL_TRACES_SAMPLER_ARG=0.1 \
   target/release/toolgate serve --listen "127.0.0.1:$SAMPLED" --data-dir "$WORK/sampled" >/dev/null 2>"$WORK/sampled.log" & pids+=($!)
+PID[sampled]=$!
 env -u DATABASE_URL TOOLGATE_TELEMETRY__METRICS=false \
   target/release/toolgate serve --listen "127.0.0.1:$OFF" --data-dir "$WORK/off" >/dev/null 2>"$WORK/off.log" & pids+=($!)
+PID[off]=$!
 for _ in $(seq 100); do [ -s "$WORK/on/admin-api-key" ] && [ -s "$WORK/off/admin-api-key" ] && [ -s "$WORK/traced/admin-api-key" ] && [ -s "$WORK/sampled/admin-api-key" ] && break; sleep 0.1; done
 ON_AUTH="authorization: Bearer $(cat "$WORK/on/admin-api-key")"
 OFF_AUTH="authorization: Bearer $(cat "$WORK/off/admin-api-key")"
@@ -72,12 +82,54 @@ curl -sf -o /dev/null -X PUT -H "$NOISY" -H 'content-type: application/json' \
 # paced NAME AUTH RATE [SECONDS]: oha at RATE calls/s for SECONDS (FAIR_SECONDS),
 # concurrency 8.
 FAIR_SECONDS=${FAIR_SECONDS:-30}
+# the paced rate at which each gateway's CPU per call is also read
+PACED=${PACED:-2000}
 # noisy's quota allows 6000 calls at once: at 1000 calls/s it spends that burst in 6 s.
 BURST_SECONDS=8
 paced() {
   "$OHA" --no-tui --output-format json -z "${4:-$FAIR_SECONDS}s" -c 8 -q "$3" -m POST \
     -H 'content-type: application/json' -H "$2" -d "$BODY" \
     "http://127.0.0.1:$ON$PATH_INVOKE" > "$WORK/$1.json"
+}
+
+# ticks PID: the process's CPU time so far (user + system), in clock ticks.
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# metered NAME PORT CONCURRENCY ROUND AUTH: `measure`, also writing the CPU the gateway
+# and the OTLP receiver spent meanwhile to $WORK/NAME-CONCURRENCY-ROUND.cpu.
+# With RATE set: RATE calls/s at concurrency 64 instead, as NAME-rRATE-ROUND.
+metered() {
+  local gw rx label=$3
+  gw=$(ticks "${PID[$1]}"); rx=$(ticks "${PID[receiver]}")
+  if [ -n "${RATE:-}" ]; then
+    label=r$RATE
+    "$OHA" --no-tui --output-format json -z "$DURATION" -c 64 -q "$RATE" -m POST \
+      -H 'content-type: application/json' -H "$5" -d "$BODY" \
+      "http://127.0.0.1:$2$PATH_INVOKE" > "$WORK/$1-$label-$4.json"
+  else
+    measure "$@"
+  fi
+  echo "$(( $(ticks "${PID[$1]}") - gw )) $(( $(ticks "${PID[receiver]}") - rx ))" > "$WORK/$1-$label-$4.cpu"
+}
+
+# cpu_row A B LABEL: the gateway's CPU per answered call (median round) of A and of B,
+# their ratio, and the receiver's CPU per call while A was measured. LABEL is the
+# concurrency, or rRATE.
+cpu_row() {
+  python3 - "$WORK" "$1" "$2" "$3" "$(getconf CLK_TCK)" <<'PY'
+import glob, json, sys
+work, a, b, c, hz = sys.argv[1:]
+def per_call(name):
+    runs = []
+    for p in glob.glob(f"{work}/{name}-{c}-*.json"):
+        calls = sum(json.load(open(p)).get("statusCodeDistribution", {}).values())
+        gw, rx = map(int, open(p[:-5] + ".cpu").read().split())
+        runs.append((gw / int(hz) * 1e6 / calls, rx / int(hz) * 1e6 / calls))
+    runs.sort()
+    return runs[len(runs) // 2]
+x, y = per_call(a), per_call(b)
+print(f"| {c} | {a} | {x[0]:.1f} | {y[0]:.1f} | {x[0]/y[0]:.2f} | {x[1]:.1f} |")
+PY
 }
 
 mkdir -p bench/results
@@ -88,10 +140,10 @@ mkdir -p bench/results
   echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
   for c in $CONCURRENCY; do
     for r in $(seq "$ROUNDS"); do
-      measure off "$OFF" "$c" "$r" "$OFF_AUTH"
-      measure on "$ON" "$c" "$r" "$ON_AUTH"
-      measure traced "$TRACED" "$c" "$r" "$TR_AUTH"
-      measure sampled "$SAMPLED" "$c" "$r" "$SA_AUTH"
+      metered off "$OFF" "$c" "$r" "$OFF_AUTH"
+      metered on "$ON" "$c" "$r" "$ON_AUTH"
+      metered traced "$TRACED" "$c" "$r" "$TR_AUTH"
+      metered sampled "$SAMPLED" "$c" "$r" "$SA_AUTH"
     done
     summarize on off "$c"
   done
@@ -107,6 +159,29 @@ mkdir -p bench/results
   echo "| concurrency | sampled req/s | sampled p50 ms | sampled p99 ms | off req/s | off p50 ms | off p99 ms | ratio sampled/off |"
   echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
   for c in $CONCURRENCY; do summarize sampled off "$c"; done
+  echo
+  echo "the gateway's own CPU per call (user + system, all its threads), against off; the OTLP receiver's beside it (it shares the cores, so it weighs on the throughput ratios above)"
+  echo
+  echo "| concurrency | gateway | its µs per call | off's µs per call | ratio | receiver µs per call |"
+  echo "|---:|---|---:|---:|---:|---:|"
+  for c in $CONCURRENCY; do for g in on traced sampled; do cpu_row "$g" off "$c"; done; done
+  echo
+  # At full load the gateways run at different rates (the receiver takes the traced
+  # one's cores), and the audit's batches, so its CPU per row, depend on the rate: at
+  # one paced rate below saturation, each call's cost is read at equal load.
+  for r in $(seq "$ROUNDS"); do
+    for g in off on traced sampled; do
+      port=${g^^}; auth=${g^^}_AUTH
+      [ "$g" = traced ] && auth=TR_AUTH
+      [ "$g" = sampled ] && auth=SA_AUTH
+      RATE=$PACED metered "$g" "${!port}" 64 "$r" "${!auth}"
+    done
+  done
+  echo "the same at a paced $PACED calls/s (c=64) for every gateway"
+  echo
+  echo "| rate | gateway | its µs per call | off's µs per call | ratio | receiver µs per call |"
+  echo "|---:|---|---:|---:|---:|---:|"
+  for g in on traced sampled; do cpu_row "$g" off "r$PACED"; done
   echo
   paced quiet-alone "$QUIET" 200
   # Quiet is measured beside noisy once noisy has spent its burst: the burst is within
