@@ -14,9 +14,10 @@
 # commits; never shipped), bare (the bare rmcp echo), baresse (the same, streaming every
 # stateless answer as SSE: rmcp's default). Each runs alone: started,
 # warmed up for 2 s, then measured with wrk (bench/mcp_call.lua). CPU comes from
-# /proc/PID/task/*/stat (user and system time) and context switches from
-# /proc/PID/task/*/status, read just before and after the measured run; threads are
-# grouped by name with their numbering dropped. Modes: session, stateless (MCP) and rest
+# /proc/PID/task/*/stat (user and system time), context switches from
+# /proc/PID/task/*/status and write system calls (`syscw`, all threads: responses, log
+# lines, the audit's WAL) from /proc/PID/io, read just before and after the measured
+# run; threads are grouped by name with their numbering dropped. Modes: session, stateless (MCP) and rest
 # (REST invoke of the same tool; not for bare). Prints one table per server and mode,
 # and writes them to bench/results/cpu.md.
 set -euo pipefail
@@ -106,10 +107,12 @@ for server in $SERVERS; do
     wrk -t2 -c"$C" -d2s -s bench/mcp_call.lua "${headers[@]}" "$url" >/dev/null
     snapshot "$WORK/before"
     rx_before=$(rx_ticks)
+    awk '/^syscw/ {print $2}' "/proc/$pid/io" > "$WORK/syscw"
     wrk -t2 -c"$C" -d"$DURATION" -s bench/mcp_call.lua "${headers[@]}" "$url" \
       | grep '^{' > "$WORK/wrk.json"
     snapshot "$WORK/after"
     echo "receiver|$(( $(rx_ticks) - rx_before ))|0|0|0" > "$WORK/rx"
+    awk '/^syscw/ {print $2}' "/proc/$pid/io" >> "$WORK/syscw"
     kill "$pid"; wait "$pid" 2>/dev/null || true; pid=
     python3 - "$WORK" "$server" "$mode" "$C" "$(getconf CLK_TCK)" <<'PY' | tee -a bench/results/cpu.md
 import collections, json, re, sys
@@ -136,7 +139,8 @@ for group, counts in after.items():
     if per[0] + per[1] >= 0.5 or per[2] + per[3] >= 0.05:
         rows.append((group, per))
 rows.sort(key=lambda r: -(r[1][0] + r[1][1]))
-print(f"{server}, {mode}, concurrency {c}: {run['rps']:.0f} req/s, p50 {run['p50_ms']:.2f} ms, p99 {run['p99_ms']:.2f} ms")
+w0, w1 = map(int, open(f"{work}/syscw").read().split())
+print(f"{server}, {mode}, concurrency {c}: {run['rps']:.0f} req/s, p50 {run['p50_ms']:.2f} ms, p99 {run['p99_ms']:.2f} ms, {(w1 - w0) / calls:.2f} write system calls per call")
 print()
 print("| threads | user µs/call | system µs/call | switches/call (voluntary) | (involuntary) |")
 print("|---|---:|---:|---:|---:|")

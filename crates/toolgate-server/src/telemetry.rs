@@ -281,10 +281,15 @@ pub fn init(
         // The exported spans are not log lines.
         .add_directive(format!("{OTEL_TARGET}=off").parse()?);
     let ansi = std::io::stderr().is_terminal();
+    // The log thread writes every line it finds queued, then flushes: buffered, the lines
+    // of one wake-up leave in one `write` instead of one each (stderr is unbuffered).
     let (writer, guard) = NonBlockingBuilder::default()
         .lossy(false)
         .thread_name("toolgate-log")
-        .finish(std::io::stderr());
+        .finish(std::io::BufWriter::with_capacity(
+            64 * 1024,
+            std::io::stderr(),
+        ));
     let lines = match config.format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
             .with_ansi(ansi)
