@@ -65,15 +65,14 @@ start() {
 # receiver: starts the OTLP receiver once, on rx_port (its process rx_pid).
 receiver() {
   if [ -z "$rx_pid" ]; then
-    tests/clients/setup.sh >/dev/null
     rx_port=$(free_port)
-    tests/clients/.venv-otel/bin/python tests/clients/otlp_receiver.py "$rx_port" - >/dev/null 2>&1 &
+    start_receiver "$rx_port"
     rx_pid=$!
   fi
 }
 
 # rx_ticks: the receiver's CPU time so far (user + system ticks), 0 without one.
-rx_ticks() { if [ -n "$rx_pid" ]; then awk '{print $14 + $15}' "/proc/$rx_pid/stat"; else echo 0; fi; }
+rx_ticks() { if [ -n "$rx_pid" ]; then ticks "$rx_pid"; else echo 0; fi; }
 
 # snapshot FILE: one line per thread: name, user ticks, system ticks, voluntary and
 # involuntary context switches.

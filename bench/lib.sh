@@ -35,12 +35,26 @@ wait_ready() {
   return 1
 }
 
-# measure NAME PORT CONCURRENCY ROUND [AUTH_HEADER]
+# measure NAME PORT CONCURRENCY ROUND [AUTH_HEADER]: into $WORK/NAME-CONCURRENCY-ROUND.json.
+# With RATE set, paced at RATE calls/s, into $WORK/NAME-rRATE-ROUND.json (see `label`).
 measure() {
   local auth=${5:-x-none: none}
-  "$OHA" --no-tui --output-format json -z "$DURATION" -c "$3" -m POST \
+  "$OHA" --no-tui --output-format json -z "$DURATION" -c "$3" ${RATE:+-q "$RATE"} -m POST \
     -H 'content-type: application/json' -H "$auth" -d "$BODY" \
-    "http://127.0.0.1:$2$PATH_INVOKE" > "$WORK/$1-$3-$4.json"
+    "http://127.0.0.1:$2$PATH_INVOKE" > "$WORK/$1-$(label "$3")-$4.json"
+}
+
+# label CONCURRENCY: how `measure` names a point: the concurrency, or rRATE when paced.
+label() { if [ -n "${RATE:-}" ]; then echo "r$RATE"; else echo "$1"; fi; }
+
+# ticks PID: the process's CPU time so far (user + system), in clock ticks.
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# start_receiver PORT: the OTLP receiver the tests use (tests/clients/otlp_receiver.py,
+# decoding every export) on PORT, in the background ($! is its process).
+start_receiver() {
+  tests/clients/setup.sh >/dev/null
+  tests/clients/.venv-otel/bin/python tests/clients/otlp_receiver.py "$1" - >/dev/null &
 }
 
 # summarize A B CONCURRENCY: one table row, medians of A and B, ratio A/B.

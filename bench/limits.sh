@@ -36,9 +36,8 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT
 
-tests/clients/setup.sh >/dev/null
 RECEIVER_PORT=$(free_port)
-tests/clients/.venv-otel/bin/python tests/clients/otlp_receiver.py "$RECEIVER_PORT" - >/dev/null & pids+=($!)
+start_receiver "$RECEIVER_PORT"; pids+=($!)
 declare -A PID
 PID[receiver]=$!
 ON=$(free_port); OFF=$(free_port); TRACED=$(free_port); SAMPLED=$(free_port)
@@ -95,24 +94,13 @@ paced() {
     "http://127.0.0.1:$ON$PATH_INVOKE" > "$WORK/$1.json"
 }
 
-# ticks PID: the process's CPU time so far (user + system), in clock ticks.
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-
-# metered NAME PORT CONCURRENCY ROUND AUTH: `measure`, also writing the CPU the gateway
-# and the OTLP receiver spent meanwhile to $WORK/NAME-CONCURRENCY-ROUND.cpu.
-# With RATE set: RATE calls/s at concurrency 64 instead, as NAME-rRATE-ROUND.
+# metered NAME PORT CONCURRENCY ROUND AUTH: `measure` (paced with RATE set), also
+# writing the CPU the gateway and the OTLP receiver spent meanwhile beside its result.
 metered() {
-  local gw rx label=$3
+  local gw rx
   gw=$(ticks "${PID[$1]}"); rx=$(ticks "${PID[receiver]}")
-  if [ -n "${RATE:-}" ]; then
-    label=r$RATE
-    "$OHA" --no-tui --output-format json -z "$DURATION" -c 64 -q "$RATE" -m POST \
-      -H 'content-type: application/json' -H "$5" -d "$BODY" \
-      "http://127.0.0.1:$2$PATH_INVOKE" > "$WORK/$1-$label-$4.json"
-  else
-    measure "$@"
-  fi
-  echo "$(( $(ticks "${PID[$1]}") - gw )) $(( $(ticks "${PID[receiver]}") - rx ))" > "$WORK/$1-$label-$4.cpu"
+  measure "$@"
+  echo "$(( $(ticks "${PID[$1]}") - gw )) $(( $(ticks "${PID[receiver]}") - rx ))" > "$WORK/$1-$(label "$3")-$4.cpu"
 }
 
 # cpu_row A B LABEL: the gateway's CPU per answered call (median round) of A and of B,

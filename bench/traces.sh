@@ -18,13 +18,12 @@ source bench/lib.sh
 CALLS=${CALLS:-300}
 command -v valgrind >/dev/null || apt-get install -y -qq valgrind >/dev/null
 cargo build --quiet --release -p toolgate-server
-tests/clients/setup.sh >/dev/null
 WORK=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT
 RECEIVER=$(free_port)
-tests/clients/.venv-otel/bin/python tests/clients/otlp_receiver.py "$RECEIVER" - >/dev/null & pids+=($!)
+start_receiver "$RECEIVER"; pids+=($!)
 OTLP=(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$RECEIVER" OTEL_METRICS_EXPORTER=none OTEL_BSP_SCHEDULE_DELAY=1000)
 
 declare -A IR

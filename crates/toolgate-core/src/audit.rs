@@ -99,7 +99,7 @@ pub fn canonical_json(value: &Value) -> String {
 /// Hex SHA-256 of a JSON value's [canonical text](canonical_json), so a value read back
 /// from a store that reorders keys hashes the same: approvals match calls by this hash.
 pub fn hash_json(value: &Value) -> String {
-    crate::to_hex(&crate::sha256(canonical_json(value).as_bytes()))
+    crate::sha256_hex(canonical_json(value).as_bytes())
 }
 
 #[derive(Debug, thiserror::Error)]

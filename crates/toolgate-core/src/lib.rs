@@ -100,6 +100,12 @@ pub fn sha256(bytes: &[u8]) -> [u8; 32] {
     out
 }
 
+/// Lower-case hex of [`sha256`] of `bytes`: how API keys, arguments and audit rows are
+/// stored.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    to_hex(&sha256(bytes))
+}
+
 /// Lower-case hex of `bytes`. Used on every call (key, argument and row hashes, trace
 /// ids): `hex::encode` collects an iterator of `char`s into its `String` one push at a
 /// time, this writes the digits into one buffer.

@@ -130,8 +130,8 @@ where
 /// conventions), continuing the caller's `traceparent`. The span the request's calls
 /// continue goes into its extensions ([`Continued`](toolgate_core::context::Continued)):
 /// this span, an unrecorded one when the sampler skips the trace, or the caller's own
-/// when traces are not exported. `/mcp` has its own server span (`crate::mcp`). Disabled,
-/// and free, when traces are not exported.
+/// when traces are not exported. `/mcp` has its own server span (`crate::mcp`). No span
+/// when traces are not exported: then only a `traceparent` header is read, if sent.
 fn server_span(req: &mut Request) -> tracing::Span {
     let route = req
         .extensions()

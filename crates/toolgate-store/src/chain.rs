@@ -74,7 +74,7 @@ pub fn row_hash(row: &AuditRow) -> String {
     };
     // Serialized whole, then hashed in one go. Serializing these fields cannot fail.
     let text = serde_json::to_vec(&hashed).unwrap_or_default();
-    toolgate_core::to_hex(&toolgate_core::sha256(&text))
+    toolgate_core::sha256_hex(&text)
 }
 
 /// Checks rows of one tenant given in `seq` order; the first break, if any.

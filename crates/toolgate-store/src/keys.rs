@@ -15,7 +15,7 @@ pub fn generate() -> Result<String, getrandom::Error> {
 
 /// The stored hash of a key.
 pub fn hash(secret: &str) -> String {
-    toolgate_core::to_hex(&toolgate_core::sha256(secret.as_bytes()))
+    toolgate_core::sha256_hex(secret.as_bytes())
 }
 
 /// Whether `s` has the shape of one of our keys (so other bearer tokens are tried as JWTs).

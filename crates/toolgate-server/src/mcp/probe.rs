@@ -210,7 +210,7 @@ pub(super) struct Request<'a> {
 /// The server span of one MCP request (`{mcp.method.name} {target}`, MCP semantic
 /// conventions), continuing the client's `traceparent`, with the span the request's calls
 /// continue (the server span, an unrecorded one when the sampler skips the trace). No
-/// span, and free, when traces are not exported: the calls continue the client's own.
+/// span when traces are not exported: the calls continue the client's own.
 pub(super) fn server_span(request: &Request<'_>) -> (tracing::Span, Option<Continued>) {
     use toolgate_core::context::{Root, root, set_remote_parent};
     let parent = match root(request.traceparent) {
