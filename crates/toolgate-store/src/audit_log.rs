@@ -1,15 +1,17 @@
-//! The audit log's reads, checkpoints and security events, on both backends.
+//! The audit log's reads, call intents, checkpoints and security events, on both
+//! backends.
 //!
 //! One macro writes both, as for runs and approvals (ids and JSON read as text, cast on
-//! Postgres). The writes differ for a measured reason and stay with each backend: call
-//! intents and batches go through `toolgate_append_audit` on Postgres
-//! (`postgres/audit.rs`) and through the audit writer's own rusqlite connection on
-//! SQLite (`sqlite/audit.rs`).
+//! Postgres). The batches of rows differ for a measured reason and stay with each
+//! backend: they go through `toolgate_append_audit` on Postgres (`postgres/audit.rs`)
+//! and through the audit writer's own rusqlite connection on SQLite
+//! (`sqlite/audit.rs`).
 
 use sqlx::QueryBuilder;
 use toolgate_core::audit::AuditRecord;
 use toolgate_core::{PrincipalId, RunId, TenantId};
 
+use crate::chain::canonical_json;
 use crate::checkpoint::{Checkpoint, CheckpointRow};
 use crate::model::{AuditFilter, AuditRow};
 use crate::postgres::PostgresStore;
@@ -132,11 +134,43 @@ fn intent_columns(t: &str) -> String {
 /// Writes the audit log's reads for one backend. `$db`: its database type; `$cross`: the
 /// pool for statements across tenants; `$app`: the pool writing what belongs to no
 /// tenant (security events); `$once`: the macro running one statement for a tenant (see
-/// `sqlite_once`); `$u`: the cast of a text parameter to a uuid; `$t`: of a uuid or JSON
-/// column to text.
+/// `sqlite_once`); `$u`: the cast of a text parameter to a uuid, `$j` to JSON; `$t`: of a
+/// uuid or JSON column to text.
 macro_rules! audit_reads {
-    ($store:ty, $db:ty, $cross:ident, $app:ident, $once:ident, $u:literal, $t:literal) => {
+    ($store:ty, $db:ty, $cross:ident, $app:ident, $once:ident, $u:literal, $j:literal, $t:literal) => {
         impl $store {
+            /// Records that a call with side effects is about to run (see
+            /// [`AuditSink::record_intent`](toolgate_core::audit::AuditSink::record_intent)),
+            /// durable before the tool starts.
+            pub async fn record_call_intent(&self, record: &AuditRecord) -> Result<(), StoreError> {
+                let insert = sql(format!(
+                    "insert into call_intent (call_id, tenant_id, principal_id, adapter, tool, arguments, arguments_hash, \
+                     request_id, trace_id, run_id, step, client, started_at) \
+                     values ($1{u}, $2{u}, $3{u}, $4, $5, $6{j}, $7, $8, $9, $10{u}, $11, $12, $13)",
+                    u = $u,
+                    j = $j
+                ));
+                $once!(self, record.tenant, |conn| {
+                    sqlx::query(insert)
+                        .bind(record.call_id.0.to_string())
+                        .bind(record.tenant.to_string())
+                        .bind(record.principal.to_string())
+                        .bind(record.adapter.as_str())
+                        .bind(&record.tool)
+                        .bind(canonical_json(&record.arguments))
+                        .bind(&record.arguments_hash)
+                        .bind(&record.request_id)
+                        .bind(&record.trace_id)
+                        .bind(record.run.map(|r| r.run_id.to_string()))
+                        .bind(record.run.map(|r| i32::try_from(r.step).unwrap_or(i32::MAX)))
+                        .bind(&record.client)
+                        .bind(chrono::DateTime::<chrono::Utc>::from(record.started_at))
+                        .execute(conn)
+                        .await?
+                });
+                Ok(())
+            }
+
             /// Calls with side effects that started and were never recorded (the gateway
             /// stopped mid-call).
             pub async fn unfinished_calls(&self) -> Result<Vec<AuditRecord>, StoreError> {
@@ -317,6 +351,16 @@ audit_reads!(
     app,
     postgres_once,
     "::uuid",
+    "::json",
     "::text"
 );
-audit_reads!(SqliteStore, sqlx::Sqlite, pool, pool, sqlite_once, "", "");
+audit_reads!(
+    SqliteStore,
+    sqlx::Sqlite,
+    pool,
+    pool,
+    sqlite_once,
+    "",
+    "",
+    ""
+);

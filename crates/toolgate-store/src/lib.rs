@@ -19,7 +19,7 @@
 //! # Layout
 //!
 //! - [`model`]: tenants, principals, API keys, audit rows.
-//! - [`audit_log`]: the audit log's reads, checkpoints and security events.
+//! - [`audit_log`]: the audit log's reads, call intents, checkpoints and security events.
 //! - [`tenancy`]: tenants, principals and API keys, on both backends.
 //! - [`keys`]: API key secrets (generated, hashed, recognised).
 //! - [`chain`]: the per-tenant audit hash chain and canonical JSON.
@@ -30,7 +30,7 @@
 //! - [`upstreams`]: tenants' own upstream MCP servers.
 //! - [`sessions`]: MCP sessions and their stored SSE events.
 //! - [`sqlite`], [`postgres`]: the two backends: connecting, and the audit log's writes
-//!   (`audit.rs`), which differ for a measured reason; [`audit_log`]'s reads are shared.
+//!   (`audit.rs`), which differ for a measured reason; [`audit_log`]'s reads and intents are shared.
 
 /// Calls the same method on whichever backend the store is. Defined before the modules,
 /// so that each module's `impl Store` forwards through it.

@@ -1,4 +1,4 @@
-//! The audit log on Postgres: intents, batches appended through
+//! The audit log on Postgres: batches appended through
 //! `toolgate_append_audit` (synchronous commit forced), the chain and its heads,
 //! checkpoints, security events.
 
@@ -134,31 +134,6 @@ pub(super) const APPEND: &str = "select toolgate_append_audit($1, $2, $3, $4, $5
     $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26)";
 
 impl PostgresStore {
-    pub async fn record_call_intent(&self, record: &AuditRecord) -> Result<(), StoreError> {
-        let mut tx = self.tenant_tx(record.tenant).await?;
-        sqlx::query(
-            "insert into call_intent (call_id, tenant_id, principal_id, adapter, tool, arguments, arguments_hash, request_id, trace_id, run_id, step, client, started_at)
-             values ($1, $2, $3, $4, $5, $6::json, $7, $8, $9, $10, $11, $12, $13)",
-        )
-        .bind(record.call_id.0)
-        .bind(record.tenant.0)
-        .bind(record.principal.0)
-        .bind(record.adapter.as_str())
-        .bind(&record.tool)
-        .bind(canonical_json(&record.arguments))
-        .bind(&record.arguments_hash)
-        .bind(&record.request_id)
-        .bind(&record.trace_id)
-        .bind(record.run.map(|r| r.run_id.0))
-        .bind(record.run.map(|r| i32::try_from(r.step).unwrap_or(i32::MAX)))
-        .bind(&record.client)
-        .bind(DateTime::<Utc>::from(record.started_at))
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
     /// Appends `records` atomically, extending each tenant's chain.
     ///
     /// Per tenant it is one call of `toolgate_append_audit` (migration 0009): the chain

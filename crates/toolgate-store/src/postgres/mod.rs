@@ -26,7 +26,7 @@ use toolgate_core::stores::Change;
 use uuid::Uuid;
 
 use crate::StoreError;
-use crate::chain::{GENESIS, canonical_json, row_from_record};
+use crate::chain::{GENESIS, row_from_record};
 use crate::model::*;
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");

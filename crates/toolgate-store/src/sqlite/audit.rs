@@ -1,4 +1,4 @@
-//! The audit log on SQLite: intents, batches appended on the writer's own connection,
+//! The audit log on SQLite: batches appended on the writer's own connection,
 //! the chain and its heads, checkpoints, security events.
 
 use rusqlite::OptionalExtension as _;
@@ -130,29 +130,6 @@ const INSERT_AUDIT: &str = concat!(
 );
 
 impl SqliteStore {
-    pub async fn record_call_intent(&self, record: &AuditRecord) -> Result<(), StoreError> {
-        sqlx::query(
-            "insert into call_intent (call_id, tenant_id, principal_id, adapter, tool, arguments, arguments_hash, request_id, trace_id, run_id, step, client, started_at)
-             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
-        )
-        .bind(id(record.call_id.0))
-        .bind(id(record.tenant.0))
-        .bind(id(record.principal.0))
-        .bind(record.adapter.as_str())
-        .bind(&record.tool)
-        .bind(canonical_json(&record.arguments))
-        .bind(&record.arguments_hash)
-        .bind(&record.request_id)
-        .bind(&record.trace_id)
-        .bind(record.run.map(|r| id(r.run_id.0)))
-        .bind(record.run.map(|r| i64::from(r.step)))
-        .bind(&record.client)
-        .bind(DateTime::<Utc>::from(record.started_at))
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
     /// Appends `records` in one transaction, extending each tenant's chain.
     ///
     /// Runs on the calling thread, blocking it for the transaction and its `fsync`: the

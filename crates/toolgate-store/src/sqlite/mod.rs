@@ -15,7 +15,7 @@ use toolgate_core::audit::AuditRecord;
 use toolgate_core::stores::Change;
 use uuid::Uuid;
 
-use crate::chain::{GENESIS, canonical_json, row_from_record};
+use crate::chain::{GENESIS, row_from_record};
 use crate::{StoreError, now};
 
 mod audit;

@@ -94,7 +94,12 @@ async fn concurrent_records_become_exactly_one_row_each_in_a_verified_chain() {
 async fn unfinished_side_effect_calls_are_recovered_as_interrupted() {
     on_both(|store| async move {
         let (a, p) = acme_alice(&store).await;
-        let rec = record(a.id, p.id, "write_file");
+        let mut rec = record(a.id, p.id, "write_file");
+        rec.run = Some(toolgate_core::RunStep {
+            run_id: toolgate_core::RunId::new(),
+            step: 7,
+        });
+        rec.trace_id = Some("4bf92f3577b34da6a3ce929d0e0e4736".into());
         store.record_call_intent(&rec).await.expect("intent");
         assert_eq!(store.recover_unfinished().await.expect("recover"), 1);
         assert_eq!(
@@ -106,6 +111,20 @@ async fn unfinished_side_effect_calls_are_recovered_as_interrupted() {
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0].call_id, rec.call_id.0);
         assert_eq!(rows[0].outcome, ErrorKind::Cancelled.as_str());
+        // The row is made from the intent alone: every field it kept reads back.
+        assert_eq!(rows[0].principal, p.id);
+        assert_eq!(rows[0].adapter, "rest");
+        assert_eq!(rows[0].tool, "write_file");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&rows[0].arguments).expect("json"),
+            rec.arguments
+        );
+        assert_eq!(rows[0].arguments_hash, rec.arguments_hash);
+        assert_eq!(rows[0].request_id, rec.request_id);
+        assert_eq!(rows[0].trace_id, rec.trace_id);
+        assert_eq!(rows[0].run_id, rec.run.map(|r| r.run_id));
+        assert_eq!(rows[0].step, Some(7));
+        assert_eq!(rows[0].client, rec.client);
         assert!(
             rows[0]
                 .error
