@@ -47,6 +47,29 @@ pub struct NativeContent {
     pub value: Value,
 }
 
+impl AssistantMessage {
+    /// A reply decoded from a wire format that keeps its own content blocks (`blocks`,
+    /// kept as `native` under `format` to be sent back as they came). Empty `reasoning`
+    /// is none.
+    pub(crate) fn with_blocks(
+        format: &str,
+        blocks: Vec<Value>,
+        text: String,
+        tool_calls: Vec<ToolCall>,
+        reasoning: String,
+    ) -> Self {
+        Self {
+            text,
+            tool_calls,
+            reasoning: (!reasoning.is_empty()).then_some(reasoning),
+            native: Some(NativeContent {
+                format: format.to_owned(),
+                value: Value::Array(blocks),
+            }),
+        }
+    }
+}
+
 /// One tool call the model asked for.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {

@@ -15,7 +15,7 @@ use super::{
     ModelRequest, ModelTurn, ProviderError, ProviderKind, ToolChoice, Usage, WireFormat,
     decode_error, push_to_user,
 };
-use crate::message::{AssistantMessage, Message, NativeContent, ToolCall};
+use crate::message::{AssistantMessage, Message, ToolCall};
 
 /// `max_tokens` when the agent sets none (the API requires one).
 const DEFAULT_MAX_TOKENS: u32 = 4096;
@@ -167,15 +167,13 @@ impl WireFormat for Anthropic {
             })
         });
         Ok(ModelTurn {
-            message: AssistantMessage {
+            message: AssistantMessage::with_blocks(
+                FORMAT,
+                content.clone(),
                 text,
                 tool_calls,
-                reasoning: (!reasoning.is_empty()).then_some(reasoning),
-                native: Some(NativeContent {
-                    format: FORMAT.to_owned(),
-                    value: Value::Array(content.clone()),
-                }),
-            },
+                reasoning,
+            ),
             stop_reason: super::text_field(&raw, "stop_reason"),
             usage,
             raw,

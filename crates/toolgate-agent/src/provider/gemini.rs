@@ -15,7 +15,7 @@ use super::{
     ModelRequest, ModelTurn, ProviderError, ProviderKind, ToolChoice, Usage, WireFormat,
     decode_error, push_to_user,
 };
-use crate::message::{AssistantMessage, Message, NativeContent, ToolCall};
+use crate::message::{AssistantMessage, Message, ToolCall};
 
 const FORMAT: &str = "gemini";
 
@@ -195,15 +195,7 @@ impl WireFormat for Gemini {
             })
         });
         Ok(ModelTurn {
-            message: AssistantMessage {
-                text,
-                tool_calls,
-                reasoning: (!reasoning.is_empty()).then_some(reasoning),
-                native: Some(NativeContent {
-                    format: FORMAT.to_owned(),
-                    value: Value::Array(parts),
-                }),
-            },
+            message: AssistantMessage::with_blocks(FORMAT, parts, text, tool_calls, reasoning),
             stop_reason: super::text_field(candidate, "finishReason"),
             usage,
             raw,
