@@ -16,7 +16,7 @@ use crate::checkpoint::{Checkpoint, CheckpointRow};
 use crate::model::{AuditFilter, AuditRow};
 use crate::postgres::PostgresStore;
 use crate::sqlite::SqliteStore;
-use crate::text::{sql, uuid};
+use crate::text::{sql, uuid, without_nul};
 use crate::{StoreError, now};
 
 /// An `audit_log` row as [`audit_columns`] reads it.
@@ -156,14 +156,14 @@ macro_rules! audit_reads {
                         .bind(record.tenant.to_string())
                         .bind(record.principal.to_string())
                         .bind(record.adapter.as_str())
-                        .bind(&record.tool)
+                        .bind(without_nul(&record.tool))
                         .bind(canonical_json(&record.arguments))
                         .bind(&record.arguments_hash)
-                        .bind(&record.request_id)
-                        .bind(&record.trace_id)
+                        .bind(record.request_id.as_deref().map(without_nul))
+                        .bind(record.trace_id.as_deref().map(without_nul))
                         .bind(record.run.map(|r| r.run_id.to_string()))
                         .bind(record.run.map(|r| i32::try_from(r.step).unwrap_or(i32::MAX)))
-                        .bind(&record.client)
+                        .bind(record.client.as_deref().map(without_nul))
                         .bind(chrono::DateTime::<chrono::Utc>::from(record.started_at))
                         .execute(conn)
                         .await?

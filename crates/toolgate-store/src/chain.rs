@@ -114,25 +114,29 @@ pub fn row_from_record(
         let dt: chrono::DateTime<chrono::Utc> = t.into();
         chrono::DateTime::from_timestamp_micros(dt.timestamp_micros()).unwrap_or(dt)
     };
+    // What a client sent (tool name, MCP client name) or a tool said (its error) is
+    // stored and hashed with any NUL replaced (see `text::NUL_STANDIN`): a row that
+    // cannot be stored must not exist.
+    let clean = |s: &str| crate::text::without_nul(s).into_owned();
     let mut row = AuditRow {
         call_id: record.call_id.0,
         tenant: record.tenant,
         seq,
         principal: record.principal,
         adapter: record.adapter.as_str().to_owned(),
-        tool: record.tool.clone(),
+        tool: clean(&record.tool),
         arguments: canonical_json(&record.arguments),
         arguments_hash: record.arguments_hash.clone(),
         outcome: record.outcome.as_str().to_owned(),
-        error: record.error.clone(),
+        error: record.error.as_deref().map(clean),
         duration_us: i64::try_from(record.duration.as_micros()).unwrap_or(i64::MAX),
-        request_id: record.request_id.clone(),
-        trace_id: record.trace_id.clone(),
+        request_id: record.request_id.as_deref().map(clean),
+        trace_id: record.trace_id.as_deref().map(clean),
         run_id: record.run.map(|r| r.run_id),
         step: record
             .run
             .map(|r| i32::try_from(r.step).unwrap_or(i32::MAX)),
-        client: record.client.clone(),
+        client: record.client.as_deref().map(clean),
         approval_id: record.approval.map(|a| a.0),
         cache: record.cache.map(|c| c.as_str().to_owned()),
         started_at: micros(record.started_at),

@@ -113,7 +113,7 @@ pub enum StoreError {
     #[error("{0}")]
     Invalid(String),
     #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
+    Database(sqlx::Error),
     /// From the SQLite audit writer's own connection (see [`SqliteStore::append_audit`]).
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
@@ -122,6 +122,23 @@ pub enum StoreError {
     /// Stored data that cannot be read back as written.
     #[error("corrupt data: {0}")]
     Corrupt(String),
+}
+
+impl From<sqlx::Error> for StoreError {
+    /// A value Postgres cannot hold — a NUL in text (22021), the escape `\u0000` in
+    /// `jsonb` (22P05) — is the input's fault, told as [`StoreError::Invalid`] (a client
+    /// hears 400, not 500). The call paths store such values with the character replaced
+    /// (`text::without_nul`, `text::jsonb_text`); this is for the rest (names, configs).
+    fn from(err: sqlx::Error) -> Self {
+        if let sqlx::Error::Database(db) = &err
+            && matches!(db.code().as_deref(), Some("22021" | "22P05"))
+        {
+            return StoreError::Invalid(
+                "text or JSON containing the character U+0000 (NUL) cannot be stored".into(),
+            );
+        }
+        StoreError::Database(err)
+    }
 }
 
 impl StoreError {
@@ -187,7 +204,7 @@ impl StoreError {
             sqlx::Error::Database(db) if db.is_unique_violation() => {
                 StoreError::Conflict(message.to_owned())
             }
-            _ => StoreError::Database(err),
+            _ => StoreError::from(err),
         }
     }
 }

@@ -117,3 +117,36 @@ async fn stateless_clients_are_known_by_the_client_info_in_their_meta() {
     }
     gw.stop().await;
 }
+
+/// On Postgres, a NUL in a client's name or arguments failed the call's audit row, so the
+/// call answered "the audit log could not record this call" (and the batch it shared was
+/// retried row by row). It is answered and recorded, the NUL replaced in the text columns.
+#[tokio::test]
+async fn a_client_name_holding_nul_is_answered_and_audited_on_postgres() {
+    let db = toolgate_e2e::PgDb::create().await;
+    let url = db.url.clone();
+    let gw = Gateway::start_with(|c| {
+        c.database.url = Some(toolgate_server::config::Secret::new(url.clone()));
+    })
+    .await;
+    let done = post_stateless(
+        &gw,
+        "evil\0client",
+        1,
+        "tools/call",
+        json!({"name": "echo", "arguments": {"message": "a\0b"}}),
+    )
+    .await;
+    let done = done.last().expect("response");
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    assert_eq!(
+        done["result"]["structuredContent"]["message"], "a\0b",
+        "{done}"
+    );
+    let rows = audit(&gw, &gw.http, "adapter=mcp").await;
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    assert_eq!(rows[0]["client"], "evil\u{FFFD}client/7.0", "{rows:#?}");
+    assert_eq!(rows[0]["arguments"]["message"], "a\0b", "{rows:#?}");
+    gw.stop().await;
+    db.drop_db().await;
+}

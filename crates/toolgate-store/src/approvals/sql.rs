@@ -199,7 +199,7 @@ macro_rules! approval_store {
                         .bind(&request.tool)
                         .bind(request.risk.as_str())
                         .bind(request.adapter.as_str())
-                        .bind(request.arguments.to_string())
+                        .bind(crate::text::jsonb_text(&request.arguments))
                         .bind(&request.arguments_hash)
                         .bind(request.call_arguments.to_string())
                         .bind(text(request.requester))
@@ -372,7 +372,7 @@ macro_rules! approval_store {
                 )))
                 .bind(text(tenant))
                 .bind(text(approval))
-                .bind(result.to_string())
+                .bind(crate::text::jsonb_text(result))
                 .execute(&mut *tx)
                 .await?;
                 // A caller waiting for the call's outcome (`Prefer: wait`) hears it now.

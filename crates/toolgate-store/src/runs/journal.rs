@@ -26,7 +26,8 @@ impl PostgresStore {
         durable: bool,
     ) -> Result<(), StoreError> {
         let kinds: Vec<&str> = events.iter().map(event_kind).collect();
-        let payloads: Vec<String> = events.iter().map(Value::to_string).collect();
+        // jsonb: a tool's output may hold a NUL (see `text::jsonb_text`).
+        let payloads: Vec<String> = events.iter().map(crate::text::jsonb_text).collect();
         let append =
             sqlx::query("select toolgate_append_run_events($1, $2, $3, $4, $5::jsonb[], $6)")
                 .bind(tenant.0)

@@ -264,7 +264,8 @@ macro_rules! run_store {
                 .bind(tenant.to_string())
                 .bind(seq)
                 .bind(event_kind(event))
-                .bind(event.to_string())
+                // A model's or a tool's words may hold a NUL (see `text::jsonb_text`).
+                .bind(crate::text::jsonb_text(event))
                 .bind(at)
                 .execute(conn)
                 .await
@@ -290,9 +291,9 @@ macro_rules! run_store {
                 .bind(tenant.to_string())
                 .bind(run.to_string())
                 .bind(f.status.as_str())
-                .bind(&f.output)
+                .bind(f.output.as_deref().map(crate::text::without_nul))
                 .bind(f.best_effort)
-                .bind(&f.error)
+                .bind(f.error.as_deref().map(crate::text::without_nul))
                 .bind(crate::text::encode(&f.usage)?)
                 .bind(at)
                 .execute(conn)

@@ -23,6 +23,7 @@ mod approvals;
 mod audit;
 mod integrity;
 mod notify;
+mod nul;
 mod runs;
 mod sessions;
 mod tenants;
