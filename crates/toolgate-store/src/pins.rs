@@ -99,7 +99,8 @@ macro_rules! pin_store {
 
             /// Writes `pin` whole (inserted, or replacing the row of its key).
             pub async fn save_tool_pin(&self, pin: &PinRecord) -> Result<(), StoreError> {
-                let text = |v: &Option<Value>| v.as_ref().map(Value::to_string);
+                // An upstream's definition may hold a NUL (see `text::jsonb_text`).
+                let text = |v: &Option<Value>| v.as_ref().map(crate::text::jsonb_text);
                 sqlx::query(sql(format!(
                     "insert into tool_pin (owner_id, upstream, tool, exported, pinned_hash, pinned, pending_hash, pending, \
                      findings, updated_at, approved_by, approved_at) \
@@ -119,7 +120,7 @@ macro_rules! pin_store {
                 .bind(text(&pin.pinned))
                 .bind(&pin.pending_hash)
                 .bind(text(&pin.pending))
-                .bind(Value::from(pin.findings.clone()).to_string())
+                .bind(crate::text::jsonb_text(&Value::from(pin.findings.clone())))
                 .bind(pin.updated_at)
                 .bind(pin.approved_by.map(|p| p.to_string()))
                 .bind(pin.approved_at)
