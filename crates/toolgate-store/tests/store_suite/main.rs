@@ -167,3 +167,31 @@ async fn announced(changes: &mut toolgate_core::stores::Changes) -> Change {
         .expect("a change was announced")
         .expect("the store is still there")
 }
+
+/// A pinned tool definition of `owner`'s upstream `fx` with another one waiting.
+fn pin_record(owner: uuid::Uuid) -> toolgate_store::PinRecord {
+    toolgate_store::PinRecord {
+        owner,
+        upstream: "fx".into(),
+        tool: "add".into(),
+        exported: "fx__add".into(),
+        pinned_hash: Some("h1".into()),
+        pinned: Some(serde_json::json!({"name": "add", "description": "Adds."})),
+        pending_hash: Some("h2".into()),
+        pending: Some(serde_json::json!({"name": "add", "description": "Adds. <IMPORTANT>"})),
+        findings: vec!["instructions to the model".into()],
+        updated_at: chrono::DateTime::from_timestamp_micros(1_700_000_000_000_000).expect("time"),
+        approved_by: None,
+        approved_at: None,
+    }
+}
+
+/// `pin` saved, as read back.
+async fn saved_pin(store: &Store, pin: &toolgate_store::PinRecord) -> toolgate_store::PinRecord {
+    store.save_tool_pin(pin).await.expect("save");
+    store
+        .tool_pin(pin.owner, &pin.upstream, &pin.tool)
+        .await
+        .expect("read")
+        .expect("there")
+}

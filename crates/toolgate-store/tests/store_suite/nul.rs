@@ -142,26 +142,11 @@ async fn an_upstream_definition_holding_nul_is_pinned_with_it_replaced() {
     on_both(|store| async move {
         let owner = uuid::Uuid::now_v7();
         let pin = toolgate_store::PinRecord {
-            owner,
-            upstream: "fx".into(),
-            tool: "add".into(),
-            exported: "fx__add".into(),
-            pinned_hash: Some("h1".into()),
             pinned: Some(json!({"name": "add", "description": "Adds.\0"})),
-            pending_hash: None,
-            pending: None,
             findings: vec!["hidden \0 characters".into()],
-            updated_at: chrono::DateTime::from_timestamp_micros(1_700_000_000_000_000)
-                .expect("time"),
-            approved_by: None,
-            approved_at: None,
+            ..pin_record(owner)
         };
-        store.save_tool_pin(&pin).await.expect("save");
-        let read = store
-            .tool_pin(owner, "fx", "add")
-            .await
-            .expect("read")
-            .expect("there");
+        let read = saved_pin(&store, &pin).await;
         assert_eq!(
             read.pinned,
             Some(json!({"name": "add", "description": format!("Adds.{STANDIN}")}))

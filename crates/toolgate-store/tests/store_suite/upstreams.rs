@@ -195,27 +195,8 @@ async fn postgres_row_level_security_hides_other_tenants_upstreams() {
 async fn tool_pins_round_trip_and_approve_only_the_waiting_definition() {
     on_both(|store| async move {
         let owner = uuid::Uuid::now_v7();
-        let pin = toolgate_store::PinRecord {
-            owner,
-            upstream: "fx".into(),
-            tool: "add".into(),
-            exported: "fx__add".into(),
-            pinned_hash: Some("h1".into()),
-            pinned: Some(serde_json::json!({"name": "add", "description": "Adds."})),
-            pending_hash: Some("h2".into()),
-            pending: Some(serde_json::json!({"name": "add", "description": "Adds. <IMPORTANT>"})),
-            findings: vec!["instructions to the model".into()],
-            updated_at: chrono::DateTime::from_timestamp_micros(1_700_000_000_000_000)
-                .expect("time"),
-            approved_by: None,
-            approved_at: None,
-        };
-        store.save_tool_pin(&pin).await.expect("save");
-        let read = store
-            .tool_pin(owner, "fx", "add")
-            .await
-            .expect("read")
-            .expect("there");
+        let pin = pin_record(owner);
+        let read = saved_pin(&store, &pin).await;
         assert_eq!(read, pin);
         assert_eq!(
             store.tool_pins(owner).await.expect("list"),
