@@ -32,40 +32,34 @@ source bench/lib.sh
 ensure_oha
 cargo build --quiet --release -p toolgate-server
 WORK=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
+declare -A PID
+cleanup() { for p in "${PID[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT
 
 RECEIVER_PORT=$(free_port)
-start_receiver "$RECEIVER_PORT"; pids+=($!)
-declare -A PID
-PID[receiver]=$!
+start_receiver "$RECEIVER_PORT"; PID[receiver]=$!
 ON=$(free_port); OFF=$(free_port); TRACED=$(free_port); SAMPLED=$(free_port)
 mkdir -p "$WORK/on" "$WORK/off" "$WORK/traced" "$WORK/sampled"
 env -u DATABASE_URL TOOLGATE_LIMITS__TENANT_PER_MINUTE=1000000000 TOOLGATE_LIMITS__PRINCIPAL_PER_MINUTE=1000000000 \
   TOOLGATE_LIMITS__TENANT_CONCURRENCY=100000 TOOLGATE_LIMITS__TOOLS__ECHO=1000000000 \
-  target/release/toolgate serve --listen "127.0.0.1:$ON" --data-dir "$WORK/on" >/dev/null 2>"$WORK/on.log" & pids+=($!)
-PID[on]=$!
+  target/release/toolgate serve --listen "127.0.0.1:$ON" --data-dir "$WORK/on" >/dev/null 2>"$WORK/on.log" & PID[on]=$!
 env -u DATABASE_URL TOOLGATE_LIMITS__TENANT_PER_MINUTE=1000000000 TOOLGATE_LIMITS__PRINCIPAL_PER_MINUTE=1000000000 \
   TOOLGATE_LIMITS__TENANT_CONCURRENCY=100000 TOOLGATE_LIMITS__TOOLS__ECHO=1000000000 \
   OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$RECEIVER_PORT" OTEL_METRIC_EXPORT_INTERVAL=5000 \
-  target/release/toolgate serve --listen "127.0.0.1:$TRACED" --data-dir "$WORK/traced" >/dev/null 2>"$WORK/traced.log" & pids+=($!)
-PID[traced]=$!
+  target/release/toolgate serve --listen "127.0.0.1:$TRACED" --data-dir "$WORK/traced" >/dev/null 2>"$WORK/traced.log" & PID[traced]=$!
 env -u DATABASE_URL TOOLGATE_LIMITS__TENANT_PER_MINUTE=1000000000 TOOLGATE_LIMITS__PRINCIPAL_PER_MINUTE=1000000000 \
   TOOLGATE_LIMITS__TENANT_CONCURRENCY=100000 TOOLGATE_LIMITS__TOOLS__ECHO=1000000000 \
   OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$RECEIVER_PORT" OTEL_METRIC_EXPORT_INTERVAL=5000 \
   OTEL_TRACES_SAMPLER=traceidratio OTEL_TRACES_SAMPLER_ARG=0.1 \
-  target/release/toolgate serve --listen "127.0.0.1:$SAMPLED" --data-dir "$WORK/sampled" >/dev/null 2>"$WORK/sampled.log" & pids+=($!)
-PID[sampled]=$!
+  target/release/toolgate serve --listen "127.0.0.1:$SAMPLED" --data-dir "$WORK/sampled" >/dev/null 2>"$WORK/sampled.log" & PID[sampled]=$!
 env -u DATABASE_URL TOOLGATE_TELEMETRY__METRICS=false \
-  target/release/toolgate serve --listen "127.0.0.1:$OFF" --data-dir "$WORK/off" >/dev/null 2>"$WORK/off.log" & pids+=($!)
-PID[off]=$!
+  target/release/toolgate serve --listen "127.0.0.1:$OFF" --data-dir "$WORK/off" >/dev/null 2>"$WORK/off.log" & PID[off]=$!
 for _ in $(seq 100); do [ -s "$WORK/on/admin-api-key" ] && [ -s "$WORK/off/admin-api-key" ] && [ -s "$WORK/traced/admin-api-key" ] && [ -s "$WORK/sampled/admin-api-key" ] && break; sleep 0.1; done
 ON_AUTH="authorization: Bearer $(cat "$WORK/on/admin-api-key")"
 OFF_AUTH="authorization: Bearer $(cat "$WORK/off/admin-api-key")"
-TR_AUTH="authorization: Bearer $(cat "$WORK/traced/admin-api-key")"
-SA_AUTH="authorization: Bearer $(cat "$WORK/sampled/admin-api-key")"
-wait_ready "$ON" "$ON_AUTH"; wait_ready "$OFF" "$OFF_AUTH"; wait_ready "$TRACED" "$TR_AUTH"; wait_ready "$SAMPLED" "$SA_AUTH"
+TRACED_AUTH="authorization: Bearer $(cat "$WORK/traced/admin-api-key")"
+SAMPLED_AUTH="authorization: Bearer $(cat "$WORK/sampled/admin-api-key")"
+wait_ready "$ON" "$ON_AUTH"; wait_ready "$OFF" "$OFF_AUTH"; wait_ready "$TRACED" "$TRACED_AUTH"; wait_ready "$SAMPLED" "$SAMPLED_AUTH"
 curl -sf -H "$ON_AUTH" "http://127.0.0.1:$ON/metrics" | grep -q toolgate_tool_calls_total
 [ "$(curl -s -o /dev/null -w '%{http_code}' -H "$OFF_AUTH" "http://127.0.0.1:$OFF/metrics")" = 404 ]
 
@@ -133,8 +127,8 @@ mkdir -p bench/results
     for r in $(seq "$ROUNDS"); do
       metered off "$OFF" "$c" "$r" "$OFF_AUTH"
       metered on "$ON" "$c" "$r" "$ON_AUTH"
-      metered traced "$TRACED" "$c" "$r" "$TR_AUTH"
-      metered sampled "$SAMPLED" "$c" "$r" "$SA_AUTH"
+      metered traced "$TRACED" "$c" "$r" "$TRACED_AUTH"
+      metered sampled "$SAMPLED" "$c" "$r" "$SAMPLED_AUTH"
     done
     summarize on off "$c"
   done
@@ -163,8 +157,6 @@ mkdir -p bench/results
   for r in $(seq "$ROUNDS"); do
     for g in off on traced sampled; do
       port=${g^^}; auth=${g^^}_AUTH
-      [ "$g" = traced ] && auth=TR_AUTH
-      [ "$g" = sampled ] && auth=SA_AUTH
       RATE=$PACED metered "$g" "${!port}" 64 "$r" "${!auth}"
     done
   done

@@ -152,7 +152,7 @@ macro_rules! audit_reads {
                 ));
                 $once!(self, record.tenant, |conn| {
                     sqlx::query(insert)
-                        .bind(record.call_id.0.to_string())
+                        .bind(record.call_id.to_string())
                         .bind(record.tenant.to_string())
                         .bind(record.principal.to_string())
                         .bind(record.adapter.as_str())
