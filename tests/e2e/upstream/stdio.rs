@@ -278,6 +278,63 @@ async fn upstreams_writing_garbage_or_flooding_stdout_hold_nothing_up() {
     gw.stop().await;
 }
 
+/// An upstream that writes to stderr without ever ending its line costs the gateway no
+/// memory for it: the line is logged up to its cap and the rest is read and dropped.
+/// Before the cap, the gateway held the whole unterminated line (here 384 MiB).
+#[tokio::test]
+async fn an_upstream_writing_an_endless_stderr_line_costs_no_memory() {
+    const FLOOD: u64 = 384 << 20;
+    let marker = tempfile::tempdir().expect("marker dir");
+    let done = marker.path().join("flooded");
+    let rss_before = resident_bytes();
+    let gw = Gateway::start_with(|c| {
+        c.upstreams = vec![upstream(
+            "chatty",
+            "/bin/sh",
+            &[
+                "-c",
+                &format!(
+                    "head -c {FLOOD} /dev/zero | tr '\\0' x >&2; touch '{}'; sleep 600",
+                    done.display()
+                ),
+            ],
+        )];
+    })
+    .await;
+    // The marker is written once all but the pipe's last buffer has been read.
+    let waited = std::time::Instant::now();
+    while !done.exists() {
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "the upstream's stderr was not read"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let grown = resident_bytes().saturating_sub(rss_before);
+    assert!(
+        grown < FLOOD / 4,
+        "the gateway grew by {} MiB while an upstream wrote a {} MiB stderr line",
+        grown >> 20,
+        FLOOD >> 20
+    );
+    let (status, _, body) = gw
+        .invoke("echo", json!({"arguments": {"message": "still here"}}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    gw.stop().await;
+}
+
+/// This process's resident memory (`VmRSS`), in bytes.
+fn resident_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmRSS in kB")
+        * 1024
+}
+
 /// An upstream whose tool list changes (`notifications/tools/list_changed`) is listed
 /// again: the new tool appears and can be called.
 #[tokio::test]

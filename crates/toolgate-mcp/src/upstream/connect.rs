@@ -265,15 +265,48 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Capped<R> {
     }
 }
 
+/// The most of one stderr line that is logged; the rest of a longer line is read and
+/// dropped, so a child that never writes a newline cannot grow the gateway's memory.
+const MAX_STDERR_LINE_BYTES: usize = 8 * 1024;
+
 pub(super) fn log_stderr(upstream: String, stderr: tokio::process::ChildStderr) {
-    use tokio::io::AsyncBufReadExt;
     tokio::spawn(async move {
-        let mut lines = tokio::io::BufReader::new(stderr).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            let line: String = line.chars().take(2000).collect();
+        let mut stderr = tokio::io::BufReader::new(stderr);
+        let mut line = Vec::new();
+        while let Ok(true) = next_line_capped(&mut stderr, MAX_STDERR_LINE_BYTES, &mut line).await {
+            let line = String::from_utf8_lossy(&line);
+            let line: String = line.trim_end_matches('\r').chars().take(2000).collect();
             tracing::info!(upstream = %upstream, line, "upstream stderr");
         }
     });
+}
+
+/// Reads the next line of `reader` into `line` (cleared first, without its newline),
+/// keeping at most `max` bytes of it; `false` at the end of the input.
+async fn next_line_capped<R: tokio::io::AsyncBufRead + Unpin>(
+    reader: &mut R,
+    max: usize,
+    line: &mut Vec<u8>,
+) -> std::io::Result<bool> {
+    use tokio::io::AsyncBufReadExt;
+    line.clear();
+    let mut read_any = false;
+    loop {
+        let buf = reader.fill_buf().await?;
+        if buf.is_empty() {
+            return Ok(read_any);
+        }
+        read_any = true;
+        let newline = buf.iter().position(|&b| b == b'\n');
+        let text = &buf[..newline.unwrap_or(buf.len())];
+        let room = max.saturating_sub(line.len());
+        line.extend_from_slice(&text[..text.len().min(room)]);
+        let used = newline.map_or(buf.len(), |at| at + 1);
+        reader.consume(used);
+        if newline.is_some() {
+            return Ok(true);
+        }
+    }
 }
 
 /// The HTTP client of an operator's upstream (tenant upstreams bring their own, which
@@ -310,4 +343,44 @@ pub(super) fn operator_client() -> reqwest::Client {
                 .expect("an HTTP client with a redirect policy builds")
         })
         .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_line_capped;
+    use tokio::io::AsyncReadExt;
+
+    #[tokio::test]
+    async fn a_line_without_end_is_kept_to_its_cap_and_the_next_line_is_whole() {
+        // 32 MiB without a newline, then two short lines, the last without a newline.
+        let endless = tokio::io::repeat(b'x').take(32 << 20);
+        let rest: &[u8] = b"\nsecond\r\nthird";
+        let mut reader = tokio::io::BufReader::new(endless.chain(rest));
+        let mut line = Vec::new();
+
+        assert!(
+            next_line_capped(&mut reader, 100, &mut line)
+                .await
+                .expect("an in-memory read")
+        );
+        assert_eq!(line, vec![b'x'; 100]);
+        assert!(line.capacity() <= 1024, "held {} bytes", line.capacity());
+        assert!(
+            next_line_capped(&mut reader, 100, &mut line)
+                .await
+                .expect("an in-memory read")
+        );
+        assert_eq!(line, b"second\r");
+        assert!(
+            next_line_capped(&mut reader, 100, &mut line)
+                .await
+                .expect("an in-memory read")
+        );
+        assert_eq!(line, b"third");
+        assert!(
+            !next_line_capped(&mut reader, 100, &mut line)
+                .await
+                .expect("an in-memory read")
+        );
+    }
 }
