@@ -265,46 +265,121 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Capped<R> {
     }
 }
 
-/// The most of one stderr line that is logged; the rest of a longer line is read and
-/// dropped, so a child that never writes a newline cannot grow the gateway's memory.
-const MAX_STDERR_LINE_BYTES: usize = 8 * 1024;
+/// A child's stderr is logged a line at a time, a line longer than this in pieces of it,
+/// so a child that never writes a newline cannot grow the gateway's memory.
+const STDERR_PIECE_BYTES: usize = 4096;
+/// At most this many of a child's stderr lines are logged a second; the rest are counted,
+/// and the count logged once the second is over.
+const STDERR_LINES_PER_SEC: u32 = 100;
+/// At most this much of a child's stderr is read a second: beyond it the child waits on
+/// its full pipe until the next second, so a flood costs the gateway neither its cores
+/// nor its log's disk.
+const STDERR_BYTES_PER_SEC: usize = 1 << 20;
 
 pub(super) fn log_stderr(upstream: String, stderr: tokio::process::ChildStderr) {
     tokio::spawn(async move {
         let mut stderr = tokio::io::BufReader::new(stderr);
-        let mut line = Vec::new();
-        while let Ok(true) = next_line_capped(&mut stderr, MAX_STDERR_LINE_BYTES, &mut line).await {
-            let line = String::from_utf8_lossy(&line);
-            let line: String = line.trim_end_matches('\r').chars().take(2000).collect();
-            tracing::info!(upstream = %upstream, line, "upstream stderr");
+        let mut piece = Vec::new();
+        let mut second = StderrSecond::new(tokio::time::Instant::now());
+        loop {
+            if let Some(dropped) = second.roll(tokio::time::Instant::now()) {
+                tracing::warn!(
+                    upstream = %upstream,
+                    dropped,
+                    "upstream stderr: lines over {STDERR_LINES_PER_SEC} a second were not logged"
+                );
+            }
+            if second.bytes >= STDERR_BYTES_PER_SEC {
+                tokio::time::sleep_until(second.started + Duration::from_secs(1)).await;
+                continue;
+            }
+            let read = match next_piece(&mut stderr, STDERR_PIECE_BYTES, &mut piece).await {
+                Ok(0) | Err(_) => break,
+                Ok(read) => read,
+            };
+            if second.admit(read) && !piece.is_empty() {
+                let line = String::from_utf8_lossy(&piece);
+                tracing::info!(upstream = %upstream, line = line.trim_end_matches('\r'), "upstream stderr");
+            }
+        }
+        if second.dropped > 0 {
+            tracing::warn!(
+                upstream = %upstream,
+                dropped = second.dropped,
+                "upstream stderr: lines over {STDERR_LINES_PER_SEC} a second were not logged"
+            );
         }
     });
 }
 
-/// Reads the next line of `reader` into `line` (cleared first, without its newline),
-/// keeping at most `max` bytes of it; `false` at the end of the input.
-async fn next_line_capped<R: tokio::io::AsyncBufRead + Unpin>(
+/// The stderr lines and bytes one child has sent in the current second.
+struct StderrSecond {
+    started: tokio::time::Instant,
+    lines: u32,
+    bytes: usize,
+    dropped: u64,
+}
+
+impl StderrSecond {
+    fn new(now: tokio::time::Instant) -> Self {
+        Self {
+            started: now,
+            lines: 0,
+            bytes: 0,
+            dropped: 0,
+        }
+    }
+
+    /// Starts a new second once this one is over; the lines it did not log, if any.
+    fn roll(&mut self, now: tokio::time::Instant) -> Option<u64> {
+        if now.duration_since(self.started) < Duration::from_secs(1) {
+            return None;
+        }
+        let dropped = self.dropped;
+        *self = Self::new(now);
+        (dropped > 0).then_some(dropped)
+    }
+
+    /// Counts a piece of `read` bytes; whether it may be logged.
+    fn admit(&mut self, read: usize) -> bool {
+        self.bytes += read;
+        if self.lines < STDERR_LINES_PER_SEC {
+            self.lines += 1;
+            true
+        } else {
+            self.dropped += 1;
+            false
+        }
+    }
+}
+
+/// Reads the next line of `reader` into `piece` (cleared first, without its newline), or
+/// its next `max` bytes when the line is longer; the bytes consumed, 0 at the end.
+async fn next_piece<R: tokio::io::AsyncBufRead + Unpin>(
     reader: &mut R,
     max: usize,
-    line: &mut Vec<u8>,
-) -> std::io::Result<bool> {
+    piece: &mut Vec<u8>,
+) -> std::io::Result<usize> {
     use tokio::io::AsyncBufReadExt;
-    line.clear();
-    let mut read_any = false;
+    piece.clear();
+    let mut read = 0;
     loop {
         let buf = reader.fill_buf().await?;
         if buf.is_empty() {
-            return Ok(read_any);
+            return Ok(read);
         }
-        read_any = true;
-        let newline = buf.iter().position(|&b| b == b'\n');
-        let text = &buf[..newline.unwrap_or(buf.len())];
-        let room = max.saturating_sub(line.len());
-        line.extend_from_slice(&text[..text.len().min(room)]);
-        let used = newline.map_or(buf.len(), |at| at + 1);
-        reader.consume(used);
-        if newline.is_some() {
-            return Ok(true);
+        let room = &buf[..buf.len().min(max - piece.len())];
+        if let Some(at) = room.iter().position(|&b| b == b'\n') {
+            piece.extend_from_slice(&room[..at]);
+            reader.consume(at + 1);
+            return Ok(read + at + 1);
+        }
+        let taken = room.len();
+        piece.extend_from_slice(room);
+        reader.consume(taken);
+        read += taken;
+        if piece.len() == max {
+            return Ok(read);
         }
     }
 }
@@ -347,40 +422,48 @@ pub(super) fn operator_client() -> reqwest::Client {
 
 #[cfg(test)]
 mod tests {
-    use super::next_line_capped;
+    use super::{STDERR_LINES_PER_SEC, StderrSecond, next_piece};
+    use std::time::Duration;
     use tokio::io::AsyncReadExt;
 
     #[tokio::test]
-    async fn a_line_without_end_is_kept_to_its_cap_and_the_next_line_is_whole() {
-        // 32 MiB without a newline, then two short lines, the last without a newline.
-        let endless = tokio::io::repeat(b'x').take(32 << 20);
+    async fn a_line_longer_than_a_piece_comes_in_pieces_and_the_next_line_whole() {
+        // 250 bytes without a newline, then two short lines, the last without a newline.
+        let long = tokio::io::repeat(b'x').take(250);
         let rest: &[u8] = b"\nsecond\r\nthird";
-        let mut reader = tokio::io::BufReader::new(endless.chain(rest));
-        let mut line = Vec::new();
+        let mut reader = tokio::io::BufReader::new(long.chain(rest));
+        let mut piece = Vec::new();
+        let mut next = async |piece: &mut Vec<u8>| {
+            next_piece(&mut reader, 100, piece)
+                .await
+                .expect("an in-memory read")
+        };
 
-        assert!(
-            next_line_capped(&mut reader, 100, &mut line)
-                .await
-                .expect("an in-memory read")
-        );
-        assert_eq!(line, vec![b'x'; 100]);
-        assert!(line.capacity() <= 1024, "held {} bytes", line.capacity());
-        assert!(
-            next_line_capped(&mut reader, 100, &mut line)
-                .await
-                .expect("an in-memory read")
-        );
-        assert_eq!(line, b"second\r");
-        assert!(
-            next_line_capped(&mut reader, 100, &mut line)
-                .await
-                .expect("an in-memory read")
-        );
-        assert_eq!(line, b"third");
-        assert!(
-            !next_line_capped(&mut reader, 100, &mut line)
-                .await
-                .expect("an in-memory read")
-        );
+        assert_eq!(next(&mut piece).await, 100);
+        assert_eq!(piece, vec![b'x'; 100]);
+        assert_eq!(next(&mut piece).await, 100);
+        assert_eq!(next(&mut piece).await, 51, "the rest and its newline");
+        assert_eq!(piece, vec![b'x'; 50]);
+        assert_eq!(next(&mut piece).await, 8);
+        assert_eq!(piece, b"second\r");
+        assert_eq!(next(&mut piece).await, 5);
+        assert_eq!(piece, b"third");
+        assert_eq!(next(&mut piece).await, 0);
+    }
+
+    #[test]
+    fn a_second_logs_its_first_lines_and_counts_the_rest() {
+        let start = tokio::time::Instant::now();
+        let mut second = StderrSecond::new(start);
+        let logged = (0..STDERR_LINES_PER_SEC + 7)
+            .filter(|_| second.admit(10))
+            .count();
+        assert_eq!(logged, STDERR_LINES_PER_SEC as usize);
+        assert_eq!(second.bytes, 10 * (STDERR_LINES_PER_SEC as usize + 7));
+        assert_eq!(second.roll(start + Duration::from_millis(999)), None);
+        assert_eq!(second.roll(start + Duration::from_secs(1)), Some(7));
+        assert_eq!((second.lines, second.bytes, second.dropped), (0, 0, 0));
+        assert!(second.admit(10));
+        assert_eq!(second.roll(start + Duration::from_secs(2)), None);
     }
 }
