@@ -361,6 +361,49 @@ async fn an_upstream_whose_tools_change_is_listed_again() {
     gw.stop().await;
 }
 
+/// An upstream that announces a change after every listing is listed again at most once
+/// a second, not as fast as it answers: before, the gateway re-listed it ~3,000 times a
+/// second on one busy core.
+#[tokio::test]
+async fn an_upstream_announcing_changes_without_end_is_listed_at_most_once_a_second() {
+    let dir = sdk_clients();
+    let script = dir.join("relisting_server.py").display().to_string();
+    let counted = tempfile::NamedTempFile::new().expect("count file");
+    let count_path = counted.path().display().to_string();
+    let gw = Gateway::start_with(|c| {
+        let mut relisting = upstream("relisting", "python3", &[&script]);
+        relisting.env.insert(
+            "RELIST_COUNT".into(),
+            serde_json::from_value(json!(count_path)).expect("secret"),
+        );
+        c.upstreams = vec![relisting];
+    })
+    .await;
+    let listings = || {
+        std::fs::read_to_string(counted.path())
+            .ok()
+            .and_then(|n| n.trim().parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    let waited = std::time::Instant::now();
+    while listings() == 0 {
+        assert!(waited.elapsed() < Duration::from_secs(30), "never listed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let first = std::time::Instant::now();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (n, seconds) = (listings(), first.elapsed().as_secs_f64());
+    // One at the start, then one a second at the most.
+    assert!(
+        f64::from(n) <= seconds + 2.0,
+        "listed {n} times in {seconds:.1} s"
+    );
+    assert!(n >= 2, "the announced change was never listed: {n}");
+    let (status, _, done) = gw.invoke("relisting__ping", json!({"arguments": {}})).await;
+    assert_eq!(status, 200, "{done}");
+    gw.stop().await;
+}
+
 /// While an upstream is away, its tools stay listed but marked unavailable (REST
 /// `available: false`, a note in the MCP description), and calls fail as `upstream`
 /// errors; they come back when it does. A connected MCP session hears of both changes

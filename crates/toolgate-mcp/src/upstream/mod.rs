@@ -84,6 +84,11 @@ pub use tool::UpstreamTool;
 /// connection is dropped and made again (an HTTP upstream that vanished closes nothing).
 const PING_EVERY: Duration = Duration::from_secs(30);
 const PING_TIMEOUT: Duration = Duration::from_secs(10);
+/// An upstream's `list_changed` notifications are followed at most this often: those
+/// that come sooner wait, and all that came meanwhile make one listing. An upstream that
+/// announced a change after every listing kept a core busy re-listing it (with a log line
+/// each time).
+const RELIST_AT_MOST_EVERY: Duration = Duration::from_secs(1);
 /// How long an upstream has to answer `initialize`.
 const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bytes a stdio upstream may write before it has answered `initialize`. A server that
@@ -319,12 +324,13 @@ async fn supervise(
                             s.last_error = Some(format!("listing resources and prompts: {err}"))
                         });
                     }
+                    let listed_at = tokio::time::Instant::now();
                     loop {
                         tokio::select! {
                             _ = shutdown.cancelled() => break 'listing End::Shutdown,
                             _ = &mut ended => break 'listing End::Closed,
-                            Some(()) = changed.recv() => continue 'listing,
-                            Some(()) = pool_changed.recv() => continue 'listing,
+                            Some(()) = changed.recv() => break,
+                            Some(()) = pool_changed.recv() => break,
                             Ok(()) = async {
                                 match approvals.as_mut() {
                                     Some(approved) => approved.changed().await,
@@ -337,6 +343,13 @@ async fn supervise(
                                 }
                             }
                         }
+                    }
+                    // The upstream says its lists changed: list again, but not sooner
+                    // than RELIST_AT_MOST_EVERY after the last time.
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break 'listing End::Shutdown,
+                        _ = &mut ended => break 'listing End::Closed,
+                        _ = tokio::time::sleep_until(listed_at + RELIST_AT_MOST_EVERY) => {}
                     }
                 };
                 catalog.remove(config.owner, &config.name);

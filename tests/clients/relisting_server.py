@@ -1,0 +1,36 @@
+"""A stdio MCP server that announces `notifications/tools/list_changed` after every
+`tools/list` it answers, and counts those lists in the file named by RELIST_COUNT.
+Standard library only: it tests the gateway's supervisor, not an SDK."""
+
+import json
+import os
+import sys
+
+count_file = os.environ["RELIST_COUNT"]
+listed = 0
+for raw in sys.stdin:
+    message = json.loads(raw)
+    if "id" not in message:
+        continue
+    method = message["method"]
+    if method == "initialize":
+        result = {
+            "protocolVersion": message["params"]["protocolVersion"],
+            "capabilities": {"tools": {"listChanged": True}},
+            "serverInfo": {"name": "relisting", "version": "1"},
+        }
+    elif method == "tools/list":
+        result = {"tools": [{"name": "ping", "inputSchema": {"type": "object"}}]}
+    elif method == "tools/call":
+        result = {"content": [{"type": "text", "text": "pong"}]}
+    else:
+        result = {}
+    out = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}) + "\n"
+    if method == "tools/list":
+        listed += 1
+        with open(count_file, "w") as f:
+            f.write(str(listed))
+        changed = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+        out += json.dumps(changed) + "\n"
+    sys.stdout.write(out)
+    sys.stdout.flush()
