@@ -265,7 +265,13 @@ impl Catalog {
 
     /// An upstream says `uri` changed.
     pub(crate) fn updated(&self, owner: Owner, upstream: &str, uri: String) {
-        let _ = self.updates.send((owner, upstream.to_owned(), uri));
+        let watched = (owner, upstream.to_owned(), uri);
+        // Only what a session holds (or is subscribing to): one upstream's unsolicited
+        // updates would wake every session's forwarder, every tenant's, and crowd the
+        // updates they wait for out of the shared backlog.
+        if lock(&self.upstream_subscriptions).contains_key(&watched) {
+            let _ = self.updates.send(watched);
+        }
     }
 
     /// Resource updates from every upstream, for one session's forwarder.
@@ -552,7 +558,26 @@ pub fn matches_template(template: &str, uri: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::matches_template;
+    use super::{Catalog, matches_template};
+    use toolgate_core::registry::Owner;
+
+    #[test]
+    fn only_updates_to_resources_a_session_holds_reach_the_forwarders() {
+        let catalog = Catalog::new();
+        let mut heard = catalog.updates();
+        for n in 0..1000 {
+            catalog.updated(Owner::Everyone, "flood", format!("file:///unsolicited/{n}"));
+        }
+        assert!(heard.try_recv().is_err(), "an update nobody holds was sent");
+        let held = (
+            Owner::Everyone,
+            "flood".to_owned(),
+            "file:///held".to_owned(),
+        );
+        let _count = catalog.count(&held);
+        catalog.updated(Owner::Everyone, "flood", "file:///held".to_owned());
+        assert_eq!(heard.try_recv().expect("the held update"), held);
+    }
 
     #[test]
     fn templates_match_what_they_expand_to_and_nothing_else() {
