@@ -283,11 +283,7 @@ pub(super) fn log_stderr(upstream: String, stderr: tokio::process::ChildStderr) 
         let mut second = StderrSecond::new(tokio::time::Instant::now());
         loop {
             if let Some(dropped) = second.roll(tokio::time::Instant::now()) {
-                tracing::warn!(
-                    upstream = %upstream,
-                    dropped,
-                    "upstream stderr: lines over {STDERR_LINES_PER_SEC} a second were not logged"
-                );
+                report_dropped(&upstream, dropped);
             }
             if second.bytes >= STDERR_BYTES_PER_SEC {
                 tokio::time::sleep_until(second.started + Duration::from_secs(1)).await;
@@ -303,13 +299,17 @@ pub(super) fn log_stderr(upstream: String, stderr: tokio::process::ChildStderr) 
             }
         }
         if second.dropped > 0 {
-            tracing::warn!(
-                upstream = %upstream,
-                dropped = second.dropped,
-                "upstream stderr: lines over {STDERR_LINES_PER_SEC} a second were not logged"
-            );
+            report_dropped(&upstream, second.dropped);
         }
     });
+}
+
+fn report_dropped(upstream: &str, dropped: u64) {
+    tracing::warn!(
+        upstream,
+        dropped,
+        "upstream stderr: lines over {STDERR_LINES_PER_SEC} a second were not logged"
+    );
 }
 
 /// The stderr lines and bytes one child has sent in the current second.
