@@ -281,7 +281,9 @@ async fn upstreams_writing_garbage_or_flooding_stdout_hold_nothing_up() {
 /// An upstream flooding its stderr, with one line that never ends or with many short
 /// ones, costs the gateway neither memory nor its cores: the gateway reads at most
 /// 1 MiB of it a second (the child then waits on its pipe), logs at most 100 lines a
-/// second, and holds at most 4 KiB of a line. Before, it held an unending line whole (a
+/// second, and holds at most 4 KiB of a line (the unit tests of `upstream::connect`).
+/// What it holds is bounded by what it read, so the markers are the measure: this
+/// process's resident memory is not, as the tests running beside this one move it too. Before, it held an unending line whole (a
 /// 384 MiB line: +440 MiB) and logged a flood of short lines as fast as the child wrote
 /// them (both cores busy, 3 GB of log in 40 s).
 #[tokio::test]
@@ -293,7 +295,6 @@ async fn an_upstream_flooding_its_stderr_costs_no_memory_and_is_read_at_a_bounde
         markers.path().join("one-line"),
         markers.path().join("many-lines"),
     );
-    let rss_before = resident_bytes();
     let gw = Gateway::start_with(|c| {
         let flood = |name: &str, source: &str, marker: &std::path::Path| {
             let script = format!(
@@ -318,28 +319,11 @@ async fn an_upstream_flooding_its_stderr_costs_no_memory_and_is_read_at_a_bounde
             marker.display()
         );
     }
-    let grown = resident_bytes().saturating_sub(rss_before);
-    assert!(
-        grown < 64 << 20,
-        "the gateway grew by {} MiB while upstreams flooded their stderr",
-        grown >> 20
-    );
     let (status, _, body) = gw
         .invoke("echo", json!({"arguments": {"message": "still here"}}))
         .await;
     assert_eq!(status, 200, "{body}");
     gw.stop().await;
-}
-
-/// This process's resident memory (`VmRSS`), in bytes.
-fn resident_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("VmRSS in kB")
-        * 1024
 }
 
 /// An upstream whose tool list changes (`notifications/tools/list_changed`) is listed
