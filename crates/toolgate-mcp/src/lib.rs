@@ -38,6 +38,7 @@ mod elicit;
 mod handler;
 mod listen;
 mod lists;
+mod pace;
 mod vendor_meta;
 mod wire;
 

@@ -385,6 +385,46 @@ async fn an_upstream_announcing_changes_without_end_is_listed_at_most_once_a_sec
     gw.stop().await;
 }
 
+/// An upstream writing notifications without pause is read at a bounded rate: past its
+/// budget a second (2,000) the gateway stops reading it until the next second, and the
+/// upstream's writes wait on the full pipe. Before, the gateway read them as fast as the
+/// child wrote, on 1.4 of its 2 cores.
+#[tokio::test]
+async fn an_upstream_flooding_notifications_is_read_at_a_bounded_rate() {
+    let dir = sdk_clients();
+    let script = dir.join("chatter_server.py").display().to_string();
+    let counted = tempfile::NamedTempFile::new().expect("count file");
+    let count_path = counted.path().display().to_string();
+    let gw = Gateway::start_with(|c| {
+        let mut chatter = upstream("chatter", "python3", &[&script]);
+        chatter.env.insert(
+            "CHATTER_FLOOD".into(),
+            serde_json::from_value(json!(count_path)).expect("secret"),
+        );
+        c.upstreams = vec![chatter];
+    })
+    .await;
+    let written = || {
+        std::fs::read_to_string(counted.path())
+            .ok()
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    listed_once(&gw, "chatter__chatter").await;
+    let (before, first) = (written(), std::time::Instant::now());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (read, seconds) = (written() - before, first.elapsed().as_secs_f64());
+    // A second's budget more than the time taken (the second under way when counting
+    // began), and what the pipe and the readers' buffers hold.
+    let bound = 2000.0 * (seconds + 1.0) + 2000.0;
+    assert!(
+        read as f64 <= bound,
+        "{read} notifications written in {seconds:.1} s (at most {bound})"
+    );
+    assert!(read > 0, "the flood never started");
+    gw.stop().await;
+}
+
 /// While an upstream is away, its tools stay listed but marked unavailable (REST
 /// `available: false`, a note in the MCP description), and calls fail as `upstream`
 /// errors; they come back when it does. A connected MCP session hears of both changes

@@ -70,10 +70,11 @@ pub(super) async fn connect(
                 inner: stdout,
                 left: budget.clone(),
             };
-            let transport = Relaying {
-                inner: AsyncRwTransport::new_client(stdout, stdin),
+            let transport = Relaying::new(
+                AsyncRwTransport::new_client(stdout, stdin),
                 routes,
-            };
+                &config.name,
+            );
             let service = tokio::time::timeout(INITIALIZE_TIMEOUT, handler.serve(transport))
                 .await
                 .map_err(|_| format!("no answer to initialize within {INITIALIZE_TIMEOUT:?}"))?
@@ -101,13 +102,14 @@ pub(super) async fn connect(
             }
             let service = tokio::time::timeout(
                 INITIALIZE_TIMEOUT,
-                handler.serve(Relaying {
-                    inner: StreamableHttpClientTransport::with_client(
+                handler.serve(Relaying::new(
+                    StreamableHttpClientTransport::with_client(
                         Traced(client.clone().unwrap_or_else(operator_client)),
                         http,
                     ),
                     routes,
-                }),
+                    &config.name,
+                )),
             )
             .await
             .map_err(|_| format!("no answer to initialize within {INITIALIZE_TIMEOUT:?}"))?

@@ -1,0 +1,83 @@
+"""A stdio MCP server that says more than anyone asked for. Standard library only: it
+tests the gateway's pacing of what upstreams send, not an SDK.
+
+- With CHATTER_FLOOD set to a file's path, from `notifications/initialized` on it writes
+  log messages without pause and no call in flight, and keeps the count of those written
+  (that is, read by the gateway or in the pipe) in that file.
+- Its tool `chatter`, 50 ms after it is called, sends `logs` log messages and as many progress reports (0 to
+  `logs` - 1, when the call has a progress token) in batches of 50 every 20 ms, then,
+  50 ms later, one last progress report of `logs`, and 50 ms after that its result.
+"""
+
+import json
+import os
+import sys
+import threading
+import time
+
+lock = threading.Lock()
+
+
+def write(text):
+    with lock:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+
+def note(method, params):
+    return json.dumps({"jsonrpc": "2.0", "method": method, "params": params}) + "\n"
+
+
+def flood(count_file):
+    chunk = note("notifications/message", {"level": "info", "data": "flood"}) * 100
+    written = 0
+    while True:
+        write(chunk)
+        written += 100
+        if written % 1000 == 0:
+            with open(count_file, "w") as f:
+                f.write(str(written))
+
+
+def chatter(message):
+    n = int(message["params"].get("arguments", {}).get("logs", 0))
+    token = message["params"].get("_meta", {}).get("progressToken")
+    time.sleep(0.05)
+    for start in range(0, n, 50):
+        out = []
+        for i in range(start + 1, min(start + 50, n) + 1):
+            out.append(note("notifications/message", {"level": "info", "data": f"log {i}"}))
+            if token is not None:
+                out.append(note("notifications/progress", {"progressToken": token, "progress": i - 1}))
+        write("".join(out))
+        time.sleep(0.02)
+    time.sleep(0.05)
+    if token is not None:
+        write(note("notifications/progress", {"progressToken": token, "progress": n}))
+    time.sleep(0.05)
+    result = {"content": [{"type": "text", "text": f"said {n}"}]}
+    write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}) + "\n")
+
+
+for raw in sys.stdin:
+    message = json.loads(raw)
+    method = message.get("method")
+    if "id" not in message:
+        if method == "notifications/initialized" and os.environ.get("CHATTER_FLOOD"):
+            threading.Thread(target=flood, args=(os.environ["CHATTER_FLOOD"],), daemon=True).start()
+        continue
+    if method == "initialize":
+        result = {
+            "protocolVersion": message["params"]["protocolVersion"],
+            "capabilities": {"tools": {}, "logging": {}},
+            "serverInfo": {"name": "chatter", "version": "1"},
+        }
+    elif method == "tools/list":
+        schema = {"type": "object", "properties": {"logs": {"type": "integer"}}}
+        result = {"tools": [{"name": "chatter", "inputSchema": schema}]}
+    elif method == "tools/call":
+        threading.Thread(target=chatter, args=(message,), daemon=True).start()
+        continue
+    else:
+        result = {}
+    write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}) + "\n")
