@@ -519,3 +519,78 @@ async fn what_an_upstream_says_before_its_result_arrives_before_it() {
     }
     gw.stop().await;
 }
+
+/// What an upstream says during a call reaches the caller at a bounded rate: at most
+/// 100 log messages and 20 progress reports a call a second, the dropped log messages
+/// counted in one warning before the result, and the newest progress report always
+/// sent. Before, one call's progress reached its client at 54,000 a second.
+#[tokio::test]
+async fn a_call_relays_what_its_upstream_says_at_a_bounded_rate() {
+    let dir = sdk_clients();
+    let gw = Gateway::start_with(|c| {
+        c.upstreams = vec![
+            serde_json::from_value(json!({
+                "name": "chatter",
+                "command": "python3",
+                "args": [dir.join("chatter_server.py")],
+                "relay_unattributed": true,
+            }))
+            .expect("an upstream entry"),
+        ];
+    })
+    .await;
+    listed_once(&gw, "chatter__chatter").await;
+    const SAID: u64 = 1000;
+    let started = std::time::Instant::now();
+    let messages = post_stateless(
+        &gw,
+        "stateless",
+        1,
+        "tools/call",
+        json!({"name": "chatter__chatter", "arguments": {"logs": SAID},
+               "_meta": {"progressToken": "p-1",
+                         "io.modelcontextprotocol/logLevel": "debug"}}),
+    )
+    .await;
+    // The call's seconds, each with its own budget.
+    let seconds = started.elapsed().as_secs() + 1;
+    let (result, before) = messages.split_last().expect("a response");
+    assert_eq!(
+        result["result"]["content"][0]["text"],
+        format!("said {SAID}"),
+        "{result}"
+    );
+    let relayed = before
+        .iter()
+        .filter(|m| m["method"] == "notifications/message" && m["params"]["logger"].is_null())
+        .count() as u64;
+    assert!(
+        relayed <= 100 * seconds && relayed > 0,
+        "{relayed} log messages relayed in {seconds} s"
+    );
+    let warned: Vec<&Value> = before
+        .iter()
+        .filter(|m| m["params"]["logger"] == "toolgate")
+        .collect();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert_eq!(
+        warned[0]["params"]["data"],
+        format!(
+            "toolgate did not relay {} log messages of this call: over 100 a second",
+            SAID - relayed
+        )
+    );
+    let progress: Vec<f64> = before
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .filter_map(|m| m["params"]["progress"].as_f64())
+        .collect();
+    assert!(
+        progress.len() as u64 <= 20 * seconds + 1,
+        "{} progress reports in {seconds} s",
+        progress.len()
+    );
+    assert!(progress.is_sorted(), "{progress:?}");
+    assert_eq!(progress.last(), Some(&(SAID as f64)), "the newest went out");
+    gw.stop().await;
+}

@@ -16,7 +16,7 @@
 #![allow(deprecated)]
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use rmcp::model::{
@@ -28,12 +28,24 @@ use rmcp::service::{ElicitationMode, OriginatingRequestId, Peer};
 use rmcp::{RoleServer, ServiceError};
 use serde_json::Value;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use toolgate_core::{ClientChannel, ClientError, ClientRequest, Progress, ProgressSink};
+
+use crate::pace::PerSecond;
 
 /// Log messages queued for a slow client before newer ones are dropped.
 const LOG_BACKLOG: usize = 64;
 /// Progress reports queued for a slow client before newer ones are dropped.
 const PROGRESS_BACKLOG: usize = 16;
+/// At most this many of a call's log messages go to its client a second; the rest are
+/// dropped and counted, and the client told the count before the result. MCP asks
+/// servers to rate-limit log messages; on a shared store each one is also a row of the
+/// session's stream.
+const LOGS_PER_SEC: u32 = 100;
+/// At most this many of a call's progress reports go to its client a second. One over it
+/// waits for the next second, replaced by any newer one, and the newest always goes out
+/// before the result: progress only says how far the call is, so nothing is lost.
+const PROGRESS_PER_SEC: u32 = 20;
 
 /// The lowest level a session wants to hear (`logging/setLevel`); all until it says.
 #[derive(Debug, Default)]
@@ -80,6 +92,8 @@ pub struct CallerPeer {
     level: Arc<LogLevel>,
     /// Into the call's [`CallNotices`], which sends them in order, before the result.
     logs: mpsc::Sender<LoggingMessageNotificationParam>,
+    /// Log messages that found the queue full, for [`CallNotices`] to count as dropped.
+    overflowed: Arc<AtomicU64>,
 }
 
 impl CallerPeer {
@@ -95,12 +109,16 @@ impl CallerPeer {
             peer: peer.clone(),
             progress: None,
             logs: queued,
+            level: level.clone(),
+            pace: Pace::default(),
+            overflowed: Arc::default(),
         };
         let caller = Self {
             peer,
             call,
             level,
             logs,
+            overflowed: notices.overflowed.clone(),
         };
         (caller, notices)
     }
@@ -122,8 +140,10 @@ impl ClientChannel for CallerPeer {
         let Ok(param) = serde_json::from_value::<LoggingMessageNotificationParam>(message) else {
             return;
         };
-        if self.level.passes(param.level) {
-            let _ = self.logs.try_send(param);
+        if self.level.passes(param.level)
+            && let Err(mpsc::error::TrySendError::Full(_)) = self.logs.try_send(param)
+        {
+            self.overflowed.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -216,10 +236,73 @@ impl ClientChannel for CallerPeer {
 /// A task per call forwarding them raced the result instead, and lost now and then on a
 /// busy machine: a stateless call's stream, or a session call's progress, ends with its
 /// result, and what came after was gone.
+///
+/// Both go out at a bounded rate ([`LOGS_PER_SEC`], [`PROGRESS_PER_SEC`]): the upstream
+/// behind a call writes as fast as it likes, and its client, and the session's stream
+/// in the store, should not have to take all of it.
 pub struct CallNotices {
     peer: Peer<RoleServer>,
     progress: Option<(ProgressToken, mpsc::Receiver<Progress>)>,
     logs: mpsc::Receiver<LoggingMessageNotificationParam>,
+    level: Arc<LogLevel>,
+    pace: Pace,
+    overflowed: Arc<AtomicU64>,
+}
+
+/// What of a call's notices went out this second, and what waits or was dropped.
+struct Pace {
+    logs: PerSecond,
+    logs_dropped: u64,
+    progress: PerSecond,
+    /// The newest report that came over this second's budget.
+    held: Option<Progress>,
+}
+
+impl Default for Pace {
+    fn default() -> Self {
+        Self {
+            logs: PerSecond::new(LOGS_PER_SEC),
+            logs_dropped: 0,
+            progress: PerSecond::new(PROGRESS_PER_SEC),
+            held: None,
+        }
+    }
+}
+
+impl Pace {
+    /// `notice`, if it may go out now: a log message within its budget, a progress report
+    /// within its own (then any held one is older, and dropped) or else held.
+    fn admit(&mut self, notice: Notice, now: Instant) -> Option<Notice> {
+        match notice {
+            Notice::Log(_) if !self.logs.admit(now) => {
+                self.logs_dropped += 1;
+                None
+            }
+            Notice::Progress(report) if !self.progress.admit(now) => {
+                self.held = Some(report);
+                None
+            }
+            Notice::Progress(report) => {
+                self.held = None;
+                Some(Notice::Progress(report))
+            }
+            log => Some(log),
+        }
+    }
+
+    /// When the held report may go out.
+    fn held_until(&mut self, now: Instant) -> Option<Instant> {
+        self.held.as_ref()?;
+        Some(self.progress.spent_until(now).unwrap_or(now))
+    }
+
+    /// The held report, once its budget allows it.
+    fn release(&mut self, now: Instant) -> Option<Notice> {
+        if self.held.is_some() && self.progress.admit(now) {
+            return self.held.take().map(Notice::Progress);
+        }
+        None
+    }
 }
 
 enum Notice {
@@ -239,15 +322,47 @@ impl CallNotices {
     pub async fn drive<F: Future>(&mut self, call: F) -> F::Output {
         let mut call = std::pin::pin!(call);
         loop {
+            let held = self.pace.held_until(Instant::now());
             tokio::select! {
                 out = &mut call => {
-                    while let Some(notice) = self.queued() {
-                        self.send(notice).await;
-                    }
+                    self.finish().await;
                     return out;
                 }
-                Some(notice) = self.next() => self.send(notice).await,
+                Some(notice) = self.next() => {
+                    if let Some(notice) = self.pace.admit(notice, Instant::now()) {
+                        self.send(notice).await;
+                    }
+                }
+                () = tokio::time::sleep_until(held.unwrap_or_else(Instant::now)), if held.is_some() => {
+                    if let Some(notice) = self.pace.release(Instant::now()) {
+                        self.send(notice).await;
+                    }
+                }
             }
+        }
+    }
+
+    /// What is still queued once the call is done, within the budgets; the newest progress
+    /// report whatever the budget; and how many log messages were dropped, if any were.
+    async fn finish(&mut self) {
+        while let Some(notice) = self.queued() {
+            if let Some(notice) = self.pace.admit(notice, Instant::now()) {
+                self.send(notice).await;
+            }
+        }
+        if let Some(report) = self.pace.held.take() {
+            self.send(Notice::Progress(report)).await;
+        }
+        let dropped = self.pace.logs_dropped + self.overflowed.load(Ordering::Relaxed);
+        if dropped > 0 && self.level.passes(LoggingLevel::Warning) {
+            let mut note = LoggingMessageNotificationParam::new(
+                LoggingLevel::Warning,
+                Value::String(format!(
+                    "toolgate did not relay {dropped} log messages of this call: over {LOGS_PER_SEC} a second"
+                )),
+            );
+            note.logger = Some("toolgate".to_owned());
+            self.send(Notice::Log(note)).await;
         }
     }
 
@@ -298,7 +413,77 @@ impl CallNotices {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
     use super::*;
+
+    fn report(progress: f64) -> Notice {
+        Notice::Progress(Progress {
+            progress,
+            total: None,
+            message: None,
+        })
+    }
+
+    fn progress_of(notice: Option<Notice>) -> Option<f64> {
+        match notice {
+            Some(Notice::Progress(p)) => Some(p.progress),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_call_relays_its_log_budget_a_second_and_counts_the_rest() {
+        let mut pace = Pace::default();
+        let now = Instant::now();
+        let log = || {
+            Notice::Log(LoggingMessageNotificationParam::new(
+                LoggingLevel::Info,
+                json!("x"),
+            ))
+        };
+        let sent = (0..LOGS_PER_SEC + 50)
+            .filter(|_| pace.admit(log(), now).is_some())
+            .count();
+        assert_eq!(sent, LOGS_PER_SEC as usize);
+        assert_eq!(pace.logs_dropped, 50);
+        assert!(
+            pace.admit(log(), now + Duration::from_secs(1)).is_some(),
+            "a new second"
+        );
+    }
+
+    #[test]
+    fn progress_over_its_budget_waits_for_the_next_second_and_only_the_newest_does() {
+        let mut pace = Pace::default();
+        let now = Instant::now();
+        for n in 0..PROGRESS_PER_SEC {
+            assert_eq!(
+                progress_of(pace.admit(report(f64::from(n)), now)),
+                Some(f64::from(n))
+            );
+        }
+        assert_eq!(pace.held_until(now), None, "nothing held yet");
+        assert!(pace.admit(report(100.0), now).is_none());
+        assert!(pace.admit(report(101.0), now).is_none());
+        let until = pace.held_until(now).expect("a report held");
+        assert!(until > now, "held for the next second");
+        assert!(pace.release(now).is_none(), "not before then");
+        assert_eq!(progress_of(pace.release(until)), Some(101.0), "the newest");
+        assert_eq!(pace.held_until(until), None);
+
+        // A newer report within the budget makes a held one pointless.
+        let later = until + Duration::from_secs(1);
+        for n in 0..PROGRESS_PER_SEC {
+            pace.admit(report(f64::from(200 + n)), later);
+        }
+        assert!(pace.admit(report(300.0), later).is_none());
+        let next = later + Duration::from_secs(1);
+        assert_eq!(progress_of(pace.admit(report(301.0), next)), Some(301.0));
+        assert_eq!(pace.held_until(next), None, "300 is not sent after 301");
+    }
 
     #[test]
     fn a_session_hears_everything_until_it_sets_a_level_then_that_level_and_above() {
