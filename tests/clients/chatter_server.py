@@ -7,6 +7,8 @@ tests the gateway's pacing of what upstreams send, not an SDK.
 - Its tool `chatter`, 50 ms after it is called, sends `logs` log messages and as many progress reports (0 to
   `logs` - 1, when the call has a progress token) in batches of 50 every 20 ms, then,
   50 ms later, one last progress report of `logs`, and 50 ms after that its result.
+- Its one resource, `chatter://hot`, once subscribed to, is announced as updated without
+  pause.
 """
 
 import json
@@ -39,6 +41,12 @@ def flood(count_file):
                 f.write(str(written))
 
 
+def updates(uri):
+    chunk = note("notifications/resources/updated", {"uri": uri}) * 100
+    while True:
+        write(chunk)
+
+
 def chatter(message):
     n = int(message["params"].get("arguments", {}).get("logs", 0))
     token = message["params"].get("_meta", {}).get("progressToken")
@@ -69,12 +77,17 @@ for raw in sys.stdin:
     if method == "initialize":
         result = {
             "protocolVersion": message["params"]["protocolVersion"],
-            "capabilities": {"tools": {}, "logging": {}},
+            "capabilities": {"tools": {}, "logging": {}, "resources": {"subscribe": True}},
             "serverInfo": {"name": "chatter", "version": "1"},
         }
     elif method == "tools/list":
         schema = {"type": "object", "properties": {"logs": {"type": "integer"}}}
         result = {"tools": [{"name": "chatter", "inputSchema": schema}]}
+    elif method == "resources/list":
+        result = {"resources": [{"uri": "chatter://hot", "name": "hot"}]}
+    elif method == "resources/subscribe":
+        threading.Thread(target=updates, args=(message["params"]["uri"],), daemon=True).start()
+        result = {}
     elif method == "tools/call":
         threading.Thread(target=chatter, args=(message,), daemon=True).start()
         continue

@@ -21,21 +21,26 @@
 //! URI); the first count subscribes upstream, the last one released (`resources/unsubscribe`,
 //! the session's or the stream's end) unsubscribes, and a new connection to the upstream
 //! subscribes again to whatever is still held. The upstream's
-//! `notifications/resources/updated` reach the holders of that URI. Upstream connections
+//! `notifications/resources/updated` reach the holders of that URI, at most
+//! [`UPDATES_PER_SEC`] a holder a second (the rest coalesced, one per URI, into the next
+//! second), and all its URIs when it fell behind and missed some. Upstream connections
 //! use the legacy lifecycle, so subscribing upstream is always `resources/subscribe`.
 //!
 //! Argument completion (`completion/complete`) for a prompt goes to the upstream that
 //! offers it, under the upstream's own name; for a resource template (or a URI), to the
 //! upstream that lists it. An upstream that offers no completion completes nothing.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{Prompt, Resource, ResourceTemplate};
 use rmcp::service::Peer;
 use rmcp::{RoleClient, RoleServer, ServiceError};
+use tokio::time::Instant;
 use toolgate_core::auth::scopes;
 use toolgate_core::{AuthContext, ChangeLog, Owner, ScopedToolset};
+
+use crate::pace::PerSecond;
 
 /// Every connected upstream's resources and prompts. Shared by the upstreams'
 /// supervisors (which fill it) and the MCP front door (which serves it).
@@ -467,23 +472,117 @@ impl Subscriptions {
         };
         let subscriptions = Arc::downgrade(self);
         let task = tokio::spawn(async move {
+            use tokio::sync::broadcast::error::RecvError;
+            let mut paced = Paced::default();
             loop {
-                let watched = match updates.recv().await {
-                    Ok(watched) => watched,
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                let due = paced.due(Instant::now());
+                let heard = tokio::select! {
+                    heard = updates.recv() => heard,
+                    () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
+                        let Some(subscriptions) = subscriptions.upgrade() else {
+                            break;
+                        };
+                        let uris: Vec<String> = paced
+                            .release(Instant::now())
+                            .into_iter()
+                            .filter(|uri| lock(&subscriptions.uris).contains_key(uri))
+                            .collect();
+                        drop(subscriptions);
+                        if !tell(&listener, uris).await {
+                            break;
+                        }
+                        continue;
+                    }
                 };
                 let Some(subscriptions) = subscriptions.upgrade() else {
                     break;
                 };
-                let wanted = lock(&subscriptions.uris).get(&watched.2) == Some(&watched);
+                let uris: Vec<String> = match heard {
+                    Ok(watched) if lock(&subscriptions.uris).get(&watched.2) == Some(&watched) => {
+                        vec![watched.2]
+                    }
+                    Ok(_) => Vec::new(),
+                    // Updates were missed: every URI held may have changed. A spurious
+                    // update costs the client a read; a missed one, a stale resource.
+                    Err(RecvError::Lagged(_)) => {
+                        lock(&subscriptions.uris).keys().cloned().collect()
+                    }
+                    Err(RecvError::Closed) => break,
+                };
                 drop(subscriptions);
-                if wanted && !listener.updated(watched.2).await {
+                let now = Instant::now();
+                let uris = uris
+                    .into_iter()
+                    .filter_map(|uri| paced.admit(uri, now))
+                    .collect();
+                if !tell(&listener, uris).await {
                     break;
                 }
             }
         });
         *forwarding = Forwarding::Running(task.abort_handle());
+    }
+}
+
+/// Tells `listener` of updates to `uris`; `false` once it is gone.
+async fn tell(listener: &Listener, uris: Vec<String>) -> bool {
+    for uri in uris {
+        if !listener.updated(uri).await {
+            return false;
+        }
+    }
+    true
+}
+
+/// At most this many resource updates go to one session (or listen stream) a second.
+/// Those over it wait for the next second, one per URI however many came: an update only
+/// says "read it again". An upstream updating a held resource without pause would
+/// otherwise reach the client as fast as the upstream is read (2,000 a second), each
+/// one a row of the session's stream on a shared store.
+const UPDATES_PER_SEC: u32 = 20;
+
+/// What one listener has been told this second, and the URIs waiting for the next.
+struct Paced {
+    pace: PerSecond,
+    waiting: BTreeSet<String>,
+}
+
+impl Default for Paced {
+    fn default() -> Self {
+        Self {
+            pace: PerSecond::new(UPDATES_PER_SEC),
+            waiting: BTreeSet::new(),
+        }
+    }
+}
+
+impl Paced {
+    /// `uri`, if an update to it may go out now; otherwise it waits (once).
+    fn admit(&mut self, uri: String, now: Instant) -> Option<String> {
+        if self.pace.admit(now) {
+            self.waiting.remove(&uri);
+            Some(uri)
+        } else {
+            self.waiting.insert(uri);
+            None
+        }
+    }
+
+    /// When the waiting URIs may go out.
+    fn due(&mut self, now: Instant) -> Option<Instant> {
+        if self.waiting.is_empty() {
+            return None;
+        }
+        Some(self.pace.spent_until(now).unwrap_or(now))
+    }
+
+    /// The waiting URIs this second's budget lets out.
+    fn release(&mut self, now: Instant) -> Vec<String> {
+        let mut out = Vec::new();
+        while !self.waiting.is_empty() && self.pace.admit(now) {
+            out.extend(self.waiting.pop_first());
+        }
+        out
     }
 }
 
@@ -558,8 +657,33 @@ pub fn matches_template(template: &str, uri: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{Catalog, matches_template};
+    use super::{Catalog, Paced, UPDATES_PER_SEC, matches_template};
+    use tokio::time::Instant;
     use toolgate_core::registry::Owner;
+
+    #[test]
+    fn a_listener_hears_its_budget_of_updates_a_second_and_the_rest_once_a_uri_after() {
+        let mut paced = Paced::default();
+        let now = Instant::now();
+        for n in 0..UPDATES_PER_SEC {
+            let uri = format!("file:///{n}");
+            assert_eq!(paced.admit(uri.clone(), now), Some(uri));
+        }
+        assert_eq!(paced.due(now), None, "nothing waits");
+        for _ in 0..500 {
+            assert_eq!(paced.admit("file:///hot".into(), now), None);
+        }
+        assert_eq!(paced.admit("file:///cold".into(), now), None);
+        let due = paced.due(now).expect("two wait");
+        assert!(due > now);
+        assert!(paced.release(now).is_empty(), "not before the next second");
+        assert_eq!(
+            paced.release(due),
+            ["file:///cold", "file:///hot"],
+            "one each"
+        );
+        assert_eq!(paced.due(due), None);
+    }
 
     #[test]
     fn only_updates_to_resources_a_session_holds_reach_the_forwarders() {

@@ -221,3 +221,46 @@ async fn a_listen_stream_hears_resource_updates_and_list_changes() {
     let _ = client.cancel().await;
     gw.stop().await;
 }
+
+/// An upstream announcing updates to a held resource without pause reaches the holding
+/// session at most 20 times a second, the rest coalesced into the next second: before,
+/// every one the gateway read (2,000 a second, its budget for an upstream) went on to
+/// the client.
+#[tokio::test]
+#[allow(deprecated)] // resources/subscribe: what clients before 2026-07-28 use
+async fn a_flood_of_updates_to_a_held_resource_reaches_its_holder_at_a_bounded_rate() {
+    let dir = sdk_clients();
+    let chatter: toolgate_server::config::UpstreamEntry = serde_json::from_value(json!({
+        "name": "chatter",
+        "command": "python3",
+        "args": [dir.join("chatter_server.py")],
+    }))
+    .expect("an upstream entry");
+    let gw = Gateway::start_with(|c| c.upstreams = vec![chatter]).await;
+    crate::upstream::listed_once(&gw, "chatter__chatter").await;
+    let (session, mut heard) = subscriber(&gw, &gw.admin_key).await;
+    session
+        .subscribe(rmcp::model::SubscribeRequestParams::new("chatter://hot"))
+        .await
+        .expect("subscribes");
+    let first = tokio::time::timeout(std::time::Duration::from_secs(10), heard.recv())
+        .await
+        .expect("an update within 10 s");
+    assert_eq!(first.as_deref(), Some("chatter://hot"));
+    let started = std::time::Instant::now();
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let mut updates = 0;
+    while let Ok(uri) = heard.try_recv() {
+        assert_eq!(uri, "chatter://hot");
+        updates += 1;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let bound = 20.0 * (seconds + 1.0);
+    assert!(
+        f64::from(updates) <= bound,
+        "{updates} updates in {seconds:.1} s (at most {bound})"
+    );
+    assert!(updates > 0, "the updates stopped");
+    let _ = session.cancel().await;
+    gw.stop().await;
+}
