@@ -7,6 +7,8 @@ tests the gateway's pacing of what upstreams send, not an SDK.
 - Its tool `chatter`, 50 ms after it is called, sends `logs` log messages and as many progress reports (0 to
   `logs` - 1, when the call has a progress token) in batches of 50 every 20 ms, then,
   50 ms later, one last progress report of `logs`, and 50 ms after that its result.
+- With CHATTER_ENDLESS_LIST set to a file's path, its `tools/list` answers every page
+  with 1,000 tools and a next page, and keeps the count of pages asked for in that file.
 - Its one resource, `chatter://hot`, once subscribed to, is announced as updated without
   pause.
 """
@@ -80,11 +82,19 @@ for raw in sys.stdin:
             "capabilities": {"tools": {}, "logging": {}, "resources": {"subscribe": True}},
             "serverInfo": {"name": "chatter", "version": "1"},
         }
+    elif method == "tools/list" and os.environ.get("CHATTER_ENDLESS_LIST"):
+        page = int((message.get("params") or {}).get("cursor") or 0)
+        with open(os.environ["CHATTER_ENDLESS_LIST"], "w") as f:
+            f.write(str(page + 1))
+        tools = [{"name": f"t{page}_{i}", "inputSchema": {"type": "object"}} for i in range(1000)]
+        result = {"tools": tools, "nextCursor": str(page + 1)}
     elif method == "tools/list":
         schema = {"type": "object", "properties": {"logs": {"type": "integer"}}}
         result = {"tools": [{"name": "chatter", "inputSchema": schema}]}
     elif method == "resources/list":
         result = {"resources": [{"uri": "chatter://hot", "name": "hot"}]}
+    elif method == "resources/templates/list":
+        result = {"resourceTemplates": []}
     elif method == "resources/subscribe":
         threading.Thread(target=updates, args=(message["params"]["uri"],), daemon=True).start()
         result = {}

@@ -41,6 +41,7 @@ use toolgate_core::auth::scopes;
 use toolgate_core::{AuthContext, ChangeLog, Owner, ScopedToolset};
 
 use crate::pace::PerSecond;
+use crate::upstream::pages;
 
 /// Every connected upstream's resources and prompts. Shared by the upstreams'
 /// supervisors (which fill it) and the MCP front door (which serves it).
@@ -148,14 +149,35 @@ impl Catalog {
         let mut failed = None;
         let (resources, templates) = if offers_resources {
             (
-                or_empty(peer.list_all_resources().await, &mut failed),
-                or_empty(peer.list_all_resource_templates().await, &mut failed),
+                or_empty(
+                    pages::all("resources", |params| async move {
+                        let page = peer.list_resources(Some(params)).await?;
+                        Ok((page.resources, page.next_cursor))
+                    })
+                    .await,
+                    &mut failed,
+                ),
+                or_empty(
+                    pages::all("resource templates", |params| async move {
+                        let page = peer.list_resource_templates(Some(params)).await?;
+                        Ok((page.resource_templates, page.next_cursor))
+                    })
+                    .await,
+                    &mut failed,
+                ),
             )
         } else {
             (Vec::new(), Vec::new())
         };
         let prompts = if offers_prompts {
-            or_empty(peer.list_all_prompts().await, &mut failed)
+            or_empty(
+                pages::all("prompts", |params| async move {
+                    let page = peer.list_prompts(Some(params)).await?;
+                    Ok((page.prompts, page.next_cursor))
+                })
+                .await,
+                &mut failed,
+            )
         } else {
             Vec::new()
         };

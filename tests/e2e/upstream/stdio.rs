@@ -425,6 +425,51 @@ async fn an_upstream_flooding_notifications_is_read_at_a_bounded_rate() {
     gw.stop().await;
 }
 
+/// An upstream whose `tools/list` always names a next page is read to a bound (10,000
+/// tools, 100 pages, 16 MiB) and its listing then fails; before, the gateway followed the
+/// pages for ever and kept every one.
+#[tokio::test]
+async fn an_upstream_listing_without_end_is_read_to_a_bound_then_refused() {
+    let dir = sdk_clients();
+    let script = dir.join("chatter_server.py").display().to_string();
+    let counted = tempfile::NamedTempFile::new().expect("count file");
+    let count_path = counted.path().display().to_string();
+    let gw = Gateway::start_with(|c| {
+        let mut endless = upstream("endless", "python3", &[&script]);
+        endless.env.insert(
+            "CHATTER_ENDLESS_LIST".into(),
+            serde_json::from_value(json!(count_path)).expect("secret"),
+        );
+        c.upstreams = vec![endless];
+    })
+    .await;
+    let pages = || {
+        std::fs::read_to_string(counted.path())
+            .ok()
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // Page 11 takes the list past 10,000 tools; no page is asked for after it.
+    for _ in 0..100 {
+        if pages() >= 11 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(pages(), 11, "pages asked for");
+    let names = listed(&gw).await;
+    assert!(
+        !names.iter().any(|n| n.starts_with("endless__")),
+        "a refused listing registered tools"
+    );
+    let (status, _, done) = gw
+        .invoke("echo", json!({"arguments": {"message": "up"}}))
+        .await;
+    assert_eq!(status, 200, "{done}");
+    gw.stop().await;
+}
+
 /// While an upstream is away, its tools stay listed but marked unavailable (REST
 /// `available: false`, a note in the MCP description), and calls fail as `upstream`
 /// errors; they come back when it does. A connected MCP session hears of both changes

@@ -14,7 +14,11 @@ pub(super) async fn rediscover(
     pool: &Option<Arc<SessionPool>>,
     registered: &mut Vec<String>,
 ) -> Result<(), ServiceError> {
-    let tools = peer.list_all_tools().await?;
+    let tools = pages::all("tools", |params| async move {
+        let page = peer.list_tools(Some(params)).await?;
+        Ok((page.tools, page.next_cursor))
+    })
+    .await?;
     // Configurations are checked before they get here; should a bad glob slip through,
     // nothing is registered rather than a `deny` that denies nothing.
     let Some(admitted) = admitted(&config.allow, &config.deny) else {

@@ -67,6 +67,7 @@ mod connect;
 pub mod exchange;
 mod listing;
 pub mod overrides;
+pub(crate) mod pages;
 pub mod personal;
 mod routes;
 mod sessions;
