@@ -9,8 +9,8 @@ tests the gateway's pacing of what upstreams send, not an SDK.
   50 ms later, one last progress report of `logs`, and 50 ms after that its result.
 - With CHATTER_ENDLESS_LIST set to a file's path, its `tools/list` answers every page
   with 1,000 tools and a next page, and keeps the count of pages asked for in that file.
-- Its one resource, `chatter://hot`, once subscribed to, is announced as updated without
-  pause.
+- Of its two resources, `chatter://hot`, once subscribed to, is announced as updated
+  without pause; `chatter://calm` never is.
 """
 
 import json
@@ -92,11 +92,13 @@ for raw in sys.stdin:
         schema = {"type": "object", "properties": {"logs": {"type": "integer"}}}
         result = {"tools": [{"name": "chatter", "inputSchema": schema}]}
     elif method == "resources/list":
-        result = {"resources": [{"uri": "chatter://hot", "name": "hot"}]}
+        result = {"resources": [{"uri": "chatter://hot", "name": "hot"},
+                                {"uri": "chatter://calm", "name": "calm"}]}
     elif method == "resources/templates/list":
         result = {"resourceTemplates": []}
     elif method == "resources/subscribe":
-        threading.Thread(target=updates, args=(message["params"]["uri"],), daemon=True).start()
+        if message["params"]["uri"] == "chatter://hot":
+            threading.Thread(target=updates, args=("chatter://hot",), daemon=True).start()
         result = {}
     elif method == "tools/call":
         threading.Thread(target=chatter, args=(message,), daemon=True).start()

@@ -21,9 +21,9 @@
 //! URI); the first count subscribes upstream, the last one released (`resources/unsubscribe`,
 //! the session's or the stream's end) unsubscribes, and a new connection to the upstream
 //! subscribes again to whatever is still held. The upstream's
-//! `notifications/resources/updated` reach the holders of that URI, at most
-//! [`UPDATES_PER_SEC`] a holder a second (the rest coalesced, one per URI, into the next
-//! second), and all its URIs when it fell behind and missed some. Upstream connections
+//! `notifications/resources/updated` reach the holders of that URI and wake no one else,
+//! at most [`UPDATES_PER_SEC`] a holder a second (the rest coalesced, one per URI, into
+//! the next second). Upstream connections
 //! use the legacy lifecycle, so subscribing upstream is always `resources/subscribe`.
 //!
 //! Argument completion (`completion/complete`) for a prompt goes to the upstream that
@@ -31,7 +31,7 @@
 //! upstream that lists it. An upstream that offers no completion completes nothing.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use rmcp::model::{Prompt, Resource, ResourceTemplate};
 use rmcp::service::Peer;
@@ -45,14 +45,16 @@ use crate::upstream::pages;
 
 /// Every connected upstream's resources and prompts. Shared by the upstreams'
 /// supervisors (which fill it) and the MCP front door (which serves it).
+#[derive(Default)]
 pub struct Catalog {
     entries: Mutex<HashMap<(Owner, String), Arc<Entry>>>,
     /// Sessions' subscriptions held per upstream and URI. A count goes from 0 to 1
     /// (subscribing upstream) and back (unsubscribing) under its own lock, so a
     /// subscription and the end of the previous one reach the upstream in order.
     upstream_subscriptions: Mutex<HashMap<Watched, Count>>,
-    /// `notifications/resources/updated` from the upstreams, to the sessions' forwarders.
-    updates: tokio::sync::broadcast::Sender<Watched>,
+    /// Who holds each URI: its `notifications/resources/updated` go to these inboxes,
+    /// and wake no other session's forwarder.
+    holders: Mutex<HashMap<Watched, Vec<Weak<Inbox>>>>,
     /// Changes to the upstreams' resources and prompts, per owner.
     log: ChangeLog,
 }
@@ -64,20 +66,6 @@ type Count = Arc<tokio::sync::Mutex<usize>>;
 
 /// How long an upstream has to answer `resources/subscribe` or `resources/unsubscribe`.
 const SUBSCRIBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-impl Default for Catalog {
-    fn default() -> Self {
-        Self {
-            entries: Mutex::default(),
-            upstream_subscriptions: Mutex::default(),
-            updates: tokio::sync::broadcast::channel(UPDATES_BACKLOG).0,
-            log: ChangeLog::default(),
-        }
-    }
-}
-
-/// Resource updates queued for a slow session before older ones are dropped.
-const UPDATES_BACKLOG: usize = 256;
 
 /// One connected upstream's listing.
 pub struct Entry {
@@ -290,20 +278,37 @@ impl Catalog {
         });
     }
 
-    /// An upstream says `uri` changed.
+    /// An upstream says `uri` changed: its holders' inboxes hear it, no one else.
     pub(crate) fn updated(&self, owner: Owner, upstream: &str, uri: String) {
         let watched = (owner, upstream.to_owned(), uri);
-        // Only what a session holds (or is subscribing to): one upstream's unsolicited
-        // updates would wake every session's forwarder, every tenant's, and crowd the
-        // updates they wait for out of the shared backlog.
-        if lock(&self.upstream_subscriptions).contains_key(&watched) {
-            let _ = self.updates.send(watched);
+        if let Some(inboxes) = lock(&self.holders).get(&watched) {
+            for inbox in inboxes.iter().filter_map(Weak::upgrade) {
+                inbox.put(&watched.2);
+            }
         }
     }
 
-    /// Resource updates from every upstream, for one session's forwarder.
-    pub fn updates(&self) -> tokio::sync::broadcast::Receiver<Watched> {
-        self.updates.subscribe()
+    /// `inbox` hears the updates to `watched` from now on.
+    fn listen(&self, watched: &Watched, inbox: &Arc<Inbox>) {
+        let mut holders = lock(&self.holders);
+        let inboxes = holders.entry(watched.clone()).or_default();
+        if !inboxes
+            .iter()
+            .any(|i| std::ptr::eq(i.as_ptr(), Arc::as_ptr(inbox)))
+        {
+            inboxes.push(Arc::downgrade(inbox));
+        }
+    }
+
+    /// `inbox` no longer hears the updates to `watched`.
+    fn unlisten(&self, watched: &Watched, inbox: &Inbox) {
+        let mut holders = lock(&self.holders);
+        if let Some(inboxes) = holders.get_mut(watched) {
+            inboxes.retain(|i| i.strong_count() > 0 && !std::ptr::eq(i.as_ptr(), inbox));
+            if inboxes.is_empty() {
+                holders.remove(watched);
+            }
+        }
     }
 
     /// The upstream is gone (its connection ended, or it was removed).
@@ -420,15 +425,30 @@ pub struct Subscriptions {
     catalog: Arc<Catalog>,
     /// URI → the upstream's URI it holds.
     uris: Mutex<HashMap<String, Watched>>,
-    forwarding: Mutex<Forwarding>,
+    /// Updates to what it holds, from its first hold on.
+    inbox: Arc<Inbox>,
+    /// The task passing them on, once [`Subscriptions::forward`] started it.
+    forwarding: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
-/// Where a [`Subscriptions`]' updates are: none yet, heard since its first hold (until
-/// [`Subscriptions::forward`]), or passed on by a task.
-enum Forwarding {
-    Idle,
-    Heard(tokio::sync::broadcast::Receiver<Watched>),
-    Running(tokio::task::AbortHandle),
+/// The URIs one holder was told changed since its forwarder last looked, each once
+/// however many updates came.
+#[derive(Default)]
+struct Inbox {
+    changed: Mutex<BTreeSet<String>>,
+    woken: tokio::sync::Notify,
+}
+
+impl Inbox {
+    fn put(&self, uri: &str) {
+        if lock(&self.changed).insert(uri.to_owned()) {
+            self.woken.notify_one();
+        }
+    }
+
+    fn take(&self) -> BTreeSet<String> {
+        std::mem::take(&mut *lock(&self.changed))
+    }
 }
 
 impl Subscriptions {
@@ -436,7 +456,8 @@ impl Subscriptions {
         Arc::new(Self {
             catalog,
             uris: Mutex::default(),
-            forwarding: Mutex::new(Forwarding::Idle),
+            inbox: Arc::default(),
+            forwarding: Mutex::default(),
         })
     }
 
@@ -460,14 +481,13 @@ impl Subscriptions {
             return Ok(());
         }
         // Heard from before the upstream is asked, so that no update falls between.
-        {
-            let mut forwarding = lock(&self.forwarding);
-            if let Forwarding::Idle = *forwarding {
-                *forwarding = Forwarding::Heard(self.catalog.updates());
-            }
+        self.catalog.listen(&watched, &self.inbox);
+        if let Err(err) = self.catalog.hold(entry, uri).await {
+            self.catalog.unlisten(&watched, &self.inbox);
+            return Err(err);
         }
-        self.catalog.hold(entry, uri).await?;
         if let Some(before) = lock(&self.uris).insert(uri.to_owned(), watched) {
+            self.catalog.unlisten(&before, &self.inbox);
             self.catalog.release(&before);
         }
         Ok(())
@@ -477,6 +497,7 @@ impl Subscriptions {
     pub fn unsubscribe(&self, uri: &str) {
         let watched_uri = lock(&self.uris).remove(uri);
         if let Some(watched) = watched_uri {
+            self.catalog.unlisten(&watched, &self.inbox);
             self.catalog.release(&watched);
         }
     }
@@ -485,64 +506,38 @@ impl Subscriptions {
     /// first hold on.
     pub(crate) fn forward(self: &Arc<Self>, listener: Listener) {
         let mut forwarding = lock(&self.forwarding);
-        let mut updates = match std::mem::replace(&mut *forwarding, Forwarding::Idle) {
-            Forwarding::Heard(updates) => updates,
-            other => {
-                *forwarding = other;
-                return;
-            }
-        };
+        if forwarding.is_some() {
+            return;
+        }
         let subscriptions = Arc::downgrade(self);
+        let inbox = self.inbox.clone();
         let task = tokio::spawn(async move {
-            use tokio::sync::broadcast::error::RecvError;
             let mut paced = Paced::default();
             loop {
                 let due = paced.due(Instant::now());
-                let heard = tokio::select! {
-                    heard = updates.recv() => heard,
-                    () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
-                        let Some(subscriptions) = subscriptions.upgrade() else {
-                            break;
-                        };
-                        let uris: Vec<String> = paced
-                            .release(Instant::now())
-                            .into_iter()
-                            .filter(|uri| lock(&subscriptions.uris).contains_key(uri))
-                            .collect();
-                        drop(subscriptions);
-                        if !tell(&listener, uris).await {
-                            break;
-                        }
-                        continue;
-                    }
-                };
+                tokio::select! {
+                    () = inbox.woken.notified() => {}
+                    () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {}
+                }
                 let Some(subscriptions) = subscriptions.upgrade() else {
                     break;
                 };
-                let uris: Vec<String> = match heard {
-                    Ok(watched) if lock(&subscriptions.uris).get(&watched.2) == Some(&watched) => {
-                        vec![watched.2]
-                    }
-                    Ok(_) => Vec::new(),
-                    // Updates were missed: every URI held may have changed. A spurious
-                    // update costs the client a read; a missed one, a stale resource.
-                    Err(RecvError::Lagged(_)) => {
-                        lock(&subscriptions.uris).keys().cloned().collect()
-                    }
-                    Err(RecvError::Closed) => break,
-                };
-                drop(subscriptions);
                 let now = Instant::now();
-                let uris = uris
-                    .into_iter()
-                    .filter_map(|uri| paced.admit(uri, now))
-                    .collect();
+                let mut uris = paced.release(now);
+                uris.extend(
+                    inbox
+                        .take()
+                        .into_iter()
+                        .filter_map(|uri| paced.admit(uri, now)),
+                );
+                uris.retain(|uri| lock(&subscriptions.uris).contains_key(uri));
+                drop(subscriptions);
                 if !tell(&listener, uris).await {
                     break;
                 }
             }
         });
-        *forwarding = Forwarding::Running(task.abort_handle());
+        *forwarding = Some(task.abort_handle());
     }
 }
 
@@ -610,10 +605,11 @@ impl Paced {
 
 impl Drop for Subscriptions {
     fn drop(&mut self) {
-        if let Forwarding::Running(task) = &*lock(&self.forwarding) {
+        if let Some(task) = &*lock(&self.forwarding) {
             task.abort();
         }
         for watched in lock(&self.uris).values() {
+            self.catalog.unlisten(watched, &self.inbox);
             self.catalog.release(watched);
         }
     }
@@ -679,7 +675,9 @@ pub fn matches_template(template: &str, uri: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{Catalog, Paced, UPDATES_PER_SEC, matches_template};
+    use std::sync::Arc;
+
+    use super::{Catalog, Inbox, Paced, UPDATES_PER_SEC, lock, matches_template};
     use tokio::time::Instant;
     use toolgate_core::registry::Owner;
 
@@ -708,21 +706,27 @@ mod tests {
     }
 
     #[test]
-    fn only_updates_to_resources_a_session_holds_reach_the_forwarders() {
+    fn an_update_reaches_the_inboxes_of_its_holders_once_a_uri_and_no_one_else() {
         let catalog = Catalog::new();
-        let mut heard = catalog.updates();
+        let watched = |uri: &str| (Owner::Everyone, "flood".to_owned(), uri.to_owned());
+        let (holder, other) = (Arc::new(Inbox::default()), Arc::new(Inbox::default()));
+        catalog.listen(&watched("file:///held"), &holder);
+        catalog.listen(&watched("file:///other"), &other);
         for n in 0..1000 {
             catalog.updated(Owner::Everyone, "flood", format!("file:///unsolicited/{n}"));
+            catalog.updated(Owner::Everyone, "flood", "file:///held".to_owned());
         }
-        assert!(heard.try_recv().is_err(), "an update nobody holds was sent");
-        let held = (
-            Owner::Everyone,
-            "flood".to_owned(),
-            "file:///held".to_owned(),
+        catalog.updated(Owner::Everyone, "elsewhere", "file:///held".to_owned());
+        assert_eq!(
+            holder.take().into_iter().collect::<Vec<_>>(),
+            ["file:///held"]
         );
-        let _count = catalog.count(&held);
+        assert!(holder.take().is_empty());
+        assert!(other.take().is_empty(), "woken by another holder's update");
+        catalog.unlisten(&watched("file:///held"), &holder);
         catalog.updated(Owner::Everyone, "flood", "file:///held".to_owned());
-        assert_eq!(heard.try_recv().expect("the held update"), held);
+        assert!(holder.take().is_empty(), "heard after it let go");
+        assert!(!lock(&catalog.holders).contains_key(&watched("file:///held")));
     }
 
     #[test]
