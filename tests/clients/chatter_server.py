@@ -7,6 +7,8 @@ tests the gateway's pacing of what upstreams send, not an SDK.
 - Its tool `chatter`, 50 ms after it is called, sends `logs` log messages and as many progress reports (0 to
   `logs` - 1, when the call has a progress token) in batches of 50 every 20 ms, then,
   50 ms later, one last progress report of `logs`, and 50 ms after that its result.
+  Called with `samples`, it instead asks the client for that many samplings at once and
+  answers how many were answered and how many refused.
 - With CHATTER_ENDLESS_LIST set to a file's path, its `tools/list` answers every page
   with 1,000 tools and a next page, and keeps the count of pages asked for in that file.
 - Of its two resources, `chatter://hot`, once subscribed to, is announced as updated
@@ -49,7 +51,29 @@ def updates(uri):
         write(chunk)
 
 
+answers = {}
+answered = threading.Condition()
+
+
+def sample(message, n):
+    """Asks the client for `n` samplings at once; the result says how they were answered."""
+    write("".join(
+        json.dumps({"jsonrpc": "2.0", "id": f"s{i}", "method": "sampling/createMessage",
+                    "params": {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
+                               "maxTokens": 10}}) + "\n"
+        for i in range(n)))
+    with answered:
+        answered.wait_for(lambda: len(answers) >= n, timeout=20)
+        results = sum(1 for a in answers.values() if "result" in a)
+        errors = sum(1 for a in answers.values() if "error" in a)
+    result = {"content": [{"type": "text", "text": f"answered {results}, refused {errors}"}]}
+    write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}) + "\n")
+
+
 def chatter(message):
+    samples = int(message["params"].get("arguments", {}).get("samples", 0))
+    if samples:
+        return sample(message, samples)
     n = int(message["params"].get("arguments", {}).get("logs", 0))
     token = message["params"].get("_meta", {}).get("progressToken")
     time.sleep(0.05)
@@ -72,6 +96,11 @@ def chatter(message):
 for raw in sys.stdin:
     message = json.loads(raw)
     method = message.get("method")
+    if method is None:
+        with answered:
+            answers[message.get("id")] = message
+            answered.notify_all()
+        continue
     if "id" not in message:
         if method == "notifications/initialized" and os.environ.get("CHATTER_FLOOD"):
             threading.Thread(target=flood, args=(os.environ["CHATTER_FLOOD"],), daemon=True).start()
@@ -89,7 +118,7 @@ for raw in sys.stdin:
         tools = [{"name": f"t{page}_{i}", "inputSchema": {"type": "object"}} for i in range(1000)]
         result = {"tools": tools, "nextCursor": str(page + 1)}
     elif method == "tools/list":
-        schema = {"type": "object", "properties": {"logs": {"type": "integer"}}}
+        schema = {"type": "object", "properties": {"logs": {"type": "integer"}, "samples": {"type": "integer"}}}
         result = {"tools": [{"name": "chatter", "inputSchema": schema}]}
     elif method == "resources/list":
         result = {"resources": [{"uri": "chatter://hot", "name": "hot"},

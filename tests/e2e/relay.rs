@@ -594,3 +594,41 @@ async fn a_call_relays_what_its_upstream_says_at_a_bounded_rate() {
     assert_eq!(progress.last(), Some(&(SAID as f64)), "the newest went out");
     gw.stop().await;
 }
+
+/// An upstream asking its caller's client for many samplings at once has at most 8 of
+/// them waiting on the client; the rest are refused at once. Before, every one went to
+/// the client, each a task waiting on a person or a model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_has_at_most_eight_requests_waiting_on_its_client() {
+    let dir = sdk_clients();
+    let gw = Gateway::start_with(|c| {
+        c.upstreams = vec![
+            serde_json::from_value(json!({
+                "name": "chatter",
+                "command": "python3",
+                "args": [dir.join("chatter_server.py")],
+                "relay_unattributed": true,
+            }))
+            .expect("an upstream entry"),
+        ];
+    })
+    .await;
+    listed_once(&gw, "chatter__chatter").await;
+    let (alice, _) = client(&gw, "alice", Duration::from_millis(300)).await;
+    let done = alice
+        .call_tool(call("chatter__chatter", json!({"samples": 50})))
+        .await
+        .expect("call");
+    let said = text(&done);
+    let counts: Vec<u32> = said
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    let [answered, refused] = counts[..] else {
+        panic!("{said}");
+    };
+    assert!(answered > 0 && answered <= 8, "{said}");
+    assert_eq!(answered + refused, 50, "{said}");
+    alice.cancel().await.expect("close");
+    gw.stop().await;
+}

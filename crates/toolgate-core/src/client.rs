@@ -44,6 +44,8 @@ pub struct ClientError {
 impl ClientError {
     /// JSON-RPC "method not found": the client cannot do this at all.
     pub const METHOD_NOT_FOUND: i32 = -32601;
+    /// JSON-RPC "invalid request": refused as it stands, here, now.
+    pub const INVALID_REQUEST: i32 = -32600;
     pub const INVALID_PARAMS: i32 = -32602;
     pub const INTERNAL: i32 = -32603;
 

@@ -37,6 +37,10 @@ use crate::pace::PerSecond;
 const LOG_BACKLOG: usize = 64;
 /// Progress reports queued for a slow client before newer ones are dropped.
 const PROGRESS_BACKLOG: usize = 16;
+/// At most this many of a call's requests (sampling, elicitation) wait on its client at
+/// once; more are refused at once. Each waits on a person or a model, and an upstream
+/// asked for 50 at once had all 50 put to the client.
+const REQUESTS_IN_FLIGHT: usize = 8;
 /// At most this many of a call's log messages go to its client a second; the rest are
 /// dropped and counted, and the client told the count before the result. MCP asks
 /// servers to rate-limit log messages; on a shared store each one is also a row of the
@@ -94,6 +98,8 @@ pub struct CallerPeer {
     logs: mpsc::Sender<LoggingMessageNotificationParam>,
     /// Log messages that found the queue full, for [`CallNotices`] to count as dropped.
     overflowed: Arc<AtomicU64>,
+    /// Room for the requests waiting on the client ([`REQUESTS_IN_FLIGHT`]).
+    in_flight: Arc<tokio::sync::Semaphore>,
 }
 
 impl CallerPeer {
@@ -119,6 +125,7 @@ impl CallerPeer {
             level,
             logs,
             overflowed: notices.overflowed.clone(),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(REQUESTS_IN_FLIGHT)),
         };
         (caller, notices)
     }
@@ -157,6 +164,15 @@ impl ClientChannel for CallerPeer {
                 ),
             ));
         }
+        let Ok(_room) = self.in_flight.clone().try_acquire_owned() else {
+            return Err(ClientError::new(
+                ClientError::INVALID_REQUEST,
+                format!(
+                    "this call already has {REQUESTS_IN_FLIGHT} requests waiting on the client; {} refused",
+                    request.method()
+                ),
+            ));
+        };
         let invalid = |e: serde_json::Error| {
             ClientError::new(
                 ClientError::INVALID_PARAMS,
