@@ -576,7 +576,7 @@ async fn a_call_relays_what_its_upstream_says_at_a_bounded_rate() {
     assert_eq!(
         warned[0]["params"]["data"],
         format!(
-            "toolgate did not relay {} log messages of this call: over 100 a second",
+            "toolgate did not relay {} log messages of this call: it relays at most 100 a second, and queues at most 64 for a client that is behind",
             SAID - relayed
         )
     );

@@ -374,7 +374,7 @@ impl CallNotices {
             let mut note = LoggingMessageNotificationParam::new(
                 LoggingLevel::Warning,
                 Value::String(format!(
-                    "toolgate did not relay {dropped} log messages of this call: over {LOGS_PER_SEC} a second"
+                    "toolgate did not relay {dropped} log messages of this call: it relays at most {LOGS_PER_SEC} a second, and queues at most {LOG_BACKLOG} for a client that is behind"
                 )),
             );
             note.logger = Some("toolgate".to_owned());
