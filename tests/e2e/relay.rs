@@ -526,20 +526,7 @@ async fn what_an_upstream_says_before_its_result_arrives_before_it() {
 /// sent. Before, one call's progress reached its client at 54,000 a second.
 #[tokio::test]
 async fn a_call_relays_what_its_upstream_says_at_a_bounded_rate() {
-    let dir = sdk_clients();
-    let gw = Gateway::start_with(|c| {
-        c.upstreams = vec![
-            serde_json::from_value(json!({
-                "name": "chatter",
-                "command": "python3",
-                "args": [dir.join("chatter_server.py")],
-                "relay_unattributed": true,
-            }))
-            .expect("an upstream entry"),
-        ];
-    })
-    .await;
-    listed_once(&gw, "chatter__chatter").await;
+    let gw = chatter().await;
     const SAID: u64 = 1000;
     let started = std::time::Instant::now();
     let messages = post_stateless(
@@ -600,20 +587,7 @@ async fn a_call_relays_what_its_upstream_says_at_a_bounded_rate() {
 /// the client, each a task waiting on a person or a model.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_has_at_most_eight_requests_waiting_on_its_client() {
-    let dir = sdk_clients();
-    let gw = Gateway::start_with(|c| {
-        c.upstreams = vec![
-            serde_json::from_value(json!({
-                "name": "chatter",
-                "command": "python3",
-                "args": [dir.join("chatter_server.py")],
-                "relay_unattributed": true,
-            }))
-            .expect("an upstream entry"),
-        ];
-    })
-    .await;
-    listed_once(&gw, "chatter__chatter").await;
+    let gw = chatter().await;
     let (alice, _) = client(&gw, "alice", Duration::from_millis(300)).await;
     let done = alice
         .call_tool(call("chatter__chatter", json!({"samples": 50})))
@@ -631,4 +605,24 @@ async fn a_call_has_at_most_eight_requests_waiting_on_its_client() {
     assert_eq!(answered + refused, 50, "{said}");
     alice.cancel().await.expect("close");
     gw.stop().await;
+}
+
+/// A gateway relaying to its one call in flight what `tests/clients/chatter_server.py`
+/// says, once that upstream's tool is listed.
+async fn chatter() -> Gateway {
+    let dir = sdk_clients();
+    let gw = Gateway::start_with(|c| {
+        c.upstreams = vec![
+            serde_json::from_value(json!({
+                "name": "chatter",
+                "command": "python3",
+                "args": [dir.join("chatter_server.py")],
+                "relay_unattributed": true,
+            }))
+            .expect("an upstream entry"),
+        ];
+    })
+    .await;
+    listed_once(&gw, "chatter__chatter").await;
+    gw
 }

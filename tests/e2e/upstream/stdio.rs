@@ -350,25 +350,8 @@ async fn an_upstream_whose_tools_change_is_listed_again() {
 /// second on one busy core.
 #[tokio::test]
 async fn an_upstream_announcing_changes_without_end_is_listed_at_most_once_a_second() {
-    let dir = sdk_clients();
-    let script = dir.join("relisting_server.py").display().to_string();
-    let counted = tempfile::NamedTempFile::new().expect("count file");
-    let count_path = counted.path().display().to_string();
-    let gw = Gateway::start_with(|c| {
-        let mut relisting = upstream("relisting", "python3", &[&script]);
-        relisting.env.insert(
-            "RELIST_COUNT".into(),
-            serde_json::from_value(json!(count_path)).expect("secret"),
-        );
-        c.upstreams = vec![relisting];
-    })
-    .await;
-    let listings = || {
-        std::fs::read_to_string(counted.path())
-            .ok()
-            .and_then(|n| n.trim().parse::<u32>().ok())
-            .unwrap_or(0)
-    };
+    let (gw, counted) = counting("relisting", "relisting_server.py", "RELIST_COUNT").await;
+    let listings = || counted.count();
     let names = listed_once(&gw, "relisting__ping").await;
     assert!(names.iter().any(|n| n == "relisting__ping"), "never listed");
     let first = std::time::Instant::now();
@@ -376,7 +359,7 @@ async fn an_upstream_announcing_changes_without_end_is_listed_at_most_once_a_sec
     let (n, seconds) = (listings(), first.elapsed().as_secs_f64());
     // One at the start, then one a second at the most.
     assert!(
-        f64::from(n) <= seconds + 2.0,
+        n as f64 <= seconds + 2.0,
         "listed {n} times in {seconds:.1} s"
     );
     assert!(n >= 2, "the announced change was never listed: {n}");
@@ -391,25 +374,8 @@ async fn an_upstream_announcing_changes_without_end_is_listed_at_most_once_a_sec
 /// child wrote, on 1.4 of its 2 cores.
 #[tokio::test]
 async fn an_upstream_flooding_notifications_is_read_at_a_bounded_rate() {
-    let dir = sdk_clients();
-    let script = dir.join("chatter_server.py").display().to_string();
-    let counted = tempfile::NamedTempFile::new().expect("count file");
-    let count_path = counted.path().display().to_string();
-    let gw = Gateway::start_with(|c| {
-        let mut chatter = upstream("chatter", "python3", &[&script]);
-        chatter.env.insert(
-            "CHATTER_FLOOD".into(),
-            serde_json::from_value(json!(count_path)).expect("secret"),
-        );
-        c.upstreams = vec![chatter];
-    })
-    .await;
-    let written = || {
-        std::fs::read_to_string(counted.path())
-            .ok()
-            .and_then(|n| n.trim().parse::<u64>().ok())
-            .unwrap_or(0)
-    };
+    let (gw, counted) = counting("chatter", "chatter_server.py", "CHATTER_FLOOD").await;
+    let written = || counted.count();
     listed_once(&gw, "chatter__chatter").await;
     let (before, first) = (written(), std::time::Instant::now());
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -430,25 +396,8 @@ async fn an_upstream_flooding_notifications_is_read_at_a_bounded_rate() {
 /// pages for ever and kept every one.
 #[tokio::test]
 async fn an_upstream_listing_without_end_is_read_to_a_bound_then_refused() {
-    let dir = sdk_clients();
-    let script = dir.join("chatter_server.py").display().to_string();
-    let counted = tempfile::NamedTempFile::new().expect("count file");
-    let count_path = counted.path().display().to_string();
-    let gw = Gateway::start_with(|c| {
-        let mut endless = upstream("endless", "python3", &[&script]);
-        endless.env.insert(
-            "CHATTER_ENDLESS_LIST".into(),
-            serde_json::from_value(json!(count_path)).expect("secret"),
-        );
-        c.upstreams = vec![endless];
-    })
-    .await;
-    let pages = || {
-        std::fs::read_to_string(counted.path())
-            .ok()
-            .and_then(|n| n.trim().parse::<u64>().ok())
-            .unwrap_or(0)
-    };
+    let (gw, counted) = counting("endless", "chatter_server.py", "CHATTER_ENDLESS_LIST").await;
+    let pages = || counted.count();
     // Page 11 takes the list past 10,000 tools; no page is asked for after it.
     for _ in 0..100 {
         if pages() >= 11 {
@@ -610,4 +559,35 @@ async fn server_filesystem_over_stdio() {
     assert_eq!(status, 502, "{problem}");
     assert_eq!(problem["type"], "urn:toolgate:error:upstream", "{problem}");
     gw.stop().await;
+}
+
+/// A count a fixture keeps in a file of its own (`tests/clients/*.py`, standard library
+/// only): listings made, notifications written, pages asked for.
+struct Counted(tempfile::NamedTempFile);
+
+impl Counted {
+    fn count(&self) -> u64 {
+        std::fs::read_to_string(self.0.path())
+            .ok()
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+/// A gateway with one stdio upstream `name`, the test clients' `script` run by the
+/// system's python3, told by `var` where to keep its count.
+async fn counting(name: &str, script: &str, var: &str) -> (Gateway, Counted) {
+    let script = sdk_clients().join(script).display().to_string();
+    let counted = Counted(tempfile::NamedTempFile::new().expect("count file"));
+    let count_path = counted.0.path().display().to_string();
+    let gw = Gateway::start_with(|c| {
+        let mut entry = upstream(name, "python3", &[&script]);
+        entry.env.insert(
+            var.into(),
+            serde_json::from_value(json!(count_path)).expect("secret"),
+        );
+        c.upstreams = vec![entry];
+    })
+    .await;
+    (gw, counted)
 }
