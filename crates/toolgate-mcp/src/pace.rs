@@ -11,7 +11,9 @@ const SECOND: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub(crate) struct PerSecond {
     limit: u32,
-    started: Instant,
+    /// When the current second started; none before the first count, so that making a
+    /// budget (one per MCP call) reads no clock.
+    started: Option<Instant>,
     passed: u32,
 }
 
@@ -19,7 +21,7 @@ impl PerSecond {
     pub(crate) fn new(limit: u32) -> Self {
         Self {
             limit,
-            started: Instant::now(),
+            started: None,
             passed: 0,
         }
     }
@@ -36,14 +38,19 @@ impl PerSecond {
 
     /// When this second's budget is spent: the instant the next one starts.
     pub(crate) fn spent_until(&mut self, now: Instant) -> Option<Instant> {
-        self.roll(now);
-        (self.passed >= self.limit).then(|| self.started + SECOND)
+        let started = self.roll(now);
+        (self.passed >= self.limit).then_some(started + SECOND)
     }
 
-    fn roll(&mut self, now: Instant) {
-        if now.saturating_duration_since(self.started) >= SECOND {
-            self.started = now;
-            self.passed = 0;
+    /// Starts a new second at `now` once the current one is over (or none has started);
+    /// when the current one started.
+    fn roll(&mut self, now: Instant) -> Instant {
+        match self.started {
+            Some(started) if now.saturating_duration_since(started) < SECOND => started,
+            _ => {
+                self.passed = 0;
+                *self.started.insert(now)
+            }
         }
     }
 }

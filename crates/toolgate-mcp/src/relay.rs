@@ -99,7 +99,7 @@ pub struct CallerPeer {
     /// Log messages that found the queue full, for [`CallNotices`] to count as dropped.
     overflowed: Arc<AtomicU64>,
     /// Room for the requests waiting on the client ([`REQUESTS_IN_FLIGHT`]).
-    in_flight: Arc<tokio::sync::Semaphore>,
+    in_flight: tokio::sync::Semaphore,
 }
 
 impl CallerPeer {
@@ -125,7 +125,7 @@ impl CallerPeer {
             level,
             logs,
             overflowed: notices.overflowed.clone(),
-            in_flight: Arc::new(tokio::sync::Semaphore::new(REQUESTS_IN_FLIGHT)),
+            in_flight: tokio::sync::Semaphore::new(REQUESTS_IN_FLIGHT),
         };
         (caller, notices)
     }
@@ -164,7 +164,7 @@ impl ClientChannel for CallerPeer {
                 ),
             ));
         }
-        let Ok(_room) = self.in_flight.clone().try_acquire_owned() else {
+        let Ok(_room) = self.in_flight.try_acquire() else {
             return Err(ClientError::new(
                 ClientError::INVALID_REQUEST,
                 format!(
@@ -338,7 +338,11 @@ impl CallNotices {
     pub async fn drive<F: Future>(&mut self, call: F) -> F::Output {
         let mut call = std::pin::pin!(call);
         loop {
-            let held = self.pace.held_until(Instant::now());
+            // A call that reports nothing over the budget reads no clock here.
+            let held = match self.pace.held {
+                Some(_) => self.pace.held_until(Instant::now()),
+                None => None,
+            };
             tokio::select! {
                 out = &mut call => {
                     self.finish().await;
