@@ -539,6 +539,23 @@ pub trait UpstreamStore: Backend {
         upstream: Uuid,
         principal: PrincipalId,
     ) -> Result<bool, Self::Error>;
+
+    /// Every principal's own (sealed) credential, across tenants (for re-sealing them
+    /// under a new key): tenant, upstream, principal and the sealed value.
+    async fn personal_credentials(
+        &self,
+    ) -> Result<Vec<(TenantId, Uuid, PrincipalId, Vec<u8>)>, Self::Error>;
+
+    /// Replaces a sealed value with `new` if it still is `old`: upstream `upstream`'s
+    /// own credentials, or with `principal` that principal's own. Whether it was replaced.
+    async fn replace_sealed(
+        &self,
+        tenant: TenantId,
+        upstream: Uuid,
+        principal: Option<PrincipalId>,
+        old: &[u8],
+        new: &[u8],
+    ) -> Result<bool, Self::Error>;
 }
 
 /// One tool's pinned definition, and a changed one waiting for a person.

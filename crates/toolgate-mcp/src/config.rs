@@ -276,6 +276,10 @@ pub struct TenantUpstreamsConfig {
     pub key: Option<Secret>,
     /// `<data_dir>/upstream-credentials-key` when unset.
     pub key_file: Option<PathBuf>,
+    /// Keys being rotated out (64 hex digits each): credentials they sealed still open,
+    /// new ones are sealed with `key`. `toolgate upstreams reseal` seals what they hold
+    /// with `key`; then remove them.
+    pub previous_keys: Vec<Secret>,
     /// Accept `http://` URLs (otherwise HTTPS only).
     pub allow_http: bool,
     /// Non-public networks tenants' upstreams may be on, as CIDRs; empty by default:
@@ -299,6 +303,7 @@ impl Default for TenantUpstreamsConfig {
             enabled: true,
             key: None,
             key_file: None,
+            previous_keys: Vec::new(),
             allow_http: false,
             allowed_networks: Vec::new(),
             ca_file: None,
@@ -419,6 +424,14 @@ impl TenantUpstreamsConfig {
                 "key".into(),
                 "must be 64 hex digits (32 bytes), e.g. from `openssl rand -hex 32`".into(),
             ));
+        }
+        for (i, key) in self.previous_keys.iter().enumerate() {
+            if settings::hex_key(key.expose()).is_none() {
+                problems.push((
+                    format!("previous_keys[{i}]"),
+                    "must be 64 hex digits".into(),
+                ));
+            }
         }
         if self.sync_secs == 0 || self.max_timeout_secs == 0 {
             problems.push((

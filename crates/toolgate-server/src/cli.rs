@@ -1,5 +1,6 @@
 //! Admin subcommands that work on the configured store directly: `migrate`, `tenants`,
-//! `keys`, `audit verify`. They print what they did; secrets only when just created.
+//! `keys`, `audit verify`, `upstreams reseal`. They print what they did; secrets only
+//! when just created.
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
@@ -68,6 +69,15 @@ pub enum AuditCommand {
     },
     /// Print the public half of the deployment's audit signing key and its id.
     PublicKey,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UpstreamsCommand {
+    /// Seal every stored upstream credential (tenant upstreams' and principals' own)
+    /// that a key in `tenant_upstreams.previous_keys` opens again with
+    /// `tenant_upstreams.key`. Fails while any credential opens with no configured key
+    /// or changed while it ran; once it succeeds, the previous keys can be removed.
+    Reseal,
 }
 
 /// The configured store, migrated.
@@ -222,6 +232,47 @@ pub async fn audit(config: &Config, command: AuditCommand) -> anyhow::Result<()>
             match store.verify_audit(t.id, key.as_ref(), &exported).await? {
                 None => println!("ok: {rows} rows of tenant {name:?} verify"),
                 Some(broken) => bail!("{broken}"),
+            }
+        }
+    }
+    Ok(())
+}
+
+pub async fn upstreams(config: &Config, command: UpstreamsCommand) -> anyhow::Result<()> {
+    match command {
+        UpstreamsCommand::Reseal => {
+            // Never a new key: one made now would open nothing stored.
+            if config.tenant_upstreams.key.is_none() && !config.upstream_key_file().exists() {
+                bail!(
+                    "no current key: tenant_upstreams.key is unset and {} does not exist",
+                    config.upstream_key_file().display()
+                );
+            }
+            let settings = config.tenant_upstream_settings()?;
+            let sealer = toolgate_mcp::tenant_upstreams::Sealer::rotating(
+                &settings.key,
+                &settings.previous_keys,
+            );
+            let store = open_store(config).await?;
+            let done = toolgate_mcp::tenant_upstreams::reseal_all(&store, &sealer).await?;
+            println!(
+                "resealed {} credentials with the current key; {} already were",
+                done.resealed, done.current
+            );
+            for what in &done.unopened {
+                eprintln!("opens with no configured key: {what}");
+            }
+            if done.changed_meanwhile > 0 {
+                bail!(
+                    "{} credentials changed while this ran: run it again",
+                    done.changed_meanwhile
+                );
+            }
+            if !done.unopened.is_empty() {
+                bail!(
+                    "{} credentials open with no configured key (listed above): keep the previous keys until they are sent again or deleted",
+                    done.unopened.len()
+                );
             }
         }
     }

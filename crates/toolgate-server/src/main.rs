@@ -69,6 +69,13 @@ enum Command {
         #[command(subcommand)]
         command: toolgate_server::cli::AuditCommand,
     },
+    /// Manage tenant upstreams' stored credentials.
+    Upstreams {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[command(subcommand)]
+        command: toolgate_server::cli::UpstreamsCommand,
+    },
     /// Internal: confine this process and exec a command (started by execute_command).
     #[command(name = "sandbox-exec", hide = true)]
     SandboxExec {
@@ -170,6 +177,9 @@ async fn run(command: Command) -> anyhow::Result<()> {
         }
         Command::Audit { store, command } => {
             toolgate_server::cli::audit(&store.load()?, command).await
+        }
+        Command::Upstreams { store, command } => {
+            toolgate_server::cli::upstreams(&store.load()?, command).await
         }
         Command::SandboxExec { .. } => anyhow::bail!("sandbox-exec runs before the runtime starts"),
     }

@@ -261,6 +261,59 @@ macro_rules! upstream_store {
                 Ok(done.rows_affected() == 1)
             }
 
+            /// Every principal's own sealed credential, across tenants.
+            pub async fn personal_credentials(
+                &self,
+            ) -> Result<Vec<(TenantId, Uuid, PrincipalId, Vec<u8>)>, StoreError> {
+                let rows: Vec<(String, String, String, Vec<u8>)> = sqlx::query_as(sql(format!(
+                    "select tenant_id{t}, upstream_id{t}, principal_id{t}, credentials from principal_credential",
+                    t = $t
+                )))
+                .fetch_all(&self.$cross)
+                .await?;
+                rows.into_iter()
+                    .map(|(tenant, upstream, principal, sealed)| {
+                        Ok((TenantId(uuid(&tenant)?), uuid(&upstream)?, PrincipalId(uuid(&principal)?), sealed))
+                    })
+                    .collect()
+            }
+
+            /// Replaces a sealed value with `new` where it still is `old`: the upstream's
+            /// own credentials, or with `principal` that principal's own. Neither the
+            /// upstream's revision nor its time moves: what the credentials say is the same.
+            pub async fn replace_sealed(
+                &self,
+                tenant: TenantId,
+                upstream: Uuid,
+                principal: Option<PrincipalId>,
+                old: &[u8],
+                new: &[u8],
+            ) -> Result<bool, StoreError> {
+                let mut tx = self.tenant_tx(tenant).await?;
+                let query = match principal {
+                    None => sqlx::query(sql(format!(
+                        "update tenant_upstream set credentials = $4 \
+                         where tenant_id = $1{u} and upstream_id = $2{u} and $3 = '' and credentials = $5",
+                        u = $u
+                    ))),
+                    Some(_) => sqlx::query(sql(format!(
+                        "update principal_credential set credentials = $4 \
+                         where tenant_id = $1{u} and upstream_id = $2{u} and principal_id = $3{u} and credentials = $5",
+                        u = $u
+                    ))),
+                };
+                let done = query
+                    .bind(tenant.to_string())
+                    .bind(upstream.to_string())
+                    .bind(principal.map(|p| p.to_string()).unwrap_or_default())
+                    .bind(new)
+                    .bind(old)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(done.rows_affected() == 1)
+            }
+
             /// Every tenant's upstreams' ids and revisions: what an instance checks its
             /// supervisors against (without reading every document each time).
             pub async fn upstream_revisions(&self) -> Result<Vec<(Uuid, i64)>, StoreError> {
@@ -381,6 +434,23 @@ impl toolgate_core::stores::UpstreamStore for Store {
         principal: PrincipalId,
     ) -> Result<bool, StoreError> {
         dispatch!(self, s => s.delete_personal_credential(tenant, upstream, principal).await)
+    }
+
+    async fn personal_credentials(
+        &self,
+    ) -> Result<Vec<(TenantId, Uuid, PrincipalId, Vec<u8>)>, StoreError> {
+        dispatch!(self, s => s.personal_credentials().await)
+    }
+
+    async fn replace_sealed(
+        &self,
+        tenant: TenantId,
+        upstream: Uuid,
+        principal: Option<PrincipalId>,
+        old: &[u8],
+        new: &[u8],
+    ) -> Result<bool, StoreError> {
+        dispatch!(self, s => s.replace_sealed(tenant, upstream, principal, old, new).await)
     }
 
     /// Every upstream's id and revision, across tenants.

@@ -179,3 +179,176 @@ async fn each_principal_calls_an_upstream_with_its_own_credential() {
     gw.stop().await;
     upstream.stop().await;
 }
+
+/// The sealing key's replacement.
+const NEW_KEY: &str = "0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9";
+
+/// Rotating `tenant_upstreams.key`: what the old key sealed (an upstream's credential and
+/// a principal's own) opens while the old key is in `previous_keys`; `toolgate upstreams
+/// reseal` seals it all with the new key, and the old key can then go. A new key alone
+/// (all there was before `previous_keys`) leaves the upstream failed.
+#[tokio::test]
+async fn the_sealing_key_rotates_without_losing_credentials() {
+    let upstream = Gateway::start().await;
+    let mut keys = Vec::new();
+    for name in ["lister", "ann-at-upstream"] {
+        let (_, _, who) = upstream
+            .post("/v1/principals", json!({"name": name, "roles": ["member"]}))
+            .await;
+        let (_, _, key) = upstream
+            .post("/v1/keys", json!({"name": name, "principal_id": who["id"]}))
+            .await;
+        keys.push(key["secret"].as_str().expect("secret").to_owned());
+    }
+    let dir = tempfile::tempdir().expect("data dir");
+    let keyed = |current: &'static str, previous: &'static [&'static str]| {
+        let data = dir.path().to_path_buf();
+        move |c: &mut Config| {
+            loopback(c);
+            c.data_dir = data;
+            c.tenant_upstreams.key = Some(Secret::new(current));
+            c.tenant_upstreams.previous_keys = previous.iter().map(|k| Secret::new(*k)).collect();
+        }
+    };
+    let ann_calls = |gw: &Gateway, ann: &reqwest::Client| {
+        let (ann, url) = (ann.clone(), gw.url("/v1/tools/peer__echo/invoke"));
+        async move {
+            let body = json!({"arguments": {"message": "from ann"}});
+            send(&ann, reqwest::Method::POST, url, Some(body)).await
+        }
+    };
+
+    let gw = Gateway::start_with(keyed(KEY, &[])).await;
+    let (status, created) = send(
+        &gw.http,
+        reqwest::Method::POST,
+        gw.url("/v1/upstreams"),
+        Some(
+            json!({"name": "peer", "url": upstream.url("/mcp"), "bearer": keys[0],
+                    "personal_credentials": true}),
+        ),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let (_, _, who) = gw
+        .post(
+            "/v1/principals",
+            json!({"name": "ann", "roles": ["member"]}),
+        )
+        .await;
+    let (_, _, key) = gw
+        .post(
+            "/v1/keys",
+            json!({"name": "ann", "principal_id": who["id"]}),
+        )
+        .await;
+    let ann = client_with_key(key["secret"].as_str().expect("secret"));
+    let (status, stored) = send(
+        &ann,
+        reqwest::Method::PUT,
+        gw.url("/v1/upstreams/peer/credentials"),
+        Some(json!({"bearer": keys[1]})),
+    )
+    .await;
+    assert_eq!(status, 200, "{stored}");
+    until_tools(&gw.http, &gw, "peer's tools", |n| {
+        n.contains(&"peer__echo".to_owned())
+    })
+    .await;
+    let (status, body) = ann_calls(&gw, &ann).await;
+    assert_eq!(status, 200, "{body}");
+    gw.stop().await;
+
+    // A new key alone opens nothing the old one sealed.
+    let gw = Gateway::start_with(keyed(NEW_KEY, &[])).await;
+    let mut seen = Value::Null;
+    for _ in 0..100 {
+        let (_, _, view) = gw.get("/v1/upstreams/peer").await;
+        seen = view["status"].clone();
+        if seen["state"] != "starting" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(seen["state"], "failed", "{seen}");
+    assert!(
+        seen["last_error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("do not open"),
+        "{seen}"
+    );
+    gw.stop().await;
+
+    // The new key with the old one as previous: everything opens; reseal moves it all.
+    let gw = Gateway::start_with(keyed(NEW_KEY, &[KEY])).await;
+    until_tools(&gw.http, &gw, "peer's tools with the previous key", |n| {
+        n.contains(&"peer__echo".to_owned())
+    })
+    .await;
+    let (status, body) = ann_calls(&gw, &ann).await;
+    assert_eq!(status, 200, "ann's own credential opens: {body}");
+    let reseal = |current: &str, previous: &[&str]| {
+        let file = dir.path().join("rotate.toml");
+        let previous: Vec<String> = previous.iter().map(|k| format!("{k:?}")).collect();
+        std::fs::write(
+            &file,
+            format!(
+                "[tenant_upstreams]\nkey = {current:?}\nprevious_keys = [{}]\n",
+                previous.join(", ")
+            ),
+        )
+        .expect("config");
+        let data = dir.path().to_path_buf();
+        async move {
+            let out = tokio::process::Command::new(toolgate_e2e::toolgate_binary())
+                .args(["upstreams", "reseal", "--config"])
+                .arg(&file)
+                .arg("--data-dir")
+                .arg(data)
+                .env_remove("DATABASE_URL")
+                .stdin(std::process::Stdio::null())
+                .output()
+                .await
+                .expect("run toolgate upstreams reseal");
+            let said = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            (out.status.success(), said)
+        }
+    };
+    let (ok, said) = reseal(NEW_KEY, &[KEY]).await;
+    assert!(ok, "{said}");
+    assert!(said.contains("resealed 2 credentials"), "{said}");
+    let (ok, said) = reseal(NEW_KEY, &[KEY]).await;
+    assert!(
+        ok && said.contains("resealed 0 credentials") && said.contains("2 already were"),
+        "{said}"
+    );
+    assert!(
+        !said.contains(&keys[0]) && !said.contains(&keys[1]),
+        "{said}"
+    );
+    gw.stop().await;
+
+    // The old key alone opens none of it now, and says which.
+    let (ok, said) = reseal(KEY, &[]).await;
+    assert!(!ok, "{said}");
+    assert!(
+        said.contains("upstream peer") && said.contains("principal"),
+        "{said}"
+    );
+
+    // The new key alone: the upstream and ann's own credential work.
+    let gw = Gateway::start_with(keyed(NEW_KEY, &[])).await;
+    until_tools(&gw.http, &gw, "peer's tools with the new key alone", |n| {
+        n.contains(&"peer__echo".to_owned())
+    })
+    .await;
+    let (status, body) = ann_calls(&gw, &ann).await;
+    assert_eq!(status, 200, "{body}");
+    gw.stop().await;
+    upstream.stop().await;
+}

@@ -29,7 +29,7 @@ use toolgate_core::{Owner, Registry, TenantId};
 use toolgate_tools::egress::Egress;
 use uuid::Uuid;
 
-pub use sealing::{Credentials, Personals, Sealer};
+pub use sealing::{Credentials, Personals, Resealed, Rotation, Sealer, reseal_all};
 
 use crate::catalog::Catalog;
 use crate::upstream::{self, Status, UpstreamConfig, UpstreamTransport};
@@ -117,6 +117,8 @@ pub enum Seen {
 pub struct Settings {
     /// The key credentials are sealed with (shared by every instance).
     pub key: [u8; 32],
+    /// Keys being rotated out: what they sealed still opens.
+    pub previous_keys: Vec<[u8; 32]>,
     pub allow_http: bool,
     pub allowed_networks: Vec<ipnet::IpNet>,
     /// PEM certificates trusted besides the system's roots.
@@ -160,7 +162,7 @@ impl<S: UpstreamStore + Clone> TenantUpstreams<S> {
         shutdown: CancellationToken,
         vetting: crate::vetting::Vetting,
     ) -> anyhow::Result<Self> {
-        let sealer = Arc::new(Sealer::new(&settings.key));
+        let sealer = Arc::new(Sealer::rotating(&settings.key, &settings.previous_keys));
         let egress = Arc::new(Egress {
             allow_http: settings.allow_http,
             allowed_networks: settings.allowed_networks,
@@ -361,7 +363,7 @@ impl<S: UpstreamStore + Clone> TenantUpstreams<S> {
                 .sealer
                 .open(record.tenant, &record.name, &stored.url, sealed)
                 .ok_or(
-                    "its credentials do not open with this gateway's key (tenant_upstreams.key)",
+                    "its credentials do not open with this gateway's keys (tenant_upstreams.key, previous_keys)",
                 )?,
         };
         let personal_url = stored.url.clone();

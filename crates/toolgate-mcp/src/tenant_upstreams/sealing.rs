@@ -167,17 +167,40 @@ impl Credentials {
     }
 }
 
-/// Seals and opens credentials.
+/// Seals and opens credentials: seals with the current key, opens with it or with any
+/// previous key still configured (a key being rotated out, until [`reseal_all`] has
+/// moved every value to the current one).
 pub struct Sealer {
-    key: LessSafeKey,
+    /// The current key first.
+    keys: Vec<LessSafeKey>,
     random: SystemRandom,
+}
+
+/// What sealing one stored value again came to.
+#[derive(Debug, PartialEq)]
+pub enum Resealed {
+    /// It opens with the current key already.
+    Current,
+    /// It opened with a previous key: the same credentials, sealed with the current one.
+    Sealed(Vec<u8>),
+    /// No configured key opens it (or it is not bound to this tenant, name and URL).
+    Unopened,
 }
 
 impl Sealer {
     pub fn new(key: &[u8; 32]) -> Self {
-        let key = UnboundKey::new(&CHACHA20_POLY1305, key).expect("a 32-byte key fits ChaCha20");
+        Self::rotating(key, &[])
+    }
+
+    /// Seals with `current`; opens with it or any of `previous`.
+    pub fn rotating(current: &[u8; 32], previous: &[[u8; 32]]) -> Self {
+        let key = |bytes: &[u8; 32]| {
+            LessSafeKey::new(
+                UnboundKey::new(&CHACHA20_POLY1305, bytes).expect("a 32-byte key fits ChaCha20"),
+            )
+        };
         Self {
-            key: LessSafeKey::new(key),
+            keys: std::iter::once(current).chain(previous).map(key).collect(),
             random: SystemRandom::new(),
         }
     }
@@ -186,7 +209,7 @@ impl Sealer {
         format!("toolgate upstream credentials\0{tenant}\0{name}\0{url}").into_bytes()
     }
 
-    /// `version || nonce || ciphertext || tag`.
+    /// `version || nonce || ciphertext || tag`, under the current key.
     pub fn seal(
         &self,
         tenant: TenantId,
@@ -199,7 +222,7 @@ impl Sealer {
             .fill(&mut nonce)
             .map_err(|_| anyhow::anyhow!("the system's random source failed"))?;
         let mut body = serde_json::to_vec(credentials)?;
-        self.key
+        self.keys[0]
             .seal_in_place_append_tag(
                 Nonce::assume_unique_for_key(nonce),
                 Aad::from(Self::context(tenant, name, url)),
@@ -213,8 +236,8 @@ impl Sealer {
         Ok(sealed)
     }
 
-    /// `None` when the value was sealed under another key, or for another tenant, name
-    /// or URL, or was altered.
+    /// `None` when the value was sealed under none of the configured keys, or for
+    /// another tenant, name or URL, or was altered.
     pub fn open(
         &self,
         tenant: TenantId,
@@ -222,23 +245,125 @@ impl Sealer {
         url: &str,
         sealed: &[u8],
     ) -> Option<Credentials> {
+        self.opened(tenant, name, url, sealed).map(|(c, _)| c)
+    }
+
+    /// The credentials and the position of the key that opened them (0: the current).
+    fn opened(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        url: &str,
+        sealed: &[u8],
+    ) -> Option<(Credentials, usize)> {
         let (&version, rest) = sealed.split_first()?;
         if version != SEALED_V1 || rest.len() < NONCE_LEN {
             return None;
         }
         let (nonce, body) = rest.split_at(NONCE_LEN);
-        let nonce = Nonce::try_assume_unique_for_key(nonce).ok()?;
-        let mut body = body.to_vec();
-        let plain = self
-            .key
-            .open_in_place(
-                nonce,
-                Aad::from(Self::context(tenant, name, url)),
-                &mut body,
-            )
-            .ok()?;
-        serde_json::from_slice(plain).ok()
+        let context = Self::context(tenant, name, url);
+        self.keys.iter().enumerate().find_map(|(at, key)| {
+            let nonce = Nonce::try_assume_unique_for_key(nonce).ok()?;
+            let mut body = body.to_vec();
+            let plain = key
+                .open_in_place(nonce, Aad::from(&context), &mut body)
+                .ok()?;
+            Some((serde_json::from_slice(plain).ok()?, at))
+        })
     }
+
+    /// `sealed`, sealed again with the current key when a previous key opens it.
+    pub fn reseal(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        url: &str,
+        sealed: &[u8],
+    ) -> anyhow::Result<Resealed> {
+        Ok(match self.opened(tenant, name, url, sealed) {
+            None => Resealed::Unopened,
+            Some((_, 0)) => Resealed::Current,
+            Some((credentials, _)) => {
+                Resealed::Sealed(self.seal(tenant, name, url, &credentials)?)
+            }
+        })
+    }
+}
+
+/// What [`reseal_all`] did, by count; `unopened` names each value no key opened
+/// (tenant, upstream and, for a principal's own, the principal), never its content.
+#[derive(Debug, Default)]
+pub struct Rotation {
+    pub resealed: usize,
+    pub current: usize,
+    /// Changed by someone else between the read and the write: run it again.
+    pub changed_meanwhile: usize,
+    pub unopened: Vec<String>,
+}
+
+/// Seals every stored credential (tenant upstreams' and principals' own) that a previous
+/// key opens again with the current key, each written only if it is still the value that
+/// was read: a credential replaced meanwhile is left as its writer made it. Once it
+/// reports nothing unopened and nothing changed meanwhile, the previous keys can go.
+pub async fn reseal_all<S: UpstreamStore>(store: &S, sealer: &Sealer) -> anyhow::Result<Rotation> {
+    let mut done = Rotation::default();
+    let mut upstreams = HashMap::new();
+    for (id, _) in store.upstream_revisions().await? {
+        if let Some(record) = store.upstream_by_id(id).await? {
+            upstreams.insert(id, record);
+        }
+    }
+    let url = |record: &toolgate_core::stores::UpstreamRecord| {
+        serde_json::from_value::<super::UpstreamSettings>(record.config.clone())
+            .map(|s| s.url)
+            .ok()
+    };
+    let mut tally =
+        |outcome: Resealed, written: Option<bool>, what: String| match (outcome, written) {
+            (Resealed::Current, _) => done.current += 1,
+            (Resealed::Unopened, _) => done.unopened.push(what),
+            (Resealed::Sealed(_), Some(true)) => done.resealed += 1,
+            (Resealed::Sealed(_), _) => done.changed_meanwhile += 1,
+        };
+    for record in upstreams.values() {
+        let Some(sealed) = &record.credentials else {
+            continue;
+        };
+        let what = format!("tenant {} upstream {}", record.tenant, record.name);
+        let Some(url) = url(record) else {
+            tally(Resealed::Unopened, None, what);
+            continue;
+        };
+        let outcome = sealer.reseal(record.tenant, &record.name, &url, sealed)?;
+        let written = match &outcome {
+            Resealed::Sealed(new) => Some(
+                store
+                    .replace_sealed(record.tenant, record.id, None, sealed, new)
+                    .await?,
+            ),
+            _ => None,
+        };
+        tally(outcome, written, what);
+    }
+    for (tenant, upstream, principal, sealed) in store.personal_credentials().await? {
+        let what = format!("tenant {tenant} upstream {upstream} principal {principal}");
+        let Some((record, url)) = upstreams.get(&upstream).and_then(|r| Some((r, url(r)?))) else {
+            tally(Resealed::Unopened, None, what);
+            continue;
+        };
+        let name = Personals::<S>::sealed_as(&record.name, principal);
+        let outcome = sealer.reseal(tenant, &name, &url, &sealed)?;
+        let written = match &outcome {
+            Resealed::Sealed(new) => Some(
+                store
+                    .replace_sealed(tenant, upstream, Some(principal), &sealed, new)
+                    .await?,
+            ),
+            _ => None,
+        };
+        tally(outcome, written, what);
+    }
+    Ok(done)
 }
 
 #[cfg(test)]
@@ -286,5 +411,56 @@ mod tests {
                 .seal(tenant, "docs", url, &credentials())
                 .expect("seal")
         );
+    }
+
+    #[test]
+    fn a_rotated_key_opens_what_it_sealed_and_reseal_moves_it_to_the_current_key() {
+        let tenant = TenantId(Uuid::now_v7());
+        let url = "https://mcp.example.com/mcp";
+        let old = Sealer::new(&[7; 32]);
+        let sealed = old.seal(tenant, "docs", url, &credentials()).expect("seal");
+        // The key changed without a previous key: nothing opens (as before rotation).
+        assert!(
+            Sealer::new(&[9; 32])
+                .open(tenant, "docs", url, &sealed)
+                .is_none()
+        );
+        let rotating = Sealer::rotating(&[9; 32], &[[7; 32]]);
+        let opened = rotating.open(tenant, "docs", url, &sealed).expect("opens");
+        assert_eq!(opened.bearer.as_deref(), Some("s3cr3t"));
+        let Resealed::Sealed(moved) = rotating
+            .reseal(tenant, "docs", url, &sealed)
+            .expect("reseal")
+        else {
+            panic!("sealed again");
+        };
+        // Under the new key alone, still bound to its tenant, name and URL.
+        let new = Sealer::new(&[9; 32]);
+        assert_eq!(
+            new.open(tenant, "docs", url, &moved)
+                .expect("opens")
+                .headers["x-api-key"],
+            "hunter2"
+        );
+        assert!(new.open(tenant, "wiki", url, &moved).is_none());
+        assert!(old.open(tenant, "docs", url, &moved).is_none());
+        assert_eq!(
+            rotating
+                .reseal(tenant, "docs", url, &moved)
+                .expect("reseal"),
+            Resealed::Current
+        );
+        assert_eq!(
+            rotating
+                .reseal(tenant, "wiki", url, &sealed)
+                .expect("reseal"),
+            Resealed::Unopened
+        );
+        // New values are sealed with the current key.
+        let fresh = rotating
+            .seal(tenant, "docs", url, &credentials())
+            .expect("seal");
+        assert!(new.open(tenant, "docs", url, &fresh).is_some());
+        assert!(old.open(tenant, "docs", url, &fresh).is_none());
     }
 }

@@ -171,6 +171,12 @@ impl Config {
                 &self.upstream_key_file(),
                 "tenant_upstreams.key",
             )?,
+            // Checked by `problems`: one that is not a key cannot open anything.
+            previous_keys: tenant
+                .previous_keys
+                .iter()
+                .filter_map(|k| toolgate_core::settings::hex_key(k.expose()))
+                .collect(),
             allow_http: tenant.allow_http,
             allowed_networks: tenant.networks().map_err(anyhow::Error::msg)?,
             ca_file: tenant.ca_file.clone(),

@@ -134,6 +134,93 @@ async fn concurrent_upstream_creations_never_exceed_the_tenant_cap() {
     .await;
 }
 
+/// Re-sealing under a new key: every principal's own credential is read across tenants,
+/// and a sealed value is replaced only while it is still the one read, leaving the
+/// upstream's revision alone.
+#[tokio::test]
+async fn sealed_credentials_are_replaced_only_while_unchanged() {
+    on_both(|store| async move {
+        let mut made = Vec::new();
+        for name in ["reseal-a", "reseal-b"] {
+            let tenant = store.create_tenant(name).await.expect("tenant");
+            let ann = store
+                .create_principal(tenant.id, &member("ann"))
+                .await
+                .expect("principal")
+                .id;
+            let config = json!({"url": "https://mcp.example.com/mcp"});
+            let new = UpstreamWrite {
+                name: "docs",
+                config: &config,
+                credentials: Some(b"old"),
+            };
+            let upstream = store
+                .create_upstream(tenant.id, &new, ann, 16)
+                .await
+                .expect("create")
+                .id;
+            store
+                .put_personal_credential(tenant.id, upstream, ann, b"ann-old")
+                .await
+                .expect("put");
+            made.push((tenant.id, upstream, ann));
+        }
+        let mut all = store.personal_credentials().await.expect("all");
+        all.sort();
+        let mut want: Vec<_> = made
+            .iter()
+            .map(|&(t, u, p)| (t, u, p, b"ann-old".to_vec()))
+            .collect();
+        want.sort();
+        assert_eq!(all, want);
+
+        let (a, upstream, ann) = made[0];
+        let (b, _, _) = made[1];
+        let replace = |tenant, principal, old: &'static [u8], new: &'static [u8]| {
+            let store = store.clone();
+            async move {
+                store
+                    .replace_sealed(tenant, upstream, principal, old, new)
+                    .await
+                    .expect("replace")
+            }
+        };
+        assert!(
+            !replace(a, None, b"stale", b"new").await,
+            "not the value read"
+        );
+        assert!(
+            !replace(b, None, b"old", b"new").await,
+            "another tenant's upstream"
+        );
+        assert!(replace(a, None, b"old", b"new").await);
+        assert!(
+            !replace(a, None, b"old", b"newer").await,
+            "already replaced"
+        );
+        let read = store
+            .upstream_by_id(upstream)
+            .await
+            .expect("read")
+            .expect("there");
+        assert_eq!(
+            (read.credentials.as_deref(), read.revision),
+            (Some(&b"new"[..]), 1)
+        );
+        assert!(!replace(a, Some(ann), b"stale", b"ann-new").await);
+        assert!(replace(a, Some(ann), b"ann-old", b"ann-new").await);
+        assert_eq!(
+            store
+                .personal_credential(a, upstream, ann)
+                .await
+                .expect("read")
+                .as_deref(),
+            Some(&b"ann-new"[..])
+        );
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn postgres_row_level_security_hides_other_tenants_upstreams() {
     on_postgres(|store, _url| async move {
