@@ -57,10 +57,11 @@ pub enum AuditCommand {
         /// JSON lines from `toolgate audit checkpoints`.
         #[arg(long)]
         checkpoints: Option<std::path::PathBuf>,
-        /// The deployment's public key (64 hex digits), when this host does not hold its
-        /// signing key.
+        /// A public key (64 hex digits) checkpoints may be signed with; repeat it for
+        /// the keys a rotation replaced. Unset: the deployment's, when this host holds
+        /// its signing key, and `audit.previous_public_keys`.
         #[arg(long)]
-        public_key: Option<String>,
+        public_key: Vec<String>,
     },
     /// Print a tenant's signed checkpoints as JSON lines, for keeping off the host.
     Checkpoints {
@@ -205,16 +206,19 @@ pub async fn audit(config: &Config, command: AuditCommand) -> anyhow::Result<()>
             public_key,
         } => {
             let t = tenant(&store, &name).await?;
-            let key = match public_key {
-                Some(hex) => Some(
-                    toolgate_store::checkpoint::parse_public_key(&hex)
-                        .context("--public-key must be 64 hex digits of an Ed25519 key")?,
-                ),
-                // The deployment's key when this host holds it; never a new one.
-                None if config.audit.signing_key.is_some() || config.audit_key_file().exists() => {
-                    Some(config.audit_signer()?.public_key())
-                }
-                None => None,
+            // The keys named, or the deployment's (when this host holds it) and those
+            // it replaced.
+            let keys = if public_key.is_empty() {
+                config.audit_keys()?
+            } else {
+                public_key
+                    .iter()
+                    .map(|hex| {
+                        toolgate_store::checkpoint::parse_public_key(hex).with_context(|| {
+                            format!("--public-key {hex:?} must be 64 hex digits of an Ed25519 key")
+                        })
+                    })
+                    .collect::<anyhow::Result<_>>()?
             };
             let exported = match checkpoints {
                 Some(path) => std::fs::read_to_string(&path)
@@ -229,7 +233,7 @@ pub async fn audit(config: &Config, command: AuditCommand) -> anyhow::Result<()>
                 None => Vec::new(),
             };
             let rows = store.audit_chain(t.id).await?.len();
-            match store.verify_audit(t.id, key.as_ref(), &exported).await? {
+            match store.verify_audit(t.id, &keys, &exported).await? {
                 None => println!("ok: {rows} rows of tenant {name:?} verify"),
                 Some(broken) => bail!("{broken}"),
             }

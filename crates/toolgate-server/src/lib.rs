@@ -200,12 +200,7 @@ pub async fn build_with(
         },
         authenticator.clone(),
     ));
-    // The deployment's key when this host holds it (never a new one here).
-    let audit_key = if config.audit.signing_key.is_some() || config.audit_key_file().exists() {
-        Some(config.audit_signer()?.public_key())
-    } else {
-        None
-    };
+    let audit_keys = config.audit_keys()?;
     let decisions = Arc::new(toolgate_core::approvals::Decisions::new(
         approvals.clone(),
         audit.clone(),
@@ -232,7 +227,7 @@ pub async fn build_with(
         streams,
         admission,
         telemetry: telemetry.clone(),
-        audit_key,
+        audit_keys,
         mcp_sessions: Arc::default(),
         pins,
     });

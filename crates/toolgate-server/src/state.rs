@@ -40,9 +40,9 @@ pub struct Shared {
     pub admission: Arc<toolgate_core::limits::Admission>,
     /// Metrics: the instruments and their Prometheus exposition.
     pub telemetry: Arc<crate::metrics::Telemetry>,
-    /// The deployment's audit checkpoint key, when this host holds it: `POST
-    /// /v1/audit/verify` checks every checkpoint's signature against it.
-    pub audit_key: Option<toolgate_store::checkpoint::VerifyingKey>,
+    /// The deployment's audit checkpoint key, when this host holds it, then the keys it
+    /// replaced: `POST /v1/audit/verify` checks every checkpoint's signature against them.
+    pub audit_keys: Vec<toolgate_store::checkpoint::VerifyingKey>,
     /// MCP sessions live in memory on this instance.
     pub mcp_sessions: Arc<std::sync::atomic::AtomicUsize>,
     /// Pinned upstream tool definitions.

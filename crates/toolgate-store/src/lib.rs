@@ -381,16 +381,17 @@ impl Store {
     /// Walks a tenant's chain, then checks that it reaches the stored chain head; the
     /// first break, if any. (See [`Store::verify_audit`] for checkpoints too.)
     pub async fn verify_chain(&self, tenant: TenantId) -> Result<Option<ChainBreak>, StoreError> {
-        self.verify_audit(tenant, None, &[]).await
+        self.verify_audit(tenant, &[], &[]).await
     }
 
     /// [`Store::verify_chain`], and every checkpoint — the stored ones and `exported`
-    /// (kept off the host) — must name a row that is there with its hash; with `key`, each
-    /// must also carry its valid signature.
+    /// (kept off the host) — must name a row that is there with its hash; with `keys`
+    /// (the deployment's key, and those it replaced), each must also carry a valid
+    /// signature by one of them.
     pub async fn verify_audit(
         &self,
         tenant: TenantId,
-        key: Option<&ed25519_dalek::VerifyingKey>,
+        keys: &[ed25519_dalek::VerifyingKey],
         exported: &[checkpoint::Checkpoint],
     ) -> Result<Option<ChainBreak>, StoreError> {
         // The head and checkpoints first: rows appended meanwhile (a live gateway) only
@@ -419,9 +420,7 @@ impl Store {
             return Ok(Some(broken));
         }
         for cp in &checkpoints {
-            if let Some(key) = key
-                && !cp.is_signed_by(key)
-            {
+            if !keys.is_empty() && !keys.iter().any(|key| cp.is_signed_by(key)) {
                 return Ok(Some(ChainBreak::Forged { seq: cp.seq }));
             }
             if let Some(broken) = row_at(cp.seq, &cp.row_hash) {

@@ -192,7 +192,7 @@ impl std::fmt::Display for ChainBreak {
             }
             ChainBreak::Forged { seq } => write!(
                 f,
-                "the checkpoint at row {seq} is not signed by this deployment's key"
+                "the checkpoint at row {seq} is not signed by this deployment's key, nor by one it replaced (audit.previous_public_keys)"
             ),
         }
     }

@@ -150,6 +150,26 @@ impl Config {
         Ok(toolgate_store::checkpoint::AuditSigner::from_seed(&seed))
     }
 
+    /// The keys checkpoints' signatures are checked against: the deployment's first, then
+    /// `audit.previous_public_keys`; none when this host does not hold the deployment's
+    /// key (never a new one made here).
+    pub fn audit_keys(&self) -> anyhow::Result<Vec<toolgate_store::checkpoint::VerifyingKey>> {
+        // Without the deployment's own key, signatures are not checked at all: its
+        // checkpoints would otherwise read as forged.
+        if self.audit.signing_key.is_none() && !self.audit_key_file().exists() {
+            return Ok(Vec::new());
+        }
+        let mut keys = vec![self.audit_signer()?.public_key()];
+        // Checked by `problems`.
+        keys.extend(
+            self.audit
+                .previous_public_keys
+                .iter()
+                .filter_map(|k| toolgate_store::checkpoint::parse_public_key(k)),
+        );
+        Ok(keys)
+    }
+
     /// Where the key sealing tenant upstreams' credentials is kept when not configured.
     pub fn upstream_key_file(&self) -> PathBuf {
         self.tenant_upstreams

@@ -103,6 +103,9 @@ pub struct AuditConfig {
     pub signing_key: Option<Secret>,
     /// `<data_dir>/audit-signing-key` when unset.
     pub signing_key_file: Option<PathBuf>,
+    /// Public keys (64 hex digits each, from `toolgate audit public-key`) of signing keys
+    /// this deployment used before: checkpoints they signed still verify.
+    pub previous_public_keys: Vec<String>,
     /// How often every tenant's chain head is signed, in seconds (only heads that moved).
     /// 0 turns checkpoints off.
     pub checkpoint_secs: u64,
@@ -113,6 +116,7 @@ impl Default for AuditConfig {
         Self {
             signing_key: None,
             signing_key_file: None,
+            previous_public_keys: Vec::new(),
             checkpoint_secs: 60,
         }
     }
@@ -294,12 +298,21 @@ impl LimitsConfig {
 impl AuditConfig {
     /// What is wrong with `[audit]`, by key within it.
     pub fn problems(&self) -> Problems {
-        match &self.signing_key {
-            Some(key) if toolgate_core::settings::hex_key(key.expose()).is_none() => {
-                vec![("signing_key".into(), "must be 64 hex digits".into())]
-            }
-            _ => Problems::new(),
+        let mut problems = Problems::new();
+        if let Some(key) = &self.signing_key
+            && toolgate_core::settings::hex_key(key.expose()).is_none()
+        {
+            problems.push(("signing_key".into(), "must be 64 hex digits".into()));
         }
+        for (i, key) in self.previous_public_keys.iter().enumerate() {
+            if toolgate_store::checkpoint::parse_public_key(key).is_none() {
+                problems.push((
+                    format!("previous_public_keys[{i}]"),
+                    "must be an Ed25519 public key, 64 hex digits".into(),
+                ));
+            }
+        }
+        problems
     }
 }
 

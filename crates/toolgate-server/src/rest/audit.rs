@@ -334,6 +334,10 @@ pub struct Verification {
     /// The id of the deployment key the checkpoints' signatures were checked against;
     /// `null` when this instance does not hold it (signatures then are not checked).
     pub signed_by: Option<String>,
+    /// The ids of keys the deployment signed with before (`audit.previous_public_keys`),
+    /// whose signatures were accepted too.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub previous_keys: Vec<String>,
     /// The first break, when the chain does not verify.
     pub problem: Option<ChainProblem>,
 }
@@ -367,18 +371,21 @@ async fn verify_audit(
 ) -> Result<AppJson<Verification>, ApiError> {
     caller.require(scopes::AUDIT_READ)?;
     let tenant = caller.auth.tenant;
-    let broken = app
-        .store
-        .verify_audit(tenant, app.audit_key.as_ref(), &[])
-        .await?;
+    let broken = app.store.verify_audit(tenant, &app.audit_keys, &[]).await?;
     let rows = newest_seq(&app, tenant).await?;
     Ok(AppJson(Verification {
         verified: broken.is_none(),
         rows,
         signed_by: app
-            .audit_key
-            .as_ref()
+            .audit_keys
+            .first()
             .map(toolgate_store::checkpoint::key_id),
+        previous_keys: app
+            .audit_keys
+            .iter()
+            .skip(1)
+            .map(toolgate_store::checkpoint::key_id)
+            .collect(),
         problem: broken.map(|b| ChainProblem {
             kind: b.kind().to_owned(),
             seq: b.seq(),

@@ -100,3 +100,105 @@ async fn signed_checkpoints_reveal_a_truncated_audit_log() {
         String::from_utf8_lossy(&caught.stderr)
     );
 }
+
+/// Rotating the audit signing key: checkpoints signed with the key it replaced read as
+/// forged unless that key's public half is accepted — `audit.previous_public_keys` for
+/// `audit verify` and `POST /v1/audit/verify`, or `--public-key` given once per key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_signed_before_a_key_rotation_still_verify() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let calls_then_stop = |running: Running| async move {
+        let http = client(&running.key);
+        for i in 0..2 {
+            let response = http
+                .post(format!("http://{}/v1/tools/echo/invoke", running.addr))
+                .json(&json!({"arguments": {"message": format!("m{i}")}}))
+                .send()
+                .await
+                .expect("request");
+            assert_eq!(response.status(), 200);
+        }
+        let mut child = running.child;
+        let term = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(term.success());
+        tokio::task::spawn_blocking(move || child.wait())
+            .await
+            .expect("join")
+            .expect("wait");
+    };
+    let public_key = || {
+        let out = toolgate(&["audit", "public-key"], dir.path());
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.split_whitespace()
+            .next()
+            .expect("public key")
+            .to_owned()
+    };
+    calls_then_stop(start(dir.path(), None)).await;
+    let old = public_key();
+    // The key replaced (its file, as an operator would swap the Secret).
+    std::fs::write(
+        dir.path().join("audit-signing-key"),
+        format!("{}\n", "ab".repeat(32)),
+    )
+    .expect("new key");
+    calls_then_stop(start(dir.path(), None)).await;
+    let new = public_key();
+    assert_ne!(old, new);
+
+    let verify = |extra: &[&str]| {
+        let mut args = vec!["audit", "verify", "--tenant", "default"];
+        args.extend_from_slice(extra);
+        let out = toolgate(&args, dir.path());
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, said) = verify(&[]);
+    assert!(!ok, "the old key's checkpoints are not the new key's");
+    assert!(
+        said.contains("not signed by this deployment's key"),
+        "{said}"
+    );
+    let (ok, said) = verify(&["--public-key", &new]);
+    assert!(!ok, "{said}");
+    let (ok, said) = verify(&["--public-key", &new, "--public-key", &old]);
+    assert!(ok, "{said}");
+    let config = dir.path().join("rotated.toml");
+    std::fs::write(
+        &config,
+        format!("[audit]\nprevious_public_keys = [\"{old}\"]\n"),
+    )
+    .expect("config");
+    let (ok, said) = verify(&["--config", config.to_str().expect("utf-8")]);
+    assert!(ok, "{said}");
+
+    // The REST verification, with the previous key in the environment's configuration.
+    let listed = format!("[\"{old}\"]");
+    let running = start_with(
+        dir.path(),
+        None,
+        &[("TOOLGATE_AUDIT__PREVIOUS_PUBLIC_KEYS", listed.as_str())],
+    );
+    let verified: serde_json::Value = client(&running.key)
+        .post(format!("http://{}/v1/audit/verify", running.addr))
+        .send()
+        .await
+        .expect("verify")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(verified["verified"], true, "{verified}");
+    assert_eq!(
+        verified["previous_keys"].as_array().map(Vec::len),
+        Some(1),
+        "{verified}"
+    );
+    let mut child = running.child;
+    child.kill().expect("kill");
+    child.wait().expect("wait");
+}

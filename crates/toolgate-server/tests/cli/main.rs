@@ -23,7 +23,13 @@ struct Running {
 }
 
 fn start(data: &std::path::Path, database_url: Option<&str>) -> Running {
+    start_with(data, database_url, &[])
+}
+
+/// [`start`] with more environment variables.
+fn start_with(data: &std::path::Path, database_url: Option<&str>, env: &[(&str, &str)]) -> Running {
     let mut command = Command::new(BIN);
+    command.envs(env.iter().copied());
     command
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data)

@@ -174,7 +174,7 @@ async fn tail_truncation_is_detected_by_the_head_and_by_signed_checkpoints() {
         assert_eq!(exported[0].seq, 5);
         assert_eq!(
             store
-                .verify_audit(tenant, Some(&key), &[])
+                .verify_audit(tenant, &[key], &[])
                 .await
                 .expect("verify"),
             None
@@ -212,7 +212,7 @@ async fn tail_truncation_is_detected_by_the_head_and_by_signed_checkpoints() {
         .await;
         assert_eq!(
             store
-                .verify_audit(tenant, Some(&key), &[])
+                .verify_audit(tenant, &[key], &[])
                 .await
                 .expect("verify"),
             Some(ChainBreak::Truncated {
@@ -230,14 +230,14 @@ async fn tail_truncation_is_detected_by_the_head_and_by_signed_checkpoints() {
         .await;
         assert_eq!(
             store
-                .verify_audit(tenant, Some(&key), &[])
+                .verify_audit(tenant, &[key], &[])
                 .await
                 .expect("verify"),
             None
         );
         assert_eq!(
             store
-                .verify_audit(tenant, Some(&key), &exported)
+                .verify_audit(tenant, &[key], &exported)
                 .await
                 .expect("verify"),
             Some(ChainBreak::Truncated {
@@ -250,10 +250,18 @@ async fn tail_truncation_is_detected_by_the_head_and_by_signed_checkpoints() {
         let forged = forger.sign(tenant, 3, &rows[2].row_hash);
         assert_eq!(
             store
-                .verify_audit(tenant, Some(&key), &[forged])
+                .verify_audit(tenant, &[key], std::slice::from_ref(&forged))
                 .await
                 .expect("verify"),
             Some(ChainBreak::Forged { seq: 3 })
+        );
+        // Unless that key is one the deployment's replaced (audit.previous_public_keys).
+        assert_eq!(
+            store
+                .verify_audit(tenant, &[key, forger.public_key()], &[forged])
+                .await
+                .expect("verify"),
+            None
         );
         // Every row gone, the head left: detected.
         tamper(
