@@ -149,6 +149,58 @@ async fn hs256_tokens_are_checked_for_signature_time_issuer_audience_and_tenant(
     assert_eq!(status(&gw, &narrow).await, 403);
 }
 
+/// Rotating the HS256 secret: tokens signed with the secret being rotated out keep
+/// working while it is in `hs256_previous_secrets` (checked as strictly as any), new
+/// ones are signed with the new secret, and a secret listed nowhere is still refused.
+/// Without the previous secret listed, every token issued before the change is refused.
+#[tokio::test]
+async fn hs256_tokens_signed_with_a_rotated_out_secret_are_accepted_while_it_is_listed() {
+    const NEW: &str = "the-new-test-secret-also-at-least-32-bytes-long";
+    let with_new = |c: &mut toolgate_server::config::Config| {
+        let mut jwt = config(false, None);
+        jwt.hs256_secret = Some(Secret::new(NEW));
+        c.auth.jwt = Some(jwt);
+    };
+    let signed = |secret: &str, claims: &Value| {
+        jsonwebtoken::encode(
+            &Header::new(Algorithm::HS256),
+            claims,
+            &EncodingKey::from_secret(secret.as_bytes()),
+        )
+        .expect("encode")
+    };
+    let old_token = hs256(&claims(json!({})));
+    let new_token = signed(NEW, &claims(json!({})));
+    let gw = Gateway::start_with(with_new).await;
+    assert_eq!(status(&gw, &new_token).await, 200);
+    assert_eq!(status(&gw, &old_token).await, 401, "the new secret alone");
+    gw.stop().await;
+
+    let gw = Gateway::start_with(|c| {
+        with_new(c);
+        if let Some(jwt) = c.auth.jwt.as_mut() {
+            jwt.hs256_previous_secrets = vec![Secret::new(SECRET)];
+        }
+    })
+    .await;
+    assert_eq!(status(&gw, &new_token).await, 200);
+    assert_eq!(status(&gw, &old_token).await, 200, "the previous secret");
+    let expired = hs256(&claims(json!({"exp": now() - 120})));
+    let wrong_aud = hs256(&claims(json!({"aud": "another-service"})));
+    let elsewhere = signed(
+        "some-other-secret-of-sufficient-length!!",
+        &claims(json!({})),
+    );
+    for (name, token) in [
+        ("expired, previous secret", expired),
+        ("wrong audience, previous secret", wrong_aud),
+        ("a secret listed nowhere", elsewhere),
+    ] {
+        assert_eq!(status(&gw, &token).await, 401, "{name}");
+    }
+    gw.stop().await;
+}
+
 #[tokio::test]
 async fn jwks_tokens_verify_and_hmac_tokens_cannot_borrow_the_public_key() {
     let jwks = json!({"keys": [

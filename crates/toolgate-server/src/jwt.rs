@@ -50,6 +50,10 @@ pub struct JwtConfig {
     pub audience: String,
     /// Shared secret for HS256 tokens.
     pub hs256_secret: Option<Secret>,
+    /// Secrets being rotated out: tokens they signed are accepted until they expire
+    /// (docs/OPERATIONS.md, "Rotating keys").
+    #[serde(default)]
+    pub hs256_previous_secrets: Vec<Secret>,
     /// JWKS endpoint for RS256, ES256 and EdDSA tokens.
     pub jwks_url: Option<String>,
     #[serde(default = "default_leeway")]
@@ -108,6 +112,20 @@ impl JwtConfig {
             }
             _ => {}
         }
+        if !self.hs256_previous_secrets.is_empty() && self.hs256_secret.is_none() {
+            problems.push((
+                "auth.jwt.hs256_previous_secrets".into(),
+                "only with hs256_secret".into(),
+            ));
+        }
+        for (i, secret) in self.hs256_previous_secrets.iter().enumerate() {
+            if secret.expose().len() < 32 {
+                problems.push((
+                    format!("auth.jwt.hs256_previous_secrets[{i}]"),
+                    "must be at least 32 bytes".into(),
+                ));
+            }
+        }
         if self.audience.is_empty() {
             problems.push(("auth.jwt.audience".into(), "must not be empty".into()));
         }
@@ -121,7 +139,8 @@ impl JwtConfig {
 }
 
 enum Keys {
-    Hs256(DecodingKey),
+    /// The current secret first, then those being rotated out.
+    Hs256(Vec<DecodingKey>),
     Jwks {
         url: String,
         set: Option<JwkSet>,
@@ -148,7 +167,12 @@ fn invalid(reason: impl std::fmt::Display) -> ToolError {
 impl JwtVerifier {
     pub fn new(config: JwtConfig, store: Store) -> Self {
         let keys = match (&config.hs256_secret, &config.jwks_url) {
-            (Some(secret), _) => Keys::Hs256(DecodingKey::from_secret(secret.expose().as_bytes())),
+            (Some(secret), _) => Keys::Hs256(
+                std::iter::once(secret)
+                    .chain(&config.hs256_previous_secrets)
+                    .map(|s| DecodingKey::from_secret(s.expose().as_bytes()))
+                    .collect(),
+            ),
             (None, url) => Keys::Jwks {
                 url: url.clone().unwrap_or_default(),
                 set: None,
@@ -170,7 +194,7 @@ impl JwtVerifier {
 
     pub async fn verify(&self, token: &str) -> Result<AuthContext, ToolError> {
         let header = header(token)?;
-        let (key, alg) = self.key_for(&header).await?;
+        let (keys, alg) = self.key_for(&header).await?;
         let mut validation = Validation::new(alg);
         validation.algorithms = vec![alg];
         validation.leeway = self.config.leeway_secs;
@@ -178,9 +202,20 @@ impl JwtVerifier {
         validation.set_issuer(&[&self.config.issuer]);
         validation.set_audience(&[&self.config.audience]);
         validation.set_required_spec_claims(&["exp", "iss", "aud"]);
-        let data = jsonwebtoken::decode::<Map<String, Value>>(token, &key, &validation)
-            .map_err(|e| invalid(e.kind_name()))?;
-        self.context(&data.claims).await
+        // Each key in turn while the signature is what fails (a rotated HS256 secret).
+        let mut failed = None;
+        for key in &keys {
+            match jsonwebtoken::decode::<Map<String, Value>>(token, key, &validation) {
+                Ok(data) => return self.context(&data.claims).await,
+                Err(e) if *e.kind() == jsonwebtoken::errors::ErrorKind::InvalidSignature => {
+                    failed = Some(e);
+                }
+                Err(e) => return Err(invalid(e.kind_name())),
+            }
+        }
+        Err(invalid(
+            failed.map_or_else(|| "no key".into(), |e| e.kind_name()),
+        ))
     }
 
     /// The key and algorithm to check `header`'s token with, refusing algorithms this
@@ -188,13 +223,13 @@ impl JwtVerifier {
     async fn key_for(
         &self,
         header: &jsonwebtoken::Header,
-    ) -> Result<(DecodingKey, Algorithm), ToolError> {
+    ) -> Result<(Vec<DecodingKey>, Algorithm), ToolError> {
         let url = {
             let mut keys = self.keys.lock().await;
             match &mut *keys {
-                Keys::Hs256(key) => {
+                Keys::Hs256(keys) => {
                     return match header.alg {
-                        Algorithm::HS256 => Ok((key.clone(), Algorithm::HS256)),
+                        Algorithm::HS256 => Ok((keys.clone(), Algorithm::HS256)),
                         other => Err(invalid(format!("algorithm {other:?} is not accepted"))),
                     };
                 }
@@ -211,7 +246,7 @@ impl JwtVerifier {
                     let kid = header.kid.as_deref().ok_or_else(|| invalid("no kid"))?;
                     if let Some(jwk) = set.as_ref().and_then(|s| s.find(kid)) {
                         let key = DecodingKey::from_jwk(jwk).map_err(|e| invalid(e.kind_name()))?;
-                        return Ok((key, header.alg));
+                        return Ok((vec![key], header.alg));
                     }
                     let refresh = Duration::from_secs(self.config.jwks_refresh_secs);
                     if fetched.is_some_and(|t| t.elapsed() < refresh) {
@@ -240,7 +275,7 @@ impl JwtVerifier {
         if let Keys::Jwks { set, .. } = &mut *self.keys.lock().await {
             *set = Some(fresh);
         }
-        key.map(|key| (key, header.alg))
+        key.map(|key| (vec![key], header.alg))
             .ok_or_else(|| invalid("unknown kid"))
     }
 

@@ -91,6 +91,39 @@ mod layering {
         );
     }
 
+    /// The keys a rotation keeps beside the current one are checked like it, each named by
+    /// its place in the list.
+    #[test]
+    fn keys_being_rotated_out_are_checked_by_place() {
+        let err = Config::load(
+            &Overrides::default(),
+            env(&[
+                ("TOOLGATE_AUDIT__PREVIOUS_PUBLIC_KEYS", "[\"not-hex\"]"),
+                (
+                    "TOOLGATE_TENANT_UPSTREAMS__PREVIOUS_KEYS",
+                    &format!("[\"{}\", \"short\"]", "ab".repeat(32)),
+                ),
+                ("TOOLGATE_AUTH__JWT__ISSUER", "https://idp.example/"),
+                ("TOOLGATE_AUTH__JWT__AUDIENCE", "toolgate"),
+                ("TOOLGATE_AUTH__JWT__JWKS_URL", "https://idp.example/jwks"),
+                ("TOOLGATE_AUTH__JWT__HS256_PREVIOUS_SECRETS", "[\"short\"]"),
+            ]),
+        )
+        .expect_err("bad keys");
+        let keys: Vec<&str> = err.0.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "auth.jwt.hs256_previous_secrets",
+                "auth.jwt.hs256_previous_secrets[0]",
+                "audit.previous_public_keys[0]",
+                "tenant_upstreams.previous_keys[1]"
+            ],
+            "{err}"
+        );
+        assert!(!err.to_string().contains("short\""), "never echoed: {err}");
+    }
+
     #[test]
     fn an_invalid_upstream_glob_stops_start_up() {
         let dir = tempfile::tempdir().expect("tempdir");
