@@ -2,6 +2,24 @@
 
 use super::*;
 
+/// New members of `gw`'s default tenant, each with an API key: (principal id, key).
+async fn members(gw: &Gateway, names: &[&str]) -> Vec<(Value, String)> {
+    let mut made = Vec::new();
+    for name in names {
+        let (_, _, who) = gw
+            .post("/v1/principals", json!({"name": name, "roles": ["member"]}))
+            .await;
+        let (_, _, key) = gw
+            .post("/v1/keys", json!({"name": name, "principal_id": who["id"]}))
+            .await;
+        made.push((
+            who["id"].clone(),
+            key["secret"].as_str().expect("secret").to_owned(),
+        ));
+    }
+    made
+}
+
 /// Editing an upstream (the console's form) keeps its write-only credentials when asked,
 /// sealed again for its new name, but never for another server: a changed origin must
 /// send them again.
@@ -76,19 +94,7 @@ async fn an_edited_upstream_keeps_its_credentials_only_on_its_origin() {
 async fn each_principal_calls_an_upstream_with_its_own_credential() {
     let upstream = Gateway::start().await;
     // At the upstream: a key to list tools with, and one per person.
-    let mut keys = Vec::new();
-    for name in ["lister", "ann-at-upstream", "bob-at-upstream"] {
-        let (_, _, who) = upstream
-            .post("/v1/principals", json!({"name": name, "roles": ["member"]}))
-            .await;
-        let (_, _, key) = upstream
-            .post("/v1/keys", json!({"name": name, "principal_id": who["id"]}))
-            .await;
-        keys.push((
-            who["id"].clone(),
-            key["secret"].as_str().expect("secret").to_owned(),
-        ));
-    }
+    let keys = members(&upstream, &["lister", "ann-at-upstream", "bob-at-upstream"]).await;
     let gw = Gateway::start_with(loopback).await;
     let (status, created) = send(
         &gw.http,
@@ -107,16 +113,11 @@ async fn each_principal_calls_an_upstream_with_its_own_credential() {
     })
     .await;
     // Here: Ann and Bob, and Carol who stores nothing.
-    let mut people = Vec::new();
-    for name in ["ann", "bob", "carol"] {
-        let (_, _, who) = gw
-            .post("/v1/principals", json!({"name": name, "roles": ["member"]}))
-            .await;
-        let (_, _, key) = gw
-            .post("/v1/keys", json!({"name": name, "principal_id": who["id"]}))
-            .await;
-        people.push(client_with_key(key["secret"].as_str().expect("secret")));
-    }
+    let people: Vec<reqwest::Client> = members(&gw, &["ann", "bob", "carol"])
+        .await
+        .iter()
+        .map(|(_, key)| client_with_key(key))
+        .collect();
     let mine = gw.url("/v1/upstreams/peer/credentials");
     for (person, (_, key)) in people.iter().zip(&keys[1..]) {
         let (status, stored) = send(
@@ -190,16 +191,11 @@ const NEW_KEY: &str = "0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c
 #[tokio::test]
 async fn the_sealing_key_rotates_without_losing_credentials() {
     let upstream = Gateway::start().await;
-    let mut keys = Vec::new();
-    for name in ["lister", "ann-at-upstream"] {
-        let (_, _, who) = upstream
-            .post("/v1/principals", json!({"name": name, "roles": ["member"]}))
-            .await;
-        let (_, _, key) = upstream
-            .post("/v1/keys", json!({"name": name, "principal_id": who["id"]}))
-            .await;
-        keys.push(key["secret"].as_str().expect("secret").to_owned());
-    }
+    let keys: Vec<String> = members(&upstream, &["lister", "ann-at-upstream"])
+        .await
+        .into_iter()
+        .map(|(_, key)| key)
+        .collect();
     let dir = tempfile::tempdir().expect("data dir");
     let keyed = |current: &'static str, previous: &'static [&'static str]| {
         let data = dir.path().to_path_buf();
@@ -230,19 +226,8 @@ async fn the_sealing_key_rotates_without_losing_credentials() {
     )
     .await;
     assert_eq!(status, 201, "{created}");
-    let (_, _, who) = gw
-        .post(
-            "/v1/principals",
-            json!({"name": "ann", "roles": ["member"]}),
-        )
-        .await;
-    let (_, _, key) = gw
-        .post(
-            "/v1/keys",
-            json!({"name": "ann", "principal_id": who["id"]}),
-        )
-        .await;
-    let ann = client_with_key(key["secret"].as_str().expect("secret"));
+    let (_, ann) = members(&gw, &["ann"]).await.remove(0);
+    let ann = client_with_key(&ann);
     let (status, stored) = send(
         &ann,
         reqwest::Method::PUT,

@@ -2,16 +2,11 @@
 
 use super::*;
 
-/// The gateway signs its chain heads (the last ones as it stops); the checkpoints export
-/// as JSON lines; after the newest rows are removed and the chain head rewritten to match,
-/// `audit verify` still names the truncation — from the stored checkpoints, and from the
-/// export once those are deleted too.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn signed_checkpoints_reveal_a_truncated_audit_log() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let running = start(dir.path(), None);
+/// Makes `calls` echo calls, then stops the gateway with SIGTERM (it signs its chain
+/// heads as it stops) and checks it exited cleanly.
+async fn echo_then_stop(running: Running, calls: usize) {
     let http = client(&running.key);
-    for i in 0..5 {
+    for i in 0..calls {
         let response = http
             .post(format!("http://{}/v1/tools/echo/invoke", running.addr))
             .json(&json!({"arguments": {"message": format!("m{i}")}}))
@@ -31,6 +26,16 @@ async fn signed_checkpoints_reveal_a_truncated_audit_log() {
         .expect("join")
         .expect("wait");
     assert!(status.success(), "{status:?}");
+}
+
+/// The gateway signs its chain heads (the last ones as it stops); the checkpoints export
+/// as JSON lines; after the newest rows are removed and the chain head rewritten to match,
+/// `audit verify` still names the truncation — from the stored checkpoints, and from the
+/// export once those are deleted too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_checkpoints_reveal_a_truncated_audit_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    echo_then_stop(start(dir.path(), None), 5).await;
 
     let verify = |extra: &[&str]| {
         let mut args = vec!["audit", "verify", "--tenant", "default"];
@@ -107,28 +112,6 @@ async fn signed_checkpoints_reveal_a_truncated_audit_log() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkpoints_signed_before_a_key_rotation_still_verify() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let calls_then_stop = |running: Running| async move {
-        let http = client(&running.key);
-        for i in 0..2 {
-            let response = http
-                .post(format!("http://{}/v1/tools/echo/invoke", running.addr))
-                .json(&json!({"arguments": {"message": format!("m{i}")}}))
-                .send()
-                .await
-                .expect("request");
-            assert_eq!(response.status(), 200);
-        }
-        let mut child = running.child;
-        let term = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(term.success());
-        tokio::task::spawn_blocking(move || child.wait())
-            .await
-            .expect("join")
-            .expect("wait");
-    };
     let public_key = || {
         let out = toolgate(&["audit", "public-key"], dir.path());
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -137,7 +120,7 @@ async fn checkpoints_signed_before_a_key_rotation_still_verify() {
             .expect("public key")
             .to_owned()
     };
-    calls_then_stop(start(dir.path(), None)).await;
+    echo_then_stop(start(dir.path(), None), 2).await;
     let old = public_key();
     // The key replaced (its file, as an operator would swap the Secret).
     std::fs::write(
@@ -145,7 +128,7 @@ async fn checkpoints_signed_before_a_key_rotation_still_verify() {
         format!("{}\n", "ab".repeat(32)),
     )
     .expect("new key");
-    calls_then_stop(start(dir.path(), None)).await;
+    echo_then_stop(start(dir.path(), None), 2).await;
     let new = public_key();
     assert_ne!(old, new);
 
