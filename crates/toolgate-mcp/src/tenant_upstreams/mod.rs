@@ -112,8 +112,8 @@ pub enum Seen {
 }
 
 /// What the operator set for tenants' upstreams (`[tenant_upstreams]`), as the
-/// supervisor needs it.
-#[derive(Clone, Debug)]
+/// supervisor needs it. Its `Debug` leaves the keys out.
+#[derive(Clone)]
 pub struct Settings {
     /// The key credentials are sealed with (shared by every instance).
     pub key: [u8; 32],
@@ -127,6 +127,21 @@ pub struct Settings {
     pub reserved: Vec<String>,
     pub max_per_tenant: usize,
     pub max_timeout_secs: u64,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("key", &"***")
+            .field("previous_keys", &self.previous_keys.len())
+            .field("allow_http", &self.allow_http)
+            .field("allowed_networks", &self.allowed_networks)
+            .field("ca_file", &self.ca_file)
+            .field("reserved", &self.reserved)
+            .field("max_per_tenant", &self.max_per_tenant)
+            .field("max_timeout_secs", &self.max_timeout_secs)
+            .finish()
+    }
 }
 
 /// Every tenant upstream this instance supervises.

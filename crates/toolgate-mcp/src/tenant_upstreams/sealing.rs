@@ -301,67 +301,86 @@ pub struct Rotation {
     pub unopened: Vec<String>,
 }
 
+/// One stored sealed value, with what it is bound to.
+struct Stored {
+    tenant: TenantId,
+    upstream: Uuid,
+    /// For a principal's own credential.
+    principal: Option<PrincipalId>,
+    /// The name and URL it is sealed under; `None` when the upstream's stored
+    /// configuration (or, for a principal's, the upstream) is gone or unreadable.
+    bound: Option<(String, String)>,
+    sealed: Vec<u8>,
+    /// What it is, for the report: tenant, upstream and principal, never the content.
+    what: String,
+}
+
 /// Seals every stored credential (tenant upstreams' and principals' own) that a previous
 /// key opens again with the current key, each written only if it is still the value that
 /// was read: a credential replaced meanwhile is left as its writer made it. Once it
 /// reports nothing unopened and nothing changed meanwhile, the previous keys can go.
 pub async fn reseal_all<S: UpstreamStore>(store: &S, sealer: &Sealer) -> anyhow::Result<Rotation> {
-    let mut done = Rotation::default();
     let mut upstreams = HashMap::new();
     for (id, _) in store.upstream_revisions().await? {
         if let Some(record) = store.upstream_by_id(id).await? {
-            upstreams.insert(id, record);
+            let url = serde_json::from_value::<super::UpstreamSettings>(record.config.clone())
+                .map(|s| s.url)
+                .ok();
+            upstreams.insert(id, (record, url));
         }
     }
-    let url = |record: &toolgate_core::stores::UpstreamRecord| {
-        serde_json::from_value::<super::UpstreamSettings>(record.config.clone())
-            .map(|s| s.url)
-            .ok()
-    };
-    let mut tally =
-        |outcome: Resealed, written: Option<bool>, what: String| match (outcome, written) {
-            (Resealed::Current, _) => done.current += 1,
-            (Resealed::Unopened, _) => done.unopened.push(what),
-            (Resealed::Sealed(_), Some(true)) => done.resealed += 1,
-            (Resealed::Sealed(_), _) => done.changed_meanwhile += 1,
-        };
-    for record in upstreams.values() {
-        let Some(sealed) = &record.credentials else {
-            continue;
-        };
-        let what = format!("tenant {} upstream {}", record.tenant, record.name);
-        let Some(url) = url(record) else {
-            tally(Resealed::Unopened, None, what);
-            continue;
-        };
-        let outcome = sealer.reseal(record.tenant, &record.name, &url, sealed)?;
-        let written = match &outcome {
-            Resealed::Sealed(new) => Some(
-                store
-                    .replace_sealed(record.tenant, record.id, None, sealed, new)
-                    .await?,
-            ),
-            _ => None,
-        };
-        tally(outcome, written, what);
-    }
+    let mut stored: Vec<Stored> = upstreams
+        .values()
+        .filter_map(|(record, url)| {
+            Some(Stored {
+                tenant: record.tenant,
+                upstream: record.id,
+                principal: None,
+                bound: url.clone().map(|url| (record.name.clone(), url)),
+                sealed: record.credentials.clone()?,
+                what: format!("tenant {} upstream {}", record.tenant, record.name),
+            })
+        })
+        .collect();
     for (tenant, upstream, principal, sealed) in store.personal_credentials().await? {
-        let what = format!("tenant {tenant} upstream {upstream} principal {principal}");
-        let Some((record, url)) = upstreams.get(&upstream).and_then(|r| Some((r, url(r)?))) else {
-            tally(Resealed::Unopened, None, what);
-            continue;
-        };
-        let name = Personals::<S>::sealed_as(&record.name, principal);
-        let outcome = sealer.reseal(tenant, &name, &url, &sealed)?;
-        let written = match &outcome {
-            Resealed::Sealed(new) => Some(
-                store
-                    .replace_sealed(tenant, upstream, Some(principal), &sealed, new)
-                    .await?,
-            ),
+        let record = upstreams.get(&upstream);
+        let bound = match record {
+            Some((record, Some(url))) => Some((
+                Personals::<S>::sealed_as(&record.name, principal),
+                url.clone(),
+            )),
             _ => None,
         };
-        tally(outcome, written, what);
+        let named = record.map_or_else(|| upstream.to_string(), |(r, _)| r.name.clone());
+        stored.push(Stored {
+            tenant,
+            upstream,
+            principal: Some(principal),
+            bound,
+            sealed,
+            what: format!("tenant {tenant} upstream {named} principal {principal}"),
+        });
+    }
+    let mut done = Rotation::default();
+    for one in stored {
+        let outcome = match &one.bound {
+            Some((name, url)) => sealer.reseal(one.tenant, name, url, &one.sealed)?,
+            None => Resealed::Unopened,
+        };
+        match outcome {
+            Resealed::Current => done.current += 1,
+            Resealed::Unopened => done.unopened.push(one.what),
+            Resealed::Sealed(new) => {
+                let written = store
+                    .replace_sealed(one.tenant, one.upstream, one.principal, &one.sealed, &new)
+                    .await?;
+                if written {
+                    done.resealed += 1;
+                } else {
+                    done.changed_meanwhile += 1;
+                }
+            }
+        }
     }
     Ok(done)
 }
