@@ -48,6 +48,20 @@ enum Command {
         #[command(flatten)]
         store: StoreArgs,
     },
+    /// Write a consistent copy of the embedded SQLite database, while the gateway runs.
+    ///
+    /// The copy holds every row committed when it starts (audit log, runs, tenants, keys,
+    /// sealed credentials). It does not hold the keys in the data directory
+    /// (upstream-credentials-key, audit-signing-key): keep those apart, as secrets.
+    /// Restore: stop the gateway, put the copy in place as <data_dir>/toolgate.db (with
+    /// no toolgate.db-wal or -shm beside it), start it. Postgres: use pg_dump.
+    Backup {
+        /// The file to write; it must not exist.
+        #[arg(long, value_name = "FILE")]
+        to: PathBuf,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
     /// Manage tenants.
     Tenants {
         #[command(flatten)]
@@ -167,6 +181,23 @@ async fn run(command: Command) -> anyhow::Result<()> {
             let config = store.load()?;
             let opened = toolgate_server::cli::open_store(&config).await?;
             println!("migrated the {} store", opened.backend());
+            Ok(())
+        }
+        Command::Backup { to, store } => {
+            let config = store.load()?;
+            if config.database.url.is_some() {
+                anyhow::bail!(
+                    "the store is Postgres: back it up with Postgres's own tools (pg_dump, or a base backup with WAL archiving)"
+                );
+            }
+            let opened = toolgate_server::cli::open_store(&config).await?;
+            opened.backup_to(&to).await?;
+            println!(
+                "wrote {} ({} bytes); the keys in {} are not in it: keep them apart",
+                to.display(),
+                std::fs::metadata(&to).map(|m| m.len()).unwrap_or(0),
+                config.data_dir.display()
+            );
             Ok(())
         }
         Command::Tenants { store, command } => {

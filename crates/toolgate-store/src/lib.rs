@@ -286,6 +286,32 @@ impl Store {
         }
     }
 
+    /// Writes a consistent copy of the embedded SQLite database to `to`, a file that must
+    /// not exist yet, while the gateway may go on writing (SQLite's `VACUUM INTO`: one
+    /// read transaction, so every committed audit row up to that moment and none half).
+    /// Postgres is backed up with its own tools (`pg_dump`); [`StoreError::Invalid`] here.
+    pub async fn backup_to(&self, to: &std::path::Path) -> Result<(), StoreError> {
+        let Store::Sqlite(sqlite) = self else {
+            return Err(StoreError::Invalid(
+                "a Postgres store is backed up with Postgres's own tools (pg_dump, or a base backup with WAL archiving)".into(),
+            ));
+        };
+        if to.exists() {
+            return Err(StoreError::Conflict(format!(
+                "{} exists: a backup never overwrites a file",
+                to.display()
+            )));
+        }
+        let to = to
+            .to_str()
+            .ok_or_else(|| StoreError::Invalid(format!("{} is not UTF-8", to.display())))?;
+        sqlx::query("vacuum into ?")
+            .bind(to)
+            .execute(&sqlite.pool)
+            .await?;
+        Ok(())
+    }
+
     pub async fn migrate(&self) -> Result<(), StoreError> {
         dispatch!(self, s => s.migrate().await)
     }

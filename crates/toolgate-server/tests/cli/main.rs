@@ -9,6 +9,7 @@ mod pgdb;
 
 const BIN: &str = env!("CARGO_BIN_EXE_toolgate");
 
+mod backup;
 mod checkpoints;
 mod help;
 mod instances;
