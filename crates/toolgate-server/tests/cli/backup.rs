@@ -73,14 +73,7 @@ async fn a_backup_taken_while_calls_run_restores_to_a_verifying_store() {
     assert!(rows > 0 && rows <= 200, "{said}");
     // And a gateway serves it: its audit holds those rows, the admin key still works.
     let served = start(restored.path(), None);
-    let page: serde_json::Value = client(&served.key)
-        .get(format!("http://{}/v1/audit?limit=500", served.addr))
-        .send()
-        .await
-        .expect("audit")
-        .json()
-        .await
-        .expect("json");
+    let page = admin_json(&served, reqwest::Method::GET, "/v1/audit?limit=500").await;
     assert_eq!(
         page["entries"].as_array().map(Vec::len),
         Some(rows),

@@ -167,14 +167,7 @@ async fn checkpoints_signed_before_a_key_rotation_still_verify() {
         None,
         &[("TOOLGATE_AUDIT__PREVIOUS_PUBLIC_KEYS", listed.as_str())],
     );
-    let verified: serde_json::Value = client(&running.key)
-        .post(format!("http://{}/v1/audit/verify", running.addr))
-        .send()
-        .await
-        .expect("verify")
-        .json()
-        .await
-        .expect("json");
+    let verified = admin_json(&running, reqwest::Method::POST, "/v1/audit/verify").await;
     assert_eq!(verified["verified"], true, "{verified}");
     assert_eq!(
         verified["previous_keys"].as_array().map(Vec::len),

@@ -82,6 +82,18 @@ fn client(key: &str) -> reqwest::Client {
         .expect("client")
 }
 
+/// `method path` on `running` with its admin key; the JSON answer.
+async fn admin_json(running: &Running, method: reqwest::Method, path: &str) -> serde_json::Value {
+    client(&running.key)
+        .request(method, format!("http://{}{path}", running.addr))
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("json")
+}
+
 /// POSTs one MCP message; returns the status and the JSON-RPC payload (from JSON or from
 /// the SSE `data:` line that carries it).
 async fn mcp(
