@@ -1,6 +1,6 @@
 //! Admin subcommands that work on the configured store directly: `migrate`, `tenants`,
-//! `keys`, `audit verify`, `upstreams reseal`. They print what they did; secrets only
-//! when just created.
+//! `keys`, `audit verify`, `upstreams reseal`, `backup`. They print what they did;
+//! secrets only when just created.
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
@@ -252,11 +252,7 @@ pub async fn upstreams(config: &Config, command: UpstreamsCommand) -> anyhow::Re
                     config.upstream_key_file().display()
                 );
             }
-            let settings = config.tenant_upstream_settings()?;
-            let sealer = toolgate_mcp::tenant_upstreams::Sealer::rotating(
-                &settings.key,
-                &settings.previous_keys,
-            );
+            let sealer = config.tenant_upstream_settings()?.sealer();
             let store = open_store(config).await?;
             let done = toolgate_mcp::tenant_upstreams::reseal_all(&store, &sealer).await?;
             println!(
@@ -280,5 +276,21 @@ pub async fn upstreams(config: &Config, command: UpstreamsCommand) -> anyhow::Re
             }
         }
     }
+    Ok(())
+}
+
+/// Writes a consistent copy of the embedded SQLite store to `to`; a Postgres store is
+/// refused before it is opened.
+pub async fn backup(config: &Config, to: &std::path::Path) -> anyhow::Result<()> {
+    if config.database.url.is_some() {
+        bail!("{}", Store::POSTGRES_BACKUP);
+    }
+    open_store(config).await?.backup_to(to).await?;
+    println!(
+        "wrote {} ({} bytes); the keys in {} are not in it: keep them apart",
+        to.display(),
+        std::fs::metadata(to).map(|m| m.len()).unwrap_or(0),
+        config.data_dir.display()
+    );
     Ok(())
 }

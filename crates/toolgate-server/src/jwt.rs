@@ -23,6 +23,7 @@
 //! operator by writing a claim.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use jsonwebtoken::jwk::JwkSet;
@@ -139,8 +140,9 @@ impl JwtConfig {
 }
 
 enum Keys {
-    /// The current secret first, then those being rotated out.
-    Hs256(Vec<DecodingKey>),
+    /// The current secret first, then those being rotated out; shared with each
+    /// verification, not copied.
+    Hs256(Arc<[DecodingKey]>),
     Jwks {
         url: String,
         set: Option<JwkSet>,
@@ -171,7 +173,8 @@ impl JwtVerifier {
                 std::iter::once(secret)
                     .chain(&config.hs256_previous_secrets)
                     .map(|s| DecodingKey::from_secret(s.expose().as_bytes()))
-                    .collect(),
+                    .collect::<Vec<_>>()
+                    .into(),
             ),
             (None, url) => Keys::Jwks {
                 url: url.clone().unwrap_or_default(),
@@ -204,7 +207,7 @@ impl JwtVerifier {
         validation.set_required_spec_claims(&["exp", "iss", "aud"]);
         // Each key in turn while the signature is what fails (a rotated HS256 secret).
         let mut failed = None;
-        for key in &keys {
+        for key in keys.iter() {
             match jsonwebtoken::decode::<Map<String, Value>>(token, key, &validation) {
                 Ok(data) => return self.context(&data.claims).await,
                 Err(e) if *e.kind() == jsonwebtoken::errors::ErrorKind::InvalidSignature => {
@@ -223,7 +226,7 @@ impl JwtVerifier {
     async fn key_for(
         &self,
         header: &jsonwebtoken::Header,
-    ) -> Result<(Vec<DecodingKey>, Algorithm), ToolError> {
+    ) -> Result<(Arc<[DecodingKey]>, Algorithm), ToolError> {
         let url = {
             let mut keys = self.keys.lock().await;
             match &mut *keys {
@@ -246,7 +249,7 @@ impl JwtVerifier {
                     let kid = header.kid.as_deref().ok_or_else(|| invalid("no kid"))?;
                     if let Some(jwk) = set.as_ref().and_then(|s| s.find(kid)) {
                         let key = DecodingKey::from_jwk(jwk).map_err(|e| invalid(e.kind_name()))?;
-                        return Ok((vec![key], header.alg));
+                        return Ok((Arc::new([key]), header.alg));
                     }
                     let refresh = Duration::from_secs(self.config.jwks_refresh_secs);
                     if fetched.is_some_and(|t| t.elapsed() < refresh) {
@@ -275,7 +278,7 @@ impl JwtVerifier {
         if let Keys::Jwks { set, .. } = &mut *self.keys.lock().await {
             *set = Some(fresh);
         }
-        key.map(|key| (vec![key], header.alg))
+        key.map(|key| (Arc::new([key]) as Arc<[DecodingKey]>, header.alg))
             .ok_or_else(|| invalid("unknown kid"))
     }
 

@@ -183,23 +183,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
             println!("migrated the {} store", opened.backend());
             Ok(())
         }
-        Command::Backup { to, store } => {
-            let config = store.load()?;
-            if config.database.url.is_some() {
-                anyhow::bail!(
-                    "the store is Postgres: back it up with Postgres's own tools (pg_dump, or a base backup with WAL archiving)"
-                );
-            }
-            let opened = toolgate_server::cli::open_store(&config).await?;
-            opened.backup_to(&to).await?;
-            println!(
-                "wrote {} ({} bytes); the keys in {} are not in it: keep them apart",
-                to.display(),
-                std::fs::metadata(&to).map(|m| m.len()).unwrap_or(0),
-                config.data_dir.display()
-            );
-            Ok(())
-        }
+        Command::Backup { to, store } => toolgate_server::cli::backup(&store.load()?, &to).await,
         Command::Tenants { store, command } => {
             toolgate_server::cli::tenants(&store.load()?, command).await
         }

@@ -286,15 +286,16 @@ impl Store {
         }
     }
 
+    /// Why [`Store::backup_to`] copies no Postgres store, and what does.
+    pub const POSTGRES_BACKUP: &'static str = "a Postgres store is backed up with Postgres's own tools (pg_dump, or a base backup with WAL archiving)";
+
     /// Writes a consistent copy of the embedded SQLite database to `to`, a file that must
     /// not exist yet, while the gateway may go on writing (SQLite's `VACUUM INTO`: one
     /// read transaction, so every committed audit row up to that moment and none half).
     /// Postgres is backed up with its own tools (`pg_dump`); [`StoreError::Invalid`] here.
     pub async fn backup_to(&self, to: &std::path::Path) -> Result<(), StoreError> {
         let Store::Sqlite(sqlite) = self else {
-            return Err(StoreError::Invalid(
-                "a Postgres store is backed up with Postgres's own tools (pg_dump, or a base backup with WAL archiving)".into(),
-            ));
+            return Err(StoreError::Invalid(Self::POSTGRES_BACKUP.into()));
         };
         if to.exists() {
             return Err(StoreError::Conflict(format!(

@@ -129,6 +129,13 @@ pub struct Settings {
     pub max_timeout_secs: u64,
 }
 
+impl Settings {
+    /// What seals with `key` and opens with it or `previous_keys`.
+    pub fn sealer(&self) -> Sealer {
+        Sealer::rotating(&self.key, &self.previous_keys)
+    }
+}
+
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Settings")
@@ -177,7 +184,7 @@ impl<S: UpstreamStore + Clone> TenantUpstreams<S> {
         shutdown: CancellationToken,
         vetting: crate::vetting::Vetting,
     ) -> anyhow::Result<Self> {
-        let sealer = Arc::new(Sealer::rotating(&settings.key, &settings.previous_keys));
+        let sealer = Arc::new(settings.sealer());
         let egress = Arc::new(Egress {
             allow_http: settings.allow_http,
             allowed_networks: settings.allowed_networks,

@@ -35,12 +35,12 @@ pub struct Personals<S> {
 /// An upstream and a principal.
 type PersonalKey = (Uuid, PrincipalId);
 
-impl<S: UpstreamStore> Personals<S> {
-    /// The name a principal's credential is sealed under (with the tenant and URL).
-    fn sealed_as(upstream: &str, principal: PrincipalId) -> String {
-        format!("{upstream}\0principal\0{principal}")
-    }
+/// The name a principal's own credential is sealed under (with the tenant and URL).
+fn sealed_as(upstream: &str, principal: PrincipalId) -> String {
+    format!("{upstream}\0principal\0{principal}")
+}
 
+impl<S: UpstreamStore> Personals<S> {
     /// Stores `principal`'s own credential for upstream `id` (named `name`, at `url`),
     /// sealed; replaces any before.
     pub async fn put(
@@ -50,9 +50,9 @@ impl<S: UpstreamStore> Personals<S> {
         principal: PrincipalId,
         credentials: &Credentials,
     ) -> anyhow::Result<()> {
-        let sealed =
-            self.sealer
-                .seal(tenant, &Self::sealed_as(name, principal), url, credentials)?;
+        let sealed = self
+            .sealer
+            .seal(tenant, &sealed_as(name, principal), url, credentials)?;
         self.store
             .put_personal_credential(tenant, id, principal, &sealed)
             .await?;
@@ -111,7 +111,7 @@ impl<S: UpstreamStore> Personals<S> {
         // One sealed for another URL (the upstream moved) does not open: as if none.
         let credential = sealed.and_then(|sealed| {
             self.sealer
-                .open(tenant, &Self::sealed_as(name, principal), url, &sealed)
+                .open(tenant, &sealed_as(name, principal), url, &sealed)
         });
         self.cache
             .lock()
@@ -345,10 +345,7 @@ pub async fn reseal_all<S: UpstreamStore>(store: &S, sealer: &Sealer) -> anyhow:
     for (tenant, upstream, principal, sealed) in store.personal_credentials().await? {
         let record = upstreams.get(&upstream);
         let bound = match record {
-            Some((record, Some(url))) => Some((
-                Personals::<S>::sealed_as(&record.name, principal),
-                url.clone(),
-            )),
+            Some((record, Some(url))) => Some((sealed_as(&record.name, principal), url.clone())),
             _ => None,
         };
         let named = record.map_or_else(|| upstream.to_string(), |(r, _)| r.name.clone());
