@@ -13,7 +13,7 @@ use toolgate_core::{PrincipalId, RunId, TenantId};
 
 use crate::chain::canonical_json;
 use crate::checkpoint::{Checkpoint, CheckpointRow};
-use crate::model::{AuditFilter, AuditRow};
+use crate::model::{AuditBase, AuditFilter, AuditRow};
 use crate::postgres::PostgresStore;
 use crate::sqlite::SqliteStore;
 use crate::text::{sql, uuid, without_nul};
@@ -237,20 +237,89 @@ macro_rules! audit_reads {
                 rows.into_iter().map(AuditDbRow::into_model).collect()
             }
 
-            /// A tenant's whole chain in order, for verification.
-            pub async fn audit_chain(&self, tenant: TenantId) -> Result<Vec<AuditRow>, StoreError> {
+            /// A tenant's chain after row `after` (its base) in order, for verification.
+            pub async fn audit_chain(&self, tenant: TenantId, after: i64) -> Result<Vec<AuditRow>, StoreError> {
                 let select = sql(format!(
-                    "select {columns} from audit_log where tenant_id = $1{u} order by seq",
+                    "select {columns} from audit_log where tenant_id = $1{u} and seq > $2 order by seq",
                     columns = audit_columns($t),
                     u = $u
                 ));
                 let rows: Vec<AuditDbRow> = $once!(self, tenant, |conn| {
                     sqlx::query_as(select)
                         .bind(tenant.to_string())
+                        .bind(after)
                         .fetch_all(conn)
                         .await?
                 });
                 rows.into_iter().map(AuditDbRow::into_model).collect()
+            }
+
+            /// A tenant's base: the newest checkpoint its rows were pruned through.
+            pub async fn audit_base(&self, tenant: TenantId) -> Result<Option<AuditBase>, StoreError> {
+                let select = sql(format!(
+                    "select p.seq, c.row_hash, p.pruned_at from audit_prune p \
+                     join audit_checkpoint c on c.tenant_id = p.tenant_id and c.seq = p.seq \
+                     where p.tenant_id = $1{u} order by p.seq desc limit 1",
+                    u = $u
+                ));
+                let row: Option<(i64, String, chrono::DateTime<chrono::Utc>)> = $once!(self, tenant, |conn| {
+                    sqlx::query_as(select)
+                        .bind(tenant.to_string())
+                        .fetch_optional(conn)
+                        .await?
+                });
+                Ok(row.map(|(seq, row_hash, pruned_at)| AuditBase { seq, row_hash, pruned_at }))
+            }
+
+            /// The newest of `tenant`'s checkpoints signed before `before`.
+            pub async fn checkpoint_before(
+                &self,
+                tenant: TenantId,
+                before: chrono::DateTime<chrono::Utc>,
+            ) -> Result<Option<i64>, StoreError> {
+                let select = sql(format!(
+                    "select max(seq) from audit_checkpoint where tenant_id = $1{u} and signed_at < $2",
+                    u = $u
+                ));
+                Ok(sqlx::query_scalar(select)
+                    .bind(tenant.to_string())
+                    .bind(before)
+                    .fetch_one(&self.$cross)
+                    .await?)
+            }
+
+            /// Records checkpoint `seq` as `tenant`'s base (the database refuses one that is
+            /// not a checkpoint, or not past the current base). As the connecting role on
+            /// Postgres: the gateway's role cannot.
+            pub async fn move_audit_base(&self, tenant: TenantId, seq: i64) -> Result<(), StoreError> {
+                let insert = sql(format!(
+                    "insert into audit_prune (tenant_id, seq, pruned_at) values ($1{u}, $2, $3)",
+                    u = $u
+                ));
+                sqlx::query(insert)
+                    .bind(tenant.to_string())
+                    .bind(seq)
+                    .bind(now())
+                    .execute(&self.$cross)
+                    .await?;
+                Ok(())
+            }
+
+            /// Deletes the oldest `limit` of `tenant`'s rows at or below `through` (its base);
+            /// how many went.
+            pub async fn delete_pruned(&self, tenant: TenantId, through: i64, limit: i64) -> Result<u64, StoreError> {
+                let delete = sql(format!(
+                    "delete from audit_log where tenant_id = $1{u} and seq in \
+                     (select seq from audit_log where tenant_id = $1{u} and seq <= $2 order by seq limit $3)",
+                    u = $u
+                ));
+                Ok(sqlx::query(delete)
+                    .bind(tenant.to_string())
+                    .bind(through)
+                    .bind(limit)
+                    .execute(&self.$cross)
+                    .await?
+                    .rows_affected())
             }
 
             /// A tenant's stored chain head, `None` before its first row.

@@ -79,8 +79,18 @@ pub fn row_hash(row: &AuditRow) -> String {
 
 /// Checks rows of one tenant given in `seq` order; the first break, if any.
 pub fn verify<'a>(rows: impl IntoIterator<Item = &'a AuditRow>) -> Option<ChainBreak> {
-    let mut prev = GENESIS.to_owned();
-    for (expected_seq, row) in (1..).zip(rows) {
+    verify_from(0, GENESIS, rows)
+}
+
+/// [`verify`] for a chain kept from row `after`, whose hash is `anchor` (a pruned
+/// chain's base; 0 and [`GENESIS`] for a whole one).
+pub fn verify_from<'a>(
+    after: i64,
+    anchor: &str,
+    rows: impl IntoIterator<Item = &'a AuditRow>,
+) -> Option<ChainBreak> {
+    let mut prev = anchor.to_owned();
+    for (expected_seq, row) in (after + 1..).zip(rows) {
         if row.seq != expected_seq {
             return Some(ChainBreak::Gap {
                 expected: expected_seq,

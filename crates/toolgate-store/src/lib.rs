@@ -401,8 +401,16 @@ impl Store {
         dispatch!(self, s => s.list_audit(tenant, filter, limit).await)
     }
 
+    /// A tenant's kept chain in order: every row after its base (all of them when
+    /// nothing was pruned).
     pub async fn audit_chain(&self, tenant: TenantId) -> Result<Vec<AuditRow>, StoreError> {
-        dispatch!(self, s => s.audit_chain(tenant).await)
+        let after = self.audit_base(tenant).await?.map_or(0, |b| b.seq);
+        dispatch!(self, s => s.audit_chain(tenant, after).await)
+    }
+
+    /// Where a tenant's kept chain starts, when rows were pruned.
+    pub async fn audit_base(&self, tenant: TenantId) -> Result<Option<AuditBase>, StoreError> {
+        dispatch!(self, s => s.audit_base(tenant).await)
     }
 
     /// Walks a tenant's chain, then checks that it reaches the stored chain head; the
@@ -414,33 +422,73 @@ impl Store {
     /// [`Store::verify_chain`], and every checkpoint — the stored ones and `exported`
     /// (kept off the host) — must name a row that is there with its hash; with `keys`
     /// (the deployment's key, and those it replaced), each must also carry a valid
-    /// signature by one of them.
+    /// signature by one of them. A pruned chain is verified from its base, a signed
+    /// checkpoint: checkpoints below it name rows that are gone, and only their
+    /// signatures are checked.
     pub async fn verify_audit(
         &self,
         tenant: TenantId,
         keys: &[ed25519_dalek::VerifyingKey],
         exported: &[checkpoint::Checkpoint],
     ) -> Result<Option<ChainBreak>, StoreError> {
+        // A prune moving the base meanwhile removes rows this read expected: a break
+        // found while the base moved is looked at again from the new base.
+        let mut base = self.audit_base(tenant).await?;
+        let mut reads = 0;
+        loop {
+            let broken = self
+                .verify_from_base(tenant, base.as_ref(), keys, exported)
+                .await?;
+            reads += 1;
+            if broken.is_none() || reads == 3 {
+                return Ok(broken);
+            }
+            let now = self.audit_base(tenant).await?;
+            if now == base {
+                return Ok(broken);
+            }
+            base = now;
+        }
+    }
+
+    async fn verify_from_base(
+        &self,
+        tenant: TenantId,
+        base: Option<&AuditBase>,
+        keys: &[ed25519_dalek::VerifyingKey],
+        exported: &[checkpoint::Checkpoint],
+    ) -> Result<Option<ChainBreak>, StoreError> {
+        let (after, anchor) = base.map_or((0, chain::GENESIS), |b| (b.seq, b.row_hash.as_str()));
         // The head and checkpoints first: rows appended meanwhile (a live gateway) only
         // lengthen the chain read after them.
         let head = dispatch!(self, s => s.audit_head(tenant).await)?;
         let mut checkpoints = dispatch!(self, s => s.checkpoints(tenant).await)?;
         checkpoints.extend(exported.iter().filter(|c| c.tenant == tenant).cloned());
-        let rows = self.audit_chain(tenant).await?;
-        if let Some(broken) = chain::verify(&rows) {
+        let rows = dispatch!(self, s => s.audit_chain(tenant, after).await)?;
+        if let Some(broken) = chain::verify_from(after, anchor, &rows) {
             return Ok(Some(broken));
         }
-        let last_seq = rows.last().map_or(0, |r| r.seq);
-        // Where the chain must reach, with the hash it must have there.
-        let row_at =
-            |seq: i64, hash: &str| match usize::try_from(seq - 1).ok().and_then(|i| rows.get(i)) {
-                Some(row) if row.row_hash == hash => None,
+        let last_seq = rows.last().map_or(after, |r| r.seq);
+        // Where the chain must reach, with the hash it must have there (below the base:
+        // pruned, nothing to compare).
+        let row_at = |seq: i64, hash: &str| {
+            let found = match seq - after {
+                ..0 => return None,
+                0 => Some(anchor),
+                n => usize::try_from(n - 1)
+                    .ok()
+                    .and_then(|i| rows.get(i))
+                    .map(|r| r.row_hash.as_str()),
+            };
+            match found {
+                Some(h) if h == hash => None,
                 Some(_) => Some(ChainBreak::Rewritten { seq }),
                 None => Some(ChainBreak::Truncated {
                     recorded: seq,
                     found: last_seq,
                 }),
-            };
+            }
+        };
         if let Some((seq, hash)) = &head
             && let Some(broken) = row_at(*seq, hash)
         {
@@ -455,6 +503,54 @@ impl Store {
             }
         }
         Ok(None)
+    }
+
+    /// Removes `tenant`'s rows up to its newest checkpoint signed before `before`, once
+    /// the whole chain verifies against `keys` (a chain that does not is left whole: its
+    /// rows could be the evidence). The checkpoint becomes the tenant's base, recorded
+    /// for good; rows go in batches, and rows a stopped prune left below the base go on
+    /// the next one. Deleting needs the connecting role on Postgres, as migrating does.
+    pub async fn prune_audit(
+        &self,
+        tenant: TenantId,
+        before: DateTime<Utc>,
+        keys: &[ed25519_dalek::VerifyingKey],
+    ) -> Result<Pruned, StoreError> {
+        /// Rows per delete: short transactions beside the audit writer.
+        const BATCH: i64 = 10_000;
+        let current = self.audit_base(tenant).await?.map(|b| b.seq);
+        let target = dispatch!(self, s => s.checkpoint_before(tenant, before).await)?
+            .filter(|&seq| current.is_none_or(|base| seq > base));
+        if target.is_some()
+            && let Some(broken) = self.verify_audit(tenant, keys, &[]).await?
+        {
+            return Ok(Pruned {
+                base: current,
+                moved: false,
+                deleted: 0,
+                refused: Some(broken),
+            });
+        }
+        if let Some(seq) = target {
+            dispatch!(self, s => s.move_audit_base(tenant, seq).await)?;
+        }
+        let base = target.or(current);
+        let mut deleted = 0;
+        if let Some(through) = base {
+            loop {
+                let gone = dispatch!(self, s => s.delete_pruned(tenant, through, BATCH).await)?;
+                deleted += gone;
+                if gone < BATCH as u64 {
+                    break;
+                }
+            }
+        }
+        Ok(Pruned {
+            base,
+            moved: target.is_some(),
+            deleted,
+            refused: None,
+        })
     }
 
     /// Signs and stores a checkpoint of every tenant's chain head that moved since its

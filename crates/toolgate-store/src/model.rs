@@ -119,6 +119,31 @@ pub struct AuditFilter {
     pub after_seq: Option<i64>,
 }
 
+/// Where a tenant's kept chain starts: the signed checkpoint its older rows were pruned
+/// through (`toolgate audit prune`). The first kept row links to `row_hash`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditBase {
+    /// The last pruned row; rows after it are kept.
+    pub seq: i64,
+    /// That row's hash, as its checkpoint recorded it.
+    pub row_hash: String,
+    /// When the base moved here.
+    pub pruned_at: DateTime<Utc>,
+}
+
+/// What pruning did for one tenant (see [`crate::Store::prune_audit`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pruned {
+    /// The tenant's base afterwards (`None`: nothing was ever pruned).
+    pub base: Option<i64>,
+    /// Whether the base moved now (`false`: no newer checkpoint was old enough).
+    pub moved: bool,
+    /// Rows deleted now (rows a stopped prune left below the base included).
+    pub deleted: u64,
+    /// The chain did not verify, so nothing was pruned: the rows could be the evidence.
+    pub refused: Option<ChainBreak>,
+}
+
 /// Where a tenant's chain first fails verification.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ChainBreak {

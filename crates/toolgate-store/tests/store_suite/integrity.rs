@@ -65,7 +65,7 @@ async fn tampering_is_named_by_verification() {
     .await;
 }
 
-async fn seeded(store: &Store) -> (TenantId, Vec<toolgate_store::AuditRow>) {
+pub(super) async fn seeded(store: &Store) -> (TenantId, Vec<toolgate_store::AuditRow>) {
     let (a, p) = acme_alice(store).await;
     let mut records: Vec<AuditRecord> = (0..5).map(|_| record(a.id, p.id, "read_file")).collect();
     records[2].outcome = Outcome::Error(ErrorKind::Forbidden);
@@ -117,12 +117,14 @@ async fn postgres_app_role_cannot_change_audit_rows_and_sees_only_its_tenant() {
 }
 
 /// Runs `sqls` around the store's own guards, as someone with the database would.
-async fn tamper(store: &Store, sqls: &[String]) {
+pub(super) async fn tamper(store: &Store, sqls: &[String]) {
     match store {
         Store::Sqlite(sqlite) => {
             for sql in [
+                "drop trigger if exists audit_log_no_update",
                 "drop trigger if exists audit_log_no_delete",
                 "drop trigger if exists audit_checkpoint_no_delete",
+                "drop trigger if exists audit_prune_no_delete",
             ] {
                 sqlx::query(sql).execute(sqlite.pool()).await.expect(sql);
             }

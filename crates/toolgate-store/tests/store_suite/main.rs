@@ -24,6 +24,7 @@ mod audit;
 mod integrity;
 mod notify;
 mod nul;
+mod retention;
 mod runs;
 mod sessions;
 mod tenants;

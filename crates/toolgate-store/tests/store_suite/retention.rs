@@ -1,0 +1,197 @@
+//! Pruning the audit log: rows go only up to a signed checkpoint, which becomes the
+//! tenant's base; the kept chain verifies from it, and nothing above it can be deleted.
+
+use toolgate_store::checkpoint::AuditSigner;
+use toolgate_store::{AuditBase, Pruned};
+
+use super::integrity::{seeded, tamper};
+use super::*;
+
+/// The tenant id as each backend's SQL text compares it, and the cast it needs.
+fn sql_tenant(store: &Store, tenant: TenantId) -> (String, &'static str) {
+    match store {
+        Store::Sqlite(_) => (tenant.0.hyphenated().to_string(), ""),
+        Store::Postgres(_) => (tenant.0.to_string(), "::uuid"),
+    }
+}
+
+/// Runs `sql` as the store's own connections would (`owner` false: the app role on
+/// Postgres) or as the connecting role (the owner), the triggers in force either way.
+async fn run_as(store: &Store, owner: bool, sql: String) -> Result<u64, sqlx::Error> {
+    let sql = sqlx::AssertSqlSafe(sql);
+    Ok(match store {
+        Store::Sqlite(s) => sqlx::query(sql).execute(s.pool()).await?.rows_affected(),
+        Store::Postgres(pg) => {
+            let pool = if owner {
+                pg.owner_pool()
+            } else {
+                pg.app_pool()
+            };
+            sqlx::query(sql).execute(pool).await?.rows_affected()
+        }
+    })
+}
+
+fn seqs(rows: &[toolgate_store::AuditRow]) -> Vec<i64> {
+    rows.iter().map(|r| r.seq).collect()
+}
+
+#[tokio::test]
+async fn pruning_removes_rows_up_to_a_signed_checkpoint_and_the_rest_still_verifies() {
+    on_both(|store| async move {
+        let signer = AuditSigner::from_seed(&[42; 32]);
+        let key = signer.public_key();
+        let (tenant, rows) = seeded(&store).await;
+        let principal = rows[0].principal;
+        assert_eq!(store.write_checkpoints(&signer).await.expect("sign"), 1);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let cutoff = chrono::Utc::now();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let newer: Vec<AuditRecord> = (0..3).map(|_| record(tenant, principal, "echo")).collect();
+        store.append_audit(&newer).await.expect("append");
+        store.write_checkpoints(&signer).await.expect("sign");
+        let exported = store.checkpoints(tenant).await.expect("export");
+        assert_eq!(exported.iter().map(|c| c.seq).collect::<Vec<_>>(), [5, 8]);
+        let other = store.create_tenant("globex").await.expect("tenant");
+        let bob = store.create_principal(other.id, &member("bob")).await.expect("principal");
+        store.append_audit(&[record(other.id, bob.id, "echo")]).await.expect("append");
+        store.write_checkpoints(&signer).await.expect("sign");
+
+        // Nothing checked with no key, and no other tenant touched: acme's rows up to
+        // its checkpoint signed before the cutoff go.
+        let pruned = store.prune_audit(tenant, cutoff, &[key]).await.expect("prune");
+        assert_eq!(
+            pruned,
+            Pruned { base: Some(5), moved: true, deleted: 5, refused: None }
+        );
+        let base = store.audit_base(tenant).await.expect("base").expect("a base");
+        assert_eq!((base.seq, base.row_hash.as_str()), (5, rows[4].row_hash.as_str()));
+        assert_eq!(seqs(&store.audit_chain(tenant).await.expect("chain")), [6, 7, 8]);
+        assert_eq!(store.verify_audit(tenant, &[key], &[]).await.expect("verify"), None);
+        // The export taken before, checkpoint 5 included, still agrees.
+        assert_eq!(store.verify_audit(tenant, &[key], &exported).await.expect("verify"), None);
+        assert_eq!(store.audit_chain(other.id).await.expect("chain").len(), 1);
+        assert_eq!(store.audit_base(other.id).await.expect("base"), None);
+        assert_eq!(
+            store.prune_audit(other.id, cutoff, &[key]).await.expect("prune"),
+            Pruned { base: None, moved: false, deleted: 0, refused: None },
+            "globex's only checkpoint is newer than the cutoff"
+        );
+        // Again: nothing more to do.
+        assert_eq!(
+            store.prune_audit(tenant, cutoff, &[key]).await.expect("prune"),
+            Pruned { base: Some(5), moved: false, deleted: 0, refused: None }
+        );
+        // The chain goes on from where it was.
+        store.append_audit(&[record(tenant, principal, "echo")]).await.expect("append");
+        assert_eq!(seqs(&store.audit_chain(tenant).await.expect("chain")), [6, 7, 8, 9]);
+        assert_eq!(store.verify_audit(tenant, &[key], &[]).await.expect("verify"), None);
+        // The base is a checkpoint like any other: signed by another key, it is forged.
+        let stranger = AuditSigner::from_seed(&[7; 32]).public_key();
+        assert_eq!(
+            store.verify_audit(tenant, &[stranger], &[]).await.expect("verify"),
+            Some(ChainBreak::Forged { seq: 5 })
+        );
+
+        // Above the base, the log is append-only as before, for the gateway and the owner.
+        let (t, cast) = sql_tenant(&store, tenant);
+        for owner in [false, true] {
+            let refused = run_as(
+                &store,
+                owner,
+                format!("delete from audit_log where tenant_id = '{t}'{cast} and seq = 7"),
+            )
+            .await;
+            assert!(refused.is_err(), "deleting a kept row: {refused:?}");
+        }
+        // The base only moves forward, only to a checkpoint, and only as the owner.
+        let Store::Sqlite(_) = &store else {
+            let Store::Postgres(pg) = &store else { unreachable!() };
+            assert!(
+                pg.move_audit_base(tenant, 8).await.is_ok(),
+                "the owner moves it to checkpoint 8"
+            );
+            let by_gateway = run_as(
+                &store,
+                false,
+                format!("insert into audit_prune (tenant_id, seq, pruned_at) values ('{t}'{cast}, 9, now())"),
+            )
+            .await;
+            assert!(by_gateway.is_err(), "the app role cannot move the base");
+            for seq in [3, 8, 9] {
+                assert!(pg.move_audit_base(tenant, seq).await.is_err(), "base to {seq}");
+            }
+            removed_base_is_a_gap(&store, tenant, &t, cast).await;
+            return;
+        };
+        let Store::Sqlite(s) = &store else { unreachable!() };
+        assert!(s.move_audit_base(tenant, 8).await.is_ok(), "to checkpoint 8");
+        for seq in [3, 8, 9] {
+            assert!(s.move_audit_base(tenant, seq).await.is_err(), "base to {seq}");
+        }
+        removed_base_is_a_gap(&store, tenant, &t, cast).await;
+    })
+    .await;
+}
+
+/// With the base moved to 8 and its rows not yet deleted (a prune stopped midway), the
+/// chain verifies from 8 and the next prune deletes them; removing the record of the base
+/// then shows as a gap from row 1.
+async fn removed_base_is_a_gap(store: &Store, tenant: TenantId, t: &str, cast: &str) {
+    assert_eq!(seqs(&store.audit_chain(tenant).await.expect("chain")), [9]);
+    assert_eq!(store.verify_chain(tenant).await.expect("verify"), None);
+    assert_eq!(
+        store
+            .prune_audit(tenant, chrono::Utc::now(), &[])
+            .await
+            .expect("prune"),
+        Pruned {
+            base: Some(8),
+            moved: false,
+            deleted: 3,
+            refused: None
+        }
+    );
+    let base: Option<AuditBase> = store.audit_base(tenant).await.expect("base");
+    assert_eq!(base.map(|b| b.seq), Some(8));
+    tamper(
+        store,
+        &[format!(
+            "delete from audit_prune where tenant_id = '{t}'{cast}"
+        )],
+    )
+    .await;
+    assert_eq!(
+        store.verify_chain(tenant).await.expect("verify"),
+        Some(ChainBreak::Gap {
+            expected: 1,
+            found: 9
+        })
+    );
+}
+
+#[tokio::test]
+async fn a_chain_that_does_not_verify_is_not_pruned() {
+    on_both(|store| async move {
+        let signer = AuditSigner::from_seed(&[42; 32]);
+        let (tenant, rows) = seeded(&store).await;
+        store.write_checkpoints(&signer).await.expect("sign");
+        let (t, cast) = sql_tenant(&store, tenant);
+        tamper(
+            &store,
+            &[format!(
+                "update audit_log set tool = 'something_else' where tenant_id = '{t}'{cast} and seq = 2"
+            )],
+        )
+        .await;
+        let altered = ChainBreak::Altered { seq: 2, call_id: rows[1].call_id };
+        let later = chrono::Utc::now() + chrono::Duration::seconds(1);
+        assert_eq!(
+            store.prune_audit(tenant, later, &[signer.public_key()]).await.expect("prune"),
+            Pruned { base: None, moved: false, deleted: 0, refused: Some(altered.clone()) }
+        );
+        assert_eq!(store.audit_chain(tenant).await.expect("chain").len(), 5);
+        assert_eq!(store.verify_chain(tenant).await.expect("verify"), Some(altered));
+    })
+    .await;
+}
