@@ -1,5 +1,5 @@
 //! Admin subcommands that work on the configured store directly: `migrate`, `tenants`,
-//! `keys`, `audit verify`, `upstreams reseal`, `backup`. They print what they did;
+//! `keys`, `audit verify`, `audit prune`, `upstreams reseal`, `backup`. They print what they did;
 //! secrets only when just created.
 
 use anyhow::{Context, bail};
@@ -70,6 +70,26 @@ pub enum AuditCommand {
     },
     /// Print the public half of the deployment's audit signing key and its id.
     PublicKey,
+    /// Delete audit rows older than a retention period, for every tenant (or one): each
+    /// tenant's rows up to its newest checkpoint signed before the cutoff go, once its
+    /// whole chain verifies; that checkpoint becomes the tenant's base, recorded for good,
+    /// and `verify` checks the kept rows from it. Fails for a tenant whose chain does not
+    /// verify (nothing of it is deleted). On Postgres, run it with the role that migrates.
+    Prune {
+        /// Keep this many days of rows (the cutoff is now minus these days).
+        #[arg(long, required_unless_present = "before", conflicts_with = "before")]
+        older_than_days: Option<u32>,
+        /// The cutoff as an RFC 3339 time, instead of `--older-than-days`.
+        #[arg(long)]
+        before: Option<chrono::DateTime<chrono::Utc>>,
+        /// Only this tenant.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// As for `verify`: unset, the deployment's key (this host must hold it) and
+        /// `audit.previous_public_keys`.
+        #[arg(long)]
+        public_key: Vec<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -206,20 +226,7 @@ pub async fn audit(config: &Config, command: AuditCommand) -> anyhow::Result<()>
             public_key,
         } => {
             let t = tenant(&store, &name).await?;
-            // The keys named, or the deployment's (when this host holds it) and those
-            // it replaced.
-            let keys = if public_key.is_empty() {
-                config.audit_keys()?
-            } else {
-                public_key
-                    .iter()
-                    .map(|hex| {
-                        toolgate_store::checkpoint::parse_public_key(hex).with_context(|| {
-                            format!("--public-key {hex:?} must be 64 hex digits of an Ed25519 key")
-                        })
-                    })
-                    .collect::<anyhow::Result<_>>()?
-            };
+            let keys = verifying_keys(config, &public_key)?;
             let exported = match checkpoints {
                 Some(path) => std::fs::read_to_string(&path)
                     .with_context(|| format!("reading {}", path.display()))?
@@ -233,13 +240,94 @@ pub async fn audit(config: &Config, command: AuditCommand) -> anyhow::Result<()>
                 None => Vec::new(),
             };
             let rows = store.audit_chain(t.id).await?.len();
+            let from = match store.audit_base(t.id).await? {
+                Some(base) => format!(
+                    " (from row {}: rows up to it were pruned at {})",
+                    base.seq + 1,
+                    base.pruned_at
+                        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                ),
+                None => String::new(),
+            };
             match store.verify_audit(t.id, &keys, &exported).await? {
-                None => println!("ok: {rows} rows of tenant {name:?} verify"),
+                None => println!("ok: {rows} rows of tenant {name:?} verify{from}"),
                 Some(broken) => bail!("{broken}"),
+            }
+        }
+        AuditCommand::Prune {
+            older_than_days,
+            before,
+            tenant: only,
+            public_key,
+        } => {
+            let keys = verifying_keys(config, &public_key)?;
+            if keys.is_empty() {
+                bail!(
+                    "pruning checks every chain's signed checkpoints first, and no key to check them with is here: \
+                     pass --public-key (see `toolgate audit public-key` where the signing key is)"
+                );
+            }
+            let cutoff = match (before, older_than_days) {
+                (Some(at), _) => at,
+                (None, Some(days)) => chrono::Utc::now() - chrono::Duration::days(i64::from(days)),
+                (None, None) => bail!("--older-than-days or --before is required"),
+            };
+            let tenants = match only {
+                Some(name) => vec![tenant(&store, &name).await?],
+                None => store.list_tenants().await?,
+            };
+            let mut refused = 0;
+            for t in tenants {
+                let done = store.prune_audit(t.id, cutoff, &keys).await?;
+                let name = &t.name;
+                match (&done.refused, done.base) {
+                    (Some(broken), _) => {
+                        refused += 1;
+                        eprintln!(
+                            "tenant {name:?}: not pruned, its chain does not verify: {broken}"
+                        );
+                    }
+                    (None, None) => println!(
+                        "tenant {name:?}: nothing to prune (no checkpoint signed before {})",
+                        cutoff.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                    ),
+                    (None, Some(base)) => println!(
+                        "tenant {name:?}: {} rows deleted; {}; the chain verifies from row {}",
+                        done.deleted,
+                        if done.moved {
+                            format!("pruned up to checkpoint {base}")
+                        } else {
+                            format!("already pruned up to checkpoint {base}")
+                        },
+                        base + 1
+                    ),
+                }
+            }
+            if refused > 0 {
+                bail!("{refused} tenant(s) not pruned: their chains do not verify (see above)");
             }
         }
     }
     Ok(())
+}
+
+/// The keys checkpoints' signatures are checked against: those named, or the
+/// deployment's (when this host holds it) and those it replaced.
+fn verifying_keys(
+    config: &Config,
+    named: &[String],
+) -> anyhow::Result<Vec<toolgate_store::checkpoint::VerifyingKey>> {
+    if named.is_empty() {
+        return config.audit_keys();
+    }
+    named
+        .iter()
+        .map(|hex| {
+            toolgate_store::checkpoint::parse_public_key(hex).with_context(|| {
+                format!("--public-key {hex:?} must be 64 hex digits of an Ed25519 key")
+            })
+        })
+        .collect()
 }
 
 pub async fn upstreams(config: &Config, command: UpstreamsCommand) -> anyhow::Result<()> {

@@ -340,6 +340,11 @@ pub struct Verification {
     pub previous_keys: Vec<String>,
     /// The first break, when the chain does not verify.
     pub problem: Option<ChainProblem>,
+    /// The last row pruned (`toolgate audit prune`): the chain is verified from the
+    /// signed checkpoint there; `null` when nothing was pruned.
+    pub pruned_through: Option<i64>,
+    /// When rows were last pruned.
+    pub pruned_at: Option<DateTime<Utc>>,
 }
 
 /// Where a chain first fails verification.
@@ -372,7 +377,11 @@ async fn verify_audit(
     caller.require(scopes::AUDIT_READ)?;
     let tenant = caller.auth.tenant;
     let broken = app.store.verify_audit(tenant, &app.audit_keys, &[]).await?;
-    let rows = newest_seq(&app, tenant).await?;
+    let base = app.store.audit_base(tenant).await?;
+    // Every row may have been pruned: the base's is then the newest.
+    let rows = newest_seq(&app, tenant)
+        .await?
+        .max(base.as_ref().map_or(0, |b| b.seq));
     Ok(AppJson(Verification {
         verified: broken.is_none(),
         rows,
@@ -391,6 +400,8 @@ async fn verify_audit(
             seq: b.seq(),
             message: b.to_string(),
         }),
+        pruned_through: base.as_ref().map(|b| b.seq),
+        pruned_at: base.map(|b| b.pruned_at),
     }))
 }
 

@@ -4,7 +4,7 @@ use super::*;
 
 /// Makes `calls` echo calls, then stops the gateway with SIGTERM (it signs its chain
 /// heads as it stops) and checks it exited cleanly.
-async fn echo_then_stop(running: Running, calls: usize) {
+pub(super) async fn echo_then_stop(running: Running, calls: usize) {
     let http = client(&running.key);
     for i in 0..calls {
         let response = http

@@ -13,6 +13,7 @@ mod backup;
 mod checkpoints;
 mod help;
 mod instances;
+mod retention;
 mod signals;
 
 /// A gateway process: its address and the admin key it wrote.
