@@ -76,7 +76,7 @@ for path in sorted(kube.glob("*.yaml")):
             kubernetes_validate.validate(doc, "1.37.0", strict=True)
         except kubernetes_validate.ValidationError as error:
             problems.append(f"{path.name}: {kind}: {error}")
-        docs[kind] = doc
+        docs.setdefault(kind, doc)
 listed = set(docs.get("Kustomization", {}).get("resources", []))
 for path in kube.glob("*.yaml"):
     if path.name not in ("kustomization.yaml", "secret.example.yaml"):
@@ -117,6 +117,14 @@ check(monitor["spec"]["selector"]["matchLabels"].items() <= docs["Service"]["met
       "the ServiceMonitor selects the Service")
 args = container["args"]
 check(args[args.index("--config") + 1].startswith(mounts["config"]), "--config names the mounted file")
+prune = docs["CronJob"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+prune_container = prune["containers"][0]
+check(prune_container["args"][:2] == ["audit", "prune"], "the CronJob prunes the audit log")
+check(secret["metadata"]["name"] in [e["secretRef"]["name"] for e in prune_container.get("envFrom", [])],
+      "the prune job reads the Secret (DATABASE_URL, the signing key)")
+prune_labels = docs["CronJob"]["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]
+check(not docs["Service"]["spec"]["selector"].items() <= prune_labels.items(),
+      "the prune job's pods are not behind the Service")
 grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
 check(config["http"]["shutdown_grace_secs"] < grace, "the gateway's grace fits the pod's")
 
