@@ -239,8 +239,11 @@ pub async fn audit(config: &Config, command: AuditCommand) -> anyhow::Result<()>
                     })?,
                 None => Vec::new(),
             };
-            let rows = store.audit_chain(t.id).await?.len();
-            let from = match store.audit_base(t.id).await? {
+            // The rows kept: from the base to the head (the chain is not read twice).
+            let head = store.audit_head(t.id).await?.map_or(0, |(seq, _)| seq);
+            let base = store.audit_base(t.id).await?;
+            let rows = head - base.as_ref().map_or(0, |b| b.seq);
+            let from = match base {
                 Some(base) => format!(
                     " (from row {}: rows up to it were pruned at {})",
                     base.seq + 1,

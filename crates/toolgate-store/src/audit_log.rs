@@ -237,10 +237,16 @@ macro_rules! audit_reads {
                 rows.into_iter().map(AuditDbRow::into_model).collect()
             }
 
-            /// A tenant's chain after row `after` (its base) in order, for verification.
-            pub async fn audit_chain(&self, tenant: TenantId, after: i64) -> Result<Vec<AuditRow>, StoreError> {
+            /// The first `limit` rows of a tenant's chain after row `after`, in order, for
+            /// verification.
+            pub async fn audit_chain(
+                &self,
+                tenant: TenantId,
+                after: i64,
+                limit: i64,
+            ) -> Result<Vec<AuditRow>, StoreError> {
                 let select = sql(format!(
-                    "select {columns} from audit_log where tenant_id = $1{u} and seq > $2 order by seq",
+                    "select {columns} from audit_log where tenant_id = $1{u} and seq > $2 order by seq limit $3",
                     columns = audit_columns($t),
                     u = $u
                 ));
@@ -248,6 +254,7 @@ macro_rules! audit_reads {
                     sqlx::query_as(select)
                         .bind(tenant.to_string())
                         .bind(after)
+                        .bind(limit)
                         .fetch_all(conn)
                         .await?
                 });

@@ -89,15 +89,42 @@ pub fn verify_from<'a>(
     anchor: &str,
     rows: impl IntoIterator<Item = &'a AuditRow>,
 ) -> Option<ChainBreak> {
-    let mut prev = anchor.to_owned();
-    for (expected_seq, row) in (after + 1..).zip(rows) {
-        if row.seq != expected_seq {
+    let mut walk = Walk::from(after, anchor);
+    rows.into_iter().find_map(|row| walk.step(row))
+}
+
+/// A chain checked row by row as it is read, in `seq` order: what a verification of a
+/// long chain holds instead of the whole of it.
+#[derive(Debug)]
+pub struct Walk {
+    last: i64,
+    prev: String,
+}
+
+impl Walk {
+    /// A walk starting after row `after`, whose hash is `anchor`.
+    pub fn from(after: i64, anchor: &str) -> Self {
+        Self {
+            last: after,
+            prev: anchor.to_owned(),
+        }
+    }
+
+    /// The last row checked (`after` before the first).
+    pub fn last(&self) -> i64 {
+        self.last
+    }
+
+    /// Checks the next row; the break it shows, if any.
+    pub fn step(&mut self, row: &AuditRow) -> Option<ChainBreak> {
+        let expected = self.last + 1;
+        if row.seq != expected {
             return Some(ChainBreak::Gap {
-                expected: expected_seq,
+                expected,
                 found: row.seq,
             });
         }
-        if row.prev_hash != prev {
+        if row.prev_hash != self.prev {
             return Some(ChainBreak::Relinked {
                 seq: row.seq,
                 call_id: row.call_id,
@@ -109,9 +136,10 @@ pub fn verify_from<'a>(
                 call_id: row.call_id,
             });
         }
-        prev = row.row_hash.clone();
+        self.last = row.seq;
+        self.prev.clone_from(&row.row_hash);
+        None
     }
-    None
 }
 
 /// The row a finished call becomes at position `seq` after `prev_hash`, hash included.

@@ -87,6 +87,7 @@ mod text;
 pub mod upstreams;
 pub mod writer;
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
@@ -405,7 +406,13 @@ impl Store {
     /// nothing was pruned).
     pub async fn audit_chain(&self, tenant: TenantId) -> Result<Vec<AuditRow>, StoreError> {
         let after = self.audit_base(tenant).await?.map_or(0, |b| b.seq);
-        dispatch!(self, s => s.audit_chain(tenant, after).await)
+        dispatch!(self, s => s.audit_chain(tenant, after, i64::MAX).await)
+    }
+
+    /// A tenant's stored chain head (its newest row's seq and hash), `None` before its
+    /// first row.
+    pub async fn audit_head(&self, tenant: TenantId) -> Result<Option<(i64, String)>, StoreError> {
+        dispatch!(self, s => s.audit_head(tenant).await)
     }
 
     /// Where a tenant's kept chain starts, when rows were pruned.
@@ -461,24 +468,43 @@ impl Store {
         let (after, anchor) = base.map_or((0, chain::GENESIS), |b| (b.seq, b.row_hash.as_str()));
         // The head and checkpoints first: rows appended meanwhile (a live gateway) only
         // lengthen the chain read after them.
-        let head = dispatch!(self, s => s.audit_head(tenant).await)?;
+        let head = self.audit_head(tenant).await?;
         let mut checkpoints = dispatch!(self, s => s.checkpoints(tenant).await)?;
         checkpoints.extend(exported.iter().filter(|c| c.tenant == tenant).cloned());
-        let rows = dispatch!(self, s => s.audit_chain(tenant, after).await)?;
-        if let Some(broken) = chain::verify_from(after, anchor, &rows) {
-            return Ok(Some(broken));
+        // The chain is read in pieces and checked as it comes, keeping only the hashes
+        // of the rows the head and the checkpoints name: a long chain is never held
+        // whole (it was, and a tenant's verify could take the gateway's memory).
+        let mut named: HashMap<i64, Option<String>> = head
+            .iter()
+            .map(|(seq, _)| *seq)
+            .chain(checkpoints.iter().map(|c| c.seq))
+            .filter(|&seq| seq > after)
+            .map(|seq| (seq, None))
+            .collect();
+        let mut walk = chain::Walk::from(after, anchor);
+        loop {
+            let rows =
+                dispatch!(self, s => s.audit_chain(tenant, walk.last(), VERIFY_BATCH).await)?;
+            for row in &rows {
+                if let Some(broken) = walk.step(row) {
+                    return Ok(Some(broken));
+                }
+                if let Some(hash) = named.get_mut(&row.seq) {
+                    *hash = Some(row.row_hash.clone());
+                }
+            }
+            if rows.len() < VERIFY_BATCH as usize {
+                break;
+            }
         }
-        let last_seq = rows.last().map_or(after, |r| r.seq);
+        let last_seq = walk.last();
         // Where the chain must reach, with the hash it must have there (below the base:
         // pruned, nothing to compare).
         let row_at = |seq: i64, hash: &str| {
             let found = match seq - after {
                 ..0 => return None,
                 0 => Some(anchor),
-                n => usize::try_from(n - 1)
-                    .ok()
-                    .and_then(|i| rows.get(i))
-                    .map(|r| r.row_hash.as_str()),
+                _ => named.get(&seq).and_then(Option::as_deref),
             };
             match found {
                 Some(h) if h == hash => None,
@@ -584,6 +610,9 @@ impl Store {
         dispatch!(self, s => s.record_security_event(source, route, reason).await)
     }
 }
+
+/// Rows a verification reads at a time.
+const VERIFY_BATCH: i64 = 5_000;
 
 /// The time now, to the microsecond both backends keep: what is written is what a
 /// read returns.

@@ -283,3 +283,74 @@ async fn tail_truncation_is_detected_by_the_head_and_by_signed_checkpoints() {
     })
     .await;
 }
+
+/// A chain longer than one read (5,000 rows) is checked piece by piece: across the
+/// pieces it verifies, checkpoints far apart are found, and an edit in the second piece
+/// is named.
+#[tokio::test]
+async fn a_chain_longer_than_one_read_is_verified_piece_by_piece() {
+    use toolgate_store::checkpoint::AuditSigner;
+    on_both(|store| async move {
+        let signer = AuditSigner::from_seed(&[42; 32]);
+        let key = signer.public_key();
+        let (a, p) = acme_alice(&store).await;
+        for chunk in 0..12 {
+            let records: Vec<AuditRecord> = (0..1000).map(|_| record(a.id, p.id, "echo")).collect();
+            store.append_audit(&records).await.expect("append");
+            if chunk % 5 == 0 {
+                store.write_checkpoints(&signer).await.expect("sign");
+            }
+        }
+        store
+            .append_audit(&[record(a.id, p.id, "echo")])
+            .await
+            .expect("append");
+        store.write_checkpoints(&signer).await.expect("sign");
+        let seqs: Vec<i64> = store
+            .checkpoints(a.id)
+            .await
+            .expect("checkpoints")
+            .iter()
+            .map(|c| c.seq)
+            .collect();
+        assert_eq!(seqs, [1000, 6000, 11000, 12001]);
+        assert_eq!(
+            store.verify_audit(a.id, &[key], &[]).await.expect("verify"),
+            None
+        );
+
+        let (t, cast) = match &store {
+            Store::Sqlite(_) => (a.id.0.hyphenated().to_string(), ""),
+            Store::Postgres(_) => (a.id.0.to_string(), "::uuid"),
+        };
+        let edited: uuid::Uuid = {
+            let rows = store
+                .list_audit(
+                    a.id,
+                    &AuditFilter {
+                        after_seq: Some(7000),
+                        ..AuditFilter::default()
+                    },
+                    1,
+                )
+                .await
+                .expect("row");
+            rows[0].call_id
+        };
+        tamper(
+            &store,
+            &[format!(
+                "update audit_log set tool = 'other' where tenant_id = '{t}'{cast} and seq = 7001"
+            )],
+        )
+        .await;
+        assert_eq!(
+            store.verify_audit(a.id, &[key], &[]).await.expect("verify"),
+            Some(ChainBreak::Altered {
+                seq: 7001,
+                call_id: edited
+            })
+        );
+    })
+    .await;
+}
