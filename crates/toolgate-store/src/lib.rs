@@ -543,7 +543,7 @@ impl Store {
         keys: &[ed25519_dalek::VerifyingKey],
     ) -> Result<Pruned, StoreError> {
         /// Rows per delete: short transactions beside the audit writer.
-        const BATCH: i64 = 10_000;
+        const BATCH: i64 = 1_000;
         let current = self.audit_base(tenant).await?.map(|b| b.seq);
         let target = dispatch!(self, s => s.checkpoint_before(tenant, before).await)?
             .filter(|&seq| current.is_none_or(|base| seq > base));
@@ -564,11 +564,16 @@ impl Store {
         let mut deleted = 0;
         if let Some(through) = base {
             loop {
+                let started = std::time::Instant::now();
                 let gone = dispatch!(self, s => s.delete_pruned(tenant, through, BATCH).await)?;
                 deleted += gone;
                 if gone < BATCH as u64 {
                     break;
                 }
+                // As long again without the write lock (SQLite's is the whole database):
+                // the audit writer's commits get in between instead of waiting out
+                // their busy handler's back-off behind the next batch.
+                tokio::time::sleep(started.elapsed()).await;
             }
         }
         Ok(Pruned {

@@ -325,7 +325,10 @@ async function verifyChain() {
     const v = await api("/v1/audit/verify", { method: "POST" });
     out.className = `verified-${v.verified}`;
     out.textContent = v.verified
-      ? `Chain verified: ${v.rows} row${v.rows === 1 ? "" : "s"}${v.signed_by ? `, checkpoints signed by ${v.signed_by}` : ""}.`
+      ? `Chain verified: ${v.rows} row${v.rows === 1 ? "" : "s"}` +
+        (v.pruned_through ? `, from row ${v.pruned_through + 1} (older rows pruned ${new Date(v.pruned_at).toLocaleString()})` : "") +
+        (v.signed_by ? `, checkpoints signed by ${v.signed_by}` : "") +
+        (v.previous_keys?.length ? ` or a key it replaced (${v.previous_keys.join(", ")})` : "") + "."
       : `Chain broken: ${v.problem.message}`;
   } catch (err) {
     out.textContent = explain(err, "audit:read");

@@ -358,8 +358,9 @@ pub struct ChainProblem {
 }
 
 /// Verify the caller's tenant's audit chain now, as `toolgate audit verify` does (needs
-/// `audit:read`). Reads the whole chain: for large tenants, prefer the command off-host
-/// with exported checkpoints.
+/// `audit:read`). Reads the whole kept chain, a piece at a time: its time grows with the
+/// chain's length, its memory does not. For an off-host check, use the command with
+/// exported checkpoints.
 #[utoipa::path(
     post,
     path = "/v1/audit/verify",
