@@ -2,9 +2,8 @@
 
 use super::*;
 
-/// Makes `calls` echo calls, then stops the gateway with SIGTERM (it signs its chain
-/// heads as it stops) and checks it exited cleanly.
-pub(super) async fn echo_then_stop(running: Running, calls: usize) {
+/// Makes `calls` echo calls, one after another, each answered 200.
+pub(super) async fn echo(running: &Running, calls: usize) {
     let http = client(&running.key);
     for i in 0..calls {
         let response = http
@@ -15,6 +14,12 @@ pub(super) async fn echo_then_stop(running: Running, calls: usize) {
             .expect("request");
         assert_eq!(response.status(), 200);
     }
+}
+
+/// [`echo`], then stops the gateway with SIGTERM (it signs its chain heads as it stops)
+/// and checks it exited cleanly.
+pub(super) async fn echo_then_stop(running: Running, calls: usize) {
+    echo(&running, calls).await;
     let mut child = running.child;
     let term = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])

@@ -1,7 +1,7 @@
 //! `toolgate audit prune`: old rows go up to a signed checkpoint while the gateway runs,
 //! and what is kept still verifies, from the command and over REST.
 
-use super::checkpoints::echo_then_stop;
+use super::checkpoints::{echo, echo_then_stop};
 use super::*;
 
 /// The `seq` of the newest checkpoint `audit checkpoints` exports.
@@ -60,20 +60,11 @@ async fn old_audit_rows_are_pruned_to_a_signed_checkpoint_while_the_gateway_runs
 
     // Pruned while the gateway runs, signs every second and answers calls.
     let running = start_with(data, None, &[("TOOLGATE_AUDIT__CHECKPOINT_SECS", "1")]);
-    let http = client(&running.key);
     let data_dir = data.to_owned();
     let prune = tokio::task::spawn_blocking(move || {
         toolgate(&["audit", "prune", "--older-than-days", "0"], &data_dir)
     });
-    for i in 0..20 {
-        let response = http
-            .post(format!("http://{}/v1/tools/echo/invoke", running.addr))
-            .json(&json!({"arguments": {"message": format!("during {i}")}}))
-            .send()
-            .await
-            .expect("request");
-        assert_eq!(response.status(), 200);
-    }
+    echo(&running, 20).await;
     let pruned = prune.await.expect("join");
     assert!(pruned.status.success(), "{}", said(&pruned));
     // "tenant "default": N rows deleted; pruned up to checkpoint N; …"
