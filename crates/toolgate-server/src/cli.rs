@@ -74,7 +74,9 @@ pub enum AuditCommand {
     /// tenant's rows up to its newest checkpoint signed before the cutoff go, once its
     /// whole chain verifies; that checkpoint becomes the tenant's base, recorded for good,
     /// and `verify` checks the kept rows from it. Fails for a tenant whose chain does not
-    /// verify (nothing of it is deleted). On Postgres, run it with the role that migrates.
+    /// verify (nothing of it is deleted). Without `--tenant`, also deletes runs that
+    /// finished before the cutoff (with their events) and failed-authentication records.
+    /// On Postgres, run it with the role that migrates.
     Prune {
         /// Keep this many days of rows (the cutoff is now minus these days).
         #[arg(long, required_unless_present = "before", conflicts_with = "before")]
@@ -275,8 +277,8 @@ pub async fn audit(config: &Config, command: AuditCommand) -> anyhow::Result<()>
                 (None, Some(days)) => chrono::Utc::now() - chrono::Duration::days(i64::from(days)),
                 (None, None) => bail!("--older-than-days or --before is required"),
             };
-            let tenants = match only {
-                Some(name) => vec![tenant(&store, &name).await?],
+            let tenants = match &only {
+                Some(name) => vec![tenant(&store, name).await?],
                 None => store.list_tenants().await?,
             };
             let mut refused = 0;
@@ -305,6 +307,14 @@ pub async fn audit(config: &Config, command: AuditCommand) -> anyhow::Result<()>
                         base + 1
                     ),
                 }
+            }
+            // The rest of the past, across tenants: only when every tenant was asked.
+            if only.is_none() {
+                let history = store.prune_history(cutoff).await?;
+                println!(
+                    "{} finished runs deleted (with their events); {} failed-authentication records deleted",
+                    history.runs, history.security_events
+                );
             }
             if refused > 0 {
                 bail!("{refused} tenant(s) not pruned: their chains do not verify (see above)");

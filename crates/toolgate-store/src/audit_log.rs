@@ -399,6 +399,55 @@ macro_rules! audit_reads {
                     .collect())
             }
 
+            /// Deletes up to `limit` failed-authentication records older than `before`;
+            /// how many went.
+            pub async fn delete_security_events(
+                &self,
+                before: chrono::DateTime<chrono::Utc>,
+                limit: i64,
+            ) -> Result<u64, StoreError> {
+                Ok(sqlx::query(
+                    "delete from security_event where security_event_id in \
+                     (select security_event_id from security_event where occurred_at < $1 \
+                      order by security_event_id limit $2)",
+                )
+                .bind(before)
+                .bind(limit)
+                .execute(&self.$cross)
+                .await?
+                .rows_affected())
+            }
+
+            /// Deletes up to `limit` runs that finished before `before` (completed, failed
+            /// or cancelled), with their event journals, in one transaction; how many.
+            pub async fn delete_finished_runs(
+                &self,
+                before: chrono::DateTime<chrono::Utc>,
+                limit: i64,
+            ) -> Result<u64, StoreError> {
+                // Finished runs never change, so the same ordered choice names the same
+                // runs in both statements.
+                const CHOSEN: &str = "select run_id from run where status in ('completed', 'failed', 'cancelled') \
+                                      and finished_at < $1 order by run_id limit $2";
+                let mut tx = self.$cross.begin().await?;
+                sqlx::query(sql(format!("delete from run_event where run_id in ({CHOSEN})")))
+                    .bind(before)
+                    .bind(limit)
+                    .execute(&mut *tx)
+                    .await?;
+                let runs = sqlx::query(sql(format!(
+                    "delete from run where run_id in ({CHOSEN}) \
+                     and not exists (select 1 from run_event e where e.run_id = run.run_id)"
+                )))
+                .bind(before)
+                .bind(limit)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                tx.commit().await?;
+                Ok(runs)
+            }
+
             pub async fn record_security_event(
                 &self,
                 source: Option<&str>,

@@ -542,8 +542,6 @@ impl Store {
         before: DateTime<Utc>,
         keys: &[ed25519_dalek::VerifyingKey],
     ) -> Result<Pruned, StoreError> {
-        /// Rows per delete: short transactions beside the audit writer.
-        const BATCH: i64 = 1_000;
         let current = self.audit_base(tenant).await?.map(|b| b.seq);
         let target = dispatch!(self, s => s.checkpoint_before(tenant, before).await)?
             .filter(|&seq| current.is_none_or(|base| seq > base));
@@ -561,21 +559,15 @@ impl Store {
             dispatch!(self, s => s.move_audit_base(tenant, seq).await)?;
         }
         let base = target.or(current);
-        let mut deleted = 0;
-        if let Some(through) = base {
-            loop {
-                let started = std::time::Instant::now();
-                let gone = dispatch!(self, s => s.delete_pruned(tenant, through, BATCH).await)?;
-                deleted += gone;
-                if gone < BATCH as u64 {
-                    break;
-                }
-                // As long again without the write lock (SQLite's is the whole database):
-                // the audit writer's commits get in between instead of waiting out
-                // their busy handler's back-off behind the next batch.
-                tokio::time::sleep(started.elapsed()).await;
+        let deleted = match base {
+            Some(through) => {
+                in_batches(|| async move {
+                    dispatch!(self, s => s.delete_pruned(tenant, through, PRUNE_BATCH).await)
+                })
+                .await?
             }
-        }
+            None => 0,
+        };
         Ok(Pruned {
             base,
             moved: target.is_some(),
@@ -606,6 +598,25 @@ impl Store {
         dispatch!(self, s => s.checkpoints(tenant).await)
     }
 
+    /// Deletes the rest of the past the store keeps from before `before`: runs that
+    /// finished (with their event journals) and failed-authentication records. Runs
+    /// still going or waiting for approval stay, as do approvals (decisions the audit
+    /// rows name). MCP sessions and their events expire on their own.
+    pub async fn prune_history(&self, before: DateTime<Utc>) -> Result<PrunedHistory, StoreError> {
+        let runs = in_batches(|| async move {
+            dispatch!(self, s => s.delete_finished_runs(before, PRUNE_BATCH).await)
+        })
+        .await?;
+        let security_events = in_batches(|| async move {
+            dispatch!(self, s => s.delete_security_events(before, PRUNE_BATCH).await)
+        })
+        .await?;
+        Ok(PrunedHistory {
+            runs,
+            security_events,
+        })
+    }
+
     pub async fn record_security_event(
         &self,
         source: Option<&str>,
@@ -613,6 +624,30 @@ impl Store {
         reason: &str,
     ) -> Result<(), StoreError> {
         dispatch!(self, s => s.record_security_event(source, route, reason).await)
+    }
+}
+
+/// Rows (or runs) a prune deletes per transaction: short ones beside the audit writer.
+const PRUNE_BATCH: i64 = 1_000;
+
+/// Runs `delete`, one batch of at most [`PRUNE_BATCH`], until a batch comes back short;
+/// how many went. After each batch it pauses as long as the batch took: SQLite's write
+/// lock is the whole database's, and the audit writer's commits get in between instead
+/// of waiting out their busy handler's back-off behind the next batch.
+async fn in_batches<F, Fut>(mut delete: F) -> Result<u64, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<u64, StoreError>>,
+{
+    let mut deleted = 0;
+    loop {
+        let started = std::time::Instant::now();
+        let gone = delete().await?;
+        deleted += gone;
+        if gone < PRUNE_BATCH as u64 {
+            return Ok(deleted);
+        }
+        tokio::time::sleep(started.elapsed()).await;
     }
 }
 

@@ -144,6 +144,15 @@ pub struct Pruned {
     pub refused: Option<ChainBreak>,
 }
 
+/// What [`crate::Store::prune_history`] deleted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrunedHistory {
+    /// Finished runs, each with its event journal.
+    pub runs: u64,
+    /// Failed-authentication records.
+    pub security_events: u64,
+}
+
 /// Where a tenant's chain first fails verification.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ChainBreak {

@@ -60,6 +60,14 @@ async fn old_audit_rows_are_pruned_to_a_signed_checkpoint_while_the_gateway_runs
 
     // Pruned while the gateway runs, signs every second and answers calls.
     let running = start_with(data, None, &[("TOOLGATE_AUDIT__CHECKPOINT_SECS", "1")]);
+    // One failed authentication, recorded as a security event.
+    let refused = client("not-a-key")
+        .get(format!("http://{}/v1/tools", running.addr))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(refused.status(), 401);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     let data_dir = data.to_owned();
     let prune = tokio::task::spawn_blocking(move || {
         toolgate(&["audit", "prune", "--older-than-days", "0"], &data_dir)
@@ -77,6 +85,12 @@ async fn old_audit_rows_are_pruned_to_a_signed_checkpoint_while_the_gateway_runs
         .unwrap_or_else(|| panic!("{out}"));
     assert!(through >= first, "{out}");
     assert!(out.contains(&format!("{through} rows deleted")), "{out}");
+    assert!(
+        out.contains(
+            "0 finished runs deleted (with their events); 1 failed-authentication records deleted"
+        ),
+        "{out}"
+    );
 
     let verified = admin_json(&running, reqwest::Method::POST, "/v1/audit/verify").await;
     assert_eq!(verified["verified"], true, "{verified}");

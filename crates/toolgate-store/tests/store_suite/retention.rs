@@ -195,3 +195,83 @@ async fn a_chain_that_does_not_verify_is_not_pruned() {
     })
     .await;
 }
+
+/// How many failed-authentication records the store holds.
+async fn security_events(store: &Store) -> i64 {
+    let count = "select count(*) from security_event";
+    match store {
+        Store::Sqlite(s) => sqlx::query_scalar(count).fetch_one(s.pool()).await,
+        Store::Postgres(pg) => sqlx::query_scalar(count).fetch_one(pg.owner_pool()).await,
+    }
+    .expect("count")
+}
+
+#[tokio::test]
+async fn finished_runs_and_old_security_events_go_with_the_rest_staying() {
+    use toolgate_core::RunId;
+    use toolgate_core::stores::RunStatus;
+    use toolgate_store::{PrunedHistory, RunFinish};
+    on_both(|store| async move {
+        let a = store.create_tenant("acme").await.expect("tenant");
+        let lease = chrono::Utc::now() + chrono::Duration::seconds(30);
+        let (finished, going) = (RunId::new(), RunId::new());
+        for run in [finished, going] {
+            store
+                .create_run(a.id, &new_run(a.id, run, lease))
+                .await
+                .expect("run");
+        }
+        let finish = RunFinish {
+            status: RunStatus::Completed,
+            output: Some("done".into()),
+            best_effort: false,
+            error: None,
+            usage: toolgate_core::Usage::default(),
+        };
+        let last = json!({"type": "run_finished", "status": "completed"});
+        store
+            .append_run_events(
+                a.id,
+                finished,
+                2,
+                std::slice::from_ref(&last),
+                Some(&finish),
+                true,
+            )
+            .await
+            .expect("finish");
+        for route in ["/v1/tools", "/mcp"] {
+            store
+                .record_security_event(Some("127.0.0.1"), route, "unknown key")
+                .await
+                .expect("event");
+        }
+        let before_them = chrono::Utc::now() - chrono::Duration::seconds(60);
+        assert_eq!(
+            store.prune_history(before_them).await.expect("prune"),
+            PrunedHistory::default(),
+            "nothing is older than a minute ago"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert_eq!(
+            store
+                .prune_history(chrono::Utc::now())
+                .await
+                .expect("prune"),
+            PrunedHistory {
+                runs: 1,
+                security_events: 2
+            }
+        );
+        assert!(store.get_run(a.id, finished).await.expect("get").is_none());
+        let kept = store
+            .get_run(a.id, going)
+            .await
+            .expect("get")
+            .expect("still there");
+        assert_eq!(kept.status, "running");
+        assert_eq!(security_events(&store).await, 0);
+        assert_eq!(store.list_runs(a.id, 10).await.expect("list").len(), 1);
+    })
+    .await;
+}
