@@ -154,6 +154,20 @@ async fn a_listen_stream_hears_resource_updates_and_list_changes() {
         .await
         .expect("connect at 2026-07-28")
     };
+    // The upstream's tools are registered before its resources are filed: a listen in
+    // between names URIs no upstream serves yet, and nothing is subscribed (this failed
+    // under a loaded CI run with "0 at most"). Wait for the resources too.
+    for _ in 0..300 {
+        let listed = client
+            .peer()
+            .list_all_resources()
+            .await
+            .expect("resources/list");
+        if listed.iter().any(|r| r.uri == WATCHED) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     // The watched resource and three from the fixture's template: the upstream is asked
     // for all four before the stream is acknowledged, several at a time.
     let watched: Vec<String> = std::iter::once(WATCHED.to_owned())
