@@ -79,17 +79,7 @@ pub fn row_hash(row: &AuditRow) -> String {
 
 /// Checks rows of one tenant given in `seq` order; the first break, if any.
 pub fn verify<'a>(rows: impl IntoIterator<Item = &'a AuditRow>) -> Option<ChainBreak> {
-    verify_from(0, GENESIS, rows)
-}
-
-/// [`verify`] for a chain kept from row `after`, whose hash is `anchor` (a pruned
-/// chain's base; 0 and [`GENESIS`] for a whole one).
-pub fn verify_from<'a>(
-    after: i64,
-    anchor: &str,
-    rows: impl IntoIterator<Item = &'a AuditRow>,
-) -> Option<ChainBreak> {
-    let mut walk = Walk::from(after, anchor);
+    let mut walk = Walk::from(0, GENESIS);
     rows.into_iter().find_map(|row| walk.step(row))
 }
 
@@ -102,7 +92,8 @@ pub struct Walk {
 }
 
 impl Walk {
-    /// A walk starting after row `after`, whose hash is `anchor`.
+    /// A walk starting after row `after`, whose hash is `anchor` (a pruned chain's base;
+    /// 0 and [`GENESIS`] for a whole one).
     pub fn from(after: i64, anchor: &str) -> Self {
         Self {
             last: after,
