@@ -493,6 +493,11 @@ impl Subscriptions {
         Ok(())
     }
 
+    /// Whether this holds a subscription to `uri`.
+    pub(crate) fn holds(&self, uri: &str) -> bool {
+        lock(&self.uris).contains_key(uri)
+    }
+
     /// Ends this session's subscription to `uri`, if it has one.
     pub fn unsubscribe(&self, uri: &str) {
         let watched_uri = lock(&self.uris).remove(uri);

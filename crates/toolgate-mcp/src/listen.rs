@@ -35,30 +35,37 @@ impl Listening {
 /// an upstream answering in 200 ms waited 8 s for its acknowledgement.
 const SUBSCRIBING_AT_ONCE: usize = 8;
 
-/// Subscribes upstream to each of `uris` one of `upstreams` serves; a URI none serves, or
-/// whose upstream cannot be subscribed to, is never updated.
+/// Subscribes upstream to each of `uris` one of `upstreams` serves; see [`hold_into`].
 async fn hold<'a>(
     upstreams: &[Arc<catalog::Entry>],
     catalog: &Arc<catalog::Catalog>,
     uris: impl Iterator<Item = &'a str>,
 ) -> Arc<catalog::Subscriptions> {
-    use futures::StreamExt as _;
     let subscriptions = catalog::Subscriptions::new(catalog.clone());
+    hold_into(&subscriptions, upstreams, uris).await;
+    subscriptions
+}
+
+/// Subscribes upstream, into `subscriptions`, to each of `uris` one of `upstreams`
+/// serves and may be subscribed to. A URI none serves yet, or whose upstream refused,
+/// is left out: the listen stream asks again when its tenant's resources change.
+async fn hold_into<'a>(
+    subscriptions: &catalog::Subscriptions,
+    upstreams: &[Arc<catalog::Entry>],
+    uris: impl Iterator<Item = &'a str>,
+) {
+    use futures::StreamExt as _;
     let served = uris.filter_map(|uri| {
         let upstream = catalog::serving(upstreams, uri)?;
         upstream.subscribable.then_some((upstream, uri))
     });
     futures::stream::iter(served)
-        .for_each_concurrent(SUBSCRIBING_AT_ONCE, |(upstream, uri)| {
-            let subscriptions = &subscriptions;
-            async move {
-                if let Err(err) = subscriptions.hold(&upstream, uri).await {
-                    tracing::warn!(upstream = %upstream.upstream, uri, error = %err, "could not subscribe upstream for a listen stream");
-                }
+        .for_each_concurrent(SUBSCRIBING_AT_ONCE, |(upstream, uri)| async move {
+            if let Err(err) = subscriptions.hold(&upstream, uri).await {
+                tracing::warn!(upstream = %upstream.upstream, uri, error = %err, "could not subscribe upstream for a listen stream");
             }
         })
         .await;
-    subscriptions
 }
 
 impl McpAdapter {
@@ -87,6 +94,21 @@ impl McpAdapter {
         };
         subscriptions.forward(catalog::Listener::Stream(sink.clone()));
         let accepted = context.accepted();
+        let changes = self.catalog.changes();
+        let mut lists = ListWatch::new(changes.subscribe(), || Some(changes.generation(tenant)));
+        // URIs no upstream served when the stream began (an upstream still connecting, or
+        // a resource not listed yet): subscribed once one does. Looked at again now, since
+        // the edge subscribed before rmcp acknowledged, and on every change to what the
+        // tenant's upstreams list.
+        let mut waiting: Vec<String> = accepted
+            .resource_subscriptions
+            .iter()
+            .flatten()
+            .filter(|uri| !subscriptions.holds(uri))
+            .cloned()
+            .collect();
+        self.hold_waiting(request, &subscriptions, &mut waiting)
+            .await?;
         let on = |flag: Option<bool>| flag == Some(true);
         let (resources_on, prompts_on) = (
             on(accepted.resources_list_changed),
@@ -96,21 +118,46 @@ impl McpAdapter {
         let mut lists_on = resources_on || prompts_on;
         let registry = &self.registry;
         let mut tools = ListWatch::new(registry.changes(), || Some(registry.generation(tenant)));
-        let changes = self.catalog.changes();
-        let mut lists = ListWatch::new(changes.subscribe(), || Some(changes.generation(tenant)));
         loop {
             tokio::select! {
                 () = context.cancelled() => break,
                 changed = tools.next(), if tools_on => {
                     tools_on = changed && sink.notify_tool_list_changed().await.is_ok();
                 }
-                changed = lists.next(), if lists_on => {
-                    lists_on = changed
+                changed = lists.next(), if lists_on || !waiting.is_empty() => {
+                    if !changed {
+                        (lists_on, waiting) = (false, Vec::new());
+                        continue;
+                    }
+                    self.hold_waiting(request, &subscriptions, &mut waiting).await?;
+                    lists_on = lists_on
                         && (!resources_on || sink.notify_resource_list_changed().await.is_ok())
                         && (!prompts_on || sink.notify_prompt_list_changed().await.is_ok());
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Subscribes to those of `waiting` an upstream the caller sees now serves; the
+    /// others stay in `waiting`.
+    async fn hold_waiting(
+        &self,
+        request: &RequestContext<RoleServer>,
+        subscriptions: &catalog::Subscriptions,
+        waiting: &mut Vec<String>,
+    ) -> Result<(), ErrorData> {
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        let upstreams = self.visible_upstreams(request)?;
+        hold_into(
+            subscriptions,
+            &upstreams,
+            waiting.iter().map(String::as_str),
+        )
+        .await;
+        waiting.retain(|uri| !subscriptions.holds(uri));
         Ok(())
     }
 }

@@ -133,30 +133,10 @@ async fn a_listen_stream_hears_resource_updates_and_list_changes() {
     crate::upstream::listed_once(&gw, "test_update_resource").await;
     crate::upstream::listed_once(&gw, "fx__grow").await;
 
-    let client = {
-        use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
-        use rmcp::transport::StreamableHttpClientTransport;
-        use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-        let transport = StreamableHttpClientTransport::from_config(
-            StreamableHttpClientTransportConfig::with_uri(gw.url("/mcp"))
-                .auth_header(&gw.admin_key),
-        );
-        rmcp::model::ClientConfig::new(
-            rmcp::model::ClientCapabilities::default(),
-            rmcp::model::Implementation::new("e2e-listener", "1"),
-        )
-        .serve_with_lifecycle(
-            transport,
-            ClientLifecycleMode::Discover {
-                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-            },
-        )
-        .await
-        .expect("connect at 2026-07-28")
-    };
+    let client = listener(&gw).await;
     // The upstream's tools are registered before its resources are filed: a listen in
-    // between names URIs no upstream serves yet, and nothing is subscribed (this failed
-    // under a loaded CI run with "0 at most"). Wait for the resources too.
+    // between names URIs no upstream serves yet, subscribed only once they are (the test
+    // below), not before the acknowledgement this test counts on. Wait for them too.
     for _ in 0..300 {
         let listed = client
             .peer()
@@ -234,6 +214,94 @@ async fn a_listen_stream_hears_resource_updates_and_list_changes() {
     until_told(&gw, "0 subscriber").await;
     let _ = client.cancel().await;
     gw.stop().await;
+}
+
+/// A listen stream naming a resource no upstream lists yet (an upstream still connecting
+/// after a restart, or a resource added later) is subscribed upstream once one lists it,
+/// and hears its updates: before, the URI was acknowledged and never updated.
+#[tokio::test]
+async fn a_listen_stream_subscribes_to_a_resource_once_an_upstream_lists_it() {
+    let dir = sdk_clients();
+    let fixture: toolgate_server::config::UpstreamEntry = serde_json::from_value(json!({
+        "name": "fixture",
+        "prefix": "",
+        "command": dir.join(".venv/bin/python"),
+        "args": [dir.join("conformance_fixture.py")],
+    }))
+    .expect("an upstream entry");
+    let gw = Gateway::start_with(|c| c.upstreams = vec![fixture]).await;
+    crate::upstream::listed_once(&gw, "test_add_resource").await;
+    let client = listener(&gw).await;
+    let late = "test://late";
+    let filter = rmcp::model::SubscriptionFilter::builder()
+        .resource_subscriptions([late.to_owned()])
+        .build();
+    let mut stream = client
+        .peer()
+        .listen(filter)
+        .await
+        .expect("subscriptions/listen");
+    assert!(touch(&gw, late).await.contains("0 subscriber"));
+
+    let (status, _, done) = gw
+        .invoke("test_add_resource", json!({"arguments": {"uri": late}}))
+        .await;
+    assert_eq!(status, 200, "{done}");
+    let mut told = String::new();
+    for _ in 0..100 {
+        told = touch(&gw, late).await;
+        if told.contains("1 subscriber") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(
+        told.contains("1 subscriber"),
+        "never subscribed upstream: {told}"
+    );
+    let heard = serde_json::to_value(next(&mut stream).await).expect("json");
+    assert_eq!(
+        heard["method"], "notifications/resources/updated",
+        "{heard}"
+    );
+    assert_eq!(heard["params"]["uri"], late, "{heard}");
+
+    drop(stream);
+    let mut told = String::new();
+    for _ in 0..100 {
+        told = touch(&gw, late).await;
+        if told.contains("0 subscriber") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(told.contains("0 subscriber"), "not given back: {told}");
+    let _ = client.cancel().await;
+    gw.stop().await;
+}
+
+/// A client of the gateway's `/mcp` at protocol 2026-07-28 (listen streams).
+async fn listener(
+    gw: &Gateway,
+) -> rmcp::service::RunningService<rmcp::RoleClient, rmcp::model::ClientConfig> {
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(gw.url("/mcp")).auth_header(&gw.admin_key),
+    );
+    rmcp::model::ClientConfig::new(
+        rmcp::model::ClientCapabilities::default(),
+        rmcp::model::Implementation::new("e2e-listener", "1"),
+    )
+    .serve_with_lifecycle(
+        transport,
+        ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        },
+    )
+    .await
+    .expect("connect at 2026-07-28")
 }
 
 /// An upstream announcing updates to a held resource without pause reaches the holding
