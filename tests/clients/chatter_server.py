@@ -12,7 +12,8 @@ tests the gateway's pacing of what upstreams send, not an SDK.
 - With CHATTER_ENDLESS_LIST set to a file's path, its `tools/list` answers every page
   with 1,000 tools and a next page, and keeps the count of pages asked for in that file.
 - Of its two resources, `chatter://hot`, once subscribed to, is announced as updated
-  without pause; `chatter://calm` never is.
+  without pause; `chatter://calm` never is. Its template `chatter://item/{n}` names as
+  many more as anyone asks for; subscribing to any is answered at once.
 """
 
 import json
@@ -124,7 +125,7 @@ for raw in sys.stdin:
         result = {"resources": [{"uri": "chatter://hot", "name": "hot"},
                                 {"uri": "chatter://calm", "name": "calm"}]}
     elif method == "resources/templates/list":
-        result = {"resourceTemplates": []}
+        result = {"resourceTemplates": [{"uriTemplate": "chatter://item/{n}", "name": "item"}]}
     elif method == "resources/subscribe":
         if message["params"]["uri"] == "chatter://hot":
             threading.Thread(target=updates, args=("chatter://hot",), daemon=True).start()

@@ -26,6 +26,17 @@ async fn key(gw: &Gateway, name: &str, scopes: &[&str]) -> (String, String) {
     )
 }
 
+/// Revokes API key `id`.
+async fn revoke(gw: &Gateway, id: &str) {
+    let response = gw
+        .http
+        .delete(gw.url(&format!("/v1/keys/{id}")))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 204);
+}
+
 #[tokio::test]
 async fn sse_streams_are_capped_per_principal_and_end_when_the_key_is_revoked() {
     let gw = Gateway::start_with(|c| c.http.max_streams_per_principal = 2).await;
@@ -76,13 +87,7 @@ async fn sse_streams_are_capped_per_principal_and_end_when_the_key_is_revoked() 
     let again = again.expect("a place freed by the closed stream");
 
     // Revoked: the open streams end (the credential is checked every few seconds).
-    let response = gw
-        .http
-        .delete(gw.url(&format!("/v1/keys/{id}")))
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(response.status(), 204);
+    revoke(&gw, &id).await;
     for stream in [first, again] {
         let mut body = stream.bytes_stream();
         let ended = tokio::time::timeout(Duration::from_secs(30), async {
@@ -95,6 +100,48 @@ async fn sse_streams_are_capped_per_principal_and_end_when_the_key_is_revoked() 
         .await;
         assert!(ended.is_ok(), "a revoked key's stream stayed open");
     }
+}
+
+/// A 2026-07-28 `subscriptions/listen` stream lives as long as a session's GET stream,
+/// which it replaces: it counts against the same caps and ends when its key is revoked
+/// (before, neither: one key could hold any number open, for ever).
+#[tokio::test]
+async fn listen_streams_are_capped_like_other_streams_and_end_when_the_key_is_revoked() {
+    let gw = Gateway::start_with(|c| c.http.max_streams_per_principal = 2).await;
+    let (id, secret) = key(&gw, "listener", &["tools:invoke"]).await;
+    let client = gw.mcp_2026(&secret).await;
+    let filter = || {
+        rmcp::model::SubscriptionFilter::builder()
+            .tools_list_changed()
+            .build()
+    };
+    let first = client.peer().listen(filter()).await.expect("first listen");
+    let second = client.peer().listen(filter()).await.expect("second listen");
+    let third = client.peer().listen(filter()).await;
+    let Err(refused) = third else {
+        panic!("a third stream was not refused");
+    };
+    let refused = format!("{refused:?}");
+    assert!(refused.contains("429"), "{refused}");
+    // Another principal is not held to this one's count.
+    let admin = gw.mcp_2026(&gw.admin_key).await;
+    let _theirs = admin
+        .peer()
+        .listen(filter())
+        .await
+        .expect("another principal listens");
+
+    revoke(&gw, &id).await;
+    for mut stream in [first, second] {
+        let ended = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Ok(Some(_)) = stream.next().await {}
+        })
+        .await;
+        assert!(ended.is_ok(), "a revoked key's listen stream stayed open");
+    }
+    let _ = client.cancel().await;
+    let _ = admin.cancel().await;
+    gw.stop().await;
 }
 
 #[tokio::test]

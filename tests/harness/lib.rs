@@ -149,6 +149,32 @@ impl Gateway {
         read(response).await
     }
 
+    /// An MCP client of `/mcp` at protocol 2026-07-28 (listen streams, stateless
+    /// requests) with API key `key`.
+    pub async fn mcp_2026(
+        &self,
+        key: &str,
+    ) -> rmcp::service::RunningService<rmcp::RoleClient, rmcp::model::ClientConfig> {
+        use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+        use rmcp::transport::StreamableHttpClientTransport;
+        use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+        let transport = StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(self.url("/mcp")).auth_header(key),
+        );
+        rmcp::model::ClientConfig::new(
+            rmcp::model::ClientCapabilities::default(),
+            rmcp::model::Implementation::new("e2e-listener", "1"),
+        )
+        .serve_with_lifecycle(
+            transport,
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("connect at 2026-07-28")
+    }
+
     /// `GET /metrics` as the admin: the Prometheus text.
     pub async fn metrics(&self) -> String {
         let response = self

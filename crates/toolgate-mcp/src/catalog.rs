@@ -64,6 +64,24 @@ pub type Watched = (Owner, String, String);
 
 type Count = Arc<tokio::sync::Mutex<usize>>;
 
+/// The most resources one session (`resources/subscribe`) or one listen stream
+/// (`subscriptions/listen`) may watch. Each is an upstream subscription held and a URI
+/// looked up again whenever the tenant's listings change; a template (`db://{table}`)
+/// matches URIs without end, so without a bound one session could make the gateway hold
+/// as many upstream subscriptions as it asks for.
+pub const MAX_RESOURCE_SUBSCRIPTIONS: usize = 1_000;
+
+/// The refusal of a session's or a stream's subscription past
+/// [`MAX_RESOURCE_SUBSCRIPTIONS`].
+pub fn too_many_subscriptions(asked: usize) -> rmcp::ErrorData {
+    rmcp::ErrorData::invalid_params(
+        format!(
+            "at most {MAX_RESOURCE_SUBSCRIPTIONS} resources may be watched at once (asked for {asked}); watch fewer, or unsubscribe from some first"
+        ),
+        Some(serde_json::json!({ "max_resource_subscriptions": MAX_RESOURCE_SUBSCRIPTIONS })),
+    )
+}
+
 /// How long an upstream has to answer `resources/subscribe` or `resources/unsubscribe`.
 const SUBSCRIBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -496,6 +514,11 @@ impl Subscriptions {
     /// Whether this holds a subscription to `uri`.
     pub(crate) fn holds(&self, uri: &str) -> bool {
         lock(&self.uris).contains_key(uri)
+    }
+
+    /// How many URIs this holds subscriptions to.
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.uris).len()
     }
 
     /// Ends this session's subscription to `uri`, if it has one.

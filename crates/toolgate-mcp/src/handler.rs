@@ -179,6 +179,12 @@ impl ServerHandler for McpAdapter {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         Box::pin(async move {
+            let held = self.subscriptions.len();
+            if held >= catalog::MAX_RESOURCE_SUBSCRIPTIONS
+                && !self.subscriptions.holds(&request.uri)
+            {
+                return Err(catalog::too_many_subscriptions(held + 1));
+            }
             let upstream = self.resource_upstream(&context, &request.uri)?;
             if !upstream.subscribable {
                 return Err(ErrorData::new(

@@ -18,15 +18,21 @@ pub struct Listening(Arc<catalog::Subscriptions>);
 
 impl Listening {
     /// Subscribes upstream to `uris`, the resources a `subscriptions/listen` request asks
-    /// to watch (as the `/mcp` edge read them), as `caller`.
+    /// to watch (as the `/mcp` edge read them), as `caller`; refuses more than
+    /// [`catalog::MAX_RESOURCE_SUBSCRIPTIONS`].
     pub async fn ahead(
         uris: &[String],
         caller: &McpCaller,
         registry: &Arc<Registry>,
         catalog: &Arc<catalog::Catalog>,
-    ) -> Self {
+    ) -> Result<Self, ErrorData> {
+        if uris.len() > catalog::MAX_RESOURCE_SUBSCRIPTIONS {
+            return Err(catalog::too_many_subscriptions(uris.len()));
+        }
         let upstreams = visible(registry, catalog, caller);
-        Self(hold(&upstreams, catalog, uris.iter().map(String::as_str)).await)
+        Ok(Self(
+            hold(&upstreams, catalog, uris.iter().map(String::as_str)).await,
+        ))
     }
 }
 
@@ -88,6 +94,9 @@ impl McpAdapter {
             // Served without the `/mcp` edge (in-process): subscribed now.
             None => {
                 let uris = context.accepted().resource_subscriptions.iter().flatten();
+                if uris.clone().count() > catalog::MAX_RESOURCE_SUBSCRIPTIONS {
+                    return Err(catalog::too_many_subscriptions(uris.count()));
+                }
                 let upstreams = self.visible_upstreams(request)?;
                 hold(&upstreams, &self.catalog, uris.map(String::as_str)).await
             }

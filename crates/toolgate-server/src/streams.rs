@@ -3,7 +3,8 @@
 //!
 //! - **Caps.** Each principal may hold `http.max_streams_per_principal` open streams and
 //!   each tenant `http.max_streams_per_tenant`, on this instance (`/v1/approvals/events`,
-//!   `/v1/runs/{id}/events`, and `GET /mcp` session streams). One more is refused with
+//!   `/v1/runs/{id}/events`, `GET /mcp` session streams and 2026-07-28
+//!   `subscriptions/listen` streams). One more is refused with
 //!   429 and `Retry-After`: a single key cannot exhaust the gateway's memory or file
 //!   descriptors. The counts are per instance: with N replicas a principal may hold up
 //!   to N times its cap, spread across them.

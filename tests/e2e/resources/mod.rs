@@ -308,13 +308,15 @@ async fn touch(gw: &Gateway, uri: &str) -> String {
 /// (`"1 subscriber"`, or `"1 subscriber(s) told by process 42"`), failing after 10 s;
 /// calls may fail meanwhile (a reconnecting upstream).
 async fn until_told(gw: &Gateway, what: &str) -> String {
+    until_told_of(gw, WATCHED, what).await
+}
+
+/// [`until_told`] for resource `uri`.
+async fn until_told_of(gw: &Gateway, uri: &str, what: &str) -> String {
     let mut told = String::new();
     for _ in 0..200 {
         let (status, _, done) = gw
-            .invoke(
-                "test_update_resource",
-                json!({"arguments": {"uri": WATCHED}}),
-            )
+            .invoke("test_update_resource", json!({"arguments": {"uri": uri}}))
             .await;
         told = done.to_string();
         if status == 200 && told.contains(what) {

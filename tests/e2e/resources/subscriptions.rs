@@ -133,7 +133,7 @@ async fn a_listen_stream_hears_resource_updates_and_list_changes() {
     crate::upstream::listed_once(&gw, "test_update_resource").await;
     crate::upstream::listed_once(&gw, "fx__grow").await;
 
-    let client = listener(&gw).await;
+    let client = gw.mcp_2026(&gw.admin_key).await;
     // The upstream's tools are registered before its resources are filed: a listen in
     // between names URIs no upstream serves yet, subscribed only once they are (the test
     // below), not before the acknowledgement this test counts on. Wait for them too.
@@ -231,7 +231,7 @@ async fn a_listen_stream_subscribes_to_a_resource_once_an_upstream_lists_it() {
     .expect("an upstream entry");
     let gw = Gateway::start_with(|c| c.upstreams = vec![fixture]).await;
     crate::upstream::listed_once(&gw, "test_add_resource").await;
-    let client = listener(&gw).await;
+    let client = gw.mcp_2026(&gw.admin_key).await;
     let late = "test://late";
     let filter = rmcp::model::SubscriptionFilter::builder()
         .resource_subscriptions([late.to_owned()])
@@ -247,18 +247,7 @@ async fn a_listen_stream_subscribes_to_a_resource_once_an_upstream_lists_it() {
         .invoke("test_add_resource", json!({"arguments": {"uri": late}}))
         .await;
     assert_eq!(status, 200, "{done}");
-    let mut told = String::new();
-    for _ in 0..100 {
-        told = touch(&gw, late).await;
-        if told.contains("1 subscriber") {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert!(
-        told.contains("1 subscriber"),
-        "never subscribed upstream: {told}"
-    );
+    until_told_of(&gw, late, "1 subscriber").await;
     let heard = serde_json::to_value(next(&mut stream).await).expect("json");
     assert_eq!(
         heard["method"], "notifications/resources/updated",
@@ -267,41 +256,89 @@ async fn a_listen_stream_subscribes_to_a_resource_once_an_upstream_lists_it() {
     assert_eq!(heard["params"]["uri"], late, "{heard}");
 
     drop(stream);
-    let mut told = String::new();
-    for _ in 0..100 {
-        told = touch(&gw, late).await;
-        if told.contains("0 subscriber") {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert!(told.contains("0 subscriber"), "not given back: {told}");
+    until_told_of(&gw, late, "0 subscriber").await;
     let _ = client.cancel().await;
     gw.stop().await;
 }
 
-/// A client of the gateway's `/mcp` at protocol 2026-07-28 (listen streams).
-async fn listener(
-    gw: &Gateway,
-) -> rmcp::service::RunningService<rmcp::RoleClient, rmcp::model::ClientConfig> {
-    use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
-    use rmcp::transport::StreamableHttpClientTransport;
-    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-    let transport = StreamableHttpClientTransport::from_config(
-        StreamableHttpClientTransportConfig::with_uri(gw.url("/mcp")).auth_header(&gw.admin_key),
+/// One session, or one listen stream, watches at most 1,000 resources: an upstream's
+/// template names URIs without end, and each one watched is an upstream subscription the
+/// gateway holds. Past the bound the caller gets a JSON-RPC invalid-params error; a URI
+/// already held may be subscribed to again.
+#[tokio::test]
+#[allow(deprecated)] // resources/subscribe: what clients before 2026-07-28 use
+async fn a_session_or_a_listen_stream_watches_at_most_a_thousand_resources() {
+    let gw = with_chatter().await;
+    let item = |n: usize| format!("chatter://item/{n}");
+
+    let client = gw.mcp_2026(&gw.admin_key).await;
+    for _ in 0..300 {
+        let templates = client
+            .peer()
+            .list_all_resource_templates()
+            .await
+            .expect("templates");
+        if !templates.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let listen = |n: usize| {
+        rmcp::model::SubscriptionFilter::builder()
+            .resource_subscriptions((0..n).map(item))
+            .build()
+    };
+    let refused = client.peer().listen(listen(1001)).await;
+    let Err(refused) = refused else {
+        panic!("1,001 resources were not refused");
+    };
+    let refused = format!("{refused:?}");
+    assert!(refused.contains("at most 1000 resources"), "{refused}");
+    let stream = client
+        .peer()
+        .listen(listen(1000))
+        .await
+        .expect("1,000 watched");
+    drop(stream);
+    let _ = client.cancel().await;
+
+    let (session, _heard) = subscriber(&gw, &gw.admin_key).await;
+    let subscribe = |uri: String| session.subscribe(rmcp::model::SubscribeRequestParams::new(uri));
+    for n in 0..1000 {
+        subscribe(item(n)).await.expect("subscribed");
+    }
+    let Err(ServiceError::McpError(refused)) = subscribe(item(1000)).await else {
+        panic!("the 1,001st subscription was not refused");
+    };
+    assert_eq!(
+        refused.code,
+        rmcp::model::ErrorCode::INVALID_PARAMS,
+        "{refused:?}"
     );
-    rmcp::model::ClientConfig::new(
-        rmcp::model::ClientCapabilities::default(),
-        rmcp::model::Implementation::new("e2e-listener", "1"),
-    )
-    .serve_with_lifecycle(
-        transport,
-        ClientLifecycleMode::Discover {
-            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-        },
-    )
-    .await
-    .expect("connect at 2026-07-28")
+    assert!(refused.message.contains("at most 1000"), "{refused:?}");
+    subscribe(item(7))
+        .await
+        .expect("one held already may be asked again");
+    session
+        .unsubscribe(rmcp::model::UnsubscribeRequestParams::new(item(7)))
+        .await
+        .expect("unsubscribed");
+    subscribe(item(1000)).await.expect("a place freed");
+    let _ = session.cancel().await;
+    gw.stop().await;
+}
+
+/// A gateway federating `tests/clients/chatter_server.py` as `chatter`, its tools listed.
+async fn with_chatter() -> Gateway {
+    let chatter: toolgate_server::config::UpstreamEntry = serde_json::from_value(json!({
+        "name": "chatter",
+        "command": "python3",
+        "args": [sdk_clients().join("chatter_server.py")],
+    }))
+    .expect("an upstream entry");
+    let gw = Gateway::start_with(|c| c.upstreams = vec![chatter]).await;
+    crate::upstream::listed_once(&gw, "chatter__chatter").await;
+    gw
 }
 
 /// An upstream announcing updates to a held resource without pause reaches the holding
@@ -311,15 +348,7 @@ async fn listener(
 #[tokio::test]
 #[allow(deprecated)] // resources/subscribe: what clients before 2026-07-28 use
 async fn a_flood_of_updates_to_a_held_resource_reaches_its_holder_at_a_bounded_rate() {
-    let dir = sdk_clients();
-    let chatter: toolgate_server::config::UpstreamEntry = serde_json::from_value(json!({
-        "name": "chatter",
-        "command": "python3",
-        "args": [dir.join("chatter_server.py")],
-    }))
-    .expect("an upstream entry");
-    let gw = Gateway::start_with(|c| c.upstreams = vec![chatter]).await;
-    crate::upstream::listed_once(&gw, "chatter__chatter").await;
+    let gw = with_chatter().await;
     let (session, mut heard) = subscriber(&gw, &gw.admin_key).await;
     session
         .subscribe(rmcp::model::SubscribeRequestParams::new("chatter://hot"))

@@ -16,6 +16,13 @@ pub(super) fn duplicate_id(id: &serde_json::Value) -> Response {
     (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
 }
 
+/// 200 with a JSON-RPC error answering request `id`: the guard's refusal of a request
+/// it read, as rmcp answers a handler's error.
+pub(super) fn rpc_error(id: Option<&serde_json::Value>, error: rmcp::ErrorData) -> Response {
+    let body = json!({"jsonrpc": "2.0", "id": id, "error": error});
+    (StatusCode::OK, axum::Json(body)).into_response()
+}
+
 /// A request body that could not be read: too large (413), or not in full and in time.
 pub(super) fn body_error(err: &axum::Error) -> Response {
     let mut cause: Option<&dyn std::error::Error> = Some(err);

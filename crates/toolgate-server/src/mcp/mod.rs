@@ -38,7 +38,7 @@ mod answers;
 mod probe;
 
 use answers::{
-    body_error, duplicate_id, parse_error, same_version, unauthorized, version_mismatch,
+    body_error, duplicate_id, parse_error, rpc_error, same_version, unauthorized, version_mismatch,
 };
 use probe::{Operation, Probe, Target, probe, server_span};
 
@@ -246,8 +246,9 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
         }
     }
     // A GET opens a long-lived stream (the session's, or a resumed one): counted against
-    // the caller's caps, and ended when its credential stops being valid.
-    let stream_ticket = if parts.method == Method::GET {
+    // the caller's caps, and ended when its credential stops being valid. So does a
+    // `subscriptions/listen` POST (below).
+    let mut stream_ticket = if parts.method == Method::GET {
         match guard.state.streams.admit(&caller.auth) {
             Ok(ticket) => Some(ticket),
             Err(err) => return ApiError::from(err).into_response(),
@@ -344,6 +345,16 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
             if let Some(caller) = parts.extensions.get_mut::<McpCaller>() {
                 caller.continued = continued;
             }
+            // A 2026-07-28 listen stream stays open as long as a session's GET stream
+            // (it replaces it): the same caps and the same end on revocation.
+            if method == "subscriptions/listen"
+                && let Some(caller) = parts.extensions.get::<McpCaller>()
+            {
+                match guard.state.streams.admit(&caller.auth) {
+                    Ok(ticket) => stream_ticket = Some(ticket),
+                    Err(err) => return ApiError::from(err).into_response(),
+                }
+            }
             // A listen stream's upstream subscriptions are made before rmcp acknowledges
             // it (see `Listening`).
             if !watched.is_empty()
@@ -359,7 +370,10 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
                     &state.catalog,
                 ))
                 .await;
-                parts.extensions.insert(listening);
+                match listening {
+                    Ok(listening) => parts.extensions.insert(listening),
+                    Err(refused) => return rpc_error(id.as_ref(), refused),
+                };
             }
             operation = Some(Operation {
                 metrics: guard.state.telemetry.metrics().clone(),
