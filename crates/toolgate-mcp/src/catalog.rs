@@ -96,6 +96,9 @@ pub struct Entry {
     tools: Vec<String>,
     pub peer: Peer<RoleClient>,
     pub resources: Vec<Resource>,
+    /// The URIs of `resources`, looked up for every read, subscription and listen
+    /// stream's waiting URI.
+    uris: std::collections::HashSet<String>,
     pub templates: Vec<ResourceTemplate>,
     pub prompts: Vec<Prompt>,
     /// Whether the upstream offers `resources/subscribe`.
@@ -203,6 +206,7 @@ impl Catalog {
             timeout: source.timeout,
             tools: tools.to_vec(),
             peer: peer.clone(),
+            uris: resources.iter().map(|r| r.uri.clone()).collect(),
             resources,
             templates,
             prompts,
@@ -393,7 +397,7 @@ impl Entry {
 
     /// Whether this upstream listed `uri`.
     pub fn lists(&self, uri: &str) -> bool {
-        self.resources.iter().any(|r| r.uri == uri)
+        self.uris.contains(uri)
     }
 
     /// Whether this upstream lists the resource template `template` (as written).
