@@ -23,6 +23,8 @@
 //! - [`tenancy`]: tenants, principals and API keys, on both backends.
 //! - [`keys`]: API key secrets (generated, hashed, recognised).
 //! - [`chain`]: the per-tenant audit hash chain and canonical JSON.
+//! - `integrity`: verifying a tenant's chain against its head, checkpoints and keys;
+//!   signing checkpoints; retention (`Store::prune_audit`, `Store::prune_history`).
 //! - [`writer`]: [`AuditWriter`], group commit of audit records (implements the core's
 //!   `AuditSink`).
 //! - [`runs`]: agents, runs and run journals.
@@ -73,6 +75,7 @@ pub mod audit_log;
 pub mod chain;
 pub mod checkpoint;
 pub mod instances;
+mod integrity;
 pub mod keys;
 pub mod model;
 mod nodelay;
@@ -87,7 +90,6 @@ mod text;
 pub mod upstreams;
 pub mod writer;
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
@@ -402,221 +404,6 @@ impl Store {
         dispatch!(self, s => s.list_audit(tenant, filter, limit).await)
     }
 
-    /// A tenant's kept chain in order: every row after its base (all of them when
-    /// nothing was pruned).
-    pub async fn audit_chain(&self, tenant: TenantId) -> Result<Vec<AuditRow>, StoreError> {
-        let after = self.audit_base(tenant).await?.map_or(0, |b| b.seq);
-        dispatch!(self, s => s.audit_chain(tenant, after, i64::MAX).await)
-    }
-
-    /// A tenant's stored chain head (its newest row's seq and hash), `None` before its
-    /// first row.
-    pub async fn audit_head(&self, tenant: TenantId) -> Result<Option<(i64, String)>, StoreError> {
-        dispatch!(self, s => s.audit_head(tenant).await)
-    }
-
-    /// Where a tenant's kept chain starts, when rows were pruned.
-    pub async fn audit_base(&self, tenant: TenantId) -> Result<Option<AuditBase>, StoreError> {
-        dispatch!(self, s => s.audit_base(tenant).await)
-    }
-
-    /// Walks a tenant's chain, then checks that it reaches the stored chain head; the
-    /// first break, if any. (See [`Store::verify_audit`] for checkpoints too.)
-    pub async fn verify_chain(&self, tenant: TenantId) -> Result<Option<ChainBreak>, StoreError> {
-        self.verify_audit(tenant, &[], &[]).await
-    }
-
-    /// [`Store::verify_chain`], and every checkpoint — the stored ones and `exported`
-    /// (kept off the host) — must name a row that is there with its hash; with `keys`
-    /// (the deployment's key, and those it replaced), each must also carry a valid
-    /// signature by one of them. A pruned chain is verified from its base, a signed
-    /// checkpoint: checkpoints below it name rows that are gone, and only their
-    /// signatures are checked.
-    pub async fn verify_audit(
-        &self,
-        tenant: TenantId,
-        keys: &[ed25519_dalek::VerifyingKey],
-        exported: &[checkpoint::Checkpoint],
-    ) -> Result<Option<ChainBreak>, StoreError> {
-        // A prune moving the base meanwhile removes rows this read expected: a break
-        // found while the base moved is looked at again from the new base.
-        let mut base = self.audit_base(tenant).await?;
-        let mut reads = 0;
-        loop {
-            let broken = self
-                .verify_from_base(tenant, base.as_ref(), keys, exported)
-                .await?;
-            reads += 1;
-            if broken.is_none() || reads == 3 {
-                return Ok(broken);
-            }
-            let now = self.audit_base(tenant).await?;
-            if now == base {
-                return Ok(broken);
-            }
-            base = now;
-        }
-    }
-
-    async fn verify_from_base(
-        &self,
-        tenant: TenantId,
-        base: Option<&AuditBase>,
-        keys: &[ed25519_dalek::VerifyingKey],
-        exported: &[checkpoint::Checkpoint],
-    ) -> Result<Option<ChainBreak>, StoreError> {
-        let (after, anchor) = base.map_or((0, chain::GENESIS), |b| (b.seq, b.row_hash.as_str()));
-        // The head and checkpoints first: rows appended meanwhile (a live gateway) only
-        // lengthen the chain read after them.
-        let head = self.audit_head(tenant).await?;
-        let mut checkpoints = dispatch!(self, s => s.checkpoints(tenant).await)?;
-        checkpoints.extend(exported.iter().filter(|c| c.tenant == tenant).cloned());
-        // The chain is read in pieces and checked as it comes, keeping only the hashes
-        // of the rows the head and the checkpoints name: a long chain is never held
-        // whole (it was, and a tenant's verify could take the gateway's memory).
-        let mut named: HashMap<i64, Option<String>> = head
-            .iter()
-            .map(|(seq, _)| *seq)
-            .chain(checkpoints.iter().map(|c| c.seq))
-            .filter(|&seq| seq > after)
-            .map(|seq| (seq, None))
-            .collect();
-        let mut walk = chain::Walk::from(after, anchor);
-        loop {
-            let rows =
-                dispatch!(self, s => s.audit_chain(tenant, walk.last(), VERIFY_BATCH).await)?;
-            for row in &rows {
-                if let Some(broken) = walk.step(row) {
-                    return Ok(Some(broken));
-                }
-                if let Some(hash) = named.get_mut(&row.seq) {
-                    *hash = Some(row.row_hash.clone());
-                }
-            }
-            if rows.len() < VERIFY_BATCH as usize {
-                break;
-            }
-        }
-        let last_seq = walk.last();
-        // Where the chain must reach, with the hash it must have there (below the base:
-        // pruned, nothing to compare).
-        let row_at = |seq: i64, hash: &str| {
-            let found = match seq - after {
-                ..0 => return None,
-                0 => Some(anchor),
-                _ => named.get(&seq).and_then(Option::as_deref),
-            };
-            match found {
-                Some(h) if h == hash => None,
-                Some(_) => Some(ChainBreak::Rewritten { seq }),
-                None => Some(ChainBreak::Truncated {
-                    recorded: seq,
-                    found: last_seq,
-                }),
-            }
-        };
-        if let Some((seq, hash)) = &head
-            && let Some(broken) = row_at(*seq, hash)
-        {
-            return Ok(Some(broken));
-        }
-        for cp in &checkpoints {
-            if !keys.is_empty() && !keys.iter().any(|key| cp.is_signed_by(key)) {
-                return Ok(Some(ChainBreak::Forged { seq: cp.seq }));
-            }
-            if let Some(broken) = row_at(cp.seq, &cp.row_hash) {
-                return Ok(Some(broken));
-            }
-        }
-        Ok(None)
-    }
-
-    /// Removes `tenant`'s rows up to its newest checkpoint signed before `before`, once
-    /// the whole chain verifies against `keys` (a chain that does not is left whole: its
-    /// rows could be the evidence). The checkpoint becomes the tenant's base, recorded
-    /// for good; rows go in batches, and rows a stopped prune left below the base go on
-    /// the next one. Deleting needs the connecting role on Postgres, as migrating does.
-    pub async fn prune_audit(
-        &self,
-        tenant: TenantId,
-        before: DateTime<Utc>,
-        keys: &[ed25519_dalek::VerifyingKey],
-    ) -> Result<Pruned, StoreError> {
-        let current = self.audit_base(tenant).await?.map(|b| b.seq);
-        let target = dispatch!(self, s => s.checkpoint_before(tenant, before).await)?
-            .filter(|&seq| current.is_none_or(|base| seq > base));
-        if target.is_some()
-            && let Some(broken) = self.verify_audit(tenant, keys, &[]).await?
-        {
-            return Ok(Pruned {
-                base: current,
-                moved: false,
-                deleted: 0,
-                refused: Some(broken),
-            });
-        }
-        if let Some(seq) = target {
-            dispatch!(self, s => s.move_audit_base(tenant, seq).await)?;
-        }
-        let base = target.or(current);
-        let deleted = match base {
-            Some(through) => {
-                in_batches(|| async move {
-                    dispatch!(self, s => s.delete_pruned(tenant, through, PRUNE_BATCH).await)
-                })
-                .await?
-            }
-            None => 0,
-        };
-        Ok(Pruned {
-            base,
-            moved: target.is_some(),
-            deleted,
-            refused: None,
-        })
-    }
-
-    /// Signs and stores a checkpoint of every tenant's chain head that moved since its
-    /// last one; returns how many were written. Cheap when nothing moved.
-    pub async fn write_checkpoints(
-        &self,
-        signer: &checkpoint::AuditSigner,
-    ) -> Result<usize, StoreError> {
-        let heads = dispatch!(self, s => s.unsigned_heads().await)?;
-        for (tenant, seq, hash) in &heads {
-            let cp = signer.sign(*tenant, *seq, hash);
-            dispatch!(self, s => s.insert_checkpoint(&cp).await)?;
-        }
-        Ok(heads.len())
-    }
-
-    /// A tenant's stored checkpoints in chain order (for export).
-    pub async fn checkpoints(
-        &self,
-        tenant: TenantId,
-    ) -> Result<Vec<checkpoint::Checkpoint>, StoreError> {
-        dispatch!(self, s => s.checkpoints(tenant).await)
-    }
-
-    /// Deletes the rest of the past the store keeps from before `before`: runs that
-    /// finished (with their event journals) and failed-authentication records. Runs
-    /// still going or waiting for approval stay, as do approvals (decisions the audit
-    /// rows name). MCP sessions and their events expire on their own.
-    pub async fn prune_history(&self, before: DateTime<Utc>) -> Result<PrunedHistory, StoreError> {
-        let runs = in_batches(|| async move {
-            dispatch!(self, s => s.delete_finished_runs(before, PRUNE_BATCH).await)
-        })
-        .await?;
-        let security_events = in_batches(|| async move {
-            dispatch!(self, s => s.delete_security_events(before, PRUNE_BATCH).await)
-        })
-        .await?;
-        Ok(PrunedHistory {
-            runs,
-            security_events,
-        })
-    }
-
     pub async fn record_security_event(
         &self,
         source: Option<&str>,
@@ -626,33 +413,6 @@ impl Store {
         dispatch!(self, s => s.record_security_event(source, route, reason).await)
     }
 }
-
-/// Rows (or runs) a prune deletes per transaction: short ones beside the audit writer.
-const PRUNE_BATCH: i64 = 1_000;
-
-/// Runs `delete`, one batch of at most [`PRUNE_BATCH`], until a batch comes back short;
-/// how many went. After each batch it pauses as long as the batch took: SQLite's write
-/// lock is the whole database's, and the audit writer's commits get in between instead
-/// of waiting out their busy handler's back-off behind the next batch.
-async fn in_batches<F, Fut>(mut delete: F) -> Result<u64, StoreError>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<u64, StoreError>>,
-{
-    let mut deleted = 0;
-    loop {
-        let started = std::time::Instant::now();
-        let gone = delete().await?;
-        deleted += gone;
-        if gone < PRUNE_BATCH as u64 {
-            return Ok(deleted);
-        }
-        tokio::time::sleep(started.elapsed()).await;
-    }
-}
-
-/// Rows a verification reads at a time.
-const VERIFY_BATCH: i64 = 5_000;
 
 /// The time now, to the microsecond both backends keep: what is written is what a
 /// read returns.
