@@ -312,8 +312,8 @@ pub async fn audit(config: &Config, command: AuditCommand) -> anyhow::Result<()>
             if only.is_none() {
                 let history = store.prune_history(cutoff).await?;
                 println!(
-                    "{} finished runs deleted (with their events); {} failed-authentication records deleted",
-                    history.runs, history.security_events
+                    "{} finished runs deleted (with their events); {} settled approvals deleted; {} failed-authentication records deleted",
+                    history.runs, history.approvals, history.security_events
                 );
             }
             if refused > 0 {

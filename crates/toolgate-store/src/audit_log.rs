@@ -418,6 +418,30 @@ macro_rules! audit_reads {
                 .rows_affected())
             }
 
+            /// Deletes up to `limit` approvals settled before `before` (decided, used or
+            /// expired; every time they record is earlier) that no audit row names; how
+            /// many went.
+            pub async fn delete_settled_approvals(
+                &self,
+                before: chrono::DateTime<chrono::Utc>,
+                limit: i64,
+            ) -> Result<u64, StoreError> {
+                Ok(sqlx::query(
+                    "delete from approval where approval_id in \
+                     (select a.approval_id from approval a where a.status <> 'pending' \
+                      and a.created_at < $1 and a.expires_at < $1 \
+                      and (a.decided_at is null or a.decided_at < $1) \
+                      and (a.used_at is null or a.used_at < $1) \
+                      and not exists (select 1 from audit_log l where l.approval_id = a.approval_id) \
+                      order by a.approval_id limit $2)",
+                )
+                .bind(before)
+                .bind(limit)
+                .execute(&self.$cross)
+                .await?
+                .rows_affected())
+            }
+
             /// Deletes up to `limit` runs that finished before `before` (completed, failed
             /// or cancelled), with their event journals, in one transaction; how many.
             pub async fn delete_finished_runs(

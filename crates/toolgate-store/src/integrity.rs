@@ -209,9 +209,11 @@ impl Store {
     }
 
     /// Deletes the rest of the past the store keeps from before `before`: runs that
-    /// finished (with their event journals) and failed-authentication records. Runs
-    /// still going or waiting for approval stay, as do approvals (decisions the audit
-    /// rows name). MCP sessions and their events expire on their own.
+    /// finished (with their event journals), failed-authentication records, and
+    /// approvals settled before it (decided, used or expired) that no kept audit row
+    /// names (run after the tenants' audit prunes, so those go with the rows that named
+    /// them). Runs still going or waiting for approval stay, as do pending approvals.
+    /// MCP sessions and their events expire on their own.
     pub async fn prune_history(&self, before: DateTime<Utc>) -> Result<PrunedHistory, StoreError> {
         let runs = in_batches(|| async move {
             dispatch!(self, s => s.delete_finished_runs(before, PRUNE_BATCH).await)
@@ -221,9 +223,14 @@ impl Store {
             dispatch!(self, s => s.delete_security_events(before, PRUNE_BATCH).await)
         })
         .await?;
+        let approvals = in_batches(|| async move {
+            dispatch!(self, s => s.delete_settled_approvals(before, PRUNE_BATCH).await)
+        })
+        .await?;
         Ok(PrunedHistory {
             runs,
             security_events,
+            approvals,
         })
     }
 }

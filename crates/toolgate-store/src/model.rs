@@ -151,6 +151,8 @@ pub struct PrunedHistory {
     pub runs: u64,
     /// Failed-authentication records.
     pub security_events: u64,
+    /// Settled approvals no kept audit row names.
+    pub approvals: u64,
 }
 
 /// Where a tenant's chain first fails verification.

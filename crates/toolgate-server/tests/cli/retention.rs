@@ -87,7 +87,7 @@ async fn old_audit_rows_are_pruned_to_a_signed_checkpoint_while_the_gateway_runs
     assert!(out.contains(&format!("{through} rows deleted")), "{out}");
     assert!(
         out.contains(
-            "0 finished runs deleted (with their events); 1 failed-authentication records deleted"
+            "0 finished runs deleted (with their events); 0 settled approvals deleted; 1 failed-authentication records deleted"
         ),
         "{out}"
     );

@@ -321,8 +321,11 @@ macro_rules! approval_store {
                     ApprovalStatus::Denied
                 }
                 .as_str();
+                // A denied call never runs: its arguments as given (secrets unmasked) go
+                // with the decision, not when (if ever) the call is made again.
                 let done = sqlx::query(sql(format!(
-                    "update approval set status = $3, reason = $4, decided_by = $5{u}, decided_by_name = $6, decided_at = $7 \
+                    "update approval set status = $3, reason = $4, decided_by = $5{u}, decided_by_name = $6, decided_at = $7, \
+                     call_arguments = case when $3 = 'approved' then call_arguments end \
                      where tenant_id = $1{u} and approval_id = $2{u} and status = 'pending' and expires_at > $7",
                     u = $u
                 )))
@@ -392,7 +395,7 @@ macro_rules! approval_store {
             ) -> Result<Vec<ApprovalId>, StoreError> {
                 let mut tx = self.tenant_tx(tenant).await?;
                 let rows: Vec<(String,)> = sqlx::query_as(sql(format!(
-                    "update approval set status = 'expired', reason = $3 \
+                    "update approval set status = 'expired', reason = $3, call_arguments = null \
                      where tenant_id = $1{u} and run_id = $2{u} and status = 'pending' \
                      returning approval_id{t}",
                     u = $u,
@@ -421,7 +424,8 @@ macro_rules! approval_store {
                 &self,
             ) -> Result<Vec<(TenantId, ApprovalId)>, StoreError> {
                 let rows: Vec<(String, String)> = sqlx::query_as(sql(format!(
-                    "update approval set status = 'expired', reason = $2 where status = 'pending' and expires_at <= $1 \
+                    "update approval set status = 'expired', reason = $2, call_arguments = null \
+                     where status = 'pending' and expires_at <= $1 \
                      returning tenant_id{t}, approval_id{t}",
                     t = $t
                 )))

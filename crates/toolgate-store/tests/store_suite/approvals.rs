@@ -382,3 +382,87 @@ async fn approvals_are_bound_to_the_call_that_asked() {
     })
     .await;
 }
+
+/// The id of the approval `request` now waits on.
+async fn pending(
+    store: &Store,
+    request: &toolgate_core::policy::ApprovalRequest,
+) -> toolgate_core::ApprovalId {
+    match store.gate_approval(request).await.expect("gate") {
+        toolgate_core::Gate::Pending { approval, .. } => approval,
+        other => panic!("not pending: {other:?}"),
+    }
+}
+
+/// An approval's arguments as the caller gave them (a secret among them) are kept only
+/// while its call may still run: before, a denied or expired approval whose call was
+/// never made again kept them for good.
+#[tokio::test]
+async fn an_approval_whose_call_can_no_longer_run_keeps_no_arguments_in_the_clear() {
+    use toolgate_core::{RunId, RunStep};
+    on_both(|store| async move {
+        let a = store.create_tenant("clear").await.expect("tenant");
+        let asker = PrincipalId::new();
+        let minute = Duration::from_secs(60);
+        let kept = |approval| {
+            let store = &store;
+            async move {
+                store
+                    .get_approval(a.id, approval)
+                    .await
+                    .expect("get")
+                    .expect("found")
+                    .call_arguments
+            }
+        };
+        let denied = pending(&store, &approval_request(a.id, asker, minute)).await;
+        assert_eq!(
+            kept(denied).await,
+            Some(json!({"command": "ls", "token": "s3cret"}))
+        );
+        store
+            .decide_approval(a.id, denied, &decision(false))
+            .await
+            .expect("deny");
+        assert_eq!(kept(denied).await, None, "kept after the denial");
+
+        let approved = pending(&store, &approval_request(a.id, asker, minute)).await;
+        store
+            .decide_approval(a.id, approved, &decision(true))
+            .await
+            .expect("approve");
+        assert!(
+            kept(approved).await.is_some(),
+            "the approved call still runs with them"
+        );
+
+        let late = pending(&store, &approval_request(a.id, asker, Duration::ZERO)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(
+            store.expire_approvals().await.expect("sweep"),
+            vec![(a.id, late)]
+        );
+        assert_eq!(kept(late).await, None, "kept after it expired");
+
+        let run = RunId::new();
+        let mut in_run = approval_request(a.id, asker, minute);
+        in_run.run = Some(RunStep {
+            run_id: run,
+            step: 1,
+        });
+        let stopped = pending(&store, &in_run).await;
+        assert_eq!(
+            store
+                .expire_run_approvals(a.id, run, "the run was cancelled")
+                .await
+                .expect("expire"),
+            vec![stopped]
+        );
+        assert_eq!(
+            kept(stopped).await,
+            None,
+            "kept after its run was cancelled"
+        );
+    })
+    .await;
+}

@@ -141,6 +141,43 @@ fn caller(tenant: TenantId) -> toolgate_core::AuthContext {
     }
 }
 
+/// A high-risk `execute_command` call of `requester`'s in `tenant` asking for approval,
+/// its `token` masked in `arguments` and kept in the clear in `call_arguments`; each one
+/// made is another call (its own arguments hash), waiting `ttl` at most.
+fn approval_request(
+    tenant: TenantId,
+    requester: PrincipalId,
+    ttl: Duration,
+) -> toolgate_core::policy::ApprovalRequest {
+    toolgate_core::policy::ApprovalRequest {
+        tenant,
+        call_id: CallId::new(),
+        requester,
+        requester_name: "asker".into(),
+        auth: caller(tenant),
+        adapter: Adapter::Mcp,
+        tool: "execute_command".into(),
+        risk: toolgate_core::Risk::High,
+        arguments: json!({"command": "ls", "token": "***"}),
+        call_arguments: json!({"command": "ls", "token": "s3cret"}),
+        arguments_hash: uuid::Uuid::new_v4().simple().to_string().repeat(2),
+        run: None,
+        agent: None,
+        presented: None,
+        expires_at: SystemTime::now() + ttl,
+    }
+}
+
+/// A decision on an approval, by "boss".
+fn decision(approve: bool) -> toolgate_store::approvals::Decision {
+    toolgate_store::approvals::Decision {
+        approve,
+        by: PrincipalId::new(),
+        by_name: "boss".into(),
+        reason: if approve { "fine" } else { "not on prod" }.into(),
+    }
+}
+
 /// Run `run` of agent "helper" in `tenant`, owned by "instance-1" until `lease_until`.
 fn new_run(
     tenant: TenantId,

@@ -260,7 +260,8 @@ async fn finished_runs_and_old_security_events_go_with_the_rest_staying() {
                 .expect("prune"),
             PrunedHistory {
                 runs: 1,
-                security_events: 2
+                security_events: 2,
+                approvals: 0,
             }
         );
         assert!(store.get_run(a.id, finished).await.expect("get").is_none());
@@ -272,6 +273,77 @@ async fn finished_runs_and_old_security_events_go_with_the_rest_staying() {
         assert_eq!(kept.status, "running");
         assert_eq!(security_events(&store).await, 0);
         assert_eq!(store.list_runs(a.id, 10).await.expect("list").len(), 1);
+    })
+    .await;
+}
+
+/// Approvals settled before the cutoff go with the rest of the past, unless a kept audit
+/// row names them (the call they let run, or held): the rows and the decision go
+/// together. Pending approvals and recent ones stay.
+#[tokio::test]
+async fn settled_approvals_go_unless_a_kept_audit_row_names_them() {
+    use toolgate_store::PrunedHistory;
+    on_both(|store| async move {
+        let (a, alice) = acme_alice(&store).await;
+        let minute = Duration::from_secs(60);
+        let gate = |store: &Store| {
+            let request = approval_request(a.id, alice.id, minute);
+            let store = store.clone();
+            async move {
+                match store.gate_approval(&request).await.expect("gate") {
+                    toolgate_core::Gate::Pending { approval, .. } => approval,
+                    other => panic!("not pending: {other:?}"),
+                }
+            }
+        };
+        let (denied, named, waiting) = (gate(&store).await, gate(&store).await, gate(&store).await);
+        for (approval, approve) in [(denied, false), (named, true)] {
+            store
+                .decide_approval(a.id, approval, &decision(approve))
+                .await
+                .expect("decide");
+        }
+        let mut ran = record(a.id, alice.id, "execute_command");
+        ran.approval = Some(named);
+        store.append_audit(&[ran]).await.expect("append");
+        // Every time an approval records must be before the cutoff: the approval's own
+        // expiry here is a minute away.
+        let after_all = chrono::Utc::now() + chrono::Duration::seconds(120);
+        assert_eq!(
+            store
+                .prune_history(chrono::Utc::now() - chrono::Duration::seconds(60))
+                .await
+                .expect("prune")
+                .approvals,
+            0,
+            "nothing settled before a minute ago"
+        );
+        assert_eq!(
+            store.prune_history(after_all).await.expect("prune"),
+            PrunedHistory {
+                approvals: 1,
+                ..PrunedHistory::default()
+            }
+        );
+        let there = |approval| {
+            let store = store.clone();
+            async move {
+                store
+                    .get_approval(a.id, approval)
+                    .await
+                    .expect("get")
+                    .is_some()
+            }
+        };
+        assert!(
+            !there(denied).await,
+            "a settled approval nothing names stayed"
+        );
+        assert!(
+            there(named).await,
+            "an approval a kept audit row names went"
+        );
+        assert!(there(waiting).await, "a pending approval went");
     })
     .await;
 }
