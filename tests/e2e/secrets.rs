@@ -44,6 +44,13 @@ async fn invalid_calls_keep_their_arguments_masked(gw: Gateway) {
         Some(64),
         "{row}"
     );
+    // The digest of the unmasked arguments is keyed: an `audit:read` caller who knows
+    // every other field cannot test guesses of the masked ones against it (a plain
+    // SHA-256, as before, matched the true values here at the first guess).
+    let guessed = toolgate_core::audit::hash_json(
+        &json!({"path": 5, "apiKey": "sk-live-123", "nested": {"db_password": "hunter2", "user": "ann"}}),
+    );
+    assert_ne!(row["arguments_hash"], guessed.as_str(), "{row}");
 
     // An unknown tool keeps its arguments too, masked by name.
     let (status, _, _) = gw

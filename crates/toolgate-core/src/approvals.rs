@@ -281,10 +281,9 @@ impl<S: ApprovalStore + 'static> Decisions<S> {
         let mut record = AuditRecord::start(
             &ctx,
             &decided.tool,
-            &decided.arguments,
             decided.arguments.clone(),
+            decided.arguments_hash.clone(),
         );
-        record.arguments_hash = decided.arguments_hash.clone();
         record.approval = Some(decided.id);
         let (outcome, note) = if decided.status == ApprovalStatus::Approved {
             (Outcome::Ok, None)

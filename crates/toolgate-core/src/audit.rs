@@ -25,8 +25,8 @@ pub struct AuditRecord {
     pub tool: String,
     /// The arguments with the tool's secret fields replaced by [`MASK`].
     pub arguments: Value,
-    /// SHA-256 (hex) of the unmasked arguments' JSON: equal calls can be matched without
-    /// storing secrets.
+    /// The unmasked arguments' [digest](ArgumentsDigest) (hex): equal calls can be
+    /// matched without storing secrets.
     pub arguments_hash: String,
     pub outcome: Outcome,
     /// The error message shown to the caller, when the call failed.
@@ -47,10 +47,11 @@ pub struct AuditRecord {
 }
 
 impl AuditRecord {
-    /// A record for `ctx`'s call of `tool` with `args`, keeping `masked` (the arguments
-    /// with their secrets masked, see [`crate::secrets`]) and the hash of `args`. Outcome
-    /// and times are filled in by [`AuditRecord::finish`].
-    pub fn start(ctx: &CallContext, tool: &str, args: &Value, masked: Value) -> Self {
+    /// A record for `ctx`'s call of `tool`, keeping `masked` (its arguments with their
+    /// secrets masked, see [`crate::secrets`]) and `arguments_hash` (the unmasked
+    /// arguments' [`ArgumentsDigest`]). Outcome and times are filled in by
+    /// [`AuditRecord::finish`].
+    pub fn start(ctx: &CallContext, tool: &str, masked: Value, arguments_hash: String) -> Self {
         let now = SystemTime::now();
         Self {
             call_id: ctx.call_id,
@@ -59,7 +60,7 @@ impl AuditRecord {
             adapter: ctx.adapter,
             tool: tool.chars().take(128).collect(),
             arguments: masked,
-            arguments_hash: hash_json(args),
+            arguments_hash,
             outcome: Outcome::Ok,
             error: None,
             duration: Duration::ZERO,
@@ -97,9 +98,57 @@ pub fn canonical_json(value: &Value) -> String {
 }
 
 /// Hex SHA-256 of a JSON value's [canonical text](canonical_json), so a value read back
-/// from a store that reorders keys hashes the same: approvals match calls by this hash.
+/// from a store that reorders keys hashes the same. Plain: for values without secrets
+/// (a call's arguments go through [`ArgumentsDigest`]).
 pub fn hash_json(value: &Value) -> String {
     crate::sha256_hex(canonical_json(value).as_bytes())
+}
+
+/// What names a call's unmasked arguments in its audit row, its approval and the result
+/// cache: equal arguments (in any key order) get equal digests, so an approved call is
+/// recognised when made again without its secrets being stored.
+///
+/// A plain hash would give the secrets away: beside the masked arguments, every other
+/// field is known, and a short password or PIN in the masked one is found by hashing
+/// guesses until one matches. So the gateway keys it (HMAC-SHA-256, under a key derived
+/// from the deployment's audit signing key, which instances sharing a database already
+/// share): without the key, a digest says nothing about the arguments. Unkeyed
+/// (SHA-256), the default, only where no key is given (tests, tools run in-process).
+#[derive(Clone, Default)]
+pub struct ArgumentsDigest {
+    key: Option<ring::hmac::Key>,
+}
+
+impl ArgumentsDigest {
+    /// Digests under a key derived from `secret` (the audit signing key's seed): the
+    /// signing key itself is never used for anything else.
+    pub fn keyed(secret: &[u8; 32]) -> Self {
+        let mut material = b"toolgate/arguments-digest/v1\0".to_vec();
+        material.extend_from_slice(secret);
+        let derived = crate::sha256(&material);
+        Self {
+            key: Some(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &derived)),
+        }
+    }
+
+    /// The hex digest of `value`'s [canonical text](canonical_json).
+    pub fn digest(&self, value: &Value) -> String {
+        let text = canonical_json(value);
+        match &self.key {
+            Some(key) => crate::to_hex(ring::hmac::sign(key, text.as_bytes()).as_ref()),
+            None => crate::sha256_hex(text.as_bytes()),
+        }
+    }
+}
+
+impl std::fmt::Debug for ArgumentsDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.key.is_some() {
+            "ArgumentsDigest(keyed)"
+        } else {
+            "ArgumentsDigest(unkeyed)"
+        })
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -162,6 +211,27 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_keyed_digest_matches_equal_arguments_and_only_under_its_key() {
+        let args = json!({"user": "ann", "password": "hunter2"});
+        let reordered: Value =
+            serde_json::from_str(r#"{"password":"hunter2","user":"ann"}"#).expect("json");
+        let keyed = ArgumentsDigest::keyed(&[7; 32]);
+        assert_eq!(keyed.digest(&args), keyed.digest(&reordered));
+        assert_eq!(keyed.digest(&args).len(), 64);
+        assert_ne!(keyed.digest(&args), hash_json(&args), "a guess checks out");
+        assert_ne!(
+            keyed.digest(&args),
+            ArgumentsDigest::keyed(&[8; 32]).digest(&args)
+        );
+        assert_ne!(
+            keyed.digest(&args),
+            keyed.digest(&json!({"user": "ann", "password": "hunter3"}))
+        );
+        assert_eq!(ArgumentsDigest::default().digest(&args), hash_json(&args));
+        assert_eq!(format!("{keyed:?}"), "ArgumentsDigest(keyed)");
+    }
 
     #[test]
     fn json_hashes_are_those_of_the_value_as_displayed() {

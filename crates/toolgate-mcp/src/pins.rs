@@ -133,7 +133,9 @@ impl<S: PinStore> Pins<S> {
         // after another, an operator upstream's change would wait a commit per tenant).
         let recorded = chains.into_iter().map(|chain| {
             let ctx = CallContext::new(recorder(chain, by), Adapter::Definition);
-            let record = AuditRecord::start(&ctx, &pin.exported, &arguments, arguments.clone());
+            // A definition's change holds no secret: its plain hash names it.
+            let hash = toolgate_core::audit::hash_json(&arguments);
+            let record = AuditRecord::start(&ctx, &pin.exported, arguments.clone(), hash);
             self.audit
                 .record(record.finish(outcome, note.clone(), Duration::ZERO))
         });

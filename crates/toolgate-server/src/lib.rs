@@ -155,6 +155,11 @@ pub async fn build_with(
     let executor = Executor::new(Arc::new(TracingSink), audit.clone(), limits)
         .with_approvals(approvals.clone())
         .with_secret_names(secret_names)
+        .with_arguments_digest(
+            config
+                .arguments_digest()
+                .context("loading the audit signing key")?,
+        )
         .with_admission(admission.clone())
         .with_metrics(telemetry.metrics().clone())
         .with_cache(toolgate_core::cache::ResultCache::new(config.cache.clone()));

@@ -83,6 +83,7 @@ pub struct Executor {
     approvals: Arc<dyn Approvals>,
     limits: ExecutorLimits,
     secret_names: SecretNames,
+    digest: crate::audit::ArgumentsDigest,
     admission: Arc<Admission>,
     metrics: Metrics,
     cache: ResultCache,
@@ -100,10 +101,18 @@ impl Executor {
             approvals: Arc::new(NoApprovals),
             limits,
             secret_names: SecretNames::default(),
+            digest: Default::default(),
             admission: Arc::new(Admission::new(Default::default())),
             metrics: Metrics::default(),
             cache: ResultCache::default(),
         }
+    }
+
+    /// Names calls' unmasked arguments by `digest` (by default unkeyed: see
+    /// [`ArgumentsDigest`](crate::audit::ArgumentsDigest)).
+    pub fn with_arguments_digest(mut self, digest: crate::audit::ArgumentsDigest) -> Self {
+        self.digest = digest;
+        self
     }
 
     /// Answers calls of the tools configured for it from `cache` (by default nothing is
@@ -265,12 +274,15 @@ impl Executor {
                         crate::secrets::mask(&args, &Default::default(), &[], &self.secret_names)
                     }
                 };
-                (AuditRecord::start(&ctx, &name, &args, masked), Err(error))
+                (
+                    AuditRecord::start(&ctx, &name, masked, self.digest.digest(&args)),
+                    Err(error),
+                )
             }
             Ok(tool) => {
                 let spec = tool.spec();
                 let masked = tool.mask(&args, &self.secret_names);
-                let mut record = AuditRecord::start(&ctx, &name, &args, masked);
+                let mut record = AuditRecord::start(&ctx, &name, masked, self.digest.digest(&args));
                 let timeout = spec.effective_timeout(ctx.requested_timeout);
                 let deadline = started + timeout;
                 ctx.set_deadline(deadline);

@@ -33,7 +33,7 @@ impl Executor {
             tool: method,
         });
         let masked = crate::secrets::mask(&args, &Default::default(), &[], &self.secret_names);
-        let record = AuditRecord::start(&ctx, method, &args, masked);
+        let record = AuditRecord::start(&ctx, method, masked, self.digest.digest(&args));
         let cancel_on_drop = ctx.cancel.clone().drop_guard();
         let this = self.clone();
         let method = method.to_owned();

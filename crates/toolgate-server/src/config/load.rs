@@ -142,12 +142,25 @@ impl Config {
 
     /// The key signing audit checkpoints: configured, or from its file (made if absent).
     pub fn audit_signer(&self) -> anyhow::Result<toolgate_store::checkpoint::AuditSigner> {
-        let seed = crate::key_file::load(
+        Ok(toolgate_store::checkpoint::AuditSigner::from_seed(
+            &self.audit_seed()?,
+        ))
+    }
+
+    /// The key naming calls' unmasked arguments (see `ArgumentsDigest`), derived from the
+    /// audit signing key: instances sharing a database share it already.
+    pub fn arguments_digest(&self) -> anyhow::Result<toolgate_core::audit::ArgumentsDigest> {
+        Ok(toolgate_core::audit::ArgumentsDigest::keyed(
+            &self.audit_seed()?,
+        ))
+    }
+
+    fn audit_seed(&self) -> anyhow::Result<[u8; 32]> {
+        crate::key_file::load(
             self.audit.signing_key.as_ref(),
             &self.audit_key_file(),
             "audit.signing_key",
-        )?;
-        Ok(toolgate_store::checkpoint::AuditSigner::from_seed(&seed))
+        )
     }
 
     /// The keys checkpoints' signatures are checked against: the deployment's first, then
