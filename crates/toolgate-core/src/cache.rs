@@ -7,8 +7,8 @@
 //! for every tenant, a tenant's policy `cache` for its own calls (`0` turns an operator
 //! default off), never longer than the operator's `max_ttl_secs`.
 //!
-//! Entries are keyed by tenant, tool name and the hash of the arguments as sent
-//! ([`crate::audit::hash_json`], canonical: key order does not matter), so a tenant never
+//! Entries are keyed by tenant, tool name and the digest of the arguments as sent
+//! ([`crate::audit::ArgumentsDigest`], canonical: key order does not matter), so a tenant never
 //! gets another tenant's result. A cache hit is still a call: the executor resolves,
 //! validates, authorizes and applies the tenant's policy before it looks, and the hit
 //! leaves its audit row (`cache = hit`) and call events like any other. Only the tool's
