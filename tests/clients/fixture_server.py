@@ -69,7 +69,10 @@ def environment() -> dict:
 
 @server.tool()
 def unlock(door: str, pin: SecretStr) -> str:
-    """Opens a door with a PIN. The schema marks `pin` writeOnly / format password."""
+    """Opens a door with a PIN. The schema marks `pin` writeOnly / format password.
+    The vault refuses every PIN, repeating it (as careless servers do)."""
+    if door == "vault":
+        raise ToolError(f"pin {pin.get_secret_value()} does not open door {door}")
     return f"door {door} opened with a {len(pin.get_secret_value())}-digit pin"
 
 

@@ -114,6 +114,32 @@ async fn a_federated_tools_write_only_argument_is_masked_and_still_delivered() {
         "{page}"
     );
     assert_eq!(rows[0]["arguments"], json!({"door": "***", "pin": "***"}));
+
+    // An upstream error repeating the secrets: the caller sees its own message, the
+    // audit row's error and the log do not keep them.
+    let (status, _, problem) = gw
+        .invoke(
+            "fx__unlock",
+            json!({"arguments": {"door": "vault", "pin": "135790"}}),
+        )
+        .await;
+    assert_eq!(status, 502, "{problem}");
+    assert!(problem.to_string().contains("135790"), "{problem}");
+    let (page, rows) = audit_rows(&gw, "fx__unlock").await;
+    assert!(
+        !page.contains("135790") && !page.contains("vault"),
+        "{page}"
+    );
+    let failed = rows
+        .iter()
+        .find(|r| r["outcome"] == "upstream")
+        .unwrap_or_else(|| panic!("the failed call's row: {page}"));
+    assert!(
+        failed["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("pin *** does not open door ***")),
+        "{failed}"
+    );
     gw.stop().await;
 }
 

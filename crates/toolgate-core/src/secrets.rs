@@ -1,5 +1,6 @@
 //! Which argument values are secrets, so that audit rows, approvals and logs keep a mask
-//! instead (the argument hash is still of the unmasked value, and the chain verifies).
+//! instead (the arguments' digest is still of the unmasked value, keyed, and the chain
+//! verifies), also where an error message repeats one ([`scrub`]).
 //!
 //! Three sources, any of which makes a value secret:
 //! - the tool's input schema: a property whose schema says `writeOnly: true` or
@@ -275,11 +276,93 @@ fn mask_names(value: &mut Value, names: &SecretNames, depth: usize) {
     }
 }
 
+/// The values [`mask`] hid in `masked` (`args` as masked): every string or number of
+/// four characters or more under a slot `masked` holds [`MASK`] where `args` held
+/// something else. Nothing is allocated for a call without secrets.
+pub fn masked_values(args: &Value, masked: &Value) -> Vec<String> {
+    fn hidden(original: &Value, out: &mut Vec<String>, depth: usize) {
+        match original {
+            Value::String(s) if s.chars().count() >= 4 => out.push(s.clone()),
+            Value::Number(n) if n.to_string().len() >= 4 => out.push(n.to_string()),
+            Value::Array(items) if depth < 128 => {
+                for item in items {
+                    hidden(item, out, depth + 1);
+                }
+            }
+            Value::Object(map) if depth < 128 => {
+                for item in map.values() {
+                    hidden(item, out, depth + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    fn walk(args: &Value, masked: &Value, out: &mut Vec<String>, depth: usize) {
+        match (args, masked) {
+            (Value::String(a), Value::String(m)) if a == m => {}
+            (original, Value::String(m)) if m == MASK => hidden(original, out, depth),
+            (Value::Object(a), Value::Object(m)) if depth < 128 => {
+                for (key, value) in a {
+                    if let Some(slot) = m.get(key) {
+                        walk(value, slot, out, depth + 1);
+                    }
+                }
+            }
+            (Value::Array(a), Value::Array(m)) if depth < 128 => {
+                for (value, slot) in a.iter().zip(m) {
+                    walk(value, slot, out, depth + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(args, masked, &mut out, 0);
+    out
+}
+
+/// `text` with every one of `secrets` in it replaced by [`MASK`]: a message that repeats
+/// what the caller sent (an upstream's "invalid password 'hunter2'") keeps no secret
+/// the arguments' masking hid.
+pub fn scrub(text: &str, secrets: &[String]) -> String {
+    let mut text = text.to_owned();
+    for secret in secrets {
+        if text.contains(secret.as_str()) {
+            text = text.replace(secret.as_str(), MASK);
+        }
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn the_values_masking_hid_are_scrubbed_from_a_message() {
+        let names = SecretNames::default();
+        let args = json!({
+            "user": "ann",
+            "password": "hunter2",
+            "pin": 987654,
+            "credentials": {"key": "k-123456", "short": "ab"},
+            "tokens": [{"token": "t-999"}],
+            "note": "***",
+        });
+        let masked = mask(&args, &SchemaSecrets::default(), &[], &names);
+        let hidden = masked_values(&args, &masked);
+        assert_eq!(hidden, ["k-123456", "hunter2", "t-999"], "{masked}");
+        assert_eq!(
+            scrub(
+                "login as ann with hunter2 failed (key k-123456, t-999)",
+                &hidden
+            ),
+            "login as ann with *** failed (key ***, ***)"
+        );
+        assert!(masked_values(&json!({"path": "a.txt"}), &json!({"path": "a.txt"})).is_empty());
+    }
 
     #[test]
     fn names_are_matched_as_snake_case_words() {

@@ -264,7 +264,7 @@ impl Executor {
         // Metrics name a tool only when it exists: made-up names must not make series
         // without end.
         let known = matches!(&prepared, Ok(_) | Err(Refused { tool: Some(_), .. }));
-        let (record, result) = match prepared {
+        let (record, secrets, result) = match prepared {
             // What was sent is kept, masked as well as the gateway can: by the tool's
             // schema when it resolved (invalid arguments, forbidden), else by name alone.
             Err(Refused { tool, error }) => {
@@ -274,14 +274,17 @@ impl Executor {
                         crate::secrets::mask(&args, &Default::default(), &[], &self.secret_names)
                     }
                 };
+                let secrets = crate::secrets::masked_values(&args, &masked);
                 (
                     AuditRecord::start(&ctx, &name, masked, self.digest.digest(&args)),
+                    secrets,
                     Err(error),
                 )
             }
             Ok(tool) => {
                 let spec = tool.spec();
                 let masked = tool.mask(&args, &self.secret_names);
+                let secrets = crate::secrets::masked_values(&args, &masked);
                 let mut record = AuditRecord::start(&ctx, &name, masked, self.digest.digest(&args));
                 let timeout = spec.effective_timeout(ctx.requested_timeout);
                 let deadline = started + timeout;
@@ -346,7 +349,7 @@ impl Executor {
                     Ok((output, truncated))
                 }
                 .await;
-                (record, result)
+                (record, secrets, result)
             }
         };
         let cache = record.cache;
@@ -354,7 +357,15 @@ impl Executor {
             self.metrics.cache(ctx.auth.tenant, &name, status);
         }
         let result = self
-            .settle(record, &ctx, &name, known, result, started.elapsed())
+            .settle(
+                record,
+                &secrets,
+                &ctx,
+                &name,
+                known,
+                result,
+                started.elapsed(),
+            )
             .await;
         result.map(|((output, truncated), duration)| Completed {
             call_id: ctx.call_id,
@@ -368,9 +379,13 @@ impl Executor {
     /// The end of every admitted call, tool or relayed: its audit row committed (a
     /// result whose row could not be written is withheld), `call.finished`, the metrics.
     /// `known`: the name is a tool (or operation) that exists, not one a caller made up.
+    /// `secrets`: the argument values masking hid, kept out of the row's error and the
+    /// log as well.
+    #[allow(clippy::too_many_arguments)]
     async fn settle<T>(
         &self,
         record: AuditRecord,
+        secrets: &[String],
         ctx: &CallContext,
         name: &str,
         known: bool,
@@ -381,7 +396,10 @@ impl Executor {
             Ok(_) => Outcome::Ok,
             Err(err) => Outcome::Error(err.kind),
         };
-        let error = result.as_ref().err().map(|e| e.message.clone());
+        let error = result
+            .as_ref()
+            .err()
+            .map(|e| crate::secrets::scrub(&e.message, secrets));
         let result = match (
             self.audit
                 .record(record.finish(outcome, error, duration))
@@ -403,6 +421,7 @@ impl Executor {
             Ok(_) => Outcome::Ok,
             Err(err) => {
                 if let Some(cause) = &err.cause {
+                    let cause = crate::secrets::scrub(cause, secrets);
                     tracing::error!(error = %cause, "tool call failed internally");
                 }
                 Outcome::Error(err.kind)

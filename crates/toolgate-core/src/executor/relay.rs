@@ -33,6 +33,7 @@ impl Executor {
             tool: method,
         });
         let masked = crate::secrets::mask(&args, &Default::default(), &[], &self.secret_names);
+        let secrets = crate::secrets::masked_values(&args, &masked);
         let record = AuditRecord::start(&ctx, method, masked, self.digest.digest(&args));
         let cancel_on_drop = ctx.cancel.clone().drop_guard();
         let this = self.clone();
@@ -78,9 +79,17 @@ impl Executor {
                 },
             };
             drop(admitted);
-            this.settle(record, &ctx, &method, true, result, started.elapsed())
-                .await
-                .map(|(value, _)| value)
+            this.settle(
+                record,
+                &secrets,
+                &ctx,
+                &method,
+                true,
+                result,
+                started.elapsed(),
+            )
+            .await
+            .map(|(value, _)| value)
         });
         let joined = task.await;
         cancel_on_drop.disarm();
