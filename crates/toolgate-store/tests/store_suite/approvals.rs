@@ -383,17 +383,6 @@ async fn approvals_are_bound_to_the_call_that_asked() {
     .await;
 }
 
-/// The id of the approval `request` now waits on.
-async fn pending(
-    store: &Store,
-    request: &toolgate_core::policy::ApprovalRequest,
-) -> toolgate_core::ApprovalId {
-    match store.gate_approval(request).await.expect("gate") {
-        toolgate_core::Gate::Pending { approval, .. } => approval,
-        other => panic!("not pending: {other:?}"),
-    }
-}
-
 /// An approval's arguments as the caller gave them (a secret among them) are kept only
 /// while its call may still run: before, a denied or expired approval whose call was
 /// never made again kept them for good.

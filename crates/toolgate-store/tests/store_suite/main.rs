@@ -168,6 +168,17 @@ fn approval_request(
     }
 }
 
+/// The id of the approval `request` now waits on.
+async fn pending(
+    store: &Store,
+    request: &toolgate_core::policy::ApprovalRequest,
+) -> toolgate_core::ApprovalId {
+    match store.gate_approval(request).await.expect("gate") {
+        toolgate_core::Gate::Pending { approval, .. } => approval,
+        other => panic!("not pending: {other:?}"),
+    }
+}
+
 /// A decision on an approval, by "boss".
 fn decision(approve: bool) -> toolgate_store::approvals::Decision {
     toolgate_store::approvals::Decision {

@@ -2,30 +2,6 @@
 
 use super::*;
 
-/// A call of `requester` in `tenant` asking for approval.
-fn approval_request(
-    tenant: TenantId,
-    requester: PrincipalId,
-) -> toolgate_core::policy::ApprovalRequest {
-    toolgate_core::policy::ApprovalRequest {
-        tenant,
-        call_id: CallId::new(),
-        requester,
-        requester_name: "asker".into(),
-        auth: caller(tenant),
-        adapter: Adapter::Mcp,
-        tool: "execute_command".into(),
-        risk: toolgate_core::Risk::High,
-        arguments: json!({"command": "ls"}),
-        call_arguments: json!({"command": "ls"}),
-        arguments_hash: "ab".repeat(32),
-        run: None,
-        agent: None,
-        presented: None,
-        expires_at: SystemTime::now() + Duration::from_secs(60),
-    }
-}
-
 #[tokio::test]
 async fn approval_changes_are_announced_when_they_commit_and_only_then() {
     use toolgate_core::Gate;
@@ -37,7 +13,7 @@ async fn approval_changes_are_announced_when_they_commit_and_only_then() {
         let asker = PrincipalId::new();
         let mut changes = store.watch_changes().await.expect("watch");
 
-        let request = approval_request(a.id, asker);
+        let request = approval_request(a.id, asker, Duration::from_secs(60));
         let Gate::Pending { approval, .. } = store.gate_approval(&request).await.expect("gate")
         else {
             panic!("a new call waits");
@@ -49,7 +25,7 @@ async fn approval_changes_are_announced_when_they_commit_and_only_then() {
         let Gate::Pending {
             approval: other, ..
         } = store
-            .gate_approval(&approval_request(b.id, asker))
+            .gate_approval(&approval_request(b.id, asker, Duration::from_secs(60)))
             .await
             .expect("gate")
         else {
@@ -93,7 +69,11 @@ async fn postgres_announces_approval_changes_to_every_instance() {
         let mut here = store.watch_changes().await.expect("watch");
         let mut there = elsewhere.watch_changes().await.expect("watch");
         elsewhere
-            .gate_approval(&approval_request(tenant.id, PrincipalId::new()))
+            .gate_approval(&approval_request(
+                tenant.id,
+                PrincipalId::new(),
+                Duration::from_secs(60),
+            ))
             .await
             .expect("gate");
         assert_eq!(announced(&mut here).await, Change::Approvals(tenant.id));

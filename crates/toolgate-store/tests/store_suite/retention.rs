@@ -286,17 +286,10 @@ async fn settled_approvals_go_unless_a_kept_audit_row_names_them() {
     on_both(|store| async move {
         let (a, alice) = acme_alice(&store).await;
         let minute = Duration::from_secs(60);
-        let gate = |store: &Store| {
-            let request = approval_request(a.id, alice.id, minute);
-            let store = store.clone();
-            async move {
-                match store.gate_approval(&request).await.expect("gate") {
-                    toolgate_core::Gate::Pending { approval, .. } => approval,
-                    other => panic!("not pending: {other:?}"),
-                }
-            }
-        };
-        let (denied, named, waiting) = (gate(&store).await, gate(&store).await, gate(&store).await);
+        let request = || approval_request(a.id, alice.id, minute);
+        let denied = pending(&store, &request()).await;
+        let named = pending(&store, &request()).await;
+        let waiting = pending(&store, &request()).await;
         for (approval, approve) in [(denied, false), (named, true)] {
             store
                 .decide_approval(a.id, approval, &decision(approve))
