@@ -137,17 +137,7 @@ async fn a_listen_stream_hears_resource_updates_and_list_changes() {
     // The upstream's tools are registered before its resources are filed: a listen in
     // between names URIs no upstream serves yet, subscribed only once they are (the test
     // below), not before the acknowledgement this test counts on. Wait for them too.
-    for _ in 0..300 {
-        let listed = client
-            .peer()
-            .list_all_resources()
-            .await
-            .expect("resources/list");
-        if listed.iter().any(|r| r.uri == WATCHED) {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    until_listed(&client, WATCHED).await;
     // The watched resource and three from the fixture's template: the upstream is asked
     // for all four before the stream is acknowledged, several at a time.
     let watched: Vec<String> = std::iter::once(WATCHED.to_owned())
@@ -221,16 +211,7 @@ async fn a_listen_stream_hears_resource_updates_and_list_changes() {
 /// and hears its updates: before, the URI was acknowledged and never updated.
 #[tokio::test]
 async fn a_listen_stream_subscribes_to_a_resource_once_an_upstream_lists_it() {
-    let dir = sdk_clients();
-    let fixture: toolgate_server::config::UpstreamEntry = serde_json::from_value(json!({
-        "name": "fixture",
-        "prefix": "",
-        "command": dir.join(".venv/bin/python"),
-        "args": [dir.join("conformance_fixture.py")],
-    }))
-    .expect("an upstream entry");
-    let gw = Gateway::start_with(|c| c.upstreams = vec![fixture]).await;
-    crate::upstream::listed_once(&gw, "test_add_resource").await;
+    let gw = with_fixture().await;
     let client = gw.mcp_2026(&gw.admin_key).await;
     let late = "test://late";
     let filter = rmcp::model::SubscriptionFilter::builder()
@@ -328,6 +309,41 @@ async fn a_session_or_a_listen_stream_watches_at_most_a_thousand_resources() {
     gw.stop().await;
 }
 
+/// Waits (15 s at most) until `client` is shown resource `uri`: an upstream's tools are
+/// registered before its resources are filed.
+async fn until_listed(
+    client: &rmcp::service::RunningService<rmcp::RoleClient, rmcp::model::ClientConfig>,
+    uri: &str,
+) {
+    for _ in 0..300 {
+        let listed = client
+            .peer()
+            .list_all_resources()
+            .await
+            .expect("resources/list");
+        if listed.iter().any(|r| r.uri == uri) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// A gateway federating `tests/clients/conformance_fixture.py` (no prefix), its tools
+/// listed.
+async fn with_fixture() -> Gateway {
+    let dir = sdk_clients();
+    let fixture: toolgate_server::config::UpstreamEntry = serde_json::from_value(json!({
+        "name": "fixture",
+        "prefix": "",
+        "command": dir.join(".venv/bin/python"),
+        "args": [dir.join("conformance_fixture.py")],
+    }))
+    .expect("an upstream entry");
+    let gw = Gateway::start_with(|c| c.upstreams = vec![fixture]).await;
+    crate::upstream::listed_once(&gw, "test_add_resource").await;
+    gw
+}
+
 /// A gateway federating `tests/clients/chatter_server.py` as `chatter`, its tools listed.
 async fn with_chatter() -> Gateway {
     let chatter: toolgate_server::config::UpstreamEntry = serde_json::from_value(json!({
@@ -373,5 +389,40 @@ async fn a_flood_of_updates_to_a_held_resource_reaches_its_holder_at_a_bounded_r
     );
     assert!(updates > 0, "the updates stopped");
     let _ = session.cancel().await;
+    gw.stop().await;
+}
+
+/// A client that gives up on a listen while the `/mcp` edge is still subscribing upstream
+/// (the fixture answers `resources/subscribe` in 200 ms) leaves no upstream subscription
+/// behind: nobody would ever unsubscribe it.
+#[tokio::test]
+async fn a_listen_given_up_while_subscribing_leaves_no_upstream_subscription() {
+    let gw = with_fixture().await;
+    let client = gw.mcp_2026(&gw.admin_key).await;
+    until_listed(&client, WATCHED).await;
+    let _ = client.cancel().await;
+    let listen = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
+        "params": {
+            "notifications": {"resourceSubscriptions": [WATCHED]},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"},
+        },
+    });
+    let gave_up = gw
+        .http
+        .post(gw.url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .json(&listen)
+        .timeout(std::time::Duration::from_millis(60))
+        .send()
+        .await;
+    assert!(gave_up.is_err(), "answered within 60 ms: {gave_up:?}");
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let told = touch(&gw, WATCHED).await;
+    assert!(
+        told.contains("0 subscriber"),
+        "an upstream subscription nobody holds: {told}"
+    );
     gw.stop().await;
 }
