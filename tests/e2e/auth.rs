@@ -79,13 +79,7 @@ async fn a_revoked_key_is_refused_at_once() {
         200
     );
     let id = created["id"].as_str().expect("id");
-    let response = gw
-        .http
-        .delete(gw.url(&format!("/v1/keys/{id}")))
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(response.status(), 204);
+    gw.revoke_key(id).await;
     assert_eq!(
         temp.get(gw.url("/v1/tools"))
             .send()

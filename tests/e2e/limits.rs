@@ -26,17 +26,6 @@ async fn key(gw: &Gateway, name: &str, scopes: &[&str]) -> (String, String) {
     )
 }
 
-/// Revokes API key `id`.
-async fn revoke(gw: &Gateway, id: &str) {
-    let response = gw
-        .http
-        .delete(gw.url(&format!("/v1/keys/{id}")))
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(response.status(), 204);
-}
-
 #[tokio::test]
 async fn sse_streams_are_capped_per_principal_and_end_when_the_key_is_revoked() {
     let gw = Gateway::start_with(|c| c.http.max_streams_per_principal = 2).await;
@@ -87,7 +76,7 @@ async fn sse_streams_are_capped_per_principal_and_end_when_the_key_is_revoked() 
     let again = again.expect("a place freed by the closed stream");
 
     // Revoked: the open streams end (the credential is checked every few seconds).
-    revoke(&gw, &id).await;
+    gw.revoke_key(&id).await;
     for stream in [first, again] {
         let mut body = stream.bytes_stream();
         let ended = tokio::time::timeout(Duration::from_secs(30), async {
@@ -131,7 +120,7 @@ async fn listen_streams_are_capped_like_other_streams_and_end_when_the_key_is_re
         .await
         .expect("another principal listens");
 
-    revoke(&gw, &id).await;
+    gw.revoke_key(&id).await;
     for mut stream in [first, second] {
         let ended = tokio::time::timeout(Duration::from_secs(30), async {
             while let Ok(Some(_)) = stream.next().await {}

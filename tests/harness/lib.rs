@@ -175,6 +175,17 @@ impl Gateway {
         .expect("connect at 2026-07-28")
     }
 
+    /// Revokes API key `id` as the admin.
+    pub async fn revoke_key(&self, id: &str) {
+        let response = self
+            .http
+            .delete(self.url(&format!("/v1/keys/{id}")))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(response.status(), 204, "DELETE /v1/keys/{id}");
+    }
+
     /// `GET /metrics` as the admin: the Prometheus text.
     pub async fn metrics(&self) -> String {
         let response = self

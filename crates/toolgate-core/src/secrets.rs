@@ -283,7 +283,12 @@ pub fn masked_values(args: &Value, masked: &Value) -> Vec<String> {
     fn hidden(original: &Value, out: &mut Vec<String>, depth: usize) {
         match original {
             Value::String(s) if s.chars().count() >= 4 => out.push(s.clone()),
-            Value::Number(n) if n.to_string().len() >= 4 => out.push(n.to_string()),
+            Value::Number(n) => {
+                let n = n.to_string();
+                if n.len() >= 4 {
+                    out.push(n);
+                }
+            }
             Value::Array(items) if depth < 128 => {
                 for item in items {
                     hidden(item, out, depth + 1);

@@ -26,13 +26,8 @@ impl Listening {
         registry: &Arc<Registry>,
         catalog: &Arc<catalog::Catalog>,
     ) -> Result<Self, ErrorData> {
-        if uris.len() > catalog::MAX_RESOURCE_SUBSCRIPTIONS {
-            return Err(catalog::too_many_subscriptions(uris.len()));
-        }
         let upstreams = visible(registry, catalog, caller);
-        Ok(Self(
-            hold(&upstreams, catalog, uris.iter().map(String::as_str)).await,
-        ))
+        Ok(Self(hold(&upstreams, catalog, uris).await?))
     }
 }
 
@@ -41,15 +36,20 @@ impl Listening {
 /// an upstream answering in 200 ms waited 8 s for its acknowledgement.
 const SUBSCRIBING_AT_ONCE: usize = 8;
 
-/// Subscribes upstream to each of `uris` one of `upstreams` serves; see [`hold_into`].
-async fn hold<'a>(
+/// A listen stream's subscriptions: upstream, to each of `uris` one of `upstreams`
+/// serves (see [`hold_into`]); more than [`catalog::MAX_RESOURCE_SUBSCRIPTIONS`] URIs
+/// are refused.
+async fn hold(
     upstreams: &[Arc<catalog::Entry>],
     catalog: &Arc<catalog::Catalog>,
-    uris: impl Iterator<Item = &'a str>,
-) -> Arc<catalog::Subscriptions> {
+    uris: &[String],
+) -> Result<Arc<catalog::Subscriptions>, ErrorData> {
+    if uris.len() > catalog::MAX_RESOURCE_SUBSCRIPTIONS {
+        return Err(catalog::too_many_subscriptions(uris.len()));
+    }
     let subscriptions = catalog::Subscriptions::new(catalog.clone());
-    hold_into(&subscriptions, upstreams, uris).await;
-    subscriptions
+    hold_into(&subscriptions, upstreams, uris.iter().map(String::as_str)).await;
+    Ok(subscriptions)
 }
 
 /// Subscribes upstream, into `subscriptions`, to each of `uris` one of `upstreams`
@@ -93,12 +93,9 @@ impl McpAdapter {
             Some(Listening(held)) => held.clone(),
             // Served without the `/mcp` edge (in-process): subscribed now.
             None => {
-                let uris = context.accepted().resource_subscriptions.iter().flatten();
-                if uris.clone().count() > catalog::MAX_RESOURCE_SUBSCRIPTIONS {
-                    return Err(catalog::too_many_subscriptions(uris.count()));
-                }
+                let uris = context.accepted().resource_subscriptions.as_deref();
                 let upstreams = self.visible_upstreams(request)?;
-                hold(&upstreams, &self.catalog, uris.map(String::as_str)).await
+                hold(&upstreams, &self.catalog, uris.unwrap_or_default()).await?
             }
         };
         subscriptions.forward(catalog::Listener::Stream(sink.clone()));
