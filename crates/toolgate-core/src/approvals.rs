@@ -171,7 +171,8 @@ impl<S: ApprovalStore + 'static> Decisions<S> {
     /// `decider` decides approval `id`. The decider needs `approvals:decide`; nobody
     /// decides their own call unless the tenant's policy allows self-approval; a reason
     /// is at most [`MAX_REASON_CHARS`], and a denial without one says so. The decision is
-    /// stored (once: a decided approval is the store's conflict), audited as a row of
+    /// stored (once: a decided approval is the store's conflict; an approval lapses when
+    /// its call is not made within the tenant's approval time), audited as a row of
     /// adapter `approval`, announced as the `approval.decided` event, and what it allows
     /// is set going: a waiting run resumes here, an approved REST call runs here.
     pub async fn decide(
@@ -210,16 +211,10 @@ impl<S: ApprovalStore + 'static> Decisions<S> {
                     "no approval {id} in your tenant"
                 )))
             })?;
-        if record.requester == decider.principal.id
-            && !self
-                .approvals
-                .policy(tenant)
-                .await
-                .map_err(|e| {
-                    DecideError::Refused(ToolError::new(ErrorKind::Unavailable, e.to_string()))
-                })?
-                .self_approval
-        {
+        let policy = self.approvals.policy(tenant).await.map_err(|e| {
+            DecideError::Refused(ToolError::new(ErrorKind::Unavailable, e.to_string()))
+        })?;
+        if record.requester == decider.principal.id && !policy.self_approval {
             return Err(DecideError::Refused(ToolError::forbidden(
                 "you made this call, so someone else must decide it (the tenant's policy does not allow self-approval)",
             )));
@@ -233,6 +228,7 @@ impl<S: ApprovalStore + 'static> Decisions<S> {
             } else {
                 reason
             },
+            use_within: policy.approval_ttl(),
         };
         let decided = self
             .approvals

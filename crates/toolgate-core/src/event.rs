@@ -55,7 +55,8 @@ pub enum Event<'a> {
         approved: bool,
         by: PrincipalId,
     },
-    /// `approval.expired`: nobody decided in time, or the run that asked was cancelled.
+    /// `approval.expired`: nobody decided in time, an approved call was not made in time
+    /// (the approval lapsed), or the run that asked was cancelled.
     ApprovalExpired {
         tenant: TenantId,
         approval: ApprovalId,

@@ -216,6 +216,8 @@ pub struct ApprovalRecord {
     pub decided_by: Option<PrincipalId>,
     pub decided_by_name: Option<String>,
     pub decided_at: Option<DateTime<Utc>>,
+    /// Until a decision: when it expires undecided. Once approved: when the approval
+    /// lapses if the call it allows has not been made.
     pub expires_at: DateTime<Utc>,
     pub created_at: DateTime<Utc>,
     pub used_at: Option<DateTime<Utc>>,
@@ -228,10 +230,16 @@ impl ApprovalRecord {
         self.status == ApprovalStatus::Pending && self.expires_at > now
     }
 
-    /// The status a reader should see: a pending approval past its time is expired even
-    /// before the sweep marks it.
+    /// The status a reader should see: a pending approval past its time, or an approved
+    /// one whose call was not made in time (it lapsed), is expired even before the sweep
+    /// marks it.
     pub fn effective_status(&self, now: DateTime<Utc>) -> ApprovalStatus {
-        if self.status == ApprovalStatus::Pending && self.expires_at <= now {
+        let waiting = match self.status {
+            ApprovalStatus::Pending => true,
+            ApprovalStatus::Approved => self.used_at.is_none(),
+            ApprovalStatus::Denied | ApprovalStatus::Expired => false,
+        };
+        if waiting && self.expires_at <= now {
             ApprovalStatus::Expired
         } else {
             self.status
@@ -287,6 +295,10 @@ pub struct Decision {
     pub by: PrincipalId,
     pub by_name: String,
     pub reason: String,
+    /// An approval lapses when the call it allows is not made within this time of the
+    /// decision (the tenant's approval time): nobody's yes stays good for ever, and the
+    /// call's unmasked arguments are not kept for a call never made.
+    pub use_within: std::time::Duration,
 }
 
 /// A change another instance (or another stream on this one) may be waiting for,
@@ -355,8 +367,8 @@ impl Changes {
 }
 
 /// Approval policies and approvals: calls gated atomically, decisions stored once, and
-/// expiry (of those nobody decided in time and of those a cancelled run no longer waits
-/// for).
+/// expiry (of those nobody decided in time, of approved ones whose call was not made in
+/// time, and of those a cancelled run no longer waits for).
 #[async_trait]
 pub trait ApprovalStore: Backend {
     /// The tenant's approval policy document, if it set one.
@@ -392,10 +404,12 @@ pub trait ApprovalStore: Backend {
         result: &serde_json::Value,
     ) -> Result<(), Self::Error>;
 
-    /// Marks pending approvals past their time expired; returns them.
+    /// Marks approvals past their time expired: pending ones nobody decided, approved
+    /// ones whose call was not made (lapsed); returns them.
     async fn expire_approvals(&self) -> Result<Vec<(TenantId, ApprovalId)>, Self::Error>;
 
-    /// Expires what `run` still waits for, with `reason`; returns those approvals.
+    /// Expires what `run` still waits for or has yet to use, with `reason`; returns those
+    /// approvals.
     async fn expire_run_approvals(
         &self,
         tenant: TenantId,

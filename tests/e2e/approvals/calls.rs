@@ -241,20 +241,7 @@ async fn an_mcp_call_gets_an_error_result_naming_the_approval_and_runs_when_retr
         CallToolRequestParams::new("echo").with_arguments(args)
     };
     let held = client.call_tool(call()).await.expect("tools/call");
-    assert_eq!(held.is_error, Some(true), "{held:?}");
-    let text = held.content[0].as_text().expect("text").text.clone();
-    let error: Value = serde_json::from_str(&text).expect("JSON");
-    assert_eq!(error["error"]["kind"], "approval_required", "{text}");
-    let approval = error["error"]["details"]["approval_id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
-    assert!(
-        error["error"]["message"]
-            .as_str()
-            .unwrap_or("")
-            .contains(&approval)
-    );
+    let approval = held_for(&held);
     // Retrying before a decision waits on the same approval.
     let again = client.call_tool(call()).await.expect("tools/call");
     assert!(
@@ -284,6 +271,70 @@ async fn an_mcp_call_gets_an_error_result_naming_the_approval_and_runs_when_retr
         .expect("tools/call");
     let text = denied.content[0].as_text().expect("text").text.clone();
     assert!(text.contains("\"denied\""), "{text}");
+    client.cancel().await.expect("close");
+}
+
+/// The approval an MCP call's error result says it waits for.
+fn held_for(result: &rmcp::model::CallToolResult) -> String {
+    assert_eq!(result.is_error, Some(true), "{result:?}");
+    let text = &result.content[0].as_text().expect("text").text;
+    let error: Value = serde_json::from_str(text).expect("JSON");
+    assert_eq!(error["error"]["kind"], "approval_required", "{text}");
+    let approval = error["error"]["details"]["approval_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains(&approval)
+    );
+    approval
+}
+
+#[tokio::test]
+async fn an_approved_mcp_call_not_made_in_time_lapses_and_asks_again() {
+    let gw = Gateway::start().await;
+    let base = gw.base.clone();
+    put_policy(&base, &gw.http, json!({"level": 9, "approval_ttl_secs": 2})).await;
+    let reviewer = principal(&base, &gw.http, "reviewer", &["approvals:decide"]).await;
+    let client = crate::mcp::connect(&gw, &gw.admin_key, ProtocolVersion::V_2025_11_25).await;
+    let call = || {
+        let Value::Object(args) = json!({"message": "much later"}) else {
+            unreachable!()
+        };
+        CallToolRequestParams::new("echo").with_arguments(args)
+    };
+    let approval = held_for(&client.call_tool(call()).await.expect("tools/call"));
+    let (status, body) = decide(&base, &reviewer, &approval, "approve", "now, not later").await;
+    assert_eq!(status, 200, "{body}");
+    let (_, listed) = get(&base, &reviewer, "/v1/approvals?status=approved").await;
+    assert_eq!(listed["approvals"][0]["id"], approval.as_str(), "{listed}");
+
+    // The client comes back after the tenant's approval time: the yes has lapsed, so
+    // the call asks anew instead of running on an old decision.
+    tokio::time::sleep(Duration::from_millis(2300)).await;
+    let late = client.call_tool(call()).await.expect("tools/call");
+    assert_ne!(
+        late.is_error,
+        Some(false),
+        "a lapsed approval let the call run: {late:?}"
+    );
+    let again = held_for(&late);
+    assert_ne!(again, approval);
+    let (status, view) = get(&base, &reviewer, &format!("/v1/approvals/{approval}")).await;
+    assert_eq!(
+        (status, view["status"].as_str()),
+        (200, Some("expired")),
+        "{view}"
+    );
+    assert!(
+        view["reason"].as_str().unwrap_or("").contains("lapsed"),
+        "{view}"
+    );
+    let (_, listed) = get(&base, &reviewer, "/v1/approvals?status=approved").await;
+    assert_eq!(listed["approvals"], json!([]), "{listed}");
     client.cancel().await.expect("close");
 }
 

@@ -59,7 +59,8 @@ pub struct Who {
 }))]
 pub struct ApprovalView {
     pub id: String,
-    /// `pending`, `approved`, `denied` or `expired` (= denied: nobody decided in time).
+    /// `pending`, `approved`, `denied` or `expired` (= denied: nobody decided in time, or
+    /// the approved call was not made in time and the approval lapsed).
     pub status: String,
     pub tool: String,
     /// `low`, `medium` or `high`.
@@ -79,6 +80,8 @@ pub struct ApprovalView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
     pub created_at: DateTime<Utc>,
+    /// While pending: when it expires undecided. Once approved: when it lapses unless
+    /// its call is made (the tenant's `approval_ttl_secs` after the decision).
     pub expires_at: DateTime<Utc>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decided_by: Option<Who>,

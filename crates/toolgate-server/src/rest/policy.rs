@@ -44,7 +44,9 @@ pub struct PolicyBody {
     /// Whether the principal who made a call may approve it.
     #[serde(default)]
     pub self_approval: bool,
-    /// How long an approval waits before it counts as denied, in seconds.
+    /// How long an approval waits for a decision before it counts as denied, and how
+    /// long an approved call may then take to be made before the approval lapses, in
+    /// seconds.
     #[serde(default = "default_ttl")]
     #[schema(minimum = 1, maximum = 604800)]
     pub approval_ttl_secs: u64,

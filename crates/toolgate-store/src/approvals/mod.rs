@@ -20,6 +20,7 @@ mod sql;
 pub use toolgate_core::stores::{ApprovalRecord, ApprovalStatus, Decision};
 
 const EXPIRED_REASON: &str = "the approval expired before anyone decided";
+const LAPSED_REASON: &str = "the approval lapsed: the call it allowed was not made in time";
 
 #[derive(sqlx::FromRow)]
 struct ApprovalRow {
@@ -101,8 +102,9 @@ fn settle(found: &ApprovalRecord, now: DateTime<Utc>) -> Settle {
     match found.status {
         ApprovalStatus::Pending if found.expires_at > now => Settle::Pending,
         ApprovalStatus::Pending | ApprovalStatus::Expired => Settle::Expired,
-        ApprovalStatus::Approved if found.used_at.is_none() => Settle::UseApproval,
-        ApprovalStatus::Approved => Settle::UsedUp,
+        ApprovalStatus::Approved if found.used_at.is_some() => Settle::UsedUp,
+        ApprovalStatus::Approved if found.expires_at > now => Settle::UseApproval,
+        ApprovalStatus::Approved => Settle::Expired,
         ApprovalStatus::Denied => Settle::Denied,
     }
 }
@@ -115,11 +117,21 @@ enum Settle {
     Denied,
 }
 
+/// Why an approval that was never used expired: as stored once marked; else nobody
+/// decided, or its call was not made in time after it was approved.
+fn expired_reason(found: &ApprovalRecord) -> String {
+    match (found.status, &found.reason) {
+        (ApprovalStatus::Expired, Some(reason)) => reason.clone(),
+        _ if found.decided_at.is_some() => LAPSED_REASON.to_owned(),
+        _ => EXPIRED_REASON.to_owned(),
+    }
+}
+
 fn denied(found: &ApprovalRecord, expired: bool) -> Gate {
     Gate::Denied {
         approval: found.id,
         reason: if expired {
-            EXPIRED_REASON.to_owned()
+            expired_reason(found)
         } else {
             found.reason.clone().unwrap_or_default()
         },

@@ -6,6 +6,9 @@ use toolgate_core::stores::Change;
 
 use super::*;
 
+/// Approvals a call may still use or wait for: pending, or approved and not yet used.
+const WAITING: &str = "(status = 'pending' or (status = 'approved' and used_at is null))";
+
 /// Writes the same operations for both backends. `$conn`: the backend's connection;
 /// `$u`: the cast of a text parameter to
 /// a uuid; `$j`: to JSON; `$cj`: to JSON kept as written (the call's arguments, whose
@@ -132,16 +135,18 @@ macro_rules! approval_store {
                     .await?;
                 }
                 let found = found.map(ApprovalRow::into_record).transpose()?;
-                let use_it = |approval: ApprovalId, status: &'static str| {
+                // Settles `approval` for good, with `reason` if it gives one.
+                let use_it = |approval: ApprovalId, status: &'static str, reason: Option<String>| {
                     sqlx::query(sql(format!(
-                        "update approval set status = $3, used_at = coalesce(used_at, $4), call_arguments = null \
-                         where tenant_id = $1{u} and approval_id = $2{u}",
+                        "update approval set status = $3, used_at = coalesce(used_at, $4), call_arguments = null, \
+                         reason = coalesce($5, reason) where tenant_id = $1{u} and approval_id = $2{u}",
                         u = $u
                     )))
                     .bind(text(tenant))
                     .bind(text(approval))
                     .bind(status)
                     .bind(now)
+                    .bind(reason)
                 };
                 let gate = match &found {
                     Some(f) => match settle(f, now) {
@@ -165,13 +170,15 @@ macro_rules! approval_store {
                             (done.rows_affected() == 1).then_some(Gate::Approved { approval: f.id })
                         }
                         Settle::Denied => {
-                            use_it(f.id, ApprovalStatus::Denied.as_str()).execute(&mut *tx).await?;
+                            use_it(f.id, ApprovalStatus::Denied.as_str(), None).execute(&mut *tx).await?;
                             Some(denied(f, false))
                         }
-                        // An expired approval denies the call that presents it; a fresh
-                        // call that merely matches it asks anew.
+                        // An expired (or lapsed) approval denies the call that presents
+                        // it; a fresh call that merely matches it asks anew.
                         Settle::Expired => {
-                            use_it(f.id, ApprovalStatus::Expired.as_str()).execute(&mut *tx).await?;
+                            use_it(f.id, ApprovalStatus::Expired.as_str(), Some(expired_reason(f)))
+                                .execute(&mut *tx)
+                                .await?;
                             request.presented.map(|_| denied(f, true))
                         }
                         Settle::UsedUp => None,
@@ -238,12 +245,15 @@ macro_rules! approval_store {
                 let mut tx = self.tenant_read(tenant).await?;
                 let columns = Self::approval_columns();
                 let now = Utc::now();
-                // `pending` means still open; `expired` includes pending ones past time.
+                // As [`ApprovalRecord::effective_status`] reads them: `pending` means still
+                // open; `expired` includes pending ones past time and unused approved ones
+                // past theirs (lapsed), which `approved` leaves out.
                 let rows: Vec<ApprovalRow> = sqlx::query_as(sql(format!(
                     "select {columns} from approval where tenant_id = $1{u} and ($4 = '' \
                      or ($4 = 'pending' and status = 'pending' and expires_at > $3) \
-                     or ($4 = 'expired' and (status = 'expired' or (status = 'pending' and expires_at <= $3))) \
-                     or ($4 not in ('pending', 'expired') and status = $4)) \
+                     or ($4 = 'expired' and (status = 'expired' or ({WAITING} and expires_at <= $3))) \
+                     or ($4 = 'approved' and status = 'approved' and (used_at is not null or expires_at > $3)) \
+                     or ($4 not in ('pending', 'expired', 'approved') and status = $4)) \
                      order by created_at desc limit $2",
                     u = $u
                 )))
@@ -321,11 +331,17 @@ macro_rules! approval_store {
                     ApprovalStatus::Denied
                 }
                 .as_str();
+                // An approval is good for its call until `use_within` from now.
+                let lapses_at = chrono::Duration::from_std(decision.use_within)
+                    .ok()
+                    .and_then(|d| now.checked_add_signed(d))
+                    .unwrap_or(DateTime::<Utc>::MAX_UTC);
                 // A denied call never runs: its arguments as given (secrets unmasked) go
                 // with the decision, not when (if ever) the call is made again.
                 let done = sqlx::query(sql(format!(
                     "update approval set status = $3, reason = $4, decided_by = $5{u}, decided_by_name = $6, decided_at = $7, \
-                     call_arguments = case when $3 = 'approved' then call_arguments end \
+                     call_arguments = case when $3 = 'approved' then call_arguments end, \
+                     expires_at = case when $3 = 'approved' then $8 else expires_at end \
                      where tenant_id = $1{u} and approval_id = $2{u} and status = 'pending' and expires_at > $7",
                     u = $u
                 )))
@@ -336,6 +352,7 @@ macro_rules! approval_store {
                 .bind(text(decision.by))
                 .bind(&decision.by_name)
                 .bind(now)
+                .bind(lapses_at)
                 .execute(&mut *tx)
                 .await?;
                 let found =
@@ -385,8 +402,8 @@ macro_rules! approval_store {
                 Ok(())
             }
 
-            /// Expires the pending approvals of `run` (it was cancelled: nobody waits for
-            /// them); returns their ids.
+            /// Expires the approvals of `run` still pending or approved and unused (it was
+            /// cancelled: nobody waits for them, no call will use them); returns their ids.
             pub async fn expire_run_approvals(
                 &self,
                 tenant: TenantId,
@@ -396,7 +413,7 @@ macro_rules! approval_store {
                 let mut tx = self.tenant_tx(tenant).await?;
                 let rows: Vec<(String,)> = sqlx::query_as(sql(format!(
                     "update approval set status = 'expired', reason = $3, call_arguments = null \
-                     where tenant_id = $1{u} and run_id = $2{u} and status = 'pending' \
+                     where tenant_id = $1{u} and run_id = $2{u} and {WAITING} \
                      returning approval_id{t}",
                     u = $u,
                     t = $t
@@ -418,19 +435,22 @@ macro_rules! approval_store {
                     .collect()
             }
 
-            /// Marks every pending approval past its time as expired, in every tenant;
+            /// Marks every approval past its time as expired, in every tenant: pending
+            /// ones nobody decided, approved ones whose call was not made (lapsed);
             /// returns the tenant and id of each.
             pub async fn expire_approvals(
                 &self,
             ) -> Result<Vec<(TenantId, ApprovalId)>, StoreError> {
                 let rows: Vec<(String, String)> = sqlx::query_as(sql(format!(
-                    "update approval set status = 'expired', reason = $2, call_arguments = null \
-                     where status = 'pending' and expires_at <= $1 \
+                    "update approval set status = 'expired', call_arguments = null, \
+                     reason = case when status = 'pending' then $2 else $3 end \
+                     where {WAITING} and expires_at <= $1 \
                      returning tenant_id{t}, approval_id{t}",
                     t = $t
                 )))
                 .bind(Utc::now())
                 .bind(EXPIRED_REASON)
+                .bind(LAPSED_REASON)
                 .fetch_all(&self.$cross)
                 .await?;
                 rows.into_iter()

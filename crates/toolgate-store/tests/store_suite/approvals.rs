@@ -74,6 +74,7 @@ async fn approvals_are_used_once_decided_once_expire_and_stay_in_their_tenant() 
             by: boss,
             by_name: "boss".into(),
             reason: "fine".into(),
+            use_within: Duration::from_secs(60),
         };
         assert!(matches!(
             store.decide_approval(b.id, approval, &approve).await,
@@ -244,7 +245,6 @@ async fn approvals_are_used_once_decided_once_expire_and_stay_in_their_tenant() 
 async fn approvals_are_bound_to_the_call_that_asked() {
     use toolgate_core::policy::ApprovalRequest;
     use toolgate_core::{Gate, RunId, RunStep};
-    use toolgate_store::approvals::Decision;
 
     on_both(|store| async move {
         let a = store.create_tenant("bound").await.expect("tenant");
@@ -274,16 +274,7 @@ async fn approvals_are_bound_to_the_call_that_asked() {
             let store = store.clone();
             async move {
                 store
-                    .decide_approval(
-                        a.id,
-                        approval,
-                        &Decision {
-                            approve,
-                            by: PrincipalId::new(),
-                            by_name: "boss".into(),
-                            reason: "decided".into(),
-                        },
-                    )
+                    .decide_approval(a.id, approval, &decision(approve))
                     .await
                     .expect("decide")
             }
@@ -440,18 +431,147 @@ async fn an_approval_whose_call_can_no_longer_run_keeps_no_arguments_in_the_clea
             step: 1,
         });
         let stopped = pending(&store, &in_run).await;
-        assert_eq!(
-            store
-                .expire_run_approvals(a.id, run, "the run was cancelled")
-                .await
-                .expect("expire"),
-            vec![stopped]
-        );
+        // Approved, but the run was cancelled before it made the call.
+        in_run.run = Some(RunStep {
+            run_id: run,
+            step: 2,
+        });
+        in_run.arguments_hash = "ab".repeat(32);
+        in_run.call_id = CallId::new();
+        let unused = pending(&store, &in_run).await;
+        store
+            .decide_approval(a.id, unused, &decision(true))
+            .await
+            .expect("approve");
+        let mut expired = store
+            .expire_run_approvals(a.id, run, "the run was cancelled")
+            .await
+            .expect("expire");
+        expired.sort_by_key(|id| id.0);
+        let mut both = vec![stopped, unused];
+        both.sort_by_key(|id| id.0);
+        assert_eq!(expired, both);
         assert_eq!(
             kept(stopped).await,
             None,
             "kept after its run was cancelled"
         );
+        assert_eq!(
+            kept(unused).await,
+            None,
+            "kept, approved, after its run was cancelled"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_approval_whose_call_is_not_made_in_time_lapses() {
+    use chrono::Utc;
+    use toolgate_core::Gate;
+    use toolgate_store::approvals::{ApprovalStatus, Decision};
+    on_both(|store| async move {
+        let a = store.create_tenant("lapse").await.expect("tenant");
+        let asker = PrincipalId::new();
+        let minute = Duration::from_secs(60);
+        let at_once = Decision {
+            use_within: Duration::ZERO,
+            ..decision(true)
+        };
+        let get = |approval| {
+            let store = &store;
+            async move {
+                store
+                    .get_approval(a.id, approval)
+                    .await
+                    .expect("get")
+                    .expect("found")
+            }
+        };
+        let listed = |status| {
+            let store = &store;
+            async move {
+                store
+                    .list_approvals(a.id, Some(status), 10)
+                    .await
+                    .expect("list")
+                    .into_iter()
+                    .map(|r| r.id)
+                    .collect::<Vec<_>>()
+            }
+        };
+
+        // An MCP client coming back after its approval lapsed asks anew.
+        let request = approval_request(a.id, asker, minute);
+        let first = pending(&store, &request).await;
+        store
+            .decide_approval(a.id, first, &at_once)
+            .await
+            .expect("approve");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(
+            get(first).await.effective_status(Utc::now()),
+            ApprovalStatus::Expired
+        );
+        assert_eq!(listed("expired").await, vec![first]);
+        assert!(listed("approved").await.is_empty());
+        let mut retry = request.clone();
+        retry.call_id = CallId::new();
+        let again = pending(&store, &retry).await;
+        assert_ne!(again, first, "a lapsed approval let a call run");
+        let lapsed = get(first).await;
+        assert_eq!(lapsed.status, ApprovalStatus::Expired);
+        assert!(lapsed.call_arguments.is_none(), "{lapsed:?}");
+        assert!(
+            lapsed.reason.as_deref().unwrap_or("").contains("lapsed"),
+            "{lapsed:?}"
+        );
+
+        // The call presenting a lapsed approval (a run resuming, an approved REST call)
+        // is denied, and told why.
+        let mut presenting = approval_request(a.id, asker, minute);
+        let second = pending(&store, &presenting).await;
+        store
+            .decide_approval(a.id, second, &at_once)
+            .await
+            .expect("approve");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        presenting.presented = Some(second);
+        match store.gate_approval(&presenting).await.expect("gate") {
+            Gate::Denied {
+                approval,
+                reason,
+                decided_by: None,
+            } if approval == second => assert!(reason.contains("lapsed"), "{reason}"),
+            other => panic!("not denied as lapsed: {other:?}"),
+        }
+
+        // The sweep marks the approvals nobody came back for and clears their
+        // arguments; one still in time is kept as it was.
+        let third = pending(&store, &approval_request(a.id, asker, minute)).await;
+        store
+            .decide_approval(a.id, third, &at_once)
+            .await
+            .expect("approve");
+        let fresh = pending(&store, &approval_request(a.id, asker, minute)).await;
+        store
+            .decide_approval(a.id, fresh, &decision(true))
+            .await
+            .expect("approve");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(
+            store.expire_approvals().await.expect("sweep"),
+            vec![(a.id, third)]
+        );
+        let swept = get(third).await;
+        assert_eq!(swept.status, ApprovalStatus::Expired);
+        assert!(swept.call_arguments.is_none(), "{swept:?}");
+        assert!(
+            swept.reason.as_deref().unwrap_or("").contains("lapsed"),
+            "{swept:?}"
+        );
+        assert!(get(fresh).await.call_arguments.is_some());
+        assert_eq!(listed("approved").await, vec![fresh]);
     })
     .await;
 }

@@ -186,6 +186,7 @@ fn decision(approve: bool) -> toolgate_store::approvals::Decision {
         by: PrincipalId::new(),
         by_name: "boss".into(),
         reason: if approve { "fine" } else { "not on prod" }.into(),
+        use_within: Duration::from_secs(60),
     }
 }
 

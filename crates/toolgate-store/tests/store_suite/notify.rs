@@ -5,7 +5,6 @@ use super::*;
 #[tokio::test]
 async fn approval_changes_are_announced_when_they_commit_and_only_then() {
     use toolgate_core::Gate;
-    use toolgate_store::approvals::Decision;
 
     on_both(|store| async move {
         let a = store.create_tenant("notify-a").await.expect("tenant");
@@ -33,12 +32,7 @@ async fn approval_changes_are_announced_when_they_commit_and_only_then() {
         };
         assert_eq!(announced(&mut changes).await, Change::Approvals(b.id));
 
-        let decision = Decision {
-            approve: true,
-            by: PrincipalId::new(),
-            by_name: "boss".into(),
-            reason: "fine".into(),
-        };
+        let decision = decision(true);
         store
             .decide_approval(a.id, approval, &decision)
             .await
