@@ -1,6 +1,6 @@
-//! One principal cannot hold the gateway's memory: open SSE streams and live MCP sessions
-//! are capped per principal (429 with `Retry-After` past the cap), and a stream ends soon
-//! after its credential is revoked.
+//! One principal cannot hold the gateway's memory: open SSE streams, approval waits and
+//! live MCP sessions are capped per principal (429 with `Retry-After` past the cap), and a
+//! stream ends soon after its credential is revoked.
 
 use std::time::Duration;
 
@@ -89,6 +89,61 @@ async fn sse_streams_are_capped_per_principal_and_end_when_the_key_is_revoked() 
         .await;
         assert!(ended.is_ok(), "a revoked key's stream stayed open");
     }
+}
+
+/// A REST call waiting for its approval (`Prefer: wait`) holds its connection as long
+/// as a stream: it counts against the same caps, and past them the held call is answered
+/// at once instead of waiting (before, one key could hold any number of waits, each up
+/// to five minutes).
+#[tokio::test]
+async fn waits_for_approval_count_against_the_stream_caps() {
+    let gw = Gateway::start_with(|c| c.http.max_streams_per_principal = 2).await;
+    let response = gw
+        .http
+        .put(gw.url("/v1/policy"))
+        .json(&json!({"level": 9}))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 200);
+    let (_, secret) = key(&gw, "waiter", &["tools:invoke"]).await;
+    let client = client_with_key(&secret);
+    let invoke = |message: &str| {
+        client
+            .post(gw.url("/v1/tools/echo/invoke"))
+            .header("prefer", "wait=120")
+            .json(&json!({"arguments": {"message": message}}))
+            .send()
+    };
+    let waits: Vec<_> = ["one", "two"]
+        .into_iter()
+        .map(|m| tokio::spawn(invoke(m)))
+        .collect();
+    // Both are held and waiting once their approvals are listed.
+    for _ in 0..200 {
+        let (_, _, listed) = gw.get("/v1/approvals?status=pending").await;
+        if listed["approvals"].as_array().map(Vec::len) == Some(2) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let third = tokio::time::timeout(Duration::from_secs(20), invoke("three"))
+        .await
+        .expect("a third wait was waited, past the cap")
+        .expect("request");
+    assert_eq!(third.status(), 202);
+    assert!(
+        !third.headers().contains_key("preference-applied"),
+        "{:?}",
+        third.headers()
+    );
+    for wait in &waits {
+        assert!(!wait.is_finished(), "a wait within the cap ended early");
+    }
+    for wait in waits {
+        wait.abort();
+    }
+    gw.stop().await;
 }
 
 /// A 2026-07-28 `subscriptions/listen` stream lives as long as a session's GET stream,

@@ -4,9 +4,9 @@
 //! - **Caps.** Each principal may hold `http.max_streams_per_principal` open streams and
 //!   each tenant `http.max_streams_per_tenant`, on this instance (`/v1/approvals/events`,
 //!   `/v1/runs/{id}/events`, `GET /mcp` session streams and 2026-07-28
-//!   `subscriptions/listen` streams). One more is refused with
-//!   429 and `Retry-After`: a single key cannot exhaust the gateway's memory or file
-//!   descriptors. The counts are per instance: with N replicas a principal may hold up
+//!   `subscriptions/listen` streams, and REST calls waiting with `Prefer: wait`). One
+//!   more stream is refused with 429 and `Retry-After` (one more wait is not waited): a
+//!   single key cannot exhaust the gateway's memory or file descriptors. The counts are per instance: with N replicas a principal may hold up
 //!   to N times its cap, spread across them.
 //! - **Revocation.** Every [`REVALIDATE_EVERY`] a stream's credential is checked again
 //!   (the key cache follows revocations, a JWT its expiry); a stream whose credential no

@@ -181,8 +181,9 @@ pub struct HttpConfig {
     pub header_read_timeout_secs: u64,
     /// How long a client may pause while sending a request body, in seconds.
     pub body_read_timeout_secs: u64,
-    /// Open SSE streams (approval and run events, MCP session and listen streams) one principal may
-    /// hold on this instance; one more is 429 with `Retry-After`.
+    /// Open SSE streams (approval and run events, MCP session and listen streams) and
+    /// `Prefer: wait` REST calls one principal may hold on this instance; one more stream
+    /// is 429 with `Retry-After`, one more wait is answered at once.
     pub max_streams_per_principal: usize,
     /// Open SSE streams one tenant's principals may hold together on this instance.
     pub max_streams_per_tenant: usize,

@@ -309,7 +309,9 @@ fn preferred_wait(headers: &HeaderMap) -> Option<u64> {
 /// approval id and a status URL (`GET /v1/calls/{call_id}`, also in `Location`) that
 /// holds the outcome once someone approves and the call has run. With
 /// `Prefer: wait=N` (N ≤ 300) the request waits up to N seconds for that outcome and
-/// answers with it directly (a denial is a 403 `denied` problem with the reason).
+/// answers with it directly (a denial is a 403 `denied` problem with the reason). A wait
+/// counts as an open stream (`http.max_streams_per_principal`, `_per_tenant`): past those
+/// caps the 202 comes at once, without `Preference-Applied`.
 ///
 /// A tool whose results the operator or the tenant's policy caches (read-only,
 /// idempotent tools only) may be answered from the cache after the same checks; the
@@ -414,6 +416,11 @@ async fn held(
         return Err(err.into());
     };
     let status_url = format!("/v1/calls/{call_id}");
+    // A wait holds a connection as long as a stream does, so it counts against the same
+    // caps; past them the preference is not applied (RFC 7240 lets a server ignore it)
+    // and the held call is answered at once, without `Preference-Applied`.
+    let waiting = wait.and_then(|secs| Some((secs, app.streams.admit(&caller.auth).ok()?)));
+    let wait = waiting.as_ref().map(|(secs, _ticket)| *secs);
     if let Some(secs) = wait {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
         // Watching before the first read, so a decision between the two is not missed.
