@@ -328,15 +328,37 @@ pub fn masked_values(args: &Value, masked: &Value) -> Vec<String> {
 
 /// `text` with every one of `secrets` in it replaced by [`MASK`]: a message that repeats
 /// what the caller sent (an upstream's "invalid password 'hunter2'") keeps no secret
-/// the arguments' masking hid.
+/// the arguments' masking hid, whether it repeats it as given, escaped in JSON (the
+/// arguments echoed as a document) or percent-encoded (a URL the secret went into).
 pub fn scrub(text: &str, secrets: &[String]) -> String {
     let mut text = text.to_owned();
     for secret in secrets {
-        if text.contains(secret.as_str()) {
-            text = text.replace(secret.as_str(), MASK);
+        for form in repeated_as(secret) {
+            if text.contains(form.as_str()) {
+                text = text.replace(form.as_str(), MASK);
+            }
         }
     }
     text
+}
+
+/// The forms a message may repeat `secret` in: as given, then those that differ from it
+/// (inside a JSON string; form- and percent-encoded, as query strings and paths carry it).
+fn repeated_as(secret: &str) -> Vec<String> {
+    let mut forms = vec![secret.to_owned()];
+    let json = serde_json::to_string(secret).unwrap_or_default();
+    let json = json
+        .strip_prefix('"')
+        .and_then(|j| j.strip_suffix('"'))
+        .unwrap_or(secret);
+    let form: String = url::form_urlencoded::byte_serialize(secret.as_bytes()).collect();
+    let percent = form.replace('+', "%20");
+    for other in [json.to_owned(), form, percent] {
+        if !forms.contains(&other) {
+            forms.push(other);
+        }
+    }
+    forms
 }
 
 #[cfg(test)]
@@ -367,6 +389,24 @@ mod tests {
             "login as ann with *** failed (key ***, ***)"
         );
         assert!(masked_values(&json!({"path": "a.txt"}), &json!({"path": "a.txt"})).is_empty());
+    }
+
+    #[test]
+    fn a_secret_repeated_escaped_or_encoded_is_scrubbed_too() {
+        let hidden = ["p\"w/d s+=".to_owned()];
+        let echoed = json!({"password": &hidden[0]}).to_string();
+        assert_eq!(
+            scrub(&format!("bad arguments {echoed}"), &hidden),
+            r#"bad arguments {"password":"***"}"#
+        );
+        assert_eq!(
+            scrub(
+                "GET https://api.test/login?pw=p%22w%2Fd+s%2B%3D failed; path /u/p%22w%2Fd%20s%2B%3D",
+                &hidden
+            ),
+            "GET https://api.test/login?pw=*** failed; path /u/***"
+        );
+        assert_eq!(scrub("said p\"w/d s+=", &hidden), "said ***");
     }
 
     #[test]
