@@ -61,10 +61,11 @@ impl<S: ApprovalStore> StoredApprovals<S> {
             .store
             .approval_policy(tenant)
             .await
-            .map_err(|e| ApprovalError(e.to_string()))?;
+            .map_err(|e| ApprovalError::from_store::<S>(&e))?;
         let policy = match stored {
-            Some(doc) => serde_json::from_value(doc)
-                .map_err(|e| ApprovalError(format!("the stored policy cannot be read: {e}")))?,
+            Some(doc) => serde_json::from_value(doc).map_err(|e| {
+                ApprovalError::new(format!("the stored policy cannot be read: {e}"))
+            })?,
             None => Policy::default(),
         };
         let policy = Arc::new(policy);
@@ -91,7 +92,7 @@ impl<S: ApprovalStore> Approvals for StoredApprovals<S> {
         self.store
             .gate_approval(&request)
             .await
-            .map_err(|e| ApprovalError(e.to_string()))
+            .map_err(|e| ApprovalError::from_store::<S>(&e))
     }
 }
 

@@ -253,8 +253,30 @@ pub fn denied(
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("approval store unavailable: {0}")]
-pub struct ApprovalError(pub String);
+#[error("approval store unavailable: {message}")]
+pub struct ApprovalError {
+    pub message: String,
+    /// The store could not answer for now (unreachable, out of connections): the call
+    /// may succeed if made again shortly.
+    pub transient: bool,
+}
+
+impl ApprovalError {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            transient: false,
+        }
+    }
+
+    /// From a store's error, transient as the store tells.
+    pub fn from_store<S: crate::stores::Backend>(err: &S::Error) -> Self {
+        Self {
+            message: err.to_string(),
+            transient: S::is_transient(err),
+        }
+    }
+}
 
 /// Where policies and approvals live. Implemented by the gateway over its store.
 #[async_trait]
@@ -280,7 +302,7 @@ impl Approvals for NoApprovals {
     }
 
     async fn gate(&self, _: ApprovalRequest) -> Result<Gate, ApprovalError> {
-        Err(ApprovalError("this executor keeps no approvals".into()))
+        Err(ApprovalError::new("this executor keeps no approvals"))
     }
 }
 

@@ -24,6 +24,11 @@ pub trait Backend: Send + Sync + 'static {
     /// hold a lease that has not run out.
     fn is_shared(&self) -> bool;
 
+    /// Whether `err` means the store could not take an operation for now (unreachable,
+    /// out of connections, locked) rather than refused it: trying again shortly may
+    /// succeed, and callers hear 503, not 500.
+    fn is_transient(err: &Self::Error) -> bool;
+
     /// The [`Change`]s committed from now on, by this instance and every other sharing
     /// the store: what a wait listens to instead of reading the store on a timer.
     async fn watch_changes(&self) -> Result<Changes, Self::Error>;

@@ -477,6 +477,10 @@ pub(crate) fn interrupted(f: IntentFields) -> Result<AuditRecord, StoreError> {
 
 #[async_trait::async_trait]
 impl toolgate_core::stores::Backend for Store {
+    fn is_transient(err: &StoreError) -> bool {
+        err.is_unavailable()
+    }
+
     type Error = StoreError;
 
     fn is_shared(&self) -> bool {

@@ -457,15 +457,26 @@ impl Executor {
         record: &mut AuditRecord,
     ) -> Result<(), ToolError> {
         let spec = tool.spec();
-        let unavailable = |cause: String| {
-            let mut err = ToolError::new(
-                ErrorKind::Internal,
-                "the approval policy could not be read, so this call was not run",
-            );
-            err.cause = Some(cause);
+        // Fails closed: a call whose policy or approval cannot be read is not run; for
+        // now (503, retryable) when the store is only out of reach for now.
+        let unavailable = |cause: ApprovalError| {
+            let mut err = if cause.transient {
+                ToolError::new(
+                    ErrorKind::Unavailable,
+                    "the approval policy cannot be read right now, so this call was not run",
+                )
+                .with_retry_after(Duration::from_secs(RETRY_AFTER_SECS), true)
+                .with_suggestion("make the same call again shortly")
+            } else {
+                ToolError::new(
+                    ErrorKind::Internal,
+                    "the approval policy could not be read, so this call was not run",
+                )
+            };
+            err.cause = Some(cause.to_string());
             err
         };
-        let policy = policy.map_err(|e| unavailable(e.to_string()))?;
+        let policy = policy.map_err(unavailable)?;
         if let Some(scope) = policy.risk_scopes.get(&spec.risk)
             && !ctx.auth.has_scope(scope)
         {
@@ -501,11 +512,7 @@ impl Executor {
             presented: ctx.approval,
             expires_at: std::time::SystemTime::now() + policy.approval_ttl(),
         };
-        let gate = self
-            .approvals
-            .gate(request)
-            .await
-            .map_err(|e| unavailable(e.to_string()))?;
+        let gate = self.approvals.gate(request).await.map_err(unavailable)?;
         let (approval, seen) = match &gate {
             Gate::Approved { approval } => (*approval, GateEvent::Used),
             Gate::Pending { approval, .. } => (*approval, GateEvent::Pending),

@@ -39,6 +39,65 @@ impl crate::Approvals for FakeApprovals {
     }
 }
 
+/// Approvals whose store cannot answer: for now (`transient`), or for good.
+struct Unreadable {
+    transient: bool,
+}
+
+impl Unreadable {
+    fn error(&self) -> crate::policy::ApprovalError {
+        crate::policy::ApprovalError {
+            message: "pool timed out while waiting for an open connection".into(),
+            transient: self.transient,
+        }
+    }
+}
+
+#[async_trait]
+impl crate::Approvals for Unreadable {
+    async fn policy(
+        &self,
+        _: TenantId,
+    ) -> Result<Arc<crate::Policy>, crate::policy::ApprovalError> {
+        Err(self.error())
+    }
+
+    async fn gate(
+        &self,
+        _: crate::policy::ApprovalRequest,
+    ) -> Result<crate::Gate, crate::policy::ApprovalError> {
+        Err(self.error())
+    }
+}
+
+/// A policy the store cannot give for now (out of connections) leaves the call unrun
+/// with a retryable 503, not a 500 (as it did: every call of a tenant whose policy fell
+/// out of the cache while the pool was exhausted was an internal error); one it cannot
+/// read at all stays internal.
+#[tokio::test]
+async fn a_policy_out_of_reach_for_now_is_unavailable_and_retryable() {
+    for (transient, kind) in [(true, ErrorKind::Unavailable), (false, ErrorKind::Internal)] {
+        let f = fixture(INVOKE);
+        let executor = f
+            .executor
+            .clone()
+            .with_approvals(Arc::new(Unreadable { transient }));
+        let f = Fixture { executor, ..f };
+        let err = f
+            .call(f.ctx(), "echo", json!({"n": 1}))
+            .await
+            .expect_err("not run");
+        assert_eq!(err.kind, kind, "{err}");
+        assert_eq!(err.retry.is_some(), transient, "{err:?}");
+        assert!(
+            err.cause
+                .as_deref()
+                .unwrap_or("")
+                .contains("pool timed out")
+        );
+    }
+}
+
 fn with_policy(f: Fixture, policy: crate::Policy) -> (Fixture, Arc<FakeApprovals>) {
     let approvals = Arc::new(FakeApprovals {
         policy: Arc::new(policy),
