@@ -216,3 +216,97 @@ fn url_authority(url: &str) -> String {
     let after_at = url.split('@').nth(1).expect("user@host");
     after_at.split('/').next().expect("host:port").to_owned()
 }
+
+/// One tenant whose reads hold the database (here: twenty approval listings waiting on a
+/// table someone locked; in life, audit summaries asked for in parallel) holds at most
+/// `database.max_connections_per_tenant` of the pool: its other reads are refused with
+/// 503 once its own wait is over, and another tenant's reads and `/readyz` go on. (Before:
+/// the twenty held all sixteen connections, and the other tenant's reads and `/readyz`
+/// failed after the acquire timeout.)
+#[tokio::test]
+async fn a_tenant_holding_the_database_leaves_another_tenant_its_connections() {
+    let db = PgDb::create().await;
+    let url = db.url.clone();
+    let gw = Gateway::start_with(|c| {
+        c.database.url = Some(Secret::new(url));
+        c.database.statement_timeout_ms = 10_000;
+        c.database.acquire_timeout_ms = 500;
+    })
+    .await;
+    let noisy = toolgate_e2e::client_with_key(&gw.create_tenant("noisy").await);
+    let quiet = toolgate_e2e::client_with_key(&gw.create_tenant("quiet").await);
+    let get = |client: &reqwest::Client, path: &str| client.get(gw.url(path)).send();
+    for client in [&noisy, &quiet] {
+        assert_eq!(
+            get(client, "/v1/approvals")
+                .await
+                .expect("request")
+                .status(),
+            200
+        );
+    }
+    let mut locker = sqlx::PgConnection::connect(&db.url).await.expect("connect");
+    sqlx::query("begin")
+        .execute(&mut locker)
+        .await
+        .expect("begin");
+    sqlx::query("lock table approval in access exclusive mode")
+        .execute(&mut locker)
+        .await
+        .expect("lock");
+    let held: Vec<_> = (0..20)
+        .map(|_| tokio::spawn(get(&noisy, "/v1/approvals")))
+        .collect();
+    // The noisy tenant's reads have taken what they may (and queued for the rest).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for path in ["/v1/runs", "/v1/agents"] {
+        let response = tokio::time::timeout(Duration::from_secs(5), get(&quiet, path))
+            .await
+            .expect("an answer")
+            .expect("request");
+        assert_eq!(
+            response.status(),
+            200,
+            "{path} for another tenant: {:?}",
+            response.text().await
+        );
+    }
+    let ready = gw
+        .anonymous
+        .get(gw.url("/readyz"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(ready.status(), 200, "{:?}", ready.text().await);
+
+    // Past its own wait, the noisy tenant's reads beyond its share are refused for now.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    sqlx::query("rollback")
+        .execute(&mut locker)
+        .await
+        .expect("unlock");
+    let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
+    for answer in held {
+        let response = answer.await.expect("task").expect("request");
+        *statuses.entry(response.status().as_u16()).or_default() += 1;
+        if response.status() == 503 {
+            assert!(response.headers().contains_key("retry-after"));
+            let problem: serde_json::Value = response.json().await.expect("json");
+            assert!(
+                problem["detail"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("database operations running"),
+                "{problem}"
+            );
+        }
+    }
+    assert_eq!(
+        statuses,
+        [(200, 4), (503, 16)].into_iter().collect(),
+        "the noisy tenant's twenty reads"
+    );
+    gw.stop().await;
+    drop(locker);
+    db.drop_db().await;
+}

@@ -339,11 +339,11 @@ impl From<toolgate_store::StoreError> for ApiError {
             StoreError::NotFound(detail) => ApiError::Tool(ToolError::not_found(detail)),
             StoreError::Invalid(detail) => ApiError::Malformed(detail),
             other if other.is_unavailable() => {
-                let mut err = ToolError::new(
-                    ErrorKind::Unavailable,
-                    "the store cannot take this request right now; try again shortly",
-                )
-                .with_retry_after(
+                let message = match &other {
+                    StoreError::Busy(busy) => format!("{busy}; try again shortly"),
+                    _ => "the store cannot take this request right now; try again shortly".into(),
+                };
+                let mut err = ToolError::new(ErrorKind::Unavailable, message).with_retry_after(
                     std::time::Duration::from_secs(toolgate_core::executor::RETRY_AFTER_SECS),
                     false,
                 );
@@ -353,7 +353,8 @@ impl From<toolgate_store::StoreError> for ApiError {
             other @ (StoreError::Database(_)
             | StoreError::Sqlite(_)
             | StoreError::Migrate(_)
-            | StoreError::Corrupt(_)) => ApiError::Internal(other.into()),
+            | StoreError::Corrupt(_)
+            | StoreError::Busy(_)) => ApiError::Internal(other.into()),
         }
     }
 }

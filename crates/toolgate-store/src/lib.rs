@@ -31,6 +31,7 @@
 //! - [`approvals`]: approval policies and approvals.
 //! - [`upstreams`]: tenants' own upstream MCP servers.
 //! - [`sessions`]: MCP sessions and their stored SSE events.
+//! - `bulkhead`: each tenant's share of the pool (`StoreLimits::per_tenant`).
 //! - [`sqlite`], [`postgres`]: the two backends: connecting, and the audit log's writes
 //!   (`audit.rs`), which differ for a measured reason; [`audit_log`]'s reads and intents are shared.
 
@@ -47,10 +48,11 @@ macro_rules! dispatch {
 
 /// Runs one statement for a tenant on SQLite: straight on the pool, in autocommit (a
 /// transaction would cost two more round trips to the connection's thread), the tenant
-/// wall being the statement's own `tenant_id` filter. `$conn` is bound to the pool.
+/// wall being the statement's own `tenant_id` filter, in one of the tenant's places in
+/// the pool (see [`bulkhead`]). `$conn` is bound to the pool.
 macro_rules! sqlite_once {
     ($store:ident, $tenant:expr, |$conn:ident| $body:expr) => {{
-        let _ = $tenant;
+        let _place = $store.bulkhead.enter($tenant).await?;
         let $conn = &$store.pool;
         $body
     }};
@@ -72,6 +74,7 @@ macro_rules! postgres_once {
 
 pub mod approvals;
 pub mod audit_log;
+mod bulkhead;
 pub mod chain;
 pub mod checkpoint;
 pub mod instances;
@@ -125,6 +128,10 @@ pub enum StoreError {
     /// Stored data that cannot be read back as written.
     #[error("corrupt data: {0}")]
     Corrupt(String),
+    /// The tenant holds all the places in the pool it may (see [`bulkhead`]): unavailable
+    /// for now.
+    #[error("{0}")]
+    Busy(String),
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -149,6 +156,9 @@ impl StoreError {
     /// connections, timed out, locked, shutting down, out of space — rather than refused
     /// it: trying again later may succeed, and callers hear 503, not 500.
     pub fn is_unavailable(&self) -> bool {
+        if let StoreError::Busy(_) = self {
+            return true;
+        }
         if let StoreError::Sqlite(err) = self {
             return match err {
                 rusqlite::Error::SqliteFailure(failure, _) => matches!(
@@ -219,8 +229,12 @@ pub struct StoreLimits {
     /// The longest one statement may run, or wait for a lock (Postgres
     /// `statement_timeout` and `lock_timeout`; SQLite's busy timeout).
     pub statement_timeout: Duration,
-    /// The longest a request waits for a pooled connection.
+    /// The longest a request waits for a pooled connection (or for one of its tenant's
+    /// places in the pool).
     pub acquire_timeout: Duration,
+    /// How many of the pool's connections one tenant's operations may hold at once on
+    /// this instance (see [`bulkhead`]).
+    pub per_tenant: usize,
 }
 
 impl Default for StoreLimits {
@@ -228,6 +242,7 @@ impl Default for StoreLimits {
         Self {
             statement_timeout: Duration::from_secs(5),
             acquire_timeout: Duration::from_secs(2),
+            per_tenant: 4,
         }
     }
 }

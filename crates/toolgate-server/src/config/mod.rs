@@ -144,6 +144,10 @@ pub struct DatabaseConfig {
     pub statement_timeout_ms: u64,
     /// The longest a request waits for a database connection, in milliseconds.
     pub acquire_timeout_ms: u64,
+    /// How many of this instance's database connections (16 on Postgres, 8 on SQLite)
+    /// one tenant's operations may hold at once; the next waits for one of its own
+    /// (at most `acquire_timeout_ms`, then 503), never for another tenant's.
+    pub max_connections_per_tenant: usize,
 }
 
 impl Default for DatabaseConfig {
@@ -154,6 +158,7 @@ impl Default for DatabaseConfig {
             statement_timeout_ms: u64::try_from(limits.statement_timeout.as_millis())
                 .unwrap_or(5000),
             acquire_timeout_ms: u64::try_from(limits.acquire_timeout.as_millis()).unwrap_or(2000),
+            max_connections_per_tenant: limits.per_tenant,
         }
     }
 }
@@ -163,6 +168,7 @@ impl DatabaseConfig {
         toolgate_store::StoreLimits {
             statement_timeout: std::time::Duration::from_millis(self.statement_timeout_ms),
             acquire_timeout: std::time::Duration::from_millis(self.acquire_timeout_ms),
+            per_tenant: self.max_connections_per_tenant,
         }
     }
 }
@@ -246,6 +252,12 @@ impl DatabaseConfig {
             if ms == 0 {
                 problems.push((key.into(), "must be at least 1".into()));
             }
+        }
+        if self.max_connections_per_tenant == 0 {
+            problems.push((
+                "max_connections_per_tenant".into(),
+                "must be at least 1".into(),
+            ));
         }
         problems
     }

@@ -26,6 +26,7 @@ use toolgate_core::stores::Change;
 use uuid::Uuid;
 
 use crate::StoreError;
+use crate::bulkhead::Held;
 use crate::chain::{GENESIS, row_from_record};
 use crate::model::*;
 
@@ -56,6 +57,8 @@ pub struct PostgresStore {
     _relay: Option<Arc<crate::nodelay::NoDelayRelay>>,
     /// Changes heard from every instance (`LISTEN`), for this process's waiters.
     pub(crate) notifier: crate::notify::Notifier,
+    /// Each tenant's share of the app pool.
+    pub(crate) bulkhead: Arc<crate::bulkhead::Bulkhead>,
 }
 
 impl PostgresStore {
@@ -153,6 +156,10 @@ impl PostgresStore {
             limits,
             _relay: relay,
             notifier: crate::notify::Notifier::default(),
+            bulkhead: Arc::new(crate::bulkhead::Bulkhead::new(
+                limits.per_tenant,
+                limits.acquire_timeout,
+            )),
         }
     }
 
@@ -179,18 +186,17 @@ impl PostgresStore {
 
     /// A transaction on the app pool, scoped to `tenant` for row-level security; the
     /// tenant is named in the `BEGIN` round trip itself.
-    pub(crate) async fn tenant_tx(
-        &self,
-        tenant: TenantId,
-    ) -> Result<Transaction<'static, Postgres>, StoreError> {
-        Ok(self.app.begin_with(begin_for(tenant)).await?)
+    /// It holds one of the tenant's places in the pool (see [`crate::bulkhead`]).
+    pub(crate) async fn tenant_tx(&self, tenant: TenantId) -> Result<Held<Postgres>, StoreError> {
+        let place = self.bulkhead.enter(tenant).await?;
+        Ok(Held::new(
+            self.app.begin_with(begin_for(tenant)).await?,
+            place,
+        ))
     }
 
     /// A transaction that only reads; on Postgres the same as [`Self::tenant_tx`].
-    pub(crate) async fn tenant_read(
-        &self,
-        tenant: TenantId,
-    ) -> Result<Transaction<'static, Postgres>, StoreError> {
+    pub(crate) async fn tenant_read(&self, tenant: TenantId) -> Result<Held<Postgres>, StoreError> {
         self.tenant_tx(tenant).await
     }
 

@@ -8,13 +8,14 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Sqlite, SqlitePool};
 use toolgate_core::TenantId;
 use toolgate_core::audit::AuditRecord;
 use toolgate_core::stores::Change;
 use uuid::Uuid;
 
+use crate::bulkhead::Held;
 use crate::chain::{GENESIS, row_from_record};
 use crate::{StoreError, now};
 
@@ -32,6 +33,8 @@ pub struct SqliteStore {
     limits: crate::StoreLimits,
     /// Changes announced to this process's waiters (one instance per SQLite file).
     pub(crate) notifier: crate::notify::Notifier,
+    /// Each tenant's share of the pool.
+    pub(crate) bulkhead: Arc<crate::bulkhead::Bulkhead>,
 }
 
 impl SqliteStore {
@@ -40,22 +43,22 @@ impl SqliteStore {
     /// another connection wrote in between, which waiting cannot cure. SQLite has one
     /// tenant wall (the queries' own `tenant_id` filters), so the tenant is not named to
     /// the database as on Postgres.
-    pub(crate) async fn tenant_tx(
-        &self,
-        _tenant: TenantId,
-    ) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, StoreError> {
-        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+    /// It holds one of the tenant's places in the pool (see [`crate::bulkhead`]).
+    pub(crate) async fn tenant_tx(&self, tenant: TenantId) -> Result<Held<Sqlite>, StoreError> {
+        let place = self.bulkhead.enter(tenant).await?;
+        Ok(Held::new(
+            self.pool.begin_with("BEGIN IMMEDIATE").await?,
+            place,
+        ))
     }
 
     /// A transaction that only reads: deferred, so it takes no write lock and never
     /// queues behind the audit writer (in WAL mode readers do not wait for writers).
     /// Taking the write lock to read made a policy lookup under load wait in SQLite's
     /// busy handler, whose sleeps reach 100 ms each: requests stalled for up to seconds.
-    pub(crate) async fn tenant_read(
-        &self,
-        _tenant: TenantId,
-    ) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, StoreError> {
-        Ok(self.pool.begin().await?)
+    pub(crate) async fn tenant_read(&self, tenant: TenantId) -> Result<Held<Sqlite>, StoreError> {
+        let place = self.bulkhead.enter(tenant).await?;
+        Ok(Held::new(self.pool.begin().await?, place))
     }
 }
 
@@ -86,6 +89,10 @@ impl SqliteStore {
             audit_conn: Arc::default(),
             limits,
             notifier: crate::notify::Notifier::default(),
+            bulkhead: Arc::new(crate::bulkhead::Bulkhead::new(
+                limits.per_tenant,
+                limits.acquire_timeout,
+            )),
         })
     }
 
