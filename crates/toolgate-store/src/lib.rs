@@ -492,14 +492,14 @@ pub(crate) fn interrupted(f: IntentFields) -> Result<AuditRecord, StoreError> {
 
 #[async_trait::async_trait]
 impl toolgate_core::stores::Backend for Store {
-    fn is_transient(err: &StoreError) -> bool {
-        err.is_unavailable()
-    }
-
     type Error = StoreError;
 
     fn is_shared(&self) -> bool {
         Store::is_shared(self)
+    }
+
+    fn is_transient(err: &StoreError) -> bool {
+        err.is_unavailable()
     }
 
     async fn watch_changes(&self) -> Result<toolgate_core::stores::Changes, StoreError> {
