@@ -310,3 +310,62 @@ async fn a_tenant_holding_the_database_leaves_another_tenant_its_connections() {
     drop(locker);
     db.drop_db().await;
 }
+
+/// A key the gateway has not seen yet, presented while the pool has no connection to
+/// spare (here: eight policy writes waiting on a locked database file), is a 503 to
+/// retry, not a 500 (as it was: the key lookup's failure was taken for an internal
+/// error, and any request whose key fell out of the cache failed that way under load).
+#[tokio::test]
+async fn a_key_looked_up_while_the_store_has_no_connection_is_503_not_500() {
+    let gw = Gateway::start_with(|c| {
+        c.database.statement_timeout_ms = 8000;
+        c.database.acquire_timeout_ms = 200;
+    })
+    .await;
+    let writers = [
+        toolgate_e2e::client_with_key(&gw.create_tenant("one").await),
+        toolgate_e2e::client_with_key(&gw.create_tenant("two").await),
+    ];
+    for client in &writers {
+        let me = client.get(gw.url("/v1/me")).send().await.expect("request");
+        assert_eq!(me.status(), 200);
+    }
+    let unseen = toolgate_e2e::client_with_key(&gw.create_tenant("unseen").await);
+    let file = format!("sqlite://{}", gw.data.path().join("toolgate.db").display());
+    let mut locker = sqlx::SqliteConnection::connect(&file).await.expect("open");
+    sqlx::query("begin exclusive")
+        .execute(&mut locker)
+        .await
+        .expect("lock");
+    // Four writes per tenant (each tenant's share), each holding a connection while it
+    // waits for the lock: the pool's eight.
+    let waiting: Vec<_> = writers
+        .iter()
+        .flat_map(|client| std::iter::repeat_n(client, 4))
+        .map(|client| {
+            tokio::spawn(
+                client
+                    .put(gw.url("/v1/policy"))
+                    .json(&json!({"level": 1}))
+                    .send(),
+            )
+        })
+        .collect();
+    // Well inside the writes' 8 s wait, well past their taking the connections.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let response = unseen.get(gw.url("/v1/me")).send().await.expect("request");
+    let status = response.status();
+    let retry = response.headers().contains_key("retry-after");
+    assert_eq!(status, 503, "{:?}", response.text().await);
+    assert!(retry);
+    sqlx::query("rollback")
+        .execute(&mut locker)
+        .await
+        .expect("unlock");
+    for write in waiting {
+        write.await.expect("task").expect("request");
+    }
+    let me = unseen.get(gw.url("/v1/me")).send().await.expect("request");
+    assert_eq!(me.status(), 200);
+    gw.stop().await;
+}

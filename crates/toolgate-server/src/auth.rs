@@ -178,11 +178,12 @@ impl Authenticator {
             return Ok(entry.auth);
         }
         let generation = self.generation.load(std::sync::atomic::Ordering::SeqCst);
+        // A store out of reach for now is a 503 to retry, not a 500.
         let found = self
             .store
             .find_key(secret)
             .await
-            .map_err(ToolError::internal)?;
+            .map_err(crate::error::store_failure)?;
         let Some(found) = found else {
             return Err(unauthenticated("invalid credentials"));
         };

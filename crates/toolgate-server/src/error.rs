@@ -331,6 +331,31 @@ impl From<JsonRejection> for ApiError {
     }
 }
 
+/// A store that cannot take an operation for now, as the client hears it: 503 with
+/// `Retry-After` (the cause logged, not shown).
+pub fn store_unavailable(err: &toolgate_store::StoreError) -> ToolError {
+    let message = match err {
+        toolgate_store::StoreError::Busy(busy) => format!("{busy}; try again shortly"),
+        _ => "the store cannot take this request right now; try again shortly".into(),
+    };
+    let mut unavailable = ToolError::new(ErrorKind::Unavailable, message).with_retry_after(
+        std::time::Duration::from_secs(toolgate_core::executor::RETRY_AFTER_SECS),
+        false,
+    );
+    unavailable.cause = Some(err.to_string());
+    unavailable
+}
+
+/// A store error met on the way to a request's real work (looking up its key or its
+/// tenant): 503 to retry when the store is out of reach for now, else internal.
+pub fn store_failure(err: toolgate_store::StoreError) -> ToolError {
+    if err.is_unavailable() {
+        store_unavailable(&err)
+    } else {
+        ToolError::internal(err)
+    }
+}
+
 impl From<toolgate_store::StoreError> for ApiError {
     fn from(err: toolgate_store::StoreError) -> Self {
         use toolgate_store::StoreError;
@@ -338,18 +363,7 @@ impl From<toolgate_store::StoreError> for ApiError {
             StoreError::Conflict(detail) => ApiError::Conflict(detail),
             StoreError::NotFound(detail) => ApiError::Tool(ToolError::not_found(detail)),
             StoreError::Invalid(detail) => ApiError::Malformed(detail),
-            other if other.is_unavailable() => {
-                let message = match &other {
-                    StoreError::Busy(busy) => format!("{busy}; try again shortly"),
-                    _ => "the store cannot take this request right now; try again shortly".into(),
-                };
-                let mut err = ToolError::new(ErrorKind::Unavailable, message).with_retry_after(
-                    std::time::Duration::from_secs(toolgate_core::executor::RETRY_AFTER_SECS),
-                    false,
-                );
-                err.cause = Some(other.to_string());
-                ApiError::Tool(err)
-            }
+            other if other.is_unavailable() => ApiError::Tool(store_unavailable(&other)),
             other @ (StoreError::Database(_)
             | StoreError::Sqlite(_)
             | StoreError::Migrate(_)

@@ -328,7 +328,7 @@ impl JwtVerifier {
             .store
             .find_tenant(name)
             .await
-            .map_err(ToolError::internal)?;
+            .map_err(crate::error::store_failure)?;
         let tenant = tenant.ok_or_else(|| invalid("unknown tenant"))?;
         self.tenants.lock().await.insert(name.to_owned(), tenant.id);
         Ok(tenant.id)
