@@ -10,6 +10,23 @@ use sqlx::Connection;
 use toolgate_e2e::{Gateway, PgDb};
 use toolgate_server::config::Secret;
 
+/// A connection to the Postgres database at `url` holding `table` locked against every
+/// other (readers too) until it rolls back.
+async fn locked(url: &str, table: &str) -> sqlx::PgConnection {
+    let mut locker = sqlx::PgConnection::connect(url).await.expect("connect");
+    sqlx::query("begin")
+        .execute(&mut locker)
+        .await
+        .expect("begin");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "lock table {table} in access exclusive mode"
+    )))
+    .execute(&mut locker)
+    .await
+    .expect("lock");
+    locker
+}
+
 /// Calls and readiness while the audit table is locked, then after.
 async fn locked_then_free(gw: &Gateway, release: impl std::future::Future<Output = ()>) {
     let call = async {
@@ -74,15 +91,7 @@ async fn a_locked_audit_table_is_503_and_not_ready_on_postgres() {
         .invoke("echo", json!({"arguments": {"message": "hi"}}))
         .await;
     assert_eq!(status, 200);
-    let mut locker = sqlx::PgConnection::connect(&db.url).await.expect("connect");
-    sqlx::query("begin")
-        .execute(&mut locker)
-        .await
-        .expect("begin");
-    sqlx::query("lock table audit_log in access exclusive mode")
-        .execute(&mut locker)
-        .await
-        .expect("lock");
+    let mut locker = locked(&db.url, "audit_log").await;
     locked_then_free(&gw, async {
         sqlx::query("rollback")
             .execute(&mut locker)
@@ -245,15 +254,7 @@ async fn a_tenant_holding_the_database_leaves_another_tenant_its_connections() {
             200
         );
     }
-    let mut locker = sqlx::PgConnection::connect(&db.url).await.expect("connect");
-    sqlx::query("begin")
-        .execute(&mut locker)
-        .await
-        .expect("begin");
-    sqlx::query("lock table approval in access exclusive mode")
-        .execute(&mut locker)
-        .await
-        .expect("lock");
+    let mut locker = locked(&db.url, "approval").await;
     let held: Vec<_> = (0..20)
         .map(|_| tokio::spawn(get(&noisy, "/v1/approvals")))
         .collect();

@@ -386,14 +386,7 @@ async fn an_approval_whose_call_can_no_longer_run_keeps_no_arguments_in_the_clea
         let minute = Duration::from_secs(60);
         let kept = |approval| {
             let store = &store;
-            async move {
-                store
-                    .get_approval(a.id, approval)
-                    .await
-                    .expect("get")
-                    .expect("found")
-                    .call_arguments
-            }
+            async move { stored(store, a.id, approval).await.call_arguments }
         };
         let denied = pending(&store, &approval_request(a.id, asker, minute)).await;
         assert_eq!(
@@ -478,16 +471,7 @@ async fn an_approval_whose_call_is_not_made_in_time_lapses() {
             use_within: Duration::ZERO,
             ..decision(true)
         };
-        let get = |approval| {
-            let store = &store;
-            async move {
-                store
-                    .get_approval(a.id, approval)
-                    .await
-                    .expect("get")
-                    .expect("found")
-            }
-        };
+        let get = |approval| stored(&store, a.id, approval);
         let listed = |status| {
             let store = &store;
             async move {
@@ -574,4 +558,17 @@ async fn an_approval_whose_call_is_not_made_in_time_lapses() {
         assert_eq!(listed("approved").await, vec![fresh]);
     })
     .await;
+}
+
+/// Approval `id` of `tenant`, as stored.
+async fn stored(
+    store: &Store,
+    tenant: toolgate_core::TenantId,
+    id: toolgate_core::ApprovalId,
+) -> toolgate_store::approvals::ApprovalRecord {
+    store
+        .get_approval(tenant, id)
+        .await
+        .expect("get")
+        .expect("found")
 }
