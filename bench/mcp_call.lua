@@ -25,6 +25,13 @@ end
 local counter = 0
 bad = 0
 
+-- MCP_SESSIONS="id1 id2 …": each request goes to the next of these sessions in turn (many
+-- sessions instead of the one in the `mcp-session-id` header).
+local sessions = {}
+for sid in string.gmatch(os.getenv("MCP_SESSIONS") or "", "%S+") do
+  table.insert(sessions, sid)
+end
+
 local rest = os.getenv("BENCH_REST") == "1"
 local rest_body = '{"arguments":{"message":"hello, toolgate"}}'
 
@@ -36,6 +43,12 @@ function request()
   local body = '{"jsonrpc":"2.0","id":"' .. tid .. "-" .. counter
     .. '","method":"tools/call","params":{"name":"echo","arguments":{"message":"hello, toolgate"}'
     .. meta .. "}}"
+  if #sessions > 0 then
+    local headers = {}
+    for name, value in pairs(wrk.headers) do headers[name] = value end
+    headers["mcp-session-id"] = sessions[counter % #sessions + 1]
+    return wrk.format("POST", nil, headers, body)
+  end
   return wrk.format("POST", nil, nil, body)
 end
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The per-tenant share of the store's pool on the call path: MCP `tools/call` at c=64 on
-# Postgres, session mode (2025-11-25, one session; its SSE events are tenant statements)
-# and stateless (2026-07-28), through one gateway with `database.max_connections_per_tenant`
-# at its default (4) and one with it at 16 (the whole app pool), alternated.
+# Postgres, session mode (2025-11-25; one session, and SESSIONS=32 sessions taken in
+# turn; a session's SSE events are tenant statements) and stateless (2026-07-28), through
+# one gateway with `database.max_connections_per_tenant` at its default (4) and one with
+# it at 16 (the whole app pool), alternated.
 #
 #   bench/tenant_share.sh                       # Postgres on 127.0.0.1:5432, user postgres
 #   PGURL=postgres://u@host:5432 ROUNDS=5 bench/tenant_share.sh
@@ -22,7 +23,8 @@ cleanup() {
   for cap in 4 16; do psql -q "$PGURL/postgres" -c "drop database if exists tg_share_$cap" 2>/dev/null || true; done
 }
 trap cleanup EXIT
-declare -A PORT AUTH SID
+SESSIONS=${SESSIONS:-32}
+declare -A PORT AUTH SID MANY
 for cap in 4 16; do
   psql -q "$PGURL/postgres" -c "drop database if exists tg_share_$cap" -c "create database tg_share_$cap"
   PORT[$cap]=$(free_port); mkdir -p "$WORK/$cap"
@@ -34,10 +36,12 @@ for cap in 4 16; do
   AUTH[$cap]="authorization: Bearer $(cat "$WORK/$cap/admin-api-key")"
   wait_ready "${PORT[$cap]}" "${AUTH[$cap]}"
   SID[$cap]=$(session "${PORT[$cap]}" "${AUTH[$cap]}")
+  MANY[$cap]=$(for _ in $(seq "$SESSIONS"); do session "${PORT[$cap]}" "${AUTH[$cap]}"; done | tr '\n' ' ')
 done
 for r in $(seq "$ROUNDS"); do
   for cap in 4 16; do
     run "share$cap" "${PORT[$cap]}" session 64 "$r" "${AUTH[$cap]}" "${SID[$cap]}"
+    MCP_SESSIONS="${MANY[$cap]}" run "share$cap-${SESSIONS}sessions" "${PORT[$cap]}" session 64 "$r" "${AUTH[$cap]}" "${SID[$cap]}"
     run "share$cap" "${PORT[$cap]}" stateless 64 "$r" "${AUTH[$cap]}"
   done
 done
