@@ -54,13 +54,9 @@ async fn locked_then_free(gw: &Gateway, release: impl std::future::Future<Output
         problem["type"], "urn:toolgate:error:unavailable",
         "{problem}"
     );
-    let ready = tokio::time::timeout(
-        Duration::from_secs(20),
-        gw.anonymous.get(gw.url("/readyz")).send(),
-    )
-    .await
-    .expect("readyz answers")
-    .expect("request");
+    let ready = tokio::time::timeout(Duration::from_secs(20), readyz(gw))
+        .await
+        .expect("readyz answers");
     assert_eq!(ready.status(), 503);
 
     release.await;
@@ -68,24 +64,22 @@ async fn locked_then_free(gw: &Gateway, release: impl std::future::Future<Output
         .invoke("echo", json!({"arguments": {"message": "after"}}))
         .await;
     assert_eq!(status, 200, "{body}");
-    let ready = gw
-        .anonymous
+    assert_eq!(readyz(gw).await.status(), 200);
+}
+
+/// `GET /readyz`, without credentials.
+async fn readyz(gw: &Gateway) -> reqwest::Response {
+    gw.anonymous
         .get(gw.url("/readyz"))
         .send()
         .await
-        .expect("request");
-    assert_eq!(ready.status(), 200);
+        .expect("request")
 }
 
 #[tokio::test]
 async fn a_locked_audit_table_is_503_and_not_ready_on_postgres() {
     let db = PgDb::create().await;
-    let url = db.url.clone();
-    let gw = Gateway::start_with(|c| {
-        c.database.url = Some(Secret::new(url));
-        c.database.statement_timeout_ms = 500;
-    })
-    .await;
+    let gw = Gateway::start_on(&db, |c| c.database.statement_timeout_ms = 500).await;
     // A first call, so the writer's connection and the tenant exist.
     let (status, _, _) = gw
         .invoke("echo", json!({"arguments": {"message": "hi"}}))
@@ -235,9 +229,7 @@ fn url_authority(url: &str) -> String {
 #[tokio::test]
 async fn a_tenant_holding_the_database_leaves_another_tenant_its_connections() {
     let db = PgDb::create().await;
-    let url = db.url.clone();
-    let gw = Gateway::start_with(|c| {
-        c.database.url = Some(Secret::new(url));
+    let gw = Gateway::start_on(&db, |c| {
         c.database.statement_timeout_ms = 10_000;
         c.database.acquire_timeout_ms = 500;
     })
@@ -272,12 +264,7 @@ async fn a_tenant_holding_the_database_leaves_another_tenant_its_connections() {
             response.text().await
         );
     }
-    let ready = gw
-        .anonymous
-        .get(gw.url("/readyz"))
-        .send()
-        .await
-        .expect("request");
+    let ready = readyz(&gw).await;
     assert_eq!(ready.status(), 200, "{:?}", ready.text().await);
 
     // Past its own wait, the noisy tenant's reads beyond its share are refused for now.

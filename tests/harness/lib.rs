@@ -112,6 +112,17 @@ impl Gateway {
         }
     }
 
+    /// A gateway on the Postgres database `db`, whose configuration `adjust` may change
+    /// further.
+    pub async fn start_on(db: &PgDb, adjust: impl FnOnce(&mut Config)) -> Self {
+        let url = db.url.clone();
+        Self::start_with(|c| {
+            c.database.url = Some(toolgate_server::config::Secret::new(url));
+            adjust(c);
+        })
+        .await
+    }
+
     /// Stops the gateway and waits until it has drained (audit log flushed).
     pub async fn stop(mut self) {
         if let Some(tx) = self.shutdown.take() {

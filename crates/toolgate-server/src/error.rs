@@ -363,12 +363,12 @@ impl From<toolgate_store::StoreError> for ApiError {
             StoreError::Conflict(detail) => ApiError::Conflict(detail),
             StoreError::NotFound(detail) => ApiError::Tool(ToolError::not_found(detail)),
             StoreError::Invalid(detail) => ApiError::Malformed(detail),
+            busy @ StoreError::Busy(_) => ApiError::Tool(store_unavailable(&busy)),
             other if other.is_unavailable() => ApiError::Tool(store_unavailable(&other)),
             other @ (StoreError::Database(_)
             | StoreError::Sqlite(_)
             | StoreError::Migrate(_)
-            | StoreError::Corrupt(_)
-            | StoreError::Busy(_)) => ApiError::Internal(other.into()),
+            | StoreError::Corrupt(_)) => ApiError::Internal(other.into()),
         }
     }
 }

@@ -34,12 +34,13 @@ pub(crate) struct Bulkhead {
 pub(crate) type Place = OwnedSemaphorePermit;
 
 impl Bulkhead {
-    pub(crate) fn new(per_tenant: usize, wait: Duration) -> Self {
-        Self {
-            per_tenant: per_tenant.max(1),
-            wait,
+    /// The share and the wait of `limits` (its `per_tenant` and `acquire_timeout`).
+    pub(crate) fn new(limits: &crate::StoreLimits) -> Arc<Self> {
+        Arc::new(Self {
+            per_tenant: limits.per_tenant.max(1),
+            wait: limits.acquire_timeout,
             tenants: Mutex::default(),
-        }
+        })
     }
 
     /// One of `tenant`'s places, when one is free within the wait; else
@@ -52,6 +53,7 @@ impl Bulkhead {
             .entry(tenant)
             .or_insert_with(|| Arc::new(Semaphore::new(self.per_tenant)))
             .clone();
+        // Taken at once when free: no timer for the usual case.
         if let Ok(place) = places.clone().try_acquire_owned() {
             return Ok(place);
         }
@@ -102,7 +104,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_tenant_waits_for_its_own_places_only() {
-        let bulkhead = Bulkhead::new(2, Duration::from_millis(50));
+        let bulkhead = Bulkhead::new(&crate::StoreLimits {
+            per_tenant: 2,
+            acquire_timeout: Duration::from_millis(50),
+            ..crate::StoreLimits::default()
+        });
         let (a, b) = (TenantId::new(), TenantId::new());
         let first = bulkhead.enter(a).await.expect("a first");
         let _second = bulkhead.enter(a).await.expect("a second");

@@ -460,21 +460,13 @@ impl Executor {
         // Fails closed: a call whose policy or approval cannot be read is not run; for
         // now (503, retryable) when the store is only out of reach for now.
         let unavailable = |cause: ApprovalError| {
-            let mut err = if cause.transient {
-                ToolError::new(
-                    ErrorKind::Unavailable,
-                    "the approval policy cannot be read right now, so this call was not run",
-                )
-                .with_retry_after(Duration::from_secs(RETRY_AFTER_SECS), true)
-                .with_suggestion("make the same call again shortly")
-            } else {
-                ToolError::new(
-                    ErrorKind::Internal,
-                    "the approval policy could not be read, so this call was not run",
-                )
-            };
-            err.cause = Some(cause.to_string());
-            err
+            store_failure(
+                cause.transient,
+                cause.to_string(),
+                true,
+                "the approval policy cannot be read right now, so this call was not run",
+                "the approval policy could not be read, so this call was not run",
+            )
         };
         let policy = policy.map_err(unavailable)?;
         if let Some(scope) = policy.risk_scopes.get(&spec.risk)
@@ -618,16 +610,34 @@ pub const UNKNOWN_TOOL: &str = "_unknown";
 
 pub use crate::error::RETRY_AFTER_SECS;
 
-/// The call's error when the audit sink failed: `unavailable` (try again shortly) when
-/// the store could not take the write for now, else `internal`; the cause is logged.
+/// The call's error when the audit sink failed: see [`store_failure`].
 fn audit_failure(audit_err: &AuditError, for_now: &str, otherwise: &str) -> ToolError {
-    let mut err = if audit_err.transient {
+    store_failure(
+        audit_err.transient,
+        audit_err.to_string(),
+        false,
+        for_now,
+        otherwise,
+    )
+}
+
+/// The call's error when a store behind one of its steps failed: `unavailable` (try
+/// again shortly; `not_run` says the call did not run) when the store could not answer
+/// for now (`transient`), else `internal`; `cause` is logged, not shown.
+fn store_failure(
+    transient: bool,
+    cause: String,
+    not_run: bool,
+    for_now: &str,
+    otherwise: &str,
+) -> ToolError {
+    let mut err = if transient {
         ToolError::new(ErrorKind::Unavailable, for_now)
-            .with_retry_after(Duration::from_secs(RETRY_AFTER_SECS), false)
+            .with_retry_after(Duration::from_secs(RETRY_AFTER_SECS), not_run)
             .with_suggestion("make the same call again shortly")
     } else {
         ToolError::new(ErrorKind::Internal, otherwise)
     };
-    err.cause = Some(audit_err.to_string());
+    err.cause = Some(cause);
     err
 }

@@ -419,8 +419,8 @@ async fn held(
     // A wait holds a connection as long as a stream does, so it counts against the same
     // caps; past them the preference is not applied (RFC 7240 lets a server ignore it)
     // and the held call is answered at once, without `Preference-Applied`.
-    let waiting = wait.and_then(|secs| Some((secs, app.streams.admit(&caller.auth).ok()?)));
-    let wait = waiting.as_ref().map(|(secs, _ticket)| *secs);
+    let ticket = wait.and_then(|_| app.streams.admit(&caller.auth).ok());
+    let wait = wait.filter(|_| ticket.is_some());
     if let Some(secs) = wait {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
         // Watching before the first read, so a decision between the two is not missed.

@@ -156,10 +156,7 @@ impl PostgresStore {
             limits,
             _relay: relay,
             notifier: crate::notify::Notifier::default(),
-            bulkhead: Arc::new(crate::bulkhead::Bulkhead::new(
-                limits.per_tenant,
-                limits.acquire_timeout,
-            )),
+            bulkhead: crate::bulkhead::Bulkhead::new(&limits),
         }
     }
 

@@ -89,10 +89,7 @@ impl SqliteStore {
             audit_conn: Arc::default(),
             limits,
             notifier: crate::notify::Notifier::default(),
-            bulkhead: Arc::new(crate::bulkhead::Bulkhead::new(
-                limits.per_tenant,
-                limits.acquire_timeout,
-            )),
+            bulkhead: crate::bulkhead::Bulkhead::new(&limits),
         })
     }
 
