@@ -27,6 +27,18 @@ async fn locked(url: &str, table: &str) -> sqlx::PgConnection {
     locker
 }
 
+/// A connection to `gw`'s SQLite file holding it locked for writing (`begin exclusive`)
+/// until it rolls back.
+async fn locked_file(gw: &Gateway) -> sqlx::SqliteConnection {
+    let file = format!("sqlite://{}", gw.data.path().join("toolgate.db").display());
+    let mut locker = sqlx::SqliteConnection::connect(&file).await.expect("open");
+    sqlx::query("begin exclusive")
+        .execute(&mut locker)
+        .await
+        .expect("lock");
+    locker
+}
+
 /// Calls and readiness while the audit table is locked, then after.
 async fn locked_then_free(gw: &Gateway, release: impl std::future::Future<Output = ()>) {
     let call = async {
@@ -105,12 +117,7 @@ async fn a_locked_database_file_is_503_and_not_ready_on_sqlite() {
         .invoke("echo", json!({"arguments": {"message": "hi"}}))
         .await;
     assert_eq!(status, 200);
-    let file = format!("sqlite://{}", gw.data.path().join("toolgate.db").display());
-    let mut locker = sqlx::SqliteConnection::connect(&file).await.expect("open");
-    sqlx::query("begin exclusive")
-        .execute(&mut locker)
-        .await
-        .expect("lock");
+    let mut locker = locked_file(&gw).await;
     locked_then_free(&gw, async {
         sqlx::query("rollback")
             .execute(&mut locker)
@@ -319,12 +326,7 @@ async fn a_key_looked_up_while_the_store_has_no_connection_is_503_not_500() {
         assert_eq!(me.status(), 200);
     }
     let unseen = toolgate_e2e::client_with_key(&gw.create_tenant("unseen").await);
-    let file = format!("sqlite://{}", gw.data.path().join("toolgate.db").display());
-    let mut locker = sqlx::SqliteConnection::connect(&file).await.expect("open");
-    sqlx::query("begin exclusive")
-        .execute(&mut locker)
-        .await
-        .expect("lock");
+    let mut locker = locked_file(&gw).await;
     // Four writes per tenant (each tenant's share), each holding a connection while it
     // waits for the lock: the pool's eight.
     let waiting: Vec<_> = writers
