@@ -306,6 +306,77 @@ async fn a_tenant_holding_the_database_leaves_another_tenant_its_connections() {
     db.drop_db().await;
 }
 
+/// Tenants together hold at most the pool less its reserve: here four tenants each
+/// reading at their share (sixteen reads waiting on a locked table) hold twelve of the
+/// sixteen connections, and a key not seen before still signs in and `/readyz` still
+/// answers ready; the reads past the twelve are refused with 503 once their wait is over.
+/// (Before: the four shares filled the pool, the sign-in and `/readyz` waited out the
+/// acquire timeout, and every replica left service.)
+#[tokio::test]
+async fn tenants_together_leave_connections_for_sign_ins_and_readiness() {
+    let db = PgDb::create().await;
+    let gw = Gateway::start_on(&db, |c| {
+        c.database.statement_timeout_ms = 10_000;
+        c.database.acquire_timeout_ms = 500;
+    })
+    .await;
+    let mut tenants = Vec::new();
+    for name in ["one", "two", "three", "four"] {
+        let client = toolgate_e2e::client_with_key(&gw.create_tenant(name).await);
+        let listed = client
+            .get(gw.url("/v1/approvals"))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(listed.status(), 200);
+        tenants.push(client);
+    }
+    let unseen = toolgate_e2e::client_with_key(&gw.create_tenant("unseen").await);
+    let mut locker = locked(&db.url, "approval").await;
+    let held: Vec<_> = tenants
+        .iter()
+        .flat_map(|client| std::iter::repeat_n(client, 4))
+        .map(|client| tokio::spawn(client.get(gw.url("/v1/approvals")).send()))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let me = tokio::time::timeout(Duration::from_secs(5), unseen.get(gw.url("/v1/me")).send())
+        .await
+        .expect("an answer")
+        .expect("request");
+    assert_eq!(me.status(), 200, "{:?}", me.text().await);
+    let ready = readyz(&gw).await;
+    assert_eq!(ready.status(), 200, "{:?}", ready.text().await);
+
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    sqlx::query("rollback")
+        .execute(&mut locker)
+        .await
+        .expect("unlock");
+    let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
+    for answer in held {
+        let response = answer.await.expect("task").expect("request");
+        *statuses.entry(response.status().as_u16()).or_default() += 1;
+        if response.status() == 503 {
+            let problem: serde_json::Value = response.json().await.expect("json");
+            assert!(
+                problem["detail"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("tenants have 12 database operations"),
+                "{problem}"
+            );
+        }
+    }
+    assert_eq!(
+        statuses,
+        [(200, 12), (503, 4)].into_iter().collect(),
+        "the four tenants' sixteen reads"
+    );
+    gw.stop().await;
+    drop(locker);
+    db.drop_db().await;
+}
+
 /// A key the gateway has not seen yet, presented while the pool has no connection to
 /// spare (here: eight policy writes waiting on a locked database file), is a 503 to
 /// retry, not a 500 (as it was: the key lookup's failure was taken for an internal
@@ -315,6 +386,9 @@ async fn a_key_looked_up_while_the_store_has_no_connection_is_503_not_500() {
     let gw = Gateway::start_with(|c| {
         c.database.statement_timeout_ms = 8000;
         c.database.acquire_timeout_ms = 200;
+        // No reserve, so that two tenants' shares can fill the pool (the default keeps
+        // some for sign-ins; see above).
+        c.database.reserved_connections = Some(0);
     })
     .await;
     let writers = [

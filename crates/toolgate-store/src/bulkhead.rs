@@ -9,7 +9,13 @@
 //! next operation waits for one of its own to finish (at most the acquire timeout, then
 //! 503 with `Retry-After`), never for another tenant's.
 //!
-//! Cross-tenant work (key lookups, sweeps, the audit writer) does not go through it.
+//! Together, tenants hold at most the pool less [`StoreLimits::reserved`](crate::StoreLimits)
+//! connections: without that, four tenants each at their share filled Postgres' sixteen
+//! (two filled SQLite's eight), and key lookups, sweeps and `/readyz` failed again. Past
+//! that, a tenant's operation waits for any tenant's place, within the same wait.
+//!
+//! Cross-tenant work (key lookups, sweeps, `/readyz`) does not go through it; the audit
+//! writer has its own connection.
 
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
@@ -25,26 +31,37 @@ use crate::StoreError;
 #[derive(Debug)]
 pub(crate) struct Bulkhead {
     per_tenant: usize,
+    /// The places of all tenants together: the pool less its reserve.
+    shared: Arc<Semaphore>,
+    all_tenants: usize,
     /// How long an operation waits for one of its tenant's places.
     wait: Duration,
     tenants: Mutex<HashMap<TenantId, Arc<Semaphore>>>,
 }
 
 /// One place of a tenant's, held until this is dropped.
-pub(crate) type Place = OwnedSemaphorePermit;
+#[derive(Debug)]
+pub(crate) struct Place {
+    _own: OwnedSemaphorePermit,
+    _shared: OwnedSemaphorePermit,
+}
 
 impl Bulkhead {
-    /// The share and the wait of `limits` (its `per_tenant` and `acquire_timeout`).
-    pub(crate) fn new(limits: &crate::StoreLimits) -> Arc<Self> {
+    /// The shares and the wait of `limits` for a pool of `pool` connections.
+    pub(crate) fn new(limits: &crate::StoreLimits, pool: u32) -> Arc<Self> {
+        let all_tenants = limits.for_tenants(pool);
         Arc::new(Self {
             per_tenant: limits.per_tenant.max(1),
+            shared: Arc::new(Semaphore::new(all_tenants)),
+            all_tenants,
             wait: limits.acquire_timeout,
             tenants: Mutex::default(),
         })
     }
 
     /// One of `tenant`'s places, when one is free within the wait; else
-    /// [`StoreError::Busy`] (503 with `Retry-After`).
+    /// [`StoreError::Busy`] (503 with `Retry-After`). The tenant's own place is taken
+    /// first, so that a tenant past its share queues behind itself, not in front of others.
     pub(crate) async fn enter(&self, tenant: TenantId) -> Result<Place, StoreError> {
         let places = self
             .tenants
@@ -54,16 +71,40 @@ impl Bulkhead {
             .or_insert_with(|| Arc::new(Semaphore::new(self.per_tenant)))
             .clone();
         // Taken at once when free: no timer for the usual case.
-        if let Ok(place) = places.clone().try_acquire_owned() {
-            return Ok(place);
+        if let (Ok(own), Ok(shared)) = (
+            places.clone().try_acquire_owned(),
+            self.shared.clone().try_acquire_owned(),
+        ) {
+            return Ok(Place {
+                _own: own,
+                _shared: shared,
+            });
         }
-        match tokio::time::timeout(self.wait, places.acquire_owned()).await {
-            Ok(Ok(place)) => Ok(place),
-            _ => Err(StoreError::Busy(format!(
-                "your tenant has {} database operations running on this instance, the most it may hold at once",
-                self.per_tenant
-            ))),
-        }
+        let deadline = tokio::time::Instant::now() + self.wait;
+        let own = tokio::time::timeout_at(deadline, places.acquire_owned())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .ok_or_else(|| {
+                StoreError::Busy(format!(
+                    "your tenant has {} database operations running on this instance, the most it may hold at once",
+                    self.per_tenant
+                ))
+            })?;
+        let shared = tokio::time::timeout_at(deadline, self.shared.clone().acquire_owned())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .ok_or_else(|| {
+                StoreError::Busy(format!(
+                    "this instance's tenants have {} database operations running, the most they may hold at once (the rest of its connections are kept for sign-ins and health checks)",
+                    self.all_tenants
+                ))
+            })?;
+        Ok(Place {
+            _own: own,
+            _shared: shared,
+        })
     }
 }
 
@@ -104,11 +145,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_tenant_waits_for_its_own_places_only() {
-        let bulkhead = Bulkhead::new(&crate::StoreLimits {
-            per_tenant: 2,
-            acquire_timeout: Duration::from_millis(50),
-            ..crate::StoreLimits::default()
-        });
+        let bulkhead = Bulkhead::new(
+            &crate::StoreLimits {
+                per_tenant: 2,
+                acquire_timeout: Duration::from_millis(50),
+                ..crate::StoreLimits::default()
+            },
+            16,
+        );
         let (a, b) = (TenantId::new(), TenantId::new());
         let first = bulkhead.enter(a).await.expect("a first");
         let _second = bulkhead.enter(a).await.expect("a second");
@@ -126,6 +170,43 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(10)).await;
         drop(first);
         assert!(waiting.await.expect("task").is_ok());
+    }
+
+    #[tokio::test]
+    async fn tenants_together_leave_the_reserve_free() {
+        // A pool of eight keeps a quarter, two, from tenants: three tenants at their share
+        // of three hold six, and a fourth waits for one of theirs.
+        let bulkhead = Bulkhead::new(
+            &crate::StoreLimits {
+                per_tenant: 3,
+                acquire_timeout: Duration::from_millis(50),
+                ..crate::StoreLimits::default()
+            },
+            8,
+        );
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            let tenant = TenantId::new();
+            for _ in 0..3 {
+                held.push(bulkhead.enter(tenant).await.expect("within the share"));
+            }
+        }
+        let last = TenantId::new();
+        assert!(matches!(
+            bulkhead.enter(last).await,
+            Err(StoreError::Busy(m)) if m.contains("tenants have 6 database operations")
+        ));
+        // Its own place was given back: once another's is free, it gets one.
+        held.pop();
+        let _theirs = bulkhead.enter(last).await.expect("a freed place");
+        // Configured: no reserve at all, or all but one.
+        let limits = |reserved| crate::StoreLimits {
+            reserved: Some(reserved),
+            ..crate::StoreLimits::default()
+        };
+        assert_eq!(limits(0).for_tenants(8), 8);
+        assert_eq!(limits(8).for_tenants(8), 1);
+        assert_eq!(crate::StoreLimits::default().for_tenants(16), 12);
     }
 
     /// On a real store (SQLite here; Postgres in the e2e suite), every way a tenant's

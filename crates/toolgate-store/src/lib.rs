@@ -31,7 +31,8 @@
 //! - [`approvals`]: approval policies and approvals.
 //! - [`upstreams`]: tenants' own upstream MCP servers.
 //! - [`sessions`]: MCP sessions and their stored SSE events.
-//! - `bulkhead`: each tenant's share of the pool (`StoreLimits::per_tenant`).
+//! - `bulkhead`: each tenant's share of the pool (`StoreLimits::per_tenant`), and the
+//!   reserve all tenants leave (`StoreLimits::reserved`).
 //! - [`sqlite`], [`postgres`]: the two backends: connecting, and the audit log's writes
 //!   (`audit.rs`), which differ for a measured reason; [`audit_log`]'s reads and intents are shared.
 
@@ -128,8 +129,8 @@ pub enum StoreError {
     /// Stored data that cannot be read back as written.
     #[error("corrupt data: {0}")]
     Corrupt(String),
-    /// The tenant holds all the places in the pool it may (see [`bulkhead`]): unavailable
-    /// for now.
+    /// The tenant, or all tenants together, hold all the places in the pool they may (see
+    /// [`bulkhead`]): unavailable for now.
     #[error("{0}")]
     Busy(String),
 }
@@ -235,6 +236,33 @@ pub struct StoreLimits {
     /// How many of the pool's connections one tenant's operations may hold at once on
     /// this instance (see [`bulkhead`]).
     pub per_tenant: usize,
+    /// The pool's size on this instance; `None`: the backend's own
+    /// ([`POSTGRES_POOL`], [`SQLITE_POOL`]).
+    pub max_connections: Option<u32>,
+    /// How many of the pool's connections all tenants' operations together leave free for
+    /// cross-tenant work (key lookups, sweeps, `/readyz`); `None`: a quarter of the pool.
+    pub reserved: Option<usize>,
+}
+
+/// The Postgres pool's size on an instance, unless configured: Postgres allows ~100
+/// connections by default, and this leaves room for several instances and ops sessions.
+pub const POSTGRES_POOL: u32 = 16;
+/// The SQLite pool's size unless configured (its writes take turns anyway).
+pub const SQLITE_POOL: u32 = 8;
+
+impl StoreLimits {
+    /// The pool's size: the configured one, else the backend's `default`.
+    pub fn pool(&self, default: u32) -> u32 {
+        self.max_connections.unwrap_or(default).max(1)
+    }
+
+    /// How many of a pool of `pool` connections tenants' operations may hold together: all
+    /// but the reserve, and at least one.
+    pub fn for_tenants(&self, pool: u32) -> usize {
+        let pool = pool as usize;
+        let reserved = self.reserved.unwrap_or(pool / 4);
+        pool.saturating_sub(reserved).max(1)
+    }
 }
 
 impl Default for StoreLimits {
@@ -243,6 +271,8 @@ impl Default for StoreLimits {
             statement_timeout: Duration::from_secs(5),
             acquire_timeout: Duration::from_secs(2),
             per_tenant: 4,
+            max_connections: None,
+            reserved: None,
         }
     }
 }

@@ -144,10 +144,15 @@ pub struct DatabaseConfig {
     pub statement_timeout_ms: u64,
     /// The longest a request waits for a database connection, in milliseconds.
     pub acquire_timeout_ms: u64,
-    /// How many of this instance's database connections (16 on Postgres, 8 on SQLite)
-    /// one tenant's operations may hold at once; the next waits for one of its own
-    /// (at most `acquire_timeout_ms`, then 503), never for another tenant's.
+    /// How many of this instance's database connections one tenant's operations may hold
+    /// at once; the next waits for one of its own (at most `acquire_timeout_ms`, then
+    /// 503), never for another tenant's.
     pub max_connections_per_tenant: usize,
+    /// The instance's pool of database connections; unset: 16 on Postgres, 8 on SQLite.
+    pub max_connections: Option<u32>,
+    /// How many of the pool all tenants' operations together leave free for sign-ins
+    /// (key lookups), sweeps and `/readyz`; unset: a quarter of the pool.
+    pub reserved_connections: Option<usize>,
 }
 
 impl Default for DatabaseConfig {
@@ -159,6 +164,8 @@ impl Default for DatabaseConfig {
                 .unwrap_or(5000),
             acquire_timeout_ms: u64::try_from(limits.acquire_timeout.as_millis()).unwrap_or(2000),
             max_connections_per_tenant: limits.per_tenant,
+            max_connections: limits.max_connections,
+            reserved_connections: limits.reserved,
         }
     }
 }
@@ -169,6 +176,8 @@ impl DatabaseConfig {
             statement_timeout: std::time::Duration::from_millis(self.statement_timeout_ms),
             acquire_timeout: std::time::Duration::from_millis(self.acquire_timeout_ms),
             per_tenant: self.max_connections_per_tenant,
+            max_connections: self.max_connections,
+            reserved: self.reserved_connections,
         }
     }
 }
@@ -257,6 +266,23 @@ impl DatabaseConfig {
             problems.push((
                 "max_connections_per_tenant".into(),
                 "must be at least 1".into(),
+            ));
+        }
+        if self.max_connections == Some(0) {
+            problems.push(("max_connections".into(), "must be at least 1".into()));
+        }
+        let pool = self.limits().pool(match self.url {
+            Some(_) => toolgate_store::POSTGRES_POOL,
+            None => toolgate_store::SQLITE_POOL,
+        });
+        if let Some(reserved) = self.reserved_connections
+            && reserved >= pool as usize
+        {
+            problems.push((
+                "reserved_connections".into(),
+                format!(
+                    "must be less than the pool's {pool} connections, leaving tenants at least one"
+                ),
             ));
         }
         problems

@@ -89,6 +89,30 @@ mod layering {
             ],
             "{err}"
         );
+
+        // The reserve is checked against the pool the backend will have.
+        let reserve = |pairs: &[(&str, &str)]| {
+            Config::load(&Overrides::default(), env(pairs))
+                .map(|_| ())
+                .map_err(|err| err.to_string())
+        };
+        let err =
+            reserve(&[("TOOLGATE_DATABASE__RESERVED_CONNECTIONS", "8")]).expect_err("SQLite's 8");
+        assert!(
+            err.contains("database.reserved_connections") && err.contains("8 connections"),
+            "{err}"
+        );
+        reserve(&[
+            ("DATABASE_URL", "postgres://db/toolgate"),
+            ("TOOLGATE_DATABASE__RESERVED_CONNECTIONS", "8"),
+        ])
+        .expect("Postgres' 16");
+        let err = reserve(&[
+            ("TOOLGATE_DATABASE__MAX_CONNECTIONS", "32"),
+            ("TOOLGATE_DATABASE__RESERVED_CONNECTIONS", "40"),
+        ])
+        .expect_err("more than configured");
+        assert!(err.contains("32 connections"), "{err}");
     }
 
     /// The keys a rotation keeps beside the current one are checked like it, each named by

@@ -118,8 +118,9 @@ impl PostgresStore {
             Some(relay) => options.clone().socket(relay.dir()),
             None => options.clone(),
         };
-        // Postgres allows ~100 connections by default; two pools per instance of 16 and 4
-        // leave room for several gateway instances and ops sessions.
+        // Beside the app's pool (`POSTGRES_POOL` unless configured), a small one for
+        // migrations and the owner's work.
+        let pool = limits.pool(crate::POSTGRES_POOL);
         let owner = PgPoolOptions::new()
             .max_connections(4)
             .acquire_timeout(limits.acquire_timeout)
@@ -134,7 +135,7 @@ impl PostgresStore {
         // database fails the request as unavailable (503) instead of holding it.
         let timeout_ms = limits.statement_timeout.as_millis();
         let app = PgPoolOptions::new()
-            .max_connections(16)
+            .max_connections(pool)
             .acquire_timeout(limits.acquire_timeout)
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
@@ -156,7 +157,7 @@ impl PostgresStore {
             limits,
             _relay: relay,
             notifier: crate::notify::Notifier::default(),
-            bulkhead: crate::bulkhead::Bulkhead::new(&limits),
+            bulkhead: crate::bulkhead::Bulkhead::new(&limits, pool),
         }
     }
 

@@ -78,8 +78,9 @@ impl SqliteStore {
             // A write waits this long for another's lock, then fails as unavailable (503).
             .busy_timeout(limits.statement_timeout)
             .foreign_keys(true);
+        let size = limits.pool(crate::SQLITE_POOL);
         let pool = SqlitePoolOptions::new()
-            .max_connections(8)
+            .max_connections(size)
             .acquire_timeout(limits.acquire_timeout)
             .connect_with(options)
             .await?;
@@ -89,7 +90,7 @@ impl SqliteStore {
             audit_conn: Arc::default(),
             limits,
             notifier: crate::notify::Notifier::default(),
-            bulkhead: crate::bulkhead::Bulkhead::new(&limits),
+            bulkhead: crate::bulkhead::Bulkhead::new(&limits, size),
         })
     }
 
