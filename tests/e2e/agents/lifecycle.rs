@@ -383,3 +383,55 @@ async fn tools_the_caller_may_not_call_are_not_declared() {
         .collect();
     assert_eq!(declared, ["read_file"]);
 }
+
+/// A run's steps show the tool calls' secret arguments masked, over REST and in the step
+/// stream, as the audit keeps them; the journal keeps them whole for a resumed run, and
+/// the tool got them whole. (Before: the steps showed the key the model was given to every
+/// holder of `agents:run`.)
+#[tokio::test]
+async fn a_runs_steps_mask_secret_arguments() {
+    let args = r#"{"path":"notes.txt","api_key":"sk-run-4242"}"#;
+    let mock = MockLlm::start(
+        Wire::Openai,
+        vec![
+            Reply::ok(says::openai_calls(&[("c1", "read_file", args)])),
+            Reply::ok(says::openai_text("done")),
+        ],
+    )
+    .await;
+    let gw = gateway(&mock, Wire::Openai).await;
+    let agent = create_agent(
+        &gw,
+        json!({"name": "keyed", "provider": "llm", "model": "gpt-test", "tools": ["read_file"]}),
+    )
+    .await;
+    let (run_id, stream) = follow(&gw, &agent, "Read the notes").await;
+    assert!(stream.contains("event: tool_call_started"), "{stream}");
+    assert!(!stream.contains("sk-run-4242"), "{stream}");
+    let (status, _, run) = gw.get(&format!("/v1/runs/{run_id}")).await;
+    assert_eq!(status, 200, "{run}");
+    assert!(!run.to_string().contains("sk-run-4242"), "{run}");
+    let masked = json!({"path": "notes.txt", "api_key": "***"});
+    assert_eq!(
+        steps(&run, "tool_call_started")[0]["arguments"],
+        masked,
+        "{run}"
+    );
+    assert_eq!(
+        steps(&run, "model_message")[0]["message"]["tool_calls"][0]["arguments"],
+        masked,
+        "{run}"
+    );
+    let (_, _, audit) = gw.get(&format!("/v1/audit?run_id={run_id}")).await;
+    assert_eq!(audit["entries"][0]["arguments"], masked, "{audit}");
+    // The journal itself keeps the call as the model made it.
+    let stored: Vec<u8> = ["toolgate.db", "toolgate.db-wal"]
+        .iter()
+        .filter_map(|f| std::fs::read(gw.data.path().join(f)).ok())
+        .flatten()
+        .collect();
+    assert!(
+        stored.windows(11).any(|w| w == b"sk-run-4242"),
+        "the journal keeps the arguments whole"
+    );
+}

@@ -153,6 +153,16 @@ impl Executor {
         self
     }
 
+    /// `args` as the audit keeps them: masked by `tool`'s schema and declaration when
+    /// known, and by the deployment's secret names always. For views of arguments kept
+    /// whole elsewhere (a run's journal, which a resumed run calls again with).
+    pub fn masked(&self, tool: Option<&RegisteredTool>, args: &Value) -> Value {
+        match tool {
+            Some(tool) => tool.mask(args, &self.secret_names),
+            None => crate::secrets::mask(args, &Default::default(), &[], &self.secret_names),
+        }
+    }
+
     /// Asks `approvals` for tenants' policies and approvals (by default every policy is
     /// level 0 and nothing waits).
     pub fn with_approvals(mut self, approvals: Arc<dyn Approvals>) -> Self {
@@ -268,12 +278,7 @@ impl Executor {
             // What was sent is kept, masked as well as the gateway can: by the tool's
             // schema when it resolved (invalid arguments, forbidden), else by name alone.
             Err(Refused { tool, error }) => {
-                let masked = match &tool {
-                    Some(tool) => tool.mask(&args, &self.secret_names),
-                    None => {
-                        crate::secrets::mask(&args, &Default::default(), &[], &self.secret_names)
-                    }
-                };
+                let masked = self.masked(tool.as_deref(), &args);
                 let secrets = crate::secrets::masked_values(&args, &masked);
                 (
                     AuditRecord::start(&ctx, &name, masked, self.digest.digest(&args)),
@@ -283,7 +288,7 @@ impl Executor {
             }
             Ok(tool) => {
                 let spec = tool.spec();
-                let masked = tool.mask(&args, &self.secret_names);
+                let masked = self.masked(Some(&tool), &args);
                 let secrets = crate::secrets::masked_values(&args, &masked);
                 let mut record = AuditRecord::start(&ctx, &name, masked, self.digest.digest(&args));
                 let timeout = spec.effective_timeout(ctx.requested_timeout);

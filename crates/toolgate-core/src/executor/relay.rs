@@ -32,7 +32,7 @@ impl Executor {
             ctx: &ctx,
             tool: method,
         });
-        let masked = crate::secrets::mask(&args, &Default::default(), &[], &self.secret_names);
+        let masked = self.masked(None, &args);
         let secrets = crate::secrets::masked_values(&args, &masked);
         let record = AuditRecord::start(&ctx, method, masked, self.digest.digest(&args));
         let cancel_on_drop = ctx.cancel.clone().drop_guard();

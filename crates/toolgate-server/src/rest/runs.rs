@@ -119,9 +119,34 @@ fn summary(r: RunRecord, steps: Option<Vec<Value>>) -> RunView {
     }
 }
 
-/// One journal entry as a step: its number, type, fields and time.
-fn step(e: RunEventRecord) -> Value {
+/// One journal entry as a step: its number, type, fields and time, with the tool calls'
+/// secret arguments masked as the audit masks them (the journal keeps them whole: a run
+/// resumed after an approval makes its call again with them).
+fn step(app: &AppState, tenant: TenantId, e: RunEventRecord) -> Value {
     let mut v = e.payload;
+    let mask = |tool: Option<&str>, args: Option<&mut Value>| {
+        if let (Some(tool), Some(args)) = (tool, args) {
+            *args = app
+                .executor
+                .masked(app.registry.get(tenant, tool).as_deref(), args);
+        }
+    };
+    match e.kind.as_str() {
+        "tool_call_started" => {
+            let tool = v.get("tool").and_then(Value::as_str).map(str::to_owned);
+            mask(tool.as_deref(), v.get_mut("arguments"));
+        }
+        "model_message" => {
+            let calls = v
+                .pointer_mut("/message/tool_calls")
+                .and_then(Value::as_array_mut);
+            for call in calls.into_iter().flatten() {
+                let tool = call.get("name").and_then(Value::as_str).map(str::to_owned);
+                mask(tool.as_deref(), call.get_mut("arguments"));
+            }
+        }
+        _ => {}
+    }
     if let Value::Object(map) = &mut v {
         map.insert("seq".into(), Value::from(e.seq));
         map.insert("at".into(), Value::String(e.created_at.to_rfc3339()));
@@ -141,7 +166,10 @@ pub async fn run_view(app: &AppState, tenant: TenantId, run: RunId) -> Result<Ru
         .await?
         .ok_or_else(|| not_found(run))?;
     let steps = app.store.run_events(tenant, run, 0).await?;
-    Ok(summary(record, Some(steps.into_iter().map(step).collect())))
+    Ok(summary(
+        record,
+        Some(steps.into_iter().map(|e| step(app, tenant, e)).collect()),
+    ))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -348,7 +376,7 @@ fn steps_stream(
                 let event = Event::default()
                     .id(e.seq.to_string())
                     .event(e.kind.clone())
-                    .data(step(e).to_string());
+                    .data(step(&c.app, tenant, e).to_string());
                 return Some((Ok(event), c));
             }
             if c.done {
