@@ -7,7 +7,9 @@
 //! instance that received the decision ([`PausedRuns`]; failing that, by the next
 //! periodic claim of any instance). An approved REST call is run by the deciding
 //! instance, as its requester, and its outcome kept for its requester to read back
-//! ([`FollowUps::keep`]). An MCP client makes its call again, which uses the approval.
+//! ([`FollowUps::keep`]); should that instance stop first, the call's outcome says so
+//! once it can no longer be running ([`Decisions::interrupt_orphaned_calls`]). An MCP
+//! client makes its call again, which uses the approval.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -28,6 +30,13 @@ use crate::{
 /// applies within this time (at once on the instance that made it, see
 /// [`StoredApprovals::forget`]).
 const POLICY_TTL: Duration = Duration::from_secs(1);
+
+/// How long past the longest a tool may run an approved REST call without an outcome is
+/// taken for interrupted: room for its audit row and its outcome to be written.
+const ORPHAN_MARGIN: Duration = Duration::from_secs(60);
+
+/// How many times an approved call's outcome is offered to the store.
+const KEEP_ATTEMPTS: u32 = 5;
 
 /// Longest reason a decision may give, in characters.
 pub const MAX_REASON_CHARS: usize = 2000;
@@ -250,6 +259,39 @@ impl<S: ApprovalStore + 'static> Decisions<S> {
         Ok(decided)
     }
 
+    /// Gives every approved REST call that started longer ago than any tool may run and
+    /// has no outcome (the instance making it stopped, or could not keep its outcome) an
+    /// outcome saying so: without it, `GET /v1/calls/{id}` said `running` for good.
+    /// Whether the tool ran is in the audit log (the call's rows name the approval).
+    /// Any instance may do it, as often as it likes.
+    pub async fn interrupt_orphaned_calls(&self) {
+        let horizon = self.follow_ups.registry.longest_timeout() + ORPHAN_MARGIN;
+        let Ok(horizon) = chrono::Duration::from_std(horizon) else {
+            return;
+        };
+        let error = ToolError::new(
+            ErrorKind::Unavailable,
+            "the gateway instance making this approved call stopped before its outcome was kept; \
+             whether the tool ran is in the audit log (its rows name this call's approval)",
+        );
+        let result = (self.follow_ups.keep)(Err(error));
+        match self
+            .approvals
+            .store
+            .interrupt_approved_calls(chrono::Utc::now() - horizon, &result)
+            .await
+        {
+            Ok(calls) => {
+                for (tenant, approval) in calls {
+                    tracing::warn!(tenant_id = %tenant, approval_id = %approval, "an approved call's outcome was never kept: its instance stopped while making it");
+                }
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "could not look for approved calls left without an outcome")
+            }
+        }
+    }
+
     /// What `decided` allows, set going on this instance.
     async fn set_going(&self, decided: &ApprovalRecord) {
         if decided.run_id.is_some() {
@@ -315,13 +357,25 @@ impl<S: ApprovalStore> ApprovedCall<S> {
             .unwrap_or(serde_json::Value::Null);
         let outcome = self.executor.call(&tools, ctx, &approval.tool, args).await;
         let kept = (self.keep)(outcome);
-        if let Err(err) = self
-            .approvals
-            .store
-            .set_approval_result(approval.tenant, approval.id, &kept)
-            .await
-        {
-            tracing::error!(approval_id = %approval.id, error = %err, "the outcome of an approved call could not be stored");
+        // The call has run: a store briefly out of reach must not lose what it did.
+        let backoff =
+            crate::backoff::Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+        for attempt in 1..=KEEP_ATTEMPTS {
+            match self
+                .approvals
+                .store
+                .set_approval_result(approval.tenant, approval.id, &kept)
+                .await
+            {
+                Ok(()) => return,
+                Err(err) if attempt < KEEP_ATTEMPTS => {
+                    tracing::warn!(approval_id = %approval.id, error = %err, attempt, "could not keep an approved call's outcome yet; trying again");
+                    tokio::time::sleep(backoff.delay(attempt)).await;
+                }
+                Err(err) => {
+                    tracing::error!(approval_id = %approval.id, error = %err, "the outcome of an approved call could not be kept");
+                }
+            }
         }
     }
 }

@@ -413,6 +413,15 @@ pub trait ApprovalStore: Backend {
     /// ones whose call was not made (lapsed); returns them.
     async fn expire_approvals(&self) -> Result<Vec<(TenantId, ApprovalId)>, Self::Error>;
 
+    /// Keeps `result` as the outcome of every approved REST call, in every tenant, that
+    /// started before `started_before` and has none: the instance making it stopped
+    /// before keeping one. Returns them.
+    async fn interrupt_approved_calls(
+        &self,
+        started_before: DateTime<Utc>,
+        result: &serde_json::Value,
+    ) -> Result<Vec<(TenantId, ApprovalId)>, Self::Error>;
+
     /// Expires what `run` still waits for or has yet to use, with `reason`; returns those
     /// approvals.
     async fn expire_run_approvals(

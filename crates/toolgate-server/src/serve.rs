@@ -21,10 +21,12 @@ use crate::{
 const PIN_APPROVALS_EVERY: Duration = Duration::from_secs(30);
 
 /// Renews this instance's row every [`HEARTBEAT_EVERY`] and tells admission how many
-/// instances share each limit; forgets idle rate-limit buckets; leaves on `stop`.
+/// instances share each limit; forgets idle rate-limit buckets; gives approved calls an
+/// instance left without an outcome one; leaves on `stop`.
 async fn heartbeat(
     store: toolgate_store::Store,
     admission: Arc<toolgate_core::limits::Admission>,
+    decisions: Arc<toolgate_core::approvals::Decisions<toolgate_store::Store>>,
     instance: String,
     stop: CancellationToken,
 ) {
@@ -45,6 +47,7 @@ async fn heartbeat(
             Err(err) => tracing::warn!(error = %err, "could not renew this instance's heartbeat"),
         }
         admission.sweep();
+        decisions.interrupt_orphaned_calls().await;
     }
     if let Err(err) = store.leave(&instance).await {
         tracing::debug!(error = %err, "could not remove this instance's heartbeat");
@@ -142,6 +145,7 @@ pub async fn serve_with(
     let heartbeat = tokio::spawn(heartbeat(
         state.store.clone(),
         state.admission.clone(),
+        state.decisions.clone(),
         instance.clone(),
         streams.clone(),
     ));

@@ -446,3 +446,70 @@ async fn an_mcp_client_that_can_elicit_lets_its_user_decide_when_the_tenant_allo
     );
     client.cancel().await.expect("close");
 }
+
+/// An approved REST call whose instance stopped while making it (here: what a killed
+/// gateway leaves, the call started an hour ago and no outcome kept) gets an outcome
+/// that says so from the next instance, which a waiting client and the status URL see.
+/// (Before: `GET /v1/calls/{id}` answered `running` for good.)
+#[tokio::test]
+async fn an_approved_call_whose_instance_stopped_mid_call_is_not_running_for_good() {
+    use sqlx::Connection;
+    let data = tempfile::tempdir().expect("data dir");
+    let start = || {
+        let dir = data.path().to_path_buf();
+        Gateway::start_with(move |c| c.data_dir = dir)
+    };
+    let gw = start().await;
+    let base = gw.base.clone();
+    put_policy(&base, &gw.http, json!({"level": 9})).await;
+    let reviewer = principal(&base, &gw.http, "reviewer", &["approvals:decide"]).await;
+    let (status, _, held) = gw
+        .invoke("echo", json!({"arguments": {"message": "once"}}))
+        .await;
+    assert_eq!(status, 202, "{held}");
+    let approval = held["approval_id"].as_str().expect("approval").to_owned();
+    let status_url = held["status_url"].as_str().expect("status url").to_owned();
+    let (status, body) = decide(&base, &reviewer, &approval, "approve", "ok").await;
+    assert_eq!(status, 200, "{body}");
+    let mut call = Value::Null;
+    for _ in 0..100 {
+        call = get(&base, &gw.http, &status_url).await.1;
+        if call["status"] == "completed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(call["result"]["status"], 200, "{call}");
+    gw.stop().await;
+
+    // What a gateway killed while making the call leaves behind.
+    let file = format!("sqlite://{}", data.path().join("toolgate.db").display());
+    let mut db = sqlx::SqliteConnection::connect(&file).await.expect("open");
+    let hour_ago = chrono::Utc::now() - chrono::Duration::hours(1);
+    let changed =
+        sqlx::query("update approval set result = null, used_at = ? where approval_id = ?")
+            .bind(hour_ago)
+            .bind(&approval)
+            .execute(&mut db)
+            .await
+            .expect("update");
+    assert_eq!(changed.rows_affected(), 1);
+    db.close().await.expect("close");
+
+    let gw = start().await;
+    for _ in 0..100 {
+        call = get(&gw.base, &gw.http, &status_url).await.1;
+        if call["status"] != "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(call["status"], "completed", "{call}");
+    assert_eq!(call["result"]["status"], 503, "{call}");
+    let detail = call["result"]["body"]["detail"].as_str().unwrap_or("");
+    assert!(
+        detail.contains("stopped before its outcome was kept"),
+        "{call}"
+    );
+    assert!(detail.contains("audit log"), "{call}");
+}

@@ -408,6 +408,19 @@ impl Registry {
         merged.extend(tools.shared.iter().map(|(k, v)| (k.clone(), v.clone())));
         merged.into_values().collect()
     }
+
+    /// The longest any tool, shared or a tenant's, may run: its `max_timeout` (progress
+    /// extends a call no further).
+    pub fn longest_timeout(&self) -> std::time::Duration {
+        let tools = self.read();
+        tools
+            .shared
+            .values()
+            .chain(tools.tenants.values().flat_map(|named| named.values()))
+            .map(|tool| tool.spec().max_timeout)
+            .max()
+            .unwrap_or(crate::spec::DEFAULT_MAX_TIMEOUT)
+    }
 }
 
 #[cfg(test)]

@@ -207,3 +207,22 @@ fn validation_lists_every_violation_with_its_pointer() {
         "values must not be echoed: {text}"
     );
 }
+
+#[test]
+fn the_longest_timeout_spans_shared_and_tenants_tools() {
+    let reg = Registry::new();
+    assert_eq!(reg.longest_timeout(), crate::spec::DEFAULT_MAX_TIMEOUT);
+    let timed = |name: &str, max_secs: u64| -> Arc<dyn Tool> {
+        Arc::new(Named(
+            ToolSpec::new(name, "test tool", json!({"type": "object"})).with_timeouts(
+                std::time::Duration::from_secs(1),
+                std::time::Duration::from_secs(max_secs),
+            ),
+        ))
+    };
+    reg.register(timed("quick", 5)).expect("shared");
+    assert_eq!(reg.longest_timeout().as_secs(), 5);
+    reg.register_as(Owner::Tenant(TENANT_A), timed("up__slow", 900))
+        .expect("a's tool");
+    assert_eq!(reg.longest_timeout().as_secs(), 900);
+}

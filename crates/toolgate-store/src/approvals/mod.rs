@@ -216,6 +216,14 @@ impl toolgate_core::stores::ApprovalStore for Store {
         dispatch!(self, s => s.expire_approvals().await)
     }
 
+    async fn interrupt_approved_calls(
+        &self,
+        started_before: DateTime<Utc>,
+        result: &Value,
+    ) -> Result<Vec<(TenantId, ApprovalId)>, StoreError> {
+        dispatch!(self, s => s.interrupt_approved_calls(started_before, result).await)
+    }
+
     /// Expires what `run` still waits for (see the backends' `expire_run_approvals`).
     async fn expire_run_approvals(
         &self,

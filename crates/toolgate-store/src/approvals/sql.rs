@@ -457,6 +457,43 @@ macro_rules! approval_store {
                     .map(|(t, a)| Ok((TenantId(uuid(&t)?), ApprovalId(uuid(&a)?))))
                     .collect()
             }
+
+            /// Keeps `result` for every approved REST call started before
+            /// `started_before` without an outcome, in every tenant; returns them.
+            pub async fn interrupt_approved_calls(
+                &self,
+                started_before: DateTime<Utc>,
+                result: &Value,
+            ) -> Result<Vec<(TenantId, ApprovalId)>, StoreError> {
+                let mut tx = self.$cross.begin().await?;
+                let rows: Vec<(String, String)> = sqlx::query_as(sql(format!(
+                    "update approval set result = $2{j} \
+                     where status = 'approved' and adapter = 'rest' and run_id is null \
+                     and used_at < $1 and result is null \
+                     returning tenant_id{t}, approval_id{t}",
+                    j = $j,
+                    t = $t
+                )))
+                .bind(started_before)
+                .bind(crate::text::jsonb_text(result))
+                .fetch_all(&mut *tx)
+                .await?;
+                let calls = rows
+                    .into_iter()
+                    .map(|(t, a)| Ok((TenantId(uuid(&t)?), ApprovalId(uuid(&a)?))))
+                    .collect::<Result<Vec<_>, StoreError>>()?;
+                let tenants: std::collections::BTreeSet<TenantId> =
+                    calls.iter().map(|(t, _)| *t).collect();
+                // A caller waiting for one of these outcomes (`Prefer: wait`) hears it now.
+                for tenant in &tenants {
+                    self.announce_in(&mut tx, Change::Approvals(*tenant)).await?;
+                }
+                tx.commit().await?;
+                for tenant in tenants {
+                    self.announced(Change::Approvals(tenant));
+                }
+                Ok(calls)
+            }
         }
     };
 }

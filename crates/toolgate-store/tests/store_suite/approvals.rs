@@ -560,6 +560,85 @@ async fn an_approval_whose_call_is_not_made_in_time_lapses() {
     .await;
 }
 
+/// An approved REST call that started and never got an outcome (its instance stopped)
+/// gets the one the sweep gives, once it started before the given time; calls with an
+/// outcome, not yet started, or made by an MCP client or a run are left alone.
+#[tokio::test]
+async fn an_approved_rest_call_left_without_an_outcome_is_marked_interrupted() {
+    use chrono::Utc;
+    use toolgate_core::{Adapter, Gate};
+    on_both(|store| async move {
+        let a = store.create_tenant("orphans").await.expect("tenant");
+        let asker = PrincipalId::new();
+        let minute = Duration::from_secs(60);
+        // Asked, approved and, when `start`, made (the approval presented and used).
+        let approved = |adapter: Adapter, start: bool| {
+            let store = &store;
+            async move {
+                let mut request = approval_request(a.id, asker, minute);
+                request.adapter = adapter;
+                let id = pending(store, &request).await;
+                store
+                    .decide_approval(a.id, id, &decision(true))
+                    .await
+                    .expect("approve");
+                if start {
+                    request.presented = Some(id);
+                    let gate = store.gate_approval(&request).await.expect("gate");
+                    assert!(matches!(gate, Gate::Approved { .. }), "{gate:?}");
+                }
+                id
+            }
+        };
+        let before = Utc::now() - chrono::Duration::seconds(1);
+        let orphan = approved(Adapter::Rest, true).await;
+        let finished = approved(Adapter::Rest, true).await;
+        store
+            .set_approval_result(a.id, finished, &json!({"status": 200}))
+            .await
+            .expect("result");
+        let unstarted = approved(Adapter::Rest, false).await;
+        let by_mcp = approved(Adapter::Mcp, true).await;
+        let interrupted = json!({"status": 503, "body": {"detail": "stopped"}});
+        // Started after the cut-off: perhaps still running.
+        assert!(
+            store
+                .interrupt_approved_calls(before, &interrupted)
+                .await
+                .expect("sweep")
+                .is_empty()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(
+            store
+                .interrupt_approved_calls(Utc::now(), &interrupted)
+                .await
+                .expect("sweep"),
+            vec![(a.id, orphan)]
+        );
+        assert_eq!(
+            stored(&store, a.id, orphan).await.result,
+            Some(interrupted.clone())
+        );
+        assert_eq!(
+            stored(&store, a.id, finished).await.result,
+            Some(json!({"status": 200}))
+        );
+        for untouched in [unstarted, by_mcp] {
+            assert_eq!(stored(&store, a.id, untouched).await.result, None);
+        }
+        // Once is enough: the next sweep finds nothing.
+        assert!(
+            store
+                .interrupt_approved_calls(Utc::now(), &interrupted)
+                .await
+                .expect("sweep")
+                .is_empty()
+        );
+    })
+    .await;
+}
+
 /// Approval `id` of `tenant`, as stored.
 async fn stored(
     store: &Store,
