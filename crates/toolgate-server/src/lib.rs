@@ -175,6 +175,7 @@ pub async fn build_with(
         executor.clone(),
         providers,
     );
+    runs.limit_per_tenant(config.limits.tenant_runs);
     let shutdown = CancellationToken::new();
     let catalog = Catalog::new();
     let pins = Arc::new(toolgate_mcp::pins::Pins::new(

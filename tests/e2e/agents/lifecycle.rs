@@ -435,3 +435,142 @@ async fn a_runs_steps_mask_secret_arguments() {
         "the journal keeps the arguments whole"
     );
 }
+
+/// A tenant starts at most `limits.tenant_runs` runs going at once on an instance: the
+/// next start is refused with 429 and `Retry-After`, another tenant's is not, and once
+/// a run ends the tenant starts again. (Before: any number; each holds a task, its
+/// history and the provider's rate for every tenant.)
+#[tokio::test]
+async fn a_tenant_starts_at_most_its_share_of_runs_at_once() {
+    let slow = || Reply::ok(says::openai_text("done")).delayed(Duration::from_millis(1500));
+    let mock = MockLlm::start(Wire::Openai, vec![slow(), slow(), slow(), slow()]).await;
+    let base = mock.base.clone();
+    let gw = Gateway::start_with(move |c| {
+        c.providers
+            .insert("llm".into(), provider(Wire::Openai, &base));
+        c.limits.tenant_runs = 2;
+    })
+    .await;
+    let agent = json!({"name": "slow", "provider": "llm", "model": "gpt-test"});
+    let mine = create_agent(&gw, agent.clone()).await;
+    let start = |client: &reqwest::Client, agent: &str| {
+        client
+            .post(gw.url(&format!("/v1/agents/{agent}/runs")))
+            .json(&json!({"input": "go"}))
+            .send()
+    };
+    let mut going = Vec::new();
+    for _ in 0..2 {
+        let (status, _, run) = read(start(&gw.http, &mine).await.expect("request")).await;
+        assert_eq!(status, 201, "{run}");
+        going.push(run["id"].as_str().expect("id").to_owned());
+    }
+    let refused = start(&gw.http, &mine).await.expect("request");
+    assert_eq!(refused.status(), 429);
+    assert_eq!(refused.headers()["retry-after"], "5");
+    let (_, _, problem) = read(refused).await;
+    assert_eq!(
+        problem["type"], "urn:toolgate:error:rate_limited",
+        "{problem}"
+    );
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("2 agent runs going"),
+        "{problem}"
+    );
+
+    // Another tenant is not held to this one's count.
+    let theirs = client_with_key(&gw.create_tenant("other").await);
+    let (status, _, agent) = read(
+        theirs
+            .post(gw.url("/v1/agents"))
+            .json(&agent)
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 201, "{agent}");
+    let (status, _, run) = read(
+        start(&theirs, agent["id"].as_str().expect("id"))
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 201, "{run}");
+
+    // Once its runs end, the tenant starts again.
+    for run in &going {
+        let mut view = Value::Null;
+        for _ in 0..100 {
+            view = gw.get(&format!("/v1/runs/{run}")).await.2;
+            if view["status"] != "running" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(view["status"], "completed", "{view}");
+    }
+    // (Its slot is given back as its task ends, a moment after the run's end is stored.)
+    let mut answer = (0, Value::Null);
+    for _ in 0..50 {
+        let (status, _, run) = read(start(&gw.http, &mine).await.expect("request")).await;
+        answer = (status, run);
+        if status != 429 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(answer.0, 201, "{}", answer.1);
+}
+
+/// A start that waits for its run's end (`wait_secs`) holds its connection as long as a
+/// stream: it counts against the same caps, and past them the run is answered at once,
+/// still going. (Before: any number of five-minute waits, each reading the run every
+/// second.)
+#[tokio::test]
+async fn a_start_waiting_for_its_run_counts_against_the_stream_caps() {
+    let slow = || Reply::ok(says::openai_text("done")).delayed(Duration::from_secs(5));
+    let mock = MockLlm::start(Wire::Openai, vec![slow(), slow()]).await;
+    let base = mock.base.clone();
+    let gw = Gateway::start_with(move |c| {
+        c.providers
+            .insert("llm".into(), provider(Wire::Openai, &base));
+        c.http.max_streams_per_principal = 1;
+    })
+    .await;
+    let agent = create_agent(
+        &gw,
+        json!({"name": "slow", "provider": "llm", "model": "gpt-test"}),
+    )
+    .await;
+    let start = || {
+        gw.http
+            .post(gw.url(&format!("/v1/agents/{agent}/runs")))
+            .json(&json!({"input": "go", "wait_secs": 60}))
+            .send()
+    };
+    let waiting = tokio::spawn(start());
+    // The first wait has begun once its run is listed.
+    for _ in 0..100 {
+        let (_, _, runs) = gw.get("/v1/runs").await;
+        if runs["runs"].as_array().map(Vec::len) == Some(1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let second = tokio::time::timeout(Duration::from_millis(2500), start())
+        .await
+        .expect("the second start was waited, past the cap")
+        .expect("request");
+    let (status, _, run) = read(second).await;
+    assert_eq!(status, 201, "{run}");
+    assert_eq!(run["status"], "running", "{run}");
+    assert!(
+        !waiting.is_finished(),
+        "the wait within the cap ended early"
+    );
+    waiting.abort();
+}

@@ -47,8 +47,71 @@ pub enum StartError<E: std::error::Error + 'static> {
     UnknownProvider(String),
     #[error("the agent's configuration is invalid: {0}")]
     InvalidAgent(String),
+    /// The tenant has as many runs going on this instance as it may start; try again
+    /// once one ends.
+    #[error("{0}")]
+    Busy(String),
     #[error(transparent)]
     Store(E),
+}
+
+/// How many runs this instance drives for each tenant: new runs are counted against
+/// the tenant's cap; runs taken over from another instance are counted, never refused.
+#[derive(Default)]
+struct Driven {
+    counts: Mutex<HashMap<TenantId, usize>>,
+    /// Runs one tenant may start while that many are driven here.
+    per_tenant: std::sync::atomic::AtomicUsize,
+}
+
+/// One run counted in [`Driven`], until dropped (with the run's task, or when the run
+/// fails to start).
+struct Slot {
+    driven: Arc<Driven>,
+    tenant: TenantId,
+}
+
+impl Driven {
+    fn counts(&self) -> std::sync::MutexGuard<'_, HashMap<TenantId, usize>> {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A slot for a new run of `tenant`'s; `None` when the tenant is at its cap.
+    fn admit(self: &Arc<Self>, tenant: TenantId) -> Option<Slot> {
+        let mut counts = self.counts();
+        let count = counts.entry(tenant).or_default();
+        if *count >= self.per_tenant.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        *count += 1;
+        Some(self.slot(tenant))
+    }
+
+    /// A slot for a run of `tenant`'s taken over from another instance: counted, never
+    /// refused.
+    fn count(self: &Arc<Self>, tenant: TenantId) -> Slot {
+        *self.counts().entry(tenant).or_default() += 1;
+        self.slot(tenant)
+    }
+
+    fn slot(self: &Arc<Self>, tenant: TenantId) -> Slot {
+        Slot {
+            driven: self.clone(),
+            tenant,
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut counts = self.driven.counts();
+        if let Some(count) = counts.get_mut(&self.tenant) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                counts.remove(&self.tenant);
+            }
+        }
+    }
 }
 
 /// What the supervisor needs of a store: runs and their journals, and approval expiry.
@@ -73,6 +136,8 @@ pub struct Runs<S> {
     clock: Arc<dyn Clock>,
     /// Runs this instance drives, with the token that stops each.
     active: Mutex<HashMap<RunId, Active>>,
+    /// How many of them each tenant has, and how many it may start.
+    driven: Arc<Driven>,
     /// The latest committed step of each run with readers here, to wake SSE streams
     /// and waiting requests.
     bus: Mutex<HashMap<RunId, watch::Sender<Committed>>>,
@@ -133,12 +198,26 @@ impl<S: Store> Runs<S> {
             instance: format!("toolgate-{}", Uuid::now_v7().simple()),
             clock,
             active: Mutex::default(),
+            driven: Arc::new(Driven {
+                counts: Mutex::default(),
+                per_tenant: usize::MAX.into(),
+            }),
             bus: Mutex::default(),
             deltas: Mutex::default(),
         })
     }
 
-    /// Records a new run of `agent` for `auth` and starts driving it.
+    /// At most `runs` of one tenant's runs driven by this instance at once; a start
+    /// past that is refused ([`StartError::Busy`]). Runs taken over from other instances
+    /// count, but are never refused. Unlimited unless set.
+    pub fn limit_per_tenant(&self, runs: usize) {
+        self.driven
+            .per_tenant
+            .store(runs, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Records a new run of `agent` for `auth` and starts driving it, unless the tenant
+    /// already has as many runs going here as it may ([`limit_per_tenant`](Self::limit_per_tenant)).
     pub async fn start(
         self: &Arc<Self>,
         auth: Arc<AuthContext>,
@@ -149,6 +228,12 @@ impl<S: Store> Runs<S> {
     ) -> Result<RunId, StartError<Error<S>>> {
         let provider = self.provider(&agent)?;
         let toolset = agent.toolset().map_err(StartError::InvalidAgent)?;
+        let slot = self.driven.admit(auth.tenant).ok_or_else(|| {
+            StartError::Busy(format!(
+                "your tenant has {} agent runs going on this instance, the most it may start; try again when one ends",
+                self.driven.per_tenant.load(std::sync::atomic::Ordering::Relaxed)
+            ))
+        })?;
         let run = RunId::new();
         let first = RunEvent::RunStarted {
             agent: agent.name.clone(),
@@ -172,7 +257,9 @@ impl<S: Store> Runs<S> {
             .map_err(StartError::Store)?;
         self.notify(run, 1, false);
         let state = RunState::fold(&[first]);
-        self.spawn(run, auth, toolset, agent, provider, state, 2, request_id);
+        self.spawn(
+            run, slot, auth, toolset, agent, provider, state, 2, request_id,
+        );
         Ok(run)
     }
 
@@ -192,6 +279,7 @@ impl<S: Store> Runs<S> {
     fn spawn(
         self: &Arc<Self>,
         run: RunId,
+        slot: Slot,
         auth: Arc<AuthContext>,
         agent_tools: Toolset,
         agent: AgentConfig,
@@ -238,6 +326,8 @@ impl<S: Store> Runs<S> {
         // Registered before the task can finish, so it is removed after, not before.
         let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
         let task = tokio::spawn(async move {
+            // Given back when the run stops here, or its task is aborted.
+            let _slot = slot;
             let outcome = drive(&ctx, &agent, state).await;
             this.executor.events().emit(&Event::RunStopped {
                 tenant: ctx.auth.tenant,
@@ -494,6 +584,7 @@ impl<S: Store> Runs<S> {
                 tracing::info!(run_id = %record.id, next_seq, "resuming an interrupted agent run");
                 self.spawn(
                     record.id,
+                    self.driven.count(record.tenant),
                     Arc::new(auth),
                     toolset,
                     agent,

@@ -56,6 +56,9 @@ pub struct LimitsConfig {
     pub tools: BTreeMap<String, u32>,
     /// Calls in flight at once per tenant.
     pub tenant_concurrency: Option<u32>,
+    /// Agent runs one tenant may have going on this instance at once (a paused run waiting
+    /// for approval is not going); more starts get 429 with `Retry-After`.
+    pub tenant_runs: usize,
     /// Calls this instance runs at once, all tenants together; more are refused with 503
     /// and `Retry-After` at once.
     pub max_in_flight: usize,
@@ -72,11 +75,15 @@ impl Default for LimitsConfig {
             principal_per_minute: None,
             tools: BTreeMap::new(),
             tenant_concurrency: None,
+            tenant_runs: DEFAULT_TENANT_RUNS,
             max_in_flight: defaults.max_in_flight,
             max_audit_backlog: defaults.max_audit_backlog,
         }
     }
 }
+
+/// Agent runs one tenant may have going on an instance, unless configured.
+pub const DEFAULT_TENANT_RUNS: usize = 64;
 
 impl LimitsConfig {
     pub fn admission(&self) -> toolgate_core::limits::AdmissionConfig {
@@ -329,6 +336,9 @@ impl LimitsConfig {
                 String::new(),
                 "max_in_flight and max_audit_backlog must be at least 1".into(),
             ));
+        }
+        if self.tenant_runs == 0 {
+            problems.push(("tenant_runs".into(), "must be at least 1".into()));
         }
         problems
     }

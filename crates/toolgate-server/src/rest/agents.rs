@@ -35,6 +35,8 @@ pub fn router() -> OpenApiRouter<AppState> {
 
 /// Longest a start request may wait for the run to end.
 const MAX_WAIT_SECS: u64 = 300;
+/// When a tenant with all the runs it may start is told to try again.
+const RUNS_RETRY_AFTER_SECS: u64 = 5;
 
 /// An agent: a named model, prompt and toolset.
 #[derive(Debug, Serialize, ToSchema)]
@@ -257,7 +259,8 @@ pub struct StartRun {
     /// The user's message to the agent.
     pub input: String,
     /// Wait up to this many seconds (at most 300) for the run to end before answering;
-    /// 0 or absent answers at once with the run still going.
+    /// 0 or absent answers at once with the run still going. A wait counts against the
+    /// caller's open streams: past their cap the run is answered at once.
     #[serde(default)]
     pub wait_secs: u64,
 }
@@ -266,7 +269,8 @@ pub struct StartRun {
 ///
 /// Answers 201 with the run (and `Location: /v1/runs/{id}`) as soon as it is recorded,
 /// or, with `wait_secs`, once it has ended or the wait is over. Follow it live at
-/// `GET /v1/runs/{id}/events`.
+/// `GET /v1/runs/{id}/events`. A tenant with `limits.tenant_runs` runs going on the
+/// instance gets 429 with `Retry-After`.
 #[utoipa::path(post, path = "/v1/agents/{id}/runs", tag = "runs",
     params(("id" = Uuid, Path, description = "Agent id")),
     request_body(content = StartRun, content_type = "application/json"),
@@ -275,6 +279,7 @@ pub struct StartRun {
         (status = 400, description = "Malformed request or invalid configuration (every problem listed)", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Needs `agents:run`", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The tenant has as many runs going on this instance as it may start (`Retry-After`)", body = Problem, content_type = "application/problem+json"),
         crate::error::Refusals,
     ))]
 async fn start_run(
@@ -310,9 +315,18 @@ async fn start_run(
             StartError::UnknownProvider(_) | StartError::InvalidAgent(_) => {
                 ApiError::Tool(ToolError::invalid_arguments(e.to_string()))
             }
+            StartError::Busy(message) => ApiError::Tool(
+                ToolError::new(toolgate_core::ErrorKind::RateLimited, message)
+                    .with_retry_after(Duration::from_secs(RUNS_RETRY_AFTER_SECS), false),
+            ),
             StartError::Store(e) => e.into(),
         })?;
-    if body.wait_secs > 0 {
+    // A wait holds a connection as long as a stream does, so it counts against the same
+    // caps; past them the run is answered at once, as it stands.
+    let ticket = (body.wait_secs > 0)
+        .then(|| app.streams.admit(&caller.auth).ok())
+        .flatten();
+    if ticket.is_some() {
         let mut updates = app.runs.subscribe(run);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(body.wait_secs);
         // This instance drives the run and says when it ends; the store is asked once a
