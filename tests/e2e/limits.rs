@@ -11,25 +11,10 @@ use toolgate_e2e::{Gateway, client_with_key};
 use toolgate_server::config::Config;
 
 /// A new principal `name` with `scopes`, and its key (id, secret).
-async fn key(gw: &Gateway, name: &str, scopes: &[&str]) -> (String, String) {
-    let (status, _, who) = gw
-        .post("/v1/principals", json!({"name": name, "scopes": scopes}))
-        .await;
-    assert_eq!(status, 201, "{who}");
-    let (status, _, created) = gw
-        .post("/v1/keys", json!({"name": name, "principal_id": who["id"]}))
-        .await;
-    assert_eq!(status, 201, "{created}");
-    (
-        created["id"].as_str().expect("id").to_owned(),
-        created["secret"].as_str().expect("secret").to_owned(),
-    )
-}
-
 #[tokio::test]
 async fn sse_streams_are_capped_per_principal_and_end_when_the_key_is_revoked() {
     let gw = Gateway::start_with(|c| c.http.max_streams_per_principal = 2).await;
-    let (id, secret) = key(&gw, "streams", &["approvals:decide"]).await;
+    let (id, secret) = gw.create_key("streams", &["approvals:decide"]).await;
     let client = client_with_key(&secret);
     let open = || async {
         client
@@ -106,7 +91,7 @@ async fn waits_for_approval_count_against_the_stream_caps() {
         .await
         .expect("request");
     assert_eq!(response.status(), 200);
-    let (_, secret) = key(&gw, "waiter", &["tools:invoke"]).await;
+    let (_, secret) = gw.create_key("waiter", &["tools:invoke"]).await;
     let client = client_with_key(&secret);
     let invoke = |message: &str| {
         client
@@ -152,7 +137,7 @@ async fn waits_for_approval_count_against_the_stream_caps() {
 #[tokio::test]
 async fn listen_streams_are_capped_like_other_streams_and_end_when_the_key_is_revoked() {
     let gw = Gateway::start_with(|c| c.http.max_streams_per_principal = 2).await;
-    let (id, secret) = key(&gw, "listener", &["tools:invoke"]).await;
+    let (id, secret) = gw.create_key("listener", &["tools:invoke"]).await;
     let client = gw.mcp_2026(&secret).await;
     let filter = || {
         rmcp::model::SubscriptionFilter::builder()
@@ -208,7 +193,7 @@ async fn mcp_sessions_are_capped_per_principal() {
                 .expect("request")
         }
     };
-    let (_, secret) = key(&gw, "sessions", &["tools:invoke"]).await;
+    let (_, secret) = gw.create_key("sessions", &["tools:invoke"]).await;
     let client = client_with_key(&secret);
     let mut sessions = Vec::new();
     for _ in 0..2 {

@@ -186,6 +186,29 @@ impl Gateway {
         .expect("connect at 2026-07-28")
     }
 
+    /// A new principal `name` of the admin's tenant with `scopes`, and a key of its:
+    /// (key id, secret).
+    pub async fn create_key(&self, name: &str, scopes: &[&str]) -> (String, String) {
+        let (status, _, who) = self
+            .post(
+                "/v1/principals",
+                serde_json::json!({"name": name, "scopes": scopes}),
+            )
+            .await;
+        assert_eq!(status, 201, "{who}");
+        let (status, _, created) = self
+            .post(
+                "/v1/keys",
+                serde_json::json!({"name": name, "principal_id": who["id"]}),
+            )
+            .await;
+        assert_eq!(status, 201, "{created}");
+        (
+            created["id"].as_str().expect("id").to_owned(),
+            created["secret"].as_str().expect("secret").to_owned(),
+        )
+    }
+
     /// Revokes API key `id` as the admin.
     pub async fn revoke_key(&self, id: &str) {
         let response = self
