@@ -23,6 +23,7 @@ mod relay;
 mod resources;
 mod rest_errors;
 mod rest_tools;
+mod revocation;
 mod schemathesis;
 mod secrets;
 mod telemetry;

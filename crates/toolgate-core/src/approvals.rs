@@ -137,6 +137,9 @@ pub struct FollowUps {
     pub registry: Arc<Registry>,
     pub runs: Arc<dyn PausedRuns>,
     pub keep: Arc<KeepOutcome>,
+    /// Whether the credential a call was asked with still stands: a call asked for with
+    /// a key revoked since is not approved.
+    pub standing: Arc<dyn crate::auth::Standing>,
 }
 
 /// People's decisions on approvals: who may decide, what a decision must say, what it
@@ -224,6 +227,14 @@ impl<S: ApprovalStore + 'static> Decisions<S> {
         let policy = self.approvals.policy(tenant).await.map_err(|e| {
             DecideError::Refused(ToolError::new(ErrorKind::Unavailable, e.to_string()))
         })?;
+        if approve && let Some(lapsed) = self.follow_ups.standing.lapsed(&record.auth).await {
+            return Err(DecideError::Refused(
+                ToolError::forbidden(format!(
+                    "this call cannot be approved: {lapsed} since it was asked for"
+                ))
+                .with_suggestion("deny it, or let it expire"),
+            ));
+        }
         if record.requester == decider.principal.id && !policy.self_approval {
             return Err(DecideError::Refused(ToolError::forbidden(
                 "you made this call, so someone else must decide it (the tenant's policy does not allow self-approval)",

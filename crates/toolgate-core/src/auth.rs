@@ -79,6 +79,31 @@ pub struct AuthContext {
     pub principal: Principal,
     pub roles: Vec<String>,
     pub scopes: Vec<String>,
+    /// The API key the caller signed in with; none for a JWT or the gateway's own work.
+    /// Work that outlives its request (an agent run, a call waiting for approval) stops
+    /// standing once this key is revoked ([`Standing`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<uuid::Uuid>,
+}
+
+/// Whether a caller's credential still stands, for work that outlives the request that
+/// began it: an agent run goes on for minutes, a call waits days for its approval.
+#[async_trait::async_trait]
+pub trait Standing: Send + Sync {
+    /// Why `auth` no longer stands (its API key was revoked or has expired); `None` while
+    /// it does, and while that cannot be told (the store out of reach: work is not stopped
+    /// for that).
+    async fn lapsed(&self, auth: &AuthContext) -> Option<String>;
+}
+
+/// Every credential stands: for embedders and tests without API keys.
+pub struct AlwaysStanding;
+
+#[async_trait::async_trait]
+impl Standing for AlwaysStanding {
+    async fn lapsed(&self, _: &AuthContext) -> Option<String> {
+        None
+    }
 }
 
 /// Whether `name` is a valid tenant name: 1–63 lowercase letters, digits and dashes,

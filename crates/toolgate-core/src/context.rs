@@ -502,6 +502,7 @@ mod trace_tests {
             },
             roles: vec![],
             scopes: vec![],
+            key: None,
         }
     }
 }

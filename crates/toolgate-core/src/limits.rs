@@ -430,6 +430,7 @@ mod tests {
             },
             roles: vec![],
             scopes: vec![],
+            key: None,
         }
     }
 

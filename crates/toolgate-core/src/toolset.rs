@@ -172,6 +172,7 @@ mod tests {
             },
             roles: vec![],
             scopes: vec![],
+            key: None,
         }
     }
 

@@ -230,6 +230,7 @@ fn recorder(tenant: TenantId, by: Option<&Arc<AuthContext>>) -> Arc<AuthContext>
             ),
             roles: Vec::new(),
             scopes: Vec::new(),
+            key: None,
         }),
     }
 }

@@ -91,6 +91,29 @@ fn file_version(path: &std::path::Path) -> Option<FileVersion> {
     Some((meta.dev(), meta.ino(), meta.modified().ok()?))
 }
 
+/// A caller's API key stands while it is neither revoked nor expired (a JWT caller's
+/// standing is its token's, checked per request only).
+#[async_trait::async_trait]
+impl toolgate_core::auth::Standing for Authenticator {
+    async fn lapsed(&self, auth: &AuthContext) -> Option<String> {
+        let key = auth.key?;
+        match self.store.get_api_key(auth.tenant, key).await {
+            Ok(Some(found)) if found.revoked_at.is_some() => {
+                Some(format!("the API key it was made with ({key}) was revoked"))
+            }
+            Ok(Some(found)) if found.expires_at.is_some_and(|t| t <= Utc::now()) => {
+                Some(format!("the API key it was made with ({key}) has expired"))
+            }
+            Ok(Some(_)) => None,
+            Ok(None) => Some(format!("the API key it was made with ({key}) is gone")),
+            Err(err) => {
+                tracing::debug!(error = %err, "cannot tell whether a key still stands");
+                None
+            }
+        }
+    }
+}
+
 impl std::fmt::Debug for Authenticator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Authenticator")
@@ -210,6 +233,7 @@ impl Authenticator {
             },
             roles: found.principal.roles,
             scopes,
+            key: Some(found.key.id),
         });
         let mut cache = self.keys.lock().unwrap_or_else(|p| p.into_inner());
         if self.generation.load(std::sync::atomic::Ordering::SeqCst) != generation {

@@ -317,6 +317,7 @@ impl JwtVerifier {
             },
             roles: strings(claims.get(&self.config.roles_claim)),
             scopes,
+            key: None,
         })
     }
 

@@ -176,6 +176,7 @@ pub async fn build_with(
         providers,
     );
     runs.limit_per_tenant(config.limits.tenant_runs);
+    runs.check_standing(authenticator.clone());
     let shutdown = CancellationToken::new();
     let catalog = Catalog::new();
     let pins = Arc::new(toolgate_mcp::pins::Pins::new(
@@ -215,6 +216,7 @@ pub async fn build_with(
             registry: registry.clone(),
             runs: runs.clone(),
             keep: Arc::new(outcome::kept),
+            standing: authenticator.clone(),
         },
     ));
     let state = AppState::new(state::Shared {

@@ -320,6 +320,22 @@ macro_rules! tenancy_store {
                 rows.into_iter().map(KeyRow::into_model).collect()
             }
 
+            pub async fn get_api_key(&self, tenant: TenantId, key: Uuid) -> Result<Option<ApiKey>, StoreError> {
+                let select = sql(format!(
+                    "select {columns} from api_key where tenant_id = $1{u} and api_key_id = $2{u}",
+                    columns = key_columns("", $t),
+                    u = $u
+                ));
+                let row: Option<KeyRow> = $once!(self, tenant, |conn| {
+                    sqlx::query_as(select)
+                        .bind(tenant.to_string())
+                        .bind(key.to_string())
+                        .fetch_optional(conn)
+                        .await?
+                });
+                row.map(KeyRow::into_model).transpose()
+            }
+
             pub async fn revoke_api_key(&self, tenant: TenantId, key: Uuid) -> Result<bool, StoreError> {
                 let mut tx = self.tenant_tx(tenant).await?;
                 let done = sqlx::query(sql(format!(
@@ -445,6 +461,15 @@ impl Store {
 
     pub async fn list_api_keys(&self, tenant: TenantId) -> Result<Vec<ApiKey>, StoreError> {
         dispatch!(self, s => s.list_api_keys(tenant).await)
+    }
+
+    /// The tenant's key `key`, revoked or not.
+    pub async fn get_api_key(
+        &self,
+        tenant: TenantId,
+        key: Uuid,
+    ) -> Result<Option<ApiKey>, StoreError> {
+        dispatch!(self, s => s.get_api_key(tenant, key).await)
     }
 
     pub async fn revoke_api_key(&self, tenant: TenantId, key: Uuid) -> Result<bool, StoreError> {

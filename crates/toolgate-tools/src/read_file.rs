@@ -147,6 +147,7 @@ pub(crate) mod tests {
                 },
                 roles: vec![],
                 scopes: vec![],
+                key: None,
             }),
             Adapter::Rest,
         )

@@ -133,7 +133,10 @@ impl Driver<'_> {
             RunStatus::Cancelled,
             None,
             false,
-            Some("cancelled".into()),
+            Some(match self.ctx.cancelled_because.get() {
+                Some(reason) => format!("cancelled: {reason}"),
+                None => "cancelled".into(),
+            }),
         )
         .await
     }

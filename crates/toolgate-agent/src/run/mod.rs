@@ -86,6 +86,9 @@ pub struct RunContext {
     pub provider: Arc<dyn Provider>,
     pub journal: Arc<dyn Journal>,
     pub cancel: CancellationToken,
+    /// Why the gateway cancelled the run, when it was not a person asking (set before
+    /// `cancel`).
+    pub cancelled_because: Arc<std::sync::OnceLock<String>>,
     pub request_id: Option<String>,
     /// The provider of the agent's `fast_model`, when it routes.
     pub fast: Option<Arc<dyn Provider>>,

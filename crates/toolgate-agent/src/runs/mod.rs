@@ -138,6 +138,9 @@ pub struct Runs<S> {
     active: Mutex<HashMap<RunId, Active>>,
     /// How many of them each tenant has, and how many it may start.
     driven: Arc<Driven>,
+    /// Whether the credential each run was started with still stands (a run whose API
+    /// key is revoked is cancelled); every one does unless set.
+    standing: std::sync::OnceLock<Arc<dyn toolgate_core::auth::Standing>>,
     /// The latest committed step of each run with readers here, to wake SSE streams
     /// and waiting requests.
     bus: Mutex<HashMap<RunId, watch::Sender<Committed>>>,
@@ -155,8 +158,25 @@ pub struct Committed {
 }
 
 struct Active {
-    cancel: CancellationToken,
+    stop: Stop,
+    /// Whose run it is: checked on each renewal to still stand.
+    auth: Arc<AuthContext>,
     task: tokio::task::AbortHandle,
+}
+
+/// What stops a run here: its token, and why the gateway stopped it, when it did.
+#[derive(Clone, Default)]
+struct Stop {
+    cancel: CancellationToken,
+    because: Arc<std::sync::OnceLock<String>>,
+}
+
+impl Stop {
+    /// Stops the run, saying why.
+    fn because(&self, reason: String) {
+        let _ = self.because.set(reason);
+        self.cancel.cancel();
+    }
 }
 
 /// A person's decision on an approval lets the runs waiting on it go on here.
@@ -202,6 +222,7 @@ impl<S: Store> Runs<S> {
                 counts: Mutex::default(),
                 per_tenant: usize::MAX.into(),
             }),
+            standing: std::sync::OnceLock::new(),
             bus: Mutex::default(),
             deltas: Mutex::default(),
         })
@@ -214,6 +235,20 @@ impl<S: Store> Runs<S> {
         self.driven
             .per_tenant
             .store(runs, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Cancels runs whose credential no longer stands by `standing` (checked on each lease
+    /// renewal, and before a run is taken over). Set once; later calls are ignored.
+    pub fn check_standing(&self, standing: Arc<dyn toolgate_core::auth::Standing>) {
+        let _ = self.standing.set(standing);
+    }
+
+    /// Why `auth` no longer stands, if it does not.
+    async fn lapsed(&self, auth: &AuthContext) -> Option<String> {
+        match self.standing.get() {
+            Some(standing) => standing.lapsed(auth).await,
+            None => None,
+        }
     }
 
     /// Records a new run of `agent` for `auth` and starts driving it, unless the tenant
@@ -258,7 +293,16 @@ impl<S: Store> Runs<S> {
         self.notify(run, 1, false);
         let state = RunState::fold(&[first]);
         self.spawn(
-            run, slot, auth, toolset, agent, provider, state, 2, request_id,
+            run,
+            slot,
+            auth,
+            toolset,
+            agent,
+            provider,
+            state,
+            2,
+            request_id,
+            Stop::default(),
         );
         Ok(run)
     }
@@ -287,8 +331,9 @@ impl<S: Store> Runs<S> {
         state: RunState,
         next_seq: i64,
         request_id: Option<String>,
+        stop: Stop,
     ) {
-        let cancel = CancellationToken::new();
+        let owner = auth.clone();
         // The caller may use every tool (scopes decide in the executor); the agent's list
         // narrows that.
         let tools = Toolset::all()
@@ -302,7 +347,8 @@ impl<S: Store> Runs<S> {
             executor: self.executor.clone(),
             provider,
             journal,
-            cancel: cancel.clone(),
+            cancel: stop.cancel.clone(),
+            cancelled_because: stop.because.clone(),
             request_id,
             // Checked when the agent was saved; a provider gone since leaves the main
             // model to answer every turn.
@@ -345,7 +391,8 @@ impl<S: Store> Runs<S> {
         active.insert(
             run,
             Active {
-                cancel,
+                stop,
+                auth: owner,
                 task: task.abort_handle(),
             },
         );
@@ -372,7 +419,7 @@ impl<S: Store> Runs<S> {
         let here = requested
             && match self.lock_active().get(&run) {
                 Some(active) => {
-                    active.cancel.cancel();
+                    active.stop.cancel.cancel();
                     true
                 }
                 None => false,
@@ -452,7 +499,10 @@ impl<S: Store> Runs<S> {
         scan.tick().await;
         loop {
             tokio::select! {
-                _ = renew.tick() => self.renew().await,
+                _ = renew.tick() => {
+                    self.renew().await;
+                    self.cancel_lapsed().await;
+                }
                 _ = scan.tick() => {
                     self.expire_approvals().await;
                     self.claim_orphans(self.clock.now()).await;
@@ -500,11 +550,62 @@ impl<S: Store> Runs<S> {
                 let active = self.lock_active();
                 for run in cancelled {
                     if let Some(a) = active.get(&run) {
-                        a.cancel.cancel();
+                        a.stop.cancel.cancel();
                     }
                 }
             }
             Err(err) => tracing::warn!(error = %err, "could not renew run leases"),
+        }
+    }
+
+    /// Cancels the runs driven here whose credential no longer stands (its API key was
+    /// revoked): one check per key.
+    async fn cancel_lapsed(self: &Arc<Self>) {
+        if self.standing.get().is_none() {
+            return;
+        }
+        let owners: Vec<(RunId, Arc<AuthContext>)> = self
+            .lock_active()
+            .iter()
+            .filter(|(_, a)| a.auth.key.is_some())
+            .map(|(run, a)| (*run, a.auth.clone()))
+            .collect();
+        let mut verdicts: HashMap<Option<Uuid>, Option<String>> = HashMap::new();
+        for (run, auth) in owners {
+            let lapsed = match verdicts.get(&auth.key) {
+                Some(verdict) => verdict.clone(),
+                None => {
+                    let verdict = self.lapsed(&auth).await;
+                    verdicts.insert(auth.key, verdict.clone());
+                    verdict
+                }
+            };
+            if let Some(reason) = lapsed {
+                self.stop_lapsed(auth.tenant, run, reason).await;
+            }
+        }
+    }
+
+    /// Stops `run`, driven here, because its credential no longer stands: the approvals
+    /// it waits for expire, and it ends cancelled, saying why.
+    async fn stop_lapsed(self: &Arc<Self>, tenant: TenantId, run: RunId, reason: String) {
+        tracing::info!(run_id = %run, reason = %reason, "cancelling an agent run whose credential no longer stands");
+        match self.store.expire_run_approvals(tenant, run, &reason).await {
+            Ok(expired) => {
+                for approval in expired {
+                    self.executor.events().emit(&Event::ApprovalExpired {
+                        tenant,
+                        approval,
+                        run: Some(run),
+                    });
+                }
+            }
+            Err(err) => {
+                tracing::warn!(run_id = %run, error = %err, "could not expire the approvals of a run being cancelled")
+            }
+        }
+        if let Some(active) = self.lock_active().get(&run) {
+            active.stop.because(reason);
         }
     }
 
@@ -581,6 +682,15 @@ impl<S: Store> Runs<S> {
         match setup {
             Ok((events, auth, agent, provider, toolset)) => {
                 let state = RunState::fold(&events);
+                let lapsed = self.lapsed(&auth).await;
+                // Stopped before its task starts: a held call is not made again first.
+                let stop = Stop::default();
+                match &lapsed {
+                    Some(reason) => stop.because(reason.clone()),
+                    // Cancelled while it waited for approval (or between renewals).
+                    None if record.cancel_requested => stop.cancel.cancel(),
+                    None => {}
+                }
                 tracing::info!(run_id = %record.id, next_seq, "resuming an interrupted agent run");
                 self.spawn(
                     record.id,
@@ -592,12 +702,10 @@ impl<S: Store> Runs<S> {
                     state,
                     next_seq,
                     None,
+                    stop,
                 );
-                // Cancelled while it waited for approval (or between renewals).
-                if record.cancel_requested
-                    && let Some(active) = self.lock_active().get(&record.id)
-                {
-                    active.cancel.cancel();
+                if let Some(reason) = lapsed {
+                    self.stop_lapsed(record.tenant, record.id, reason).await;
                 }
                 Ok(())
             }

@@ -444,6 +444,9 @@ async fn list_keys(
 }
 
 /// Revoke an API key of the caller's tenant; it stops working at once (needs `tenant:admin`).
+///
+/// Work it began stops too: its streams end within seconds, its agent runs are cancelled
+/// within 10 s, and calls it asked for can no longer be approved.
 #[utoipa::path(
     delete,
     path = "/v1/keys/{id}",

@@ -138,6 +138,7 @@ fn caller(tenant: TenantId) -> toolgate_core::AuthContext {
         },
         roles: vec![],
         scopes: vec![],
+        key: None,
     }
 }
 

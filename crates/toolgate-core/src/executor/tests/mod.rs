@@ -169,6 +169,7 @@ fn fixture(scopes: &[&str]) -> Fixture {
         },
         roles: vec![],
         scopes: scopes.iter().map(|s| s.to_string()).collect(),
+        key: None,
     });
     let events = Arc::new(Recorder::default());
     let toolset = Toolset::only(
