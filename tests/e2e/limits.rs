@@ -83,14 +83,7 @@ async fn sse_streams_are_capped_per_principal_and_end_when_the_key_is_revoked() 
 #[tokio::test]
 async fn waits_for_approval_count_against_the_stream_caps() {
     let gw = Gateway::start_with(|c| c.http.max_streams_per_principal = 2).await;
-    let response = gw
-        .http
-        .put(gw.url("/v1/policy"))
-        .json(&json!({"level": 9}))
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(response.status(), 200);
+    gw.put_policy(json!({"level": 9})).await;
     let (_, secret) = gw.create_key("waiter", &["tools:invoke"]).await;
     let client = client_with_key(&secret);
     let invoke = |message: &str| {

@@ -79,6 +79,43 @@ async fn locked_then_free(gw: &Gateway, release: impl std::future::Future<Output
     assert_eq!(readyz(gw).await.status(), 200);
 }
 
+/// Past the requests' wait for a place (500 ms), unlocks `locker` and tallies the
+/// `held` requests' answers ([`tally`]).
+async fn tally_once_unlocked(
+    locker: &mut sqlx::PgConnection,
+    held: Vec<tokio::task::JoinHandle<reqwest::Result<reqwest::Response>>>,
+    refusal: &str,
+) -> std::collections::BTreeMap<u16, usize> {
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    sqlx::query("rollback")
+        .execute(locker)
+        .await
+        .expect("unlock");
+    tally(held, refusal).await
+}
+
+/// How many of the `held` requests got each status; each 503 says `refusal` and when
+/// to try again.
+async fn tally(
+    held: Vec<tokio::task::JoinHandle<reqwest::Result<reqwest::Response>>>,
+    refusal: &str,
+) -> std::collections::BTreeMap<u16, usize> {
+    let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
+    for answer in held {
+        let response = answer.await.expect("task").expect("request");
+        *statuses.entry(response.status().as_u16()).or_default() += 1;
+        if response.status() == 503 {
+            assert!(response.headers().contains_key("retry-after"));
+            let problem: serde_json::Value = response.json().await.expect("json");
+            assert!(
+                problem["detail"].as_str().unwrap_or("").contains(refusal),
+                "{problem}"
+            );
+        }
+    }
+    statuses
+}
+
 /// `GET /readyz`, without credentials.
 async fn readyz(gw: &Gateway) -> reqwest::Response {
     gw.anonymous
@@ -275,27 +312,7 @@ async fn a_tenant_holding_the_database_leaves_another_tenant_its_connections() {
     assert_eq!(ready.status(), 200, "{:?}", ready.text().await);
 
     // Past its own wait, the noisy tenant's reads beyond its share are refused for now.
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    sqlx::query("rollback")
-        .execute(&mut locker)
-        .await
-        .expect("unlock");
-    let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
-    for answer in held {
-        let response = answer.await.expect("task").expect("request");
-        *statuses.entry(response.status().as_u16()).or_default() += 1;
-        if response.status() == 503 {
-            assert!(response.headers().contains_key("retry-after"));
-            let problem: serde_json::Value = response.json().await.expect("json");
-            assert!(
-                problem["detail"]
-                    .as_str()
-                    .unwrap_or("")
-                    .contains("database operations running"),
-                "{problem}"
-            );
-        }
-    }
+    let statuses = tally_once_unlocked(&mut locker, held, "database operations running").await;
     assert_eq!(
         statuses,
         [(200, 4), (503, 16)].into_iter().collect(),
@@ -347,26 +364,8 @@ async fn tenants_together_leave_connections_for_sign_ins_and_readiness() {
     let ready = readyz(&gw).await;
     assert_eq!(ready.status(), 200, "{:?}", ready.text().await);
 
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    sqlx::query("rollback")
-        .execute(&mut locker)
-        .await
-        .expect("unlock");
-    let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
-    for answer in held {
-        let response = answer.await.expect("task").expect("request");
-        *statuses.entry(response.status().as_u16()).or_default() += 1;
-        if response.status() == 503 {
-            let problem: serde_json::Value = response.json().await.expect("json");
-            assert!(
-                problem["detail"]
-                    .as_str()
-                    .unwrap_or("")
-                    .contains("tenants have 12 database operations"),
-                "{problem}"
-            );
-        }
-    }
+    let statuses =
+        tally_once_unlocked(&mut locker, held, "tenants have 12 database operations").await;
     assert_eq!(
         statuses,
         [(200, 12), (503, 4)].into_iter().collect(),

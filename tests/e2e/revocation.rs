@@ -21,14 +21,7 @@ async fn gateway(mock: &MockLlm) -> (Gateway, (String, reqwest::Client), reqwest
         c.providers.insert("llm".into(), llm);
     })
     .await;
-    let response = gw
-        .http
-        .put(gw.url("/v1/policy"))
-        .json(&json!({"level": 9}))
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(response.status(), 200);
+    gw.put_policy(json!({"level": 9})).await;
     let (worker, secret) = gw
         .create_key("worker", &["tools:invoke", "agents:run"])
         .await;
@@ -56,6 +49,32 @@ async fn decide(
     )
     .await;
     (status, body)
+}
+
+/// Creates agent `agent` as the admin and starts a run of it as `worker`: the run's id.
+async fn start_run(gw: &Gateway, worker: &reqwest::Client, agent: Value, input: &str) -> String {
+    let (status, _, agent) = gw.post("/v1/agents", agent).await;
+    assert_eq!(status, 201, "{agent}");
+    let (status, _, run) = read(
+        worker
+            .post(gw.url(&format!(
+                "/v1/agents/{}/runs",
+                agent["id"].as_str().expect("id")
+            )))
+            .json(&json!({"input": input}))
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 201, "{run}");
+    run["id"].as_str().expect("run").to_owned()
+}
+
+fn cancelled_as_revoked(run: &Value) {
+    assert_eq!(run["status"], "cancelled", "{run}");
+    let error = run["error"].as_str().unwrap_or("");
+    assert!(error.contains("was revoked"), "{run}");
 }
 
 /// The run's view once its status is none of `passing`.
@@ -94,27 +113,13 @@ async fn a_held_call_or_paused_run_of_a_revoked_key_is_not_released() {
     .await;
     assert_eq!(status, 202, "{held}");
     let call = held["approval_id"].as_str().expect("approval").to_owned();
-    let (status, _, agent) = gw
-        .post(
-            "/v1/agents",
-            json!({"name": "echoer", "provider": "llm", "model": "m", "tools": ["echo"]}),
-        )
-        .await;
-    assert_eq!(status, 201, "{agent}");
-    let (status, _, run) = read(
-        worker
-            .post(gw.url(&format!(
-                "/v1/agents/{}/runs",
-                agent["id"].as_str().expect("id")
-            )))
-            .json(&json!({"input": "echo something"}))
-            .send()
-            .await
-            .expect("request"),
+    let run = start_run(
+        &gw,
+        &worker,
+        json!({"name": "echoer", "provider": "llm", "model": "m", "tools": ["echo"]}),
+        "echo something",
     )
     .await;
-    assert_eq!(status, 201, "{run}");
-    let run = run["id"].as_str().expect("run").to_owned();
     let paused = run_past(&gw, &run, &["running"], 100).await;
     assert_eq!(paused["status"], "awaiting_approval", "{paused}");
     let asked = paused["steps"]
@@ -144,14 +149,7 @@ async fn a_held_call_or_paused_run_of_a_revoked_key_is_not_released() {
     let (status, body) = decide(&gw, &reviewer, &asked, "deny").await;
     assert_eq!(status, 200, "{body}");
     let ended = run_past(&gw, &run, &["awaiting_approval", "running"], 100).await;
-    assert_eq!(ended["status"], "cancelled", "{ended}");
-    assert!(
-        ended["error"]
-            .as_str()
-            .unwrap_or("")
-            .contains("was revoked"),
-        "{ended}"
-    );
+    cancelled_as_revoked(&ended);
     assert_eq!(mock.requests().len(), 1, "the model was asked again");
 }
 
@@ -164,35 +162,14 @@ async fn a_run_going_when_its_key_is_revoked_is_cancelled() {
     )
     .await;
     let (gw, (key, worker), _) = gateway(&mock).await;
-    let (status, _, agent) = gw
-        .post(
-            "/v1/agents",
-            json!({"name": "slow", "provider": "llm", "model": "m"}),
-        )
-        .await;
-    assert_eq!(status, 201, "{agent}");
-    let (status, _, run) = read(
-        worker
-            .post(gw.url(&format!(
-                "/v1/agents/{}/runs",
-                agent["id"].as_str().expect("id")
-            )))
-            .json(&json!({"input": "take your time"}))
-            .send()
-            .await
-            .expect("request"),
+    let run = start_run(
+        &gw,
+        &worker,
+        json!({"name": "slow", "provider": "llm", "model": "m"}),
+        "take your time",
     )
     .await;
-    assert_eq!(status, 201, "{run}");
-    let run = run["id"].as_str().expect("run").to_owned();
     gw.revoke_key(&key).await;
     let ended = run_past(&gw, &run, &["running"], 250).await;
-    assert_eq!(ended["status"], "cancelled", "{ended}");
-    assert!(
-        ended["error"]
-            .as_str()
-            .unwrap_or("")
-            .contains("was revoked"),
-        "{ended}"
-    );
+    cancelled_as_revoked(&ended);
 }

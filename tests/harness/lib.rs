@@ -186,6 +186,18 @@ impl Gateway {
         .expect("connect at 2026-07-28")
     }
 
+    /// Sets the admin's tenant's policy to `policy` (`PUT /v1/policy`).
+    pub async fn put_policy(&self, policy: serde_json::Value) {
+        let response = self
+            .http
+            .put(self.url("/v1/policy"))
+            .json(&policy)
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(response.status(), 200, "PUT /v1/policy {policy}");
+    }
+
     /// A new principal `name` of the admin's tenant with `scopes`, and a key of its:
     /// (key id, secret).
     pub async fn create_key(&self, name: &str, scopes: &[&str]) -> (String, String) {

@@ -81,30 +81,36 @@ impl Bulkhead {
             });
         }
         let deadline = tokio::time::Instant::now() + self.wait;
-        let own = tokio::time::timeout_at(deadline, places.acquire_owned())
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .ok_or_else(|| {
-                StoreError::Busy(format!(
-                    "your tenant has {} database operations running on this instance, the most it may hold at once",
-                    self.per_tenant
-                ))
-            })?;
-        let shared = tokio::time::timeout_at(deadline, self.shared.clone().acquire_owned())
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .ok_or_else(|| {
-                StoreError::Busy(format!(
-                    "this instance's tenants have {} database operations running, the most they may hold at once (the rest of its connections are kept for sign-ins and health checks)",
-                    self.all_tenants
-                ))
-            })?;
+        let own = until(deadline, places, || {
+            format!(
+                "your tenant has {} database operations running on this instance, the most it may hold at once",
+                self.per_tenant
+            )
+        })
+        .await?;
+        let shared = until(deadline, self.shared.clone(), || {
+            format!(
+                "this instance's tenants have {} database operations running, the most they may hold at once (the rest of its connections are kept for sign-ins and health checks)",
+                self.all_tenants
+            )
+        })
+        .await?;
         Ok(Place {
             _own: own,
             _shared: shared,
         })
+    }
+}
+
+/// A permit of `places` taken by `deadline`; else [`StoreError::Busy`] saying `why`.
+async fn until(
+    deadline: tokio::time::Instant,
+    places: Arc<Semaphore>,
+    why: impl FnOnce() -> String,
+) -> Result<OwnedSemaphorePermit, StoreError> {
+    match tokio::time::timeout_at(deadline, places.acquire_owned()).await {
+        Ok(Ok(place)) => Ok(place),
+        _ => Err(StoreError::Busy(why())),
     }
 }
 
