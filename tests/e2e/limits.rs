@@ -32,6 +32,11 @@ async fn sse_streams_are_capped_per_principal_and_end_when_the_key_is_revoked() 
     let third = open().await;
     assert_eq!(third.status(), 429);
     assert!(third.headers().contains_key("retry-after"));
+    assert_eq!(
+        gw.rejections("streams").await,
+        1.0,
+        "the refusal is counted"
+    );
     let problem: serde_json::Value = third.json().await.expect("json");
     assert_eq!(
         problem["type"], "urn:toolgate:error:rate_limited",

@@ -255,6 +255,18 @@ impl Gateway {
             .unwrap_or_else(|| panic!("{prefix} in {text}"))
     }
 
+    /// How many refusals `toolgate_admission_rejections_total` counts for `limit`
+    /// (all front doors).
+    pub async fn rejections(&self, limit: &str) -> f64 {
+        let label = format!("toolgate_limit=\"{limit}\"");
+        self.metrics()
+            .await
+            .lines()
+            .filter(|l| l.starts_with("toolgate_admission_rejections_total") && l.contains(&label))
+            .filter_map(|l| l.rsplit_once(' ')?.1.trim().parse::<f64>().ok())
+            .sum()
+    }
+
     pub async fn get(&self, path: &str) -> (u16, String, serde_json::Value) {
         read(self.http.get(self.url(path)).send().await.expect("request")).await
     }

@@ -206,6 +206,7 @@ pub async fn build_with(
             per_tenant: config.http.max_streams_per_tenant,
         },
         authenticator.clone(),
+        executor.metrics().clone(),
     ));
     let audit_keys = config.audit_keys()?;
     let decisions = Arc::new(toolgate_core::approvals::Decisions::new(

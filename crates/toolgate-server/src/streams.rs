@@ -41,6 +41,8 @@ pub struct Streams {
     limits: StreamLimits,
     authenticator: Arc<Authenticator>,
     open: Mutex<Counts>,
+    /// Where refusals are counted (`toolgate.admission.rejections`, limit `streams`).
+    metrics: toolgate_core::metrics::Metrics,
 }
 
 #[derive(Default)]
@@ -79,11 +81,16 @@ fn release<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, usize>, key: &K) {
 }
 
 impl Streams {
-    pub fn new(limits: StreamLimits, authenticator: Arc<Authenticator>) -> Self {
+    pub fn new(
+        limits: StreamLimits,
+        authenticator: Arc<Authenticator>,
+        metrics: toolgate_core::metrics::Metrics,
+    ) -> Self {
         Self {
             limits,
             authenticator,
             open: Mutex::default(),
+            metrics,
         }
     }
 
@@ -96,9 +103,13 @@ impl Streams {
         self.open.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Counts a new stream of `auth`'s, or refuses it (`rate_limited`, with when to try
-    /// again) when its principal or tenant is at its cap.
-    pub fn admit(self: &Arc<Self>, auth: &AuthContext) -> Result<Ticket, ToolError> {
+    /// Counts a new stream of `auth`'s through `adapter`, or refuses it (`rate_limited`,
+    /// with when to try again, and counted) when its principal or tenant is at its cap.
+    pub fn admit(
+        self: &Arc<Self>,
+        auth: &AuthContext,
+        adapter: toolgate_core::Adapter,
+    ) -> Result<Ticket, ToolError> {
         let (tenant, principal) = (auth.tenant, auth.principal.id);
         let mut open = self.lock();
         let by_principal = open.principals.get(&principal).copied().unwrap_or(0);
@@ -115,6 +126,7 @@ impl Streams {
             None
         };
         if let Some(message) = refused {
+            self.metrics.rejected(tenant, "streams", adapter);
             return Err(ToolError::new(ErrorKind::RateLimited, message)
                 .with_retry_after(std::time::Duration::from_secs(RETRY_AFTER_SECS), false)
                 .with_suggestion("close a stream you no longer follow, then try again"));

@@ -480,6 +480,7 @@ async fn a_tenant_starts_at_most_its_share_of_runs_at_once() {
             .contains("2 agent runs going"),
         "{problem}"
     );
+    assert_eq!(gw.rejections("tenant_runs").await, 1.0);
 
     // Another tenant is not held to this one's count.
     let theirs = client_with_key(&gw.create_tenant("other").await);

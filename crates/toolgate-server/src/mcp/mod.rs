@@ -249,7 +249,11 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
     // the caller's caps, and ended when its credential stops being valid. So does a
     // `subscriptions/listen` POST (below).
     let mut stream_ticket = if parts.method == Method::GET {
-        match guard.state.streams.admit(&caller.auth) {
+        match guard
+            .state
+            .streams
+            .admit(&caller.auth, toolgate_core::Adapter::Mcp)
+        {
             Ok(ticket) => Some(ticket),
             Err(err) => return ApiError::from(err).into_response(),
         }
@@ -350,7 +354,11 @@ async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) 
             if method == "subscriptions/listen"
                 && let Some(caller) = parts.extensions.get::<McpCaller>()
             {
-                match guard.state.streams.admit(&caller.auth) {
+                match guard
+                    .state
+                    .streams
+                    .admit(&caller.auth, toolgate_core::Adapter::Mcp)
+                {
                     Ok(ticket) => stream_ticket = Some(ticket),
                     Err(err) => return ApiError::from(err).into_response(),
                 }

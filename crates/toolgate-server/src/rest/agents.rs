@@ -315,16 +315,27 @@ async fn start_run(
             StartError::UnknownProvider(_) | StartError::InvalidAgent(_) => {
                 ApiError::Tool(ToolError::invalid_arguments(e.to_string()))
             }
-            StartError::Busy(message) => ApiError::Tool(
-                ToolError::new(toolgate_core::ErrorKind::RateLimited, message)
-                    .with_retry_after(Duration::from_secs(RUNS_RETRY_AFTER_SECS), false),
-            ),
+            StartError::Busy(message) => {
+                app.executor.metrics().rejected(
+                    tenant,
+                    "tenant_runs",
+                    toolgate_core::Adapter::Rest,
+                );
+                ApiError::Tool(
+                    ToolError::new(toolgate_core::ErrorKind::RateLimited, message)
+                        .with_retry_after(Duration::from_secs(RUNS_RETRY_AFTER_SECS), false),
+                )
+            }
             StartError::Store(e) => e.into(),
         })?;
     // A wait holds a connection as long as a stream does, so it counts against the same
     // caps; past them the run is answered at once, as it stands.
     let ticket = (body.wait_secs > 0)
-        .then(|| app.streams.admit(&caller.auth).ok())
+        .then(|| {
+            app.streams
+                .admit(&caller.auth, toolgate_core::Adapter::Rest)
+                .ok()
+        })
         .flatten();
     if ticket.is_some() {
         let mut updates = app.runs.subscribe(run);

@@ -209,7 +209,9 @@ async fn approval_events(
     use axum::response::IntoResponse;
     use axum::response::sse::{KeepAlive, Sse};
     caller.require(scopes::APPROVALS_DECIDE)?;
-    let ticket = app.streams.admit(&caller.auth)?;
+    let ticket = app
+        .streams
+        .admit(&caller.auth, toolgate_core::Adapter::Rest)?;
     let streams = app.streams.clone();
     let tenant = caller.auth.tenant;
     // Watching before the first read, so a change between the two is not missed.

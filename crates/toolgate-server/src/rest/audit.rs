@@ -251,7 +251,9 @@ async fn audit_events(
                 .ok_or_else(|| ApiError::Malformed("Last-Event-ID must be a row's seq".into()))
         })
         .transpose()?;
-    let ticket = app.streams.admit(&caller.auth)?;
+    let ticket = app
+        .streams
+        .admit(&caller.auth, toolgate_core::Adapter::Rest)?;
     let tenant = caller.auth.tenant;
     let last = match resume {
         Some(seq) => seq,

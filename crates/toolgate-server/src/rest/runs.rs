@@ -272,7 +272,9 @@ async fn run_events(
             .ok_or_else(|| ApiError::Malformed("Last-Event-ID must be a step number".into()))?,
         None => query.after.unwrap_or(0),
     };
-    let ticket = app.streams.admit(&caller.auth)?;
+    let ticket = app
+        .streams
+        .admit(&caller.auth, toolgate_core::Adapter::Rest)?;
     let streams = app.streams.clone();
     let stream = steps_stream(app, tenant, run, after);
     let response = Sse::new(stream)

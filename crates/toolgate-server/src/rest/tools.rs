@@ -419,7 +419,11 @@ async fn held(
     // A wait holds a connection as long as a stream does, so it counts against the same
     // caps; past them the preference is not applied (RFC 7240 lets a server ignore it)
     // and the held call is answered at once, without `Preference-Applied`.
-    let ticket = wait.and_then(|_| app.streams.admit(&caller.auth).ok());
+    let ticket = wait.and_then(|_| {
+        app.streams
+            .admit(&caller.auth, toolgate_core::Adapter::Rest)
+            .ok()
+    });
     let wait = wait.filter(|_| ticket.is_some());
     if let Some(secs) = wait {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
