@@ -363,9 +363,16 @@ async fn tenants_together_leave_connections_for_sign_ins_and_readiness() {
     assert_eq!(me.status(), 200, "{:?}", me.text().await);
     let ready = readyz(&gw).await;
     assert_eq!(ready.status(), 200, "{:?}", ready.text().await);
+    // Operators see how close the tenants are to the reserve, and the refusals.
+    assert_eq!(gw.metric("toolgate_store_tenant_operations{").await, 12.0);
 
     let statuses =
         tally_once_unlocked(&mut locker, held, "tenants have 12 database operations").await;
+    assert_eq!(
+        gw.metric("toolgate_store_tenant_operations_refused_total{")
+            .await,
+        4.0
+    );
     assert_eq!(
         statuses,
         [(200, 12), (503, 4)].into_iter().collect(),

@@ -150,6 +150,23 @@ impl Telemetry {
             "{session}",
             S::mcp_sessions,
         );
+        gauge(
+            "toolgate.store.tenant_operations",
+            "Tenants' database operations holding a pooled connection (at most the pool less database.reserved_connections)",
+            "{operation}",
+            S::tenant_operations,
+        );
+        let weak = state.clone();
+        self.meter
+            .u64_observable_counter("toolgate.store.tenant_operations.refused")
+            .with_description("Tenants' database operations refused (503) because their share, or all tenants' places, were full")
+            .with_unit("{operation}")
+            .with_callback(move |observer| {
+                if let Some(state) = weak.upgrade() {
+                    observer.observe(state.tenant_operations_refused(), &[]);
+                }
+            })
+            .build();
         let counts = self.counts.clone();
         self.meter
             .i64_observable_gauge("toolgate.approvals.pending")
@@ -230,6 +247,11 @@ pub trait Observed: Send + Sync + 'static {
     fn sse_streams(&self) -> u64;
     /// MCP sessions live in this instance's memory.
     fn mcp_sessions(&self) -> u64;
+    /// Tenants' database operations holding a connection now.
+    fn tenant_operations(&self) -> u64;
+    /// Tenants' database operations refused since start (their share, or all tenants'
+    /// places, full).
+    fn tenant_operations_refused(&self) -> u64;
 }
 
 impl Drop for Telemetry {

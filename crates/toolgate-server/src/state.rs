@@ -97,4 +97,12 @@ impl crate::metrics::Observed for Shared {
     fn mcp_sessions(&self) -> u64 {
         self.mcp_sessions.load(std::sync::atomic::Ordering::Relaxed) as u64
     }
+
+    fn tenant_operations(&self) -> u64 {
+        self.store.tenant_operations().0
+    }
+
+    fn tenant_operations_refused(&self) -> u64 {
+        self.store.tenant_operations().1
+    }
 }

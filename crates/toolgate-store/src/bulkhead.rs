@@ -34,6 +34,8 @@ pub(crate) struct Bulkhead {
     /// The places of all tenants together: the pool less its reserve.
     shared: Arc<Semaphore>,
     all_tenants: usize,
+    /// Operations refused since start (a tenant's share or all tenants' places full).
+    refused: std::sync::atomic::AtomicU64,
     /// How long an operation waits for one of its tenant's places.
     wait: Duration,
     tenants: Mutex<HashMap<TenantId, Arc<Semaphore>>>,
@@ -54,9 +56,21 @@ impl Bulkhead {
             per_tenant: limits.per_tenant.max(1),
             shared: Arc::new(Semaphore::new(all_tenants)),
             all_tenants,
+            refused: Default::default(),
             wait: limits.acquire_timeout,
             tenants: Mutex::default(),
         })
+    }
+
+    /// Places tenants hold now, and operations refused since start.
+    pub(crate) fn load(&self) -> (u64, u64) {
+        let held = self
+            .all_tenants
+            .saturating_sub(self.shared.available_permits());
+        (
+            held as u64,
+            self.refused.load(std::sync::atomic::Ordering::Relaxed),
+        )
     }
 
     /// One of `tenant`'s places, when one is free within the wait; else
@@ -80,6 +94,16 @@ impl Bulkhead {
                 _shared: shared,
             });
         }
+        let waited = self.wait_for(places).await;
+        if waited.is_err() {
+            self.refused
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        waited
+    }
+
+    /// One of `places` and then one of all tenants', within the wait.
+    async fn wait_for(&self, places: Arc<Semaphore>) -> Result<Place, StoreError> {
         let deadline = tokio::time::Instant::now() + self.wait;
         let own = until(deadline, places, || {
             format!(
@@ -202,6 +226,7 @@ mod tests {
             bulkhead.enter(last).await,
             Err(StoreError::Busy(m)) if m.contains("tenants have 6 database operations")
         ));
+        assert_eq!(bulkhead.load(), (6, 1));
         // Its own place was given back: once another's is free, it gets one.
         held.pop();
         let _theirs = bulkhead.enter(last).await.expect("a freed place");

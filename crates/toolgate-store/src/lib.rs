@@ -285,6 +285,12 @@ pub enum Store {
 }
 
 impl Store {
+    /// Tenants' database operations holding a connection on this instance now, and those
+    /// refused since start because a tenant's share or all tenants' places were full.
+    pub fn tenant_operations(&self) -> (u64, u64) {
+        dispatch!(self, s => s.bulkhead.load())
+    }
+
     /// Postgres when `database_url` is set, else SQLite at `<data_dir>/toolgate.db`.
     pub async fn open(database_url: Option<&str>, data_dir: &Path) -> Result<Store, StoreError> {
         Self::open_with(database_url, data_dir, StoreLimits::default()).await
