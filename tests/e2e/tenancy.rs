@@ -146,3 +146,38 @@ async fn tenants_are_isolated_and_every_call_has_one_row_on_postgres() {
     isolation_and_exactly_one_row_per_call(gw, Some(db.url.clone())).await;
     db.drop_db().await;
 }
+
+/// A tenant keeps at most `limits.tenant_agents` agents: the next is a 409 naming the
+/// setting, and deleting one makes room. (Before: any number; one tenant could grow the
+/// database without end.)
+#[tokio::test]
+async fn a_tenant_keeps_at_most_its_quota_of_agents() {
+    let gw = Gateway::start_with(|c| {
+        c.limits.tenant_agents = 1;
+        // Never asked: agents are only saved here.
+        let llm = crate::agents::provider(toolgate_e2e::llm::Wire::Openai, "http://127.0.0.1:9");
+        c.providers.insert("llm".into(), llm);
+    })
+    .await;
+    let agent = |name: &str| json!({"name": name, "provider": "llm", "model": "m"});
+    let (status, _, first) = gw.post("/v1/agents", agent("first")).await;
+    assert_eq!(status, 201, "{first}");
+    let (status, _, problem) = gw.post("/v1/agents", agent("second")).await;
+    assert_eq!(status, 409, "{problem}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("limits.tenant_agents"),
+        "{problem}"
+    );
+    let response = gw
+        .http
+        .delete(gw.url(&format!("/v1/agents/{}", first["id"].as_str().expect("id"))))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 204);
+    let (status, _, second) = gw.post("/v1/agents", agent("second")).await;
+    assert_eq!(status, 201, "{second}");
+}

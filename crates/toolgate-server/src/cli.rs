@@ -105,10 +105,14 @@ pub enum UpstreamsCommand {
 
 /// The configured store, migrated.
 pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
+    let limits = toolgate_store::StoreLimits {
+        quotas: config.limits.quotas(),
+        ..config.database.limits()
+    };
     let store = Store::open_with(
         config.database.url.as_ref().map(|u| u.expose()),
         &config.data_dir,
-        config.database.limits(),
+        limits,
     )
     .await
     .context("opening the store")?;

@@ -242,6 +242,37 @@ pub struct StoreLimits {
     /// How many of the pool's connections all tenants' operations together leave free for
     /// cross-tenant work (key lookups, sweeps, `/readyz`); `None`: a quarter of the pool.
     pub reserved: Option<usize>,
+    /// How many objects one tenant may keep.
+    pub quotas: Quotas,
+}
+
+/// How many objects one tenant may keep: past these, a creation is refused (409) and
+/// nothing is written. Counted in the insert itself, so creations at the same moment on
+/// Postgres may pass a quota by as many as run at once; SQLite's are exact.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quotas {
+    pub agents: usize,
+    pub principals: usize,
+    /// Keys not revoked.
+    pub keys: usize,
+}
+
+impl Default for Quotas {
+    fn default() -> Self {
+        Self {
+            agents: 1_000,
+            principals: 10_000,
+            keys: 10_000,
+        }
+    }
+}
+
+/// The refusal of a creation past a tenant's quota: `what` (plural), the setting, and
+/// what the tenant can do about it.
+pub(crate) fn over_quota(count: i64, what: &str, setting: &str, remedy: &str) -> StoreError {
+    StoreError::Conflict(format!(
+        "your tenant has {count} {what}, the most it may keep (limits.{setting}); {remedy}"
+    ))
 }
 
 /// The Postgres pool's size on an instance, unless configured: Postgres allows ~100
@@ -273,6 +304,7 @@ impl Default for StoreLimits {
             per_tenant: 4,
             max_connections: None,
             reserved: None,
+            quotas: Quotas::default(),
         }
     }
 }

@@ -204,10 +204,12 @@ macro_rules! tenancy_store {
                 };
                 let insert = sql(format!(
                     "insert into principal (principal_id, tenant_id, kind, name, roles, scopes, created_at) \
-                     values ($1{u}, $2{u}, $3, $4, $5, $6, $7)",
+                     select $1{u}, $2{u}, $3, $4, $5, $6, $7 \
+                     where (select count(*) from principal where tenant_id = $2{u}) < $8",
                     u = $u
                 ));
-                $once!(self, tenant, |conn| {
+                let most = self.limits.quotas.principals;
+                let inserted = $once!(self, tenant, |conn| {
                     sqlx::query(insert)
                         .bind(principal.id.to_string())
                         .bind(tenant.to_string())
@@ -216,12 +218,21 @@ macro_rules! tenancy_store {
                         .bind(Json(&principal.roles))
                         .bind(Json(&principal.scopes))
                         .bind(principal.created_at)
+                        .bind(i64::try_from(most).unwrap_or(i64::MAX))
                         .execute(conn)
                         .await
                         .map_err(|e| {
                             StoreError::on_constraint(e, "principal_tenant_id_name_key", "a principal with this name exists in the tenant")
                         })?
                 });
+                if inserted.rows_affected() == 0 {
+                    return Err(crate::over_quota(
+                        i64::try_from(most).unwrap_or(i64::MAX),
+                        "principals",
+                        "tenant_principals",
+                        "a new one needs the operator to raise it",
+                    ));
+                }
                 Ok(principal)
             }
 
@@ -282,9 +293,11 @@ macro_rules! tenancy_store {
                 let insert = sql(format!(
                     "insert into api_key (api_key_id, tenant_id, principal_id, name, prefix, secret_hash, scopes, expires_at, created_at) \
                      select $1{u}, $2{u}, $3{u}, $4, $5, $6, $7, $8, $9 \
-                     where exists (select 1 from principal where principal_id = $3{u} and tenant_id = $2{u})",
+                     where exists (select 1 from principal where principal_id = $3{u} and tenant_id = $2{u}) \
+                     and (select count(*) from api_key where tenant_id = $2{u} and revoked_at is null) < $10",
                     u = $u
                 ));
+                let most = i64::try_from(self.limits.quotas.keys).unwrap_or(i64::MAX);
                 let inserted = $once!(self, tenant, |conn| {
                     sqlx::query(insert)
                         .bind(key.id.to_string())
@@ -296,11 +309,26 @@ macro_rules! tenancy_store {
                         .bind(Json(&key.scopes))
                         .bind(key.expires_at)
                         .bind(key.created_at)
+                        .bind(most)
                         .execute(conn)
                         .await?
                 });
                 if inserted.rows_affected() == 0 {
-                    return Err(StoreError::NotFound("no such principal in this tenant".into()));
+                    let count = sql(format!(
+                        "select count(*) from api_key where tenant_id = $1{u} and revoked_at is null",
+                        u = $u
+                    ));
+                    let (keys,): (i64,) = $once!(self, tenant, |conn| {
+                        sqlx::query_as(count)
+                            .bind(tenant.to_string())
+                            .fetch_one(conn)
+                            .await?
+                    });
+                    return Err(if keys >= most {
+                        crate::over_quota(keys, "keys", "tenant_keys", "revoke some first")
+                    } else {
+                        StoreError::NotFound("no such principal in this tenant".into())
+                    });
                 }
                 Ok((key, secret))
             }

@@ -59,6 +59,12 @@ pub struct LimitsConfig {
     /// Agent runs one tenant may have going on this instance at once (a paused run waiting
     /// for approval is not going); more starts get 429 with `Retry-After`.
     pub tenant_runs: usize,
+    /// Agents one tenant may keep; past it, creating one is refused (409).
+    pub tenant_agents: usize,
+    /// Principals one tenant may keep.
+    pub tenant_principals: usize,
+    /// API keys (not revoked) one tenant may keep.
+    pub tenant_keys: usize,
     /// Calls this instance runs at once, all tenants together; more are refused with 503
     /// and `Retry-After` at once.
     pub max_in_flight: usize,
@@ -70,12 +76,16 @@ pub struct LimitsConfig {
 impl Default for LimitsConfig {
     fn default() -> Self {
         let defaults = toolgate_core::limits::AdmissionConfig::default();
+        let quotas = toolgate_store::Quotas::default();
         Self {
             tenant_per_minute: None,
             principal_per_minute: None,
             tools: BTreeMap::new(),
             tenant_concurrency: None,
             tenant_runs: DEFAULT_TENANT_RUNS,
+            tenant_agents: quotas.agents,
+            tenant_principals: quotas.principals,
+            tenant_keys: quotas.keys,
             max_in_flight: defaults.max_in_flight,
             max_audit_backlog: defaults.max_audit_backlog,
         }
@@ -86,6 +96,15 @@ impl Default for LimitsConfig {
 pub const DEFAULT_TENANT_RUNS: usize = 64;
 
 impl LimitsConfig {
+    /// How many objects one tenant may keep.
+    pub fn quotas(&self) -> toolgate_store::Quotas {
+        toolgate_store::Quotas {
+            agents: self.tenant_agents,
+            principals: self.tenant_principals,
+            keys: self.tenant_keys,
+        }
+    }
+
     pub fn admission(&self) -> toolgate_core::limits::AdmissionConfig {
         toolgate_core::limits::AdmissionConfig {
             defaults: toolgate_core::limits::RateLimits {
@@ -178,6 +197,7 @@ impl Default for DatabaseConfig {
 }
 
 impl DatabaseConfig {
+    /// The store's limits from `[database]` (its quotas come from `[limits]`).
     pub fn limits(&self) -> toolgate_store::StoreLimits {
         toolgate_store::StoreLimits {
             statement_timeout: std::time::Duration::from_millis(self.statement_timeout_ms),
@@ -185,6 +205,7 @@ impl DatabaseConfig {
             per_tenant: self.max_connections_per_tenant,
             max_connections: self.max_connections,
             reserved: self.reserved_connections,
+            ..toolgate_store::StoreLimits::default()
         }
     }
 }
@@ -337,8 +358,15 @@ impl LimitsConfig {
                 "max_in_flight and max_audit_backlog must be at least 1".into(),
             ));
         }
-        if self.tenant_runs == 0 {
-            problems.push(("tenant_runs".into(), "must be at least 1".into()));
+        for (key, value) in [
+            ("tenant_runs", self.tenant_runs),
+            ("tenant_agents", self.tenant_agents),
+            ("tenant_principals", self.tenant_principals),
+            ("tenant_keys", self.tenant_keys),
+        ] {
+            if value == 0 {
+                problems.push((key.into(), "must be at least 1".into()));
+            }
         }
         problems
     }

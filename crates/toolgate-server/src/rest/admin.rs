@@ -272,7 +272,7 @@ fn grantable(caller: &Caller, asked: Vec<String>) -> Result<Vec<String>, ApiErro
         (status = 201, body = PrincipalInfo, description = "Created"),
         (status = 400, body = Problem, content_type = "application/problem+json", description = "Malformed body"),
         (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks tenant:admin, or grants a scope the caller lacks"),
-        (status = 409, body = Problem, content_type = "application/problem+json", description = "The name is taken"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "The name is taken, or the tenant keeps as many principals as it may (`limits.tenant_principals`)"),
         crate::error::Refusals,
     )
 )]
@@ -360,6 +360,7 @@ pub struct CreateKey {
         (status = 400, body = Problem, content_type = "application/problem+json", description = "Malformed body"),
         (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks tenant:admin, or grants a scope the caller lacks"),
         (status = 404, body = Problem, content_type = "application/problem+json", description = "No such principal in this tenant"),
+        (status = 409, body = Problem, content_type = "application/problem+json", description = "The tenant keeps as many keys as it may (`limits.tenant_keys`)"),
         crate::error::Refusals,
     )
 )]

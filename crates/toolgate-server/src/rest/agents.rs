@@ -161,7 +161,7 @@ async fn list_agents(
         (status = 201, description = "Created", body = AgentView),
         (status = 400, description = "Invalid configuration (every problem listed)", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Needs `agents:manage`", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "An agent of this name exists", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "An agent of this name exists, or the tenant keeps as many agents as it may (`limits.tenant_agents`)", body = Problem, content_type = "application/problem+json"),
         crate::error::Refusals,
     ))]
 async fn create_agent(

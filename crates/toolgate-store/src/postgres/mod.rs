@@ -52,7 +52,7 @@ pub struct PostgresStore {
     audit_conn: Arc<tokio::sync::Mutex<Option<PgConnection>>>,
     /// Kept to open the writer's own pools; boxed, it is large and rarely read.
     options: Box<PgConnectOptions>,
-    limits: crate::StoreLimits,
+    pub(crate) limits: crate::StoreLimits,
     /// The relay this store's TCP connections go through (see [`crate::nodelay`]).
     _relay: Option<Arc<crate::nodelay::NoDelayRelay>>,
     /// Changes heard from every instance (`LISTEN`), for this process's waiters.

@@ -127,21 +127,27 @@ macro_rules! run_store {
                 };
                 let insert = sql(format!(
                     "insert into agent (agent_id, tenant_id, name, config, created_at, updated_at) \
-                     values ($1{u}, $2{u}, $3, $4{j}, $5, $5)",
+                     select $1{u}, $2{u}, $3, $4{j}, $5, $5 \
+                     where (select count(*) from agent where tenant_id = $2{u}) < $6",
                     u = $u,
                     j = $j
                 ));
-                $once!(self, tenant, |conn| {
+                let most = i64::try_from(self.limits.quotas.agents).unwrap_or(i64::MAX);
+                let inserted = $once!(self, tenant, |conn| {
                     sqlx::query(insert)
                         .bind(record.id.to_string())
                         .bind(tenant.to_string())
                         .bind(name)
                         .bind(config.to_string())
                         .bind(at)
+                        .bind(most)
                         .execute(conn)
                         .await
                         .map_err(|e| StoreError::on_constraint(e, "agent_tenant_name_key", AGENT_CONFLICT))?
                 });
+                if inserted.rows_affected() == 0 {
+                    return Err(crate::over_quota(most, "agents", "tenant_agents", "delete some first"));
+                }
                 Ok(record)
             }
 

@@ -30,7 +30,7 @@ pub struct SqliteStore {
     /// The connection audit batches are written on (see [`SqliteStore::append_audit`]),
     /// held from one batch to the next.
     audit_conn: Arc<std::sync::Mutex<Option<rusqlite::Connection>>>,
-    limits: crate::StoreLimits,
+    pub(crate) limits: crate::StoreLimits,
     /// Changes announced to this process's waiters (one instance per SQLite file).
     pub(crate) notifier: crate::notify::Notifier,
     /// Each tenant's share of the pool.

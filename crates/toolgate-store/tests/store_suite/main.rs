@@ -41,13 +41,24 @@ where
     F: Fn(Store) -> Fut,
     Fut: Future<Output = ()>,
 {
+    on_both_with(toolgate_store::StoreLimits::default(), test).await;
+}
+
+/// [`on_both`], the stores opened with `limits`.
+async fn on_both_with<F, Fut>(limits: toolgate_store::StoreLimits, test: F)
+where
+    F: Fn(Store) -> Fut,
+    Fut: Future<Output = ()>,
+{
     let dir = tempfile::tempdir().expect("tempdir");
-    let sqlite = Store::open(None, dir.path()).await.expect("open sqlite");
+    let sqlite = Store::open_with(None, dir.path(), limits)
+        .await
+        .expect("open sqlite");
     sqlite.migrate().await.expect("migrate sqlite");
     test(sqlite).await;
 
     let db = PgDb::create().await;
-    let pg = Store::open(Some(&db.url), dir.path())
+    let pg = Store::open_with(Some(&db.url), dir.path(), limits)
         .await
         .expect("open postgres");
     pg.migrate().await.expect("migrate postgres");

@@ -179,3 +179,82 @@ async fn agents_are_per_tenant_with_unique_names() {
     })
     .await;
 }
+
+/// A tenant keeps at most its quotas of agents, principals and keys not revoked: the next
+/// creation is refused, saying which setting, and writes nothing; another tenant is not
+/// held to this one's count, and a revoked key frees its place.
+#[tokio::test]
+async fn a_tenant_keeps_at_most_its_quotas_of_agents_principals_and_keys() {
+    let limits = toolgate_store::StoreLimits {
+        quotas: toolgate_store::Quotas {
+            agents: 2,
+            principals: 2,
+            keys: 2,
+        },
+        ..toolgate_store::StoreLimits::default()
+    };
+    on_both_with(limits, |store| async move {
+        let (a, b) = (
+            store.create_tenant("full").await.expect("tenant"),
+            store.create_tenant("other").await.expect("tenant"),
+        );
+        let refused = |result: Result<_, StoreError>, setting: &str| match result {
+            Err(StoreError::Conflict(message)) => {
+                assert!(message.contains(setting), "{message}")
+            }
+            other => panic!("not refused: {other:?}"),
+        };
+        let config = json!({"name": "x"});
+        for name in ["one", "two"] {
+            store
+                .create_agent(a.id, name, &config)
+                .await
+                .expect("agent");
+        }
+        refused(
+            store.create_agent(a.id, "three", &config).await.map(|_| ()),
+            "limits.tenant_agents",
+        );
+        assert_eq!(store.list_agents(a.id).await.expect("agents").len(), 2);
+        store
+            .create_agent(b.id, "three", &config)
+            .await
+            .expect("other tenant's");
+
+        let ann = store
+            .create_principal(a.id, &member("ann"))
+            .await
+            .expect("ann");
+        store
+            .create_principal(a.id, &member("bob"))
+            .await
+            .expect("bob");
+        refused(
+            store
+                .create_principal(a.id, &member("cy"))
+                .await
+                .map(|_| ()),
+            "limits.tenant_principals",
+        );
+        assert_eq!(store.list_principals(a.id).await.expect("list").len(), 2);
+
+        let key = |name: &str| NewApiKey {
+            principal: ann.id,
+            name: name.into(),
+            scopes: vec![],
+            expires_at: None,
+        };
+        let (first, _) = store.create_api_key(a.id, &key("k1")).await.expect("k1");
+        store.create_api_key(a.id, &key("k2")).await.expect("k2");
+        refused(
+            store.create_api_key(a.id, &key("k3")).await.map(|_| ()),
+            "limits.tenant_keys",
+        );
+        assert!(store.revoke_api_key(a.id, first.id).await.expect("revoke"));
+        store
+            .create_api_key(a.id, &key("k3"))
+            .await
+            .expect("a revoked key's place");
+    })
+    .await;
+}
