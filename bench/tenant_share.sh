@@ -2,8 +2,9 @@
 # The per-tenant share of the store's pool on the call path: MCP `tools/call` at c=64 on
 # Postgres, session mode (2025-11-25; one session, and SESSIONS=32 sessions taken in
 # turn; a session's SSE events are tenant statements) and stateless (2026-07-28), through
-# one gateway with `database.max_connections_per_tenant` at its default (4) and one with
-# it at 16 (the whole app pool), alternated.
+# one gateway with `database.max_connections_per_tenant` and `database.reserved_connections`
+# at their defaults (4, and 4 of the 16 kept from all tenants) and one with the share at
+# 16 and no reserve (the whole app pool, as before either existed), alternated.
 #
 #   bench/tenant_share.sh                       # Postgres on 127.0.0.1:5432, user postgres
 #   PGURL=postgres://u@host:5432 ROUNDS=5 bench/tenant_share.sh
@@ -28,7 +29,8 @@ declare -A PORT AUTH SID MANY
 for cap in 4 16; do
   psql -q "$PGURL/postgres" -c "drop database if exists tg_share_$cap" -c "create database tg_share_$cap"
   PORT[$cap]=$(free_port); mkdir -p "$WORK/$cap"
-  DATABASE_URL="$PGURL/tg_share_$cap" TOOLGATE_DATABASE__MAX_CONNECTIONS_PER_TENANT=$cap \
+  reserve=(); [ "$cap" = 16 ] && reserve=(TOOLGATE_DATABASE__RESERVED_CONNECTIONS=0)
+  env "${reserve[@]}" DATABASE_URL="$PGURL/tg_share_$cap" TOOLGATE_DATABASE__MAX_CONNECTIONS_PER_TENANT=$cap \
     "$BIN/toolgate" serve --listen "127.0.0.1:${PORT[$cap]}" --data-dir "$WORK/$cap" >/dev/null 2>"$WORK/$cap.log" & pids+=($!)
 done
 for cap in 4 16; do
