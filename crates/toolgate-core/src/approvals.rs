@@ -152,6 +152,9 @@ pub struct Decisions<S> {
     /// For its events, and for approved REST calls.
     executor: Executor,
     follow_ups: FollowUps,
+    /// Approved REST calls running here: a graceful stop waits for them
+    /// ([`drain`](Self::drain)).
+    calls: tokio_util::task::TaskTracker,
 }
 
 impl<S: ApprovalStore + 'static> Decisions<S> {
@@ -166,7 +169,16 @@ impl<S: ApprovalStore + 'static> Decisions<S> {
             audit,
             executor,
             follow_ups,
+            calls: tokio_util::task::TaskTracker::new(),
         }
+    }
+
+    /// Waits for the approved REST calls running here to end and keep their outcomes
+    /// (a graceful stop; bound it with a timeout). Calls approved after this run at once
+    /// too, and are not waited for.
+    pub async fn drain(&self) {
+        self.calls.close();
+        self.calls.wait().await;
     }
 
     /// Whether `auth` may decide approvals of its own calls (as an MCP client's
@@ -314,7 +326,7 @@ impl<S: ApprovalStore + 'static> Decisions<S> {
                 registry: self.follow_ups.registry.clone(),
                 keep: self.follow_ups.keep.clone(),
             };
-            tokio::spawn(call.run(decided.clone()));
+            self.calls.spawn(call.run(decided.clone()));
         }
     }
 

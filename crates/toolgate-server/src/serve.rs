@@ -174,6 +174,7 @@ pub async fn serve_with(
     // Before the listener serves: a run started here must not pass for an orphan.
     state.runs.adopt_orphans().await;
     let runs = tokio::spawn(state.runs.clone().supervise(streams.clone()));
+    let decisions = state.decisions.clone();
     let app = app(state, &config);
     let addr = listener
         .local_addr()
@@ -205,6 +206,18 @@ pub async fn serve_with(
         }
     }
     let deadline = deadline.unwrap_or_else(|| tokio::time::Instant::now() + grace);
+    // Approved REST calls running here end and keep their outcomes (else another
+    // instance would mark them interrupted, long after).
+    if tokio::time::timeout_at(deadline - reserve, decisions.drain())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "approved calls still running at the end of the grace period; stopping them"
+        );
+    }
+    // It holds the executor, and so a handle on the audit writer, which drains last.
+    drop(decisions);
     // Agent runs stop here and are released for the next instance to take over.
     let _ = tokio::time::timeout_at(deadline - reserve, runs).await;
     let _ = tokio::time::timeout_at(deadline - reserve, heartbeat).await;

@@ -513,3 +513,58 @@ async fn an_approved_call_whose_instance_stopped_mid_call_is_not_running_for_goo
     );
     assert!(detail.contains("audit log"), "{call}");
 }
+
+/// A graceful stop (SIGTERM) waits for the approved REST calls the instance is making:
+/// the call's outcome is kept, and its status URL says so on the next instance. (Before:
+/// the stopping runtime dropped the call midway, its outcome was never kept, and it said
+/// `running` until another instance marked it interrupted, minutes later.)
+#[tokio::test]
+async fn a_graceful_stop_waits_for_the_approved_calls_it_is_making() {
+    let db = PgDb::create().await;
+    let dirs = tempfile::tempdir().expect("temp");
+    let data = dirs.path().join("a");
+    // No provider is asked here.
+    let mut first = spawn_gateway(&data, &db.url, "http://127.0.0.1:9");
+    let key = std::fs::read_to_string(data.join("admin-api-key"))
+        .expect("admin key")
+        .trim()
+        .to_owned();
+    let admin = client_with_key(&key);
+    put_policy(&first.base, &admin, json!({"level": 9})).await;
+    let reviewer = principal(&first.base, &admin, "reviewer", &["approvals:decide"]).await;
+    let (status, _, held) = read(
+        admin
+            .post(format!("{}/v1/tools/execute_command/invoke", first.base))
+            .json(&json!({"arguments": {"command": "sleep 2; echo finished"}}))
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 202, "{held}");
+    let approval = held["approval_id"].as_str().expect("approval").to_owned();
+    let status_url = held["status_url"].as_str().expect("status url").to_owned();
+    let (status, body) = decide(&first.base, &reviewer, &approval, "approve", "go").await;
+    assert_eq!(status, 200, "{body}");
+
+    // The call is running (its command sleeps): stop the gateway as an orchestrator does.
+    let stopped = Command::new("kill")
+        .args(["-TERM", &first.child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(stopped.success());
+    let exited = first.child.wait().expect("wait");
+    assert!(exited.success(), "{exited:?}");
+
+    let second = spawn_gateway(&data, &db.url, "http://127.0.0.1:9");
+    let (status, call) = get(&second.base, &admin, &status_url).await;
+    assert_eq!(status, 200, "{call}");
+    assert_eq!(call["status"], "completed", "{call}");
+    assert_eq!(call["result"]["status"], 200, "{call}");
+    let text = call["result"]["body"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or("");
+    assert!(text.starts_with("finished"), "{call}");
+    drop(second);
+    db.drop_db().await;
+}
