@@ -210,3 +210,88 @@ async fn audit_stream_search_and_verify_on_postgres() {
     .await;
     db.drop_db().await;
 }
+
+/// Administrative changes are in the audit log beside the calls, one `admin` row each in
+/// the tenant's chain, naming who made it and what: principals and keys made, a key
+/// revoked, the policy changed, an agent made, changed and deleted. No secret is kept (a
+/// new key's secret is nowhere in the log) and the chain still verifies. (Before: none of
+/// these left a trace; who lowered the approval level could not be told.)
+#[tokio::test]
+async fn administrative_changes_are_audited_without_their_secrets() {
+    let gw = Gateway::start_with(|c| {
+        let llm = crate::agents::provider(toolgate_e2e::llm::Wire::Openai, "http://127.0.0.1:9");
+        c.providers.insert("llm".into(), llm);
+    })
+    .await;
+    let (key, secret) = gw.create_key("ops", &["tools:invoke"]).await;
+    gw.revoke_key(&key).await;
+    gw.put_policy(json!({"level": 3})).await;
+    let agent = json!({"name": "helper", "provider": "llm", "model": "m"});
+    let (status, _, made) = gw.post("/v1/agents", agent).await;
+    assert_eq!(status, 201, "{made}");
+    let id = made["id"].as_str().expect("id").to_owned();
+    let changed = gw
+        .http
+        .put(gw.url(&format!("/v1/agents/{id}")))
+        .json(&json!({"name": "helper", "provider": "llm", "model": "m2"}))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(changed.status(), 200);
+    let deleted = gw
+        .http
+        .delete(gw.url(&format!("/v1/agents/{id}")))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(deleted.status(), 204);
+
+    let (status, _, page) = gw.get("/v1/audit?adapter=admin&limit=50").await;
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        !page.to_string().contains(&secret),
+        "a key's secret in {page}"
+    );
+    let mut rows: Vec<&Value> = page["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .collect();
+    rows.sort_by_key(|r| r["seq"].as_i64());
+    let operations: Vec<&str> = rows
+        .iter()
+        .map(|r| r["tool"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        operations,
+        [
+            "principals.create",
+            "keys.create",
+            "keys.revoke",
+            "policy.update",
+            "agents.create",
+            "agents.update",
+            "agents.delete"
+        ],
+        "{page}"
+    );
+    assert_eq!(rows[2]["arguments"]["id"], key.as_str(), "{page}");
+    assert_eq!(rows[3]["arguments"]["level"], 3, "{page}");
+    assert_eq!(rows[5]["arguments"]["config"]["model"], "m2", "{page}");
+    for row in &rows {
+        assert_eq!(row["outcome"], "ok", "{row}");
+        assert!(
+            row["request_id"].as_str().is_some_and(|r| !r.is_empty()),
+            "{row}"
+        );
+    }
+    let verified = gw
+        .http
+        .post(gw.url("/v1/audit/verify"))
+        .send()
+        .await
+        .expect("request");
+    let (status, _, verdict) = read(verified).await;
+    assert_eq!(status, 200, "{verdict}");
+    assert_eq!(verdict["verified"], true, "{verdict}");
+}

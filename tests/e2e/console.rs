@@ -211,13 +211,21 @@ async fn a_reviewer_follows_calls_verifies_the_audit_and_approves_in_the_browser
     // Edited in the page to allow one tool, its credentials' form reset after.
     assert_eq!(seen["editedTools"], json!(["fx__add"]), "{seen}");
     assert_eq!(seen["editButton"], "Add upstream", "{seen}");
-    // The other tenant's admin: its own call only, none of this tenant's runs, keys,
-    // upstreams or tools.
+    // The other tenant's admin: its own call (newest first) and the record of its
+    // making only, none of this tenant's runs, keys, upstreams or tools.
     let other = &seen["otherTenant"];
     let audit_rows = other["audit"].as_array().expect("audit rows");
-    assert_eq!(audit_rows.len(), 1, "{other}");
+    assert_eq!(audit_rows.len(), 2, "{other}");
     assert!(
-        audit_rows[0].as_str().is_some_and(|r| r.contains("echo")),
+        audit_rows[0]
+            .as_str()
+            .is_some_and(|r| r.contains("\techo\trest")),
+        "{other}"
+    );
+    assert!(
+        audit_rows[1]
+            .as_str()
+            .is_some_and(|r| r.contains("\ttenants.create\tadmin")),
         "{other}"
     );
     assert!(!other.to_string().contains("seen live"), "{other}");

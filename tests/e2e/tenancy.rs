@@ -91,8 +91,14 @@ async fn isolation_and_exactly_one_row_per_call(gw: Gateway, database_url: Optio
     assert_eq!(row["arguments_hash"].as_str().map(str::len), Some(64));
 
     let b_rows = all_audit(&gw, &b).await;
-    assert_eq!(b_rows.len(), 2, "B sees only its own two calls");
-    assert!(b_rows.iter().all(|r| r["tool"] == "read_file"));
+    let (created, b_calls): (Vec<&Value>, Vec<&Value>) =
+        b_rows.iter().partition(|r| r["adapter"] == "admin");
+    assert_eq!(b_calls.len(), 2, "B sees only its own two calls");
+    assert!(b_calls.iter().all(|r| r["tool"] == "read_file"));
+    // …and, first in its chain, the operator's making it.
+    assert_eq!(created.len(), 1, "{created:?}");
+    assert_eq!(created[0]["tool"], "tenants.create");
+    assert_eq!(created[0]["seq"], 1);
     // B's admin sees none of A's principals or keys, and cannot revoke A's keys.
     let (_, _, principals) = read(
         b.get(gw.url("/v1/principals"))

@@ -28,6 +28,9 @@ pub enum Adapter {
     Approval,
     /// An upstream tool's definition changed or was approved (tool pinning).
     Definition,
+    /// An administrative change through the API: a principal, key, policy, agent or
+    /// upstream made, changed or removed.
+    Admin,
 }
 
 impl Adapter {
@@ -38,6 +41,7 @@ impl Adapter {
             Adapter::Agent => "agent",
             Adapter::Approval => "approval",
             Adapter::Definition => "definition",
+            Adapter::Admin => "admin",
         }
     }
 }

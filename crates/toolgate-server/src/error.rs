@@ -356,6 +356,25 @@ pub fn store_failure(err: toolgate_store::StoreError) -> ToolError {
     }
 }
 
+/// An audit row that could not be written, as an answer: 503 with `Retry-After` when the
+/// store is out of reach for now, else internal.
+pub fn audit_failure(err: toolgate_core::audit::AuditError) -> ApiError {
+    if err.transient {
+        let mut unavailable = ToolError::new(
+            ErrorKind::Unavailable,
+            "the audit log cannot take this record right now; try again shortly",
+        )
+        .with_retry_after(
+            std::time::Duration::from_secs(toolgate_core::executor::RETRY_AFTER_SECS),
+            false,
+        );
+        unavailable.cause = Some(err.message);
+        ApiError::Tool(unavailable)
+    } else {
+        ApiError::Internal(anyhow::anyhow!(err.message))
+    }
+}
+
 impl From<toolgate_store::StoreError> for ApiError {
     fn from(err: toolgate_store::StoreError) -> Self {
         use toolgate_store::StoreError;

@@ -9,6 +9,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 use toolgate_core::auth::scopes;
 use toolgate_core::{PrincipalId, PrincipalKind, ToolError};
 use toolgate_store::{ApiKey, NewApiKey, NewPrincipal, Principal, Tenant};
@@ -17,6 +18,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
+use super::changes;
 use super::error::{ApiError, Problem};
 use super::extract::{AppJson, AppPath};
 use crate::auth::{Caller, TENANTS_MANAGE, role_scopes};
@@ -190,12 +192,25 @@ pub struct CreatedTenant {
 async fn create_tenant(
     State(app): State<AppState>,
     caller: Caller,
+    axum::Extension(crate::request_id::RequestId(request_id)): axum::Extension<
+        crate::request_id::RequestId,
+    >,
     AppJson(body): AppJson<CreateTenant>,
 ) -> Result<(StatusCode, AppJson<CreatedTenant>), ApiError> {
     caller.require(TENANTS_MANAGE)?;
     let tenant = app.store.create_tenant(&body.name).await?;
     let (admin, key, secret) =
         crate::bootstrap::create_admin(&app.store, tenant.id, "admin", &[]).await?;
+    let change = json!({"tenant_id": tenant.id.0, "name": tenant.name, "admin_id": admin.id.0, "admin_key_id": key.id});
+    changes::record_for(
+        &app,
+        &caller,
+        tenant.id,
+        request_id.as_ref(),
+        "tenants.create",
+        change,
+    )
+    .await?;
     let created = CreatedTenant {
         tenant: tenant.into(),
         admin: admin.into(),
@@ -279,6 +294,9 @@ fn grantable(caller: &Caller, asked: Vec<String>) -> Result<Vec<String>, ApiErro
 async fn create_principal(
     State(app): State<AppState>,
     caller: Caller,
+    axum::Extension(crate::request_id::RequestId(request_id)): axum::Extension<
+        crate::request_id::RequestId,
+    >,
     AppJson(body): AppJson<CreatePrincipal>,
 ) -> Result<(StatusCode, AppJson<PrincipalInfo>), ApiError> {
     caller.require(scopes::TENANT_ADMIN)?;
@@ -309,8 +327,21 @@ async fn create_principal(
         roles: body.roles,
         scopes,
     };
-    let principal = app.store.create_principal(caller.auth.tenant, &new).await?;
-    Ok((StatusCode::CREATED, AppJson(principal.into())))
+    let principal: PrincipalInfo = app
+        .store
+        .create_principal(caller.auth.tenant, &new)
+        .await?
+        .into();
+    let change = serde_json::to_value(&principal).unwrap_or_default();
+    changes::record(
+        &app,
+        &caller,
+        request_id.as_ref(),
+        "principals.create",
+        change,
+    )
+    .await?;
+    Ok((StatusCode::CREATED, AppJson(principal)))
 }
 
 /// List the principals of the caller's tenant (needs `tenant:admin`).
@@ -367,6 +398,9 @@ pub struct CreateKey {
 async fn create_key(
     State(app): State<AppState>,
     caller: Caller,
+    axum::Extension(crate::request_id::RequestId(request_id)): axum::Extension<
+        crate::request_id::RequestId,
+    >,
     AppJson(body): AppJson<CreateKey>,
 ) -> Result<(StatusCode, AppJson<CreatedKey>), ApiError> {
     caller.require(scopes::TENANT_ADMIN)?;
@@ -409,13 +443,11 @@ async fn create_key(
             },
         )
         .await?;
-    Ok((
-        StatusCode::CREATED,
-        AppJson(CreatedKey {
-            key: key.into(),
-            secret,
-        }),
-    ))
+    // The secret is the caller's alone; the row holds the key as listed.
+    let key: KeyInfo = key.into();
+    let change = serde_json::to_value(&key).unwrap_or_default();
+    changes::record(&app, &caller, request_id.as_ref(), "keys.create", change).await?;
+    Ok((StatusCode::CREATED, AppJson(CreatedKey { key, secret })))
 }
 
 /// List the API keys of the caller's tenant, without secrets (needs `tenant:admin`).
@@ -463,11 +495,16 @@ async fn list_keys(
 async fn revoke_key(
     State(app): State<AppState>,
     caller: Caller,
+    axum::Extension(crate::request_id::RequestId(request_id)): axum::Extension<
+        crate::request_id::RequestId,
+    >,
     AppPath(id): AppPath<Uuid>,
 ) -> Result<StatusCode, ApiError> {
     caller.require(scopes::TENANT_ADMIN)?;
     if app.store.revoke_api_key(caller.auth.tenant, id).await? {
         app.authenticator.forget_key(id);
+        let change = json!({"id": id});
+        changes::record(&app, &caller, request_id.as_ref(), "keys.revoke", change).await?;
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ToolError::not_found("no such key in your tenant").into())

@@ -9,6 +9,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 use toolgate_agent::AgentConfig;
 use toolgate_core::ToolError;
 use toolgate_core::auth::scopes;
@@ -18,6 +19,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
+use super::changes;
 use super::error::{ApiError, Problem};
 use super::extract::{AppJson, AppPath, located};
 use super::runs::{RunView, run_view};
@@ -167,6 +169,7 @@ async fn list_agents(
 async fn create_agent(
     State(app): State<AppState>,
     caller: Caller,
+    axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
     AppJson(config): AppJson<AgentConfig>,
 ) -> Result<Response, ApiError> {
     caller.require(scopes::AGENTS_MANAGE)?;
@@ -176,6 +179,8 @@ async fn create_agent(
         .store
         .create_agent(caller.auth.tenant, &config.name, &value)
         .await?;
+    let change = json!({"id": record.id, "config": value});
+    changes::record(&app, &caller, request_id.as_ref(), "agents.create", change).await?;
     let location = format!("/v1/agents/{}", record.id);
     Ok(located(StatusCode::CREATED, &location, view(record)?))
 }
@@ -213,6 +218,7 @@ async fn get_agent(
 async fn replace_agent(
     State(app): State<AppState>,
     caller: Caller,
+    axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
     AppPath(id): AppPath<Uuid>,
     AppJson(config): AppJson<AgentConfig>,
 ) -> Result<AppJson<AgentView>, ApiError> {
@@ -226,6 +232,8 @@ async fn replace_agent(
     {
         return Err(not_found(id));
     }
+    let change = json!({"id": id, "config": value});
+    changes::record(&app, &caller, request_id.as_ref(), "agents.update", change).await?;
     let record = find_agent(&app, &caller, id).await?;
     Ok(AppJson(view(record)?))
 }
@@ -241,10 +249,13 @@ async fn replace_agent(
 async fn delete_agent(
     State(app): State<AppState>,
     caller: Caller,
+    axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
     AppPath(id): AppPath<Uuid>,
 ) -> Result<StatusCode, ApiError> {
     caller.require(scopes::AGENTS_MANAGE)?;
     if app.store.delete_agent(caller.auth.tenant, id).await? {
+        let change = json!({"id": id});
+        changes::record(&app, &caller, request_id.as_ref(), "agents.delete", change).await?;
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(not_found(id))

@@ -35,7 +35,8 @@ pub struct AuditQuery {
     tool: Option<String>,
     /// Only calls by this principal.
     principal: Option<Uuid>,
-    /// `rest`, `mcp`, `agent`, or `approval` (people's decisions on approvals).
+    /// `rest`, `mcp`, `agent`, `approval` (people's decisions on approvals),
+    /// `definition` (upstream tool definitions) or `admin` (administrative changes).
     adapter: Option<String>,
     /// `ok` or an error category (`invalid_arguments`, `forbidden`, `timeout`, …).
     outcome: Option<String>,

@@ -5,6 +5,7 @@ pub mod admin;
 pub mod agents;
 pub mod approvals;
 pub mod audit;
+pub mod changes;
 pub mod definitions;
 pub use crate::error;
 pub mod extract;

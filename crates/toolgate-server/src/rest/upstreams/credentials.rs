@@ -119,6 +119,9 @@ pub(super) async fn get_my_credential(
 pub(super) async fn put_my_credential(
     State(app): State<AppState>,
     caller: Caller,
+    axum::Extension(crate::request_id::RequestId(request_id)): axum::Extension<
+        crate::request_id::RequestId,
+    >,
     AppPath(name): AppPath<String>,
     AppJson(body): AppJson<PersonalBody>,
 ) -> Result<AppJson<PersonalView>, ApiError> {
@@ -146,7 +149,19 @@ pub(super) async fn put_my_credential(
             Ok(store) => ApiError::from(store),
             Err(other) => ApiError::Internal(other),
         })?;
-    Ok(AppJson(PersonalView::of(credentials)))
+    let stored = PersonalView::of(credentials);
+    // What may be shown of it: whether a bearer is set, the header names.
+    let change =
+        serde_json::json!({"upstream": name, "bearer": stored.bearer, "headers": stored.headers});
+    crate::rest::changes::record(
+        &app,
+        &caller,
+        request_id.as_ref(),
+        "credentials.put",
+        change,
+    )
+    .await?;
+    Ok(AppJson(stored))
 }
 
 /// Forget the caller's own credential for an upstream: its calls are refused until it
@@ -163,6 +178,9 @@ pub(super) async fn put_my_credential(
 pub(super) async fn delete_my_credential(
     State(app): State<AppState>,
     caller: Caller,
+    axum::Extension(crate::request_id::RequestId(request_id)): axum::Extension<
+        crate::request_id::RequestId,
+    >,
     AppPath(name): AppPath<String>,
 ) -> Result<StatusCode, ApiError> {
     let (upstreams, record, _) = personal_upstream(&app, &caller, &name).await?;
@@ -171,6 +189,15 @@ pub(super) async fn delete_my_credential(
         .delete(caller.auth.tenant, record.id, caller.auth.principal.id)
         .await?;
     if removed {
+        let change = serde_json::json!({"upstream": name});
+        crate::rest::changes::record(
+            &app,
+            &caller,
+            request_id.as_ref(),
+            "credentials.delete",
+            change,
+        )
+        .await?;
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ToolError::not_found(format!("you stored no credential for {name:?}")).into())

@@ -350,6 +350,9 @@ async fn list_upstreams(
 async fn create_upstream(
     State(app): State<AppState>,
     caller: Caller,
+    axum::Extension(crate::request_id::RequestId(request_id)): axum::Extension<
+        crate::request_id::RequestId,
+    >,
     AppJson(body): AppJson<UpstreamBody>,
 ) -> Result<Response, ApiError> {
     let upstreams = manager(&app, &caller)?;
@@ -371,11 +374,16 @@ async fn create_upstream(
         .await?;
     apply(upstreams).await;
     let location = format!("/v1/upstreams/{}", record.name);
-    Ok(located(
-        StatusCode::CREATED,
-        &location,
-        view(upstreams, record)?,
-    ))
+    let created = view(upstreams, record)?;
+    recorded(
+        &app,
+        &caller,
+        request_id.as_ref(),
+        "upstreams.create",
+        &created,
+    )
+    .await?;
+    Ok(located(StatusCode::CREATED, &location, created))
 }
 
 /// Read an upstream, with its connection status.
@@ -417,6 +425,9 @@ async fn get_upstream(
 async fn replace_upstream(
     State(app): State<AppState>,
     caller: Caller,
+    axum::Extension(crate::request_id::RequestId(request_id)): axum::Extension<
+        crate::request_id::RequestId,
+    >,
     AppPath(name): AppPath<String>,
     AppJson(body): AppJson<UpstreamBody>,
 ) -> Result<AppJson<UpstreamView>, ApiError> {
@@ -448,7 +459,32 @@ async fn replace_upstream(
         .await?
         .ok_or_else(|| not_found(&name))?;
     apply(upstreams).await;
-    Ok(AppJson(view(upstreams, record)?))
+    let replaced = view(upstreams, record)?;
+    recorded(
+        &app,
+        &caller,
+        request_id.as_ref(),
+        "upstreams.update",
+        &replaced,
+    )
+    .await?;
+    Ok(AppJson(replaced))
+}
+
+/// Records a change to an upstream as it now stands (its view: credentials never shown),
+/// without its connection's status.
+async fn recorded(
+    app: &AppState,
+    caller: &Caller,
+    request_id: &str,
+    operation: &str,
+    upstream: &UpstreamView,
+) -> Result<(), ApiError> {
+    let mut change = serde_json::to_value(upstream).unwrap_or_default();
+    if let Some(fields) = change.as_object_mut() {
+        fields.remove("status");
+    }
+    super::changes::record(app, caller, request_id, operation, change).await
 }
 
 /// Delete an upstream: its tools go, its connection ends.
@@ -463,6 +499,9 @@ async fn replace_upstream(
 async fn delete_upstream(
     State(app): State<AppState>,
     caller: Caller,
+    axum::Extension(crate::request_id::RequestId(request_id)): axum::Extension<
+        crate::request_id::RequestId,
+    >,
     AppPath(name): AppPath<String>,
 ) -> Result<StatusCode, ApiError> {
     let upstreams = manager(&app, &caller)?;
@@ -474,5 +513,14 @@ async fn delete_upstream(
         .delete_tool_pins(caller.auth.tenant.0, &name)
         .await?;
     apply(upstreams).await;
+    let change = serde_json::json!({"name": name});
+    super::changes::record(
+        &app,
+        &caller,
+        request_id.as_ref(),
+        "upstreams.delete",
+        change,
+    )
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -1,0 +1,72 @@
+//! Administrative changes through the API, recorded in the audit log beside the calls:
+//! one row of adapter `admin` per change, in the caller's tenant's chain (a new tenant's
+//! creation: in the new tenant's, as its first row), naming who made it, the operation (`keys.revoke`, `policy.update`…) as the row's `tool`, and what it
+//! named or set as its `arguments` (ids, names and settings: never a secret, which these
+//! requests keep apart and the store holds only sealed or hashed).
+//!
+//! The change is committed first; a row that then cannot be written fails the request
+//! (503 when the store is out of reach for now) though the change stands, as a decision
+//! on an approval does.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use toolgate_core::Outcome;
+use toolgate_core::audit::AuditRecord;
+use toolgate_core::{Adapter, CallContext};
+
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Records `operation` by `caller` with `arguments` (see the module's doc).
+pub async fn record(
+    app: &AppState,
+    caller: &Caller,
+    request_id: &str,
+    operation: &str,
+    arguments: Value,
+) -> Result<(), ApiError> {
+    record_in(app, caller.auth.clone(), request_id, operation, arguments).await
+}
+
+/// Records `operation` by `caller` in the chain of `tenant` (not the caller's).
+pub async fn record_for(
+    app: &AppState,
+    caller: &Caller,
+    tenant: toolgate_core::TenantId,
+    request_id: &str,
+    operation: &str,
+    arguments: Value,
+) -> Result<(), ApiError> {
+    let by = std::sync::Arc::new(toolgate_core::AuthContext {
+        tenant,
+        tenant_name: String::new(),
+        principal: caller.auth.principal.clone(),
+        roles: Vec::new(),
+        scopes: Vec::new(),
+        key: caller.auth.key,
+    });
+    record_in(app, by, request_id, operation, arguments).await
+}
+
+async fn record_in(
+    app: &AppState,
+    by: std::sync::Arc<toolgate_core::AuthContext>,
+    request_id: &str,
+    operation: &str,
+    arguments: Value,
+) -> Result<(), ApiError> {
+    let mut ctx = CallContext::new(by, Adapter::Admin);
+    ctx.request_id = Some(request_id.to_owned());
+    // Nothing secret is recorded: the plain hash names the change.
+    let hash = toolgate_core::audit::hash_json(&arguments);
+    let record = AuditRecord::start(&ctx, operation, arguments, hash);
+    app.audit
+        .record(record.finish(Outcome::Ok, None, Duration::ZERO))
+        .await
+        .map_err(|err| {
+            tracing::error!(operation, error = %err.message, "an administrative change is made but could not be audited");
+            crate::error::audit_failure(err)
+        })
+}
