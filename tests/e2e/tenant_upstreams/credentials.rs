@@ -177,6 +177,32 @@ async fn each_principal_calls_an_upstream_with_its_own_credential() {
     assert_eq!(status, 204);
     let (status, _) = call(0, "again").await;
     assert_eq!(status, 502);
+    // Each change is in the audit log, whose it was, and no credential is.
+    let (status, _, changes) = gw.get("/v1/audit?adapter=admin&limit=100").await;
+    assert_eq!(status, 200, "{changes}");
+    for (_, key) in &keys {
+        assert!(
+            !changes.to_string().contains(key.as_str()),
+            "a credential in {changes}"
+        );
+    }
+    let operations: Vec<&str> = changes["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter_map(|e| e["tool"].as_str())
+        .filter(|op| op.starts_with("upstreams.") || op.starts_with("credentials."))
+        .collect();
+    assert_eq!(
+        operations,
+        [
+            "credentials.delete",
+            "credentials.put",
+            "credentials.put",
+            "upstreams.create"
+        ],
+        "newest first: {changes}"
+    );
     gw.stop().await;
     upstream.stop().await;
 }
