@@ -121,4 +121,31 @@ impl AuthContext {
     pub fn has_scope(&self, scope: &str) -> bool {
         self.scopes.iter().any(|s| s == scope)
     }
+
+    /// Whom an audit row in `tenant`'s chain names for something `by` did (`None`: the
+    /// gateway itself), when that need not be `by`'s own tenant: an operator's change to a
+    /// tenant, or to every tenant. It grants nothing.
+    pub fn recording_in(
+        tenant: TenantId,
+        by: Option<&std::sync::Arc<AuthContext>>,
+    ) -> std::sync::Arc<AuthContext> {
+        match by {
+            Some(by) if by.tenant == tenant => by.clone(),
+            by => std::sync::Arc::new(AuthContext {
+                tenant,
+                tenant_name: String::new(),
+                principal: by.map_or_else(
+                    || Principal {
+                        id: PrincipalId(uuid::Uuid::nil()),
+                        kind: PrincipalKind::ServiceAccount,
+                        name: "toolgate".into(),
+                    },
+                    |by| by.principal.clone(),
+                ),
+                roles: Vec::new(),
+                scopes: Vec::new(),
+                key: None,
+            }),
+        }
+    }
 }

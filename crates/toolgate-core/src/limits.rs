@@ -144,6 +144,11 @@ pub enum Limit {
     Concurrency,
     InFlight,
     AuditBacklog,
+    /// An SSE stream, MCP session stream or long wait past its principal's or tenant's
+    /// cap (outside the executor: the gateway's streams).
+    Streams,
+    /// An agent run's start past the tenant's runs on the instance.
+    TenantRuns,
 }
 
 impl Limit {
@@ -155,6 +160,8 @@ impl Limit {
             Limit::Concurrency => "tenant_concurrency",
             Limit::InFlight => "instance_in_flight",
             Limit::AuditBacklog => "audit_backlog",
+            Limit::Streams => "streams",
+            Limit::TenantRuns => "tenant_runs",
         }
     }
 }

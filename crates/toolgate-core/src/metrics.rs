@@ -158,10 +158,10 @@ impl Metrics {
         self.tool_calls.add(1, &attrs);
     }
 
-    /// A call refused by `limit` (see [`crate::limits::Limit::as_str`]).
-    pub fn rejected(&self, tenant: TenantId, limit: &'static str, adapter: Adapter) {
+    /// A call (or stream, or run start) refused by `limit`.
+    pub fn rejected(&self, tenant: TenantId, limit: crate::limits::Limit, adapter: Adapter) {
         let mut attrs = vec![
-            KeyValue::new("toolgate.limit", limit),
+            KeyValue::new("toolgate.limit", limit.as_str()),
             KeyValue::new("toolgate.adapter", adapter.as_str()),
         ];
         self.tenant(&mut attrs, tenant);

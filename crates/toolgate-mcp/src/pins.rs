@@ -21,7 +21,7 @@ use toolgate_core::audit::{AuditRecord, AuditSink};
 use toolgate_core::stores::{Change, Changes, PinRecord, PinStore};
 use toolgate_core::{
     Adapter, Approvals, AuthContext, CallContext, DefinitionEvent, ErrorKind, Event, Executor,
-    Outcome, Owner, Principal, PrincipalId, PrincipalKind, TenantId,
+    Outcome, Owner, TenantId,
 };
 use uuid::Uuid;
 
@@ -132,7 +132,7 @@ impl<S: PinStore> Pins<S> {
         // Handed to the writer together, so one commit takes every tenant's row (one
         // after another, an operator upstream's change would wait a commit per tenant).
         let recorded = chains.into_iter().map(|chain| {
-            let ctx = CallContext::new(recorder(chain, by), Adapter::Definition);
+            let ctx = CallContext::new(AuthContext::recording_in(chain, by), Adapter::Definition);
             // A definition's change holds no secret: its plain hash names it.
             let hash = toolgate_core::audit::hash_json(&arguments);
             let record = AuditRecord::start(&ctx, &pin.exported, arguments.clone(), hash);
@@ -208,30 +208,6 @@ impl<S: PinStore> Pins<S> {
                 }
             }
         }
-    }
-}
-
-/// Who a definition row in `tenant`'s chain is by: the person who approved (the
-/// operator, for an operator upstream, named in every tenant's chain by their principal
-/// and granted nothing there), else the gateway itself, of its own accord.
-fn recorder(tenant: TenantId, by: Option<&Arc<AuthContext>>) -> Arc<AuthContext> {
-    match by {
-        Some(by) if by.tenant == tenant => by.clone(),
-        by => Arc::new(AuthContext {
-            tenant,
-            tenant_name: String::new(),
-            principal: by.map_or_else(
-                || Principal {
-                    id: PrincipalId(Uuid::nil()),
-                    kind: PrincipalKind::ServiceAccount,
-                    name: "toolgate".into(),
-                },
-                |by| by.principal.clone(),
-            ),
-            roles: Vec::new(),
-            scopes: Vec::new(),
-            key: None,
-        }),
     }
 }
 

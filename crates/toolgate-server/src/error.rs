@@ -338,11 +338,16 @@ pub fn store_unavailable(err: &toolgate_store::StoreError) -> ToolError {
         toolgate_store::StoreError::Busy(busy) => format!("{busy}; try again shortly"),
         _ => "the store cannot take this request right now; try again shortly".into(),
     };
+    unavailable(message, err.to_string())
+}
+
+/// 503 with `Retry-After`: `message` shown, `cause` logged.
+fn unavailable(message: String, cause: String) -> ToolError {
     let mut unavailable = ToolError::new(ErrorKind::Unavailable, message).with_retry_after(
         std::time::Duration::from_secs(toolgate_core::executor::RETRY_AFTER_SECS),
         false,
     );
-    unavailable.cause = Some(err.to_string());
+    unavailable.cause = Some(cause);
     unavailable
 }
 
@@ -360,16 +365,10 @@ pub fn store_failure(err: toolgate_store::StoreError) -> ToolError {
 /// store is out of reach for now, else internal.
 pub fn audit_failure(err: toolgate_core::audit::AuditError) -> ApiError {
     if err.transient {
-        let mut unavailable = ToolError::new(
-            ErrorKind::Unavailable,
-            "the audit log cannot take this record right now; try again shortly",
-        )
-        .with_retry_after(
-            std::time::Duration::from_secs(toolgate_core::executor::RETRY_AFTER_SECS),
-            false,
-        );
-        unavailable.cause = Some(err.message);
-        ApiError::Tool(unavailable)
+        ApiError::Tool(unavailable(
+            "the audit log cannot take this record right now; try again shortly".into(),
+            err.message,
+        ))
     } else {
         ApiError::Internal(anyhow::anyhow!(err.message))
     }

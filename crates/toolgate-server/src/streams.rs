@@ -126,7 +126,8 @@ impl Streams {
             None
         };
         if let Some(message) = refused {
-            self.metrics.rejected(tenant, "streams", adapter);
+            self.metrics
+                .rejected(tenant, toolgate_core::limits::Limit::Streams, adapter);
             return Err(ToolError::new(ErrorKind::RateLimited, message)
                 .with_retry_after(std::time::Duration::from_secs(RETRY_AFTER_SECS), false)
                 .with_suggestion("close a stream you no longer follow, then try again"));

@@ -257,6 +257,13 @@ pub struct Quotas {
     pub keys: usize,
 }
 
+impl Quotas {
+    /// `quota` as the statements bind it.
+    pub(crate) fn bound(quota: usize) -> i64 {
+        i64::try_from(quota).unwrap_or(i64::MAX)
+    }
+}
+
 impl Default for Quotas {
     fn default() -> Self {
         Self {

@@ -208,7 +208,7 @@ macro_rules! tenancy_store {
                      where (select count(*) from principal where tenant_id = $2{u}) < $8",
                     u = $u
                 ));
-                let most = self.limits.quotas.principals;
+                let most = crate::Quotas::bound(self.limits.quotas.principals);
                 let inserted = $once!(self, tenant, |conn| {
                     sqlx::query(insert)
                         .bind(principal.id.to_string())
@@ -218,7 +218,7 @@ macro_rules! tenancy_store {
                         .bind(Json(&principal.roles))
                         .bind(Json(&principal.scopes))
                         .bind(principal.created_at)
-                        .bind(i64::try_from(most).unwrap_or(i64::MAX))
+                        .bind(most)
                         .execute(conn)
                         .await
                         .map_err(|e| {
@@ -227,7 +227,7 @@ macro_rules! tenancy_store {
                 });
                 if inserted.rows_affected() == 0 {
                     return Err(crate::over_quota(
-                        i64::try_from(most).unwrap_or(i64::MAX),
+                        most,
                         "principals",
                         "tenant_principals",
                         "a new one needs the operator to raise it",
@@ -297,7 +297,7 @@ macro_rules! tenancy_store {
                      and (select count(*) from api_key where tenant_id = $2{u} and revoked_at is null) < $10",
                     u = $u
                 ));
-                let most = i64::try_from(self.limits.quotas.keys).unwrap_or(i64::MAX);
+                let most = crate::Quotas::bound(self.limits.quotas.keys);
                 let inserted = $once!(self, tenant, |conn| {
                     sqlx::query(insert)
                         .bind(key.id.to_string())

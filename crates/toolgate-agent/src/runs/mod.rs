@@ -404,17 +404,8 @@ impl<S: Store> Runs<S> {
         let requested = self.store.request_run_cancel(tenant, run).await?;
         if requested {
             // Nobody waits for what the run held any more: its approvals leave the inbox.
-            for approval in self
-                .store
-                .expire_run_approvals(tenant, run, "the run that asked for it was cancelled")
-                .await?
-            {
-                self.executor.events().emit(&Event::ApprovalExpired {
-                    tenant,
-                    approval,
-                    run: Some(run),
-                });
-            }
+            self.expire_approvals_of(tenant, run, "the run that asked for it was cancelled")
+                .await?;
         }
         let here = requested
             && match self.lock_active().get(&run) {
@@ -564,19 +555,18 @@ impl<S: Store> Runs<S> {
         if self.standing.get().is_none() {
             return;
         }
-        let owners: Vec<(RunId, Arc<AuthContext>)> = self
+        let owners: Vec<(RunId, Uuid, Arc<AuthContext>)> = self
             .lock_active()
             .iter()
-            .filter(|(_, a)| a.auth.key.is_some())
-            .map(|(run, a)| (*run, a.auth.clone()))
+            .filter_map(|(run, a)| Some((*run, a.auth.key?, a.auth.clone())))
             .collect();
-        let mut verdicts: HashMap<Option<Uuid>, Option<String>> = HashMap::new();
-        for (run, auth) in owners {
-            let lapsed = match verdicts.get(&auth.key) {
+        let mut verdicts: HashMap<Uuid, Option<String>> = HashMap::new();
+        for (run, key, auth) in owners {
+            let lapsed = match verdicts.get(&key) {
                 Some(verdict) => verdict.clone(),
                 None => {
                     let verdict = self.lapsed(&auth).await;
-                    verdicts.insert(auth.key, verdict.clone());
+                    verdicts.insert(key, verdict.clone());
                     verdict
                 }
             };
@@ -590,23 +580,55 @@ impl<S: Store> Runs<S> {
     /// it waits for expire, and it ends cancelled, saying why.
     async fn stop_lapsed(self: &Arc<Self>, tenant: TenantId, run: RunId, reason: String) {
         tracing::info!(run_id = %run, reason = %reason, "cancelling an agent run whose credential no longer stands");
-        match self.store.expire_run_approvals(tenant, run, &reason).await {
-            Ok(expired) => {
-                for approval in expired {
-                    self.executor.events().emit(&Event::ApprovalExpired {
-                        tenant,
-                        approval,
-                        run: Some(run),
-                    });
-                }
-            }
-            Err(err) => {
-                tracing::warn!(run_id = %run, error = %err, "could not expire the approvals of a run being cancelled")
-            }
+        if let Err(err) = self.expire_approvals_of(tenant, run, &reason).await {
+            tracing::warn!(run_id = %run, error = %err, "could not expire the approvals of a run being cancelled");
         }
         if let Some(active) = self.lock_active().get(&run) {
             active.stop.because(reason);
         }
+    }
+
+    /// A journal entry (`kind`, its stored `payload`) of `tenant`'s as shown to people:
+    /// the tool calls' secret arguments masked as the audit masks them. The journal keeps
+    /// them whole, for a run resumed after an approval makes its call again with them.
+    pub fn mask_secrets(&self, tenant: TenantId, kind: &str, payload: &mut Value) {
+        let mask = |call: &mut Value, name: &str| {
+            let tool = call.get(name).and_then(Value::as_str).map(str::to_owned);
+            if let (Some(tool), Some(args)) = (tool, call.get_mut("arguments")) {
+                *args = self
+                    .executor
+                    .masked(self.registry.get(tenant, &tool).as_deref(), args);
+            }
+        };
+        match kind {
+            "tool_call_started" => mask(payload, "tool"),
+            "model_message" => {
+                let calls = payload
+                    .pointer_mut("/message/tool_calls")
+                    .and_then(Value::as_array_mut);
+                for call in calls.into_iter().flatten() {
+                    mask(call, "name");
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Expires what `run` waits for or has yet to use, with `reason`, and says so.
+    async fn expire_approvals_of(
+        &self,
+        tenant: TenantId,
+        run: RunId,
+        reason: &str,
+    ) -> Result<(), Error<S>> {
+        for approval in self.store.expire_run_approvals(tenant, run, reason).await? {
+            self.executor.events().emit(&Event::ApprovalExpired {
+                tenant,
+                approval,
+                run: Some(run),
+            });
+        }
+        Ok(())
     }
 
     /// Marks approvals past their time expired (= denied); runs waiting on them are

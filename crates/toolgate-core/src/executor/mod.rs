@@ -258,7 +258,7 @@ impl Executor {
             .admit(&ctx.auth, name, limits, self.audit.backlog())
             .inspect_err(|refusal| {
                 self.metrics
-                    .rejected(ctx.auth.tenant, refusal.limit.as_str(), ctx.adapter);
+                    .rejected(ctx.auth.tenant, refusal.limit, ctx.adapter);
             })
     }
 

@@ -329,7 +329,7 @@ async fn start_run(
             StartError::Busy(message) => {
                 app.executor.metrics().rejected(
                     tenant,
-                    "tenant_runs",
+                    toolgate_core::limits::Limit::TenantRuns,
                     toolgate_core::Adapter::Rest,
                 );
                 ApiError::Tool(

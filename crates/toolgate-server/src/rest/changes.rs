@@ -39,14 +39,7 @@ pub async fn record_for(
     operation: &str,
     arguments: Value,
 ) -> Result<(), ApiError> {
-    let by = std::sync::Arc::new(toolgate_core::AuthContext {
-        tenant,
-        tenant_name: String::new(),
-        principal: caller.auth.principal.clone(),
-        roles: Vec::new(),
-        scopes: Vec::new(),
-        key: caller.auth.key,
-    });
+    let by = toolgate_core::AuthContext::recording_in(tenant, Some(&caller.auth));
     record_in(app, by, request_id, operation, arguments).await
 }
 

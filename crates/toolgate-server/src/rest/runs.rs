@@ -124,29 +124,7 @@ fn summary(r: RunRecord, steps: Option<Vec<Value>>) -> RunView {
 /// resumed after an approval makes its call again with them).
 fn step(app: &AppState, tenant: TenantId, e: RunEventRecord) -> Value {
     let mut v = e.payload;
-    let mask = |tool: Option<&str>, args: Option<&mut Value>| {
-        if let (Some(tool), Some(args)) = (tool, args) {
-            *args = app
-                .executor
-                .masked(app.registry.get(tenant, tool).as_deref(), args);
-        }
-    };
-    match e.kind.as_str() {
-        "tool_call_started" => {
-            let tool = v.get("tool").and_then(Value::as_str).map(str::to_owned);
-            mask(tool.as_deref(), v.get_mut("arguments"));
-        }
-        "model_message" => {
-            let calls = v
-                .pointer_mut("/message/tool_calls")
-                .and_then(Value::as_array_mut);
-            for call in calls.into_iter().flatten() {
-                let tool = call.get("name").and_then(Value::as_str).map(str::to_owned);
-                mask(tool.as_deref(), call.get_mut("arguments"));
-            }
-        }
-        _ => {}
-    }
+    app.runs.mask_secrets(tenant, &e.kind, &mut v);
     if let Value::Object(map) = &mut v {
         map.insert("seq".into(), Value::from(e.seq));
         map.insert("at".into(), Value::String(e.created_at.to_rfc3339()));

@@ -132,7 +132,7 @@ macro_rules! run_store {
                     u = $u,
                     j = $j
                 ));
-                let most = i64::try_from(self.limits.quotas.agents).unwrap_or(i64::MAX);
+                let most = crate::Quotas::bound(self.limits.quotas.agents);
                 let inserted = $once!(self, tenant, |conn| {
                     sqlx::query(insert)
                         .bind(record.id.to_string())
