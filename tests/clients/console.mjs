@@ -120,7 +120,11 @@ try {
   await adminPage.getByRole("button", { name: "Add upstream" }).click();
   await adminPage.locator('#upstreams-rows tr[data-upstream="fx"][data-state="connected"]').waitFor({ timeout: 20000 });
   await adminPage.locator('#tools-rows tr[data-tool="fx__add"]').waitFor({ timeout: 20000 });
-  seen.upstream = await adminPage.locator('#upstreams-rows tr[data-upstream="fx"]').innerText();
+  // The row is drawn from its own fetch, which may have seen the upstream connected
+  // before it listed its tools: wait for the row that names them.
+  const upstreamRow = adminPage.locator('#upstreams-rows tr[data-upstream="fx"]', { hasText: "add" });
+  await upstreamRow.waitFor({ timeout: 20000 });
+  seen.upstream = await upstreamRow.innerText();
   await adminPage.screenshot({ path: `${shots}/console-tools.png`, fullPage: true });
 
   // The upstream pulls a rug (changes `add`): withheld, shown waiting; approved in the page.
