@@ -7,13 +7,15 @@
 //! and through the audit writer's own rusqlite connection on SQLite
 //! (`sqlite/audit.rs`).
 
+use futures::TryStreamExt;
+use futures::stream::BoxStream;
 use sqlx::QueryBuilder;
 use toolgate_core::audit::AuditRecord;
 use toolgate_core::{PrincipalId, RunId, TenantId};
 
 use crate::chain::canonical_json;
 use crate::checkpoint::{Checkpoint, CheckpointRow};
-use crate::model::{AuditBase, AuditFilter, AuditRow};
+use crate::model::{AUDIT_READ_BYTES, AuditBase, AuditFilter, AuditPage, AuditRow, CallTiming};
 use crate::postgres::PostgresStore;
 use crate::sqlite::SqliteStore;
 use crate::text::{sql, uuid, without_nul};
@@ -73,6 +75,40 @@ impl AuditDbRow {
             row_hash: self.row_hash,
         })
     }
+
+    /// What the row holds that a call's size decides, with the rest counted as a
+    /// constant: what [`AUDIT_READ_BYTES`] bounds.
+    fn text_bytes(&self) -> usize {
+        self.arguments.len() + self.error.as_ref().map_or(0, String::len) + 512
+    }
+}
+
+/// `rows` (a query asking for `limit` + 1 rows) read as a page of at most `limit` rows and
+/// about [`AUDIT_READ_BYTES`] of text: rows are read one at a time and the read stops at
+/// the row that reaches either; the row after it, if there is one, only says there is more.
+async fn page(
+    mut rows: BoxStream<'_, Result<AuditDbRow, sqlx::Error>>,
+    limit: i64,
+) -> Result<AuditPage, StoreError> {
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let (mut read, mut bytes) = (Vec::new(), 0);
+    let mut more = false;
+    while let Some(row) = rows.try_next().await? {
+        if read.len() >= limit || bytes >= AUDIT_READ_BYTES {
+            more = true;
+            break;
+        }
+        bytes += row.text_bytes();
+        read.push(row);
+    }
+    drop(rows);
+    Ok(AuditPage {
+        rows: read
+            .into_iter()
+            .map(AuditDbRow::into_model)
+            .collect::<Result<_, _>>()?,
+        more,
+    })
 }
 
 /// A `call_intent` row as [`intent_columns`] reads it.
@@ -183,12 +219,15 @@ macro_rules! audit_reads {
                 rows.into_iter().map(IntentRow::into_record).collect()
             }
 
+            /// A page of `tenant`'s rows matching `filter`, newest first (oldest first
+            /// after `after_seq`), at most `limit` of them and about
+            /// [`AUDIT_READ_BYTES`] of text.
             pub async fn list_audit(
                 &self,
                 tenant: TenantId,
                 filter: &AuditFilter,
                 limit: i64,
-            ) -> Result<Vec<AuditRow>, StoreError> {
+            ) -> Result<AuditPage, StoreError> {
                 let mut q = QueryBuilder::<$db>::new(format!(
                     "select {columns} from audit_log where tenant_id = ",
                     columns = audit_columns($t)
@@ -231,34 +270,64 @@ macro_rules! audit_reads {
                         .push(" order by seq asc limit "),
                     None => q.push(" order by seq desc limit "),
                 };
-                q.push_bind(limit);
-                let rows: Vec<AuditDbRow> =
-                    $once!(self, tenant, |conn| q.build_query_as().fetch_all(conn).await?);
-                rows.into_iter().map(AuditDbRow::into_model).collect()
+                q.push_bind(limit.saturating_add(1));
+                Ok($once!(self, tenant, |conn| page(q.build_query_as().fetch(conn), limit).await?))
             }
 
-            /// The first `limit` rows of a tenant's chain after row `after`, in order, for
-            /// verification.
+            /// When each of `tenant`'s newest calls started since `since` finished, whether
+            /// it went well and how long it took: at most `limit`, newest first, for
+            /// summaries (a few bytes a call, whatever its arguments).
+            pub async fn audit_timings(
+                &self,
+                tenant: TenantId,
+                since: chrono::DateTime<chrono::Utc>,
+                limit: i64,
+            ) -> Result<Vec<CallTiming>, StoreError> {
+                let select = sql(format!(
+                    "select finished_at, outcome, duration_us from audit_log \
+                     where tenant_id = $1{u} and started_at >= $2 order by seq desc limit $3",
+                    u = $u
+                ));
+                let rows: Vec<(chrono::DateTime<chrono::Utc>, String, i64)> =
+                    $once!(self, tenant, |conn| {
+                        sqlx::query_as(select)
+                            .bind(tenant.to_string())
+                            .bind(since)
+                            .bind(limit)
+                            .fetch_all(conn)
+                            .await?
+                    });
+                Ok(rows
+                    .into_iter()
+                    .map(|(finished_at, outcome, duration_us)| CallTiming {
+                        finished_at,
+                        ok: outcome == "ok",
+                        duration_us,
+                    })
+                    .collect())
+            }
+
+            /// The next rows of a tenant's chain after row `after`, in order, for
+            /// verification: at most `limit` and about [`AUDIT_READ_BYTES`] of text.
             pub async fn audit_chain(
                 &self,
                 tenant: TenantId,
                 after: i64,
                 limit: i64,
-            ) -> Result<Vec<AuditRow>, StoreError> {
+            ) -> Result<AuditPage, StoreError> {
                 let select = sql(format!(
                     "select {columns} from audit_log where tenant_id = $1{u} and seq > $2 order by seq limit $3",
                     columns = audit_columns($t),
                     u = $u
                 ));
-                let rows: Vec<AuditDbRow> = $once!(self, tenant, |conn| {
-                    sqlx::query_as(select)
+                Ok($once!(self, tenant, |conn| {
+                    let rows = sqlx::query_as(select)
                         .bind(tenant.to_string())
                         .bind(after)
-                        .bind(limit)
-                        .fetch_all(conn)
-                        .await?
-                });
-                rows.into_iter().map(AuditDbRow::into_model).collect()
+                        .bind(limit.saturating_add(1))
+                        .fetch(conn);
+                    page(rows, limit).await?
+                }))
             }
 
             /// A tenant's base: the newest checkpoint its rows were pruned through.

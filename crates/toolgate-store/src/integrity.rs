@@ -15,8 +15,16 @@ impl Store {
     /// A tenant's kept chain in order: every row after its base (all of them when
     /// nothing was pruned).
     pub async fn audit_chain(&self, tenant: TenantId) -> Result<Vec<AuditRow>, StoreError> {
-        let after = self.audit_base(tenant).await?.map_or(0, |b| b.seq);
-        dispatch!(self, s => s.audit_chain(tenant, after, i64::MAX).await)
+        let mut after = self.audit_base(tenant).await?.map_or(0, |b| b.seq);
+        let mut chain = Vec::new();
+        loop {
+            let page = dispatch!(self, s => s.audit_chain(tenant, after, i64::MAX).await)?;
+            after = page.rows.last().map_or(after, |row| row.seq);
+            chain.extend(page.rows);
+            if !page.more {
+                return Ok(chain);
+            }
+        }
     }
 
     /// A tenant's stored chain head (its newest row's seq and hash), `None` before its
@@ -93,9 +101,9 @@ impl Store {
             .collect();
         let mut walk = chain::Walk::from(after, anchor);
         loop {
-            let rows =
+            let page =
                 dispatch!(self, s => s.audit_chain(tenant, walk.last(), VERIFY_BATCH).await)?;
-            for row in &rows {
+            for row in &page.rows {
                 if let Some(broken) = walk.step(row) {
                     return Ok(Some(broken));
                 }
@@ -103,7 +111,7 @@ impl Store {
                     *hash = Some(row.row_hash.clone());
                 }
             }
-            if rows.len() < VERIFY_BATCH as usize {
+            if !page.more {
                 break;
             }
         }

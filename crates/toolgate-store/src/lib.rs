@@ -485,13 +485,27 @@ impl Store {
         Ok(records.len())
     }
 
+    /// A page of `tenant`'s audit rows matching `filter`, newest first (oldest first after
+    /// `after_seq`): at most `limit` rows and about [`AUDIT_READ_BYTES`] of their text,
+    /// with whether more match.
     pub async fn list_audit(
         &self,
         tenant: TenantId,
         filter: &AuditFilter,
         limit: i64,
-    ) -> Result<Vec<AuditRow>, StoreError> {
+    ) -> Result<AuditPage, StoreError> {
         dispatch!(self, s => s.list_audit(tenant, filter, limit).await)
+    }
+
+    /// How `tenant`'s newest calls started since `since` went (at most `limit`, newest
+    /// first): what a summary reads, without their arguments.
+    pub async fn audit_timings(
+        &self,
+        tenant: TenantId,
+        since: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<CallTiming>, StoreError> {
+        dispatch!(self, s => s.audit_timings(tenant, since, limit).await)
     }
 
     pub async fn record_security_event(

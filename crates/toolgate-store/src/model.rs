@@ -99,6 +99,31 @@ pub struct AuditRow {
     pub row_hash: String,
 }
 
+/// The most text (arguments and error messages) one read of audit rows holds: a read
+/// stops at the row that reaches it (after at least one row) and says there is more.
+/// Rows are as long as a call's arguments (up to `http.max_body_bytes` each, kept even
+/// for refused calls): bounded by count alone, one page of 1,000 rows of 1 MB held
+/// 3 GB of the gateway's memory while it was answered.
+pub const AUDIT_READ_BYTES: usize = 4 << 20;
+
+/// Audit rows as one read returned them.
+#[derive(Clone, Debug, Default)]
+pub struct AuditPage {
+    pub rows: Vec<AuditRow>,
+    /// Whether rows past these match too (the read stopped at its limit or at
+    /// [`AUDIT_READ_BYTES`]).
+    pub more: bool,
+}
+
+/// What a summary needs of one call: when it finished, whether it went well, how long
+/// it took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallTiming {
+    pub finished_at: DateTime<Utc>,
+    pub ok: bool,
+    pub duration_us: i64,
+}
+
 /// Filters for listing audit rows; all optional, combined with AND.
 #[derive(Clone, Debug, Default)]
 pub struct AuditFilter {

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use toolgate_core::auth::scopes;
 use toolgate_core::stores::Change;
 use toolgate_core::{PrincipalId, RunId};
-use toolgate_store::{AuditFilter, AuditRow};
+use toolgate_store::{AuditFilter, AuditRow, CallTiming};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -52,7 +52,9 @@ pub struct AuditQuery {
     until: Option<DateTime<Utc>>,
     /// Opaque cursor from a previous page's `next_cursor`.
     cursor: Option<String>,
-    /// Page size, 1–1000 (default 100).
+    /// Most rows on the page, 1–1000 (default 100). A page also ends once its rows hold
+    /// about 4 MiB of arguments and errors (rows as large as a request body can be): follow
+    /// `next_cursor` until it is absent rather than counting rows.
     #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
 }
@@ -124,6 +126,7 @@ impl From<AuditRow> for AuditEntry {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AuditPage {
     pub entries: Vec<AuditEntry>,
+    /// Where the next page starts; absent on the last page.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
 }
@@ -169,14 +172,15 @@ async fn list_audit(
         before_seq,
         after_seq: None,
     };
-    let rows = app
+    // A page ends early when its rows hold much text (see `AUDIT_READ_BYTES`): the
+    // cursor goes on from there.
+    let page = app
         .store
-        .list_audit(caller.auth.tenant, &filter, limit + 1)
+        .list_audit(caller.auth.tenant, &filter, limit)
         .await?;
-    let more = rows.len() as i64 > limit;
-    let mut entries: Vec<AuditEntry> = rows.into_iter().map(Into::into).collect();
-    entries.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
-    let next_cursor = more
+    let entries: Vec<AuditEntry> = page.rows.into_iter().map(Into::into).collect();
+    let next_cursor = page
+        .more
         .then(|| entries.last().map(|e| e.seq.to_string()))
         .flatten();
     Ok(AppJson(AuditPage {
@@ -203,6 +207,7 @@ async fn newest_seq(app: &AppState, tenant: toolgate_core::TenantId) -> Result<i
         .store
         .list_audit(tenant, &AuditFilter::default(), 1)
         .await?
+        .rows
         .first()
         .map_or(0, |row| row.seq))
 }
@@ -287,15 +292,15 @@ async fn audit_events(
                 after_seq: Some(f.last),
                 ..AuditFilter::default()
             };
-            let rows = match f.app.store.list_audit(tenant, &filter, EVENTS_BATCH).await {
-                Ok(rows) => rows,
+            let page = match f.app.store.list_audit(tenant, &filter, EVENTS_BATCH).await {
+                Ok(page) => page,
                 Err(err) => {
                     tracing::warn!(error = %err, "reading the audit log for a stream failed");
-                    Vec::new()
+                    toolgate_store::AuditPage::default()
                 }
             };
-            let full = rows.len() as i64 == EVENTS_BATCH;
-            for row in rows {
+            let full = page.more;
+            for row in page.rows {
                 f.last = f.last.max(row.seq);
                 let seq = row.seq;
                 let data = serde_json::to_string(&AuditEntry::from(row)).unwrap_or_default();
@@ -467,23 +472,20 @@ async fn audit_summary(
 ) -> Result<AppJson<AuditSummary>, ApiError> {
     caller.require(scopes::AUDIT_READ)?;
     let minutes = bounded("minutes", q.minutes, 60, 1..=1440)?;
-    let filter = AuditFilter {
-        since: Some(Utc::now() - chrono::Duration::minutes(minutes)),
-        ..AuditFilter::default()
-    };
-    let rows = app
+    let since = Utc::now() - chrono::Duration::minutes(minutes);
+    let calls = app
         .store
-        .list_audit(caller.auth.tenant, &filter, SUMMARY_ROWS + 1)
+        .audit_timings(caller.auth.tenant, since, SUMMARY_ROWS + 1)
         .await?;
-    let truncated = rows.len() as i64 > SUMMARY_ROWS;
+    let truncated = calls.len() as i64 > SUMMARY_ROWS;
     Ok(AppJson(AuditSummary {
-        minutes: summarize(rows.iter().take(SUMMARY_ROWS as usize)),
+        minutes: summarize(calls.iter().take(SUMMARY_ROWS as usize)),
         truncated,
     }))
 }
 
 /// Groups rows by the minute they finished in: counts by outcome, duration percentiles.
-fn summarize<'a>(rows: impl Iterator<Item = &'a AuditRow>) -> Vec<MinuteSummary> {
+fn summarize<'a>(rows: impl Iterator<Item = &'a CallTiming>) -> Vec<MinuteSummary> {
     use chrono::{DurationRound, TimeDelta};
     let mut by_minute: std::collections::BTreeMap<DateTime<Utc>, (u64, u64, Vec<f64>)> =
         Default::default();
@@ -493,7 +495,7 @@ fn summarize<'a>(rows: impl Iterator<Item = &'a AuditRow>) -> Vec<MinuteSummary>
             .duration_trunc(TimeDelta::minutes(1))
             .unwrap_or(row.finished_at);
         let entry = by_minute.entry(minute).or_default();
-        if row.outcome == "ok" {
+        if row.ok {
             entry.0 += 1;
         } else {
             entry.1 += 1;
@@ -524,37 +526,17 @@ fn summarize<'a>(rows: impl Iterator<Item = &'a AuditRow>) -> Vec<MinuteSummary>
 mod tests {
     use super::*;
 
-    fn row(finished: &str, outcome: &str, ms: i64) -> AuditRow {
-        let finished_at: DateTime<Utc> = finished.parse().expect("time");
-        AuditRow {
-            call_id: Uuid::nil(),
-            tenant: toolgate_core::TenantId(Uuid::nil()),
-            seq: 1,
-            principal: PrincipalId(Uuid::nil()),
-            adapter: "rest".into(),
-            tool: "echo".into(),
-            arguments: "{}".into(),
-            arguments_hash: String::new(),
-            outcome: outcome.into(),
-            error: None,
+    fn row(finished: &str, outcome: &str, ms: i64) -> CallTiming {
+        CallTiming {
+            finished_at: finished.parse().expect("time"),
+            ok: outcome == "ok",
             duration_us: ms * 1000,
-            request_id: None,
-            trace_id: None,
-            run_id: None,
-            step: None,
-            client: None,
-            approval_id: None,
-            cache: None,
-            started_at: finished_at,
-            finished_at,
-            prev_hash: String::new(),
-            row_hash: String::new(),
         }
     }
 
     #[test]
     fn a_summary_counts_each_minute_by_outcome_with_nearest_rank_percentiles() {
-        let mut rows: Vec<AuditRow> = (1..=100)
+        let mut rows: Vec<CallTiming> = (1..=100)
             .map(|ms| row("2026-11-26T00:01:30Z", "ok", ms))
             .collect();
         rows.push(row("2026-11-26T00:01:59Z", "timeout", 5000));

@@ -60,6 +60,8 @@ async fn concurrent_records_become_exactly_one_row_each_in_a_verified_chain() {
             )
             .await
             .expect("list");
+        assert!(page.more, "more rows match");
+        let page = page.rows;
         assert_eq!(page.len(), 10);
         assert!(page.windows(2).all(|w| w[0].seq > w[1].seq), "newest first");
         let next = store
@@ -73,7 +75,8 @@ async fn concurrent_records_become_exactly_one_row_each_in_a_verified_chain() {
             )
             .await
             .expect("list");
-        assert_eq!(next.len(), 123);
+        assert!(!next.more, "the last page");
+        assert_eq!(next.rows.len(), 123);
         let none = store
             .list_audit(
                 b.id,
@@ -85,7 +88,10 @@ async fn concurrent_records_become_exactly_one_row_each_in_a_verified_chain() {
             )
             .await
             .expect("list");
-        assert!(none.is_empty(), "tenant B's listing never shows A's rows");
+        assert!(
+            none.rows.is_empty(),
+            "tenant B's listing never shows A's rows"
+        );
     })
     .await;
 }
@@ -142,6 +148,72 @@ async fn unfinished_side_effect_calls_are_recovered_as_interrupted() {
 }
 
 #[tokio::test]
+async fn a_read_of_large_rows_stops_at_its_byte_bound_and_the_rest_follows() {
+    // Each row keeps a call's arguments, up to the request body's bound even for a call
+    // that was refused: a page of 1,000 such rows, read whole, held 3 GB of the gateway.
+    on_both(|store| async move {
+        let (a, p) = acme_alice(&store).await;
+        let big = "x".repeat(1 << 20);
+        let rows = 9;
+        for i in 0..rows {
+            let mut r = record(a.id, p.id, &format!("tool{i}"));
+            r.arguments = serde_json::json!({ "content": big });
+            store.append_audit(&[r]).await.expect("append");
+        }
+        // Four rows of a MiB reach the 4 MiB bound: a page of 1,000 asked ends there.
+        let first = store
+            .list_audit(a.id, &AuditFilter::default(), 1000)
+            .await
+            .expect("list");
+        let held: usize = first.rows.iter().map(|r| r.arguments.len()).sum();
+        assert!(first.more, "more rows follow");
+        assert_eq!(first.rows.len(), 4, "held {held} bytes");
+        assert!(held <= toolgate_store::AUDIT_READ_BYTES + (1 << 20));
+        // The cursor goes on to the others, and the last page says it is the last.
+        let (mut seen, mut before, mut pages) = (first.rows.len(), first.rows[3].seq, 1);
+        loop {
+            let page = store
+                .list_audit(
+                    a.id,
+                    &AuditFilter {
+                        before_seq: Some(before),
+                        ..AuditFilter::default()
+                    },
+                    1000,
+                )
+                .await
+                .expect("list");
+            seen += page.rows.len();
+            pages += 1;
+            let Some(last) = page.rows.last() else { break };
+            before = last.seq;
+            if !page.more {
+                break;
+            }
+        }
+        assert_eq!((seen, pages), (rows, 3));
+        // The limit still holds below the bound, and says there is more.
+        let two = store
+            .list_audit(a.id, &AuditFilter::default(), 2)
+            .await
+            .expect("list");
+        assert_eq!((two.rows.len(), two.more), (2, true));
+        // Verification reads the chain in such pieces and walks all of it.
+        assert_eq!(store.verify_chain(a.id).await.expect("verify"), None);
+        assert_eq!(store.audit_chain(a.id).await.expect("chain").len(), rows);
+        // A summary's read holds none of the arguments.
+        let since = chrono::DateTime::<chrono::Utc>::UNIX_EPOCH;
+        let timings = store
+            .audit_timings(a.id, since, 100)
+            .await
+            .expect("timings");
+        assert_eq!(timings.len(), rows);
+        assert!(timings.iter().all(|t| t.ok && t.duration_us == 1234));
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn audit_rows_read_back_as_recorded_and_filter_by_time() {
     // On SQLite the writer's rows go through a connection of its own (rusqlite), the
     // reads through sqlx: times must be written as sqlx writes them, or filters that
@@ -175,7 +247,8 @@ async fn audit_rows_read_back_as_recorded_and_filter_by_time() {
         let rows = store
             .list_audit(a.id, &AuditFilter::default(), 10)
             .await
-            .expect("list");
+            .expect("list")
+            .rows;
         assert_eq!(rows.len(), 3);
         for (row, r) in rows.iter().rev().zip(&records) {
             assert_eq!(row.call_id, r.call_id.0);
@@ -195,7 +268,7 @@ async fn audit_rows_read_back_as_recorded_and_filter_by_time() {
             ..AuditFilter::default()
         };
         let picked = store.list_audit(a.id, &between, 10).await.expect("list");
-        let tools: Vec<&str> = picked.iter().map(|r| r.tool.as_str()).collect();
+        let tools: Vec<&str> = picked.rows.iter().map(|r| r.tool.as_str()).collect();
         assert_eq!(tools, ["tool1"]);
         assert_eq!(store.verify_chain(a.id).await.expect("verify"), None);
     })
