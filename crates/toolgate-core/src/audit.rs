@@ -78,6 +78,15 @@ impl AuditRecord {
         }
     }
 
+    /// The row of an administrative change made by `ctx`'s caller (adapter
+    /// [`Adapter::Admin`]): `operation` (`keys.revoke`, `policy.update`…) as its tool,
+    /// what the change named or set as its arguments. Those hold no secret, so their
+    /// plain hash names them.
+    pub fn admin_change(ctx: &CallContext, operation: &str, arguments: Value) -> Self {
+        let hash = hash_json(&arguments);
+        Self::start(ctx, operation, arguments, hash).finish(Outcome::Ok, None, Duration::ZERO)
+    }
+
     pub fn finish(mut self, outcome: Outcome, error: Option<String>, duration: Duration) -> Self {
         self.outcome = outcome;
         self.error = error;

@@ -1,6 +1,11 @@
 //! Admin subcommands that work on the configured store directly: `migrate`, `tenants`,
 //! `keys`, `audit verify`, `audit prune`, `upstreams reseal`, `backup`. They print what they did;
 //! secrets only when just created.
+//!
+//! A tenant made and a key made or revoked here are audited as through the API: one
+//! `admin` row in the tenant's chain (recorder `toolgate`, client `toolgate-cli`, and the
+//! operating-system user who ran it beside what changed), written once the change is
+//! made; a row that cannot be written fails the command, though the change stands.
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
@@ -120,6 +125,43 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
     Ok(store)
 }
 
+/// Records `operation` (with what it named or set, `arguments`) in `tenant`'s audit chain,
+/// as the module's doc says.
+async fn record_change(
+    store: &Store,
+    tenant: toolgate_core::TenantId,
+    operation: &str,
+    mut arguments: serde_json::Value,
+) -> anyhow::Result<()> {
+    use toolgate_core::audit::{AuditRecord, AuditSink};
+    let by = toolgate_core::AuthContext::recording_in(tenant, None);
+    let mut ctx = toolgate_core::CallContext::new(by, toolgate_core::Adapter::Admin);
+    ctx.client = Some(toolgate_core::ClientInfo {
+        name: "toolgate-cli".into(),
+        version: Some(env!("CARGO_PKG_VERSION").into()),
+    });
+    // Who ran it, as the operating system says (under sudo, who called sudo).
+    let user = ["SUDO_USER", "USER", "LOGNAME"]
+        .iter()
+        .find_map(|name| std::env::var(name).ok().filter(|u| !u.is_empty()));
+    if let (Some(user), Some(fields)) = (user, arguments.as_object_mut()) {
+        fields.insert("os_user".into(), user.into());
+    }
+    let (writer, task) =
+        toolgate_store::AuditWriter::spawn(store.clone()).context("starting the audit writer")?;
+    let recorded = writer
+        .record(AuditRecord::admin_change(&ctx, operation, arguments))
+        .await;
+    drop(writer);
+    task.join().await;
+    recorded.map_err(|err| {
+        anyhow::anyhow!(
+            "the change is made, but could not be audited: {}",
+            err.message
+        )
+    })
+}
+
 async fn tenant(store: &Store, name: &str) -> anyhow::Result<Tenant> {
     store
         .find_tenant(name)
@@ -133,6 +175,8 @@ pub async fn tenants(config: &Config, command: TenantsCommand) -> anyhow::Result
         TenantsCommand::Create { name } => {
             let t = store.create_tenant(&name).await?;
             println!("{}\t{}", t.id, t.name);
+            let change = serde_json::json!({"tenant_id": t.id.0, "name": t.name});
+            record_change(&store, t.id, "tenants.create", change).await?;
         }
         TenantsCommand::List => {
             for t in store.list_tenants().await? {
@@ -180,6 +224,9 @@ pub async fn keys(config: &Config, command: KeysCommand) -> anyhow::Result<()> {
                 .await?;
             eprintln!("created key {} (shown once):", key.id);
             println!("{secret}");
+            // The secret is the operator's alone; the row holds the key as listed.
+            let change = serde_json::to_value(crate::rest::admin::KeyInfo::from(key))?;
+            record_change(&store, t.id, "keys.create", change).await?;
         }
         KeysCommand::List { tenant: name } => {
             let t = tenant(&store, &name).await?;
@@ -208,6 +255,13 @@ pub async fn keys(config: &Config, command: KeysCommand) -> anyhow::Result<()> {
                 bail!("no key {key_id} in tenant {name:?}");
             }
             println!("revoked {key_id}");
+            record_change(
+                &store,
+                t.id,
+                "keys.revoke",
+                serde_json::json!({"id": key_id}),
+            )
+            .await?;
         }
     }
     Ok(())

@@ -8,10 +8,7 @@
 //! (503 when the store is out of reach for now) though the change stands, as a decision
 //! on an approval does.
 
-use std::time::Duration;
-
 use serde_json::Value;
-use toolgate_core::Outcome;
 use toolgate_core::audit::AuditRecord;
 use toolgate_core::{Adapter, CallContext};
 
@@ -52,11 +49,8 @@ async fn record_in(
 ) -> Result<(), ApiError> {
     let mut ctx = CallContext::new(by, Adapter::Admin);
     ctx.request_id = Some(request_id.to_owned());
-    // Nothing secret is recorded: the plain hash names the change.
-    let hash = toolgate_core::audit::hash_json(&arguments);
-    let record = AuditRecord::start(&ctx, operation, arguments, hash);
     app.audit
-        .record(record.finish(Outcome::Ok, None, Duration::ZERO))
+        .record(AuditRecord::admin_change(&ctx, operation, arguments))
         .await
         .map_err(|err| {
             tracing::error!(operation, error = %err.message, "an administrative change is made but could not be audited");
