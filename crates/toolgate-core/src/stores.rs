@@ -239,15 +239,24 @@ impl ApprovalRecord {
     /// one whose call was not made in time (it lapsed), is expired even before the sweep
     /// marks it.
     pub fn effective_status(&self, now: DateTime<Utc>) -> ApprovalStatus {
-        let waiting = match self.status {
+        self.status
+            .effective(self.used_at.is_some(), self.expires_at, now)
+    }
+}
+
+impl ApprovalStatus {
+    /// The status a reader should see at `now` of an approval stored with this one,
+    /// `used` or not, expiring at `expires_at` (see [`ApprovalRecord::effective_status`]).
+    pub fn effective(self, used: bool, expires_at: DateTime<Utc>, now: DateTime<Utc>) -> Self {
+        let waiting = match self {
             ApprovalStatus::Pending => true,
-            ApprovalStatus::Approved => self.used_at.is_none(),
+            ApprovalStatus::Approved => !used,
             ApprovalStatus::Denied | ApprovalStatus::Expired => false,
         };
-        if waiting && self.expires_at <= now {
+        if waiting && expires_at <= now {
             ApprovalStatus::Expired
         } else {
-            self.status
+            self
         }
     }
 }

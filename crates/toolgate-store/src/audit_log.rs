@@ -7,7 +7,6 @@
 //! and through the audit writer's own rusqlite connection on SQLite
 //! (`sqlite/audit.rs`).
 
-use futures::TryStreamExt;
 use futures::stream::BoxStream;
 use sqlx::QueryBuilder;
 use toolgate_core::audit::AuditRecord;
@@ -15,7 +14,7 @@ use toolgate_core::{PrincipalId, RunId, TenantId};
 
 use crate::chain::canonical_json;
 use crate::checkpoint::{Checkpoint, CheckpointRow};
-use crate::model::{AUDIT_READ_BYTES, AuditBase, AuditFilter, AuditPage, AuditRow, CallTiming};
+use crate::model::{AuditBase, AuditFilter, AuditPage, AuditRow, CallTiming};
 use crate::postgres::PostgresStore;
 use crate::sqlite::SqliteStore;
 use crate::text::{sql, uuid, without_nul};
@@ -77,31 +76,19 @@ impl AuditDbRow {
     }
 
     /// What the row holds that a call's size decides, with the rest counted as a
-    /// constant: what [`AUDIT_READ_BYTES`] bounds.
+    /// constant: what [`READ_BYTES`](crate::READ_BYTES) bounds.
     fn text_bytes(&self) -> usize {
         self.arguments.len() + self.error.as_ref().map_or(0, String::len) + 512
     }
 }
 
 /// `rows` (a query asking for `limit` + 1 rows) read as a page of at most `limit` rows and
-/// about [`AUDIT_READ_BYTES`] of text: rows are read one at a time and the read stops at
-/// the row that reaches either; the row after it, if there is one, only says there is more.
+/// about [`READ_BYTES`](crate::READ_BYTES) of text (see [`crate::read_bounded`]).
 async fn page(
-    mut rows: BoxStream<'_, Result<AuditDbRow, sqlx::Error>>,
+    rows: BoxStream<'_, Result<AuditDbRow, sqlx::Error>>,
     limit: i64,
 ) -> Result<AuditPage, StoreError> {
-    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-    let (mut read, mut bytes) = (Vec::new(), 0);
-    let mut more = false;
-    while let Some(row) = rows.try_next().await? {
-        if read.len() >= limit || bytes >= AUDIT_READ_BYTES {
-            more = true;
-            break;
-        }
-        bytes += row.text_bytes();
-        read.push(row);
-    }
-    drop(rows);
+    let (read, more) = crate::read_bounded(rows, limit, AuditDbRow::text_bytes).await?;
     Ok(AuditPage {
         rows: read
             .into_iter()
@@ -221,7 +208,7 @@ macro_rules! audit_reads {
 
             /// A page of `tenant`'s rows matching `filter`, newest first (oldest first
             /// after `after_seq`), at most `limit` of them and about
-            /// [`AUDIT_READ_BYTES`] of text.
+            /// [`READ_BYTES`](crate::READ_BYTES) of text.
             pub async fn list_audit(
                 &self,
                 tenant: TenantId,
@@ -308,7 +295,7 @@ macro_rules! audit_reads {
             }
 
             /// The next rows of a tenant's chain after row `after`, in order, for
-            /// verification: at most `limit` and about [`AUDIT_READ_BYTES`] of text.
+            /// verification: at most `limit` and about [`READ_BYTES`](crate::READ_BYTES) of text.
             pub async fn audit_chain(
                 &self,
                 tenant: TenantId,

@@ -486,7 +486,7 @@ impl Store {
     }
 
     /// A page of `tenant`'s audit rows matching `filter`, newest first (oldest first after
-    /// `after_seq`): at most `limit` rows and about [`AUDIT_READ_BYTES`] of their text,
+    /// `after_seq`): at most `limit` rows and about [`READ_BYTES`] of their text,
     /// with whether more match.
     pub async fn list_audit(
         &self,
@@ -516,6 +516,27 @@ impl Store {
     ) -> Result<(), StoreError> {
         dispatch!(self, s => s.record_security_event(source, route, reason).await)
     }
+}
+
+/// Reads `rows` (a query asking for `limit` + 1) one at a time, keeping at most `limit`
+/// and stopping at the row that brings their `size` to [`READ_BYTES`]; whether more
+/// rows came (the row after the last kept only says so).
+pub(crate) async fn read_bounded<R>(
+    mut rows: futures::stream::BoxStream<'_, Result<R, sqlx::Error>>,
+    limit: i64,
+    size: impl Fn(&R) -> usize,
+) -> Result<(Vec<R>, bool), sqlx::Error> {
+    use futures::TryStreamExt;
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let (mut read, mut bytes) = (Vec::new(), 0);
+    while let Some(row) = rows.try_next().await? {
+        if read.len() >= limit || bytes >= READ_BYTES {
+            return Ok((read, true));
+        }
+        bytes += size(&row);
+        read.push(row);
+    }
+    Ok((read, false))
 }
 
 /// The time now, to the microsecond both backends keep: what is written is what a

@@ -99,20 +99,46 @@ pub struct AuditRow {
     pub row_hash: String,
 }
 
-/// The most text (arguments and error messages) one read of audit rows holds: a read
-/// stops at the row that reaches it (after at least one row) and says there is more.
-/// Rows are as long as a call's arguments (up to `http.max_body_bytes` each, kept even
-/// for refused calls): bounded by count alone, one page of 1,000 rows of 1 MB held
-/// 3 GB of the gateway's memory while it was answered.
-pub const AUDIT_READ_BYTES: usize = 4 << 20;
+/// The most text (arguments, results, error messages) one read of audit rows or
+/// approvals holds: a read stops at the row that reaches it (after at least one row) and
+/// says there is more. Such rows are as long as a call's arguments (up to
+/// `http.max_body_bytes` each, kept even for refused calls): bounded by count alone, one
+/// page of 1,000 audit rows of 1 MB held 3 GB of the gateway's memory while it was
+/// answered.
+pub const READ_BYTES: usize = 4 << 20;
 
 /// Audit rows as one read returned them.
 #[derive(Clone, Debug, Default)]
 pub struct AuditPage {
     pub rows: Vec<AuditRow>,
     /// Whether rows past these match too (the read stopped at its limit or at
-    /// [`AUDIT_READ_BYTES`]).
+    /// [`READ_BYTES`]).
     pub more: bool,
+}
+
+/// Approvals as one read returned them, newest first.
+#[derive(Clone, Debug, Default)]
+pub struct ApprovalPage {
+    pub records: Vec<toolgate_core::stores::ApprovalRecord>,
+    /// Whether more approvals match (the read stopped at its limit or at
+    /// [`READ_BYTES`]).
+    pub more: bool,
+}
+
+/// Where one approval stands, without what it holds: what a stream compares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ApprovalState {
+    pub id: toolgate_core::ApprovalId,
+    pub status: toolgate_core::stores::ApprovalStatus,
+    pub expires_at: DateTime<Utc>,
+    pub used: bool,
+}
+
+impl ApprovalState {
+    /// The status a reader sees at `now` (as [`toolgate_core::stores::ApprovalRecord::effective_status`]).
+    pub fn effective_status(&self, now: DateTime<Utc>) -> toolgate_core::stores::ApprovalStatus {
+        self.status.effective(self.used, self.expires_at, now)
+    }
 }
 
 /// What a summary needs of one call: when it finished, whether it went well, how long

@@ -127,7 +127,12 @@ impl From<&ApprovalRecord> for ApprovalView {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ApprovalList {
+    /// Newest first.
     pub approvals: Vec<ApprovalView>,
+    /// More approvals match than these: the list stopped at `limit`, or once its
+    /// approvals held about 4 MiB of arguments and results. Decide these, or narrow the
+    /// list by `status`.
+    pub more: bool,
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -171,12 +176,13 @@ async fn list_approvals(
         }
     };
     let limit = bounded("limit", query.limit, 100, 1..=500)?;
-    let records = app
+    let page = app
         .store
         .list_approvals(caller.auth.tenant, status, limit)
         .await?;
     Ok(AppJson(ApprovalList {
-        approvals: records.iter().map(ApprovalView::from).collect(),
+        approvals: page.records.iter().map(ApprovalView::from).collect(),
+        more: page.more,
     }))
 }
 
@@ -216,10 +222,8 @@ async fn approval_events(
     let tenant = caller.auth.tenant;
     // Watching before the first read, so a change between the two is not missed.
     let changes = app.store.watch_changes().await?;
-    let known = app
-        .store
-        .list_approvals(tenant, None, EVENTS_WINDOW)
-        .await?;
+    // Their states only: an approval's arguments and result are read when it changes.
+    let known = app.store.approval_states(tenant, EVENTS_WINDOW).await?;
     let now = Utc::now();
     let seen: std::collections::HashMap<ApprovalId, ApprovalStatus> = known
         .iter()
@@ -254,27 +258,32 @@ async fn approval_events(
                 () = tokio::time::sleep(look) => {}
                 () = w.app.shutdown.cancelled() => return None,
             }
-            let records = match w
-                .app
-                .store
-                .list_approvals(tenant, None, EVENTS_WINDOW)
-                .await
-            {
-                Ok(records) => records,
+            let states = match w.app.store.approval_states(tenant, EVENTS_WINDOW).await {
+                Ok(states) => states,
                 Err(err) => {
                     tracing::warn!(error = %err, "reading approvals for a stream failed");
                     continue;
                 }
             };
             let now = Utc::now();
-            w.next_expiry = next_expiry(&records, now);
+            w.next_expiry = next_expiry(&states, now);
             // Oldest first, so events come in the order things happened.
-            for record in records.iter().rev() {
-                let status = record.effective_status(now);
-                if w.seen.get(&record.id) == Some(&status) {
+            for state in states.iter().rev() {
+                let status = state.effective_status(now);
+                if w.seen.get(&state.id) == Some(&status) {
                     continue;
                 }
-                w.seen.insert(record.id, status);
+                let record = match w.app.store.get_approval(tenant, state.id).await {
+                    Ok(Some(record)) => record,
+                    Ok(None) => continue,
+                    Err(err) => {
+                        // Not marked seen: the next look tries again.
+                        tracing::warn!(error = %err, "reading an approval for a stream failed");
+                        continue;
+                    }
+                };
+                w.seen.insert(state.id, status);
+                let record = &record;
                 let kind = match status {
                     ApprovalStatus::Pending => "approval_requested",
                     ApprovalStatus::Expired => "approval_expired",
@@ -300,12 +309,12 @@ async fn approval_events(
     ))
 }
 
-/// When the first of `records` still pending at `now` expires.
+/// When the first of `states` still pending at `now` expires.
 fn next_expiry(
-    records: &[ApprovalRecord],
+    states: &[toolgate_store::ApprovalState],
     now: chrono::DateTime<Utc>,
 ) -> Option<chrono::DateTime<Utc>> {
-    records
+    states
         .iter()
         .filter(|r| r.effective_status(now) == ApprovalStatus::Pending)
         .map(|r| r.expires_at)

@@ -172,7 +172,7 @@ async fn list_audit(
         before_seq,
         after_seq: None,
     };
-    // A page ends early when its rows hold much text (see `AUDIT_READ_BYTES`): the
+    // A page ends early when its rows hold much text (see `READ_BYTES`): the
     // cursor goes on from there.
     let page = app
         .store

@@ -10,6 +10,7 @@ use serde_json::Value;
 use toolgate_core::policy::{ApprovalRequest, Gate};
 use toolgate_core::{ApprovalId, CallId, PrincipalId, RunId, TenantId};
 
+use crate::model::{ApprovalPage, ApprovalState};
 use crate::postgres::PostgresStore;
 use crate::sqlite::SqliteStore;
 use crate::text::{json, sql, uuid};
@@ -57,6 +58,15 @@ fn named<T: serde::de::DeserializeOwned>(name: &str, what: &str) -> Result<T, St
 }
 
 impl ApprovalRow {
+    /// What the row holds that a call's size decides, the rest counted as a constant.
+    fn text_bytes(&self) -> usize {
+        self.arguments.len()
+            + self.call_arguments.as_ref().map_or(0, String::len)
+            + self.result.as_ref().map_or(0, String::len)
+            + self.auth.len()
+            + 512
+    }
+
     fn into_record(self) -> Result<ApprovalRecord, StoreError> {
         Ok(ApprovalRecord {
             id: ApprovalId(uuid(&self.approval_id)?),
@@ -158,8 +168,18 @@ impl Store {
         tenant: TenantId,
         status: Option<&str>,
         limit: i64,
-    ) -> Result<Vec<ApprovalRecord>, StoreError> {
+    ) -> Result<ApprovalPage, StoreError> {
         dispatch!(self, s => s.list_approvals(tenant, status, limit).await)
+    }
+
+    /// Where `tenant`'s newest `limit` approvals stand (newest first), without their
+    /// arguments and results: what a stream of their changes compares.
+    pub async fn approval_states(
+        &self,
+        tenant: TenantId,
+        limit: i64,
+    ) -> Result<Vec<ApprovalState>, StoreError> {
+        dispatch!(self, s => s.approval_states(tenant, limit).await)
     }
 
     /// The approval a call asked for, by the call's id.

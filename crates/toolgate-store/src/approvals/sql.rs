@@ -241,14 +241,14 @@ macro_rules! approval_store {
                 tenant: TenantId,
                 status: Option<&str>,
                 limit: i64,
-            ) -> Result<Vec<ApprovalRecord>, StoreError> {
+            ) -> Result<ApprovalPage, StoreError> {
                 let mut tx = self.tenant_read(tenant).await?;
                 let columns = Self::approval_columns();
                 let now = Utc::now();
                 // As [`ApprovalRecord::effective_status`] reads them: `pending` means still
                 // open; `expired` includes pending ones past time and unused approved ones
                 // past theirs (lapsed), which `approved` leaves out.
-                let rows: Vec<ApprovalRow> = sqlx::query_as(sql(format!(
+                let rows = sqlx::query_as::<_, ApprovalRow>(sql(format!(
                     "select {columns} from approval where tenant_id = $1{u} and ($4 = '' \
                      or ($4 = 'pending' and status = 'pending' and expires_at > $3) \
                      or ($4 = 'expired' and (status = 'expired' or ({WAITING} and expires_at <= $3))) \
@@ -258,13 +258,51 @@ macro_rules! approval_store {
                     u = $u
                 )))
                 .bind(text(tenant))
-                .bind(limit)
+                .bind(limit.saturating_add(1))
                 .bind(now)
                 .bind(status.unwrap_or_default())
+                .fetch(&mut *tx);
+                let (rows, more) = crate::read_bounded(rows, limit, ApprovalRow::text_bytes).await?;
+                tx.commit().await?;
+                Ok(ApprovalPage {
+                    records: rows
+                        .into_iter()
+                        .map(ApprovalRow::into_record)
+                        .collect::<Result<_, _>>()?,
+                    more,
+                })
+            }
+
+            /// Where `tenant`'s newest `limit` approvals stand, without what they hold.
+            pub async fn approval_states(
+                &self,
+                tenant: TenantId,
+                limit: i64,
+            ) -> Result<Vec<ApprovalState>, StoreError> {
+                let mut tx = self.tenant_read(tenant).await?;
+                let rows: Vec<(String, String, DateTime<Utc>, bool)> = sqlx::query_as(sql(format!(
+                    "select approval_id{t}, status, expires_at, used_at is not null from approval \
+                     where tenant_id = $1{u} order by created_at desc limit $2",
+                    t = $t,
+                    u = $u
+                )))
+                .bind(text(tenant))
+                .bind(limit)
                 .fetch_all(&mut *tx)
                 .await?;
                 tx.commit().await?;
-                rows.into_iter().map(ApprovalRow::into_record).collect()
+                rows.into_iter()
+                    .map(|(id, status, expires_at, used)| {
+                        Ok(ApprovalState {
+                            id: ApprovalId(uuid(&id)?),
+                            status: ApprovalStatus::parse(&status).ok_or_else(|| {
+                                StoreError::Corrupt(format!("approval status {status:?}"))
+                            })?,
+                            expires_at,
+                            used,
+                        })
+                    })
+                    .collect()
             }
 
             pub async fn get_approval(

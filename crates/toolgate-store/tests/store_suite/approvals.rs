@@ -46,7 +46,8 @@ async fn approvals_are_used_once_decided_once_expire_and_stay_in_their_tenant() 
         let pending = store
             .list_approvals(a.id, Some("pending"), 10)
             .await
-            .expect("list");
+            .expect("list")
+            .records;
         assert_eq!(pending.len(), 1);
         assert_eq!(pending[0].arguments["token"], "***");
         assert_eq!(
@@ -67,6 +68,7 @@ async fn approvals_are_used_once_decided_once_expire_and_stay_in_their_tenant() 
                 .list_approvals(b.id, None, 10)
                 .await
                 .expect("list")
+                .records
                 .is_empty()
         );
         let approve = Decision {
@@ -479,6 +481,7 @@ async fn an_approval_whose_call_is_not_made_in_time_lapses() {
                     .list_approvals(a.id, Some(status), 10)
                     .await
                     .expect("list")
+                    .records
                     .into_iter()
                     .map(|r| r.id)
                     .collect::<Vec<_>>()
@@ -650,4 +653,39 @@ async fn stored(
         .await
         .expect("get")
         .expect("found")
+}
+
+/// A list of approvals stops at about 4 MiB of what they hold (the call's masked and
+/// given arguments, its result), saying there is more; their states alone list them all.
+/// (Before: 500 approvals of 1 MB calls were read whole, twice over with their given
+/// arguments, by every list and by every approvals stream's look.)
+#[tokio::test]
+async fn a_list_of_large_approvals_is_bounded_in_bytes_and_their_states_are_not() {
+    on_both(|store| async move {
+        let (a, p) = acme_alice(&store).await;
+        let big = "x".repeat(512 * 1024);
+        let made = 6;
+        for _ in 0..made {
+            let mut request = approval_request(a.id, p.id, Duration::from_secs(60));
+            request.arguments = json!({ "content": big });
+            request.call_arguments = json!({ "content": big });
+            pending(&store, &request).await;
+        }
+        // Each holds 1 MiB (masked and given arguments): four reach the bound.
+        let page = store.list_approvals(a.id, None, 500).await.expect("list");
+        assert_eq!((page.records.len(), page.more), (4, true));
+        let small = store.list_approvals(a.id, None, 3).await.expect("list");
+        assert_eq!((small.records.len(), small.more), (3, true));
+        let states = store.approval_states(a.id, 200).await.expect("states");
+        assert_eq!(states.len(), made);
+        let now = chrono::Utc::now();
+        assert!(states.iter().all(|s| s.effective_status(now)
+            == toolgate_store::approvals::ApprovalStatus::Pending
+            && !s.used));
+        // Newest first, as the list.
+        let listed: Vec<_> = page.records.iter().map(|r| r.id).collect();
+        let stated: Vec<_> = states.iter().take(4).map(|s| s.id).collect();
+        assert_eq!(listed, stated);
+    })
+    .await;
 }

@@ -168,7 +168,7 @@ async fn a_read_of_large_rows_stops_at_its_byte_bound_and_the_rest_follows() {
         let held: usize = first.rows.iter().map(|r| r.arguments.len()).sum();
         assert!(first.more, "more rows follow");
         assert_eq!(first.rows.len(), 4, "held {held} bytes");
-        assert!(held <= toolgate_store::AUDIT_READ_BYTES + (1 << 20));
+        assert!(held <= toolgate_store::READ_BYTES + (1 << 20));
         // The cursor goes on to the others, and the last page says it is the last.
         let (mut seen, mut before, mut pages) = (first.rows.len(), first.rows[3].seq, 1);
         loop {
