@@ -99,8 +99,8 @@ pub struct AuditRow {
     pub row_hash: String,
 }
 
-/// The most text (arguments, results, error messages) one read of audit rows or
-/// approvals holds: a read stops at the row that reaches it (after at least one row) and
+/// The most text (arguments, results, inputs, error messages) one read of audit rows,
+/// approvals or runs holds: a read stops at the row that reaches it (after at least one row) and
 /// says there is more. Such rows are as long as a call's arguments (up to
 /// `http.max_body_bytes` each, kept even for refused calls): bounded by count alone, one
 /// page of 1,000 audit rows of 1 MB held 3 GB of the gateway's memory while it was
@@ -122,6 +122,14 @@ pub struct ApprovalPage {
     pub records: Vec<toolgate_core::stores::ApprovalRecord>,
     /// Whether more approvals match (the read stopped at its limit or at
     /// [`READ_BYTES`]).
+    pub more: bool,
+}
+
+/// Runs as one read returned them, newest first.
+#[derive(Clone, Debug, Default)]
+pub struct RunPage {
+    pub runs: Vec<RunRecord>,
+    /// Whether more runs are there (the read stopped at its limit or at [`READ_BYTES`]).
     pub more: bool,
 }
 

@@ -161,6 +161,9 @@ pub struct ListRunsQuery {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct RunList {
     pub runs: Vec<RunView>,
+    /// More runs are there than these: the list stopped at `limit`, or once its runs held
+    /// about 4 MiB of inputs, outputs and agent configurations.
+    pub more: bool,
 }
 
 /// List the tenant's latest runs (without their steps).
@@ -177,9 +180,10 @@ async fn list_runs(
 ) -> Result<AppJson<RunList>, ApiError> {
     caller.require(scopes::AGENTS_RUN)?;
     let limit = bounded("limit", query.limit, 50, 1..=500)?;
-    let runs = app.store.list_runs(caller.auth.tenant, limit).await?;
+    let page = app.store.list_runs(caller.auth.tenant, limit).await?;
     Ok(AppJson(RunList {
-        runs: runs.into_iter().map(|r| summary(r, None)).collect(),
+        runs: page.runs.into_iter().map(|r| summary(r, None)).collect(),
+        more: page.more,
     }))
 }
 

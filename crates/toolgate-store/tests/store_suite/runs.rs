@@ -48,7 +48,14 @@ async fn a_run_journal_is_ordered_single_writer_and_tenant_scoped() {
                 .is_empty()
         );
         assert!(!store.request_run_cancel(b.id, run).await.expect("cancel"));
-        assert!(store.list_runs(b.id, 10).await.expect("list").is_empty());
+        assert!(
+            store
+                .list_runs(b.id, 10)
+                .await
+                .expect("list")
+                .runs
+                .is_empty()
+        );
 
         // Its lease expired: another instance takes it over, and sees a cancel request.
         let claimed = store
@@ -127,7 +134,30 @@ async fn a_run_journal_is_ordered_single_writer_and_tenant_scoped() {
         );
         assert!(got.finished_at.is_some());
         assert!(!store.request_run_cancel(a.id, run).await.expect("cancel"));
-        assert_eq!(store.list_runs(a.id, 10).await.expect("list").len(), 1);
+        assert_eq!(store.list_runs(a.id, 10).await.expect("list").runs.len(), 1);
+    })
+    .await;
+}
+
+/// A list of runs stops at about 4 MiB of what they hold (inputs of up to a request body
+/// each, outputs, agent configurations), saying there is more. (Before: up to 500 runs
+/// were read whole.)
+#[tokio::test]
+async fn a_list_of_large_runs_is_bounded_in_bytes() {
+    on_both(|store| async move {
+        let a = store.create_tenant("runs-big").await.expect("tenant");
+        let big = "x".repeat(1 << 20);
+        for _ in 0..6 {
+            let mut new = new_run(a.id, toolgate_core::RunId::new(), chrono::Utc::now());
+            new.input = big.clone();
+            store.create_run(a.id, &new).await.expect("run");
+        }
+        let page = store.list_runs(a.id, 500).await.expect("list");
+        assert_eq!((page.runs.len(), page.more), (4, true));
+        let small = store.list_runs(a.id, 2).await.expect("list");
+        assert_eq!((small.runs.len(), small.more), (2, true));
+        let all = store.list_runs(a.id, 6).await.expect("list");
+        assert_eq!(all.runs.len(), 4, "the bound holds below the limit too");
     })
     .await;
 }
