@@ -210,6 +210,18 @@ async fn a_tenants_upstream_is_seen_and_called_by_that_tenant_only() {
     );
     assert!(!db.contains(&secret) && !db.contains("alpha-header-secret"));
 
+    // A replaces its credentials (a changed definition), then deletes the upstream.
+    let (status, body) = send(
+        &a,
+        reqwest::Method::PUT,
+        gw.url("/v1/upstreams/peer"),
+        Some(
+            json!({"name": "peer", "url": upstream.url("/mcp"), "bearer": "rotated-bearer-secret",
+                    "headers": {"x-team": "beta-header-secret"}}),
+        ),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
     // Deleting it removes its tools from A at once.
     let (status, body) = send(
         &a,
@@ -219,6 +231,69 @@ async fn a_tenants_upstream_is_seen_and_called_by_that_tenant_only() {
     )
     .await;
     assert_eq!(status, 204, "{body}");
+    // Each change is an admin row in its tenant's log, naming the upstream and which
+    // credentials it has, never their values; B's refused attempts left none in either.
+    let admin_rows = |client: reqwest::Client| {
+        let url = gw.url("/v1/audit?adapter=admin&limit=100");
+        async move {
+            let (_, page) = send(&client, reqwest::Method::GET, url, None).await;
+            page["entries"]
+                .as_array()
+                .expect("entries")
+                .iter()
+                .filter(|e| {
+                    e["tool"]
+                        .as_str()
+                        .is_some_and(|t| t.starts_with("upstreams."))
+                })
+                .map(|e| {
+                    (
+                        e["tool"].as_str().unwrap_or_default().to_owned(),
+                        e["arguments"].clone(),
+                    )
+                })
+                .rev()
+                .collect::<Vec<_>>()
+        }
+    };
+    let a_rows = admin_rows(a.clone()).await;
+    let a_ops: Vec<&str> = a_rows.iter().map(|(op, _)| op.as_str()).collect();
+    assert_eq!(
+        a_ops,
+        ["upstreams.create", "upstreams.update", "upstreams.delete"],
+        "{a_rows:?}"
+    );
+    assert!(
+        a_rows.iter().all(|(_, args)| args["name"] == "peer"),
+        "{a_rows:?}"
+    );
+    let b_rows = admin_rows(b.clone()).await;
+    let b_ops: Vec<&str> = b_rows.iter().map(|(op, _)| op.as_str()).collect();
+    assert_eq!(b_ops, ["upstreams.create"], "{b_rows:?}");
+    let (_, a_log) = send(
+        &a,
+        reqwest::Method::GET,
+        gw.url("/v1/audit?limit=1000"),
+        None,
+    )
+    .await;
+    let (_, b_log) = send(
+        &b,
+        reqwest::Method::GET,
+        gw.url("/v1/audit?limit=1000"),
+        None,
+    )
+    .await;
+    for log in [a_log.to_string(), b_log.to_string()] {
+        for value in [
+            secret.as_str(),
+            "alpha-header-secret",
+            "rotated-bearer-secret",
+            "beta-header-secret",
+        ] {
+            assert!(!log.contains(value), "{value} is in the log");
+        }
+    }
     let a_names = names(&a, &gw).await;
     assert!(
         !a_names.iter().any(|n| n.starts_with("peer__")),
