@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::{Value, json};
+use sqlx::Connection;
 use toolgate_e2e::{Gateway, PgDb, client_with_key, read};
 
 /// Reads `call` events from an SSE response until `n` arrived (or 10 s passed).
@@ -496,4 +497,99 @@ async fn changes_made_with_the_command_line_are_audited_too() {
         (1, "tenants.create", "admin")
     );
     assert!(first.3.contains("\"os_user\":\"ops-ann\""), "{}", first.3);
+}
+
+/// One verification of a tenant's log at a time on an instance: while one reads (held
+/// here by a lock on the audit table), another by the same tenant is refused at once
+/// with 429 and `Retry-After`, and counted; another tenant's is not refused; once the
+/// first answers, the tenant may verify again. (Before: any number ran at once, each
+/// reading and hashing the whole chain, taking the instance's cores from every tenant.)
+#[tokio::test]
+async fn a_tenant_verifies_its_log_once_at_a_time() {
+    let db = PgDb::create().await;
+    let gw = Gateway::start_on(&db, |_| {}).await;
+    let (status, _, _) = gw
+        .invoke("echo", json!({"arguments": {"message": "to verify"}}))
+        .await;
+    assert_eq!(status, 200);
+    let other = client_with_key(&gw.create_tenant("globex").await);
+    let verify = |client: reqwest::Client| {
+        let url = gw.url("/v1/audit/verify");
+        async move {
+            read(
+                client
+                    .post(url)
+                    .json(&json!({}))
+                    .send()
+                    .await
+                    .expect("verify"),
+            )
+            .await
+        }
+    };
+
+    let mut locker = sqlx::PgConnection::connect(&db.url).await.expect("connect");
+    sqlx::query("begin")
+        .execute(&mut locker)
+        .await
+        .expect("begin");
+    sqlx::query("lock table audit_log in access exclusive mode")
+        .execute(&mut locker)
+        .await
+        .expect("lock");
+    // Four at once: one takes the tenant's place and waits on the lock, the others are
+    // refused at once.
+    let mut asked: Vec<_> = (0..4)
+        .map(|_| tokio::spawn(verify(gw.http.clone())))
+        .collect();
+    let theirs = tokio::spawn(verify(other.clone()));
+    for _ in 0..80 {
+        if asked.iter().filter(|a| a.is_finished()).count() == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let (done, waiting): (Vec<_>, Vec<_>) = asked.drain(..).partition(|a| a.is_finished());
+    assert_eq!((done.len(), waiting.len()), (3, 1), "one waits on the lock");
+    for refused in done {
+        let (status, _, body) = refused.await.expect("join");
+        assert_eq!(
+            (status, &body["details"]["retry_after_secs"]),
+            (429, &json!(5)),
+            "{body}"
+        );
+        assert!(
+            body["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("being verified")),
+            "{body}"
+        );
+    }
+    assert!(
+        !theirs.is_finished(),
+        "another tenant's waits on the lock, not refused"
+    );
+    sqlx::query("rollback")
+        .execute(&mut locker)
+        .await
+        .expect("unlock");
+
+    let first = waiting.into_iter().next().expect("the one waiting");
+    let (status, _, body) = first.await.expect("join");
+    assert_eq!((status, &body["verified"]), (200, &json!(true)), "{body}");
+    let (status, _, body) = theirs.await.expect("join");
+    assert_eq!(
+        (status, &body["verified"]),
+        (200, &json!(true)),
+        "another tenant's: {body}"
+    );
+    let (status, _, body) = verify(gw.http.clone()).await;
+    assert_eq!(
+        (status, &body["verified"]),
+        (200, &json!(true)),
+        "again after: {body}"
+    );
+    assert_eq!(gw.rejections("verifications").await, 3.0);
+    gw.stop().await;
+    db.drop_db().await;
 }

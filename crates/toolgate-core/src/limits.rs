@@ -149,6 +149,8 @@ pub enum Limit {
     Streams,
     /// An agent run's start past the tenant's runs on the instance.
     TenantRuns,
+    /// A verification of a tenant's audit log while another runs on the instance.
+    Verifications,
 }
 
 impl Limit {
@@ -162,6 +164,7 @@ impl Limit {
             Limit::AuditBacklog => "audit_backlog",
             Limit::Streams => "streams",
             Limit::TenantRuns => "tenant_runs",
+            Limit::Verifications => "verifications",
         }
     }
 }

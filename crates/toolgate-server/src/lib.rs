@@ -239,6 +239,7 @@ pub async fn build_with(
         audit_keys,
         mcp_sessions: Arc::default(),
         pins,
+        verifying: std::sync::Mutex::default(),
     });
     telemetry.observe(Arc::downgrade(&state.arc()));
     Ok(Gateway {

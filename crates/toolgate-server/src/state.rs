@@ -47,6 +47,8 @@ pub struct Shared {
     pub mcp_sessions: Arc<std::sync::atomic::AtomicUsize>,
     /// Pinned upstream tool definitions.
     pub pins: Arc<toolgate_mcp::pins::Pins<toolgate_store::Store>>,
+    /// Tenants whose audit log this instance is verifying now (one at a time each).
+    pub verifying: std::sync::Mutex<std::collections::HashSet<toolgate_core::TenantId>>,
 }
 
 impl AppState {

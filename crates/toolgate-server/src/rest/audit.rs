@@ -367,8 +367,9 @@ pub struct ChainProblem {
 
 /// Verify the caller's tenant's audit chain now, as `toolgate audit verify` does (needs
 /// `audit:read`). Reads the whole kept chain, a piece at a time: its time grows with the
-/// chain's length, its memory does not. For an off-host check, use the command with
-/// exported checkpoints.
+/// chain's length, its memory does not. One at a time per tenant on an instance: another
+/// asked meanwhile is refused (429, `Retry-After`). For an off-host check, use the
+/// command with exported checkpoints.
 #[utoipa::path(
     post,
     path = "/v1/audit/verify",
@@ -376,6 +377,7 @@ pub struct ChainProblem {
     responses(
         (status = 200, body = Verification, description = "The result, broken or not"),
         (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks audit:read"),
+        (status = 429, body = Problem, content_type = "application/problem+json", description = "The tenant's log is being verified on this instance already"),
         crate::error::Refusals,
     )
 )]
@@ -385,6 +387,7 @@ async fn verify_audit(
 ) -> Result<AppJson<Verification>, ApiError> {
     caller.require(scopes::AUDIT_READ)?;
     let tenant = caller.auth.tenant;
+    let _verifying = Verifying::begin(&app, tenant)?;
     let broken = app.store.verify_audit(tenant, &app.audit_keys, &[]).await?;
     let base = app.store.audit_base(tenant).await?;
     // Every row may have been pruned: the base's is then the newest.
@@ -412,6 +415,51 @@ async fn verify_audit(
         pruned_through: base.as_ref().map(|b| b.seq),
         pruned_at: base.map(|b| b.pruned_at),
     }))
+}
+
+/// How long a verification refused while another runs asks its caller to wait.
+const VERIFY_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A tenant's verification running on this instance: one at a time per tenant. Each reads
+/// and hashes the tenant's whole kept chain (seconds of a core for a long log), so
+/// concurrent ones by one tenant would only take the instance's cores from the others
+/// to compute the same answer.
+struct Verifying {
+    app: AppState,
+    tenant: toolgate_core::TenantId,
+}
+
+impl Verifying {
+    fn begin(app: &AppState, tenant: toolgate_core::TenantId) -> Result<Self, ApiError> {
+        let mut verifying = app.verifying.lock().unwrap_or_else(|p| p.into_inner());
+        if !verifying.insert(tenant) {
+            drop(verifying);
+            app.executor.metrics().rejected(
+                tenant,
+                toolgate_core::limits::Limit::Verifications,
+                toolgate_core::Adapter::Rest,
+            );
+            return Err(ApiError::Tool(
+                toolgate_core::ToolError::new(
+                    toolgate_core::ErrorKind::RateLimited,
+                    "your tenant's audit log is being verified on this instance already",
+                )
+                .with_retry_after(VERIFY_RETRY_AFTER, false)
+                .with_suggestion("ask again once that verification has answered"),
+            ));
+        }
+        Ok(Self {
+            app: app.clone(),
+            tenant,
+        })
+    }
+}
+
+impl Drop for Verifying {
+    fn drop(&mut self) {
+        let mut verifying = self.app.verifying.lock().unwrap_or_else(|p| p.into_inner());
+        verifying.remove(&self.tenant);
+    }
 }
 
 /// Rows a summary reads at most (the newest): beyond, it says so and covers less time.
