@@ -4,7 +4,7 @@
 //!
 //! A tenant made and a key made or revoked here are audited as through the API: one
 //! `admin` row in the tenant's chain (recorder `toolgate`, client `toolgate-cli`, and the
-//! operating-system user who ran it beside what changed), written once the change is
+//! operating-system user who ran it beside what changed), appended once the change is
 //! made; a row that cannot be written fails the command, though the change stands.
 
 use anyhow::{Context, bail};
@@ -133,7 +133,7 @@ async fn record_change(
     operation: &str,
     mut arguments: serde_json::Value,
 ) -> anyhow::Result<()> {
-    use toolgate_core::audit::{AuditRecord, AuditSink};
+    use toolgate_core::audit::AuditRecord;
     let by = toolgate_core::AuthContext::recording_in(tenant, None);
     let mut ctx = toolgate_core::CallContext::new(by, toolgate_core::Adapter::Admin);
     ctx.client = Some(toolgate_core::ClientInfo {
@@ -147,19 +147,12 @@ async fn record_change(
     if let (Some(user), Some(fields)) = (user, arguments.as_object_mut()) {
         fields.insert("os_user".into(), user.into());
     }
-    let (writer, task) =
-        toolgate_store::AuditWriter::spawn(store.clone()).context("starting the audit writer")?;
-    let recorded = writer
-        .record(AuditRecord::admin_change(&ctx, operation, arguments))
-        .await;
-    drop(writer);
-    task.join().await;
-    recorded.map_err(|err| {
-        anyhow::anyhow!(
-            "the change is made, but could not be audited: {}",
-            err.message
-        )
-    })
+    // One row, appended as the audit writer appends its batches (a running gateway's
+    // writer takes the chain's head from the store, so neither forks it).
+    store
+        .append_audit(&[AuditRecord::admin_change(&ctx, operation, arguments)])
+        .await
+        .context("the change is made, but could not be audited")
 }
 
 async fn tenant(store: &Store, name: &str) -> anyhow::Result<Tenant> {

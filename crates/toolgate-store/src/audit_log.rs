@@ -7,14 +7,13 @@
 //! and through the audit writer's own rusqlite connection on SQLite
 //! (`sqlite/audit.rs`).
 
-use futures::stream::BoxStream;
 use sqlx::QueryBuilder;
 use toolgate_core::audit::AuditRecord;
 use toolgate_core::{PrincipalId, RunId, TenantId};
 
 use crate::chain::canonical_json;
 use crate::checkpoint::{Checkpoint, CheckpointRow};
-use crate::model::{AuditBase, AuditFilter, AuditPage, AuditRow, CallTiming};
+use crate::model::{AuditBase, AuditFilter, AuditRow, CallTiming, Page};
 use crate::postgres::PostgresStore;
 use crate::sqlite::SqliteStore;
 use crate::text::{sql, uuid, without_nul};
@@ -75,27 +74,11 @@ impl AuditDbRow {
         })
     }
 
-    /// What the row holds that a call's size decides, with the rest counted as a
-    /// constant: what [`READ_BYTES`](crate::READ_BYTES) bounds.
+    /// The length of what a call's size decides: what
+    /// [`read_bounded`](crate::read_bounded) counts.
     fn text_bytes(&self) -> usize {
-        self.arguments.len() + self.error.as_ref().map_or(0, String::len) + 512
+        self.arguments.len() + self.error.as_ref().map_or(0, String::len)
     }
-}
-
-/// `rows` (a query asking for `limit` + 1 rows) read as a page of at most `limit` rows and
-/// about [`READ_BYTES`](crate::READ_BYTES) of text (see [`crate::read_bounded`]).
-async fn page(
-    rows: BoxStream<'_, Result<AuditDbRow, sqlx::Error>>,
-    limit: i64,
-) -> Result<AuditPage, StoreError> {
-    let (read, more) = crate::read_bounded(rows, limit, AuditDbRow::text_bytes).await?;
-    Ok(AuditPage {
-        rows: read
-            .into_iter()
-            .map(AuditDbRow::into_model)
-            .collect::<Result<_, _>>()?,
-        more,
-    })
 }
 
 /// A `call_intent` row as [`intent_columns`] reads it.
@@ -214,7 +197,7 @@ macro_rules! audit_reads {
                 tenant: TenantId,
                 filter: &AuditFilter,
                 limit: i64,
-            ) -> Result<AuditPage, StoreError> {
+            ) -> Result<Page<AuditRow>, StoreError> {
                 let mut q = QueryBuilder::<$db>::new(format!(
                     "select {columns} from audit_log where tenant_id = ",
                     columns = audit_columns($t)
@@ -258,7 +241,10 @@ macro_rules! audit_reads {
                     None => q.push(" order by seq desc limit "),
                 };
                 q.push_bind(limit.saturating_add(1));
-                Ok($once!(self, tenant, |conn| page(q.build_query_as().fetch(conn), limit).await?))
+                $once!(self, tenant, |conn| {
+                    crate::read_bounded(q.build_query_as().fetch(conn), limit, AuditDbRow::text_bytes).await?
+                })
+                .try_map(AuditDbRow::into_model)
             }
 
             /// When each of `tenant`'s newest calls started since `since` finished, whether
@@ -301,20 +287,21 @@ macro_rules! audit_reads {
                 tenant: TenantId,
                 after: i64,
                 limit: i64,
-            ) -> Result<AuditPage, StoreError> {
+            ) -> Result<Page<AuditRow>, StoreError> {
                 let select = sql(format!(
                     "select {columns} from audit_log where tenant_id = $1{u} and seq > $2 order by seq limit $3",
                     columns = audit_columns($t),
                     u = $u
                 ));
-                Ok($once!(self, tenant, |conn| {
+                $once!(self, tenant, |conn| {
                     let rows = sqlx::query_as(select)
                         .bind(tenant.to_string())
                         .bind(after)
                         .bind(limit.saturating_add(1))
                         .fetch(conn);
-                    page(rows, limit).await?
-                }))
+                    crate::read_bounded(rows, limit, AuditDbRow::text_bytes).await?
+                })
+                .try_map(AuditDbRow::into_model)
             }
 
             /// A tenant's base: the newest checkpoint its rows were pruned through.

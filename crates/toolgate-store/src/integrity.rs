@@ -19,8 +19,8 @@ impl Store {
         let mut chain = Vec::new();
         loop {
             let page = dispatch!(self, s => s.audit_chain(tenant, after, i64::MAX).await)?;
-            after = page.rows.last().map_or(after, |row| row.seq);
-            chain.extend(page.rows);
+            after = page.items.last().map_or(after, |row| row.seq);
+            chain.extend(page.items);
             if !page.more {
                 return Ok(chain);
             }
@@ -103,7 +103,7 @@ impl Store {
         loop {
             let page =
                 dispatch!(self, s => s.audit_chain(tenant, walk.last(), VERIFY_BATCH).await)?;
-            for row in &page.rows {
+            for row in &page.items {
                 if let Some(broken) = walk.step(row) {
                     return Ok(Some(broken));
                 }

@@ -493,7 +493,7 @@ impl Store {
         tenant: TenantId,
         filter: &AuditFilter,
         limit: i64,
-    ) -> Result<AuditPage, StoreError> {
+    ) -> Result<Page<AuditRow>, StoreError> {
         dispatch!(self, s => s.list_audit(tenant, filter, limit).await)
     }
 
@@ -518,25 +518,30 @@ impl Store {
     }
 }
 
-/// Reads `rows` (a query asking for `limit` + 1) one at a time, keeping at most `limit`
-/// and stopping at the row that brings their `size` to [`READ_BYTES`]; whether more
-/// rows came (the row after the last kept only says so).
+/// What [`read_bounded`] counts for a row's columns of fixed size.
+const ROW_BYTES: usize = 512;
+
+/// Reads `rows` (a query asking for `limit` + 1) one at a time into a page of at most
+/// `limit`, stopping at the row that brings their size (`text`: the length of the columns
+/// a caller decides, plus [`ROW_BYTES`]) to [`READ_BYTES`]; the row after the last kept
+/// only says there is more.
 pub(crate) async fn read_bounded<R>(
     mut rows: futures::stream::BoxStream<'_, Result<R, sqlx::Error>>,
     limit: i64,
-    size: impl Fn(&R) -> usize,
-) -> Result<(Vec<R>, bool), sqlx::Error> {
+    text: impl Fn(&R) -> usize,
+) -> Result<Page<R>, sqlx::Error> {
     use futures::TryStreamExt;
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-    let (mut read, mut bytes) = (Vec::new(), 0);
+    let (mut page, mut bytes) = (Page::default(), 0);
     while let Some(row) = rows.try_next().await? {
-        if read.len() >= limit || bytes >= READ_BYTES {
-            return Ok((read, true));
+        if page.items.len() >= limit || bytes >= READ_BYTES {
+            page.more = true;
+            break;
         }
-        bytes += size(&row);
-        read.push(row);
+        bytes += text(&row) + ROW_BYTES;
+        page.items.push(row);
     }
-    Ok((read, false))
+    Ok(page)
 }
 
 /// The time now, to the microsecond both backends keep: what is written is what a

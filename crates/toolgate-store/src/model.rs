@@ -107,30 +107,31 @@ pub struct AuditRow {
 /// answered.
 pub const READ_BYTES: usize = 4 << 20;
 
-/// Audit rows as one read returned them.
-#[derive(Clone, Debug, Default)]
-pub struct AuditPage {
-    pub rows: Vec<AuditRow>,
-    /// Whether rows past these match too (the read stopped at its limit or at
-    /// [`READ_BYTES`]).
+/// Rows as one bounded read returned them: audit rows, approvals, runs.
+#[derive(Clone, Debug)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    /// Whether more match (the read stopped at its limit or at [`READ_BYTES`]).
     pub more: bool,
 }
 
-/// Approvals as one read returned them, newest first.
-#[derive(Clone, Debug, Default)]
-pub struct ApprovalPage {
-    pub records: Vec<toolgate_core::stores::ApprovalRecord>,
-    /// Whether more approvals match (the read stopped at its limit or at
-    /// [`READ_BYTES`]).
-    pub more: bool,
+impl<T> Default for Page<T> {
+    fn default() -> Self {
+        Self {
+            items: Vec::new(),
+            more: false,
+        }
+    }
 }
 
-/// Runs as one read returned them, newest first.
-#[derive(Clone, Debug, Default)]
-pub struct RunPage {
-    pub runs: Vec<RunRecord>,
-    /// Whether more runs are there (the read stopped at its limit or at [`READ_BYTES`]).
-    pub more: bool,
+impl<T> Page<T> {
+    /// The same page with each item converted by `f`, or `f`'s first error.
+    pub fn try_map<U, E>(self, f: impl FnMut(T) -> Result<U, E>) -> Result<Page<U>, E> {
+        Ok(Page {
+            items: self.items.into_iter().map(f).collect::<Result<_, _>>()?,
+            more: self.more,
+        })
+    }
 }
 
 /// Where one approval stands, without what it holds: what a stream compares.

@@ -181,7 +181,7 @@ async fn list_approvals(
         .list_approvals(caller.auth.tenant, status, limit)
         .await?;
     Ok(AppJson(ApprovalList {
-        approvals: page.records.iter().map(ApprovalView::from).collect(),
+        approvals: page.items.iter().map(ApprovalView::from).collect(),
         more: page.more,
     }))
 }
@@ -283,13 +283,12 @@ async fn approval_events(
                     }
                 };
                 w.seen.insert(state.id, status);
-                let record = &record;
                 let kind = match status {
                     ApprovalStatus::Pending => "approval_requested",
                     ApprovalStatus::Expired => "approval_expired",
                     ApprovalStatus::Approved | ApprovalStatus::Denied => "approval_decided",
                 };
-                let data = serde_json::to_string(&ApprovalView::from(record)).unwrap_or_default();
+                let data = serde_json::to_string(&ApprovalView::from(&record)).unwrap_or_default();
                 w.queue.push_back(
                     axum::response::sse::Event::default()
                         .id(format!("{}:{status}", record.id))

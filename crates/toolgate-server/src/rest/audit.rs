@@ -178,7 +178,7 @@ async fn list_audit(
         .store
         .list_audit(caller.auth.tenant, &filter, limit)
         .await?;
-    let entries: Vec<AuditEntry> = page.rows.into_iter().map(Into::into).collect();
+    let entries: Vec<AuditEntry> = page.items.into_iter().map(Into::into).collect();
     let next_cursor = page
         .more
         .then(|| entries.last().map(|e| e.seq.to_string()))
@@ -207,7 +207,7 @@ async fn newest_seq(app: &AppState, tenant: toolgate_core::TenantId) -> Result<i
         .store
         .list_audit(tenant, &AuditFilter::default(), 1)
         .await?
-        .rows
+        .items
         .first()
         .map_or(0, |row| row.seq))
 }
@@ -296,11 +296,11 @@ async fn audit_events(
                 Ok(page) => page,
                 Err(err) => {
                     tracing::warn!(error = %err, "reading the audit log for a stream failed");
-                    toolgate_store::AuditPage::default()
+                    toolgate_store::Page::default()
                 }
             };
             let full = page.more;
-            for row in page.rows {
+            for row in page.items {
                 f.last = f.last.max(row.seq);
                 let seq = row.seq;
                 let data = serde_json::to_string(&AuditEntry::from(row)).unwrap_or_default();

@@ -182,7 +182,7 @@ async fn list_runs(
     let limit = bounded("limit", query.limit, 50, 1..=500)?;
     let page = app.store.list_runs(caller.auth.tenant, limit).await?;
     Ok(AppJson(RunList {
-        runs: page.runs.into_iter().map(|r| summary(r, None)).collect(),
+        runs: page.items.into_iter().map(|r| summary(r, None)).collect(),
         more: page.more,
     }))
 }

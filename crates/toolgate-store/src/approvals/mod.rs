@@ -10,7 +10,7 @@ use serde_json::Value;
 use toolgate_core::policy::{ApprovalRequest, Gate};
 use toolgate_core::{ApprovalId, CallId, PrincipalId, RunId, TenantId};
 
-use crate::model::{ApprovalPage, ApprovalState};
+use crate::model::{ApprovalState, Page};
 use crate::postgres::PostgresStore;
 use crate::sqlite::SqliteStore;
 use crate::text::{json, sql, uuid};
@@ -58,13 +58,13 @@ fn named<T: serde::de::DeserializeOwned>(name: &str, what: &str) -> Result<T, St
 }
 
 impl ApprovalRow {
-    /// What the row holds that a call's size decides, the rest counted as a constant.
+    /// The length of what a call's size decides: what
+    /// [`read_bounded`](crate::read_bounded) counts.
     fn text_bytes(&self) -> usize {
         self.arguments.len()
             + self.call_arguments.as_ref().map_or(0, String::len)
             + self.result.as_ref().map_or(0, String::len)
             + self.auth.len()
-            + 512
     }
 
     fn into_record(self) -> Result<ApprovalRecord, StoreError> {
@@ -168,7 +168,7 @@ impl Store {
         tenant: TenantId,
         status: Option<&str>,
         limit: i64,
-    ) -> Result<ApprovalPage, StoreError> {
+    ) -> Result<Page<ApprovalRecord>, StoreError> {
         dispatch!(self, s => s.list_approvals(tenant, status, limit).await)
     }
 

@@ -241,7 +241,7 @@ macro_rules! approval_store {
                 tenant: TenantId,
                 status: Option<&str>,
                 limit: i64,
-            ) -> Result<ApprovalPage, StoreError> {
+            ) -> Result<Page<ApprovalRecord>, StoreError> {
                 let mut tx = self.tenant_read(tenant).await?;
                 let columns = Self::approval_columns();
                 let now = Utc::now();
@@ -262,15 +262,9 @@ macro_rules! approval_store {
                 .bind(now)
                 .bind(status.unwrap_or_default())
                 .fetch(&mut *tx);
-                let (rows, more) = crate::read_bounded(rows, limit, ApprovalRow::text_bytes).await?;
+                let page = crate::read_bounded(rows, limit, ApprovalRow::text_bytes).await?;
                 tx.commit().await?;
-                Ok(ApprovalPage {
-                    records: rows
-                        .into_iter()
-                        .map(ApprovalRow::into_record)
-                        .collect::<Result<_, _>>()?,
-                    more,
-                })
+                page.try_map(ApprovalRow::into_record)
             }
 
             /// Where `tenant`'s newest `limit` approvals stand, without what they hold.

@@ -13,7 +13,7 @@ use toolgate_core::stores::RunStatus;
 use toolgate_core::{PrincipalId, RunId, TenantId};
 use uuid::Uuid;
 
-use crate::model::{AgentRecord, NewRun, RunEventRecord, RunFinish, RunPage, RunRecord};
+use crate::model::{AgentRecord, NewRun, Page, RunEventRecord, RunFinish, RunRecord};
 use crate::postgres::PostgresStore;
 use crate::sqlite::SqliteStore;
 use crate::text::{json, json_list, sql, uuid};
@@ -62,15 +62,15 @@ type RunRow = (
     Option<DateTime<Utc>>,
 );
 
-/// What a run row holds that its caller and agent decide (input, output, the agent's
-/// configuration, the caller, the error), the rest counted as a constant.
+/// The length of what a run's caller and agent decide (input, output, the agent's
+/// configuration, the caller, the error): what [`read_bounded`](crate::read_bounded)
+/// counts.
 fn run_bytes(r: &RunRow) -> usize {
     r.5.len()
         + r.6.len()
         + r.7.len()
         + r.9.as_ref().map_or(0, String::len)
         + r.11.as_ref().map_or(0, String::len)
-        + 512
 }
 
 fn run_record(r: RunRow) -> Result<RunRecord, StoreError> {
@@ -342,23 +342,20 @@ macro_rules! run_store {
                 &self,
                 tenant: TenantId,
                 limit: i64,
-            ) -> Result<RunPage, StoreError> {
+            ) -> Result<Page<RunRecord>, StoreError> {
                 let select = sql(format!(
                     "select {columns} from run where tenant_id = $1{u} order by created_at desc, run_id desc limit $2",
                     columns = run_columns($t),
                     u = $u
                 ));
-                let (rows, more) = $once!(self, tenant, |conn| {
+                $once!(self, tenant, |conn| {
                     let rows = sqlx::query_as::<_, RunRow>(select)
                         .bind(tenant.to_string())
                         .bind(limit.saturating_add(1))
                         .fetch(conn);
                     crate::read_bounded(rows, limit, run_bytes).await?
-                });
-                Ok(RunPage {
-                    runs: rows.into_iter().map(run_record).collect::<Result<_, _>>()?,
-                    more,
                 })
+                .try_map(run_record)
             }
 
             pub async fn run_events(
@@ -539,7 +536,11 @@ impl Store {
     }
 
     /// The tenant's latest runs, newest first.
-    pub async fn list_runs(&self, tenant: TenantId, limit: i64) -> Result<RunPage, StoreError> {
+    pub async fn list_runs(
+        &self,
+        tenant: TenantId,
+        limit: i64,
+    ) -> Result<Page<RunRecord>, StoreError> {
         dispatch!(self, s => s.list_runs(tenant, limit).await)
     }
 }

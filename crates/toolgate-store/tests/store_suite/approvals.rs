@@ -47,7 +47,7 @@ async fn approvals_are_used_once_decided_once_expire_and_stay_in_their_tenant() 
             .list_approvals(a.id, Some("pending"), 10)
             .await
             .expect("list")
-            .records;
+            .items;
         assert_eq!(pending.len(), 1);
         assert_eq!(pending[0].arguments["token"], "***");
         assert_eq!(
@@ -68,7 +68,7 @@ async fn approvals_are_used_once_decided_once_expire_and_stay_in_their_tenant() 
                 .list_approvals(b.id, None, 10)
                 .await
                 .expect("list")
-                .records
+                .items
                 .is_empty()
         );
         let approve = Decision {
@@ -481,7 +481,7 @@ async fn an_approval_whose_call_is_not_made_in_time_lapses() {
                     .list_approvals(a.id, Some(status), 10)
                     .await
                     .expect("list")
-                    .records
+                    .items
                     .into_iter()
                     .map(|r| r.id)
                     .collect::<Vec<_>>()
@@ -673,9 +673,9 @@ async fn a_list_of_large_approvals_is_bounded_in_bytes_and_their_states_are_not(
         }
         // Each holds 1 MiB (masked and given arguments): four reach the bound.
         let page = store.list_approvals(a.id, None, 500).await.expect("list");
-        assert_eq!((page.records.len(), page.more), (4, true));
+        assert_eq!((page.items.len(), page.more), (4, true));
         let small = store.list_approvals(a.id, None, 3).await.expect("list");
-        assert_eq!((small.records.len(), small.more), (3, true));
+        assert_eq!((small.items.len(), small.more), (3, true));
         let states = store.approval_states(a.id, 200).await.expect("states");
         assert_eq!(states.len(), made);
         let now = chrono::Utc::now();
@@ -683,7 +683,7 @@ async fn a_list_of_large_approvals_is_bounded_in_bytes_and_their_states_are_not(
             == toolgate_store::approvals::ApprovalStatus::Pending
             && !s.used));
         // Newest first, as the list.
-        let listed: Vec<_> = page.records.iter().map(|r| r.id).collect();
+        let listed: Vec<_> = page.items.iter().map(|r| r.id).collect();
         let stated: Vec<_> = states.iter().take(4).map(|s| s.id).collect();
         assert_eq!(listed, stated);
     })

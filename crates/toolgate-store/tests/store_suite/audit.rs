@@ -61,7 +61,7 @@ async fn concurrent_records_become_exactly_one_row_each_in_a_verified_chain() {
             .await
             .expect("list");
         assert!(page.more, "more rows match");
-        let page = page.rows;
+        let page = page.items;
         assert_eq!(page.len(), 10);
         assert!(page.windows(2).all(|w| w[0].seq > w[1].seq), "newest first");
         let next = store
@@ -76,7 +76,7 @@ async fn concurrent_records_become_exactly_one_row_each_in_a_verified_chain() {
             .await
             .expect("list");
         assert!(!next.more, "the last page");
-        assert_eq!(next.rows.len(), 123);
+        assert_eq!(next.items.len(), 123);
         let none = store
             .list_audit(
                 b.id,
@@ -89,7 +89,7 @@ async fn concurrent_records_become_exactly_one_row_each_in_a_verified_chain() {
             .await
             .expect("list");
         assert!(
-            none.rows.is_empty(),
+            none.items.is_empty(),
             "tenant B's listing never shows A's rows"
         );
     })
@@ -165,12 +165,12 @@ async fn a_read_of_large_rows_stops_at_its_byte_bound_and_the_rest_follows() {
             .list_audit(a.id, &AuditFilter::default(), 1000)
             .await
             .expect("list");
-        let held: usize = first.rows.iter().map(|r| r.arguments.len()).sum();
+        let held: usize = first.items.iter().map(|r| r.arguments.len()).sum();
         assert!(first.more, "more rows follow");
-        assert_eq!(first.rows.len(), 4, "held {held} bytes");
+        assert_eq!(first.items.len(), 4, "held {held} bytes");
         assert!(held <= toolgate_store::READ_BYTES + (1 << 20));
         // The cursor goes on to the others, and the last page says it is the last.
-        let (mut seen, mut before, mut pages) = (first.rows.len(), first.rows[3].seq, 1);
+        let (mut seen, mut before, mut pages) = (first.items.len(), first.items[3].seq, 1);
         loop {
             let page = store
                 .list_audit(
@@ -183,9 +183,9 @@ async fn a_read_of_large_rows_stops_at_its_byte_bound_and_the_rest_follows() {
                 )
                 .await
                 .expect("list");
-            seen += page.rows.len();
+            seen += page.items.len();
             pages += 1;
-            let Some(last) = page.rows.last() else { break };
+            let Some(last) = page.items.last() else { break };
             before = last.seq;
             if !page.more {
                 break;
@@ -197,7 +197,7 @@ async fn a_read_of_large_rows_stops_at_its_byte_bound_and_the_rest_follows() {
             .list_audit(a.id, &AuditFilter::default(), 2)
             .await
             .expect("list");
-        assert_eq!((two.rows.len(), two.more), (2, true));
+        assert_eq!((two.items.len(), two.more), (2, true));
         // Verification reads the chain in such pieces and walks all of it.
         assert_eq!(store.verify_chain(a.id).await.expect("verify"), None);
         assert_eq!(store.audit_chain(a.id).await.expect("chain").len(), rows);
@@ -248,7 +248,7 @@ async fn audit_rows_read_back_as_recorded_and_filter_by_time() {
             .list_audit(a.id, &AuditFilter::default(), 10)
             .await
             .expect("list")
-            .rows;
+            .items;
         assert_eq!(rows.len(), 3);
         for (row, r) in rows.iter().rev().zip(&records) {
             assert_eq!(row.call_id, r.call_id.0);
@@ -268,7 +268,7 @@ async fn audit_rows_read_back_as_recorded_and_filter_by_time() {
             ..AuditFilter::default()
         };
         let picked = store.list_audit(a.id, &between, 10).await.expect("list");
-        let tools: Vec<&str> = picked.rows.iter().map(|r| r.tool.as_str()).collect();
+        let tools: Vec<&str> = picked.items.iter().map(|r| r.tool.as_str()).collect();
         assert_eq!(tools, ["tool1"]);
         assert_eq!(store.verify_chain(a.id).await.expect("verify"), None);
     })

@@ -335,7 +335,7 @@ async fn a_chain_longer_than_one_read_is_verified_piece_by_piece() {
                 )
                 .await
                 .expect("row");
-            rows.rows[0].call_id
+            rows.items[0].call_id
         };
         tamper(
             &store,

@@ -272,7 +272,10 @@ async fn finished_runs_and_old_security_events_go_with_the_rest_staying() {
             .expect("still there");
         assert_eq!(kept.status, "running");
         assert_eq!(security_events(&store).await, 0);
-        assert_eq!(store.list_runs(a.id, 10).await.expect("list").runs.len(), 1);
+        assert_eq!(
+            store.list_runs(a.id, 10).await.expect("list").items.len(),
+            1
+        );
     })
     .await;
 }

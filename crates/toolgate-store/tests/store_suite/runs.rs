@@ -53,7 +53,7 @@ async fn a_run_journal_is_ordered_single_writer_and_tenant_scoped() {
                 .list_runs(b.id, 10)
                 .await
                 .expect("list")
-                .runs
+                .items
                 .is_empty()
         );
 
@@ -134,7 +134,10 @@ async fn a_run_journal_is_ordered_single_writer_and_tenant_scoped() {
         );
         assert!(got.finished_at.is_some());
         assert!(!store.request_run_cancel(a.id, run).await.expect("cancel"));
-        assert_eq!(store.list_runs(a.id, 10).await.expect("list").runs.len(), 1);
+        assert_eq!(
+            store.list_runs(a.id, 10).await.expect("list").items.len(),
+            1
+        );
     })
     .await;
 }
@@ -153,11 +156,11 @@ async fn a_list_of_large_runs_is_bounded_in_bytes() {
             store.create_run(a.id, &new).await.expect("run");
         }
         let page = store.list_runs(a.id, 500).await.expect("list");
-        assert_eq!((page.runs.len(), page.more), (4, true));
+        assert_eq!((page.items.len(), page.more), (4, true));
         let small = store.list_runs(a.id, 2).await.expect("list");
-        assert_eq!((small.runs.len(), small.more), (2, true));
+        assert_eq!((small.items.len(), small.more), (2, true));
         let all = store.list_runs(a.id, 6).await.expect("list");
-        assert_eq!(all.runs.len(), 4, "the bound holds below the limit too");
+        assert_eq!(all.items.len(), 4, "the bound holds below the limit too");
     })
     .await;
 }
