@@ -575,3 +575,94 @@ async fn a_start_waiting_for_its_run_counts_against_the_stream_caps() {
     );
     waiting.abort();
 }
+
+#[tokio::test]
+async fn a_run_of_large_steps_is_read_a_page_at_a_time() {
+    // Eight turns of three echo calls of 90,000 characters each (each call its own, or
+    // the loop would stop a repetition): the arguments in the model's message and in
+    // each call's start, the output in each call's end, about 700 kB a turn and 5.5 MB
+    // in all.
+    let mut replies: Vec<Reply> = (0..8)
+        .map(|t| {
+            let calls: Vec<(String, String)> = (0..3)
+                .map(|i| {
+                    let message = format!("{t}-{i} {}", "y".repeat(90_000));
+                    (format!("c{t}-{i}"), json!({"message": message}).to_string())
+                })
+                .collect();
+            let calls: Vec<(&str, &str, &str)> = calls
+                .iter()
+                .map(|(id, args)| (id.as_str(), "echo", args.as_str()))
+                .collect();
+            Reply::ok(says::openai_calls(&calls))
+        })
+        .collect();
+    replies.push(Reply::ok(says::openai_text("done")));
+    let mock = MockLlm::start(Wire::Openai, replies).await;
+    let gw = gateway(&mock, Wire::Openai).await;
+    let agent = create_agent(
+        &gw,
+        json!({"name": "loud", "provider": "llm", "model": "gpt-test", "tools": ["echo"], "max_turns": 20}),
+    )
+    .await;
+    let started = run(&gw, &agent, "Echo it all").await;
+    assert_eq!(started["status"], "completed", "{}", started["error"]);
+    assert!(
+        started["more_steps"] == true,
+        "the run's answer holds only its first steps"
+    );
+    let run_id = started["id"].as_str().expect("id");
+
+    // GET pages through the journal with `after`; each page stays near 4 MiB.
+    let (mut after, mut seqs, mut pages) = (0_i64, Vec::new(), 0);
+    loop {
+        let response = gw
+            .http
+            .get(gw.url(&format!("/v1/runs/{run_id}?after={after}")))
+            .send()
+            .await
+            .expect("get");
+        assert_eq!(response.status(), 200);
+        let body = response.bytes().await.expect("body");
+        assert!(body.len() < 5 << 20, "a page of {} bytes", body.len());
+        let page: Value = serde_json::from_slice(&body).expect("json");
+        let steps = page["steps"].as_array().expect("steps");
+        assert!(!steps.is_empty(), "{page}");
+        seqs.extend(steps.iter().map(|s| s["seq"].as_i64().expect("seq")));
+        after = *seqs.last().expect("seq");
+        pages += 1;
+        if page["more_steps"] == false {
+            assert_eq!(steps.last().expect("step")["type"], "run_finished");
+            break;
+        }
+        assert!(pages < 10, "the pages do not end");
+    }
+    assert!(pages >= 2, "{pages} pages");
+    assert_eq!(
+        seqs,
+        (1..=after).collect::<Vec<_>>(),
+        "every step once, in order"
+    );
+
+    // The stream sends every step after the one asked for, across its reads.
+    let from = after / 3;
+    let text = gw
+        .http
+        .get(gw.url(&format!("/v1/runs/{run_id}/events")))
+        .header("last-event-id", from.to_string())
+        .send()
+        .await
+        .expect("sse")
+        .text()
+        .await
+        .expect("body");
+    let ids: Vec<i64> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .map(|i| i.parse().expect("numeric id"))
+        .collect();
+    assert_eq!(ids, (from + 1..=after).collect::<Vec<_>>());
+
+    let (status, _, refused) = gw.get(&format!("/v1/runs/{run_id}?after=-1")).await;
+    assert_eq!(status, 400, "{refused}");
+}

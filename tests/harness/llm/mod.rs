@@ -105,6 +105,8 @@ impl MockLlm {
         });
         let app = Router::new()
             .fallback(axum::routing::post(answer))
+            // A provider takes a long conversation (axum's default stops at 2 MB).
+            .layer(axum::extract::DefaultBodyLimit::max(64 << 20))
             .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

@@ -371,7 +371,7 @@ async fn start_run(
             }
         }
     }
-    let view = run_view(&app, tenant, run).await?;
+    let view = run_view(&app, tenant, run, 0).await?;
     Ok(located(
         StatusCode::CREATED,
         &format!("/v1/runs/{run}"),

@@ -16,9 +16,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolgate_core::auth::scopes;
 use toolgate_core::stores::RunStatus;
-use toolgate_core::stores::RunStore as _;
 use toolgate_core::{RunId, TenantId, ToolError};
-use toolgate_store::{RunEventRecord, RunRecord};
+use toolgate_store::runs::STEPS_PER_READ;
+use toolgate_store::{Page, RunEventRecord, RunRecord};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -88,9 +88,13 @@ pub struct RunView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Vec<Object>>)]
     pub steps: Option<Vec<Value>>,
+    /// More steps follow these (a run's steps come about 4 MiB, or 1,000 steps, at a
+    /// time): ask again with `after` set to the last one's `seq` (omitted in listings).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub more_steps: Option<bool>,
 }
 
-fn summary(r: RunRecord, steps: Option<Vec<Value>>) -> RunView {
+fn summary(r: RunRecord, steps: Option<Page<Value>>) -> RunView {
     // A completed run of an agent with an output schema ended on an answer the loop
     // checked against it (the agent as it was when the run started).
     let structured = r.status == RunStatus::Completed
@@ -115,7 +119,8 @@ fn summary(r: RunRecord, steps: Option<Vec<Value>>) -> RunView {
         usage: r.usage,
         created_at: r.created_at,
         finished_at: r.finished_at,
-        steps,
+        more_steps: steps.as_ref().map(|p| p.more),
+        steps: steps.map(|p| p.items),
     }
 }
 
@@ -136,17 +141,32 @@ fn not_found(run: RunId) -> ApiError {
     ToolError::not_found(format!("no run {run} in your tenant")).into()
 }
 
-/// The run with all its steps.
-pub async fn run_view(app: &AppState, tenant: TenantId, run: RunId) -> Result<RunView, ApiError> {
+/// The run with its steps after step `after`, as many as one read returns.
+pub async fn run_view(
+    app: &AppState,
+    tenant: TenantId,
+    run: RunId,
+    after: i64,
+) -> Result<RunView, ApiError> {
     let record = app
         .store
         .get_run(tenant, run)
         .await?
         .ok_or_else(|| not_found(run))?;
-    let steps = app.store.run_events(tenant, run, 0).await?;
+    let steps = app
+        .store
+        .run_steps(tenant, run, after, STEPS_PER_READ)
+        .await?;
     Ok(summary(
         record,
-        Some(steps.into_iter().map(|e| step(app, tenant, e)).collect()),
+        Some(Page {
+            items: steps
+                .items
+                .into_iter()
+                .map(|e| step(app, tenant, e))
+                .collect(),
+            more: steps.more,
+        }),
     ))
 }
 
@@ -187,9 +207,18 @@ async fn list_runs(
     }))
 }
 
-/// A run: status, final output, usage and every step so far.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct GetRunQuery {
+    /// Only the steps after this one (default 0: from the first).
+    after: Option<i64>,
+}
+
+/// A run: status, final output, usage and its steps so far (about 4 MiB or 1,000 steps
+/// at a time; `more_steps` says when to ask again with `after`).
 #[utoipa::path(get, path = "/v1/runs/{id}", tag = "runs",
-    params(("id" = Uuid, Path, description = "Run id")),
+    params(("id" = Uuid, Path, description = "Run id"), GetRunQuery),
     responses(
         (status = 200, description = "The resource", body = RunView),
         (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
@@ -199,10 +228,12 @@ async fn get_run(
     State(app): State<AppState>,
     caller: Caller,
     AppPath(id): AppPath<Uuid>,
+    AppQuery(query): AppQuery<GetRunQuery>,
 ) -> Result<AppJson<RunView>, ApiError> {
     caller.require(scopes::AGENTS_RUN)?;
+    let after = bounded("after", query.after, 0, 0..=i64::MAX)?;
     Ok(AppJson(
-        run_view(&app, caller.auth.tenant, RunId(id)).await?,
+        run_view(&app, caller.auth.tenant, RunId(id), after).await?,
     ))
 }
 
@@ -313,23 +344,16 @@ fn steps_stream(
                 toolgate_core::stores::Changes::silent()
             });
             // Resumed after step `after`: the turn it was in.
-            let before = if after > 0 {
-                c.app
-                    .store
-                    .run_events(tenant, run, 0)
-                    .await
-                    .unwrap_or_default()
-            } else {
-                Vec::new()
-            };
-            c.turn = Some(
-                before
-                    .iter()
-                    .filter(|e| e.seq <= after && e.kind == "turn_started")
-                    .filter_map(|e| e.payload.get("turn")?.as_u64())
-                    .max()
-                    .map_or(0, |t| u32::try_from(t).unwrap_or(u32::MAX)),
-            );
+            let turn =
+                if after > 0 {
+                    c.app.store.run_turn_at(tenant, run, after).await.unwrap_or_else(|err| {
+                    tracing::warn!(error = %err, run_id = %run, "reading a run's turn failed");
+                    None
+                })
+                } else {
+                    None
+                };
+            c.turn = Some(turn.unwrap_or(0));
         }
         loop {
             // Pieces first into the hold, so that none goes out after the step that
@@ -366,9 +390,14 @@ fn steps_stream(
             if c.done {
                 return None;
             }
-            match c.app.store.run_events(tenant, run, c.last).await {
-                Ok(events) if !events.is_empty() => {
-                    c.queue.extend(events);
+            match c
+                .app
+                .store
+                .run_steps(tenant, run, c.last, STEPS_PER_READ)
+                .await
+            {
+                Ok(page) if !page.items.is_empty() => {
+                    c.queue.extend(page.items);
                     continue;
                 }
                 Ok(_) => {}
@@ -419,6 +448,6 @@ async fn cancel_run(
             not_found(run)
         });
     }
-    let view = run_view(&app, tenant, run).await?;
+    let view = run_view(&app, tenant, run, 0).await?;
     Ok((StatusCode::ACCEPTED, AppJson(view)).into_response())
 }

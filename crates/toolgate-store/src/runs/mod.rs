@@ -29,6 +29,10 @@ const READY: &str = "(r.status = 'running' and (r.lease_until is null or r.lease
         or exists (select 1 from approval a where a.run_id = r.run_id and a.used_at is null \
                    and (a.status <> 'pending' or a.expires_at <= $5))))";
 
+/// Most steps one read of a run's journal returns (fewer once they hold
+/// [`READ_BYTES`](crate::model::READ_BYTES)).
+pub const STEPS_PER_READ: i64 = 1_000;
+
 const AGENT_CONFLICT: &str = "an agent with this name exists in your tenant";
 const SEQ_CONFLICT: &str = "another instance is writing this run";
 
@@ -61,6 +65,9 @@ type RunRow = (
     DateTime<Utc>,
     Option<DateTime<Utc>>,
 );
+
+/// A `run_event` row: `seq, kind, payload, created_at`, the payload as text.
+type StepRow = (i64, String, String, DateTime<Utc>);
 
 /// The length of what a run's caller and agent decide (input, output, the agent's
 /// configuration, the caller, the error): what [`read_bounded`](crate::read_bounded)
@@ -358,36 +365,66 @@ macro_rules! run_store {
                 .try_map(run_record)
             }
 
-            pub async fn run_events(
+            pub async fn run_steps(
                 &self,
                 tenant: TenantId,
                 run: RunId,
                 after: i64,
-            ) -> Result<Vec<RunEventRecord>, StoreError> {
+                limit: i64,
+            ) -> Result<Page<RunEventRecord>, StoreError> {
                 let select = sql(format!(
                     "select seq, kind, payload{t}, created_at from run_event \
-                     where tenant_id = $1{u} and run_id = $2{u} and seq > $3 order by seq",
+                     where tenant_id = $1{u} and run_id = $2{u} and seq > $3 order by seq limit $4",
                     t = $t,
                     u = $u
                 ));
-                let rows: Vec<(i64, String, String, DateTime<Utc>)> = $once!(self, tenant, |conn| {
-                    sqlx::query_as(select)
+                $once!(self, tenant, |conn| {
+                    let rows = sqlx::query_as::<_, StepRow>(select)
                         .bind(tenant.to_string())
                         .bind(run.to_string())
                         .bind(after)
-                        .fetch_all(conn)
+                        .bind(limit.saturating_add(1))
+                        .fetch(conn);
+                    crate::read_bounded(rows, limit, |r: &StepRow| r.1.len() + r.2.len()).await?
+                })
+                .try_map(|(seq, kind, payload, created_at)| {
+                    Ok(RunEventRecord {
+                        seq,
+                        kind,
+                        payload: json(&payload)?,
+                        created_at,
+                    })
+                })
+            }
+
+            pub async fn run_turn_at(
+                &self,
+                tenant: TenantId,
+                run: RunId,
+                seq: i64,
+            ) -> Result<Option<u32>, StoreError> {
+                let select = sql(format!(
+                    "select payload{t} from run_event where tenant_id = $1{u} and run_id = $2{u} \
+                     and seq <= $3 and kind = 'turn_started' order by seq desc limit 1",
+                    t = $t,
+                    u = $u
+                ));
+                let row: Option<(String,)> = $once!(self, tenant, |conn| {
+                    sqlx::query_as(select)
+                        .bind(tenant.to_string())
+                        .bind(run.to_string())
+                        .bind(seq)
+                        .fetch_optional(conn)
                         .await?
                 });
-                rows.into_iter()
-                    .map(|(seq, kind, payload, created_at)| {
-                        Ok(RunEventRecord {
-                            seq,
-                            kind,
-                            payload: json(&payload)?,
-                            created_at,
-                        })
-                    })
-                    .collect()
+                row.map(|(payload,)| {
+                    let payload: Value = json(&payload)?;
+                    Ok(payload
+                        .get("turn")
+                        .and_then(Value::as_u64)
+                        .map_or(0, |t| u32::try_from(t).unwrap_or(u32::MAX)))
+                })
+                .transpose()
             }
 
             pub async fn request_run_cancel(
@@ -543,6 +580,30 @@ impl Store {
     ) -> Result<Page<RunRecord>, StoreError> {
         dispatch!(self, s => s.list_runs(tenant, limit).await)
     }
+
+    /// A run's steps after sequence `after`, in order: at most `limit`, and no more than
+    /// about [`READ_BYTES`](crate::model::READ_BYTES) of them (always one, however large),
+    /// with whether more follow.
+    pub async fn run_steps(
+        &self,
+        tenant: TenantId,
+        run: RunId,
+        after: i64,
+        limit: i64,
+    ) -> Result<Page<RunEventRecord>, StoreError> {
+        dispatch!(self, s => s.run_steps(tenant, run, after, limit).await)
+    }
+
+    /// The turn a run was in at step `seq`: its latest `turn_started` up to there (0
+    /// before the first), `None` for no such step.
+    pub async fn run_turn_at(
+        &self,
+        tenant: TenantId,
+        run: RunId,
+        seq: i64,
+    ) -> Result<Option<u32>, StoreError> {
+        dispatch!(self, s => s.run_turn_at(tenant, run, seq).await)
+    }
 }
 
 /// The run seam of [`toolgate_core::stores`], for the agent crate's run supervisor.
@@ -577,7 +638,15 @@ impl toolgate_core::stores::RunStore for Store {
         run: RunId,
         after: i64,
     ) -> Result<Vec<RunEventRecord>, StoreError> {
-        dispatch!(self, s => s.run_events(tenant, run, after).await)
+        let (mut events, mut after) = (Vec::new(), after);
+        loop {
+            let page = self.run_steps(tenant, run, after, STEPS_PER_READ).await?;
+            after = page.items.last().map_or(after, |e| e.seq);
+            events.extend(page.items);
+            if !page.more {
+                return Ok(events);
+            }
+        }
     }
 
     /// Marks a running run for cancellation (its driver sees it at the next lease

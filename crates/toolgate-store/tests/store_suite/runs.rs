@@ -164,3 +164,79 @@ async fn a_list_of_large_runs_is_bounded_in_bytes() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_run_journal_of_large_steps_is_read_in_bounded_pages() {
+    use toolgate_core::RunId;
+    use toolgate_core::stores::RunStore as _;
+
+    on_both(|store| async move {
+        let a = store.create_tenant("steps-big").await.expect("tenant");
+        let run = RunId::new();
+        store
+            .create_run(a.id, &new_run(a.id, run, chrono::Utc::now()))
+            .await
+            .expect("run");
+        // Ten turns, each a turn_started step and a 1 MiB model message.
+        let big = "x".repeat(1 << 20);
+        for turn in 1..=10_i64 {
+            let steps = [
+                json!({"type": "turn_started", "turn": turn}),
+                json!({"type": "model_message", "text": big}),
+            ];
+            store
+                .append_run_events(a.id, run, 2 * turn, &steps, None, true)
+                .await
+                .expect("steps");
+        }
+        let first = store.run_steps(a.id, run, 0, 1_000).await.expect("steps");
+        let seqs = |p: &toolgate_store::Page<toolgate_store::RunEventRecord>| {
+            p.items.iter().map(|e| e.seq).collect::<Vec<_>>()
+        };
+        // run_started, then steps up to the one that reaches 4 MiB.
+        assert_eq!(
+            seqs(&first),
+            [1, 2, 3, 4, 5, 6, 7, 8, 9],
+            "{:?}",
+            seqs(&first)
+        );
+        assert!(first.more);
+        let next = store.run_steps(a.id, run, 9, 1_000).await.expect("steps");
+        assert_eq!(seqs(&next)[0], 10);
+        let few = store.run_steps(a.id, run, 0, 3).await.expect("steps");
+        assert_eq!((seqs(&few), few.more), (vec![1, 2, 3], true));
+        let last = store.run_steps(a.id, run, 20, 1_000).await.expect("steps");
+        assert_eq!((seqs(&last), last.more), (vec![21], false));
+        // A whole journal, for resuming the run, still comes whole.
+        let all = store.run_events(a.id, run, 0).await.expect("events");
+        assert_eq!(
+            all.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            (1..=21).collect::<Vec<_>>()
+        );
+        // The turn a step was in, without reading the messages.
+        assert_eq!(store.run_turn_at(a.id, run, 1).await.expect("turn"), None);
+        assert_eq!(
+            store.run_turn_at(a.id, run, 2).await.expect("turn"),
+            Some(1)
+        );
+        assert_eq!(
+            store.run_turn_at(a.id, run, 15).await.expect("turn"),
+            Some(7)
+        );
+        assert_eq!(
+            store.run_turn_at(a.id, run, 99).await.expect("turn"),
+            Some(10)
+        );
+        let b = store.create_tenant("steps-other").await.expect("tenant");
+        assert!(
+            store
+                .run_steps(b.id, run, 0, 10)
+                .await
+                .expect("steps")
+                .items
+                .is_empty()
+        );
+        assert_eq!(store.run_turn_at(b.id, run, 99).await.expect("turn"), None);
+    })
+    .await;
+}
