@@ -3,7 +3,9 @@
 # each (echo calls whose message its schema refuses: refused calls are audited with
 # their arguments, up to the request body's bound), then each read by a gateway started
 # for it, printing its peak resident memory (VmHWM) before the read (the baseline, in the
-# same run) and after it, and their ratio.
+# same run) and after it, and their ratio. This tree's gateway keeps the arguments whole
+# (`audit.max_argument_bytes = 0`; by default it keeps ~64 KiB of them), so both builds
+# read the same rows; builds before that setting keep them whole anyway.
 #
 #   bench/large_rows.sh                                   # this tree's release build
 #   BEFORE=/path/to/other/release bench/large_rows.sh     # and another build's, first
@@ -25,7 +27,7 @@ hwm() { awk '/VmHWM/ {print $2}' "/proc/$1/status"; }
 # serve NAME BIN: a gateway on NAME's data directory; sets PORT, PID, KEY.
 serve() {
   PORT=$(free_port); mkdir -p "$WORK/$1"
-  "$2/toolgate" serve --listen "127.0.0.1:$PORT" --data-dir "$WORK/$1" >/dev/null 2>>"$WORK/$1.log" & pids+=($!)
+  env ${SERVE_ENV:-} "$2/toolgate" serve --listen "127.0.0.1:$PORT" --data-dir "$WORK/$1" >/dev/null 2>>"$WORK/$1.log" & pids+=($!)
   PID=$!
   for _ in $(seq 100); do [ -s "$WORK/$1/admin-api-key" ] && break; sleep 0.1; done
   KEY=$(cat "$WORK/$1/admin-api-key")
@@ -69,5 +71,5 @@ one() {
 }
 
 if [ -n "${BEFORE:-}" ]; then one before "$BEFORE"; fi
-one this "$BIN"
+SERVE_ENV=TOOLGATE_AUDIT__MAX_ARGUMENT_BYTES=0 one this "$BIN"
 echo "($ROWS rows of ~900 kB; each read by a gateway started for it, after one call; $(nproc) cores; $(date -u +%Y-%m-%d))"

@@ -305,7 +305,8 @@ async fn administrative_changes_are_audited_without_their_secrets() {
 /// the summary counts them, and the chain verifies.
 #[tokio::test]
 async fn a_page_of_large_audit_rows_is_bounded_in_bytes_not_only_in_rows() {
-    let gw = Gateway::start().await;
+    // Rows keep the arguments whole (by default they are cut at 64 KiB).
+    let gw = Gateway::start_with(|c| c.audit.max_argument_bytes = 0).await;
     let message = "x".repeat(900_000);
     let made = 7;
     for _ in 0..made {
@@ -360,6 +361,73 @@ async fn a_page_of_large_audit_rows_is_bounded_in_bytes_not_only_in_rows() {
         .filter_map(|m| m["errors"].as_u64())
         .sum();
     assert_eq!(errors, made as u64, "{summary}");
+    let (_, _, verified) = gw.post("/v1/audit/verify", json!({})).await;
+    assert_eq!(verified["verified"], true, "{verified}");
+}
+
+/// A call's megabyte of arguments is not a megabyte of audit: past
+/// `audit.max_argument_bytes` (64 KiB by default) a row keeps each long string's first
+/// 1,024 bytes and its length, and the arguments' digest still tells whole values apart.
+/// The tool itself gets everything. (Before, every row kept its arguments whole, refused
+/// calls' included: 400 refused calls of 900 kB made 400 MB of log.)
+#[tokio::test]
+async fn a_row_keeps_a_cut_of_large_arguments_and_their_digest_names_the_whole() {
+    let gw = Gateway::start().await;
+    let same_start = "p".repeat(2_000);
+    let a = format!("{same_start}{}", "A".repeat(90_000));
+    let b = format!("{same_start}{}", "B".repeat(90_000));
+    for message in [&a, &b, &a] {
+        let (status, _, body) = gw
+            .invoke("echo", json!({"arguments": {"message": message}}))
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let refused = "r".repeat(900_000);
+    let (status, _, _) = gw
+        .invoke("echo", json!({"arguments": {"message": refused}}))
+        .await;
+    assert_eq!(status, 400);
+    let content = "c".repeat(300_000);
+    let (status, _, body) = gw
+        .invoke(
+            "write_file",
+            json!({"arguments": {"path": "big.txt", "content": content}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let written = std::fs::read_to_string(gw.workspace().join("big.txt")).expect("file");
+    assert_eq!(written, content, "the tool got every byte");
+
+    let (_, _, page) = gw.get("/v1/audit?limit=10").await;
+    let rows: Vec<&Value> = page["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .collect();
+    let echo: Vec<&&Value> = rows.iter().filter(|r| r["tool"] == "echo").collect();
+    assert_eq!(echo.len(), 4, "{page}");
+    let cut = |text: &str| format!("{}…[cut: {} bytes]", &text[..1024], text.len());
+    // Newest first: the refused call, then a, b, a.
+    assert_eq!(echo[0]["outcome"], "invalid_arguments");
+    assert_eq!(echo[0]["arguments"]["message"], cut(&refused));
+    for row in &echo[1..] {
+        assert_eq!(row["arguments"]["message"], cut(&a), "a and b begin alike");
+        assert!(
+            row.to_string().len() < 8_192,
+            "a row of {} bytes",
+            row.to_string().len()
+        );
+    }
+    let digest = |row: &Value| row["arguments_hash"].as_str().expect("digest").to_owned();
+    assert_eq!(digest(echo[1]), digest(echo[3]), "a twice: one digest");
+    assert_ne!(digest(echo[1]), digest(echo[2]), "a and b: two digests");
+    let write = rows
+        .iter()
+        .find(|r| r["tool"] == "write_file")
+        .expect("write row");
+    assert_eq!(write["outcome"], "ok");
+    assert_eq!(write["arguments"]["path"], "big.txt");
+    assert_eq!(write["arguments"]["content"], cut(&content));
     let (_, _, verified) = gw.post("/v1/audit/verify", json!({})).await;
     assert_eq!(verified["verified"], true, "{verified}");
 }

@@ -113,6 +113,72 @@ pub fn hash_json(value: &Value) -> String {
     crate::sha256_hex(canonical_json(value).as_bytes())
 }
 
+/// Characters of a long string an audit row keeps when its arguments are cut.
+pub const CUT_KEEPS: usize = 1_024;
+
+/// Cuts what a row keeps of a call's (masked) arguments and error to about `limit` bytes
+/// each (`0`: keeps them whole), so that one call's megabyte of arguments is not a
+/// megabyte of audit log: arguments over the limit keep each string's first
+/// [`CUT_KEEPS`] bytes followed by `…[cut: N bytes]` (N, the string's whole length),
+/// and become one such string if that is still too long; an error over it is cut the
+/// same way. The row's `arguments_hash` still names the whole. True when it cut.
+pub fn cut_record(record: &mut AuditRecord, limit: usize) -> bool {
+    if !needs_cut(record, limit) {
+        return false;
+    }
+    let total = json_len(&record.arguments);
+    if total > limit {
+        shorten(&mut record.arguments, CUT_KEEPS.min(limit));
+        if json_len(&record.arguments) > limit {
+            record.arguments = Value::String(format!("…[cut: {total} bytes of arguments]"));
+        }
+    }
+    if let Some(error) = record.error.as_mut().filter(|e| e.len() > limit) {
+        *error = cut_text(error, CUT_KEEPS.min(limit));
+    }
+    true
+}
+
+/// Whether [`cut_record`] would cut `record`.
+pub fn needs_cut(record: &AuditRecord, limit: usize) -> bool {
+    limit > 0
+        && (json_len(&record.arguments) > limit
+            || record.error.as_ref().is_some_and(|e| e.len() > limit))
+}
+
+/// About the length of `value`'s JSON text (escapes aside), without writing it.
+fn json_len(value: &Value) -> usize {
+    match value {
+        Value::Null | Value::Bool(_) | Value::Number(_) => 8,
+        Value::String(s) => s.len() + 2,
+        Value::Array(items) => items.iter().map(|v| json_len(v) + 1).sum::<usize>() + 2,
+        Value::Object(map) => {
+            map.iter()
+                .map(|(k, v)| k.len() + 4 + json_len(v))
+                .sum::<usize>()
+                + 2
+        }
+    }
+}
+
+fn shorten(value: &mut Value, keep: usize) {
+    match value {
+        Value::String(s) if s.len() > keep => *s = cut_text(s, keep),
+        Value::Array(items) => items.iter_mut().for_each(|v| shorten(v, keep)),
+        Value::Object(map) => map.values_mut().for_each(|v| shorten(v, keep)),
+        _ => {}
+    }
+}
+
+/// `text`'s first `keep` bytes (to a character's end) and how long it was.
+fn cut_text(text: &str, keep: usize) -> String {
+    let end = (0..=keep.min(text.len()))
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
+    format!("{}…[cut: {} bytes]", &text[..end], text.len())
+}
+
 /// What names a call's unmasked arguments in its audit row, its approval and the result
 /// cache: equal arguments (in any key order) get equal digests, so an approved call is
 /// recognised when made again without its secrets being stored.
@@ -212,6 +278,69 @@ impl AuditSink for NoAudit {
     }
     async fn record(&self, _: AuditRecord) -> Result<(), AuditError> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod cut_tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn record(arguments: Value, error: Option<&str>) -> AuditRecord {
+        let auth = crate::AuthContext::recording_in(TenantId::new(), None);
+        let ctx = CallContext::new(auth, Adapter::Rest);
+        AuditRecord::start(&ctx, "write_file", arguments, "digest".into()).finish(
+            Outcome::Ok,
+            error.map(str::to_owned),
+            Duration::ZERO,
+        )
+    }
+
+    #[test]
+    fn arguments_within_the_limit_are_kept_whole() {
+        let args = json!({"path": "a.txt", "content": "x".repeat(60_000), "n": [1, 2]});
+        let mut r = record(args.clone(), Some("no"));
+        assert!(!cut_record(&mut r, 64 * 1024));
+        assert_eq!(r.arguments, args);
+        assert!(!cut_record(&mut r, 0), "0 keeps everything");
+    }
+
+    #[test]
+    fn long_strings_keep_their_start_and_say_how_long_they_were() {
+        let content = format!("{}{}", "é".repeat(600), "y".repeat(200_000));
+        let args = json!({"path": "a.txt", "content": content, "lines": ["z".repeat(70_000)]});
+        let mut r = record(args, Some(&"e".repeat(100_000)));
+        assert!(cut_record(&mut r, 64 * 1024));
+        assert_eq!(r.arguments["path"], "a.txt");
+        let kept = r.arguments["content"].as_str().expect("string");
+        // 512 two-byte characters make 1,024 bytes: the cut ends on a character.
+        assert_eq!(kept, format!("{}…[cut: 201200 bytes]", "é".repeat(512)));
+        assert_eq!(
+            r.arguments["lines"][0],
+            format!("{}…[cut: 70000 bytes]", "z".repeat(1024))
+        );
+        assert_eq!(
+            r.error.as_deref(),
+            Some(format!("{}…[cut: 100000 bytes]", "e".repeat(1024)).as_str())
+        );
+        assert_eq!(
+            r.arguments_hash, "digest",
+            "the digest still names the whole"
+        );
+    }
+
+    #[test]
+    fn many_short_values_over_the_limit_become_one_note() {
+        let args = Value::Array((0..20_000).map(|i| json!(i)).collect());
+        let mut r = record(args, None);
+        assert!(cut_record(&mut r, 64 * 1024));
+        let note = r.arguments.as_str().expect("a string");
+        assert!(
+            note.starts_with("…[cut: ") && note.ends_with(" bytes of arguments]"),
+            "{note}"
+        );
+        assert_eq!(r.error, None);
     }
 }
 

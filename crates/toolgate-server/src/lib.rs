@@ -133,6 +133,7 @@ pub async fn build_with(
     let (writer, audit_writer) =
         AuditWriter::spawn_measured(store.clone(), telemetry.metrics().clone())
             .context("starting the audit writer")?;
+    let writer = writer.cutting_at(config.audit.max_argument_bytes);
     let limits = ExecutorLimits {
         max_output_chars: config.tools.max_output_chars,
     };

@@ -43,6 +43,8 @@ type Ack = oneshot::Sender<(Result<(), AuditError>, AuditRecord)>;
 pub struct AuditWriter {
     queue: mpsc::Sender<(AuditRecord, Ack)>,
     store: Store,
+    /// What a row keeps of arguments and errors (see [`AuditWriter::cutting_at`]).
+    cut_at: usize,
 }
 
 /// The writer's thread: finished once the queue is drained after the last handle drops.
@@ -87,7 +89,20 @@ impl AuditWriter {
             }
             let _ = done_tx.send(());
         })?;
-        Ok((AuditWriter { queue, store }, AuditWriterTask { done }))
+        let writer = AuditWriter {
+            queue,
+            store,
+            cut_at: 0,
+        };
+        Ok((writer, AuditWriterTask { done }))
+    }
+
+    /// Rows keep about `bytes` of a call's arguments and of its error, each (see
+    /// [`toolgate_core::audit::cut_record`]); 0, as from [`AuditWriter::spawn`], keeps
+    /// them whole.
+    pub fn cutting_at(mut self, bytes: usize) -> Self {
+        self.cut_at = bytes;
+        self
     }
 }
 
@@ -162,13 +177,20 @@ fn audit_error(err: &StoreError) -> AuditError {
 #[async_trait]
 impl AuditSink for AuditWriter {
     async fn record_intent(&self, record: &AuditRecord) -> Result<(), AuditError> {
+        // An intent's arguments become its row's if the gateway stops mid-call.
+        let cut = toolgate_core::audit::needs_cut(record, self.cut_at).then(|| {
+            let mut cut = record.clone();
+            toolgate_core::audit::cut_record(&mut cut, self.cut_at);
+            cut
+        });
         self.store
-            .record_call_intent(record)
+            .record_call_intent(cut.as_ref().unwrap_or(record))
             .await
             .map_err(|e| audit_error(&e))
     }
 
-    async fn record(&self, record: AuditRecord) -> Result<(), AuditError> {
+    async fn record(&self, mut record: AuditRecord) -> Result<(), AuditError> {
+        toolgate_core::audit::cut_record(&mut record, self.cut_at);
         let (ack, done) = oneshot::channel();
         self.queue
             .send((record, ack))

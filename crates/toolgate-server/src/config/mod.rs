@@ -135,6 +135,10 @@ pub struct AuditConfig {
     /// How often every tenant's chain head is signed, in seconds (only heads that moved).
     /// 0 turns checkpoints off.
     pub checkpoint_secs: u64,
+    /// About how many bytes of a call's arguments (as JSON) and of its error a row keeps:
+    /// past it, long strings keep their first 1,024 bytes and say how long they were
+    /// (`arguments_hash` still names the whole). 0 keeps them whole.
+    pub max_argument_bytes: usize,
 }
 
 impl Default for AuditConfig {
@@ -144,6 +148,7 @@ impl Default for AuditConfig {
             signing_key_file: None,
             previous_public_keys: Vec::new(),
             checkpoint_secs: 60,
+            max_argument_bytes: 64 * 1024,
         }
     }
 }
