@@ -509,8 +509,10 @@ pub trait SessionStore: Backend {
         retry_ms: Option<i32>,
     ) -> Result<i64, Self::Error>;
 
-    /// The events after event `seq` on the same stream as it, in order; empty when `seq`
-    /// is not an event of this tenant's `session`.
+    /// The events after event `seq` on the same stream as it, in order, as many as one
+    /// bounded read returns (at least one when there are any): ask again after the last
+    /// for the rest. Empty when there are none, or `seq` is not an event of this
+    /// tenant's `session`.
     async fn mcp_events_after(
         &self,
         tenant: TenantId,

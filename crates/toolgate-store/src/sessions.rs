@@ -13,6 +13,10 @@ use crate::sqlite::SqliteStore;
 use crate::text::{json_list, sql, uuid};
 use crate::{McpEvent, McpSession, Store, StoreError};
 
+/// Most SSE events one read of a stream returns (fewer once they hold
+/// [`READ_BYTES`](crate::model::READ_BYTES)).
+pub const EVENTS_PER_READ: i64 = 1_000;
+
 /// Writes the session operations for one backend. `$cross`: the pool for statements
 /// across tenants; `$once`: the macro running one statement for a tenant (see
 /// [`crate::sqlite_once`]); `$u`, `$j`: the casts of a text parameter to a uuid and to
@@ -136,20 +140,28 @@ macro_rules! session_store {
                 seq: i64,
             ) -> Result<Vec<McpEvent>, StoreError> {
                 let mut tx = self.tenant_read(tenant).await?;
-                let rows: Vec<(i64, Option<String>, Option<i32>)> = sqlx::query_as(sql(format!(
+                let select = sql(format!(
                     "select e.event_seq, e.message, e.retry_ms from mcp_event e \
                      join mcp_event last on last.event_seq = $3 and last.session_id = $2 and last.tenant_id = $1{u} \
                      where e.tenant_id = $1{u} and e.session_id = $2 and e.stream_id = last.stream_id and e.event_seq > $3 \
-                     order by e.event_seq",
+                     order by e.event_seq limit $4",
                     u = $u
-                )))
-                .bind(tenant.to_string())
-                .bind(session)
-                .bind(seq)
-                .fetch_all(&mut *tx)
-                .await?;
+                ));
+                let page = {
+                    let rows = sqlx::query_as::<_, (i64, Option<String>, Option<i32>)>(select)
+                        .bind(tenant.to_string())
+                        .bind(session)
+                        .bind(seq)
+                        .bind(EVENTS_PER_READ + 1)
+                        .fetch(&mut *tx);
+                    crate::read_bounded(rows, EVENTS_PER_READ, |r| {
+                        r.1.as_ref().map_or(0, String::len)
+                    })
+                    .await?
+                };
                 tx.commit().await?;
-                Ok(rows
+                Ok(page
+                    .items
                     .into_iter()
                     .map(|(seq, message, retry_ms)| McpEvent {
                         seq,

@@ -231,6 +231,83 @@ async fn resumes_a_polled_call(gw: Gateway) {
     gw.stop().await;
 }
 
+/// A stream resumed with `Last-Event-ID` gets every event kept after that one, read from
+/// the store a bounded part at a time (before, all at once: a stream holding many large
+/// events, e.g. an upstream's log messages, was read whole into memory on each resume).
+#[tokio::test]
+async fn a_resumed_stream_of_large_events_is_replayed_whole_in_parts() {
+    use sqlx::Connection as _;
+
+    let gw = Gateway::start_with(|c| c.mcp.durable_streams = Some(true)).await;
+    let session = open_session(&gw).await;
+    let echo = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"message": "quick"}}});
+    let body = post_mcp(&gw, &gw.http, Some(&session), echo)
+        .await
+        .text()
+        .await
+        .expect("SSE body");
+    let first = sse_events(&body)
+        .into_iter()
+        .find_map(|(id, _, _)| id)
+        .unwrap_or_else(|| panic!("an event id: {body}"));
+    // Twelve events of 1 MiB on the same stream, as an upstream's log messages would be.
+    let file = format!("sqlite://{}", gw.data.path().join("toolgate.db").display());
+    let mut db = sqlx::SqliteConnection::connect(&file).await.expect("open");
+    for n in 0..12 {
+        let message = json!({"jsonrpc": "2.0", "method": "notifications/message",
+            "params": {"level": "info", "data": format!("{n} {}", "x".repeat(1 << 20))}});
+        sqlx::query(
+            "insert into mcp_event (tenant_id, session_id, stream_id, message, retry_ms, created_at) \
+             select tenant_id, session_id, stream_id, ?, null, created_at from mcp_event where event_seq = ?",
+        )
+        .bind(message.to_string())
+        .bind(first.parse::<i64>().expect("numeric id"))
+        .execute(&mut db)
+        .await
+        .expect("insert");
+    }
+    db.close().await.expect("close");
+
+    let resumed = gw
+        .http
+        .get(gw.url("/mcp"))
+        .header("accept", "text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("mcp-session-id", &session)
+        .header("last-event-id", &first)
+        .send()
+        .await
+        .expect("resume");
+    assert_eq!(resumed.status(), 200);
+    let text = tokio::time::timeout(Duration::from_secs(30), resumed.text())
+        .await
+        .expect("the replay ends")
+        .expect("body");
+    let events = sse_events(&text);
+    let logged: Vec<u64> = events
+        .iter()
+        .filter_map(|(_, _, d)| d.as_ref())
+        .filter(|d| d["method"] == "notifications/message")
+        .map(|d| {
+            let data = d["params"]["data"].as_str().expect("data");
+            assert_eq!(data.len(), (1 << 20) + data.find(' ').expect("n") + 1);
+            data.split(' ').next().expect("n").parse().expect("n")
+        })
+        .collect();
+    assert_eq!(
+        logged,
+        (0..12).collect::<Vec<_>>(),
+        "every event once, in order"
+    );
+    let ids: Vec<i64> = events
+        .iter()
+        .filter_map(|(id, _, _)| id.as_deref()?.parse().ok())
+        .collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    gw.stop().await;
+}
+
 #[tokio::test]
 async fn vendor_meta_goes_only_to_the_clients_that_asked_for_it() {
     let gw = Gateway::start().await;

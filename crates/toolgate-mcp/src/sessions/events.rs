@@ -68,17 +68,18 @@ impl<S: SessionRows + Clone> EventStore for SessionEvents<S> {
         let seq: i64 = last_event_id.parse()?;
         let session = self.session()?.to_owned();
         let replay = stored_after(&self.store, self.tenant, &session, seq).await?;
-        let Some(poll) = self.poll else {
-            return Ok(Box::pin(futures::stream::iter(replay)));
-        };
-        // Polling: follow the stream (what other instances store included) until it
-        // carries its request's answer, or until it is time to let go of it as well.
+        // The stream's events one bounded read at a time, as the client takes them (a
+        // stream resumed after its first event was read whole before: every event kept).
+        // Polling: then follows the stream (what other instances store included) until
+        // it carries its request's answer, or until it is time to let go of it as well.
+        let poll = self.poll;
         let (tx, mut rx) = tokio::sync::mpsc::channel(16);
         let (store, tenant) = (self.store.clone(), self.tenant);
         tokio::spawn(async move {
-            let deadline = tokio::time::Instant::now() + poll.after;
+            let deadline = tokio::time::Instant::now() + poll.map_or(Duration::ZERO, |p| p.after);
             let (mut last, mut pending) = (seq, replay);
             loop {
+                let found = !pending.is_empty();
                 for event in pending.drain(..) {
                     last = event
                         .event_id
@@ -89,25 +90,33 @@ impl<S: SessionRows + Clone> EventStore for SessionEvents<S> {
                         event.message.as_deref(),
                         Some(ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_))
                     );
-                    if tx.send(event).await.is_err() || answer {
+                    if tx.send(event).await.is_err() || (answer && poll.is_some()) {
                         return;
                     }
                 }
-                if tokio::time::Instant::now() >= deadline {
-                    let _ = tx
-                        .send(ServerSseMessage::priming(last.to_string(), poll.retry))
-                        .await;
-                    return;
-                }
-                tokio::select! {
-                    () = tx.closed() => return,
-                    () = tokio::time::sleep(FOLLOW_EVERY) => {}
+                match poll {
+                    // Replayed: every event stored after the one asked for.
+                    None if !found => return,
+                    None => {}
+                    Some(poll) if tokio::time::Instant::now() >= deadline => {
+                        let _ = tx
+                            .send(ServerSseMessage::priming(last.to_string(), poll.retry))
+                            .await;
+                        return;
+                    }
+                    // A read that found events may have stopped at its bound: the next
+                    // one follows at once.
+                    Some(_) if found => {}
+                    Some(_) => tokio::select! {
+                        () = tx.closed() => return,
+                        () = tokio::time::sleep(FOLLOW_EVERY) => {}
+                    },
                 }
                 match stored_after(&store, tenant, &session, last).await {
                     Ok(found) => pending = found,
                     Err(err) => {
                         // The client comes back and tries again.
-                        tracing::warn!(error = %err, "a resumed SSE stream could not be followed");
+                        tracing::warn!(error = %err, "a resumed SSE stream could not be read on");
                         return;
                     }
                 }
@@ -119,7 +128,8 @@ impl<S: SessionRows + Clone> EventStore for SessionEvents<S> {
     }
 }
 
-/// The stored events of `session` after `seq`, on the stream of `seq`.
+/// The stored events of `session` after `seq`, on the stream of `seq`: as many as one
+/// bounded read returns.
 pub(super) async fn stored_after<S: SessionRows>(
     store: &S,
     tenant: TenantId,

@@ -216,3 +216,55 @@ async fn level(store: &Store) -> Option<String> {
         .expect("read")
         .and_then(|s| s.log_level)
 }
+
+#[tokio::test]
+async fn a_stream_of_large_events_is_read_in_bounded_parts() {
+    on_both(|store| async move {
+        let (a, _, pa) = acme_globex_and_alice(&store).await;
+        store
+            .put_mcp_session(&McpSession {
+                id: "s1".into(),
+                tenant: a.id,
+                principal: pa.id,
+                initialize_params: "{}".into(),
+                log_level: None,
+            })
+            .await
+            .expect("session");
+        let prime = store
+            .append_mcp_event(a.id, "s1", "r1", None, Some(3000))
+            .await
+            .expect("append");
+        let big = format!("{{\"text\":\"{}\"}}", "x".repeat(1 << 20));
+        let mut seqs = Vec::new();
+        for _ in 0..8 {
+            let seq = store
+                .append_mcp_event(a.id, "s1", "r1", Some(&big), None)
+                .await
+                .expect("append");
+            seqs.push(seq);
+        }
+        // Each read stops at about 4 MiB; reading on after the last gets the rest.
+        let mut read = Vec::new();
+        let mut after = prime;
+        let mut reads = 0;
+        loop {
+            let part = store
+                .mcp_events_after(a.id, "s1", after)
+                .await
+                .expect("replay");
+            let Some(last) = part.last() else { break };
+            assert!(
+                part.len() <= 4,
+                "{} events of 1 MiB in one read",
+                part.len()
+            );
+            after = last.seq;
+            read.extend(part.iter().map(|e| e.seq));
+            reads += 1;
+        }
+        assert_eq!(read, seqs, "every event once, in order");
+        assert!(reads >= 2, "{reads} reads");
+    })
+    .await;
+}
