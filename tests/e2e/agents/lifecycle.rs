@@ -646,21 +646,8 @@ async fn a_run_of_large_steps_is_read_a_page_at_a_time() {
 
     // The stream sends every step after the one asked for, across its reads.
     let from = after / 3;
-    let text = gw
-        .http
-        .get(gw.url(&format!("/v1/runs/{run_id}/events")))
-        .header("last-event-id", from.to_string())
-        .send()
-        .await
-        .expect("sse")
-        .text()
-        .await
-        .expect("body");
-    let ids: Vec<i64> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("id: "))
-        .map(|i| i.parse().expect("numeric id"))
-        .collect();
+    let text = steps_after(&gw, run_id, from).await;
+    let ids = event_ids(&text);
     assert_eq!(ids, (from + 1..=after).collect::<Vec<_>>());
 
     let (status, _, refused) = gw.get(&format!("/v1/runs/{run_id}?after=-1")).await;

@@ -90,6 +90,27 @@ async fn follow(gw: &Gateway, agent: &str, input: &str) -> (String, String) {
     (run_id, text)
 }
 
+/// A run's steps stream resumed after step `after`, to its end.
+async fn steps_after(gw: &Gateway, run_id: &str, after: i64) -> String {
+    gw.http
+        .get(gw.url(&format!("/v1/runs/{run_id}/events")))
+        .header("last-event-id", after.to_string())
+        .send()
+        .await
+        .expect("sse")
+        .text()
+        .await
+        .expect("body")
+}
+
+/// The `id`s of an SSE stream's events, in order.
+fn event_ids(text: &str) -> Vec<i64> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .map(|i| i.parse().expect("numeric id"))
+        .collect()
+}
+
 fn steps<'a>(run: &'a Value, kind: &str) -> Vec<&'a Value> {
     run["steps"]
         .as_array()

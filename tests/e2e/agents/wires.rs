@@ -42,24 +42,11 @@ async fn an_openai_run_calls_a_tool_answers_and_is_in_the_store_audit_and_sse() 
         ],
         "{text}"
     );
-    let ids: Vec<i64> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("id: "))
-        .map(|i| i.parse().expect("numeric id"))
-        .collect();
+    let ids = event_ids(&text);
     assert_eq!(ids, (1..=8).collect::<Vec<_>>());
 
     // Resuming after step 5 gives the rest only.
-    let resumed = gw
-        .http
-        .get(gw.url(&format!("/v1/runs/{run_id}/events")))
-        .header("last-event-id", "5")
-        .send()
-        .await
-        .expect("sse")
-        .text()
-        .await
-        .expect("body");
+    let resumed = steps_after(&gw, &run_id, 5).await;
     assert_eq!(resumed.matches("event: ").count(), 3, "{resumed}");
 
     let (_, _, run) = gw.get(&format!("/v1/runs/{run_id}")).await;

@@ -153,13 +153,7 @@ async fn a_long_call_lets_go_of_its_stream_and_the_client_resumes_it() {
 async fn resumes_a_polled_call(gw: Gateway) {
     let session = open_session(&gw).await;
     // A call shorter than the threshold answers on its own stream.
-    let echo = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
-        "params": {"name": "echo", "arguments": {"message": "quick"}}});
-    let body = post_mcp(&gw, &gw.http, Some(&session), echo)
-        .await
-        .text()
-        .await
-        .expect("SSE body");
+    let body = quick_echo(&gw, &session).await;
     assert!(
         sse_events(&body).iter().any(|(_, _, data)| data
             .as_ref()
@@ -191,16 +185,7 @@ async fn resumes_a_polled_call(gw: Gateway) {
     let mut resumptions = 0;
     for _ in 0..40 {
         resumptions += 1;
-        let resumed = gw
-            .http
-            .get(gw.url("/mcp"))
-            .header("accept", "text/event-stream")
-            .header("mcp-protocol-version", "2025-11-25")
-            .header("mcp-session-id", &session)
-            .header("last-event-id", &last_id)
-            .send()
-            .await
-            .expect("resume");
+        let resumed = resume(&gw, &session, &last_id).await;
         assert_eq!(resumed.status(), 200);
         let events = sse_events(&resumed.text().await.expect("resumed body"));
         if let Some(id) = events.iter().rev().find_map(|(id, _, _)| id.clone()) {
@@ -231,6 +216,30 @@ async fn resumes_a_polled_call(gw: Gateway) {
     gw.stop().await;
 }
 
+/// An echo call (id 8) in `session`: its SSE body.
+async fn quick_echo(gw: &Gateway, session: &str) -> String {
+    let echo = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"message": "quick"}}});
+    post_mcp(gw, &gw.http, Some(session), echo)
+        .await
+        .text()
+        .await
+        .expect("SSE body")
+}
+
+/// `session`'s stream resumed after event `last_id`.
+async fn resume(gw: &Gateway, session: &str, last_id: &str) -> reqwest::Response {
+    gw.http
+        .get(gw.url("/mcp"))
+        .header("accept", "text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("mcp-session-id", session)
+        .header("last-event-id", last_id)
+        .send()
+        .await
+        .expect("resume")
+}
+
 /// A stream resumed with `Last-Event-ID` gets every event kept after that one, read from
 /// the store a bounded part at a time (before, all at once: a stream holding many large
 /// events, e.g. an upstream's log messages, was read whole into memory on each resume).
@@ -240,13 +249,7 @@ async fn a_resumed_stream_of_large_events_is_replayed_whole_in_parts() {
 
     let gw = Gateway::start_with(|c| c.mcp.durable_streams = Some(true)).await;
     let session = open_session(&gw).await;
-    let echo = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
-        "params": {"name": "echo", "arguments": {"message": "quick"}}});
-    let body = post_mcp(&gw, &gw.http, Some(&session), echo)
-        .await
-        .text()
-        .await
-        .expect("SSE body");
+    let body = quick_echo(&gw, &session).await;
     let first = sse_events(&body)
         .into_iter()
         .find_map(|(id, _, _)| id)
@@ -269,16 +272,7 @@ async fn a_resumed_stream_of_large_events_is_replayed_whole_in_parts() {
     }
     db.close().await.expect("close");
 
-    let resumed = gw
-        .http
-        .get(gw.url("/mcp"))
-        .header("accept", "text/event-stream")
-        .header("mcp-protocol-version", "2025-11-25")
-        .header("mcp-session-id", &session)
-        .header("last-event-id", &first)
-        .send()
-        .await
-        .expect("resume");
+    let resumed = resume(&gw, &session, &first).await;
     assert_eq!(resumed.status(), 200);
     let text = tokio::time::timeout(Duration::from_secs(30), resumed.text())
         .await

@@ -594,8 +594,8 @@ impl Store {
         dispatch!(self, s => s.run_steps(tenant, run, after, limit).await)
     }
 
-    /// The turn a run was in at step `seq`: its latest `turn_started` up to there (0
-    /// before the first), `None` for no such step.
+    /// The turn a run was in at step `seq`: its latest `turn_started` up to there;
+    /// `None` before the first one.
     pub async fn run_turn_at(
         &self,
         tenant: TenantId,

@@ -6,20 +6,7 @@ use super::*;
 async fn mcp_events_replay_per_stream_and_only_for_their_tenant_and_session() {
     on_both(|store| async move {
         let (a, b, pa) = acme_globex_and_alice(&store).await;
-        store
-            .put_mcp_session(&McpSession {
-                id: "s1".into(),
-                tenant: a.id,
-                principal: pa.id,
-                initialize_params: "{}".into(),
-                log_level: None,
-            })
-            .await
-            .expect("session");
-        let prime = store
-            .append_mcp_event(a.id, "s1", "r1", None, Some(3000))
-            .await
-            .expect("append");
+        let prime = session_s1(&store, a.id, pa.id).await;
         let other = store
             .append_mcp_event(a.id, "s1", "r2", Some("{\"other\":1}"), None)
             .await
@@ -221,20 +208,7 @@ async fn level(store: &Store) -> Option<String> {
 async fn a_stream_of_large_events_is_read_in_bounded_parts() {
     on_both(|store| async move {
         let (a, _, pa) = acme_globex_and_alice(&store).await;
-        store
-            .put_mcp_session(&McpSession {
-                id: "s1".into(),
-                tenant: a.id,
-                principal: pa.id,
-                initialize_params: "{}".into(),
-                log_level: None,
-            })
-            .await
-            .expect("session");
-        let prime = store
-            .append_mcp_event(a.id, "s1", "r1", None, Some(3000))
-            .await
-            .expect("append");
+        let prime = session_s1(&store, a.id, pa.id).await;
         let big = format!("{{\"text\":\"{}\"}}", "x".repeat(1 << 20));
         let mut seqs = Vec::new();
         for _ in 0..8 {
@@ -267,4 +241,23 @@ async fn a_stream_of_large_events_is_read_in_bounded_parts() {
         assert!(reads >= 2, "{reads} reads");
     })
     .await;
+}
+
+/// Session `s1` of `principal`'s in `tenant`, with a priming event on stream `r1`: that
+/// event's number.
+async fn session_s1(store: &Store, tenant: TenantId, principal: PrincipalId) -> i64 {
+    store
+        .put_mcp_session(&McpSession {
+            id: "s1".into(),
+            tenant,
+            principal,
+            initialize_params: "{}".into(),
+            log_level: None,
+        })
+        .await
+        .expect("session");
+    store
+        .append_mcp_event(tenant, "s1", "r1", None, Some(3000))
+        .await
+        .expect("append")
 }
