@@ -7,6 +7,7 @@
 //! and through the audit writer's own rusqlite connection on SQLite
 //! (`sqlite/audit.rs`).
 
+use chrono::{DateTime, Utc};
 use sqlx::QueryBuilder;
 use toolgate_core::audit::AuditRecord;
 use toolgate_core::{PrincipalId, RunId, TenantId};
@@ -421,6 +422,55 @@ macro_rules! audit_reads {
                         .await?
                 });
                 Ok(())
+            }
+
+            /// The position of a tenant's newest checkpoint.
+            pub async fn newest_checkpoint(&self, tenant: TenantId) -> Result<Option<i64>, StoreError> {
+                let select = sql(format!(
+                    "select max(seq) from audit_checkpoint where tenant_id = $1{u}",
+                    u = $u
+                ));
+                Ok($once!(self, tenant, |conn| {
+                    sqlx::query_scalar(select)
+                        .bind(tenant.to_string())
+                        .fetch_one(conn)
+                        .await?
+                }))
+            }
+
+            /// Up to `limit` of a tenant's checkpoints after `after_seq` and up to
+            /// `until`, in chain order, each with the hash its row has now (`None`: no
+            /// such row).
+            pub async fn checkpoints_with_rows(
+                &self,
+                tenant: TenantId,
+                after_seq: i64,
+                until: i64,
+                limit: i64,
+            ) -> Result<Vec<(Checkpoint, Option<String>)>, StoreError> {
+                let select = sql(format!(
+                    "select c.seq, c.row_hash, c.key_id, c.signature, c.signed_at, a.row_hash from audit_checkpoint c \
+                     left join audit_log a on a.tenant_id = c.tenant_id and a.seq = c.seq \
+                     where c.tenant_id = $1{u} and c.seq > $2 and c.seq <= $4 order by c.seq limit $3",
+                    u = $u
+                ));
+                let rows: Vec<(i64, String, String, String, DateTime<Utc>, Option<String>)> =
+                    $once!(self, tenant, |conn| {
+                        sqlx::query_as(select)
+                            .bind(tenant.to_string())
+                            .bind(after_seq)
+                            .bind(limit)
+                            .bind(until)
+                            .fetch_all(conn)
+                            .await?
+                    });
+                Ok(rows
+                    .into_iter()
+                    .map(|(seq, hash, key_id, signature, signed_at, row)| {
+                        let cp = Checkpoint::from_row(tenant, (seq, hash, key_id, signature, signed_at));
+                        (cp, row)
+                    })
+                    .collect())
             }
 
             /// A tenant's checkpoints in chain order.

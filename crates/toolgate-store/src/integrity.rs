@@ -84,18 +84,20 @@ impl Store {
         exported: &[checkpoint::Checkpoint],
     ) -> Result<Option<ChainBreak>, StoreError> {
         let (after, anchor) = base.map_or((0, chain::GENESIS), |b| (b.seq, b.row_hash.as_str()));
-        // The head and checkpoints first: rows appended meanwhile (a live gateway) only
-        // lengthen the chain read after them.
+        // The newest checkpoint and the head first: rows appended meanwhile (a live
+        // gateway) only lengthen the chain read after them, and checkpoints signed
+        // meanwhile (past the newest) are not this verification's.
+        let newest = dispatch!(self, s => s.newest_checkpoint(tenant).await)?;
         let head = self.audit_head(tenant).await?;
-        let mut checkpoints = dispatch!(self, s => s.checkpoints(tenant).await)?;
-        checkpoints.extend(exported.iter().filter(|c| c.tenant == tenant).cloned());
+        let exported: Vec<&checkpoint::Checkpoint> =
+            exported.iter().filter(|c| c.tenant == tenant).collect();
         // The chain is read in pieces and checked as it comes, keeping only the hashes
-        // of the rows the head and the checkpoints name: a long chain is never held
-        // whole (it was, and a tenant's verify could take the gateway's memory).
+        // of the rows the head and the exported checkpoints name: a long chain is never
+        // held whole (it was, and a tenant's verify could take the gateway's memory).
         let mut named: HashMap<i64, Option<String>> = head
             .iter()
             .map(|(seq, _)| *seq)
-            .chain(checkpoints.iter().map(|c| c.seq))
+            .chain(exported.iter().map(|c| c.seq))
             .filter(|&seq| seq > after)
             .map(|seq| (seq, None))
             .collect();
@@ -117,12 +119,12 @@ impl Store {
         }
         let last_seq = walk.last();
         // Where the chain must reach, with the hash it must have there (below the base:
-        // pruned, nothing to compare).
-        let row_at = |seq: i64, hash: &str| {
+        // pruned, nothing to compare). `row`: the hash the walk found there.
+        let compare = |seq: i64, hash: &str, row: Option<&str>| {
             let found = match seq - after {
                 ..0 => return None,
                 0 => Some(anchor),
-                _ => named.get(&seq).and_then(Option::as_deref),
+                _ => row,
             };
             match found {
                 Some(h) if h == hash => None,
@@ -133,16 +135,39 @@ impl Store {
                 }),
             }
         };
+        let check = |cp: &checkpoint::Checkpoint, row: Option<&str>| {
+            if !keys.is_empty() && !keys.iter().any(|key| cp.is_signed_by(key)) {
+                return Some(ChainBreak::Forged { seq: cp.seq });
+            }
+            compare(cp.seq, &cp.row_hash, row)
+        };
+        let walked = |seq: i64| named.get(&seq).and_then(Option::as_deref);
         if let Some((seq, hash)) = &head
-            && let Some(broken) = row_at(*seq, hash)
+            && let Some(broken) = compare(*seq, hash, walked(*seq))
         {
             return Ok(Some(broken));
         }
-        for cp in &checkpoints {
-            if !keys.is_empty() && !keys.iter().any(|key| cp.is_signed_by(key)) {
-                return Ok(Some(ChainBreak::Forged { seq: cp.seq }));
+        // The stored checkpoints a part at a time, each with its row's hash as stored now
+        // (the walk above proved those rows): a year of one checkpoint a minute is half a
+        // million, and they were read whole.
+        let (mut from, until) = (0, newest.unwrap_or(0));
+        while from < until {
+            let part = dispatch!(self, s => s.checkpoints_with_rows(tenant, from, until, CHECKPOINTS_PER_READ).await)?;
+            for (cp, row) in &part {
+                // A row past the walk's end was appended after it: the walk's view is
+                // what is compared, as for the head.
+                let row = row.as_deref().filter(|_| cp.seq <= last_seq);
+                if let Some(broken) = check(cp, row) {
+                    return Ok(Some(broken));
+                }
             }
-            if let Some(broken) = row_at(cp.seq, &cp.row_hash) {
+            match part.last() {
+                Some((cp, _)) if part.len() as i64 == CHECKPOINTS_PER_READ => from = cp.seq,
+                _ => break,
+            }
+        }
+        for cp in exported {
+            if let Some(broken) = check(cp, walked(cp.seq)) {
                 return Ok(Some(broken));
             }
         }
@@ -269,3 +294,5 @@ where
 
 /// Rows a verification reads at a time.
 const VERIFY_BATCH: i64 = 5_000;
+/// Stored checkpoints one read of a verification takes.
+const CHECKPOINTS_PER_READ: i64 = 1_000;

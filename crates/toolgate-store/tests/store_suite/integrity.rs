@@ -123,6 +123,7 @@ pub(super) async fn tamper(store: &Store, sqls: &[String]) {
             for sql in [
                 "drop trigger if exists audit_log_no_update",
                 "drop trigger if exists audit_log_no_delete",
+                "drop trigger if exists audit_checkpoint_no_update",
                 "drop trigger if exists audit_checkpoint_no_delete",
                 "drop trigger if exists audit_prune_no_delete",
             ] {
@@ -350,6 +351,68 @@ async fn a_chain_longer_than_one_read_is_verified_piece_by_piece() {
                 seq: 7001,
                 call_id: edited
             })
+        );
+    })
+    .await;
+}
+
+/// More checkpoints than one read holds (1,000) are checked a part at a time: the chain
+/// verifies, and a removal named only by the second part's checkpoints, or a forged one
+/// there, is found. (They were read whole: a year of one a minute is half a million.)
+#[tokio::test]
+async fn checkpoints_beyond_one_read_are_checked_a_part_at_a_time() {
+    use toolgate_store::checkpoint::AuditSigner;
+    on_both(|store| async move {
+        let signer = AuditSigner::from_seed(&[7; 32]);
+        let key = signer.public_key();
+        let (a, p) = acme_alice(&store).await;
+        for _ in 0..1_050 {
+            store
+                .append_audit(&[record(a.id, p.id, "echo")])
+                .await
+                .expect("append");
+            assert_eq!(store.write_checkpoints(&signer).await.expect("sign"), 1);
+        }
+        assert_eq!(
+            store.verify_audit(a.id, &[key], &[]).await.expect("verify"),
+            None
+        );
+
+        let (t, cast) = match &store {
+            Store::Sqlite(_) => (a.id.0.hyphenated().to_string(), ""),
+            Store::Postgres(_) => (a.id.0.to_string(), "::uuid"),
+        };
+        let tenant = format!("tenant_id = '{t}'{cast}");
+        // The newest rows gone and the head moved back to match: only checkpoints
+        // 1,045–1,050, in the second part, still name them.
+        tamper(
+            &store,
+            &[
+                format!("delete from audit_log where {tenant} and seq > 1044"),
+                format!(
+                    "update audit_chain_head set seq = 1044, row_hash = \
+                     (select row_hash from audit_log where {tenant} and seq = 1044) where {tenant}"
+                ),
+            ],
+        )
+        .await;
+        assert_eq!(
+            store.verify_audit(a.id, &[key], &[]).await.expect("verify"),
+            Some(ChainBreak::Truncated {
+                recorded: 1045,
+                found: 1044
+            })
+        );
+        tamper(
+            &store,
+            &[format!(
+                "update audit_checkpoint set row_hash = 'ff' || row_hash where {tenant} and seq = 1030"
+            )],
+        )
+        .await;
+        assert_eq!(
+            store.verify_audit(a.id, &[key], &[]).await.expect("verify"),
+            Some(ChainBreak::Forged { seq: 1030 })
         );
     })
     .await;
