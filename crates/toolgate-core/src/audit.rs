@@ -123,27 +123,34 @@ pub const CUT_KEEPS: usize = 1_024;
 /// and become one such string if that is still too long; an error over it is cut the
 /// same way. The row's `arguments_hash` still names the whole. True when it cut.
 pub fn cut_record(record: &mut AuditRecord, limit: usize) -> bool {
-    if !needs_cut(record, limit) {
-        return false;
-    }
-    let total = json_len(&record.arguments);
-    if total > limit {
+    let (arguments, error) = over(record, limit);
+    if let Some(total) = arguments {
         shorten(&mut record.arguments, CUT_KEEPS.min(limit));
         if json_len(&record.arguments) > limit {
             record.arguments = Value::String(format!("…[cut: {total} bytes of arguments]"));
         }
     }
-    if let Some(error) = record.error.as_mut().filter(|e| e.len() > limit) {
-        *error = cut_text(error, CUT_KEEPS.min(limit));
+    if let Some(text) = record.error.as_mut().filter(|_| error) {
+        *text = cut_text(text, CUT_KEEPS.min(limit));
     }
-    true
+    arguments.is_some() || error
 }
 
 /// Whether [`cut_record`] would cut `record`.
 pub fn needs_cut(record: &AuditRecord, limit: usize) -> bool {
-    limit > 0
-        && (json_len(&record.arguments) > limit
-            || record.error.as_ref().is_some_and(|e| e.len() > limit))
+    let (arguments, error) = over(record, limit);
+    arguments.is_some() || error
+}
+
+/// What of `record` is past `limit` (0: nothing ever is): its arguments' length when
+/// they are, and whether its error is.
+fn over(record: &AuditRecord, limit: usize) -> (Option<usize>, bool) {
+    if limit == 0 {
+        return (None, false);
+    }
+    let total = json_len(&record.arguments);
+    let error = record.error.as_ref().is_some_and(|e| e.len() > limit);
+    ((total > limit).then_some(total), error)
 }
 
 /// About the length of `value`'s JSON text (escapes aside), without writing it.

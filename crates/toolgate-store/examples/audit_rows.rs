@@ -19,12 +19,14 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use serde_json::json;
-use toolgate_core::audit::{AuditRecord, AuditSink, hash_json};
-use toolgate_core::{Adapter, CallId, Outcome, PrincipalId};
+use support::record;
+use toolgate_core::PrincipalId;
+use toolgate_core::audit::AuditSink;
 use toolgate_store::{AuditWriter, Store};
+
+mod support;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -122,31 +124,6 @@ async fn what_if(url: Option<&str>, dir: &std::path::Path, sql: &str) -> anyhow:
     }
     println!("(what-if, before the run: {sql})");
     Ok(())
-}
-
-fn record(tenant: toolgate_core::TenantId, principal: PrincipalId) -> AuditRecord {
-    let args = json!({"message": "hello, toolgate"});
-    let now = SystemTime::now();
-    AuditRecord {
-        call_id: CallId::new(),
-        tenant,
-        principal,
-        adapter: Adapter::Mcp,
-        tool: "echo".into(),
-        arguments_hash: hash_json(&args),
-        arguments: args,
-        outcome: Outcome::Ok,
-        error: None,
-        duration: Duration::from_micros(40),
-        request_id: Some("1".into()),
-        trace_id: None,
-        run: None,
-        client: Some("wrk/4".into()),
-        approval: None,
-        cache: None,
-        started_at: now,
-        finished_at: now,
-    }
 }
 
 #[tokio::main]

@@ -7,38 +7,13 @@
 //! Prints the hex public key that signed the checkpoints (for `toolgate audit verify
 //! --public-key`).
 
-use std::time::{Duration, SystemTime};
-
-use serde_json::json;
-use toolgate_core::audit::{AuditRecord, hash_json};
-use toolgate_core::{Adapter, CallId, Outcome, PrincipalId, TenantId};
+use support::record;
+use toolgate_core::PrincipalId;
+use toolgate_core::audit::AuditRecord;
 use toolgate_store::Store;
 use toolgate_store::checkpoint::AuditSigner;
 
-fn record(tenant: TenantId, principal: PrincipalId) -> AuditRecord {
-    let args = json!({"message": "hello, toolgate"});
-    let now = SystemTime::now();
-    AuditRecord {
-        call_id: CallId::new(),
-        tenant,
-        principal,
-        adapter: Adapter::Rest,
-        tool: "echo".into(),
-        arguments_hash: hash_json(&args),
-        arguments: args,
-        outcome: Outcome::Ok,
-        error: None,
-        duration: Duration::from_micros(40),
-        request_id: None,
-        trace_id: None,
-        run: None,
-        client: None,
-        approval: None,
-        cache: None,
-        started_at: now,
-        finished_at: now,
-    }
-}
+mod support;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -64,6 +39,8 @@ async fn main() -> anyhow::Result<()> {
     let Store::Sqlite(sqlite) = &store else {
         unreachable!("opened without a URL")
     };
+    // All in one transaction: the store's own insert commits each checkpoint alone (one
+    // sync each), as signing one a minute wants.
     let mut tx = sqlite.pool().begin().await?;
     let chain = store.audit_chain(tenant).await?;
     for row in chain.iter().filter(|r| every > 0 && r.seq % every == 0) {

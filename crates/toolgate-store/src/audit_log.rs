@@ -438,39 +438,34 @@ macro_rules! audit_reads {
                 }))
             }
 
-            /// Up to `limit` of a tenant's checkpoints after `after_seq` and up to
-            /// `until`, in chain order, each with the hash its row has now (`None`: no
-            /// such row).
+            /// A tenant's checkpoints after `after_seq` and up to `until`, in chain order,
+            /// each with the hash its row has now (`None`: no such row): at most `limit`.
             pub async fn checkpoints_with_rows(
                 &self,
                 tenant: TenantId,
                 after_seq: i64,
                 until: i64,
                 limit: i64,
-            ) -> Result<Vec<(Checkpoint, Option<String>)>, StoreError> {
+            ) -> Result<Page<(Checkpoint, Option<String>)>, StoreError> {
+                type Row = (i64, String, String, String, DateTime<Utc>, Option<String>);
                 let select = sql(format!(
                     "select c.seq, c.row_hash, c.key_id, c.signature, c.signed_at, a.row_hash from audit_checkpoint c \
                      left join audit_log a on a.tenant_id = c.tenant_id and a.seq = c.seq \
-                     where c.tenant_id = $1{u} and c.seq > $2 and c.seq <= $4 order by c.seq limit $3",
+                     where c.tenant_id = $1{u} and c.seq > $2 and c.seq <= $3 order by c.seq limit $4",
                     u = $u
                 ));
-                let rows: Vec<(i64, String, String, String, DateTime<Utc>, Option<String>)> =
-                    $once!(self, tenant, |conn| {
-                        sqlx::query_as(select)
-                            .bind(tenant.to_string())
-                            .bind(after_seq)
-                            .bind(limit)
-                            .bind(until)
-                            .fetch_all(conn)
-                            .await?
-                    });
-                Ok(rows
-                    .into_iter()
-                    .map(|(seq, hash, key_id, signature, signed_at, row)| {
-                        let cp = Checkpoint::from_row(tenant, (seq, hash, key_id, signature, signed_at));
-                        (cp, row)
-                    })
-                    .collect())
+                Ok($once!(self, tenant, |conn| {
+                    let rows = sqlx::query_as::<_, Row>(select)
+                        .bind(tenant.to_string())
+                        .bind(after_seq)
+                        .bind(until)
+                        .bind(limit.saturating_add(1))
+                        .fetch(conn);
+                    crate::read_bounded(rows, limit, |_| 0).await?
+                })
+                .map(|(seq, hash, key_id, signature, signed_at, row)| {
+                    (Checkpoint::from_row(tenant, (seq, hash, key_id, signature, signed_at)), row)
+                }))
             }
 
             /// A tenant's checkpoints in chain order.

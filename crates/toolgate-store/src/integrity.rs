@@ -151,19 +151,19 @@ impl Store {
         // (the walk above proved those rows): a year of one checkpoint a minute is half a
         // million, and they were read whole.
         let (mut from, until) = (0, newest.unwrap_or(0));
-        while from < until {
+        loop {
             let part = dispatch!(self, s => s.checkpoints_with_rows(tenant, from, until, CHECKPOINTS_PER_READ).await)?;
-            for (cp, row) in &part {
+            for (cp, row) in &part.items {
                 // A row past the walk's end was appended after it: the walk's view is
                 // what is compared, as for the head.
                 let row = row.as_deref().filter(|_| cp.seq <= last_seq);
                 if let Some(broken) = check(cp, row) {
                     return Ok(Some(broken));
                 }
+                from = cp.seq;
             }
-            match part.last() {
-                Some((cp, _)) if part.len() as i64 == CHECKPOINTS_PER_READ => from = cp.seq,
-                _ => break,
+            if !part.more {
+                break;
             }
         }
         for cp in exported {

@@ -125,6 +125,14 @@ impl<T> Default for Page<T> {
 }
 
 impl<T> Page<T> {
+    /// The same page with each item converted by `f`.
+    pub fn map<U>(self, f: impl FnMut(T) -> U) -> Page<U> {
+        Page {
+            items: self.items.into_iter().map(f).collect(),
+            more: self.more,
+        }
+    }
+
     /// The same page with each item converted by `f`, or `f`'s first error.
     pub fn try_map<U, E>(self, f: impl FnMut(T) -> Result<U, E>) -> Result<Page<U>, E> {
         Ok(Page {

@@ -157,17 +157,7 @@ pub async fn run_view(
         .store
         .run_steps(tenant, run, after, STEPS_PER_READ)
         .await?;
-    Ok(summary(
-        record,
-        Some(Page {
-            items: steps
-                .items
-                .into_iter()
-                .map(|e| step(app, tenant, e))
-                .collect(),
-            more: steps.more,
-        }),
-    ))
+    Ok(summary(record, Some(steps.map(|e| step(app, tenant, e)))))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -343,17 +333,15 @@ fn steps_stream(
                 tracing::warn!(error = %err, run_id = %run, "cannot watch the store; reading the run on a timer");
                 toolgate_core::stores::Changes::silent()
             });
-            // Resumed after step `after`: the turn it was in.
-            let turn =
-                if after > 0 {
-                    c.app.store.run_turn_at(tenant, run, after).await.unwrap_or_else(|err| {
+            // Resumed after step `after`: the turn it was in (0 before the first).
+            let turn = c.app.store.run_turn_at(tenant, run, after).await;
+            c.turn = Some(
+                turn.unwrap_or_else(|err| {
                     tracing::warn!(error = %err, run_id = %run, "reading a run's turn failed");
                     None
                 })
-                } else {
-                    None
-                };
-            c.turn = Some(turn.unwrap_or(0));
+                .unwrap_or(0),
+            );
         }
         loop {
             // Pieces first into the hold, so that none goes out after the step that

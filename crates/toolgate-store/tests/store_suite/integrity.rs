@@ -117,6 +117,14 @@ async fn postgres_app_role_cannot_change_audit_rows_and_sees_only_its_tenant() {
 }
 
 /// Runs `sqls` around the store's own guards, as someone with the database would.
+/// SQL naming `tenant`'s rows in `store`'s dialect: `tenant_id = '…'` (cast on Postgres).
+fn tenant_is(store: &Store, tenant: TenantId) -> String {
+    match store {
+        Store::Sqlite(_) => format!("tenant_id = '{}'", tenant.0.hyphenated()),
+        Store::Postgres(_) => format!("tenant_id = '{}'::uuid", tenant.0),
+    }
+}
+
 pub(super) async fn tamper(store: &Store, sqls: &[String]) {
     match store {
         Store::Sqlite(sqlite) => {
@@ -320,10 +328,7 @@ async fn a_chain_longer_than_one_read_is_verified_piece_by_piece() {
             None
         );
 
-        let (t, cast) = match &store {
-            Store::Sqlite(_) => (a.id.0.hyphenated().to_string(), ""),
-            Store::Postgres(_) => (a.id.0.to_string(), "::uuid"),
-        };
+        let tenant = tenant_is(&store, a.id);
         let edited: uuid::Uuid = {
             let rows = store
                 .list_audit(
@@ -341,7 +346,7 @@ async fn a_chain_longer_than_one_read_is_verified_piece_by_piece() {
         tamper(
             &store,
             &[format!(
-                "update audit_log set tool = 'other' where tenant_id = '{t}'{cast} and seq = 7001"
+                "update audit_log set tool = 'other' where {tenant} and seq = 7001"
             )],
         )
         .await;
@@ -378,11 +383,7 @@ async fn checkpoints_beyond_one_read_are_checked_a_part_at_a_time() {
             None
         );
 
-        let (t, cast) = match &store {
-            Store::Sqlite(_) => (a.id.0.hyphenated().to_string(), ""),
-            Store::Postgres(_) => (a.id.0.to_string(), "::uuid"),
-        };
-        let tenant = format!("tenant_id = '{t}'{cast}");
+        let tenant = tenant_is(&store, a.id);
         // The newest rows gone and the head moved back to match: only checkpoints
         // 1,045–1,050, in the second part, still name them.
         tamper(
