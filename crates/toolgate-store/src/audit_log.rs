@@ -340,20 +340,43 @@ macro_rules! audit_reads {
             }
 
             /// Records checkpoint `seq` as `tenant`'s base (the database refuses one that is
-            /// not a checkpoint, or not past the current base). As the connecting role on
-            /// Postgres: the gateway's role cannot.
-            pub async fn move_audit_base(&self, tenant: TenantId, seq: i64) -> Result<(), StoreError> {
+            /// not a checkpoint); `false` when the base is already there or past it (another
+            /// prune got there first). As the connecting role on Postgres: the gateway's role
+            /// cannot.
+            pub async fn move_audit_base(&self, tenant: TenantId, seq: i64) -> Result<bool, StoreError> {
                 let insert = sql(format!(
-                    "insert into audit_prune (tenant_id, seq, pruned_at) values ($1{u}, $2, $3)",
+                    "insert into audit_prune (tenant_id, seq, pruned_at) select $1{u}, $2, $3 \
+                     where $2 > coalesce((select max(seq) from audit_prune where tenant_id = $1{u}), 0) \
+                     on conflict do nothing",
                     u = $u
                 ));
-                sqlx::query(insert)
+                Ok(sqlx::query(insert)
                     .bind(tenant.to_string())
                     .bind(seq)
                     .bind(now())
                     .execute(&self.$cross)
-                    .await?;
-                Ok(())
+                    .await?
+                    .rows_affected()
+                    == 1)
+            }
+
+            /// Deletes the oldest `limit` of `tenant`'s checkpoints below `base` (they sign
+            /// pruned rows), but not those earlier bases were moved to; how many went.
+            pub async fn delete_pruned_checkpoints(&self, tenant: TenantId, base: i64, limit: i64) -> Result<u64, StoreError> {
+                let delete = sql(format!(
+                    "delete from audit_checkpoint where tenant_id = $1{u} and seq in \
+                     (select c.seq from audit_checkpoint c where c.tenant_id = $1{u} and c.seq < $2 \
+                      and not exists (select 1 from audit_prune p where p.tenant_id = c.tenant_id and p.seq = c.seq) \
+                      order by c.seq limit $3)",
+                    u = $u
+                ));
+                Ok(sqlx::query(delete)
+                    .bind(tenant.to_string())
+                    .bind(base)
+                    .bind(limit)
+                    .execute(&self.$cross)
+                    .await?
+                    .rows_affected())
             }
 
             /// Deletes the oldest `limit` of `tenant`'s rows at or below `through` (its base);
@@ -468,23 +491,22 @@ macro_rules! audit_reads {
                 }))
             }
 
-            /// A tenant's checkpoints in chain order.
-            pub async fn checkpoints(&self, tenant: TenantId) -> Result<Vec<Checkpoint>, StoreError> {
+            /// A tenant's checkpoints after `after_seq`, in chain order: at most `limit`.
+            pub async fn checkpoints(&self, tenant: TenantId, after_seq: i64, limit: i64) -> Result<Page<Checkpoint>, StoreError> {
                 let select = sql(format!(
                     "select seq, row_hash, key_id, signature, signed_at from audit_checkpoint \
-                     where tenant_id = $1{u} order by seq",
+                     where tenant_id = $1{u} and seq > $2 order by seq limit $3",
                     u = $u
                 ));
-                let rows: Vec<CheckpointRow> = $once!(self, tenant, |conn| {
-                    sqlx::query_as(select)
+                Ok($once!(self, tenant, |conn| {
+                    let rows = sqlx::query_as::<_, CheckpointRow>(select)
                         .bind(tenant.to_string())
-                        .fetch_all(conn)
-                        .await?
-                });
-                Ok(rows
-                    .into_iter()
-                    .map(|row| Checkpoint::from_row(tenant, row))
-                    .collect())
+                        .bind(after_seq)
+                        .bind(limit.saturating_add(1))
+                        .fetch(conn);
+                    crate::read_bounded(rows, limit, |_| 0).await?
+                })
+                .map(|row| Checkpoint::from_row(tenant, row)))
             }
 
             /// Deletes up to `limit` failed-authentication records older than `before`;

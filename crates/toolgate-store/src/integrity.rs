@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use toolgate_core::TenantId;
 
-use crate::model::{AuditBase, AuditRow, ChainBreak, Pruned, PrunedHistory};
+use crate::model::{AuditBase, AuditRow, ChainBreak, Page, Pruned, PrunedHistory};
 use crate::{Store, StoreError, chain, checkpoint};
 
 impl Store {
@@ -177,8 +177,10 @@ impl Store {
     /// Removes `tenant`'s rows up to its newest checkpoint signed before `before`, once
     /// the whole chain verifies against `keys` (a chain that does not is left whole: its
     /// rows could be the evidence). The checkpoint becomes the tenant's base, recorded
-    /// for good; rows go in batches, and rows a stopped prune left below the base go on
-    /// the next one. Deleting needs the connecting role on Postgres, as migrating does.
+    /// for good; rows go in batches, then the checkpoints below the base (they sign rows
+    /// that are gone), and what a stopped prune left below the base goes on the next one.
+    /// A prune running beside it is no error: one of them moves the base. Deleting needs
+    /// the connecting role on Postgres, as migrating does.
     pub async fn prune_audit(
         &self,
         tenant: TenantId,
@@ -193,28 +195,36 @@ impl Store {
         {
             return Ok(Pruned {
                 base: current,
-                moved: false,
-                deleted: 0,
                 refused: Some(broken),
+                ..Pruned::default()
             });
         }
-        if let Some(seq) = target {
-            dispatch!(self, s => s.move_audit_base(tenant, seq).await)?;
-        }
-        let base = target.or(current);
-        let deleted = match base {
-            Some(through) => {
-                in_batches(|| async move {
-                    dispatch!(self, s => s.delete_pruned(tenant, through, PRUNE_BATCH).await)
-                })
-                .await?
-            }
-            None => 0,
+        let moved = match target {
+            Some(seq) => dispatch!(self, s => s.move_audit_base(tenant, seq).await)?,
+            None => false,
         };
+        // Moved by this prune, or by whichever moved it meanwhile.
+        let base = match (moved, target) {
+            (true, _) => target,
+            (false, Some(_)) => self.audit_base(tenant).await?.map(|b| b.seq),
+            (false, None) => current,
+        };
+        let Some(through) = base else {
+            return Ok(Pruned::default());
+        };
+        let deleted = in_batches(|| async move {
+            dispatch!(self, s => s.delete_pruned(tenant, through, PRUNE_BATCH).await)
+        })
+        .await?;
+        let checkpoints = in_batches(|| async move {
+            dispatch!(self, s => s.delete_pruned_checkpoints(tenant, through, PRUNE_BATCH).await)
+        })
+        .await?;
         Ok(Pruned {
             base,
-            moved: target.is_some(),
+            moved,
             deleted,
+            checkpoints,
             refused: None,
         })
     }
@@ -233,12 +243,15 @@ impl Store {
         Ok(heads.len())
     }
 
-    /// A tenant's stored checkpoints in chain order (for export).
+    /// A tenant's stored checkpoints after `after_seq`, in chain order (for export): at
+    /// most `limit`, and [`Page::more`] when the next read has more.
     pub async fn checkpoints(
         &self,
         tenant: TenantId,
-    ) -> Result<Vec<checkpoint::Checkpoint>, StoreError> {
-        dispatch!(self, s => s.checkpoints(tenant).await)
+        after_seq: i64,
+        limit: i64,
+    ) -> Result<Page<checkpoint::Checkpoint>, StoreError> {
+        dispatch!(self, s => s.checkpoints(tenant, after_seq, limit).await)
     }
 
     /// Deletes the rest of the past the store keeps from before `before`: runs that

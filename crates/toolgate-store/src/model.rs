@@ -200,7 +200,7 @@ pub struct AuditBase {
 }
 
 /// What pruning did for one tenant (see [`crate::Store::prune_audit`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Pruned {
     /// The tenant's base afterwards (`None`: nothing was ever pruned).
     pub base: Option<i64>,
@@ -208,6 +208,8 @@ pub struct Pruned {
     pub moved: bool,
     /// Rows deleted now (rows a stopped prune left below the base included).
     pub deleted: u64,
+    /// Checkpoints deleted now: those below the base, but for earlier bases.
+    pub checkpoints: u64,
     /// The chain did not verify, so nothing was pruned: the rows could be the evidence.
     pub refused: Option<ChainBreak>,
 }

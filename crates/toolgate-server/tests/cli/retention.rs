@@ -4,13 +4,21 @@
 use super::checkpoints::{echo, echo_then_stop};
 use super::*;
 
+/// The `seq`s of the checkpoints `audit checkpoints` exports, in its order.
+fn checkpoint_seqs(data: &std::path::Path) -> Vec<i64> {
+    let export = toolgate(&["audit", "checkpoints", "--tenant", "default"], data);
+    String::from_utf8_lossy(&export.stdout)
+        .lines()
+        .map(|line| {
+            let cp: serde_json::Value = serde_json::from_str(line).expect("json");
+            cp["seq"].as_i64().expect("seq")
+        })
+        .collect()
+}
+
 /// The `seq` of the newest checkpoint `audit checkpoints` exports.
 fn last_checkpoint(data: &std::path::Path) -> i64 {
-    let export = toolgate(&["audit", "checkpoints", "--tenant", "default"], data);
-    let lines = String::from_utf8_lossy(&export.stdout).into_owned();
-    let last: serde_json::Value =
-        serde_json::from_str(lines.lines().last().expect("a checkpoint")).expect("json");
-    last["seq"].as_i64().expect("seq")
+    *checkpoint_seqs(data).last().expect("a checkpoint")
 }
 
 fn said(output: &std::process::Output) -> String {
@@ -75,7 +83,7 @@ async fn old_audit_rows_are_pruned_to_a_signed_checkpoint_while_the_gateway_runs
     echo(&running, 20).await;
     let pruned = prune.await.expect("join");
     assert!(pruned.status.success(), "{}", said(&pruned));
-    // "tenant "default": N rows deleted; pruned up to checkpoint N; …"
+    // "tenant "default": N rows and M checkpoints deleted; pruned up to checkpoint N; …"
     let out = said(&pruned);
     let through: i64 = out
         .split("pruned up to checkpoint ")
@@ -84,7 +92,10 @@ async fn old_audit_rows_are_pruned_to_a_signed_checkpoint_while_the_gateway_runs
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{out}"));
     assert!(through >= first, "{out}");
-    assert!(out.contains(&format!("{through} rows deleted")), "{out}");
+    assert!(out.contains(&format!("{through} rows and ")), "{out}");
+    // The checkpoints below the base signed rows that are gone, and went with them: the
+    // export now starts at the base.
+    assert_eq!(checkpoint_seqs(data).first(), Some(&through), "{out}");
     assert!(
         out.contains(
             "0 finished runs deleted (with their events); 0 settled approvals deleted; 1 failed-authentication records deleted"

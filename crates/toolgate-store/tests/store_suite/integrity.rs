@@ -125,6 +125,19 @@ fn tenant_is(store: &Store, tenant: TenantId) -> String {
     }
 }
 
+/// A tenant's few stored checkpoints, in one read.
+pub(super) async fn all_checkpoints(
+    store: &Store,
+    tenant: TenantId,
+) -> Vec<toolgate_store::checkpoint::Checkpoint> {
+    let page = store
+        .checkpoints(tenant, 0, 100)
+        .await
+        .expect("checkpoints");
+    assert!(!page.more, "more than a test's few checkpoints");
+    page.items
+}
+
 pub(super) async fn tamper(store: &Store, sqls: &[String]) {
     match store {
         Store::Sqlite(sqlite) => {
@@ -180,7 +193,7 @@ async fn tail_truncation_is_detected_by_the_head_and_by_signed_checkpoints() {
             0,
             "nothing moved"
         );
-        let exported = store.checkpoints(tenant).await.expect("export");
+        let exported = all_checkpoints(&store, tenant).await;
         assert_eq!(exported.len(), 1);
         assert_eq!(exported[0].seq, 5);
         assert_eq!(
@@ -315,10 +328,8 @@ async fn a_chain_longer_than_one_read_is_verified_piece_by_piece() {
             .await
             .expect("append");
         store.write_checkpoints(&signer).await.expect("sign");
-        let seqs: Vec<i64> = store
-            .checkpoints(a.id)
+        let seqs: Vec<i64> = all_checkpoints(&store, a.id)
             .await
-            .expect("checkpoints")
             .iter()
             .map(|c| c.seq)
             .collect();
@@ -382,6 +393,12 @@ async fn checkpoints_beyond_one_read_are_checked_a_part_at_a_time() {
             store.verify_audit(a.id, &[key], &[]).await.expect("verify"),
             None
         );
+        // The export reads them in parts too.
+        let first = store.checkpoints(a.id, 0, 1_000).await.expect("export");
+        assert_eq!((first.items.len(), first.more), (1_000, true));
+        let rest = store.checkpoints(a.id, 1_000, 1_000).await.expect("export");
+        let seqs: Vec<i64> = rest.items.iter().map(|c| c.seq).collect();
+        assert_eq!((seqs, rest.more), ((1_001..=1_050).collect(), false));
 
         let tenant = tenant_is(&store, a.id);
         // The newest rows gone and the head moved back to match: only checkpoints

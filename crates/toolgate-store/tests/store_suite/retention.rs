@@ -4,7 +4,7 @@
 use toolgate_store::checkpoint::AuditSigner;
 use toolgate_store::{AuditBase, Pruned};
 
-use super::integrity::{seeded, tamper};
+use super::integrity::{all_checkpoints, seeded, tamper};
 use super::*;
 
 /// The tenant id as each backend's SQL text compares it, and the cast it needs.
@@ -50,7 +50,7 @@ async fn pruning_removes_rows_up_to_a_signed_checkpoint_and_the_rest_still_verif
         let newer: Vec<AuditRecord> = (0..3).map(|_| record(tenant, principal, "echo")).collect();
         store.append_audit(&newer).await.expect("append");
         store.write_checkpoints(&signer).await.expect("sign");
-        let exported = store.checkpoints(tenant).await.expect("export");
+        let exported = all_checkpoints(&store, tenant).await;
         assert_eq!(exported.iter().map(|c| c.seq).collect::<Vec<_>>(), [5, 8]);
         let other = store.create_tenant("globex").await.expect("tenant");
         let bob = store.create_principal(other.id, &member("bob")).await.expect("principal");
@@ -62,7 +62,7 @@ async fn pruning_removes_rows_up_to_a_signed_checkpoint_and_the_rest_still_verif
         let pruned = store.prune_audit(tenant, cutoff, &[key]).await.expect("prune");
         assert_eq!(
             pruned,
-            Pruned { base: Some(5), moved: true, deleted: 5, refused: None }
+            Pruned { base: Some(5), moved: true, deleted: 5, checkpoints: 0, refused: None }
         );
         let base = store.audit_base(tenant).await.expect("base").expect("a base");
         assert_eq!((base.seq, base.row_hash.as_str()), (5, rows[4].row_hash.as_str()));
@@ -74,13 +74,13 @@ async fn pruning_removes_rows_up_to_a_signed_checkpoint_and_the_rest_still_verif
         assert_eq!(store.audit_base(other.id).await.expect("base"), None);
         assert_eq!(
             store.prune_audit(other.id, cutoff, &[key]).await.expect("prune"),
-            Pruned { base: None, moved: false, deleted: 0, refused: None },
+            Pruned::default(),
             "globex's only checkpoint is newer than the cutoff"
         );
         // Again: nothing more to do.
         assert_eq!(
             store.prune_audit(tenant, cutoff, &[key]).await.expect("prune"),
-            Pruned { base: Some(5), moved: false, deleted: 0, refused: None }
+            Pruned { base: Some(5), ..Pruned::default() }
         );
         // The chain goes on from where it was.
         store.append_audit(&[record(tenant, principal, "echo")]).await.expect("append");
@@ -118,20 +118,149 @@ async fn pruning_removes_rows_up_to_a_signed_checkpoint_and_the_rest_still_verif
             )
             .await;
             assert!(by_gateway.is_err(), "the app role cannot move the base");
-            for seq in [3, 8, 9] {
-                assert!(pg.move_audit_base(tenant, seq).await.is_err(), "base to {seq}");
+            // Back, or to where it is: not moved. To a row no checkpoint signed: refused.
+            for seq in [3, 8] {
+                assert!(!pg.move_audit_base(tenant, seq).await.expect("move"), "base to {seq}");
             }
+            assert!(pg.move_audit_base(tenant, 9).await.is_err(), "base to 9");
+            refused_backwards(&store, &t, cast).await;
             removed_base_is_a_gap(&store, tenant, &t, cast).await;
             return;
         };
         let Store::Sqlite(s) = &store else { unreachable!() };
-        assert!(s.move_audit_base(tenant, 8).await.is_ok(), "to checkpoint 8");
-        for seq in [3, 8, 9] {
-            assert!(s.move_audit_base(tenant, seq).await.is_err(), "base to {seq}");
+        assert!(s.move_audit_base(tenant, 8).await.expect("move"), "to checkpoint 8");
+        for seq in [3, 8] {
+            assert!(!s.move_audit_base(tenant, seq).await.expect("move"), "base to {seq}");
         }
+        assert!(s.move_audit_base(tenant, 9).await.is_err(), "base to 9");
+        refused_backwards(&store, &t, cast).await;
         removed_base_is_a_gap(&store, tenant, &t, cast).await;
     })
     .await;
+}
+
+/// The checkpoints below a new base sign rows that are gone: they go with them, but for
+/// the earlier bases `audit_prune` names; the rest stay append-only. Two prunes at once
+/// both succeed, one of them moving the base.
+#[tokio::test]
+async fn checkpoints_below_the_base_go_with_its_rows_and_two_prunes_at_once_agree() {
+    on_both(|store| async move {
+        let signer = AuditSigner::from_seed(&[42; 32]);
+        let key = signer.public_key();
+        let (tenant, rows) = seeded(&store).await;
+        let principal = rows[0].principal;
+        let one_more = || async {
+            store
+                .append_audit(&[record(tenant, principal, "echo")])
+                .await
+                .expect("append");
+            store.write_checkpoints(&signer).await.expect("sign");
+        };
+        store.write_checkpoints(&signer).await.expect("sign");
+        one_more().await;
+        one_more().await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let cutoff = chrono::Utc::now();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        one_more().await;
+        let before = all_checkpoints(&store, tenant).await;
+        assert_eq!(
+            before.iter().map(|c| c.seq).collect::<Vec<_>>(),
+            [5, 6, 7, 8]
+        );
+
+        let keys = [key];
+        let (one, two) = tokio::join!(
+            store.prune_audit(tenant, cutoff, &keys),
+            store.prune_audit(tenant, cutoff, &keys),
+        );
+        let (one, two) = (one.expect("a prune"), two.expect("the other prune"));
+        assert_eq!(
+            u8::from(one.moved) + u8::from(two.moved),
+            1,
+            "{one:?} {two:?}"
+        );
+        assert_eq!((one.base, two.base), (Some(7), Some(7)));
+        assert_eq!(
+            (one.deleted + two.deleted, one.checkpoints + two.checkpoints),
+            (7, 2)
+        );
+        let kept = |cps: Vec<toolgate_store::checkpoint::Checkpoint>| {
+            cps.iter().map(|c| c.seq).collect::<Vec<_>>()
+        };
+        assert_eq!(kept(all_checkpoints(&store, tenant).await), [7, 8]);
+        assert_eq!(
+            store
+                .verify_audit(tenant, &[key], &[])
+                .await
+                .expect("verify"),
+            None
+        );
+        // The export taken before still verifies: below the base, its signatures.
+        assert_eq!(
+            store
+                .verify_audit(tenant, &[key], &before)
+                .await
+                .expect("verify"),
+            None
+        );
+
+        // The base's checkpoint and those above it stay, for the owner as for the gateway.
+        let (t, cast) = sql_tenant(&store, tenant);
+        for owner in [false, true] {
+            for seq in [7, 8] {
+                let refused = run_as(
+                    &store,
+                    owner,
+                    format!(
+                        "delete from audit_checkpoint where tenant_id = '{t}'{cast} and seq = {seq}"
+                    ),
+                )
+                .await;
+                assert!(refused.is_err(), "deleting checkpoint {seq}: {refused:?}");
+            }
+        }
+
+        // The next prune takes checkpoint 8 with its rows, and keeps 7: a base.
+        one_more().await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let cutoff = chrono::Utc::now();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        one_more().await;
+        assert_eq!(
+            store
+                .prune_audit(tenant, cutoff, &[key])
+                .await
+                .expect("prune"),
+            Pruned {
+                base: Some(9),
+                moved: true,
+                deleted: 2,
+                checkpoints: 1,
+                refused: None
+            }
+        );
+        assert_eq!(kept(all_checkpoints(&store, tenant).await), [7, 9, 10]);
+        assert_eq!(
+            store
+                .verify_audit(tenant, &[key], &[])
+                .await
+                .expect("verify"),
+            None
+        );
+    })
+    .await;
+}
+
+/// The database itself refuses to move a base back, whatever the store asks.
+async fn refused_backwards(store: &Store, t: &str, cast: &str) {
+    let back = run_as(
+        store,
+        true,
+        format!("insert into audit_prune (tenant_id, seq, pruned_at) values ('{t}'{cast}, 5, '2026-01-01T00:00:00Z')"),
+    )
+    .await;
+    assert!(back.is_err(), "the base moved back: {back:?}");
 }
 
 /// With the base moved to 8 and its rows not yet deleted (a prune stopped midway), the
@@ -147,9 +276,8 @@ async fn removed_base_is_a_gap(store: &Store, tenant: TenantId, t: &str, cast: &
             .expect("prune"),
         Pruned {
             base: Some(8),
-            moved: false,
             deleted: 3,
-            refused: None
+            ..Pruned::default()
         }
     );
     let base: Option<AuditBase> = store.audit_base(tenant).await.expect("base");
@@ -188,7 +316,7 @@ async fn a_chain_that_does_not_verify_is_not_pruned() {
         let later = chrono::Utc::now() + chrono::Duration::seconds(1);
         assert_eq!(
             store.prune_audit(tenant, later, &[signer.public_key()]).await.expect("prune"),
-            Pruned { base: None, moved: false, deleted: 0, refused: Some(altered.clone()) }
+            Pruned { refused: Some(altered.clone()), ..Pruned::default() }
         );
         assert_eq!(store.audit_chain(tenant).await.expect("chain").len(), 5);
         assert_eq!(store.verify_chain(tenant).await.expect("verify"), Some(altered));
