@@ -32,13 +32,14 @@ use crate::auth::scopes;
 use crate::cache::{CacheMode, CacheStatus, ResultCache};
 use crate::limits::{Admission, RateLimits};
 use crate::metrics::Metrics;
-use crate::policy::{Action, ApprovalError, ApprovalRequest, Approvals, Gate, NoApprovals, Policy};
+use crate::policy::{Action, ApprovalError, Approvals, NoApprovals, Policy};
 use crate::{
-    CallContext, CallId, ErrorKind, Event, EventSink, GateEvent, Outcome, RegisteredTool, Risk,
-    ScopedToolset, SecretNames, ToolError, ToolOutput,
+    CallContext, CallId, ErrorKind, Event, EventSink, Outcome, RegisteredTool, Risk, ScopedToolset,
+    SecretNames, ToolError, ToolOutput,
 };
 
 mod authorize;
+mod gate;
 mod relay;
 mod run;
 #[cfg(test)]
@@ -449,109 +450,6 @@ impl Executor {
             duration,
         );
         result.map(|value| (value, duration))
-    }
-
-    /// The tenant's policy for this call: extra scopes by risk, then allow, deny, or a
-    /// person's approval (asked for, waited on, or used up). Fails closed.
-    async fn apply_policy(
-        &self,
-        ctx: &CallContext,
-        policy: Result<Arc<Policy>, ApprovalError>,
-        tool: &RegisteredTool,
-        args: &Value,
-        record: &mut AuditRecord,
-    ) -> Result<(), ToolError> {
-        let spec = tool.spec();
-        // Fails closed: a call whose policy or approval cannot be read is not run; for
-        // now (503, retryable) when the store is only out of reach for now.
-        let unavailable = |cause: ApprovalError| {
-            store_failure(
-                cause.transient,
-                cause.to_string(),
-                true,
-                "the approval policy cannot be read right now, so this call was not run",
-                "the approval policy could not be read, so this call was not run",
-            )
-        };
-        let policy = policy.map_err(unavailable)?;
-        if let Some(scope) = policy.risk_scopes.get(&spec.risk)
-            && !ctx.auth.has_scope(scope)
-        {
-            return Err(ToolError::forbidden(format!(
-                "calling {} needs the scope {scope:?} (the tenant's policy for {:?}-risk tools), which your credentials lack",
-                spec.name, spec.risk
-            )));
-        }
-        match policy.decide(&spec.name, spec.risk, ctx.agent.as_deref()) {
-            Action::Allow => return Ok(()),
-            Action::Deny => {
-                return Err(ToolError::new(
-                    ErrorKind::Denied,
-                    format!("the tenant's policy does not allow calling {}", spec.name),
-                ));
-            }
-            Action::Require => {}
-        }
-        let request = ApprovalRequest {
-            tenant: ctx.auth.tenant,
-            call_id: ctx.call_id,
-            requester: ctx.auth.principal.id,
-            requester_name: ctx.auth.principal.name.clone(),
-            auth: (*ctx.auth).clone(),
-            adapter: ctx.adapter,
-            tool: spec.name.clone(),
-            risk: spec.risk,
-            arguments: record.arguments.clone(),
-            call_arguments: args.clone(),
-            arguments_hash: record.arguments_hash.clone(),
-            run: ctx.run,
-            agent: ctx.agent.clone(),
-            presented: ctx.approval,
-            expires_at: std::time::SystemTime::now() + policy.approval_ttl(),
-        };
-        let gate = self.approvals.gate(request).await.map_err(unavailable)?;
-        let (approval, seen) = match &gate {
-            Gate::Approved { approval } => (*approval, GateEvent::Used),
-            Gate::Pending { approval, .. } => (*approval, GateEvent::Pending),
-            Gate::Denied { approval, .. } => (*approval, GateEvent::Denied),
-        };
-        self.events.emit(&Event::ApprovalGate {
-            ctx,
-            tool: &spec.name,
-            approval,
-            gate: seen,
-        });
-        match gate {
-            Gate::Approved { approval } => {
-                record.approval = Some(approval);
-                Ok(())
-            }
-            Gate::Pending {
-                approval,
-                expires_at,
-            } => {
-                record.approval = Some(approval);
-                let expires_in = expires_at
-                    .duration_since(std::time::SystemTime::now())
-                    .unwrap_or_default();
-                Err(ToolError::awaiting_approval(
-                    &spec.name, approval, expires_in,
-                ))
-            }
-            Gate::Denied {
-                approval,
-                reason,
-                decided_by,
-            } => {
-                record.approval = Some(approval);
-                Err(crate::policy::denied(
-                    &spec.name,
-                    approval,
-                    &reason,
-                    decided_by.as_deref(),
-                ))
-            }
-        }
     }
 
     /// For a tool with side effects, a durable intent before it runs; failing closed.

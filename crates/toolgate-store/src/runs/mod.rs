@@ -1,6 +1,7 @@
-//! Agents, runs and run journals, on both backends: one macro writes both (as for
-//! approvals and sessions: ids and JSON travel as text and are cast on Postgres); only
-//! the journal append differs (`runs/journal.rs`).
+//! Runs and run journals, on both backends: one macro writes both (as for approvals and
+//! sessions: ids and JSON travel as text and are cast on Postgres); only the journal
+//! append differs (`runs/journal.rs`). Agents, which runs are started from, are in
+//! `runs/agents.rs`.
 //!
 //! A run's events are numbered 1, 2, 3… by the one instance that holds the run's lease;
 //! the primary key `(run_id, seq)` refuses a second writer. The last event and the run's
@@ -11,14 +12,14 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use toolgate_core::stores::RunStatus;
 use toolgate_core::{PrincipalId, RunId, TenantId};
-use uuid::Uuid;
 
-use crate::model::{AgentRecord, NewRun, Page, RunEventRecord, RunFinish, RunRecord};
+use crate::model::{NewRun, Page, RunEventRecord, RunFinish, RunRecord};
 use crate::postgres::PostgresStore;
 use crate::sqlite::SqliteStore;
 use crate::text::{json, json_list, sql, uuid};
 use crate::{Store, StoreError};
 
+mod agents;
 mod journal;
 
 /// Runs an instance may take over: running ones whose lease ended before `$4`, and ones
@@ -33,7 +34,6 @@ const READY: &str = "(r.status = 'running' and (r.lease_until is null or r.lease
 /// [`READ_BYTES`](crate::model::READ_BYTES)).
 pub const STEPS_PER_READ: i64 = 1_000;
 
-const AGENT_CONFLICT: &str = "an agent with this name exists in your tenant";
 const SEQ_CONFLICT: &str = "another instance is writing this run";
 
 fn event_kind(event: &Value) -> &str {
@@ -42,9 +42,6 @@ fn event_kind(event: &Value) -> &str {
         .and_then(Value::as_str)
         .unwrap_or("unknown")
 }
-
-/// `agent_id, name, config, created_at, updated_at`.
-type AgentRow = (String, String, String, DateTime<Utc>, DateTime<Utc>);
 
 /// A `run` row as [`run_columns`] reads it: ids and JSON as text.
 type RunRow = (
@@ -128,121 +125,6 @@ macro_rules! run_store {
         $u:literal, $j:literal, $jl:literal, $t:literal, $each:literal, $lock:literal
     ) => {
         impl $store {
-            pub async fn create_agent(
-                &self,
-                tenant: TenantId,
-                name: &str,
-                config: &Value,
-            ) -> Result<AgentRecord, StoreError> {
-                let at = $now();
-                let record = AgentRecord {
-                    id: Uuid::now_v7(),
-                    tenant,
-                    name: name.to_owned(),
-                    config: config.clone(),
-                    created_at: at,
-                    updated_at: at,
-                };
-                let insert = sql(format!(
-                    "insert into agent (agent_id, tenant_id, name, config, created_at, updated_at) \
-                     select $1{u}, $2{u}, $3, $4{j}, $5, $5 \
-                     where (select count(*) from agent where tenant_id = $2{u}) < $6",
-                    u = $u,
-                    j = $j
-                ));
-                let most = crate::Quotas::bound(self.limits.quotas.agents);
-                let inserted = $once!(self, tenant, |conn| {
-                    sqlx::query(insert)
-                        .bind(record.id.to_string())
-                        .bind(tenant.to_string())
-                        .bind(name)
-                        .bind(config.to_string())
-                        .bind(at)
-                        .bind(most)
-                        .execute(conn)
-                        .await
-                        .map_err(|e| StoreError::on_constraint(e, "agent_tenant_name_key", AGENT_CONFLICT))?
-                });
-                if inserted.rows_affected() == 0 {
-                    return Err(crate::over_quota(most, "agents", "tenant_agents", "delete some first"));
-                }
-                Ok(record)
-            }
-
-            /// The tenant's agents, or only the one with id `only`.
-            pub async fn agents(
-                &self,
-                tenant: TenantId,
-                only: Option<Uuid>,
-            ) -> Result<Vec<AgentRecord>, StoreError> {
-                let select = sql(format!(
-                    "select agent_id{t}, name, config{t}, created_at, updated_at from agent \
-                     where tenant_id = $1{u} and ($2 is null or agent_id = $2{u}) order by name",
-                    t = $t,
-                    u = $u
-                ));
-                let rows: Vec<AgentRow> = $once!(self, tenant, |conn| {
-                    sqlx::query_as(select)
-                        .bind(tenant.to_string())
-                        .bind(only.map(|id| id.to_string()))
-                        .fetch_all(conn)
-                        .await?
-                });
-                rows.into_iter()
-                    .map(|(id, name, config, created_at, updated_at)| {
-                        Ok(AgentRecord {
-                            id: uuid(&id)?,
-                            tenant,
-                            name,
-                            config: json(&config)?,
-                            created_at,
-                            updated_at,
-                        })
-                    })
-                    .collect()
-            }
-
-            pub async fn update_agent(
-                &self,
-                tenant: TenantId,
-                agent: Uuid,
-                name: &str,
-                config: &Value,
-            ) -> Result<bool, StoreError> {
-                let update = sql(format!(
-                    "update agent set name = $3, config = $4{j}, updated_at = $5 where tenant_id = $1{u} and agent_id = $2{u}",
-                    u = $u,
-                    j = $j
-                ));
-                let done = $once!(self, tenant, |conn| {
-                    sqlx::query(update)
-                        .bind(tenant.to_string())
-                        .bind(agent.to_string())
-                        .bind(name)
-                        .bind(config.to_string())
-                        .bind($now())
-                        .execute(conn)
-                        .await
-                        .map_err(|e| StoreError::on_constraint(e, "agent_tenant_name_key", AGENT_CONFLICT))?
-                });
-                Ok(done.rows_affected() == 1)
-            }
-
-            pub async fn delete_agent(&self, tenant: TenantId, agent: Uuid) -> Result<bool, StoreError> {
-                let delete = sql(format!(
-                    "delete from agent where tenant_id = $1{u} and agent_id = $2{u}",
-                    u = $u
-                ));
-                let done = $once!(self, tenant, |conn| {
-                    sqlx::query(delete)
-                        .bind(tenant.to_string())
-                        .bind(agent.to_string())
-                        .execute(conn)
-                        .await?
-                });
-                Ok(done.rows_affected() == 1)
-            }
-
             pub async fn create_run(&self, tenant: TenantId, new: &NewRun) -> Result<(), StoreError> {
                 let mut tx = self.tenant_tx(tenant).await?;
                 let at = $now();
@@ -526,44 +408,6 @@ run_store!(
 );
 
 impl Store {
-    /// Creates an agent; [`StoreError::Conflict`] when the tenant has one of that name.
-    pub async fn create_agent(
-        &self,
-        tenant: TenantId,
-        name: &str,
-        config: &Value,
-    ) -> Result<AgentRecord, StoreError> {
-        dispatch!(self, s => s.create_agent(tenant, name, config).await)
-    }
-
-    pub async fn list_agents(&self, tenant: TenantId) -> Result<Vec<AgentRecord>, StoreError> {
-        dispatch!(self, s => s.agents(tenant, None).await)
-    }
-
-    pub async fn get_agent(
-        &self,
-        tenant: TenantId,
-        agent: Uuid,
-    ) -> Result<Option<AgentRecord>, StoreError> {
-        let found = dispatch!(self, s => s.agents(tenant, Some(agent)).await)?;
-        Ok(found.into_iter().next())
-    }
-
-    /// Replaces an agent's name and configuration; false when it does not exist.
-    pub async fn update_agent(
-        &self,
-        tenant: TenantId,
-        agent: Uuid,
-        name: &str,
-        config: &Value,
-    ) -> Result<bool, StoreError> {
-        dispatch!(self, s => s.update_agent(tenant, agent, name, config).await)
-    }
-
-    pub async fn delete_agent(&self, tenant: TenantId, agent: Uuid) -> Result<bool, StoreError> {
-        dispatch!(self, s => s.delete_agent(tenant, agent).await)
-    }
-
     pub async fn get_run(
         &self,
         tenant: TenantId,
