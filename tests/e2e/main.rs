@@ -2,6 +2,7 @@
 
 mod agents;
 mod approvals;
+mod audit_admin;
 mod audit_api;
 mod auth;
 mod cache;

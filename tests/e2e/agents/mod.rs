@@ -10,6 +10,7 @@ use toolgate_server::config::ProviderEntry;
 
 mod failures;
 mod lifecycle;
+mod resumption;
 mod streaming;
 mod wires;
 

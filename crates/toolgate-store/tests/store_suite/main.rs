@@ -19,6 +19,7 @@ use toolgate_store::{
     Store, StoreError, Tenant, UpstreamWrite,
 };
 
+mod approval_lapses;
 mod approvals;
 mod audit;
 mod integrity;
