@@ -39,6 +39,7 @@
 //!   `toolgate-store` implements them.
 //! - [`clock::Clock`]: the wall clock orchestration reads (leases, expiries), a seam
 //!   tests move instead of sleeping.
+//! - [`per_key::PerKey`]: counts per key against a cap (runs, calls, streams in flight).
 //! - [`backoff::Backoff`]: the one backoff policy of retry and reconnect loops;
 //!   [`group_commit::next_group`]: how the durable writers batch.
 //! - [`declarations`]: a toolset rendered as OpenAI, Anthropic, Gemini or MCP tool
@@ -62,6 +63,7 @@ pub mod group_commit;
 pub mod ids;
 pub mod limits;
 pub mod metrics;
+pub mod per_key;
 pub mod policy;
 pub mod registry;
 pub mod secrets;

@@ -32,6 +32,7 @@ use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
 use serde::{Deserialize, Serialize};
 
+use crate::per_key::PerKey;
 use crate::{AuthContext, ErrorKind, PrincipalId, TenantId, ToolError};
 
 /// Limits on a tenant's calls. `None` (or a tool absent from `tools`) is no limit.
@@ -191,7 +192,7 @@ pub struct Admission {
     /// shared by every bucket with that limit, and there are few distinct limits.
     limiters: RwLock<HashMap<NonZeroU32, Arc<DefaultKeyedRateLimiter<Bucket>>>>,
     in_flight: AtomicUsize,
-    tenant_in_flight: Mutex<HashMap<TenantId, u32>>,
+    tenant_in_flight: Mutex<PerKey<TenantId>>,
 }
 
 impl std::fmt::Debug for Admission {
@@ -215,13 +216,7 @@ impl Drop for Admitted {
     fn drop(&mut self) {
         self.admission.in_flight.fetch_sub(1, Ordering::Relaxed);
         if let Some(tenant) = self.tenant {
-            let mut counts = lock(&self.admission.tenant_in_flight);
-            if let Some(n) = counts.get_mut(&tenant) {
-                *n -= 1;
-                if *n == 0 {
-                    counts.remove(&tenant);
-                }
-            }
+            lock(&self.admission.tenant_in_flight).release(&tenant);
         }
     }
 }
@@ -238,7 +233,7 @@ impl Admission {
             clock: DefaultClock::default(),
             limiters: RwLock::new(HashMap::new()),
             in_flight: AtomicUsize::new(0),
-            tenant_in_flight: Mutex::new(HashMap::new()),
+            tenant_in_flight: Mutex::default(),
         }
     }
 
@@ -292,10 +287,8 @@ impl Admission {
         let share = self.instances();
         if let Some(limit) = limits.tenant_concurrency {
             let allowed = limit.div_ceil(share);
-            let mut counts = lock(&self.tenant_in_flight);
-            let n = counts.entry(tenant).or_insert(0);
-            if *n >= allowed {
-                drop(counts);
+            let cap = usize::try_from(allowed).unwrap_or(usize::MAX);
+            if lock(&self.tenant_in_flight).try_add(tenant, cap).is_err() {
                 return Err(Refusal {
                     limit: Limit::Concurrency,
                     error: limited(
@@ -306,7 +299,6 @@ impl Admission {
                     ),
                 });
             }
-            *n += 1;
             admitted.tenant = Some(tenant);
         }
         let checks = [

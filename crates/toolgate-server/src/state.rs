@@ -48,7 +48,7 @@ pub struct Shared {
     /// Pinned upstream tool definitions.
     pub pins: Arc<toolgate_mcp::pins::Pins<toolgate_store::Store>>,
     /// Tenants whose audit log this instance is verifying now (one at a time each).
-    pub verifying: std::sync::Mutex<std::collections::HashSet<toolgate_core::TenantId>>,
+    pub verifying: std::sync::Mutex<toolgate_core::per_key::PerKey<toolgate_core::TenantId>>,
 }
 
 impl AppState {

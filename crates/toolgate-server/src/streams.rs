@@ -12,13 +12,13 @@
 //!   (the key cache follows revocations, a JWT its expiry); a stream whose credential no
 //!   longer holds ends. A store that cannot answer for the moment does not end streams.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::HeaderValue;
 use futures::StreamExt;
+use toolgate_core::per_key::PerKey;
 use toolgate_core::{AuthContext, ErrorKind, PrincipalId, TenantId, ToolError};
 
 use crate::auth::Authenticator;
@@ -47,8 +47,8 @@ pub struct Streams {
 
 #[derive(Default)]
 struct Counts {
-    principals: HashMap<PrincipalId, usize>,
-    tenants: HashMap<TenantId, usize>,
+    principals: PerKey<PrincipalId>,
+    tenants: PerKey<TenantId>,
 }
 
 /// One admitted stream; its count goes when this is dropped (with the stream).
@@ -61,22 +61,8 @@ pub struct Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         let mut open = self.streams.lock();
-        let Counts {
-            principals,
-            tenants,
-        } = &mut *open;
-        release(principals, &self.principal);
-        release(tenants, &self.tenant);
-    }
-}
-
-/// One fewer under `key`; the entry goes at zero.
-fn release<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, usize>, key: &K) {
-    if let Some(count) = counts.get_mut(key) {
-        *count = count.saturating_sub(1);
-        if *count == 0 {
-            counts.remove(key);
-        }
+        open.principals.release(&self.principal);
+        open.tenants.release(&self.tenant);
     }
 }
 
@@ -96,7 +82,7 @@ impl Streams {
 
     /// Streams open now on this instance.
     pub fn open(&self) -> usize {
-        self.lock().tenants.values().sum()
+        self.lock().tenants.total()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Counts> {
@@ -112,8 +98,8 @@ impl Streams {
     ) -> Result<Ticket, ToolError> {
         let (tenant, principal) = (auth.tenant, auth.principal.id);
         let mut open = self.lock();
-        let by_principal = open.principals.get(&principal).copied().unwrap_or(0);
-        let by_tenant = open.tenants.get(&tenant).copied().unwrap_or(0);
+        let by_principal = open.principals.get(&principal);
+        let by_tenant = open.tenants.get(&tenant);
         let refused = if by_principal >= self.limits.per_principal {
             Some(format!(
                 "you have {by_principal} streams open, the most one principal may hold"
@@ -132,8 +118,8 @@ impl Streams {
                 .with_retry_after(std::time::Duration::from_secs(RETRY_AFTER_SECS), false)
                 .with_suggestion("close a stream you no longer follow, then try again"));
         }
-        *open.principals.entry(principal).or_default() += 1;
-        *open.tenants.entry(tenant).or_default() += 1;
+        open.principals.add(principal);
+        open.tenants.add(tenant);
         Ok(Ticket {
             streams: self.clone(),
             tenant,

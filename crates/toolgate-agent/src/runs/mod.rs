@@ -17,6 +17,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use toolgate_core::clock::{Clock, SystemClock};
+use toolgate_core::per_key::PerKey;
 use toolgate_core::stores::{ApprovalStore, NewRun, RunFinish, RunStore};
 use toolgate_core::{AuthContext, Event, Executor, Registry, RunId, TenantId, Toolset};
 use uuid::Uuid;
@@ -60,7 +61,7 @@ pub enum StartError<E: std::error::Error + 'static> {
 /// the tenant's cap; runs taken over from another instance are counted, never refused.
 #[derive(Default)]
 struct Driven {
-    counts: Mutex<HashMap<TenantId, usize>>,
+    counts: Mutex<PerKey<TenantId>>,
     /// Runs one tenant may start while that many are driven here.
     per_tenant: std::sync::atomic::AtomicUsize,
 }
@@ -73,25 +74,21 @@ struct Slot {
 }
 
 impl Driven {
-    fn counts(&self) -> std::sync::MutexGuard<'_, HashMap<TenantId, usize>> {
+    fn counts(&self) -> std::sync::MutexGuard<'_, PerKey<TenantId>> {
         self.counts.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A slot for a new run of `tenant`'s; `None` when the tenant is at its cap.
     fn admit(self: &Arc<Self>, tenant: TenantId) -> Option<Slot> {
-        let mut counts = self.counts();
-        let count = counts.entry(tenant).or_default();
-        if *count >= self.per_tenant.load(std::sync::atomic::Ordering::Relaxed) {
-            return None;
-        }
-        *count += 1;
+        let cap = self.per_tenant.load(std::sync::atomic::Ordering::Relaxed);
+        self.counts().try_add(tenant, cap).ok()?;
         Some(self.slot(tenant))
     }
 
     /// A slot for a run of `tenant`'s taken over from another instance: counted, never
     /// refused.
     fn count(self: &Arc<Self>, tenant: TenantId) -> Slot {
-        *self.counts().entry(tenant).or_default() += 1;
+        self.counts().add(tenant);
         self.slot(tenant)
     }
 
@@ -105,13 +102,7 @@ impl Driven {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut counts = self.driven.counts();
-        if let Some(count) = counts.get_mut(&self.tenant) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                counts.remove(&self.tenant);
-            }
-        }
+        self.driven.counts().release(&self.tenant);
     }
 }
 

@@ -432,7 +432,7 @@ struct Verifying {
 impl Verifying {
     fn begin(app: &AppState, tenant: toolgate_core::TenantId) -> Result<Self, ApiError> {
         let mut verifying = app.verifying.lock().unwrap_or_else(|p| p.into_inner());
-        if !verifying.insert(tenant) {
+        if verifying.try_add(tenant, 1).is_err() {
             drop(verifying);
             app.executor.metrics().rejected(
                 tenant,
@@ -458,7 +458,7 @@ impl Verifying {
 impl Drop for Verifying {
     fn drop(&mut self) {
         let mut verifying = self.app.verifying.lock().unwrap_or_else(|p| p.into_inner());
-        verifying.remove(&self.tenant);
+        verifying.release(&self.tenant);
     }
 }
 
