@@ -125,6 +125,19 @@ fn tenant_is(store: &Store, tenant: TenantId) -> String {
     }
 }
 
+/// What verifying `tenant`'s chain with `key` (and `exported` checkpoints) finds.
+pub(super) async fn verified(
+    store: &Store,
+    tenant: TenantId,
+    key: ed25519_dalek::VerifyingKey,
+    exported: &[toolgate_store::checkpoint::Checkpoint],
+) -> Option<ChainBreak> {
+    store
+        .verify_audit(tenant, &[key], exported)
+        .await
+        .expect("verify")
+}
+
 /// A tenant's few stored checkpoints, in one read.
 pub(super) async fn all_checkpoints(
     store: &Store,

@@ -4,7 +4,7 @@
 use toolgate_store::checkpoint::AuditSigner;
 use toolgate_store::{AuditBase, Pruned};
 
-use super::integrity::{all_checkpoints, seeded, tamper};
+use super::integrity::{all_checkpoints, seeded, tamper, verified};
 use super::*;
 
 /// The tenant id as each backend's SQL text compares it, and the cast it needs.
@@ -67,7 +67,7 @@ async fn pruning_removes_rows_up_to_a_signed_checkpoint_and_the_rest_still_verif
         let base = store.audit_base(tenant).await.expect("base").expect("a base");
         assert_eq!((base.seq, base.row_hash.as_str()), (5, rows[4].row_hash.as_str()));
         assert_eq!(seqs(&store.audit_chain(tenant).await.expect("chain")), [6, 7, 8]);
-        assert_eq!(store.verify_audit(tenant, &[key], &[]).await.expect("verify"), None);
+        assert_eq!(verified(&store, tenant, key, &[]).await, None);
         // The export taken before, checkpoint 5 included, still agrees.
         assert_eq!(store.verify_audit(tenant, &[key], &exported).await.expect("verify"), None);
         assert_eq!(store.audit_chain(other.id).await.expect("chain").len(), 1);
@@ -85,7 +85,7 @@ async fn pruning_removes_rows_up_to_a_signed_checkpoint_and_the_rest_still_verif
         // The chain goes on from where it was.
         store.append_audit(&[record(tenant, principal, "echo")]).await.expect("append");
         assert_eq!(seqs(&store.audit_chain(tenant).await.expect("chain")), [6, 7, 8, 9]);
-        assert_eq!(store.verify_audit(tenant, &[key], &[]).await.expect("verify"), None);
+        assert_eq!(verified(&store, tenant, key, &[]).await, None);
         // The base is a checkpoint like any other: signed by another key, it is forged.
         let stranger = AuditSigner::from_seed(&[7; 32]).public_key();
         assert_eq!(
@@ -189,21 +189,9 @@ async fn checkpoints_below_the_base_go_with_its_rows_and_two_prunes_at_once_agre
             cps.iter().map(|c| c.seq).collect::<Vec<_>>()
         };
         assert_eq!(kept(all_checkpoints(&store, tenant).await), [7, 8]);
-        assert_eq!(
-            store
-                .verify_audit(tenant, &[key], &[])
-                .await
-                .expect("verify"),
-            None
-        );
+        assert_eq!(verified(&store, tenant, key, &[]).await, None);
         // The export taken before still verifies: below the base, its signatures.
-        assert_eq!(
-            store
-                .verify_audit(tenant, &[key], &before)
-                .await
-                .expect("verify"),
-            None
-        );
+        assert_eq!(verified(&store, tenant, key, &before).await, None);
 
         // The base's checkpoint and those above it stay, for the owner as for the gateway.
         let (t, cast) = sql_tenant(&store, tenant);
@@ -241,13 +229,7 @@ async fn checkpoints_below_the_base_go_with_its_rows_and_two_prunes_at_once_agre
             }
         );
         assert_eq!(kept(all_checkpoints(&store, tenant).await), [7, 9, 10]);
-        assert_eq!(
-            store
-                .verify_audit(tenant, &[key], &[])
-                .await
-                .expect("verify"),
-            None
-        );
+        assert_eq!(verified(&store, tenant, key, &[]).await, None);
     })
     .await;
 }
