@@ -56,7 +56,7 @@ async fn hold(
 /// serves and may be subscribed to. A URI none serves yet, or whose upstream refused,
 /// is left out: the listen stream asks again when its tenant's resources change.
 async fn hold_into<'a>(
-    subscriptions: &catalog::Subscriptions,
+    subscriptions: &Arc<catalog::Subscriptions>,
     upstreams: &[Arc<catalog::Entry>],
     uris: impl Iterator<Item = &'a str>,
 ) {
@@ -150,7 +150,7 @@ impl McpAdapter {
     async fn hold_waiting(
         &self,
         request: &RequestContext<RoleServer>,
-        subscriptions: &catalog::Subscriptions,
+        subscriptions: &Arc<catalog::Subscriptions>,
         waiting: &mut Vec<String>,
     ) -> Result<(), ErrorData> {
         if waiting.is_empty() {

@@ -191,7 +191,7 @@ impl Subscriptions {
     /// Subscribes to `uri` of `entry`'s upstream; its updates go to `listener`.
     pub async fn subscribe(
         self: &Arc<Self>,
-        entry: &Entry,
+        entry: &Arc<Entry>,
         uri: &str,
         listener: Listener,
     ) -> Result<(), ServiceError> {
@@ -201,8 +201,26 @@ impl Subscriptions {
     }
 
     /// Subscribes to `uri` of `entry`'s upstream; its updates wait for
-    /// [`Subscriptions::forward`].
-    pub(crate) async fn hold(&self, entry: &Entry, uri: &str) -> Result<(), ServiceError> {
+    /// [`Subscriptions::forward`]. Finished in a task of its own whatever becomes of the
+    /// caller: dropped midway (its client gone), it left the upstream subscribed with no
+    /// count to unsubscribe it, or a count no holder gave back. A hold finished after its
+    /// caller went is given back with the rest when this ends.
+    pub(crate) async fn hold(
+        self: &Arc<Self>,
+        entry: &Arc<Entry>,
+        uri: &str,
+    ) -> Result<(), ServiceError> {
+        let (this, entry, uri) = (self.clone(), entry.clone(), uri.to_owned());
+        tokio::spawn(async move { this.hold_now(&entry, &uri).await })
+            .await
+            .unwrap_or_else(|join| {
+                Err(ServiceError::Cancelled {
+                    reason: Some(join.to_string()),
+                })
+            })
+    }
+
+    async fn hold_now(&self, entry: &Entry, uri: &str) -> Result<(), ServiceError> {
         let watched = (entry.owner, entry.upstream.clone(), uri.to_owned());
         if lock(&self.uris).get(uri) == Some(&watched) {
             return Ok(());
@@ -432,5 +450,104 @@ mod tests {
         catalog.updated(Owner::Everyone, "flood", "file:///held".to_owned());
         assert!(holder.take().is_empty(), "heard after it let go");
         assert!(!lock(&catalog.holders).contains_key(&watched("file:///held")));
+    }
+
+    /// An upstream whose `resources/subscribe` takes 200 ms, telling what it was asked.
+    #[derive(Clone, Default)]
+    struct SlowUpstream(Arc<std::sync::Mutex<Vec<String>>>);
+
+    #[allow(deprecated)] // resources/subscribe: legacy-only, as the upstream connections are
+    impl rmcp::ServerHandler for SlowUpstream {
+        fn get_info(&self) -> rmcp::model::ServerConfig {
+            rmcp::model::ServerConfig::new(
+                rmcp::model::ServerCapabilities::builder()
+                    .enable_resources()
+                    .enable_resources_subscribe()
+                    .build(),
+            )
+        }
+
+        async fn subscribe(
+            &self,
+            request: rmcp::model::SubscribeRequestParams,
+            _: rmcp::service::RequestContext<rmcp::RoleServer>,
+        ) -> Result<(), rmcp::ErrorData> {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            lock(&self.0).push(format!("subscribe {}", request.uri));
+            Ok(())
+        }
+
+        async fn unsubscribe(
+            &self,
+            request: rmcp::model::UnsubscribeRequestParams,
+            _: rmcp::service::RequestContext<rmcp::RoleServer>,
+        ) -> Result<(), rmcp::ErrorData> {
+            lock(&self.0).push(format!("unsubscribe {}", request.uri));
+            Ok(())
+        }
+    }
+
+    /// Waits up to 5 s for `done`.
+    async fn until(done: impl Fn() -> bool) -> bool {
+        for _ in 0..500 {
+            if done() {
+                return true;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        done()
+    }
+
+    /// A subscription whose caller is dropped while the upstream answers (a client gone
+    /// midway) still ends held, and is given back upstream when its holder ends. (Before:
+    /// it was abandoned wherever it stood: the upstream could stay subscribed with no count
+    /// to unsubscribe it, or the count be taken with no holder to give it back.)
+    #[tokio::test]
+    async fn a_hold_dropped_midway_is_finished_and_given_back_upstream() {
+        use rmcp::ServiceExt;
+        let upstream = SlowUpstream::default();
+        let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+        let server = tokio::spawn(upstream.clone().serve(server_io));
+        let client = ().serve(client_io).await.expect("client");
+        let _server = server.await.expect("join").expect("server");
+        let entry = Arc::new(crate::catalog::Entry {
+            upstream: "slow".into(),
+            owner: Owner::Everyone,
+            prefix: String::new(),
+            timeout: std::time::Duration::from_secs(5),
+            tools: Vec::new(),
+            peer: client.peer().clone(),
+            resources: Vec::new(),
+            uris: Default::default(),
+            templates: Vec::new(),
+            prompts: Vec::new(),
+            subscribable: true,
+            completes: false,
+        });
+        let catalog = Catalog::new();
+        catalog
+            .lock()
+            .insert((Owner::Everyone, "slow".into()), entry.clone());
+        let subscriptions = super::Subscriptions::new(catalog);
+        let uri = "file:///watched";
+        let hold = subscriptions.hold(&entry, uri);
+        let gave_up = tokio::time::timeout(std::time::Duration::from_millis(50), hold).await;
+        assert!(
+            gave_up.is_err(),
+            "the caller gave up before the upstream answered"
+        );
+        assert!(
+            until(|| subscriptions.holds(uri)).await,
+            "the hold was finished"
+        );
+        assert_eq!(*lock(&upstream.0), [format!("subscribe {uri}")]);
+        drop(subscriptions);
+        assert!(
+            until(|| lock(&upstream.0).len() == 2).await,
+            "given back: {:?}",
+            lock(&upstream.0)
+        );
+        assert_eq!(lock(&upstream.0)[1], format!("unsubscribe {uri}"));
+        client.cancel().await.expect("close");
     }
 }
