@@ -3,6 +3,9 @@
 # every row (a year of one a minute is 525,600), against the same chain with none (the
 # baseline, in the same run): peak resident memory and time of `toolgate audit verify`,
 # for this tree's release build and, with BEFORE=<release dir>, another's first.
+# Then this build's `toolgate audit prune` of the whole chain, to the checkpoint of its
+# last row: of the chain signed at every row (the checkpoints below the new base go
+# too), against a chain whose one checkpoint is that last row's (the baseline).
 #
 #   bench/checkpoints.sh
 #   BEFORE=/path/to/other/release N=525600 bench/checkpoints.sh
@@ -16,6 +19,7 @@ trap 'rm -rf "$WORK"' EXIT
 cargo build --quiet --release -p toolgate-store --example checkpoints
 target/release/examples/checkpoints "$WORK/plain" bench "$N" 0 >/dev/null
 KEY=$(target/release/examples/checkpoints "$WORK/signed" bench "$N" 1)
+target/release/examples/checkpoints "$WORK/one" bench "$N" "$N" >/dev/null
 
 verify() { # NAME BIN DIR
   /usr/bin/time -o "$WORK/time" -f '%M %e' "$2/toolgate" audit verify --tenant bench \
@@ -31,4 +35,13 @@ one() { # NAME BIN
 }
 if [ -n "${BEFORE:-}" ]; then one before "$BEFORE"; fi
 one this "$BIN"
+
+prune() { # DIR: "kB seconds", and what it said it deleted
+  /usr/bin/time -o "$WORK/time" -f '%M %e' "$BIN/toolgate" audit prune --tenant bench \
+    --before "$(date -u -d '+1 hour' +%Y-%m-%dT%H:%M:%SZ)" --data-dir "$1" --public-key "$KEY" \
+    >"$WORK/out" 2>&1 || { cat "$WORK/out"; exit 1; }
+  echo "$(cat "$WORK/time")  $(grep -o '[0-9]* rows and [0-9]* checkpoints deleted' "$WORK/out")"
+}
+echo "prune to the last row: one checkpoint: $(prune "$WORK/one")"
+echo "                every row signed:      $(prune "$WORK/signed")"
 echo "($N rows; $(nproc) cores; $(date -u +%Y-%m-%d))"
