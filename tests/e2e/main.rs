@@ -19,6 +19,7 @@ mod mcp_sdk;
 mod overload;
 mod pinning;
 mod rate_limits;
+mod read_limits;
 mod readme;
 mod relay;
 mod resources;

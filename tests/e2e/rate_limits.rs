@@ -52,7 +52,7 @@ fn samples(text: &str) -> Vec<(String, HashMap<String, String>, f64)> {
 }
 
 /// The sum of `name`'s samples whose labels include every pair of `want`.
-fn total(text: &str, name: &str, want: &[(&str, &str)]) -> f64 {
+pub(crate) fn total(text: &str, name: &str, want: &[(&str, &str)]) -> f64 {
     samples(text)
         .into_iter()
         .filter(|(n, labels, _)| {
@@ -65,7 +65,7 @@ fn total(text: &str, name: &str, want: &[(&str, &str)]) -> f64 {
         .sum()
 }
 
-async fn metrics(gw: &Gateway) -> String {
+pub(crate) async fn metrics(gw: &Gateway) -> String {
     let response = gw
         .http
         .get(gw.url("/metrics"))

@@ -430,6 +430,11 @@ pub(crate) fn rejection(err: ToolError) -> ApiError {
     }
 }
 
+/// A request's authentication, done once before its handler (by `rest::reads`): the
+/// handler's [`Caller`] extractor takes it instead of authenticating again.
+#[derive(Clone)]
+pub(crate) struct Authenticated(pub Result<Caller, ToolError>);
+
 /// The authenticated caller of one request and the toolset it may use.
 #[derive(Clone, Debug)]
 pub struct Caller {
@@ -469,7 +474,12 @@ where
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let authenticator = Arc::<Authenticator>::from_ref(state);
-        match authenticator.authenticate(parts).await {
+        // Authenticated already when its reads were counted (`rest::reads`).
+        let done = match parts.extensions.get::<Authenticated>() {
+            Some(Authenticated(done)) => done.clone(),
+            None => authenticator.authenticate(parts).await,
+        };
+        match done {
             Ok(caller) => Ok(caller),
             Err(err) => {
                 if err.kind == ErrorKind::Unauthenticated {

@@ -87,6 +87,20 @@ pub enum Refusals {
     Internal(Problem),
 }
 
+/// What a REST read (`GET`) may also answer: listed beside [`Refusals`] in each read's
+/// `responses(..)`.
+#[derive(utoipa::IntoResponses)]
+pub enum ReadRefusals {
+    /// The caller's reads per minute are used up (`limits.principal_reads_per_minute`).
+    #[response(
+        status = 429,
+        description = "Your reads per minute are used up (`limits.principal_reads_per_minute`); try again after `Retry-After`",
+        content_type = "application/problem+json",
+        headers(("Retry-After" = u64, description = "Seconds to wait"))
+    )]
+    RateLimited(Problem),
+}
+
 /// One violation of a tool's input schema.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ProblemViolation {

@@ -399,9 +399,17 @@ pub fn openapi_json() -> String {
 
 /// The whole HTTP application.
 pub fn app(state: AppState, config: &Config) -> Router {
-    let (api, document) = rest::router().split_for_parts();
+    let (mut api, document) = rest::router().split_for_parts();
     let mut document = document.to_pretty_json().unwrap_or_default();
     document.push('\n');
+    // Only where reads are limited: the layer takes every REST request through one more
+    // boxed future and a clone of the state.
+    if config.limits.principal_reads_per_minute.is_some() {
+        api = api.layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            rest::reads::limit,
+        ));
+    }
     let mut router = api
         .route("/metrics", axum::routing::get(scrape))
         .with_state(state.clone())

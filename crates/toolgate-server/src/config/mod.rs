@@ -56,6 +56,8 @@ pub struct LimitsConfig {
     pub tools: BTreeMap<String, u32>,
     /// Calls in flight at once per tenant.
     pub tenant_concurrency: Option<u32>,
+    /// REST reads (`GET`) per minute by each principal; more get 429 with `Retry-After`.
+    pub principal_reads_per_minute: Option<u32>,
     /// Agent runs one tenant may have going on this instance at once (a paused run waiting
     /// for approval is not going); more starts get 429 with `Retry-After`.
     pub tenant_runs: usize,
@@ -82,6 +84,7 @@ impl Default for LimitsConfig {
             principal_per_minute: None,
             tools: BTreeMap::new(),
             tenant_concurrency: None,
+            principal_reads_per_minute: None,
             tenant_runs: DEFAULT_TENANT_RUNS,
             tenant_agents: quotas.agents,
             tenant_principals: quotas.principals,
@@ -115,6 +118,7 @@ impl LimitsConfig {
             },
             max_in_flight: self.max_in_flight,
             max_audit_backlog: self.max_audit_backlog,
+            principal_reads_per_minute: self.principal_reads_per_minute,
         }
     }
 }
@@ -361,6 +365,12 @@ impl LimitsConfig {
             problems.push((
                 String::new(),
                 "max_in_flight and max_audit_backlog must be at least 1".into(),
+            ));
+        }
+        if self.principal_reads_per_minute == Some(0) {
+            problems.push((
+                "principal_reads_per_minute".into(),
+                "must be at least 1 (leave it out for no limit)".into(),
             ));
         }
         for (key, value) in [

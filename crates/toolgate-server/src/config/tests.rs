@@ -75,6 +75,7 @@ mod layering {
                 ("TOOLGATE_TOOLS__MAX_OUTPUT_CHARS", "0"),
                 ("TOOLGATE_MCP__SSE_POLL_AFTER_MS", "0"),
                 ("TOOLGATE_LOG__FILTER", "[[["),
+                ("TOOLGATE_LIMITS__PRINCIPAL_READS_PER_MINUTE", "0"),
             ]),
         )
         .expect_err("semantic errors");
@@ -83,9 +84,10 @@ mod layering {
             keys,
             [
                 "database.url",
+                "limits.principal_reads_per_minute",
                 "tools.max_output_chars",
                 "mcp.sse_poll_after_ms",
-                "log.filter"
+                "log.filter",
             ],
             "{err}"
         );

@@ -55,6 +55,7 @@ pub struct Me {
     responses(
         (status = 200, body = Me, description = "The caller"),
         crate::error::Refusals,
+        crate::error::ReadRefusals,
     )
 )]
 async fn me(caller: Caller) -> AppJson<Me> {
@@ -231,6 +232,7 @@ async fn create_tenant(
         (status = 200, body = Vec<TenantInfo>, description = "Every tenant"),
         (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks tenants:manage"),
         crate::error::Refusals,
+        crate::error::ReadRefusals,
     )
 )]
 async fn list_tenants(
@@ -353,6 +355,7 @@ async fn create_principal(
         (status = 200, body = Vec<PrincipalInfo>, description = "The tenant's principals"),
         (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks tenant:admin"),
         crate::error::Refusals,
+        crate::error::ReadRefusals,
     )
 )]
 async fn list_principals(
@@ -459,6 +462,7 @@ async fn create_key(
         (status = 200, body = Vec<KeyInfo>, description = "The tenant's keys, without secrets"),
         (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks tenant:admin"),
         crate::error::Refusals,
+        crate::error::ReadRefusals,
     )
 )]
 async fn list_keys(

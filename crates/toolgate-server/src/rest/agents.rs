@@ -140,6 +140,7 @@ pub struct AgentList {
         (status = 200, description = "The resource", body = AgentList),
         (status = 403, description = "Needs `agents:run` or `agents:manage`", body = Problem, content_type = "application/problem+json"),
         crate::error::Refusals,
+        crate::error::ReadRefusals,
     ))]
 async fn list_agents(
     State(app): State<AppState>,
@@ -192,6 +193,7 @@ async fn create_agent(
         (status = 200, description = "The resource", body = AgentView),
         (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
         crate::error::Refusals,
+        crate::error::ReadRefusals,
     ))]
 async fn get_agent(
     State(app): State<AppState>,

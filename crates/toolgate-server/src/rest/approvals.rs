@@ -158,6 +158,7 @@ pub struct ApprovalQuery {
         (status = 400, description = "Unknown status or bad limit", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The caller lacks approvals:decide", body = Problem, content_type = "application/problem+json"),
         crate::error::Refusals,
+        crate::error::ReadRefusals,
     )
 )]
 async fn list_approvals(
@@ -205,6 +206,7 @@ const EVENTS_WINDOW: i64 = 200;
         (status = 200, description = "An SSE stream of approval events", content_type = "text/event-stream", body = String),
         (status = 403, description = "The caller lacks approvals:decide", body = Problem, content_type = "application/problem+json"),
         crate::error::Refusals,
+        crate::error::ReadRefusals,
     )
 )]
 async fn approval_events(
@@ -331,6 +333,7 @@ fn next_expiry(
         (status = 400, description = "Malformed id", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such approval in the caller's tenant (or not theirs to see)", body = Problem, content_type = "application/problem+json"),
         crate::error::Refusals,
+        crate::error::ReadRefusals,
     )
 )]
 async fn get_approval(
@@ -483,6 +486,7 @@ impl CallView {
         (status = 400, description = "Malformed id", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No call with this id waited for approval in the caller's tenant (or it is not theirs to see)", body = Problem, content_type = "application/problem+json"),
         crate::error::Refusals,
+        crate::error::ReadRefusals,
     )
 )]
 async fn get_call(

@@ -142,6 +142,7 @@ pub struct AuditPage {
         (status = 400, body = Problem, content_type = "application/problem+json", description = "Bad filter"),
         (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks audit:read"),
         crate::error::Refusals,
+        crate::error::ReadRefusals,
     )
 )]
 async fn list_audit(
@@ -235,7 +236,7 @@ const EVENTS_BATCH: i64 = 500;
         (status = 200, description = "An SSE stream of `call` events", content_type = "text/event-stream", body = String),
         (status = 400, body = Problem, content_type = "application/problem+json", description = "Bad Last-Event-ID"),
         (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks audit:read"),
-        (status = 429, body = Problem, content_type = "application/problem+json", description = "Too many open streams"),
+        (status = 429, body = Problem, content_type = "application/problem+json", description = "Too many open streams, or your reads per minute are used up (`Retry-After`)"),
         crate::error::Refusals,
     )
 )]
@@ -511,6 +512,7 @@ pub struct AuditSummary {
         (status = 400, body = Problem, content_type = "application/problem+json", description = "Bad window"),
         (status = 403, body = Problem, content_type = "application/problem+json", description = "Lacks audit:read"),
         crate::error::Refusals,
+        crate::error::ReadRefusals,
     )
 )]
 async fn audit_summary(

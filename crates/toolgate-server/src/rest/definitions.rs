@@ -133,6 +133,7 @@ fn owner(caller: &Caller, query: &OwnerQuery) -> Result<Uuid, ApiError> {
         (status = 400, description = "Unknown owner", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Needs `tenant:admin` (or `tenants:manage` for the operator's)", body = Problem, content_type = "application/problem+json"),
         crate::error::Refusals,
+        crate::error::ReadRefusals,
     ))]
 async fn list_definitions(
     State(app): State<AppState>,

@@ -11,6 +11,7 @@ pub use crate::error;
 pub mod extract;
 pub mod health;
 pub mod policy;
+pub mod reads;
 pub mod runs;
 pub mod tools;
 pub mod upstreams;

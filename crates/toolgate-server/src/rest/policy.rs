@@ -234,6 +234,7 @@ impl PolicyBody {
         (status = 200, description = "The policy", body = PolicyBody),
         (status = 403, description = "The caller lacks tenant:admin", body = Problem, content_type = "application/problem+json"),
         crate::error::Refusals,
+        crate::error::ReadRefusals,
     )
 )]
 async fn get_policy(

@@ -182,6 +182,7 @@ pub struct RunList {
         (status = 200, description = "The resource", body = RunList),
         (status = 403, description = "Needs `agents:run`", body = Problem, content_type = "application/problem+json"),
         crate::error::Refusals,
+        crate::error::ReadRefusals,
     ))]
 async fn list_runs(
     State(app): State<AppState>,
@@ -213,6 +214,7 @@ pub struct GetRunQuery {
         (status = 200, description = "The resource", body = RunView),
         (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
         crate::error::Refusals,
+        crate::error::ReadRefusals,
     ))]
 async fn get_run(
     State(app): State<AppState>,
@@ -253,6 +255,7 @@ pub struct EventsQuery {
         (status = 200, description = "An SSE stream of steps", content_type = "text/event-stream", body = String),
         (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
         crate::error::Refusals,
+        crate::error::ReadRefusals,
     ))]
 async fn run_events(
     State(app): State<AppState>,

@@ -185,6 +185,7 @@ pub struct ListQuery {
         (status = 200, description = "A page of tools, or with `format` the provider's declarations (a JSON array)", body = ToolList),
         (status = 400, description = "Bad query parameter", body = Problem, content_type = "application/problem+json"),
         crate::error::Refusals,
+        crate::error::ReadRefusals,
     )
 )]
 async fn list_tools(
@@ -229,6 +230,7 @@ async fn list_tools(
         (status = 200, description = "The tool", body = ToolInfo),
         (status = 404, description = "No such tool in the caller's toolset", body = Problem, content_type = "application/problem+json"),
         crate::error::Refusals,
+        crate::error::ReadRefusals,
     )
 )]
 async fn get_tool(

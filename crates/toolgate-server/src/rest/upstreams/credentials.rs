@@ -77,6 +77,7 @@ pub(super) async fn personal_upstream(
         (status = 403, description = "Needs `tools:invoke`", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such upstream, or nothing stored", body = Problem, content_type = "application/problem+json"),
         crate::error::Refusals,
+        crate::error::ReadRefusals,
     ))]
 pub(super) async fn get_my_credential(
     State(app): State<AppState>,

@@ -318,6 +318,7 @@ async fn apply(upstreams: &TenantUpstreams) {
         (status = 200, description = "The resource", body = UpstreamList),
         (status = 403, description = "Needs `tenant:admin`", body = Problem, content_type = "application/problem+json"),
         crate::error::Refusals,
+        crate::error::ReadRefusals,
     ))]
 async fn list_upstreams(
     State(app): State<AppState>,
@@ -394,6 +395,7 @@ async fn create_upstream(
         (status = 403, description = "Needs `tenant:admin`", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
         crate::error::Refusals,
+        crate::error::ReadRefusals,
     ))]
 async fn get_upstream(
     State(app): State<AppState>,

@@ -114,6 +114,11 @@ pub struct AdmissionConfig {
     pub max_in_flight: usize,
     /// Records waiting in the audit queue at which new calls are shed.
     pub max_audit_backlog: usize,
+    /// REST reads (`GET`) per minute by each principal; `None`: not limited. Reads are no
+    /// tool calls (no executor, no audit row): this bounds what one key's reads take of
+    /// the instance's cores, as the tenant's pool share bounds what they take of the
+    /// database.
+    pub principal_reads_per_minute: Option<u32>,
 }
 
 impl Default for AdmissionConfig {
@@ -122,6 +127,7 @@ impl Default for AdmissionConfig {
             defaults: RateLimits::default(),
             max_in_flight: 4096,
             max_audit_backlog: 6144,
+            principal_reads_per_minute: None,
         }
     }
 }
@@ -134,6 +140,8 @@ enum Bucket {
     /// A tool by its name's hash (no allocation per call; 64-bit collisions between two
     /// tool names of one tenant are not a practical concern).
     Tool(TenantId, u64),
+    /// A principal's REST reads.
+    Reads(TenantId, PrincipalId),
 }
 
 /// What a refusal was for, as counted in the metrics.
@@ -152,6 +160,9 @@ pub enum Limit {
     TenantRuns,
     /// A verification of a tenant's audit log while another runs on the instance.
     Verifications,
+    /// A REST read past its principal's reads per minute (outside the executor: reads
+    /// are no calls).
+    Reads,
 }
 
 impl Limit {
@@ -166,6 +177,7 @@ impl Limit {
             Limit::Streams => "streams",
             Limit::TenantRuns => "tenant_runs",
             Limit::Verifications => "verifications",
+            Limit::Reads => "reads",
         }
     }
 }
@@ -349,6 +361,32 @@ impl Admission {
         Ok(admitted)
     }
 
+    /// Admits one REST read by `auth`'s principal under
+    /// [`AdmissionConfig::principal_reads_per_minute`] (this instance's share of it), or
+    /// refuses it (`rate_limited`, with when to try again).
+    pub fn admit_read(&self, auth: &AuthContext) -> Result<(), Refusal> {
+        let Some(n) = self.config.principal_reads_per_minute else {
+            return Ok(());
+        };
+        let Some(per_minute) = NonZeroU32::new(n.div_ceil(self.instances())) else {
+            return Ok(());
+        };
+        let bucket = Bucket::Reads(auth.tenant, auth.principal.id);
+        self.limiter(per_minute)
+            .check_key(&bucket)
+            .map_err(|not_until| Refusal {
+                limit: Limit::Reads,
+                error: ToolError::new(
+                    ErrorKind::RateLimited,
+                    format!(
+                        "your reads-per-minute limit ({per_minute} on this instance) is used up"
+                    ),
+                )
+                .with_retry_after(not_until.wait_time_from(self.clock.now()), true)
+                .with_suggestion("wait for retry_after_secs, then ask again"),
+            })
+    }
+
     fn limiter(&self, per_minute: NonZeroU32) -> Arc<DefaultKeyedRateLimiter<Bucket>> {
         if let Some(limiter) = self
             .limiters
@@ -417,167 +455,4 @@ fn shed(limit: Limit, message: &str) -> Refusal {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{Principal, PrincipalKind};
-
-    fn auth(tenant: TenantId) -> AuthContext {
-        AuthContext {
-            tenant,
-            tenant_name: "t".into(),
-            principal: Principal {
-                id: PrincipalId::new(),
-                name: "p".into(),
-                kind: PrincipalKind::ServiceAccount,
-            },
-            roles: vec![],
-            scopes: vec![],
-            key: None,
-        }
-    }
-
-    fn per_minute(n: u32) -> RateLimits {
-        RateLimits {
-            tenant_per_minute: Some(n),
-            ..RateLimits::default()
-        }
-    }
-
-    #[test]
-    fn a_tenant_gets_its_burst_then_a_retry_after_and_others_are_untouched() {
-        let admission = Arc::new(Admission::new(AdmissionConfig::default()));
-        let (a, b) = (auth(TenantId::new()), auth(TenantId::new()));
-        let limits = per_minute(3);
-        for _ in 0..3 {
-            assert!(admission.admit(&a, "echo", &limits, 0).is_ok());
-        }
-        let refused = admission
-            .admit(&a, "echo", &limits, 0)
-            .expect_err("refused");
-        assert_eq!(refused.limit, Limit::Tenant);
-        assert_eq!(refused.error.kind, ErrorKind::RateLimited);
-        // One call every 20 s: the wait is at most that, and at least a second.
-        let secs = refused.error.details.as_ref().expect("present")["retry_after_secs"]
-            .as_u64()
-            .expect("present");
-        assert!((1..=20).contains(&secs), "{secs}");
-        assert!(admission.admit(&b, "echo", &limits, 0).is_ok());
-        assert_eq!(admission.in_flight(), 0, "guards dropped");
-    }
-
-    #[test]
-    fn principal_and_tool_limits_apply_to_their_own_buckets() {
-        let admission = Arc::new(Admission::new(AdmissionConfig::default()));
-        let tenant = TenantId::new();
-        let (p, q) = (auth(tenant), auth(tenant));
-        let limits = RateLimits {
-            principal_per_minute: Some(1),
-            tools: BTreeMap::from([("write_file".into(), 1)]),
-            ..RateLimits::default()
-        };
-        assert!(admission.admit(&p, "echo", &limits, 0).is_ok());
-        assert_eq!(
-            admission
-                .admit(&p, "echo", &limits, 0)
-                .expect_err("refused")
-                .limit,
-            Limit::Principal
-        );
-        assert!(admission.admit(&q, "write_file", &limits, 0).is_ok());
-        let other = auth(tenant);
-        assert_eq!(
-            admission
-                .admit(&other, "write_file", &limits, 0)
-                .expect_err("refused")
-                .limit,
-            Limit::Tool
-        );
-    }
-
-    #[test]
-    fn concurrency_counts_running_calls_and_frees_on_drop() {
-        let admission = Arc::new(Admission::new(AdmissionConfig::default()));
-        let a = auth(TenantId::new());
-        let limits = RateLimits {
-            tenant_concurrency: Some(2),
-            ..RateLimits::default()
-        };
-        let first = admission.admit(&a, "x", &limits, 0).expect("present");
-        let _second = admission.admit(&a, "x", &limits, 0).expect("present");
-        assert_eq!(
-            admission
-                .admit(&a, "x", &limits, 0)
-                .expect_err("refused")
-                .limit,
-            Limit::Concurrency
-        );
-        drop(first);
-        assert!(admission.admit(&a, "x", &limits, 0).is_ok());
-    }
-
-    #[test]
-    fn the_instance_sheds_over_capacity_or_audit_backlog_with_unavailable() {
-        let admission = Arc::new(Admission::new(AdmissionConfig {
-            max_in_flight: 1,
-            max_audit_backlog: 10,
-            ..AdmissionConfig::default()
-        }));
-        let a = auth(TenantId::new());
-        let none = RateLimits::default();
-        let held = admission.admit(&a, "x", &none, 0).expect("present");
-        let refused = admission.admit(&a, "x", &none, 0).expect_err("refused");
-        assert_eq!(refused.limit, Limit::InFlight);
-        assert_eq!(refused.error.kind, ErrorKind::Unavailable);
-        drop(held);
-        assert_eq!(
-            admission
-                .admit(&a, "x", &none, 10)
-                .expect_err("refused")
-                .limit,
-            Limit::AuditBacklog
-        );
-        assert!(admission.admit(&a, "x", &none, 9).is_ok());
-    }
-
-    #[test]
-    fn instances_share_a_limit_rounding_up() {
-        let admission = Arc::new(Admission::new(AdmissionConfig::default()));
-        admission.set_instances(3);
-        let a = auth(TenantId::new());
-        let limits = per_minute(7);
-        for _ in 0..3 {
-            assert!(admission.admit(&a, "x", &limits, 0).is_ok());
-        }
-        assert!(admission.admit(&a, "x", &limits, 0).is_err());
-    }
-
-    #[test]
-    fn tightest_takes_the_smaller_of_each_limit() {
-        let operator = RateLimits {
-            tenant_per_minute: Some(600),
-            tools: BTreeMap::from([("a".into(), 10)]),
-            ..RateLimits::default()
-        };
-        let tenant = RateLimits {
-            tenant_per_minute: Some(6000),
-            principal_per_minute: Some(60),
-            tools: BTreeMap::from([("a".into(), 20), ("b".into(), 5)]),
-            tenant_concurrency: None,
-        };
-        let both = operator.tightest(&tenant);
-        assert_eq!(both.tenant_per_minute, Some(600));
-        assert_eq!(both.principal_per_minute, Some(60));
-        assert_eq!(both.tools["a"], 10);
-        assert_eq!(both.tools["b"], 5);
-        assert_eq!(both.tenant_concurrency, None);
-        assert_eq!(
-            RateLimits {
-                tenant_concurrency: Some(0),
-                ..RateLimits::default()
-            }
-            .problems()
-            .len(),
-            1
-        );
-    }
-}
+mod tests;
