@@ -65,6 +65,23 @@ pub(crate) fn total(text: &str, name: &str, want: &[(&str, &str)]) -> f64 {
         .sum()
 }
 
+/// A 429 `rate_limited` problem: its `Retry-After` seconds, and the problem.
+pub(crate) async fn rate_limited(refused: reqwest::Response) -> (u64, serde_json::Value) {
+    assert_eq!(refused.status(), 429);
+    let wait: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .expect("ascii")
+        .parse()
+        .expect("Retry-After seconds");
+    let (_, content_type, problem) = read(refused).await;
+    assert_eq!(content_type, "application/problem+json");
+    assert_eq!(
+        problem["type"], "urn:toolgate:error:rate_limited",
+        "{problem}"
+    );
+    (wait, problem)
+}
+
 pub(crate) async fn metrics(gw: &Gateway) -> String {
     let response = gw
         .http
@@ -120,17 +137,8 @@ async fn limited_tenant(gw: &Gateway) {
     for _ in 0..3 {
         assert_eq!(echo(&gw.http, gw).await.status(), 200);
     }
-    let refused = echo(&gw.http, gw).await;
-    assert_eq!(refused.status(), 429);
-    let wait: u64 = refused.headers()["retry-after"]
-        .to_str()
-        .expect("ascii")
-        .parse()
-        .expect("Retry-After seconds");
+    let (wait, problem) = rate_limited(echo(&gw.http, gw).await).await;
     assert!((1..=20).contains(&wait), "one call every 20 s: {wait}");
-    let (_, content_type, problem) = read(refused).await;
-    assert_eq!(content_type, "application/problem+json");
-    assert_eq!(problem["type"], "urn:toolgate:error:rate_limited");
     assert_eq!(problem["details"]["not_run"], true, "{problem}");
     // Three rows: the refusal was never accepted.
     assert_eq!(audit_rows(gw, &gw.admin_key, "echo").await, 3);
