@@ -339,11 +339,7 @@ impl Admission {
             let Some((n, bucket)) = set else {
                 continue;
             };
-            let Some(per_minute) = NonZeroU32::new(n.div_ceil(share)) else {
-                continue;
-            };
-            if let Err(not_until) = self.limiter(per_minute).check_key(&bucket) {
-                let wait = not_until.wait_time_from(self.clock.now());
+            if let Err((per_minute, wait)) = self.take(n, share, &bucket) {
                 let what = match limit {
                     Limit::Tenant => "your tenant's calls-per-minute limit".to_owned(),
                     Limit::Principal => "your calls-per-minute limit".to_owned(),
@@ -368,23 +364,30 @@ impl Admission {
         let Some(n) = self.config.principal_reads_per_minute else {
             return Ok(());
         };
-        let Some(per_minute) = NonZeroU32::new(n.div_ceil(self.instances())) else {
-            return Ok(());
-        };
         let bucket = Bucket::Reads(auth.tenant, auth.principal.id);
-        self.limiter(per_minute)
-            .check_key(&bucket)
-            .map_err(|not_until| Refusal {
+        self.take(n, self.instances(), &bucket)
+            .map_err(|(per_minute, wait)| Refusal {
                 limit: Limit::Reads,
-                error: ToolError::new(
-                    ErrorKind::RateLimited,
+                error: limited(
                     format!(
                         "your reads-per-minute limit ({per_minute} on this instance) is used up"
                     ),
+                    wait,
                 )
-                .with_retry_after(not_until.wait_time_from(self.clock.now()), true)
                 .with_suggestion("wait for retry_after_secs, then ask again"),
             })
+    }
+
+    /// Takes one from `bucket`, whose limit is `n` per minute shared by `share`
+    /// instances; when it is used up, this instance's rate and how long until the bucket
+    /// admits again.
+    fn take(&self, n: u32, share: u32, bucket: &Bucket) -> Result<(), (NonZeroU32, Duration)> {
+        let Some(per_minute) = NonZeroU32::new(n.div_ceil(share)) else {
+            return Ok(());
+        };
+        self.limiter(per_minute)
+            .check_key(bucket)
+            .map_err(|not_until| (per_minute, not_until.wait_time_from(self.clock.now())))
     }
 
     fn limiter(&self, per_minute: NonZeroU32) -> Arc<DefaultKeyedRateLimiter<Bucket>> {
