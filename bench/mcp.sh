@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# MCP `tools/call` through toolgate vs. a bare rmcp 3.9 echo server (the library's own
+# MCP `tools/call` through toolgate vs. a bare echo server on the same rmcp (the library's own
 # ceiling, with the gateway's transport configuration), in session mode (protocol
 # 2025-11-25, one session shared by all connections) and stateless (2026-07-28), beside
 # the REST invoke figure of the same gateway. Also the gateway without its audit sink, to

@@ -1,8 +1,8 @@
-//! The baseline for the MCP benchmark: a bare rmcp 3.9 Streamable HTTP server with one
-//! `echo` tool answering like the gateway's (the message as text, and as structured
-//! content under its output schema), with TCP_NODELAY like the gateway, and nothing else:
-//! no auth, no audit, no executor. The library's own ceiling, which is what the gateway's
-//! MCP path is measured against.
+//! The baseline for the MCP benchmark: a bare rmcp Streamable HTTP server (the gateway's
+//! rmcp version) with one `echo` tool answering like the gateway's (the message as
+//! text, and as structured content under its output schema), with TCP_NODELAY like the
+//! gateway, and nothing else: no auth, no audit, no executor. The library's own
+//! ceiling, which is what the gateway's MCP path is measured against.
 //!
 //! Usage: `bare-rmcp-echo ADDR [sse]`; prints `listening ADDR` when ready. Serves `/mcp`
 //! in rmcp's legacy session mode, so clients negotiating 2025-11-25 or older get sessions
