@@ -69,7 +69,7 @@ for path in sorted(kube.glob("*.yaml")):
         if doc is None:
             continue
         kind = doc["kind"]
-        if kind in ("Kustomization", "ServiceMonitor"):
+        if kind in ("Kustomization", "ServiceMonitor", "PrometheusRule"):
             docs[kind] = doc
             continue
         try:
@@ -115,6 +115,20 @@ check(all(e["port"] in service_ports for e in monitor["spec"]["endpoints"]),
 check(str(service_ports["metrics"]["port"]) == metrics_port, "the metrics port is served")
 check(monitor["spec"]["selector"]["matchLabels"].items() <= docs["Service"]["metadata"]["labels"].items(),
       "the ServiceMonitor selects the Service")
+# The alerting rules: the PrometheusRule carries deploy/alerts.yml's groups (which
+# promtool checks and unit-tests, tests/e2e/alerts.rs), and its rules select the job the
+# ServiceMonitor's targets get (the Service's name), as Compose's scrape job is named.
+rule = docs["PrometheusRule"]
+check(rule["apiVersion"] == "monitoring.coreos.com/v1", "PrometheusRule apiVersion")
+alerts = yaml.safe_load((root / "deploy/alerts.yml").read_text())
+check(rule["spec"] == alerts, "the PrometheusRule's groups are deploy/alerts.yml's")
+check(docs["Service"]["metadata"]["name"] == "toolgate", "the scrape job is named toolgate")
+prometheus = yaml.safe_load((root / "deploy/compose/prometheus.yml").read_text())
+check([j["job_name"] for j in prometheus["scrape_configs"]] == ["toolgate"]
+      and prometheus.get("rule_files") == ["alerts.yml"],
+      "Compose's Prometheus scrapes job toolgate and loads alerts.yml")
+check("./deploy/alerts.yml:/etc/prometheus/alerts.yml:ro" in services["prometheus"]["volumes"],
+      "Compose mounts deploy/alerts.yml beside prometheus.yml")
 args = container["args"]
 check(args[args.index("--config") + 1].startswith(mounts["config"]), "--config names the mounted file")
 prune = docs["CronJob"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]

@@ -5,8 +5,8 @@
 # into tests/clients/node_modules, schemathesis (schemathesis-requirements.txt) into
 # tests/clients/.venv-st, and the deploy files' validators (deploy-requirements.txt) into
 # tests/clients/.venv-deploy, and an OTLP receiver's protobuf messages
-# (otel-requirements.txt) into tests/clients/.venv-otel, and Debian's Chromium for the
-# browser tests. Idempotent and quick when nothing
+# (otel-requirements.txt) into tests/clients/.venv-otel, Debian's Chromium for the
+# browser tests and Debian's promtool for the alerting rules. Idempotent and quick when nothing
 # changed; safe to run concurrently (a lock serializes runs). The e2e harness runs it before the first SDK test.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -49,5 +49,13 @@ if [ ! -x /usr/bin/chromium ]; then
   [ "$(id -u)" = 0 ] || sudo="sudo -n"
   $sudo apt-get install -y -qq chromium chromium-driver >/dev/null \
     || { $sudo apt-get update -qq && $sudo apt-get install -y -qq chromium chromium-driver >/dev/null; }
+fi
+# promtool, which checks deploy/alerts.yml and runs its unit tests: Debian's `prometheus`
+# (the server is installed beside it, not started).
+if [ ! -x /usr/bin/promtool ]; then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo -n"
+  $sudo apt-get install -y -qq prometheus >/dev/null \
+    || { $sudo apt-get update -qq && $sudo apt-get install -y -qq prometheus >/dev/null; }
 fi
 stamp > .installed

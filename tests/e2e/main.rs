@@ -1,6 +1,7 @@
 //! End-to-end tests: one binary, the real gateway on loopback, real HTTP.
 
 mod agents;
+mod alerts;
 mod approvals;
 mod audit_admin;
 mod audit_api;

@@ -13,7 +13,7 @@ use toolgate_server::config::Secret;
 
 /// The samples of a Prometheus text exposition, by metric name and label set, checked
 /// line by line against the format (a sample is `name{labels} value`).
-fn samples(text: &str) -> Vec<(String, HashMap<String, String>, f64)> {
+pub(crate) fn samples(text: &str) -> Vec<(String, HashMap<String, String>, f64)> {
     let mut out = Vec::new();
     for line in text.lines() {
         if line.is_empty() || line.starts_with('#') {
