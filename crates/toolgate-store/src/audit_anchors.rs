@@ -15,9 +15,11 @@ use crate::{StoreError, now};
 
 /// Writes the operations for one backend. `$cross`: the pool for statements across
 /// tenants; `$once`: the macro running one statement for a tenant (see `sqlite_once`);
-/// `$u`: the cast of a text parameter to a uuid; `$t`: of a uuid column to text.
+/// `$u`: the cast of a text parameter to a uuid; `$t`: of a uuid column to text; `$lock`:
+/// the statement that makes a tenant's base moves take turns (none on SQLite, whose
+/// writes already do).
 macro_rules! audit_anchors {
-    ($store:ty, $cross:ident, $once:ident, $u:literal, $t:literal) => {
+    ($store:ty, $cross:ident, $once:ident, $u:literal, $t:literal, $lock:literal) => {
         impl $store {
             /// A tenant's base: the newest checkpoint its rows were pruned through.
             pub async fn audit_base(&self, tenant: TenantId) -> Result<Option<AuditBase>, StoreError> {
@@ -64,14 +66,21 @@ macro_rules! audit_anchors {
                      on conflict do nothing",
                     u = $u
                 ));
-                Ok(sqlx::query(insert)
+                // Two prunes of a tenant at once take turns: on Postgres the second's
+                // insert could otherwise find no newer base in its snapshot, then meet the
+                // first's, committed meanwhile, in the forward-only trigger, and fail.
+                let mut tx = self.$cross.begin().await?;
+                sqlx::query($lock).bind(tenant.to_string()).execute(&mut *tx).await?;
+                let moved = sqlx::query(insert)
                     .bind(tenant.to_string())
                     .bind(seq)
                     .bind(now())
-                    .execute(&self.$cross)
+                    .execute(&mut *tx)
                     .await?
                     .rows_affected()
-                    == 1)
+                    == 1;
+                tx.commit().await?;
+                Ok(moved)
             }
 
             /// Deletes the oldest `limit` of `tenant`'s checkpoints below `base` (they sign
@@ -226,5 +235,12 @@ macro_rules! audit_anchors {
     };
 }
 
-audit_anchors!(PostgresStore, owner, postgres_once, "::uuid", "::text");
-audit_anchors!(SqliteStore, pool, sqlite_once, "", "");
+audit_anchors!(
+    PostgresStore,
+    owner,
+    postgres_once,
+    "::uuid",
+    "::text",
+    "select pg_advisory_xact_lock(hashtextextended('toolgate.audit_base:' || $1, 0))"
+);
+audit_anchors!(SqliteStore, pool, sqlite_once, "", "", "select $1 where 0");
