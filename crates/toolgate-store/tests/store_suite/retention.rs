@@ -453,3 +453,40 @@ async fn settled_approvals_go_unless_a_kept_audit_row_names_them() {
     })
     .await;
 }
+
+/// A prune that starts while another is moving the same base waits for it and finds the
+/// base moved. Before, on Postgres, its insert saw no newer base in its snapshot, then met
+/// the first's (committed meanwhile) in the forward-only trigger and failed; a trigger
+/// that holds each insert 300 ms makes that interleaving certain.
+#[tokio::test]
+async fn a_prune_that_starts_while_another_moves_the_base_finds_it_moved() {
+    on_both(|store| async move {
+        let Store::Postgres(pg) = &store else { return };
+        let signer = AuditSigner::from_seed(&[42; 32]);
+        let (tenant, _) = seeded(&store).await;
+        store.write_checkpoints(&signer).await.expect("sign");
+        // Fires before `audit_prune_only_forward` (triggers go by name).
+        for sql in [
+            "create function slow_insert() returns trigger language plpgsql as \
+             $$ begin perform pg_sleep(0.3); return new; end $$",
+            "create trigger a_slow before insert on audit_prune \
+             for each row execute function slow_insert()",
+        ] {
+            run_as(&store, true, sql.into())
+                .await
+                .expect("the slow trigger");
+        }
+        let first = pg.move_audit_base(tenant, 5);
+        let second = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            pg.move_audit_base(tenant, 5).await
+        };
+        let (first, second) = tokio::join!(first, second);
+        assert!(first.expect("the first prune's move"), "the first moves it");
+        assert!(
+            !second.expect("the second prune's move"),
+            "and the second finds it moved"
+        );
+    })
+    .await;
+}
