@@ -77,6 +77,8 @@ for path in sorted(kube.glob("*.yaml")):
         except kubernetes_validate.ValidationError as error:
             problems.append(f"{path.name}: {kind}: {error}")
         docs.setdefault(kind, doc)
+        if kind == "ConfigMap" and "grafana_dashboard" in doc["metadata"].get("labels", {}):
+            docs["dashboard"] = doc
 listed = set(docs.get("Kustomization", {}).get("resources", []))
 for path in kube.glob("*.yaml"):
     if path.name not in ("kustomization.yaml", "secret.example.yaml"):
@@ -116,7 +118,7 @@ check(str(service_ports["metrics"]["port"]) == metrics_port, "the metrics port i
 check(monitor["spec"]["selector"]["matchLabels"].items() <= docs["Service"]["metadata"]["labels"].items(),
       "the ServiceMonitor selects the Service")
 # The alerting rules: the PrometheusRule carries deploy/alerts.yml's groups (which
-# promtool checks and unit-tests, tests/e2e/alerts.rs), and its rules select the job the
+# promtool checks and unit-tests, tests/e2e/monitoring.rs), and its rules select the job the
 # ServiceMonitor's targets get (the Service's name), as Compose's scrape job is named.
 rule = docs["PrometheusRule"]
 check(rule["apiVersion"] == "monitoring.coreos.com/v1", "PrometheusRule apiVersion")
@@ -129,6 +131,28 @@ check([j["job_name"] for j in prometheus["scrape_configs"]] == ["toolgate"]
       "Compose's Prometheus scrapes job toolgate and loads alerts.yml")
 check("./deploy/alerts.yml:/etc/prometheus/alerts.yml:ro" in services["prometheus"]["volumes"],
       "Compose mounts deploy/alerts.yml beside prometheus.yml")
+# The dashboard: one JSON (deploy/grafana/toolgate.json, whose queries
+# tests/e2e/monitoring.rs checks), provisioned in Compose's Grafana and carried by a
+# labelled ConfigMap for a Grafana that discovers dashboards so.
+dashboard_text = (root / "deploy/grafana/toolgate.json").read_text()
+dashboard = json.loads(dashboard_text)
+check(docs.get("dashboard", {}).get("data", {}).get("toolgate.json") == dashboard_text,
+      "the dashboard ConfigMap carries deploy/grafana/toolgate.json")
+check(docs.get("dashboard", {}).get("metadata", {}).get("labels", {}).get("grafana_dashboard") == "1",
+      "the dashboard ConfigMap is labelled grafana_dashboard: \"1\"")
+targets = [t for p in dashboard["panels"] for t in p.get("targets", [])]
+check(len(targets) > 10 and all(t.get("expr") for t in targets), "every dashboard query has an expr")
+check(all(p.get("datasource", {}).get("uid") == "${datasource}" for p in dashboard["panels"] if p["type"] != "row"),
+      "every panel uses the dashboard's data source variable")
+grafana = services.get("grafana", {})
+check("./deploy/grafana/toolgate.json:/var/lib/grafana/dashboards/toolgate.json:ro" in grafana.get("volumes", []),
+      "Compose's Grafana loads the dashboard")
+provisioned = yaml.safe_load((root / "deploy/grafana/provisioning/dashboards/toolgate.yml").read_text())
+check(provisioned["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards",
+      "Grafana's provider reads where the dashboard is mounted")
+source = yaml.safe_load((root / "deploy/grafana/provisioning/datasources/prometheus.yml").read_text())
+check(source["datasources"][0]["url"] == "http://prometheus:9090" and "prometheus" in services,
+      "Grafana's data source is Compose's Prometheus")
 args = container["args"]
 check(args[args.index("--config") + 1].startswith(mounts["config"]), "--config names the mounted file")
 prune = docs["CronJob"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]

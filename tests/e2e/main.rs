@@ -1,7 +1,6 @@
 //! End-to-end tests: one binary, the real gateway on loopback, real HTTP.
 
 mod agents;
-mod alerts;
 mod approvals;
 mod audit_admin;
 mod audit_api;
@@ -17,6 +16,7 @@ mod jwt;
 mod limits;
 mod mcp;
 mod mcp_sdk;
+mod monitoring;
 mod overload;
 mod pinning;
 mod rate_limits;

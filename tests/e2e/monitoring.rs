@@ -1,0 +1,344 @@
+//! What operators watch, as users deploy it: the alerting rules (`deploy/alerts.yml`, and
+//! the same groups in `deploy/kubernetes/prometheusrule.yaml`) and the Grafana dashboard
+//! (`deploy/grafana/toolgate.json`). Prometheus's own `promtool` checks the rules, runs
+//! their unit tests (`deploy/alerts.test.yml`) and parses the dashboard's queries; and
+//! every metric and label they select is one a running gateway exports: a rule or panel on
+//! a misspelt name would stay silent or empty, and the unit tests, written against the
+//! same names, would not notice.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+
+use serde_json::json;
+use toolgate_e2e::llm::{MockLlm, Reply, Wire, says};
+use toolgate_e2e::{Gateway, client_with_key, sdk_clients};
+
+use crate::rate_limits::{metrics, samples};
+
+/// Series Prometheus makes itself, not the gateway.
+const PROMETHEUS_OWN: &[&str] = &["up"];
+
+/// Labels Prometheus gives every series it scrapes, from the target.
+const TARGET_LABELS: &[&str] = &["instance", "job"];
+
+/// PromQL's aggregations (which take their grouping before their parentheses) and
+/// binary keywords: never metric names.
+const KEYWORDS: &[&str] = &[
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "group",
+    "stddev",
+    "stdvar",
+    "count",
+    "count_values",
+    "bottomk",
+    "topk",
+    "quantile",
+    "and",
+    "or",
+    "unless",
+    "bool",
+    "offset",
+];
+
+#[tokio::test]
+async fn alert_rules_and_the_dashboard_pass_promtool_and_select_what_the_gateway_exports() {
+    sdk_clients(); // installs promtool (Debian's `prometheus`)
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("repository root");
+    promtool(root, &["check", "rules", "deploy/alerts.yml"]);
+    promtool(root, &["test", "rules", "deploy/alerts.test.yml"]);
+    let rules = std::fs::read_to_string(root.join("deploy/alerts.yml")).expect("alerts.yml");
+    let alerting = rule_expressions(&rules);
+    assert_eq!(alerting.len(), 7, "{alerting:?}");
+
+    // The dashboard's queries, Grafana's variables given values, parsed by promtool as
+    // recording rules.
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("deploy/grafana/toolgate.json")).expect("dashboard"),
+    )
+    .expect("the dashboard is JSON");
+    let queries: Vec<String> = dashboard["panels"]
+        .as_array()
+        .expect("panels")
+        .iter()
+        .filter_map(|p| p["targets"].as_array())
+        .flatten()
+        .map(|t| t["expr"].as_str().expect("a query").to_owned())
+        .collect();
+    assert!(queries.len() > 10, "{queries:?}");
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let recorded: Vec<_> = queries
+        .iter()
+        .enumerate()
+        .map(|(i, q)| {
+            let q = q
+                .replace("$__rate_interval", "5m")
+                .replace("$instance", ".*");
+            json!({"record": format!("dashboard:query_{i}"), "expr": q})
+        })
+        .collect();
+    let file = scratch.path().join("dashboard.rules.json");
+    let groups = json!({"groups": [{"name": "dashboard", "rules": recorded}]});
+    std::fs::write(&file, groups.to_string()).expect("write");
+    promtool(root, &["check", "rules", file.to_str().expect("utf-8")]);
+
+    let expressions: Vec<Selected> = alerting
+        .iter()
+        .chain(&queries)
+        .map(|e| selectors(e))
+        .collect();
+    let selected: Vec<_> = expressions.iter().flat_map(|e| e.metrics.clone()).collect();
+    // The reading finds every alert's metrics: with matchers, bare, inside functions.
+    let names: BTreeSet<&str> = selected.iter().map(|(n, _)| n.as_str()).collect();
+    for name in [
+        "up",
+        "toolgate_audit_commit_duration_seconds_count",
+        "toolgate_audit_commit_duration_seconds_bucket",
+        "toolgate_admission_rejections_total",
+        "toolgate_store_tenant_operations_refused_total",
+        "toolgate_tool_calls_total",
+        "toolgate_upstream_connected",
+        "gen_ai_client_token_usage_sum",
+    ] {
+        assert!(names.contains(name), "{name} not read: {names:?}");
+    }
+
+    // A gateway with what makes each selected series exist: REST and MCP calls, an
+    // agent's run on a model, a refused read, an operator upstream it cannot reach.
+    let mock = MockLlm::start(Wire::Openai, vec![Reply::ok(says::openai_text("ok"))]).await;
+    let base = mock.base.clone();
+    let gw = Gateway::start_with(move |c| {
+        c.limits.principal_reads_per_minute = Some(1);
+        c.providers
+            .insert("llm".into(), crate::agents::provider(Wire::Openai, &base));
+        c.upstreams = vec![
+            serde_json::from_value(json!({"name": "gone", "url": "http://127.0.0.1:9/mcp"}))
+                .expect("an upstream entry"),
+        ];
+    })
+    .await;
+    let (_, key) = gw.create_key("reader", &["tools:invoke"]).await;
+    let reader = client_with_key(&key);
+    for _ in 0..2 {
+        reader
+            .get(gw.url("/v1/tools"))
+            .send()
+            .await
+            .expect("request");
+    }
+    let (status, _, body) = gw
+        .invoke("echo", json!({"arguments": {"message": "watched"}}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let mcp = gw.mcp_2026(&gw.admin_key).await;
+    mcp.call_tool(
+        rmcp::model::CallToolRequestParams::new("echo").with_arguments(
+            json!({"message": "watched"})
+                .as_object()
+                .cloned()
+                .expect("object"),
+        ),
+    )
+    .await
+    .expect("an MCP call");
+    mcp.cancel().await.expect("close");
+    let (status, _, agent) = gw
+        .post(
+            "/v1/agents",
+            json!({"name": "watched", "provider": "llm", "model": "m", "tools": ["echo"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{agent}");
+    let runs = format!("/v1/agents/{}/runs", agent["id"].as_str().expect("id"));
+    let (status, _, run) = gw
+        .post(&runs, json!({"input": "hi", "wait_secs": 30}))
+        .await;
+    assert_eq!(
+        (status, run["status"].as_str()),
+        (201, Some("completed")),
+        "{run}"
+    );
+
+    // Runs by status are recounted from the store every 15 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
+    let exposition = loop {
+        let exposition = metrics(&gw).await;
+        if exposition.contains("\ntoolgate_runs{") || std::time::Instant::now() > deadline {
+            break exposition;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    };
+    let operations =
+        std::fs::read_to_string(root.join("docs/OPERATIONS.md")).expect("OPERATIONS.md");
+    let mut exported: HashMap<String, BTreeSet<String>> = HashMap::new();
+    for (name, labels, _) in samples(&exposition) {
+        exported.entry(name).or_default().extend(labels.into_keys());
+    }
+    // The labels `name` may be selected or grouped by: those it carries here, those
+    // Prometheus adds, a histogram's `le`, and, for a label only some outcomes carry
+    // (`error_type` on a failed commit) and so perhaps not on the series this run made,
+    // those docs/OPERATIONS.md gives the metric.
+    let may_use = |name: &str| -> BTreeSet<String> {
+        let family = ["_bucket", "_count", "_sum"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .unwrap_or(name);
+        let mut labels = documented_labels(&operations, family);
+        labels.extend(exported.get(name).into_iter().flatten().cloned());
+        labels.extend(TARGET_LABELS.iter().map(|l| (*l).to_owned()));
+        if name.ends_with("_bucket") {
+            labels.insert("le".into());
+        }
+        labels
+    };
+    for expression in &expressions {
+        for label in &expression.grouped_by {
+            assert!(
+                expression
+                    .metrics
+                    .iter()
+                    .any(|(m, _)| may_use(m).contains(label)),
+                "grouped by {label}, which none of {:?} carries",
+                expression.metrics
+            );
+        }
+    }
+    for (name, labels) in &selected {
+        if PROMETHEUS_OWN.contains(&name.as_str()) {
+            continue;
+        }
+        if !exported.contains_key(name) {
+            panic!("{name} is selected, but the gateway does not export it:\n{exposition}");
+        }
+        let documented = may_use(name);
+        for label in labels {
+            assert!(
+                documented.contains(label),
+                "{name} is selected by {label}, a label it neither carries here nor \
+                 is documented with ({documented:?})"
+            );
+        }
+    }
+    gw.stop().await;
+}
+
+/// Runs promtool with `args` in `root`; panics with its output when it fails.
+fn promtool(root: &Path, args: &[&str]) {
+    let out = std::process::Command::new("promtool")
+        .args(args)
+        .current_dir(root)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run promtool");
+    assert!(
+        out.status.success(),
+        "promtool {args:?}:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The attributes docs/OPERATIONS.md's metrics table gives `family`: the backticked
+/// words of its row's attributes column.
+fn documented_labels(operations: &str, family: &str) -> BTreeSet<String> {
+    let row = format!("| `{family}` |");
+    let Some(line) = operations.lines().find(|l| l.starts_with(&row)) else {
+        return BTreeSet::new();
+    };
+    let attributes = line.split(" | ").nth(2).unwrap_or_default();
+    attributes
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The PromQL expressions of a rule file: each `expr:`, with the lines of a folded
+/// `expr: >` joined.
+fn rule_expressions(rules: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    // The indentation of a block scalar's `expr: >` while its lines are read.
+    let mut block: Option<usize> = None;
+    for line in rules.lines() {
+        let trimmed = line.trim_start();
+        let indent = line.len() - trimmed.len();
+        if let Some(e) = trimmed.strip_prefix("expr:") {
+            block = matches!(e.trim(), ">" | "|").then_some(indent);
+            out.push(e.trim().trim_start_matches(['>', '|']).to_owned());
+        } else if block.is_some_and(|b| indent > b) {
+            let last = out.last_mut().expect("an expr before its lines");
+            last.push(' ');
+            last.push_str(trimmed);
+        } else {
+            block = None;
+        }
+    }
+    out
+}
+
+/// Each metric a PromQL expression selects (`name` or `name{label="…", …}`), with the
+/// labels its matchers name, and the labels it groups by. A small reading of PromQL, enough for these expressions:
+/// quoted values, function calls and keywords are passed over.
+fn selectors(expr: &str) -> Selected {
+    let mut out = Selected::default();
+    let mut rest = expr;
+    while let Some(c) = rest.chars().next() {
+        if c == '"' {
+            let end = rest[1..].find('"').expect("closing quote");
+            rest = &rest[end + 2..];
+            continue;
+        }
+        if !c.is_ascii_alphabetic() {
+            // Numbers and durations (`0.25`, `5m`) go whole, with their unit; a Grafana
+            // variable (`$__rate_interval`) too.
+            let skip = if c.is_ascii_digit() || c == '$' {
+                1 + rest[1..]
+                    .find(|c: char| !c.is_ascii_alphanumeric() && c != '.' && c != '_')
+                    .unwrap_or(rest.len() - 1)
+            } else {
+                c.len_utf8()
+            };
+            rest = &rest[skip..];
+            continue;
+        }
+        let end = rest
+            .find(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .unwrap_or(rest.len());
+        let word = &rest[..end];
+        rest = rest[end..].trim_start();
+        if matches!(word, "by" | "without" | "on" | "ignoring") {
+            let close = rest.find(')').expect("grouping closes");
+            let names = rest[..close].trim_start_matches('(').split(',');
+            out.grouped_by.extend(names.map(|l| l.trim().to_owned()));
+            rest = &rest[close + 1..];
+            continue;
+        }
+        if rest.starts_with('(') || KEYWORDS.contains(&word) {
+            continue; // a function, an aggregation (`sum by (…) (…)`) or a keyword
+        }
+        let mut labels = BTreeSet::new();
+        if let Some(matchers) = rest.strip_prefix('{') {
+            let close = matchers.find('}').expect("matchers close");
+            for matcher in matchers[..close].split(',') {
+                let label = matcher.split(['=', '!']).next().expect("a label");
+                labels.insert(label.trim().to_owned());
+            }
+            rest = &matchers[close + 1..];
+        }
+        out.metrics.push((word.to_owned(), labels));
+    }
+    out
+}
+
+/// What one expression selects: metrics with their matchers' labels, and the labels it
+/// groups by.
+#[derive(Default)]
+struct Selected {
+    metrics: Vec<(String, BTreeSet<String>)>,
+    grouped_by: BTreeSet<String>,
+}
