@@ -50,8 +50,8 @@ if [ ! -x /usr/bin/chromium ]; then
   $sudo apt-get install -y -qq chromium chromium-driver >/dev/null \
     || { $sudo apt-get update -qq && $sudo apt-get install -y -qq chromium chromium-driver >/dev/null; }
 fi
-# promtool, which checks deploy/alerts.yml and runs its unit tests: Debian's `prometheus`
-# (the server is installed beside it, not started).
+# Debian's `prometheus`: promtool checks deploy/alerts.yml and runs its unit tests, and the
+# monitoring test starts the server itself on loopback (the package's service is not used).
 if [ ! -x /usr/bin/promtool ]; then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo -n"
