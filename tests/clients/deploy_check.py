@@ -63,13 +63,22 @@ for volume in [v for s in services.values() for v in s.get("volumes", []) if v.s
 
 # --- deploy/kubernetes ---------------------------------------------------------------
 kube = root / "deploy/kubernetes"
+monitoring = kube / "monitoring"
+# The Prometheus Operator's kinds, which only a cluster with its CRDs accepts: in
+# monitoring/, never in the base, so that `kubectl apply -k deploy/kubernetes` works on
+# any cluster.
+OPERATOR_KINDS = ("ServiceMonitor", "PrometheusRule")
 docs = {}
-for path in sorted(kube.glob("*.yaml")):
+for path in sorted(kube.glob("*.yaml")) + sorted(monitoring.glob("*.yaml")):
     for doc in yaml.safe_load_all(path.read_text()):
         if doc is None:
             continue
         kind = doc["kind"]
-        if kind in ("Kustomization", "ServiceMonitor", "PrometheusRule"):
+        if kind == "Kustomization":
+            docs[f"Kustomization {path.parent.name}"] = doc
+            continue
+        if kind in OPERATOR_KINDS:
+            check(path.parent == monitoring, f"{path.name}: a {kind} belongs in monitoring/")
             docs[kind] = doc
             continue
         try:
@@ -79,10 +88,13 @@ for path in sorted(kube.glob("*.yaml")):
         docs.setdefault(kind, doc)
         if kind == "ConfigMap" and "grafana_dashboard" in doc["metadata"].get("labels", {}):
             docs["dashboard"] = doc
-listed = set(docs.get("Kustomization", {}).get("resources", []))
-for path in kube.glob("*.yaml"):
-    if path.name not in ("kustomization.yaml", "secret.example.yaml"):
-        check(path.name in listed, f"kustomization.yaml does not list {path.name}")
+for folder in (kube, monitoring):
+    kustomization = docs.get(f"Kustomization {folder.name}", {})
+    check(kustomization.get("namespace") == "toolgate", f"{folder.name}/: namespace toolgate")
+    listed = set(kustomization.get("resources", []))
+    for path in folder.glob("*.yaml"):
+        if path.name not in ("kustomization.yaml", "secret.example.yaml"):
+            check(path.name in listed, f"{folder.name}/kustomization.yaml does not list {path.name}")
 deployment = docs["Deployment"]
 pod = deployment["spec"]["template"]["spec"]
 container = pod["containers"][0]

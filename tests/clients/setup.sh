@@ -6,8 +6,9 @@
 # tests/clients/.venv-st, and the deploy files' validators (deploy-requirements.txt) into
 # tests/clients/.venv-deploy, and an OTLP receiver's protobuf messages
 # (otel-requirements.txt) into tests/clients/.venv-otel, Debian's Chromium for the
-# browser tests and Debian's promtool for the alerting rules. Idempotent and quick when nothing
-# changed; safe to run concurrently (a lock serializes runs). The e2e harness runs it before the first SDK test.
+# browser tests, and Debian's Prometheus (promtool too) for the alerting rules.
+# Idempotent and quick when nothing changed; safe to run concurrently (a lock serializes
+# runs). The e2e harness runs it before the first SDK test.
 set -euo pipefail
 cd "$(dirname "$0")"
 exec 9>.setup.lock
@@ -42,20 +43,17 @@ if [ ! -x .venv-otel/bin/python ]; then
   python3 -m venv .venv-otel
 fi
 .venv-otel/bin/pip install --quiet --disable-pip-version-check --require-virtualenv -r otel-requirements.txt
+# Debian's packages, as root or with passwordless sudo.
+apt_install() {
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo -n"
+  $sudo apt-get install -y -qq "$@" >/dev/null \
+    || { $sudo apt-get update -qq && $sudo apt-get install -y -qq "$@" >/dev/null; }
+}
 # A real browser for the browser tests: Debian's Chromium (and ChromeDriver), driven by
 # playwright-core from package.json with executablePath /usr/bin/chromium.
-if [ ! -x /usr/bin/chromium ]; then
-  sudo=""
-  [ "$(id -u)" = 0 ] || sudo="sudo -n"
-  $sudo apt-get install -y -qq chromium chromium-driver >/dev/null \
-    || { $sudo apt-get update -qq && $sudo apt-get install -y -qq chromium chromium-driver >/dev/null; }
-fi
+[ -x /usr/bin/chromium ] || apt_install chromium chromium-driver
 # Debian's `prometheus`: promtool checks deploy/alerts.yml and runs its unit tests, and the
 # monitoring test starts the server itself on loopback (the package's service is not used).
-if [ ! -x /usr/bin/promtool ]; then
-  sudo=""
-  [ "$(id -u)" = 0 ] || sudo="sudo -n"
-  $sudo apt-get install -y -qq prometheus >/dev/null \
-    || { $sudo apt-get update -qq && $sudo apt-get install -y -qq prometheus >/dev/null; }
-fi
+[ -x /usr/bin/promtool ] || apt_install prometheus
 stamp > .installed

@@ -1,13 +1,13 @@
 //! What operators watch, as users deploy it: the alerting rules (`deploy/alerts.yml`, and
-//! the same groups in `deploy/kubernetes/prometheusrule.yaml`) and the Grafana dashboard
-//! (`deploy/grafana/toolgate.json`). Prometheus's own `promtool` checks the rules, runs
-//! their unit tests (`deploy/alerts.test.yml`) and parses the dashboard's queries. Then a
-//! real Prometheus scrapes a gateway that served REST, MCP and an agent's run: the target
-//! is up, every rule evaluates, the alert on the upstream it cannot reach is raised, and
-//! every dashboard query finds series. And every metric and label the rules and queries
-//! select or group by is one the gateway exports: a rule or panel on a misspelt name would
-//! stay silent or empty, and the unit tests, written against the same names, would not
-//! notice.
+//! the same groups in `deploy/kubernetes/monitoring/prometheusrule.yaml`) and the Grafana
+//! dashboard (`deploy/grafana/toolgate.json`). Prometheus's own `promtool` checks the
+//! rules, runs their unit tests (`deploy/alerts.test.yml`) and parses the dashboard's
+//! queries. Then a real Prometheus scrapes a gateway that served REST, MCP and an agent's
+//! run: the target is up, every rule evaluates, the alert on the upstream it cannot reach
+//! is raised, and every dashboard query finds series. And every metric and label the
+//! rules and queries select or group by is one the gateway exports: a rule or panel on a
+//! misspelt name would stay silent or empty, and the unit tests, written against the same
+//! names, would not notice.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
