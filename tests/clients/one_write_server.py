@@ -4,6 +4,8 @@ then the result, on one pipe write, so the gateway reads them in one go. SDK ser
 write each message on its own, and only a busy gateway reads them together; this one
 makes that case happen every time. Hand-written JSON-RPC on purpose (standard library
 only): the point is the byte order on the pipe, which an SDK does not let a tool choose.
+Called with n = -1 its result is `{}`, with n = -2 only `_meta`: no `content`, which an
+SDK would not send either.
 
     python3 one_write_server.py
 """
@@ -44,6 +46,9 @@ def answer(request: dict) -> bytes:
         said += line({"jsonrpc": "2.0", "method": "notifications/message",
                       "params": {"level": "info", "data": f"said before answer {n}"}})
         result = {"content": [{"type": "text", "text": f"answer {n}"}], "isError": False}
+        if n < 0:
+            # A tool that returns nothing, as some servers answer it: no `content` at all.
+            result = {} if n == -1 else {"_meta": {"fixture/empty": True}}
         return said + line({"jsonrpc": "2.0", "id": rid, "result": result})
     elif rid is None:
         return b""  # a notification: nothing to answer

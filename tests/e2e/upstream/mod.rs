@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use toolgate_e2e::{Gateway, sdk_clients, serve_on_free_port};
 use toolgate_server::config::UpstreamEntry;
 
+mod contentless;
 mod http;
 mod stdio;
 

@@ -164,13 +164,39 @@ impl UpstreamTool {
         pending.id = None;
         match response {
             Ok(ServerResult::CallToolResult(result)) => Ok(Ok(result)),
-            Ok(_) => Err(self.error(
-                ErrorKind::Upstream,
-                "the upstream answered with something other than a tool result (input requests and tasks are not relayed yet)",
-            )),
+            Ok(other) => contentless(other).map(Ok).ok_or_else(|| {
+                self.error(
+                    ErrorKind::Upstream,
+                    "the upstream answered with something other than a tool result (input requests and tasks are not relayed yet)",
+                )
+            }),
             Err(err) => Ok(Err(err)),
         }
     }
+}
+
+/// A `tools/call` answer without `content`, which `ServerResult` decodes as another kind
+/// of result: `{}`, `{"resultType": "complete"}` or only `_meta`. Some servers answer so
+/// for a tool that returns nothing; it is an empty result, as rmcp's own client takes it
+/// (`call_tool`, rmcp 3.11), and the gateway's calls do not go through that client.
+fn contentless(result: ServerResult) -> Option<CallToolResult> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct MetaOnly {
+        #[serde(rename = "_meta")]
+        meta: rmcp::model::MetaObject,
+    }
+    let meta = match result {
+        ServerResult::EmptyResult(_) => None,
+        ServerResult::TaskAckResult(ack) => ack.meta,
+        ServerResult::CustomResult(custom) => {
+            Some(serde_json::from_value::<MetaOnly>(custom.0).ok()?.meta)
+        }
+        _ => return None,
+    };
+    let mut empty = CallToolResult::success(Vec::new());
+    empty.meta = meta;
+    Some(empty)
 }
 
 /// A request still waiting for its answer; dropping it sends `notifications/cancelled`.
