@@ -54,9 +54,6 @@ async fn alert_rules_and_the_dashboard_work_on_prometheus_scraping_a_gateway() {
         .expect("repository root");
     promtool(root, &["check", "rules", "deploy/alerts.yml"]);
     promtool(root, &["test", "rules", "deploy/alerts.test.yml"]);
-    let rules = std::fs::read_to_string(root.join("deploy/alerts.yml")).expect("alerts.yml");
-    let alerting = rule_expressions(&rules);
-    assert_eq!(alerting.len(), 7, "{alerting:?}");
 
     // The dashboard's queries, Grafana's variables given values, parsed by promtool as
     // recording rules.
@@ -88,27 +85,6 @@ async fn alert_rules_and_the_dashboard_work_on_prometheus_scraping_a_gateway() {
     let groups = json!({"groups": [{"name": "dashboard", "rules": recorded}]});
     std::fs::write(&file, groups.to_string()).expect("write");
     promtool(root, &["check", "rules", file.to_str().expect("utf-8")]);
-
-    let expressions: Vec<Selected> = alerting
-        .iter()
-        .chain(&queries)
-        .map(|e| selectors(e))
-        .collect();
-    let selected: Vec<_> = expressions.iter().flat_map(|e| e.metrics.clone()).collect();
-    // The reading finds every alert's metrics: with matchers, bare, inside functions.
-    let names: BTreeSet<&str> = selected.iter().map(|(n, _)| n.as_str()).collect();
-    for name in [
-        "up",
-        "toolgate_audit_commit_duration_seconds_count",
-        "toolgate_audit_commit_duration_seconds_bucket",
-        "toolgate_admission_rejections_total",
-        "toolgate_store_tenant_operations_refused_total",
-        "toolgate_tool_calls_total",
-        "toolgate_upstream_connected",
-        "gen_ai_client_token_usage_sum",
-    ] {
-        assert!(names.contains(name), "{name} not read: {names:?}");
-    }
 
     // A gateway with what makes each selected series exist: REST and MCP calls, an
     // agent's run on a model, a refused read, an operator upstream it cannot reach.
@@ -179,7 +155,30 @@ async fn alert_rules_and_the_dashboard_work_on_prometheus_scraping_a_gateway() {
         }
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     };
-    prometheus.saw(&queries).await;
+    // The alerts' expressions as Prometheus loaded them from deploy/alerts.yml.
+    let alerting = prometheus.saw(&queries).await;
+    assert_eq!(alerting.len(), 7, "{alerting:?}");
+    let expressions: Vec<Selected> = alerting
+        .iter()
+        .chain(&queries)
+        .map(|e| selectors(e))
+        .collect();
+    let selected: Vec<_> = expressions.iter().flat_map(|e| e.metrics.clone()).collect();
+    // The reading finds every alert's metrics: with matchers, bare, inside functions.
+    let names: BTreeSet<&str> = selected.iter().map(|(n, _)| n.as_str()).collect();
+    for name in [
+        "up",
+        "toolgate_audit_commit_duration_seconds_count",
+        "toolgate_audit_commit_duration_seconds_bucket",
+        "toolgate_admission_rejections_total",
+        "toolgate_store_tenant_operations_refused_total",
+        "toolgate_tool_calls_total",
+        "toolgate_upstream_connected",
+        "gen_ai_client_token_usage_sum",
+    ] {
+        assert!(names.contains(name), "{name} not read: {names:?}");
+    }
+
     let operations =
         std::fs::read_to_string(root.join("docs/OPERATIONS.md")).expect("OPERATIONS.md");
     let mut exported: HashMap<String, BTreeSet<String>> = HashMap::new();
@@ -302,8 +301,8 @@ impl Prometheus {
     /// What Prometheus made of the gateway: its target up, every rule evaluated without
     /// error, the unreachable upstream's alert raised (pending: it waits 5 minutes to
     /// fire), and every dashboard query answered with series but the failed-commit one
-    /// (no commit failed).
-    async fn saw(&self, queries: &[String]) {
+    /// (no commit failed). Returns the rules' expressions as it loaded them.
+    async fn saw(&self, queries: &[String]) -> Vec<String> {
         until("prometheus scraping the runs gauge", || async {
             let found = self.api("query", &[("query", "toolgate_runs")]).await;
             !found["result"].as_array().expect("result").is_empty()
@@ -311,12 +310,15 @@ impl Prometheus {
         .await;
         let targets = self.api("targets", &[]).await;
         assert_eq!(targets["activeTargets"][0]["health"], "up", "{targets}");
-        until("prometheus evaluating every rule", || async {
+        let rules = || async {
             let rules = self.api("rules", &[]).await;
-            let rules = rules["groups"][0]["rules"]
+            rules["groups"][0]["rules"]
                 .as_array()
                 .cloned()
-                .unwrap_or_default();
+                .unwrap_or_default()
+        };
+        until("prometheus evaluating every rule", || async {
+            let rules = rules().await;
             rules.len() == 7 && rules.iter().all(|r| r["health"] == "ok")
         })
         .await;
@@ -350,6 +352,11 @@ impl Prometheus {
                 "the dashboard's {concrete} finds nothing"
             );
         }
+        rules()
+            .await
+            .iter()
+            .map(|r| r["query"].as_str().expect("a rule's query").to_owned())
+            .collect()
     }
 }
 
@@ -394,32 +401,10 @@ fn documented_labels(operations: &str, family: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// The PromQL expressions of a rule file: each `expr:`, with the lines of a folded
-/// `expr: >` joined.
-fn rule_expressions(rules: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    // The indentation of a block scalar's `expr: >` while its lines are read.
-    let mut block: Option<usize> = None;
-    for line in rules.lines() {
-        let trimmed = line.trim_start();
-        let indent = line.len() - trimmed.len();
-        if let Some(e) = trimmed.strip_prefix("expr:") {
-            block = matches!(e.trim(), ">" | "|").then_some(indent);
-            out.push(e.trim().trim_start_matches(['>', '|']).to_owned());
-        } else if block.is_some_and(|b| indent > b) {
-            let last = out.last_mut().expect("an expr before its lines");
-            last.push(' ');
-            last.push_str(trimmed);
-        } else {
-            block = None;
-        }
-    }
-    out
-}
-
 /// Each metric a PromQL expression selects (`name` or `name{label="…", …}`), with the
-/// labels its matchers name, and the labels it groups by. A small reading of PromQL, enough for these expressions:
-/// quoted values, function calls and keywords are passed over.
+/// labels its matchers name, and the labels it groups by. A small reading of PromQL,
+/// enough for these expressions: quoted values, function calls and keywords are passed
+/// over.
 fn selectors(expr: &str) -> Selected {
     let mut out = Selected::default();
     let mut rest = expr;
