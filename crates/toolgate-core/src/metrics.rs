@@ -59,6 +59,7 @@ pub struct Metrics {
     mcp_operation: Histogram<f64>,
     chat_duration: Histogram<f64>,
     token_usage: Histogram<u64>,
+    runs_finished: Counter<u64>,
 }
 
 impl Default for Metrics {
@@ -124,6 +125,13 @@ impl Metrics {
                 .with_description("Number of input and output tokens used")
                 .with_boundaries(TOKEN_BUCKETS.to_vec())
                 .build(),
+            runs_finished: meter
+                .u64_counter("toolgate.runs.finished")
+                .with_unit("{run}")
+                .with_description(
+                    "Agent runs ended on this instance, by toolgate.run.status (completed, failed, cancelled)",
+                )
+                .build(),
         }
     }
 
@@ -176,6 +184,17 @@ impl Metrics {
         ];
         self.tenant(&mut attrs, tenant);
         self.cache.add(1, &attrs);
+    }
+
+    /// An agent run ended (`status`: `completed`, `failed` or `cancelled`; a run paused
+    /// for approval has not ended).
+    pub fn run_finished(&self, tenant: TenantId, status: crate::stores::RunStatus) {
+        if !status.is_terminal() {
+            return;
+        }
+        let mut attrs = vec![KeyValue::new("toolgate.run.status", status.as_str())];
+        self.tenant(&mut attrs, tenant);
+        self.runs_finished.add(1, &attrs);
     }
 
     /// One audit transaction (a batch of records), committed or failed.

@@ -7,7 +7,7 @@
 //!
 //! Instruments recorded where things happen live in `toolgate_core::metrics`; gauges of
 //! state (audit backlog, calls in flight, open streams and sessions, pending approvals,
-//! runs by status, instances) are observed here, when scraped. Counts that need the store
+//! runs still going, instances) are observed here, when scraped. Counts that need the store
 //! are refreshed in the background every [`COUNTS_EVERY`], never on a scrape.
 
 use std::sync::{Arc, Mutex, Weak};
@@ -22,12 +22,17 @@ use opentelemetry_sdk::metrics::SdkMeterProvider;
 use prometheus::{Encoder, TextEncoder};
 use tokio_util::sync::CancellationToken;
 use toolgate_core::metrics::Metrics;
+use toolgate_core::stores::RunStatus;
 use toolgate_store::instances::Counts;
 
 use crate::error::ApiError;
 
-/// How often store-backed gauges (approvals pending, runs by status) are recounted.
+/// How often store-backed gauges (approvals pending, runs still going) are recounted.
 pub const COUNTS_EVERY: Duration = Duration::from_secs(15);
+
+/// The statuses `toolgate.runs` reports: a run's life until it ends. Finished runs are
+/// counted as they end (`toolgate.runs.finished`), not recounted from the whole history.
+const LIVE_RUN_STATUSES: [RunStatus; 2] = [RunStatus::Running, RunStatus::AwaitingApproval];
 
 /// The meter provider and what reads it.
 pub struct Telemetry {
@@ -180,12 +185,19 @@ impl Telemetry {
         let counts = self.counts.clone();
         self.meter
             .i64_observable_gauge("toolgate.runs")
-            .with_description("Agent runs by status, all tenants")
+            .with_description("Agent runs running or waiting for approval, all tenants")
             .with_unit("{run}")
             .with_callback(move |observer| {
                 let counts = counts.lock().unwrap_or_else(|p| p.into_inner());
-                for (status, n) in &counts.runs {
-                    observer.observe(*n, &[KeyValue::new("toolgate.run.status", status.clone())]);
+                // Both statuses always, 0 included: a series that appears only once a
+                // run exists reads as "no data", not as none running.
+                for status in LIVE_RUN_STATUSES.map(RunStatus::as_str) {
+                    let n = counts
+                        .runs
+                        .iter()
+                        .find(|(s, _)| s == status)
+                        .map_or(0, |(_, n)| *n);
+                    observer.observe(n, &[KeyValue::new("toolgate.run.status", status)]);
                 }
             })
             .build();

@@ -11,6 +11,14 @@ use chrono::Utc;
 
 use crate::{Store, StoreError};
 
+/// Approvals waiting for a decision: a term of `approval_waiting_idx`'s predicate.
+pub(crate) const PENDING: &str =
+    "select count(*) from approval where status = 'pending' and expires_at > $1";
+
+/// Runs still going, by status: `run_live_idx`'s predicate, as written.
+pub(crate) const LIVE_RUNS: &str = "select status, count(*) from run \
+    where status in ('running', 'awaiting_approval') group by status order by status";
+
 /// An instance not seen for this long no longer counts.
 pub const INSTANCE_TTL: Duration = Duration::from_secs(30);
 
@@ -19,7 +27,8 @@ pub const INSTANCE_TTL: Duration = Duration::from_secs(30);
 pub struct Counts {
     /// Approvals waiting for a decision (not yet expired).
     pub approvals_pending: i64,
-    /// Runs by status (`running`, `awaiting_approval`, `succeeded`, …).
+    /// Runs still going by status (`running`, `awaiting_approval`); a status without
+    /// runs is absent. Finished runs are not counted here (see `toolgate.runs.finished`).
     pub runs: Vec<(String, i64)>,
 }
 
@@ -63,11 +72,9 @@ impl Store {
         Ok(())
     }
 
-    /// Pending approvals and runs by status, over every tenant.
+    /// Pending approvals, and runs running or waiting for approval, over every tenant:
+    /// read from the partial indexes of what is live, whatever the history kept.
     pub async fn counts(&self) -> Result<Counts, StoreError> {
-        const PENDING: &str =
-            "select count(*) from approval where status = 'pending' and expires_at > $1";
-        const RUNS: &str = "select status, count(*) from run group by status order by status";
         let now = Utc::now();
         let (pending, runs) = match self {
             Store::Postgres(pg) => {
@@ -75,7 +82,8 @@ impl Store {
                     .bind(now)
                     .fetch_one(&pg.owner)
                     .await?;
-                let runs: Vec<(String, i64)> = sqlx::query_as(RUNS).fetch_all(&pg.owner).await?;
+                let runs: Vec<(String, i64)> =
+                    sqlx::query_as(LIVE_RUNS).fetch_all(&pg.owner).await?;
                 (pending, runs)
             }
             Store::Sqlite(lite) => {
@@ -83,7 +91,8 @@ impl Store {
                     .bind(now)
                     .fetch_one(&lite.pool)
                     .await?;
-                let runs: Vec<(String, i64)> = sqlx::query_as(RUNS).fetch_all(&lite.pool).await?;
+                let runs: Vec<(String, i64)> =
+                    sqlx::query_as(LIVE_RUNS).fetch_all(&lite.pool).await?;
                 (pending, runs)
             }
         };

@@ -90,6 +90,8 @@ pub mod model;
 mod nodelay;
 pub mod notify;
 pub mod pins;
+#[cfg(test)]
+mod plans;
 pub mod postgres;
 pub mod runs;
 pub mod sessions;

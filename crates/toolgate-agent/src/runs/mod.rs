@@ -367,6 +367,9 @@ impl<S: Store> Runs<S> {
             // Given back when the run stops here, or its task is aborted.
             let _slot = slot;
             let outcome = drive(&ctx, &agent, state).await;
+            this.executor
+                .metrics()
+                .run_finished(ctx.auth.tenant, outcome.status);
             this.executor.events().emit(&Event::RunStopped {
                 tenant: ctx.auth.tenant,
                 run,

@@ -16,7 +16,7 @@ use crate::sqlite::SqliteStore;
 use crate::text::{json, sql, uuid};
 use crate::{Store, StoreError};
 
-mod sql;
+pub(crate) mod sql;
 
 pub use toolgate_core::stores::{ApprovalRecord, ApprovalStatus, Decision};
 

@@ -7,7 +7,8 @@ use toolgate_core::stores::Change;
 use super::*;
 
 /// Approvals a call may still use or wait for: pending, or approved and not yet used.
-const WAITING: &str = "(status = 'pending' or (status = 'approved' and used_at is null))";
+pub(crate) const WAITING: &str =
+    "(status = 'pending' or (status = 'approved' and used_at is null))";
 
 /// Writes the same operations for both backends. `$conn`: the backend's connection;
 /// `$u`: the cast of a text parameter to

@@ -24,11 +24,22 @@ mod journal;
 
 /// Runs an instance may take over: running ones whose lease ended before `$4`, and ones
 /// waiting for approval that can go on (a decision not yet used, an approval expired by
-/// `$5`, or a cancel request).
-const READY: &str = "(r.status = 'running' and (r.lease_until is null or r.lease_until < $4)) \
+/// `$5`, or a cancel request). Its first term is `run_live_idx`'s predicate, as written
+/// (SQLite uses a partial index only for a term it finds), and `a.run_id is not null`
+/// lets Postgres read a run's approvals from `approval_run_idx` even when it hashes them:
+/// without either, every instance scanned both whole tables, history and all, at each of
+/// its orphan scans (every 15 s).
+const READY: &str = "r.status in ('running', 'awaiting_approval') \
+    and ((r.status = 'running' and (r.lease_until is null or r.lease_until < $4)) \
     or (r.status = 'awaiting_approval' and (r.cancel_requested \
-        or exists (select 1 from approval a where a.run_id = r.run_id and a.used_at is null \
-                   and (a.status <> 'pending' or a.expires_at <= $5))))";
+        or exists (select 1 from approval a where a.run_id = r.run_id and a.run_id is not null \
+                   and a.used_at is null and (a.status <> 'pending' or a.expires_at <= $5)))))";
+
+/// The runs [`READY`] to be taken over, oldest first, at most `$3`; `lock` skips those
+/// another instance is taking.
+pub(crate) fn claimable(lock: &str) -> String {
+    format!("select r.run_id from run r where {READY} order by r.created_at limit $3{lock}")
+}
 
 /// Most steps one read of a run's journal returns (fewer once they hold
 /// [`READ_BYTES`](crate::model::READ_BYTES)).
@@ -363,8 +374,8 @@ macro_rules! run_store {
             ) -> Result<Vec<RunRecord>, StoreError> {
                 let rows: Vec<RunRow> = sqlx::query_as(sql(format!(
                     "update run set status = 'running', owner = $1, lease_until = $2 where run_id in \
-                     (select r.run_id from run r where {READY} order by r.created_at limit $3{lock}) returning {columns}",
-                    lock = $lock,
+                     ({claimable}) returning {columns}",
+                    claimable = claimable($lock),
                     columns = run_columns($t)
                 )))
                 .bind(owner)
