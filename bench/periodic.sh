@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# What every instance asks Postgres every 15 seconds (runs still going, counted for
+# `toolgate_runs` and taken over when their instance stopped; approvals still waiting,
+# counted and expired) on a store with a long history: N runs (1,000,000 by default; one
+# in a thousand running, one in 997 waiting for approval, the rest finished) and N/5
+# approvals (one in 500 pending, the rest decided). Each statement is timed with EXPLAIN
+# ANALYZE (the median of 5 runs, and the 8 kB pages it touched) on the schema of
+# migration 0022 with its statements as they were (the baseline), then after migration
+# 0023's partial indexes with the statements as the store now writes them.
+#
+#   bench/periodic.sh
+#   N=100000 bench/periodic.sh
+#
+# Needs Postgres on 127.0.0.1:5432 (TOOLGATE_TEST_PG overrides the admin URL); the
+# database it makes is dropped at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${N:-1000000}
+ADMIN=${TOOLGATE_TEST_PG:-postgres://postgres@127.0.0.1:5432/postgres}
+DB="tg_bench_periodic_$$"
+URL="${ADMIN%/*}/$DB"
+psql "$ADMIN" -qc "create database $DB"
+trap 'psql "$ADMIN" -qc "drop database if exists $DB with (force)"' EXIT
+export PGOPTIONS="-c client_min_messages=warning"
+q() { psql "$URL" -qAtX -v ON_ERROR_STOP=1 "$@"; }
+
+for f in migrations/postgres/00*.sql; do
+  case "$f" in *0023_*) break ;; esac
+  q -f "$f" >/dev/null
+done
+q <<SQL
+insert into tenant (tenant_id, name) values ('00000000-0000-0000-0000-0000000000aa', 'bench');
+insert into run (run_id, tenant_id, agent_id, agent_name, principal_id, auth, agent_config, input,
+                 status, output, owner, lease_until, created_at, finished_at)
+select gen_random_uuid(), '00000000-0000-0000-0000-0000000000aa', gen_random_uuid(), 'helper',
+       gen_random_uuid(),
+       '{"tenant_name":"bench","roles":["member"],"scopes":["tools:invoke","runs:write"]}',
+       ('{"model":"m","system":"' || repeat('You are a helpful agent. ', 12) || '"}')::jsonb,
+       'Summarise the README',
+       case when g % 1000 = 0 then 'running' when g % 997 = 0 then 'awaiting_approval'
+            else 'completed' end,
+       repeat('answer ', 40),
+       case when g % 1000 = 0 then 'instance-a' end,
+       case when g % 1000 = 0 then now() + interval '1 hour' end,
+       now() - g * interval '1 second', now()
+from generate_series(1, $N) g;
+insert into approval (approval_id, tenant_id, call_id, tool, risk, adapter, arguments,
+                      arguments_hash, requester_id, requester_name, auth, status, expires_at,
+                      created_at)
+select gen_random_uuid(), '00000000-0000-0000-0000-0000000000aa', gen_random_uuid(), 'write_file',
+       'high', 'rest', '{"path":"a.txt"}', md5(g::text), gen_random_uuid(), 'alice', '{}',
+       case when g % 500 = 0 then 'pending' when g % 2 = 0 then 'denied' else 'expired' end,
+       now() + case when g % 500 = 0 then interval '1 day' else interval '-1 day' end,
+       now() - g * interval '1 second'
+from generate_series(1, $N / 5) g;
+analyze run; analyze approval;
+SQL
+
+WAITING="(status = 'pending' or (status = 'approved' and used_at is null))"
+PENDING="select count(*) from approval where status = 'pending' and expires_at > now()"
+EXPIRING="select approval_id from approval where $WAITING and expires_at <= now()"
+BEFORE_RUNS="select status, count(*) from run group by status order by status"
+BEFORE_CLAIM="select r.run_id from run r where (r.status = 'running' and (r.lease_until is null or r.lease_until < now()))
+  or (r.status = 'awaiting_approval' and (r.cancel_requested
+      or exists (select 1 from approval a where a.run_id = r.run_id and a.used_at is null
+                 and (a.status <> 'pending' or a.expires_at <= now()))))
+  order by r.created_at limit 16 for update of r skip locked"
+AFTER_RUNS="select status, count(*) from run where status in ('running', 'awaiting_approval') group by status order by status"
+AFTER_CLAIM="select r.run_id from run r where r.status in ('running', 'awaiting_approval')
+  and ((r.status = 'running' and (r.lease_until is null or r.lease_until < now()))
+  or (r.status = 'awaiting_approval' and (r.cancel_requested
+      or exists (select 1 from approval a where a.run_id = r.run_id and a.run_id is not null
+                 and a.used_at is null and (a.status <> 'pending' or a.expires_at <= now())))))
+  order by r.created_at limit 16 for update of r skip locked"
+
+time_of() { # SQL -> "median_ms pages"
+  for _ in 1 2 3 4 5; do
+    q -c "explain (analyze, buffers, format json) $1" |
+      python3 -c 'import json,sys
+p=json.load(sys.stdin)[0]
+b=p["Plan"]
+print(p["Execution Time"], b.get("Shared Hit Blocks",0)+b.get("Shared Read Blocks",0))'
+  done | sort -n | sed -n 3p
+}
+
+declare -A before
+for what in runs pending claim expiring; do
+  case $what in
+    runs) sql=$BEFORE_RUNS ;; pending) sql=$PENDING ;; claim) sql=$BEFORE_CLAIM ;; expiring) sql=$EXPIRING ;;
+  esac
+  before[$what]=$(time_of "$sql")
+done
+q -f migrations/postgres/0023_live_run_and_waiting_approval_indexes.sql >/dev/null
+q -c "analyze run; analyze approval" >/dev/null
+
+echo "N=$N runs, $((N / 5)) approvals; median of 5 EXPLAIN ANALYZE runs"
+printf '%-28s %22s %22s %8s\n' statement "before: ms (pages)" "after: ms (pages)" ratio
+total_before=0 total_after=0
+for what in runs pending claim expiring; do
+  case $what in
+    runs) sql=$AFTER_RUNS; name="live runs (toolgate_runs)" ;;
+    pending) sql=$PENDING; name="pending approvals" ;;
+    claim) sql=$AFTER_CLAIM; name="runs to take over" ;;
+    expiring) sql=$EXPIRING; name="approvals to expire" ;;
+  esac
+  read -r bms bpages <<<"${before[$what]}"
+  read -r ams apages <<<"$(time_of "$sql")"
+  printf '%-28s %13.2f (%6d) %13.2f (%6d) %8.4f\n' "$name" "$bms" "$bpages" "$ams" "$apages" \
+    "$(python3 -c "print($ams / $bms)")"
+  total_before=$(python3 -c "print($total_before + $bms)")
+  total_after=$(python3 -c "print($total_after + $ams)")
+done
+printf '%-28s %13.2f %8s %13.2f %8s %8.4f\n' "every 15 s, per instance" "$total_before" "" \
+  "$total_after" "" "$(python3 -c "print($total_after / $total_before)")"
