@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# What every instance asks Postgres every 15 seconds (runs still going, counted for
-# `toolgate_runs` and taken over when their instance stopped; approvals still waiting,
-# counted and expired) on a store with a long history: N runs (1,000,000 by default; one
-# in a thousand running, one in 997 waiting for approval, the rest finished) and N/5
-# approvals (one in 500 pending, the rest decided). Each statement is timed with EXPLAIN
-# ANALYZE (the median of 5 runs, and the 8 kB pages it touched) on the schema of
-# migration 0022 with its statements as they were (the baseline), then after migration
-# 0023's partial indexes with the statements as the store now writes them.
+# What every instance asks Postgres on a timer (every 15 seconds: runs still going,
+# counted for `toolgate_runs` and taken over when their instance stopped; approvals still
+# waiting, counted and expired; every second: whether an API key was revoked) on a store
+# with a long history: N runs (1,000,000 by default; one in a thousand running, one in
+# 997 waiting for approval, the rest finished), N/5 approvals (one in 500 pending, the
+# rest decided) and N/10 API keys (one in ten revoked). Each statement is timed with
+# EXPLAIN ANALYZE (the median of 5 runs, and the 8 kB pages it touched) on the schema of
+# migration 0022 with its statements as they were (the baseline), then after migrations
+# 0023 and 0024's partial indexes with the statements as the store now writes them.
 #
 #   bench/periodic.sh
 #   N=100000 bench/periodic.sh
@@ -25,7 +26,7 @@ export PGOPTIONS="-c client_min_messages=warning"
 q() { psql "$URL" -qAtX -v ON_ERROR_STOP=1 "$@"; }
 
 for f in migrations/postgres/00*.sql; do
-  case "$f" in *0023_*) break ;; esac
+  case "$f" in *0023_* | *0024_*) break ;; esac
   q -f "$f" >/dev/null
 done
 q <<SQL
@@ -53,12 +54,21 @@ select gen_random_uuid(), '00000000-0000-0000-0000-0000000000aa', gen_random_uui
        now() + case when g % 500 = 0 then interval '1 day' else interval '-1 day' end,
        now() - g * interval '1 second'
 from generate_series(1, $N / 5) g;
-analyze run; analyze approval;
+insert into principal (principal_id, tenant_id, kind, name, roles, scopes)
+values ('00000000-0000-0000-0000-0000000000bb', '00000000-0000-0000-0000-0000000000aa',
+        'service_account', 'robot', '[]', '[]');
+insert into api_key (api_key_id, tenant_id, principal_id, name, prefix, secret_hash, revoked_at)
+select gen_random_uuid(), '00000000-0000-0000-0000-0000000000aa',
+       '00000000-0000-0000-0000-0000000000bb', 'key ' || g, 'tg_', md5(g::text) || md5((-g)::text),
+       case when g % 10 = 0 then now() - g * interval '1 second' end
+from generate_series(1, $N / 10) g;
+vacuum analyze run; vacuum analyze approval; vacuum analyze api_key;
 SQL
 
 WAITING="(status = 'pending' or (status = 'approved' and used_at is null))"
 PENDING="select count(*) from approval where status = 'pending' and expires_at > now()"
 EXPIRING="select approval_id from approval where $WAITING and expires_at <= now()"
+REVOKED="select count(*), max(revoked_at) from api_key where revoked_at is not null"
 BEFORE_RUNS="select status, count(*) from run group by status order by status"
 BEFORE_CLAIM="select r.run_id from run r where (r.status = 'running' and (r.lease_until is null or r.lease_until < now()))
   or (r.status = 'awaiting_approval' and (r.cancel_requested
@@ -84,16 +94,18 @@ print(p["Execution Time"], b.get("Shared Hit Blocks",0)+b.get("Shared Read Block
 }
 
 declare -A before
-for what in runs pending claim expiring; do
+for what in runs pending claim expiring revoked; do
   case $what in
-    runs) sql=$BEFORE_RUNS ;; pending) sql=$PENDING ;; claim) sql=$BEFORE_CLAIM ;; expiring) sql=$EXPIRING ;;
+    runs) sql=$BEFORE_RUNS ;; pending) sql=$PENDING ;; claim) sql=$BEFORE_CLAIM ;;
+    expiring) sql=$EXPIRING ;; revoked) sql=$REVOKED ;;
   esac
   before[$what]=$(time_of "$sql")
 done
 q -f migrations/postgres/0023_live_run_and_waiting_approval_indexes.sql >/dev/null
-q -c "analyze run; analyze approval" >/dev/null
+q -f migrations/postgres/0024_revoked_key_index.sql >/dev/null
+for t in run approval api_key; do q -c "vacuum analyze $t" >/dev/null; done
 
-echo "N=$N runs, $((N / 5)) approvals; median of 5 EXPLAIN ANALYZE runs"
+echo "N=$N runs, $((N / 5)) approvals, $((N / 10)) API keys; median of 5 EXPLAIN ANALYZE runs"
 printf '%-28s %22s %22s %8s\n' statement "before: ms (pages)" "after: ms (pages)" ratio
 total_before=0 total_after=0
 for what in runs pending claim expiring; do
@@ -112,3 +124,7 @@ for what in runs pending claim expiring; do
 done
 printf '%-28s %13.2f %8s %13.2f %8s %8.4f\n' "every 15 s, per instance" "$total_before" "" \
   "$total_after" "" "$(python3 -c "print($total_after / $total_before)")"
+read -r bms bpages <<<"${before[revoked]}"
+read -r ams apages <<<"$(time_of "$REVOKED")"
+printf '%-28s %13.2f (%6d) %13.2f (%6d) %8.4f\n' "revoked keys (every 1 s)" "$bms" "$bpages" "$ams" \
+  "$apages" "$(python3 -c "print($ams / $bms)")"

@@ -138,6 +138,11 @@ fn key_columns(k: &str, t: &str) -> String {
     )
 }
 
+/// Whether any API key was revoked since last asked (every instance asks every second):
+/// how many are, and the latest revocation, read from `api_key_revoked_idx` alone.
+pub(crate) const REVOCATION_MARKER: &str =
+    "select count(*), max(revoked_at) from api_key where revoked_at is not null";
+
 /// Writes the tenancy operations for one backend. `$cross`: the pool for statements
 /// across tenants; `$once`: the macro running one statement for a tenant (see
 /// `sqlite_once`); `$u`: the cast of a text parameter to a uuid; `$t`: of a uuid column
@@ -405,9 +410,7 @@ macro_rules! tenancy_store {
             }
 
             pub async fn revocation_marker(&self) -> Result<(i64, Option<DateTime<Utc>>), StoreError> {
-                Ok(sqlx::query_as(
-                    "select count(*), max(revoked_at) from api_key where revoked_at is not null",
-                )
+                Ok(sqlx::query_as(REVOCATION_MARKER)
                 .fetch_one(&self.$cross)
                 .await?)
             }
