@@ -110,6 +110,13 @@ try {
   seen.runSteps = await adminPage.locator("#run-steps li").evaluateAll((els) => els.map((e) => e.dataset.type));
   seen.runAnswer = await adminPage.locator('#run-steps li[data-type="model_message"]').last().innerText();
   seen.sawTyping = await adminPage.evaluate(() => window.sawTyping);
+  // The list filters by status: the run completed, so it is not among the failed ones.
+  const listed = async (status) => {
+    await adminPage.locator("#runs-status").selectOption(status);
+    await adminPage.locator(`#runs-rows[data-status="${status}"]`).waitFor({ state: "attached" });
+    return adminPage.locator(`#runs-rows tr[data-run-id="${started.id}"]`).count();
+  };
+  seen.runListedAs = { failed: await listed("failed"), completed: await listed("completed") };
   await adminPage.screenshot({ path: `${shots}/console-runs.png`, fullPage: true });
 
   // An upstream added in the page connects; its tools join the list.

@@ -177,6 +177,11 @@ async fn a_reviewer_follows_calls_verifies_the_audit_and_approves_in_the_browser
     }
     // The streamed reply showed as a growing line, which gave way to the whole message.
     assert_eq!(seen["sawTyping"], true, "{seen}");
+    assert_eq!(
+        seen["runListedAs"],
+        json!({"failed": 0, "completed": 1}),
+        "the runs list filters by status: {seen}"
+    );
     assert!(!steps.contains(&"model_delta"), "{steps:?}");
     assert!(
         seen["runAnswer"]

@@ -271,6 +271,30 @@ impl Gateway {
         read(self.http.get(self.url(path)).send().await.expect("request")).await
     }
 
+    /// Every item of a list (the array `key` of each page) read as the admin a page at a
+    /// time from `path` (with its query, `limit` among it), following `next_cursor`: each
+    /// page holds at most `limit` items and says `more` exactly when it names a next page.
+    pub async fn pages(&self, path: &str, key: &str, limit: usize) -> Vec<serde_json::Value> {
+        let mut seen = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut url = reqwest::Url::parse(&self.url(path)).expect("a URL");
+            if let Some(cursor) = &cursor {
+                url.query_pairs_mut().append_pair("cursor", cursor);
+            }
+            let (status, _, page) = read(self.http.get(url).send().await.expect("request")).await;
+            assert_eq!(status, 200, "{path}: {page}");
+            let items = page[key].as_array().expect("a list");
+            assert!(items.len() <= limit, "{path}: {page}");
+            seen.extend(items.iter().cloned());
+            assert_eq!(page["more"], page.get("next_cursor").is_some(), "{page}");
+            match page["next_cursor"].as_str() {
+                Some(next) => cursor = Some(next.to_owned()),
+                None => return seen,
+            }
+        }
+    }
+
     /// `POST path` with a JSON body, as the admin.
     pub async fn post(
         &self,

@@ -257,7 +257,7 @@ mod tests {
         let (a, b) = (TenantId::new(), TenantId::new());
         let reading = store.tenant_read(a).await.expect("a reads");
         assert!(matches!(
-            store.list_approvals(a, None, 10).await,
+            store.list_approvals(a, None, None, 10).await,
             Err(StoreError::Busy(_))
         ));
         assert!(matches!(store.tenant_tx(a).await, Err(StoreError::Busy(_))));
@@ -266,10 +266,13 @@ mod tests {
             store.list_audit(a, &everything, 10).await,
             Err(StoreError::Busy(_))
         ));
-        store.list_approvals(b, None, 10).await.expect("b reads");
+        store
+            .list_approvals(b, None, None, 10)
+            .await
+            .expect("b reads");
         reading.commit().await.expect("commit");
         store
-            .list_approvals(a, None, 10)
+            .list_approvals(a, None, None, 10)
             .await
             .expect("a reads again");
     }

@@ -107,6 +107,35 @@ pub struct AuditRow {
 /// answered.
 pub const READ_BYTES: usize = 4 << 20;
 
+/// Where a list newest first goes on: the creation time and id of the previous page's
+/// last item. The next page holds what is older, or as old with a smaller id (the lists'
+/// order: creation time, then id, both descending).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Before {
+    pub created_at: DateTime<Utc>,
+    pub id: uuid::Uuid,
+}
+
+impl Before {
+    /// Adds to `q` the condition of the rows after this one in a list newest first by
+    /// creation time then `id_column` (a uuid, cast by `cast` from text).
+    pub(crate) fn push_to<DB>(self, q: &mut sqlx::QueryBuilder<DB>, id_column: &str, cast: &str)
+    where
+        DB: sqlx::Database,
+        for<'t> DateTime<Utc>: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+        for<'t> String: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+    {
+        q.push(" and created_at <= ")
+            .push_bind(self.created_at)
+            .push(" and (created_at < ")
+            .push_bind(self.created_at)
+            .push(format!(" or {id_column} < "))
+            .push_bind(self.id.to_string())
+            .push(cast)
+            .push(")");
+    }
+}
+
 /// Rows as one bounded read returned them: audit rows, approvals, runs.
 #[derive(Clone, Debug)]
 pub struct Page<T> {

@@ -493,3 +493,72 @@ async fn a_run_of_large_steps_is_read_a_page_at_a_time() {
     let (status, _, refused) = gw.get(&format!("/v1/runs/{run_id}?after=-1")).await;
     assert_eq!(status, 400, "{refused}");
 }
+
+/// Every run of `gw`'s tenant matching `query` (`status=…` or empty) as a caller paging
+/// `limit` at a time over REST sees them: id and status.
+async fn runs_paged(gw: &Gateway, query: &str, limit: usize) -> Vec<(String, String)> {
+    gw.pages(&format!("/v1/runs?limit={limit}&{query}"), "runs", limit)
+        .await
+        .iter()
+        .map(|r| {
+            (
+                r["id"].as_str().expect("id").to_owned(),
+                r["status"].as_str().expect("status").to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Runs are listed a page at a time over REST: `next_cursor` goes on from each page's
+/// last run, every run comes once, newest first, and `status` holds across pages; a
+/// cursor the gateway did not make is a 400. (Before: the newest 500 were all a caller
+/// could list, and `more: true` led nowhere.)
+#[tokio::test]
+async fn runs_are_listed_page_after_page_over_rest() {
+    let replies = (0..5)
+        .map(|i| {
+            if i == 2 {
+                Reply::status(402, error_body(Wire::Openai, 402, "pay up"))
+            } else {
+                Reply::ok(says::openai_text("done"))
+            }
+        })
+        .collect();
+    let mock = MockLlm::start(Wire::Openai, replies).await;
+    let gw = gateway(&mock, Wire::Openai).await;
+    let agent = create_agent(
+        &gw,
+        json!({"name": "pager", "provider": "llm", "model": "gpt-test"}),
+    )
+    .await;
+    let mut made = Vec::new();
+    for i in 0..5 {
+        let run = run(&gw, &agent, &format!("run {i}")).await;
+        made.push((
+            run["id"].as_str().expect("id").to_owned(),
+            run["status"].as_str().expect("status").to_owned(),
+        ));
+    }
+    made.reverse();
+    assert_eq!(made[2].1, "failed", "{made:?}");
+    for limit in [1, 2, 5] {
+        assert_eq!(runs_paged(&gw, "", limit).await, made, "{limit}");
+    }
+    let completed: Vec<_> = made
+        .iter()
+        .filter(|r| r.1 == "completed")
+        .cloned()
+        .collect();
+    assert_eq!(runs_paged(&gw, "status=completed", 3).await, completed);
+    assert_eq!(runs_paged(&gw, "status=failed", 1).await, [made[2].clone()]);
+    assert!(runs_paged(&gw, "status=running", 2).await.is_empty());
+    for bad in [
+        "status=done",
+        "cursor=12",
+        "cursor=abc.def",
+        "cursor=1.00000000000000000000000000000000x",
+    ] {
+        let (status, _, problem) = gw.get(&format!("/v1/runs?{bad}")).await;
+        assert_eq!(status, 400, "{bad}: {problem}");
+    }
+}

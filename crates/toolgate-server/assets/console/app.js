@@ -412,20 +412,26 @@ function startApprovals() {
 
 // ---- runs --------------------------------------------------------------------------
 
-const runs = { stop: null };
+const runs = { stop: null, rows: [], cursor: null };
 
-async function loadRuns() {
+// The first page of runs in the chosen status, or (`more`) the next one after it.
+async function loadRuns(more = false) {
   $("runs-error").textContent = "";
-  let list;
+  const params = new URLSearchParams({ limit: "50", status: $("runs-status").value });
+  if (more && runs.cursor) params.set("cursor", runs.cursor);
+  let page;
   try {
-    list = (await api("/v1/runs?limit=50")).runs;
+    page = await api(`/v1/runs?${params}`);
   } catch (err) {
     $("runs-error").textContent = explain(err, "agents:run");
     return;
   }
+  runs.rows = more ? runs.rows.concat(page.runs) : page.runs;
+  runs.cursor = page.next_cursor ?? null;
+  $("runs-more").disabled = !runs.cursor;
   const body = $("runs-rows");
   body.replaceChildren();
-  for (const r of list) {
+  for (const r of runs.rows) {
     const tr = document.createElement("tr");
     tr.tabIndex = 0;
     tr.dataset.runId = r.id;
@@ -435,6 +441,7 @@ async function loadRuns() {
     tr.addEventListener("keydown", (e) => e.key === "Enter" && open());
     body.append(tr);
   }
+  body.dataset.status = params.get("status");
 }
 
 function describeStep(type, d) {
@@ -982,6 +989,8 @@ $("audit-form").addEventListener("submit", (e) => {
   searchAudit();
 });
 $("audit-more").addEventListener("click", () => searchAudit(true));
+$("runs-more").addEventListener("click", () => loadRuns(true));
+$("runs-status").addEventListener("change", () => loadRuns());
 $("audit-json").addEventListener("click", () =>
   download("audit.json", "application/json", JSON.stringify(audit.rows, null, 2)));
 $("audit-csv").addEventListener("click", () => download("audit.csv", "text/csv", csv(audit.rows)));

@@ -21,7 +21,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::{ApiError, Problem};
-use super::extract::{AppJson, AppPath, AppQuery, bounded};
+use super::extract::{AppJson, AppPath, AppQuery, before, bounded, next_cursor};
 use crate::auth::Caller;
 use crate::request_id::RequestId;
 use crate::state::AppState;
@@ -130,9 +130,11 @@ pub struct ApprovalList {
     /// Newest first.
     pub approvals: Vec<ApprovalView>,
     /// More approvals match than these: the list stopped at `limit`, or once its
-    /// approvals held about 4 MiB of arguments and results. Decide these, or narrow the
-    /// list by `status`.
+    /// approvals held about 4 MiB of arguments and results.
     pub more: bool,
+    /// Pass as `cursor` (with the same `status`) for the next page; absent on the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -142,6 +144,8 @@ pub struct ApprovalQuery {
     /// `pending` (the default), `approved`, `denied`, `expired` or `all`.
     #[param(example = "pending")]
     pub status: Option<String>,
+    /// Opaque cursor from a previous page's `next_cursor`.
+    pub cursor: Option<String>,
     /// Most approvals returned, newest first (1–500, default 100).
     #[param(minimum = 1, maximum = 500)]
     pub limit: Option<i64>,
@@ -155,7 +159,7 @@ pub struct ApprovalQuery {
     params(ApprovalQuery),
     responses(
         (status = 200, description = "Approvals", body = ApprovalList),
-        (status = 400, description = "Unknown status or bad limit", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Unknown status, bad cursor or bad limit", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The caller lacks approvals:decide", body = Problem, content_type = "application/problem+json"),
         crate::error::Refusals,
         crate::error::ReadRefusals,
@@ -176,14 +180,20 @@ async fn list_approvals(
             )));
         }
     };
+    let before = before(query.cursor.as_deref())?;
     let limit = bounded("limit", query.limit, 100, 1..=500)?;
     let page = app
         .store
-        .list_approvals(caller.auth.tenant, status, limit)
+        .list_approvals(caller.auth.tenant, status, before, limit)
         .await?;
+    let next_cursor = page
+        .more
+        .then(|| page.items.last().map(|a| next_cursor(a.created_at, a.id.0)))
+        .flatten();
     Ok(AppJson(ApprovalList {
         approvals: page.items.iter().map(ApprovalView::from).collect(),
         more: page.more,
+        next_cursor,
     }))
 }
 

@@ -93,3 +93,34 @@ where
         )))
     }
 }
+
+/// The `next_cursor` of a list newest first whose page ended at an item made at
+/// `created_at` with id `id`: `<nanoseconds since 1970>.<id as 32 hex digits>`, safe in a
+/// URL as it is. Opaque to callers; [`before`] reads it back.
+pub fn next_cursor(created_at: chrono::DateTime<chrono::Utc>, id: uuid::Uuid) -> String {
+    // Nanoseconds fit an i64 until 2262; a later time would be a clock gone wrong.
+    let nanos = created_at.timestamp_nanos_opt().unwrap_or(i64::MAX);
+    format!("{nanos}.{}", id.simple())
+}
+
+/// Where a list goes on, from a `cursor` parameter made by [`next_cursor`]; 400 for
+/// anything else.
+pub fn before(cursor: Option<&str>) -> Result<Option<toolgate_store::Before>, ApiError> {
+    let Some(cursor) = cursor else {
+        return Ok(None);
+    };
+    let read = || {
+        let (nanos, id) = cursor.split_once('.')?;
+        let nanos: i64 = nanos.parse().ok()?;
+        if id.len() != 32 {
+            return None;
+        }
+        Some(toolgate_store::Before {
+            created_at: chrono::DateTime::from_timestamp_nanos(nanos),
+            id: uuid::Uuid::try_parse(id).ok()?,
+        })
+    };
+    read()
+        .map(Some)
+        .ok_or_else(|| ApiError::Malformed("invalid cursor".into()))
+}

@@ -25,7 +25,7 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::error::{ApiError, Problem};
-use super::extract::{AppJson, AppPath, AppQuery, bounded};
+use super::extract::{AppJson, AppPath, AppQuery, before, bounded, next_cursor};
 use crate::auth::Caller;
 use crate::state::AppState;
 
@@ -164,6 +164,12 @@ pub async fn run_view(
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListRunsQuery {
+    /// Only runs in this status: `running`, `awaiting_approval`, `completed`, `failed`,
+    /// `cancelled`, or `all` (the default).
+    #[param(example = "failed")]
+    status: Option<String>,
+    /// Opaque cursor from a previous page's `next_cursor`.
+    cursor: Option<String>,
     /// At most this many, newest first (1–500, default 50).
     limit: Option<i64>,
 }
@@ -174,12 +180,16 @@ pub struct RunList {
     /// More runs are there than these: the list stopped at `limit`, or once its runs held
     /// about 4 MiB of inputs, outputs and agent configurations.
     pub more: bool,
+    /// Pass as `cursor` (with the same `status`) for the next page; absent on the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
-/// List the tenant's latest runs (without their steps).
+/// List the tenant's runs, newest first (without their steps), a page at a time.
 #[utoipa::path(get, path = "/v1/runs", tag = "runs", params(ListRunsQuery),
     responses(
         (status = 200, description = "The resource", body = RunList),
+        (status = 400, description = "Unknown status, bad cursor or bad limit", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Needs `agents:run`", body = Problem, content_type = "application/problem+json"),
         crate::error::Refusals,
         crate::error::ReadRefusals,
@@ -190,11 +200,28 @@ async fn list_runs(
     AppQuery(query): AppQuery<ListRunsQuery>,
 ) -> Result<AppJson<RunList>, ApiError> {
     caller.require(scopes::AGENTS_RUN)?;
+    let status = match query.status.as_deref().unwrap_or("all") {
+        "all" => None,
+        s => Some(RunStatus::parse(s).ok_or_else(|| {
+            ApiError::Malformed(format!(
+                "status {s:?} is not one of running, awaiting_approval, completed, failed, cancelled, all"
+            ))
+        })?),
+    };
+    let before = before(query.cursor.as_deref())?;
     let limit = bounded("limit", query.limit, 50, 1..=500)?;
-    let page = app.store.list_runs(caller.auth.tenant, limit).await?;
+    let page = app
+        .store
+        .list_runs(caller.auth.tenant, status, before, limit)
+        .await?;
+    let next_cursor = page
+        .more
+        .then(|| page.items.last().map(|r| next_cursor(r.created_at, r.id.0)))
+        .flatten();
     Ok(AppJson(RunList {
         runs: page.items.into_iter().map(|r| summary(r, None)).collect(),
         more: page.more,
+        next_cursor,
     }))
 }
 

@@ -10,7 +10,7 @@ use serde_json::Value;
 use toolgate_core::policy::{ApprovalRequest, Gate};
 use toolgate_core::{ApprovalId, CallId, PrincipalId, RunId, TenantId};
 
-use crate::model::{ApprovalState, Page};
+use crate::model::{ApprovalState, Before, Page};
 use crate::postgres::PostgresStore;
 use crate::sqlite::SqliteStore;
 use crate::text::{json, sql, uuid};
@@ -162,14 +162,16 @@ impl Store {
         dispatch!(self, s => s.put_approval_policy(tenant, policy).await)
     }
 
-    /// The tenant's approvals, newest first; `status` filters (`pending` = still open).
+    /// The tenant's approvals, newest first; `status` filters (`pending` = still open),
+    /// `before` goes on from a previous page.
     pub async fn list_approvals(
         &self,
         tenant: TenantId,
         status: Option<&str>,
+        before: Option<Before>,
         limit: i64,
     ) -> Result<Page<ApprovalRecord>, StoreError> {
-        dispatch!(self, s => s.list_approvals(tenant, status, limit).await)
+        dispatch!(self, s => s.list_approvals(tenant, status, before, limit).await)
     }
 
     /// Where `tenant`'s newest `limit` approvals stand (newest first), without their

@@ -241,28 +241,44 @@ macro_rules! approval_store {
                 &self,
                 tenant: TenantId,
                 status: Option<&str>,
+                before: Option<Before>,
                 limit: i64,
             ) -> Result<Page<ApprovalRecord>, StoreError> {
-                let mut tx = self.tenant_read(tenant).await?;
-                let columns = Self::approval_columns();
-                let now = Utc::now();
+                let mut q = sqlx::QueryBuilder::<<$conn as sqlx::Connection>::Database>::new(
+                    format!("select {} from approval where tenant_id = ", Self::approval_columns()),
+                );
+                q.push_bind(text(tenant)).push($u);
                 // As [`ApprovalRecord::effective_status`] reads them: `pending` means still
                 // open; `expired` includes pending ones past time and unused approved ones
-                // past theirs (lapsed), which `approved` leaves out.
-                let rows = sqlx::query_as::<_, ApprovalRow>(sql(format!(
-                    "select {columns} from approval where tenant_id = $1{u} and ($4 = '' \
-                     or ($4 = 'pending' and status = 'pending' and expires_at > $3) \
-                     or ($4 = 'expired' and (status = 'expired' or ({WAITING} and expires_at <= $3))) \
-                     or ($4 = 'approved' and status = 'approved' and (used_at is not null or expires_at > $3)) \
-                     or ($4 not in ('pending', 'expired', 'approved') and status = $4)) \
-                     order by created_at desc limit $2",
-                    u = $u
-                )))
-                .bind(text(tenant))
-                .bind(limit.saturating_add(1))
-                .bind(now)
-                .bind(status.unwrap_or_default())
-                .fetch(&mut *tx);
+                // past theirs (lapsed), which `approved` leaves out. One statement per
+                // status, so each is planned for its own index.
+                let now = Utc::now();
+                match status {
+                    None => {}
+                    Some("pending") => {
+                        q.push(" and status = 'pending' and expires_at > ").push_bind(now);
+                    }
+                    Some("expired") => {
+                        q.push(format!(" and (status = 'expired' or ({WAITING} and expires_at <= "))
+                            .push_bind(now)
+                            .push("))");
+                    }
+                    Some("approved") => {
+                        q.push(" and status = 'approved' and (used_at is not null or expires_at > ")
+                            .push_bind(now)
+                            .push(")");
+                    }
+                    Some(other) => {
+                        q.push(" and status = ").push_bind(other.to_owned());
+                    }
+                }
+                if let Some(before) = before {
+                    before.push_to(&mut q, "approval_id", $u);
+                }
+                q.push(" order by created_at desc, approval_id desc limit ")
+                    .push_bind(limit.saturating_add(1));
+                let mut tx = self.tenant_read(tenant).await?;
+                let rows = q.build_query_as::<ApprovalRow>().fetch(&mut *tx);
                 let page = crate::read_bounded(rows, limit, ApprovalRow::text_bytes).await?;
                 tx.commit().await?;
                 page.try_map(ApprovalRow::into_record)

@@ -13,7 +13,7 @@ use serde_json::Value;
 use toolgate_core::stores::RunStatus;
 use toolgate_core::{PrincipalId, RunId, TenantId};
 
-use crate::model::{NewRun, Page, RunEventRecord, RunFinish, RunRecord};
+use crate::model::{Before, NewRun, Page, RunEventRecord, RunFinish, RunRecord};
 use crate::postgres::PostgresStore;
 use crate::sqlite::SqliteStore;
 use crate::text::{json, json_list, sql, uuid};
@@ -241,18 +241,24 @@ macro_rules! run_store {
             pub async fn list_runs(
                 &self,
                 tenant: TenantId,
+                status: Option<RunStatus>,
+                before: Option<Before>,
                 limit: i64,
             ) -> Result<Page<RunRecord>, StoreError> {
-                let select = sql(format!(
-                    "select {columns} from run where tenant_id = $1{u} order by created_at desc, run_id desc limit $2",
-                    columns = run_columns($t),
-                    u = $u
-                ));
+                let mut q = sqlx::QueryBuilder::<<$conn as sqlx::Connection>::Database>::new(
+                    format!("select {columns} from run where tenant_id = ", columns = run_columns($t)),
+                );
+                q.push_bind(tenant.to_string()).push($u);
+                if let Some(status) = status {
+                    q.push(" and status = ").push_bind(status.as_str());
+                }
+                if let Some(before) = before {
+                    before.push_to(&mut q, "run_id", $u);
+                }
+                q.push(" order by created_at desc, run_id desc limit ")
+                    .push_bind(limit.saturating_add(1));
                 $once!(self, tenant, |conn| {
-                    let rows = sqlx::query_as::<_, RunRow>(select)
-                        .bind(tenant.to_string())
-                        .bind(limit.saturating_add(1))
-                        .fetch(conn);
+                    let rows = q.build_query_as::<RunRow>().fetch(conn);
                     crate::read_bounded(rows, limit, run_bytes).await?
                 })
                 .try_map(run_record)
@@ -431,9 +437,11 @@ impl Store {
     pub async fn list_runs(
         &self,
         tenant: TenantId,
+        status: Option<RunStatus>,
+        before: Option<Before>,
         limit: i64,
     ) -> Result<Page<RunRecord>, StoreError> {
-        dispatch!(self, s => s.list_runs(tenant, limit).await)
+        dispatch!(self, s => s.list_runs(tenant, status, before, limit).await)
     }
 
     /// A run's steps after sequence `after`, in order: at most `limit`, and no more than

@@ -107,7 +107,7 @@ async fn an_approval_whose_call_is_not_made_in_time_lapses() {
             let store = &store;
             async move {
                 store
-                    .list_approvals(a.id, Some(status), 10)
+                    .list_approvals(a.id, Some(status), None, 10)
                     .await
                     .expect("list")
                     .items

@@ -44,7 +44,7 @@ async fn approvals_are_used_once_decided_once_expire_and_stay_in_their_tenant() 
             Gate::Pending { approval: again, .. } if again == approval
         ));
         let pending = store
-            .list_approvals(a.id, Some("pending"), 10)
+            .list_approvals(a.id, Some("pending"), None, 10)
             .await
             .expect("list")
             .items;
@@ -65,7 +65,7 @@ async fn approvals_are_used_once_decided_once_expire_and_stay_in_their_tenant() 
         );
         assert!(
             store
-                .list_approvals(b.id, None, 10)
+                .list_approvals(b.id, None, None, 10)
                 .await
                 .expect("list")
                 .items
@@ -406,9 +406,15 @@ async fn a_list_of_large_approvals_is_bounded_in_bytes_and_their_states_are_not(
             pending(&store, &request).await;
         }
         // Each holds 1 MiB (masked and given arguments): four reach the bound.
-        let page = store.list_approvals(a.id, None, 500).await.expect("list");
+        let page = store
+            .list_approvals(a.id, None, None, 500)
+            .await
+            .expect("list");
         assert_eq!((page.items.len(), page.more), (4, true));
-        let small = store.list_approvals(a.id, None, 3).await.expect("list");
+        let small = store
+            .list_approvals(a.id, None, None, 3)
+            .await
+            .expect("list");
         assert_eq!((small.items.len(), small.more), (3, true));
         let states = store.approval_states(a.id, 200).await.expect("states");
         assert_eq!(states.len(), made);

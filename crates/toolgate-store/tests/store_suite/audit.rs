@@ -431,7 +431,7 @@ async fn sqlite_reads_do_not_wait_for_the_write_lock() {
     let reads = async {
         store.approval_policy(tenant.id).await.expect("policy");
         store
-            .list_approvals(tenant.id, None, 10)
+            .list_approvals(tenant.id, None, None, 10)
             .await
             .expect("approvals");
         store.list_upstreams(tenant.id).await.expect("upstreams");

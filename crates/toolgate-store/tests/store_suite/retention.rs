@@ -383,7 +383,12 @@ async fn finished_runs_and_old_security_events_go_with_the_rest_staying() {
         assert_eq!(kept.status, "running");
         assert_eq!(security_events(&store).await, 0);
         assert_eq!(
-            store.list_runs(a.id, 10).await.expect("list").items.len(),
+            store
+                .list_runs(a.id, None, None, 10)
+                .await
+                .expect("list")
+                .items
+                .len(),
             1
         );
     })

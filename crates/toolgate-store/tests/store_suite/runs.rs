@@ -50,7 +50,7 @@ async fn a_run_journal_is_ordered_single_writer_and_tenant_scoped() {
         assert!(!store.request_run_cancel(b.id, run).await.expect("cancel"));
         assert!(
             store
-                .list_runs(b.id, 10)
+                .list_runs(b.id, None, None, 10)
                 .await
                 .expect("list")
                 .items
@@ -135,7 +135,12 @@ async fn a_run_journal_is_ordered_single_writer_and_tenant_scoped() {
         assert!(got.finished_at.is_some());
         assert!(!store.request_run_cancel(a.id, run).await.expect("cancel"));
         assert_eq!(
-            store.list_runs(a.id, 10).await.expect("list").items.len(),
+            store
+                .list_runs(a.id, None, None, 10)
+                .await
+                .expect("list")
+                .items
+                .len(),
             1
         );
     })
@@ -155,11 +160,11 @@ async fn a_list_of_large_runs_is_bounded_in_bytes() {
             new.input = big.clone();
             store.create_run(a.id, &new).await.expect("run");
         }
-        let page = store.list_runs(a.id, 500).await.expect("list");
+        let page = store.list_runs(a.id, None, None, 500).await.expect("list");
         assert_eq!((page.items.len(), page.more), (4, true));
-        let small = store.list_runs(a.id, 2).await.expect("list");
+        let small = store.list_runs(a.id, None, None, 2).await.expect("list");
         assert_eq!((small.items.len(), small.more), (2, true));
-        let all = store.list_runs(a.id, 6).await.expect("list");
+        let all = store.list_runs(a.id, None, None, 6).await.expect("list");
         assert_eq!(all.items.len(), 4, "the bound holds below the limit too");
     })
     .await;
@@ -237,6 +242,178 @@ async fn a_run_journal_of_large_steps_is_read_in_bounded_pages() {
                 .is_empty()
         );
         assert_eq!(store.run_turn_at(b.id, run, 99).await.expect("turn"), None);
+    })
+    .await;
+}
+
+/// Every item a list gives a caller paging `limit` at a time: each page goes on from the
+/// last item of the one before (`at` tells its creation time and id), until a page says
+/// there is no more.
+async fn paged<T, Fut>(
+    limit: i64,
+    mut read: impl FnMut(Option<toolgate_store::Before>) -> Fut,
+    at: impl Fn(&T) -> toolgate_store::Before,
+) -> Vec<T>
+where
+    Fut: Future<Output = Result<toolgate_store::Page<T>, StoreError>>,
+{
+    let mut seen = Vec::new();
+    let mut before = None;
+    loop {
+        let page = read(before).await.expect("page");
+        assert!(
+            page.items.len() as i64 <= limit,
+            "{} items",
+            page.items.len()
+        );
+        before = page.items.last().map(&at);
+        let more = page.more;
+        seen.extend(page.items);
+        if !more || before.is_none() {
+            return seen;
+        }
+    }
+}
+
+/// The ids of `tenant`'s runs (in `status`) as a caller paging `limit` at a time sees them.
+async fn runs_paged(
+    store: &Store,
+    tenant: TenantId,
+    status: Option<toolgate_core::stores::RunStatus>,
+    limit: i64,
+) -> Vec<toolgate_core::RunId> {
+    let runs = paged(
+        limit,
+        |before| store.list_runs(tenant, status, before, limit),
+        |r: &toolgate_store::RunRecord| toolgate_store::Before {
+            created_at: r.created_at,
+            id: r.id.0,
+        },
+    )
+    .await;
+    runs.into_iter().map(|r| r.id).collect()
+}
+
+/// Runs are listed a page at a time, newest first: every run once, in order, each page
+/// going on from the last run of the one before, and a status filter holding across
+/// pages. (Before: the newest 500 were all a caller could list, `more` a dead end.)
+#[tokio::test]
+async fn runs_are_listed_page_after_page() {
+    use toolgate_core::RunId;
+    use toolgate_core::stores::RunStatus;
+    use toolgate_store::RunFinish;
+
+    on_both(|store| async move {
+        let a = store.create_tenant("runs-pages").await.expect("tenant");
+        let b = store.create_tenant("runs-others").await.expect("tenant");
+        let lease = chrono::Utc::now() + chrono::Duration::minutes(1);
+        let mut made = Vec::new();
+        for _ in 0..7 {
+            let run = RunId::new();
+            store
+                .create_run(a.id, &new_run(a.id, run, lease))
+                .await
+                .expect("run");
+            made.push(run);
+        }
+        store
+            .create_run(b.id, &new_run(b.id, RunId::new(), lease))
+            .await
+            .expect("another tenant's run");
+        let finished = [made[0], made[3], made[5]];
+        for run in finished {
+            let finish = RunFinish {
+                status: RunStatus::Completed,
+                output: Some("done".into()),
+                best_effort: false,
+                error: None,
+                usage: toolgate_core::Usage::default(),
+            };
+            store
+                .append_run_events(
+                    a.id,
+                    run,
+                    2,
+                    &[json!({"type": "run_finished", "status": "completed"})],
+                    Some(&finish),
+                    false,
+                )
+                .await
+                .expect("finish");
+        }
+        made.reverse();
+        assert_eq!(runs_paged(&store, a.id, None, 2).await, made);
+        assert_eq!(runs_paged(&store, a.id, None, 7).await, made);
+        assert_eq!(
+            runs_paged(&store, a.id, Some(RunStatus::Completed), 2).await,
+            made.iter()
+                .filter(|r| finished.contains(r))
+                .copied()
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(
+            runs_paged(&store, a.id, Some(RunStatus::Running), 3).await,
+            made.iter()
+                .filter(|r| !finished.contains(r))
+                .copied()
+                .collect::<Vec<_>>()
+        );
+        assert!(
+            runs_paged(&store, a.id, Some(RunStatus::Failed), 2)
+                .await
+                .is_empty()
+        );
+    })
+    .await;
+}
+
+/// Runs and approvals made at one instant are told apart by id, across pages too: a page
+/// ending among them goes on with the rest, none twice and none lost.
+#[tokio::test]
+async fn runs_and_approvals_of_one_instant_page_by_id() {
+    use toolgate_core::RunId;
+
+    on_both_beside(|store, beside| async move {
+        let (a, p) = acme_alice(&store).await;
+        let lease = chrono::Utc::now() + chrono::Duration::minutes(1);
+        let mut runs = Vec::new();
+        let mut approvals = Vec::new();
+        for _ in 0..5 {
+            let run = RunId::new();
+            store
+                .create_run(a.id, &new_run(a.id, run, lease))
+                .await
+                .expect("run");
+            runs.push(run);
+            let request = approval_request(a.id, p.id, Duration::from_secs(60));
+            approvals.push(pending(&store, &request).await);
+        }
+        beside
+            .execute("update run set created_at = (select min(created_at) from run)")
+            .await;
+        beside
+            .execute("update approval set created_at = (select min(created_at) from approval)")
+            .await;
+        runs.sort_by_key(|r| std::cmp::Reverse(r.0));
+        approvals.sort_by_key(|a| std::cmp::Reverse(a.0));
+        for limit in [1, 2, 3] {
+            assert_eq!(runs_paged(&store, a.id, None, limit).await, runs, "{limit}");
+            for status in [None, Some("pending")] {
+                let seen: Vec<_> = paged(
+                    limit,
+                    |before| store.list_approvals(a.id, status, before, limit),
+                    |r: &toolgate_store::approvals::ApprovalRecord| toolgate_store::Before {
+                        created_at: r.created_at,
+                        id: r.id.0,
+                    },
+                )
+                .await
+                .into_iter()
+                .map(|r| r.id)
+                .collect();
+                assert_eq!(seen, approvals, "{limit} {status:?}");
+            }
+        }
     })
     .await;
 }
