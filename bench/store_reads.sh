@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
-# What every instance asks Postgres on a timer (every 15 seconds: runs still going,
-# counted for `toolgate_runs` and taken over when their instance stopped; approvals still
-# waiting, counted and expired; every second: whether an API key was revoked) on a store
-# with a long history: N runs (1,000,000 by default; one in a thousand running, one in
-# 997 waiting for approval, the rest finished), N/5 approvals (one in 500 pending, the
-# rest decided) and N/10 API keys (one in ten revoked). Each statement is timed with
-# EXPLAIN ANALYZE (the median of 5 runs, and the 8 kB pages it touched) on the schema of
-# migration 0022 with its statements as they were (the baseline), then after migrations
-# 0023 and 0024's partial indexes with the statements as the store now writes them.
+# What the store asks Postgres on a long history: N runs (1,000,000 by default; one in a
+# thousand running, one in 997 waiting for approval, one in 500 failed, the rest
+# completed), N/5 approvals (one in 500 pending, the rest decided) and N/10 API keys (one
+# in ten revoked). Each statement is timed with EXPLAIN ANALYZE (the median of 5 runs,
+# and the 8 kB pages it touched).
 #
-#   bench/periodic.sh
-#   N=100000 bench/periodic.sh
+# 1. What every instance asks on a timer (every 15 seconds: runs still going, counted for
+#    `toolgate_runs` and taken over when their instance stopped; approvals still waiting,
+#    counted and expired; every second: whether an API key was revoked): on the schema of
+#    migration 0022 with its statements as they were (the baseline), then after
+#    migrations 0023 and 0024's partial indexes with the statements as the store now
+#    writes them.
+# 2. Pages of the lists newest first (GET /v1/runs, GET /v1/approvals): the first page
+#    and one from the middle of the history (a cursor half-way down), without migration
+#    0025's indexes in the lists' order (the baseline), then with them.
+#
+#   bench/store_reads.sh
+#   N=100000 bench/store_reads.sh
 #
 # Needs Postgres on 127.0.0.1:5432 (TOOLGATE_TEST_PG overrides the admin URL); the
 # database it makes is dropped at the end.
@@ -18,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-1000000}
 ADMIN=${TOOLGATE_TEST_PG:-postgres://postgres@127.0.0.1:5432/postgres}
-DB="tg_bench_periodic_$$"
+DB="tg_bench_store_reads_$$"
 URL="${ADMIN%/*}/$DB"
 psql "$ADMIN" -qc "create database $DB"
 trap 'psql "$ADMIN" -qc "drop database if exists $DB with (force)"' EXIT
@@ -26,7 +32,7 @@ export PGOPTIONS="-c client_min_messages=warning"
 q() { psql "$URL" -qAtX -v ON_ERROR_STOP=1 "$@"; }
 
 for f in migrations/postgres/00*.sql; do
-  case "$f" in *0023_* | *0024_*) break ;; esac
+  case "$f" in *0023_* | *0024_* | *0025_*) break ;; esac
   q -f "$f" >/dev/null
 done
 q <<SQL
@@ -39,7 +45,7 @@ select gen_random_uuid(), '00000000-0000-0000-0000-0000000000aa', gen_random_uui
        ('{"model":"m","system":"' || repeat('You are a helpful agent. ', 12) || '"}')::jsonb,
        'Summarise the README',
        case when g % 1000 = 0 then 'running' when g % 997 = 0 then 'awaiting_approval'
-            else 'completed' end,
+            when g % 500 = 1 then 'failed' else 'completed' end,
        repeat('answer ', 40),
        case when g % 1000 = 0 then 'instance-a' end,
        case when g % 1000 = 0 then now() + interval '1 hour' end,
@@ -128,3 +134,34 @@ read -r bms bpages <<<"${before[revoked]}"
 read -r ams apages <<<"$(time_of "$REVOKED")"
 printf '%-28s %13.2f (%6d) %13.2f (%6d) %8.4f\n' "revoked keys (every 1 s)" "$bms" "$bpages" "$ams" \
   "$apages" "$(python3 -c "print($ams / $bms)")"
+
+# 2. Pages of the lists, as the store writes them (a page is limit + 1 rows: the last says
+# there is more). The middle page's cursor: the run and approval half-way down.
+T="'00000000-0000-0000-0000-0000000000aa'"
+IFS='|' read -r RUN_AT RUN_ID <<<"$(q -F '|' -c "select created_at, run_id from run order by created_at desc, run_id desc offset $((N / 2)) limit 1")"
+IFS='|' read -r APPROVAL_AT APPROVAL_ID <<<"$(q -F '|' -c "select created_at, approval_id from approval order by created_at desc, approval_id desc offset $((N / 10)) limit 1")"
+after_run="and created_at <= '$RUN_AT' and (created_at < '$RUN_AT' or run_id < '$RUN_ID')"
+after_approval="and created_at <= '$APPROVAL_AT' and (created_at < '$APPROVAL_AT' or approval_id < '$APPROVAL_ID')"
+list() { # WHAT -> SQL
+  case $1 in
+    runs-first) echo "select * from run where tenant_id = $T order by created_at desc, run_id desc limit 51" ;;
+    runs-middle) echo "select * from run where tenant_id = $T $after_run order by created_at desc, run_id desc limit 51" ;;
+    failed-first) echo "select * from run where tenant_id = $T and status = 'failed' order by created_at desc, run_id desc limit 51" ;;
+    failed-middle) echo "select * from run where tenant_id = $T and status = 'failed' $after_run order by created_at desc, run_id desc limit 51" ;;
+    approvals-first) echo "select * from approval where tenant_id = $T order by created_at desc, approval_id desc limit 101" ;;
+    approvals-middle) echo "select * from approval where tenant_id = $T $after_approval order by created_at desc, approval_id desc limit 101" ;;
+  esac
+}
+LISTS="runs-first runs-middle failed-first failed-middle approvals-first approvals-middle"
+declare -A listed
+for what in $LISTS; do listed[$what]=$(time_of "$(list "$what")"); done
+q -f migrations/postgres/0025_list_indexes.sql >/dev/null
+for t in run approval; do q -c "vacuum analyze $t" >/dev/null; done
+echo
+printf '%-28s %22s %22s %8s\n' "page (limit 50; 100)" "before: ms (pages)" "after: ms (pages)" ratio
+for what in $LISTS; do
+  read -r bms bpages <<<"${listed[$what]}"
+  read -r ams apages <<<"$(time_of "$(list "$what")")"
+  printf '%-28s %13.2f (%6d) %13.2f (%6d) %8.4f\n' "$what" "$bms" "$bpages" "$ams" "$apages" \
+    "$(python3 -c "print($ams / $bms)")"
+done
