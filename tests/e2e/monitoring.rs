@@ -186,7 +186,7 @@ async fn alert_rules_and_the_dashboard_work_on_prometheus_scraping_a_gateway() {
     }
     // The alerts' expressions as Prometheus loaded them from deploy/alerts.yml.
     let alerting = prometheus.saw(&queries).await;
-    assert_eq!(alerting.len(), 7, "{alerting:?}");
+    assert_eq!(alerting.len(), 8, "{alerting:?}");
     let expressions: Vec<Selected> = alerting
         .iter()
         .chain(&queries)
@@ -348,7 +348,7 @@ impl Prometheus {
         };
         until("prometheus evaluating every rule", || async {
             let rules = rules().await;
-            rules.len() == 7 && rules.iter().all(|r| r["health"] == "ok")
+            rules.len() == 8 && rules.iter().all(|r| r["health"] == "ok")
         })
         .await;
         until(
