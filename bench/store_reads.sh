@@ -11,9 +11,10 @@
 #    migration 0022 with its statements as they were (the baseline), then after
 #    migrations 0023 and 0024's partial indexes with the statements as the store now
 #    writes them.
-# 2. Pages of the lists newest first (GET /v1/runs, GET /v1/approvals): the first page
-#    and one from the middle of the history (a cursor half-way down), without migration
-#    0025's indexes in the lists' order (the baseline), then with them.
+# 2. Pages of the lists newest first (GET /v1/runs: all, a caller's own — one run in a
+#    hundred — and by status; GET /v1/approvals): the first page and one from the middle
+#    of the history (a cursor half-way down), without migration 0025's indexes in the
+#    lists' order (the baseline), then with them.
 #
 #   bench/store_reads.sh
 #   N=100000 bench/store_reads.sh
@@ -40,7 +41,7 @@ insert into tenant (tenant_id, name) values ('00000000-0000-0000-0000-0000000000
 insert into run (run_id, tenant_id, agent_id, agent_name, principal_id, auth, agent_config, input,
                  status, output, owner, lease_until, created_at, finished_at)
 select gen_random_uuid(), '00000000-0000-0000-0000-0000000000aa', gen_random_uuid(), 'helper',
-       gen_random_uuid(),
+       case when g % 100 = 0 then '00000000-0000-0000-0000-0000000000cc'::uuid else gen_random_uuid() end,
        '{"tenant_name":"bench","roles":["member"],"scopes":["tools:invoke","runs:write"]}',
        ('{"model":"m","system":"' || repeat('You are a helpful agent. ', 12) || '"}')::jsonb,
        'Summarise the README',
@@ -138,6 +139,7 @@ printf '%-28s %13.2f (%6d) %13.2f (%6d) %8.4f\n' "revoked keys (every 1 s)" "$bm
 # 2. Pages of the lists, as the store writes them (a page is limit + 1 rows: the last says
 # there is more). The middle page's cursor: the run and approval half-way down.
 T="'00000000-0000-0000-0000-0000000000aa'"
+ME="'00000000-0000-0000-0000-0000000000cc'"
 IFS='|' read -r RUN_AT RUN_ID <<<"$(q -F '|' -c "select created_at, run_id from run order by created_at desc, run_id desc offset $((N / 2)) limit 1")"
 IFS='|' read -r APPROVAL_AT APPROVAL_ID <<<"$(q -F '|' -c "select created_at, approval_id from approval order by created_at desc, approval_id desc offset $((N / 10)) limit 1")"
 after_run="and created_at <= '$RUN_AT' and (created_at < '$RUN_AT' or run_id < '$RUN_ID')"
@@ -146,13 +148,15 @@ list() { # WHAT -> SQL
   case $1 in
     runs-first) echo "select * from run where tenant_id = $T order by created_at desc, run_id desc limit 51" ;;
     runs-middle) echo "select * from run where tenant_id = $T $after_run order by created_at desc, run_id desc limit 51" ;;
+    mine-first) echo "select * from run where tenant_id = $T and principal_id = $ME order by created_at desc, run_id desc limit 51" ;;
+    mine-middle) echo "select * from run where tenant_id = $T and principal_id = $ME $after_run order by created_at desc, run_id desc limit 51" ;;
     failed-first) echo "select * from run where tenant_id = $T and status = 'failed' order by created_at desc, run_id desc limit 51" ;;
     failed-middle) echo "select * from run where tenant_id = $T and status = 'failed' $after_run order by created_at desc, run_id desc limit 51" ;;
     approvals-first) echo "select * from approval where tenant_id = $T order by created_at desc, approval_id desc limit 101" ;;
     approvals-middle) echo "select * from approval where tenant_id = $T $after_approval order by created_at desc, approval_id desc limit 101" ;;
   esac
 }
-LISTS="runs-first runs-middle failed-first failed-middle approvals-first approvals-middle"
+LISTS="runs-first runs-middle mine-first mine-middle failed-first failed-middle approvals-first approvals-middle"
 declare -A listed
 for what in $LISTS; do listed[$what]=$(time_of "$(list "$what")"); done
 q -f migrations/postgres/0025_list_indexes.sql >/dev/null

@@ -107,6 +107,15 @@ pub struct AuditRow {
 /// answered.
 pub const READ_BYTES: usize = 4 << 20;
 
+/// Which of a tenant's runs a list holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunFilter {
+    /// Only runs this principal started.
+    pub principal: Option<PrincipalId>,
+    /// Only runs in this status.
+    pub status: Option<toolgate_core::stores::RunStatus>,
+}
+
 /// Where a list newest first goes on: the creation time and id of the previous page's
 /// last item. The next page holds what is older, or as old with a smaller id (the lists'
 /// order: creation time, then id, both descending).

@@ -562,3 +562,109 @@ async fn runs_are_listed_page_after_page_over_rest() {
         assert_eq!(status, 400, "{bad}: {problem}");
     }
 }
+
+/// Within a tenant, a caller sees and cancels the runs it started: a colleague's run is
+/// "not found" (its input, its tools' results and its answer are the colleague's) and is
+/// left out of the list. `audit:read` sees every run, as it reads every call; cancelling
+/// another's run needs `agents:manage`. (Before: any `agents:run` caller read, followed
+/// and cancelled every run of the tenant, including what tools it may not call returned
+/// to an admin's run.)
+#[tokio::test]
+async fn a_caller_sees_and_cancels_its_own_runs_and_audit_readers_see_all() {
+    use crate::approvals::principal;
+    let slow = || Reply::ok(says::openai_text("done")).delayed(Duration::from_secs(30));
+    let mock = MockLlm::start(Wire::Openai, vec![slow(), slow(), slow()]).await;
+    let gw = gateway(&mock, Wire::Openai).await;
+    let agent = create_agent(
+        &gw,
+        json!({"name": "shared", "provider": "llm", "model": "gpt-test"}),
+    )
+    .await;
+    let (base, admin) = (&gw.base, &gw.http);
+    let mia = principal(base, admin, "mia", &["agents:run"]).await;
+    let max = principal(base, admin, "max", &["agents:run"]).await;
+    let auditor = principal(base, admin, "auditor", &["agents:run", "audit:read"]).await;
+    let start = |client: &reqwest::Client| {
+        let request = client
+            .post(gw.url(&format!("/v1/agents/{agent}/runs")))
+            .json(&json!({"input": "go"}))
+            .send();
+        async move {
+            let (status, _, run) = read(request.await.expect("request")).await;
+            assert_eq!(status, 201, "{run}");
+            run["id"].as_str().expect("id").to_owned()
+        }
+    };
+    let mias = start(&mia).await;
+    let maxs = start(&max).await;
+    let get = |client: &reqwest::Client, path: String| {
+        let request = client.get(gw.url(&path)).send();
+        async move { read(request.await.expect("request")).await }
+    };
+    let listed = |client: &reqwest::Client| {
+        let request = client.get(gw.url("/v1/runs")).send();
+        async move {
+            let (status, _, page) = read(request.await.expect("request")).await;
+            assert_eq!(status, 200, "{page}");
+            let mut ids: Vec<String> = page["runs"]
+                .as_array()
+                .expect("runs")
+                .iter()
+                .map(|r| r["id"].as_str().expect("id").to_owned())
+                .collect();
+            ids.sort();
+            ids
+        }
+    };
+    let sorted = |mut ids: Vec<String>| {
+        ids.sort();
+        ids
+    };
+
+    // Each member: its own run, and nothing of the other's.
+    assert_eq!(listed(&mia).await, std::slice::from_ref(&mias));
+    assert_eq!(listed(&max).await, std::slice::from_ref(&maxs));
+    assert_eq!(get(&mia, format!("/v1/runs/{mias}")).await.0, 200);
+    for path in [
+        format!("/v1/runs/{maxs}"),
+        format!("/v1/runs/{maxs}/events"),
+    ] {
+        let (status, _, problem) = get(&mia, path.clone()).await;
+        assert_eq!(status, 404, "{path}: {problem}");
+    }
+    let cancel = |client: &reqwest::Client, run: &str| {
+        let request = client
+            .post(gw.url(&format!("/v1/runs/{run}/cancel")))
+            .send();
+        async move { read(request.await.expect("request")).await }
+    };
+    let (status, _, problem) = cancel(&mia, &maxs).await;
+    assert_eq!(status, 404, "{problem}");
+
+    // The auditor and the admin see both; the auditor may not cancel another's run, the
+    // admin (agents:manage) may.
+    assert_eq!(
+        listed(&auditor).await,
+        sorted(vec![mias.clone(), maxs.clone()])
+    );
+    assert_eq!(
+        listed(admin).await,
+        sorted(vec![mias.clone(), maxs.clone()])
+    );
+    let (status, _, run) = get(&auditor, format!("/v1/runs/{maxs}")).await;
+    assert_eq!(
+        (status, run["id"].as_str()),
+        (200, Some(maxs.as_str())),
+        "{run}"
+    );
+    let (status, _, problem) = cancel(&auditor, &maxs).await;
+    assert_eq!(status, 403, "{problem}");
+    assert_eq!(
+        problem["details"]["required_scope"], "agents:manage",
+        "{problem}"
+    );
+    let (status, _, run) = cancel(admin, &maxs).await;
+    assert_eq!(status, 202, "{run}");
+    let (status, _, run) = cancel(&mia, &mias).await;
+    assert_eq!(status, 202, "{run}");
+}

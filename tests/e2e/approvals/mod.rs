@@ -16,7 +16,7 @@ mod calls;
 mod runs;
 
 /// A principal of the gateway's default tenant with `scopes`, and a client with its key.
-async fn principal(
+pub(crate) async fn principal(
     base: &str,
     admin: &reqwest::Client,
     name: &str,

@@ -373,7 +373,7 @@ async fn start_run(
             }
         }
     }
-    let view = run_view(&app, tenant, run, 0).await?;
+    let view = run_view(&app, &caller, run, 0).await?;
     Ok(located(
         StatusCode::CREATED,
         &format!("/v1/runs/{run}"),

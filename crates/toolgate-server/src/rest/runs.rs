@@ -18,7 +18,7 @@ use toolgate_core::auth::scopes;
 use toolgate_core::stores::RunStatus;
 use toolgate_core::{RunId, TenantId, ToolError};
 use toolgate_store::runs::STEPS_PER_READ;
-use toolgate_store::{Page, RunEventRecord, RunRecord};
+use toolgate_store::{Page, RunEventRecord, RunFilter, RunRecord};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -141,18 +141,34 @@ fn not_found(run: RunId) -> ApiError {
     ToolError::not_found(format!("no run {run} in your tenant")).into()
 }
 
-/// The run with its steps after step `after`, as many as one read returns.
+/// Whether `caller` sees every run of its tenant: with `audit:read`, as it reads every
+/// call in the audit log. Without it a caller sees the runs it started, and a colleague's
+/// run is "not found", as another tenant's is: its input, its tools' results and its
+/// answer are the colleague's, and may hold what the caller could not call for itself.
+fn sees_all_runs(caller: &Caller) -> bool {
+    caller.auth.has_scope(scopes::AUDIT_READ)
+}
+
+/// The run `run` of the caller's tenant, if the caller may see it (else 404).
+async fn visible_run(app: &AppState, caller: &Caller, run: RunId) -> Result<RunRecord, ApiError> {
+    match app.store.get_run(caller.auth.tenant, run).await? {
+        Some(record) if record.principal == caller.auth.principal.id || sees_all_runs(caller) => {
+            Ok(record)
+        }
+        _ => Err(not_found(run)),
+    }
+}
+
+/// The run with its steps after step `after`, as many as one read returns, if the
+/// caller may see it.
 pub async fn run_view(
     app: &AppState,
-    tenant: TenantId,
+    caller: &Caller,
     run: RunId,
     after: i64,
 ) -> Result<RunView, ApiError> {
-    let record = app
-        .store
-        .get_run(tenant, run)
-        .await?
-        .ok_or_else(|| not_found(run))?;
+    let record = visible_run(app, caller, run).await?;
+    let tenant = caller.auth.tenant;
     let steps = app
         .store
         .run_steps(tenant, run, after, STEPS_PER_READ)
@@ -185,7 +201,8 @@ pub struct RunList {
     pub next_cursor: Option<String>,
 }
 
-/// List the tenant's runs, newest first (without their steps), a page at a time.
+/// List runs, newest first (without their steps), a page at a time: those the caller
+/// started, or with `audit:read` every run of the tenant.
 #[utoipa::path(get, path = "/v1/runs", tag = "runs", params(ListRunsQuery),
     responses(
         (status = 200, description = "The resource", body = RunList),
@@ -210,9 +227,13 @@ async fn list_runs(
     };
     let before = before(query.cursor.as_deref())?;
     let limit = bounded("limit", query.limit, 50, 1..=500)?;
+    let filter = RunFilter {
+        principal: (!sees_all_runs(&caller)).then_some(caller.auth.principal.id),
+        status,
+    };
     let page = app
         .store
-        .list_runs(caller.auth.tenant, status, before, limit)
+        .list_runs(caller.auth.tenant, filter, before, limit)
         .await?;
     let next_cursor = page
         .more
@@ -239,7 +260,7 @@ pub struct GetRunQuery {
     params(("id" = Uuid, Path, description = "Run id"), GetRunQuery),
     responses(
         (status = 200, description = "The resource", body = RunView),
-        (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such run in your tenant, or one another principal started (seeing those needs `audit:read`)", body = Problem, content_type = "application/problem+json"),
         crate::error::Refusals,
         crate::error::ReadRefusals,
     ))]
@@ -251,9 +272,7 @@ async fn get_run(
 ) -> Result<AppJson<RunView>, ApiError> {
     caller.require(scopes::AGENTS_RUN)?;
     let after = bounded("after", query.after, 0, 0..=i64::MAX)?;
-    Ok(AppJson(
-        run_view(&app, caller.auth.tenant, RunId(id), after).await?,
-    ))
+    Ok(AppJson(run_view(&app, &caller, RunId(id), after).await?))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -280,7 +299,7 @@ pub struct EventsQuery {
            ("Last-Event-ID" = Option<i64>, Header, description = "Resume after this step")),
     responses(
         (status = 200, description = "An SSE stream of steps", content_type = "text/event-stream", body = String),
-        (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such run in your tenant, or one another principal started (seeing those needs `audit:read`)", body = Problem, content_type = "application/problem+json"),
         crate::error::Refusals,
         crate::error::ReadRefusals,
     ))]
@@ -294,9 +313,7 @@ async fn run_events(
     caller.require(scopes::AGENTS_RUN)?;
     let tenant = caller.auth.tenant;
     let run = RunId(id);
-    if app.store.get_run(tenant, run).await?.is_none() {
-        return Err(not_found(run));
-    }
+    visible_run(&app, &caller, run).await?;
     let after = match headers.get("last-event-id") {
         Some(v) => v
             .to_str()
@@ -441,12 +458,14 @@ fn steps_stream(
 }
 
 /// Cancel a running run. It stops at its next step (a model call or tool call in flight
-/// is cancelled) and ends with status `cancelled`.
+/// is cancelled) and ends with status `cancelled`. Another principal's run needs
+/// `agents:manage` as well.
 #[utoipa::path(post, path = "/v1/runs/{id}/cancel", tag = "runs",
     params(("id" = Uuid, Path, description = "Run id")),
     responses(
         (status = 202, description = "Cancellation requested", body = RunView),
-        (status = 404, description = "No such resource in your tenant", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Needs `agents:run`, and `agents:manage` for another principal's run", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such run in your tenant, or one another principal started (seeing those needs `audit:read`)", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The run has already ended", body = Problem, content_type = "application/problem+json"),
         crate::error::Refusals,
     ))]
@@ -458,14 +477,13 @@ async fn cancel_run(
     caller.require(scopes::AGENTS_RUN)?;
     let tenant = caller.auth.tenant;
     let run = RunId(id);
-    if !app.runs.cancel(tenant, run).await? {
-        let exists = app.store.get_run(tenant, run).await?.is_some();
-        return Err(if exists {
-            ApiError::Conflict("the run has already ended".into())
-        } else {
-            not_found(run)
-        });
+    let record = visible_run(&app, &caller, run).await?;
+    if record.principal != caller.auth.principal.id {
+        caller.require(scopes::AGENTS_MANAGE)?;
     }
-    let view = run_view(&app, tenant, run, 0).await?;
+    if !app.runs.cancel(tenant, run).await? {
+        return Err(ApiError::Conflict("the run has already ended".into()));
+    }
+    let view = run_view(&app, &caller, run, 0).await?;
     Ok((StatusCode::ACCEPTED, AppJson(view)).into_response())
 }

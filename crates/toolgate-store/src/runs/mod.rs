@@ -13,7 +13,7 @@ use serde_json::Value;
 use toolgate_core::stores::RunStatus;
 use toolgate_core::{PrincipalId, RunId, TenantId};
 
-use crate::model::{Before, NewRun, Page, RunEventRecord, RunFinish, RunRecord};
+use crate::model::{Before, NewRun, Page, RunEventRecord, RunFilter, RunFinish, RunRecord};
 use crate::postgres::PostgresStore;
 use crate::sqlite::SqliteStore;
 use crate::text::{json, json_list, sql, uuid};
@@ -241,7 +241,7 @@ macro_rules! run_store {
             pub async fn list_runs(
                 &self,
                 tenant: TenantId,
-                status: Option<RunStatus>,
+                filter: RunFilter,
                 before: Option<Before>,
                 limit: i64,
             ) -> Result<Page<RunRecord>, StoreError> {
@@ -249,7 +249,10 @@ macro_rules! run_store {
                     format!("select {columns} from run where tenant_id = ", columns = run_columns($t)),
                 );
                 q.push_bind(tenant.to_string()).push($u);
-                if let Some(status) = status {
+                if let Some(principal) = filter.principal {
+                    q.push(" and principal_id = ").push_bind(principal.to_string()).push($u);
+                }
+                if let Some(status) = filter.status {
                     q.push(" and status = ").push_bind(status.as_str());
                 }
                 if let Some(before) = before {
@@ -434,14 +437,16 @@ impl Store {
     }
 
     /// The tenant's latest runs, newest first.
+    /// `tenant`'s runs as `filter` keeps them, newest first, `before` going on from a
+    /// previous page.
     pub async fn list_runs(
         &self,
         tenant: TenantId,
-        status: Option<RunStatus>,
+        filter: RunFilter,
         before: Option<Before>,
         limit: i64,
     ) -> Result<Page<RunRecord>, StoreError> {
-        dispatch!(self, s => s.list_runs(tenant, status, before, limit).await)
+        dispatch!(self, s => s.list_runs(tenant, filter, before, limit).await)
     }
 
     /// A run's steps after sequence `after`, in order: at most `limit`, and no more than

@@ -384,7 +384,7 @@ async fn finished_runs_and_old_security_events_go_with_the_rest_staying() {
         assert_eq!(security_events(&store).await, 0);
         assert_eq!(
             store
-                .list_runs(a.id, None, None, 10)
+                .list_runs(a.id, Default::default(), None, 10)
                 .await
                 .expect("list")
                 .items

@@ -50,7 +50,7 @@ async fn a_run_journal_is_ordered_single_writer_and_tenant_scoped() {
         assert!(!store.request_run_cancel(b.id, run).await.expect("cancel"));
         assert!(
             store
-                .list_runs(b.id, None, None, 10)
+                .list_runs(b.id, Default::default(), None, 10)
                 .await
                 .expect("list")
                 .items
@@ -136,7 +136,7 @@ async fn a_run_journal_is_ordered_single_writer_and_tenant_scoped() {
         assert!(!store.request_run_cancel(a.id, run).await.expect("cancel"));
         assert_eq!(
             store
-                .list_runs(a.id, None, None, 10)
+                .list_runs(a.id, Default::default(), None, 10)
                 .await
                 .expect("list")
                 .items
@@ -160,11 +160,20 @@ async fn a_list_of_large_runs_is_bounded_in_bytes() {
             new.input = big.clone();
             store.create_run(a.id, &new).await.expect("run");
         }
-        let page = store.list_runs(a.id, None, None, 500).await.expect("list");
+        let page = store
+            .list_runs(a.id, Default::default(), None, 500)
+            .await
+            .expect("list");
         assert_eq!((page.items.len(), page.more), (4, true));
-        let small = store.list_runs(a.id, None, None, 2).await.expect("list");
+        let small = store
+            .list_runs(a.id, Default::default(), None, 2)
+            .await
+            .expect("list");
         assert_eq!((small.items.len(), small.more), (2, true));
-        let all = store.list_runs(a.id, None, None, 6).await.expect("list");
+        let all = store
+            .list_runs(a.id, Default::default(), None, 6)
+            .await
+            .expect("list");
         assert_eq!(all.items.len(), 4, "the bound holds below the limit too");
     })
     .await;
@@ -284,7 +293,13 @@ async fn runs_paged(
 ) -> Vec<toolgate_core::RunId> {
     let runs = paged(
         limit,
-        |before| store.list_runs(tenant, status, before, limit),
+        |before| {
+            let filter = toolgate_store::RunFilter {
+                principal: None,
+                status,
+            };
+            store.list_runs(tenant, filter, before, limit)
+        },
         |r: &toolgate_store::RunRecord| toolgate_store::Before {
             created_at: r.created_at,
             id: r.id.0,
@@ -414,6 +429,46 @@ async fn runs_and_approvals_of_one_instant_page_by_id() {
                 assert_eq!(seen, approvals, "{limit} {status:?}");
             }
         }
+    })
+    .await;
+}
+
+/// A list of the runs one principal started holds those and no other, page after page.
+#[tokio::test]
+async fn runs_are_listed_by_who_started_them() {
+    use toolgate_core::RunId;
+
+    on_both(|store| async move {
+        let a = store.create_tenant("runs-mine").await.expect("tenant");
+        let lease = chrono::Utc::now() + chrono::Duration::minutes(1);
+        let (me, colleague) = (PrincipalId::new(), PrincipalId::new());
+        let mut mine = Vec::new();
+        for i in 0..6 {
+            let mut new = new_run(a.id, RunId::new(), lease);
+            new.principal = if i % 2 == 0 { me } else { colleague };
+            store.create_run(a.id, &new).await.expect("run");
+            if new.principal == me {
+                mine.push(new.id);
+            }
+        }
+        mine.reverse();
+        let listed = paged(
+            2,
+            |before| {
+                let filter = toolgate_store::RunFilter {
+                    principal: Some(me),
+                    status: None,
+                };
+                store.list_runs(a.id, filter, before, 2)
+            },
+            |r: &toolgate_store::RunRecord| toolgate_store::Before {
+                created_at: r.created_at,
+                id: r.id.0,
+            },
+        )
+        .await;
+        assert!(listed.iter().all(|r| r.principal == me));
+        assert_eq!(listed.iter().map(|r| r.id).collect::<Vec<_>>(), mine);
     })
     .await;
 }
