@@ -129,14 +129,12 @@ async fn alert_rules_and_the_dashboard_work_on_prometheus_scraping_a_gateway() {
     .await
     .expect("an MCP call");
     mcp.cancel().await.expect("close");
-    let (status, _, agent) = gw
-        .post(
-            "/v1/agents",
-            json!({"name": "watched", "provider": "llm", "model": "m", "tools": ["echo"]}),
-        )
-        .await;
-    assert_eq!(status, 201, "{agent}");
-    let runs = format!("/v1/agents/{}/runs", agent["id"].as_str().expect("id"));
+    let agent = crate::agents::create_agent(
+        &gw,
+        json!({"name": "watched", "provider": "llm", "model": "m", "tools": ["echo"]}),
+    )
+    .await;
+    let runs = format!("/v1/agents/{agent}/runs");
     let (status, _, run) = gw
         .post(&runs, json!({"input": "hi", "wait_secs": 30}))
         .await;

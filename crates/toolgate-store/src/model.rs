@@ -145,6 +145,24 @@ impl Before {
     }
 }
 
+impl From<&RunRecord> for Before {
+    fn from(run: &RunRecord) -> Self {
+        Self {
+            created_at: run.created_at,
+            id: run.id.0,
+        }
+    }
+}
+
+impl From<&toolgate_core::stores::ApprovalRecord> for Before {
+    fn from(approval: &toolgate_core::stores::ApprovalRecord) -> Self {
+        Self {
+            created_at: approval.created_at,
+            id: approval.id.0,
+        }
+    }
+}
+
 /// Rows as one bounded read returned them: audit rows, approvals, runs.
 #[derive(Clone, Debug)]
 pub struct Page<T> {
@@ -163,6 +181,14 @@ impl<T> Default for Page<T> {
 }
 
 impl<T> Page<T> {
+    /// Where the next page starts, when there is one: after this page's last item.
+    pub fn next(&self) -> Option<Before>
+    where
+        for<'a> &'a T: Into<Before>,
+    {
+        self.items.last().filter(|_| self.more).map(Into::into)
+    }
+
     /// The same page with each item converted by `f`.
     pub fn map<U>(self, f: impl FnMut(T) -> U) -> Page<U> {
         Page {

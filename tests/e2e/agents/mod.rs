@@ -43,7 +43,7 @@ async fn gateway(mock: &MockLlm, wire: Wire) -> Gateway {
     gw
 }
 
-async fn create_agent(gw: &Gateway, body: Value) -> String {
+pub(crate) async fn create_agent(gw: &Gateway, body: Value) -> String {
     let (status, _, agent) = gw.post("/v1/agents", body).await;
     assert_eq!(status, 201, "{agent}");
     agent["id"].as_str().expect("id").to_owned()

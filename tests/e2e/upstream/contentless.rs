@@ -7,10 +7,9 @@ use super::*;
 
 #[tokio::test]
 async fn a_tool_result_without_content_is_an_empty_result() {
-    let dir = sdk_clients();
-    let python = dir.join(".venv/bin/python").display().to_string();
-    let script = dir.join("one_write_server.py").display().to_string();
-    let gw = Gateway::start_with(|c| c.upstreams = vec![upstream("ow", &python, &[&script])]).await;
+    let gw =
+        Gateway::start_with(|c| c.upstreams = vec![python_upstream("ow", "one_write_server.py")])
+            .await;
     listed_once(&gw, "ow__say_then_answer").await;
     for n in [-1, -2] {
         let (status, _, body) = gw

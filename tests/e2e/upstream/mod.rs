@@ -22,6 +22,14 @@ fn upstream(name: &str, command: &str, args: &[&str]) -> UpstreamEntry {
         .expect("an upstream entry")
 }
 
+/// Upstream `name`: the Python fixture server `script` of `tests/clients`, on the SDK's
+/// virtual environment.
+fn python_upstream(name: &str, script: &str) -> UpstreamEntry {
+    let dir = sdk_clients();
+    let python = dir.join(".venv/bin/python").display().to_string();
+    upstream(name, &python, &[&dir.join(script).display().to_string()])
+}
+
 async fn listed(gw: &Gateway) -> Vec<String> {
     let (_, _, tools) = gw.get("/v1/tools?limit=200").await;
     tools["tools"]

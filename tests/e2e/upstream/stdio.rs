@@ -330,10 +330,9 @@ async fn an_upstream_flooding_its_stderr_costs_no_memory_and_is_read_at_a_bounde
 /// again: the new tool appears and can be called.
 #[tokio::test]
 async fn an_upstream_whose_tools_change_is_listed_again() {
-    let dir = sdk_clients();
-    let python = dir.join(".venv/bin/python").display().to_string();
-    let script = dir.join("fixture_server.py").display().to_string();
-    let gw = Gateway::start_with(|c| c.upstreams = vec![upstream("fx", &python, &[&script])]).await;
+    let gw =
+        Gateway::start_with(|c| c.upstreams = vec![python_upstream("fx", "fixture_server.py")])
+            .await;
     let names = listed_once(&gw, "fx__grow").await;
     assert!(!names.contains(&"fx__grown".to_owned()), "{names:?}");
     let (status, _, done) = gw.invoke("fx__grow", json!({"arguments": {}})).await;

@@ -186,10 +186,7 @@ async fn list_approvals(
         .store
         .list_approvals(caller.auth.tenant, status, before, limit)
         .await?;
-    let next_cursor = page
-        .more
-        .then(|| page.items.last().map(|a| next_cursor(a.created_at, a.id.0)))
-        .flatten();
+    let next_cursor = page.next().map(next_cursor);
     Ok(AppJson(ApprovalList {
         approvals: page.items.iter().map(ApprovalView::from).collect(),
         more: page.more,

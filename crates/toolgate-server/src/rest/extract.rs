@@ -94,13 +94,13 @@ where
     }
 }
 
-/// The `next_cursor` of a list newest first whose page ended at an item made at
-/// `created_at` with id `id`: `<nanoseconds since 1970>.<id as 32 hex digits>`, safe in a
-/// URL as it is. Opaque to callers; [`before`] reads it back.
-pub fn next_cursor(created_at: chrono::DateTime<chrono::Utc>, id: uuid::Uuid) -> String {
+/// The `next_cursor` of a list newest first whose next page starts `after` an item:
+/// `<its creation time, nanoseconds since 1970>.<its id as 32 hex digits>`, safe in a URL
+/// as it is. Opaque to callers; [`before`] reads it back.
+pub fn next_cursor(after: toolgate_store::Before) -> String {
     // Nanoseconds fit an i64 until 2262; a later time would be a clock gone wrong.
-    let nanos = created_at.timestamp_nanos_opt().unwrap_or(i64::MAX);
-    format!("{nanos}.{}", id.simple())
+    let nanos = after.created_at.timestamp_nanos_opt().unwrap_or(i64::MAX);
+    format!("{nanos}.{}", after.id.simple())
 }
 
 /// Where a list goes on, from a `cursor` parameter made by [`next_cursor`]; 400 for

@@ -235,10 +235,7 @@ async fn list_runs(
         .store
         .list_runs(caller.auth.tenant, filter, before, limit)
         .await?;
-    let next_cursor = page
-        .more
-        .then(|| page.items.last().map(|r| next_cursor(r.created_at, r.id.0)))
-        .flatten();
+    let next_cursor = page.next().map(next_cursor);
     Ok(AppJson(RunList {
         runs: page.items.into_iter().map(|r| summary(r, None)).collect(),
         more: page.more,

@@ -436,7 +436,6 @@ impl Store {
         dispatch!(self, s => s.get_run(tenant, run).await)
     }
 
-    /// The tenant's latest runs, newest first.
     /// `tenant`'s runs as `filter` keeps them, newest first, `before` going on from a
     /// previous page.
     pub async fn list_runs(

@@ -68,56 +68,21 @@ where
     db.drop_db().await;
 }
 
-/// A statement run on a store's database beside the store, as its owner: for setting
-/// up what the store's API cannot make (rows of one creation time).
-enum Beside {
-    Sqlite(std::path::PathBuf),
-    Postgres(String),
-}
-
-impl Beside {
-    async fn execute(&self, statement: &'static str) {
-        match self {
-            Beside::Sqlite(path) => {
-                let mut conn =
-                    sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
-                        .await
-                        .expect("open the SQLite file");
-                sqlx::query(statement)
-                    .execute(&mut conn)
-                    .await
-                    .expect(statement);
-            }
-            Beside::Postgres(url) => {
-                let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
-                sqlx::query(statement)
-                    .execute(&mut conn)
-                    .await
-                    .expect(statement);
-            }
+/// Runs `sql` as the store's own connections would (`owner` false: the app role on
+/// Postgres) or as the connecting role (the owner), the triggers in force either way.
+async fn run_as(store: &Store, owner: bool, sql: String) -> Result<u64, sqlx::Error> {
+    let sql = sqlx::AssertSqlSafe(sql);
+    Ok(match store {
+        Store::Sqlite(s) => sqlx::query(sql).execute(s.pool()).await?.rows_affected(),
+        Store::Postgres(pg) => {
+            let pool = if owner {
+                pg.owner_pool()
+            } else {
+                pg.app_pool()
+            };
+            sqlx::query(sql).execute(pool).await?.rows_affected()
         }
-    }
-}
-
-/// [`on_both`], with a way to run SQL on each store's database beside it.
-async fn on_both_beside<F, Fut>(test: F)
-where
-    F: Fn(Store, Beside) -> Fut,
-    Fut: Future<Output = ()>,
-{
-    let dir = tempfile::tempdir().expect("tempdir");
-    let sqlite = Store::open(None, dir.path()).await.expect("open sqlite");
-    sqlite.migrate().await.expect("migrate sqlite");
-    test(sqlite, Beside::Sqlite(dir.path().join("toolgate.db"))).await;
-
-    let db = PgDb::create().await;
-    let pg = Store::open(Some(&db.url), dir.path())
-        .await
-        .expect("open postgres");
-    pg.migrate().await.expect("migrate postgres");
-    test(pg.clone(), Beside::Postgres(db.url.clone())).await;
-    drop(pg);
-    db.drop_db().await;
+    })
 }
 
 /// Like `on_both`, for Postgres alone (row-level security, roles, triggers).

@@ -15,23 +15,6 @@ fn sql_tenant(store: &Store, tenant: TenantId) -> (String, &'static str) {
     }
 }
 
-/// Runs `sql` as the store's own connections would (`owner` false: the app role on
-/// Postgres) or as the connecting role (the owner), the triggers in force either way.
-async fn run_as(store: &Store, owner: bool, sql: String) -> Result<u64, sqlx::Error> {
-    let sql = sqlx::AssertSqlSafe(sql);
-    Ok(match store {
-        Store::Sqlite(s) => sqlx::query(sql).execute(s.pool()).await?.rows_affected(),
-        Store::Postgres(pg) => {
-            let pool = if owner {
-                pg.owner_pool()
-            } else {
-                pg.app_pool()
-            };
-            sqlx::query(sql).execute(pool).await?.rows_affected()
-        }
-    })
-}
-
 fn seqs(rows: &[toolgate_store::AuditRow]) -> Vec<i64> {
     rows.iter().map(|r| r.seq).collect()
 }

@@ -256,15 +256,14 @@ async fn a_run_journal_of_large_steps_is_read_in_bounded_pages() {
 }
 
 /// Every item a list gives a caller paging `limit` at a time: each page goes on from the
-/// last item of the one before (`at` tells its creation time and id), until a page says
-/// there is no more.
+/// last item of the one before, until a page says there is no more.
 async fn paged<T, Fut>(
     limit: i64,
     mut read: impl FnMut(Option<toolgate_store::Before>) -> Fut,
-    at: impl Fn(&T) -> toolgate_store::Before,
 ) -> Vec<T>
 where
     Fut: Future<Output = Result<toolgate_store::Page<T>, StoreError>>,
+    for<'a> &'a T: Into<toolgate_store::Before>,
 {
     let mut seen = Vec::new();
     let mut before = None;
@@ -275,10 +274,9 @@ where
             "{} items",
             page.items.len()
         );
-        before = page.items.last().map(&at);
-        let more = page.more;
+        before = page.next();
         seen.extend(page.items);
-        if !more || before.is_none() {
+        if before.is_none() {
             return seen;
         }
     }
@@ -291,20 +289,13 @@ async fn runs_paged(
     status: Option<toolgate_core::stores::RunStatus>,
     limit: i64,
 ) -> Vec<toolgate_core::RunId> {
-    let runs = paged(
-        limit,
-        |before| {
-            let filter = toolgate_store::RunFilter {
-                principal: None,
-                status,
-            };
-            store.list_runs(tenant, filter, before, limit)
-        },
-        |r: &toolgate_store::RunRecord| toolgate_store::Before {
-            created_at: r.created_at,
-            id: r.id.0,
-        },
-    )
+    let runs = paged(limit, |before| {
+        let filter = toolgate_store::RunFilter {
+            principal: None,
+            status,
+        };
+        store.list_runs(tenant, filter, before, limit)
+    })
     .await;
     runs.into_iter().map(|r| r.id).collect()
 }
@@ -388,7 +379,7 @@ async fn runs_are_listed_page_after_page() {
 async fn runs_and_approvals_of_one_instant_page_by_id() {
     use toolgate_core::RunId;
 
-    on_both_beside(|store, beside| async move {
+    on_both(|store| async move {
         let (a, p) = acme_alice(&store).await;
         let lease = chrono::Utc::now() + chrono::Duration::minutes(1);
         let mut runs = Vec::new();
@@ -403,25 +394,22 @@ async fn runs_and_approvals_of_one_instant_page_by_id() {
             let request = approval_request(a.id, p.id, Duration::from_secs(60));
             approvals.push(pending(&store, &request).await);
         }
-        beside
-            .execute("update run set created_at = (select min(created_at) from run)")
-            .await;
-        beside
-            .execute("update approval set created_at = (select min(created_at) from approval)")
-            .await;
+        for one_instant in [
+            "update run set created_at = (select min(created_at) from run)",
+            "update approval set created_at = (select min(created_at) from approval)",
+        ] {
+            run_as(&store, true, one_instant.into())
+                .await
+                .expect(one_instant);
+        }
         runs.sort_by_key(|r| std::cmp::Reverse(r.0));
         approvals.sort_by_key(|a| std::cmp::Reverse(a.0));
         for limit in [1, 2, 3] {
             assert_eq!(runs_paged(&store, a.id, None, limit).await, runs, "{limit}");
             for status in [None, Some("pending")] {
-                let seen: Vec<_> = paged(
-                    limit,
-                    |before| store.list_approvals(a.id, status, before, limit),
-                    |r: &toolgate_store::approvals::ApprovalRecord| toolgate_store::Before {
-                        created_at: r.created_at,
-                        id: r.id.0,
-                    },
-                )
+                let seen: Vec<_> = paged(limit, |before| {
+                    store.list_approvals(a.id, status, before, limit)
+                })
                 .await
                 .into_iter()
                 .map(|r| r.id)
@@ -452,20 +440,13 @@ async fn runs_are_listed_by_who_started_them() {
             }
         }
         mine.reverse();
-        let listed = paged(
-            2,
-            |before| {
-                let filter = toolgate_store::RunFilter {
-                    principal: Some(me),
-                    status: None,
-                };
-                store.list_runs(a.id, filter, before, 2)
-            },
-            |r: &toolgate_store::RunRecord| toolgate_store::Before {
-                created_at: r.created_at,
-                id: r.id.0,
-            },
-        )
+        let listed = paged(2, |before| {
+            let filter = toolgate_store::RunFilter {
+                principal: Some(me),
+                status: None,
+            };
+            store.list_runs(a.id, filter, before, 2)
+        })
         .await;
         assert!(listed.iter().all(|r| r.principal == me));
         assert_eq!(listed.iter().map(|r| r.id).collect::<Vec<_>>(), mine);
