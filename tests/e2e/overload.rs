@@ -384,44 +384,34 @@ async fn tenants_together_leave_connections_for_sign_ins_and_readiness() {
 }
 
 /// A key the gateway has not seen yet, presented while the pool has no connection to
-/// spare (here: eight policy writes waiting on a locked database file), is a 503 to
-/// retry, not a 500 (as it was: the key lookup's failure was taken for an internal
-/// error, and any request whose key fell out of the cache failed that way under load).
+/// spare (here: the pool's one connection held by a policy write waiting on a locked
+/// database file), is a 503 to retry, not a 500 (as it was: the key lookup's failure was
+/// taken for an internal error, and any request whose key fell out of the cache failed
+/// that way under load). Writes waiting for their turn at the lock hold no connection
+/// (see `toolgate_store::sqlite::Turn`), so one connection is all one write can hold.
 #[tokio::test]
 async fn a_key_looked_up_while_the_store_has_no_connection_is_503_not_500() {
     let gw = Gateway::start_with(|c| {
         c.database.statement_timeout_ms = 8000;
         c.database.acquire_timeout_ms = 200;
-        // No reserve, so that two tenants' shares can fill the pool (the default keeps
-        // some for sign-ins; see above).
+        c.database.max_connections = Some(1);
+        // No reserve, so that a tenant's write can take the pool's one connection (the
+        // default keeps some for sign-ins; see above).
         c.database.reserved_connections = Some(0);
     })
     .await;
-    let writers = [
-        toolgate_e2e::client_with_key(&gw.create_tenant("one").await),
-        toolgate_e2e::client_with_key(&gw.create_tenant("two").await),
-    ];
-    for client in &writers {
-        let me = client.get(gw.url("/v1/me")).send().await.expect("request");
-        assert_eq!(me.status(), 200);
-    }
+    let writer = toolgate_e2e::client_with_key(&gw.create_tenant("one").await);
+    let me = writer.get(gw.url("/v1/me")).send().await.expect("request");
+    assert_eq!(me.status(), 200);
     let unseen = toolgate_e2e::client_with_key(&gw.create_tenant("unseen").await);
     let mut locker = locked_file(&gw).await;
-    // Four writes per tenant (each tenant's share), each holding a connection while it
-    // waits for the lock: the pool's eight.
-    let waiting: Vec<_> = writers
-        .iter()
-        .flat_map(|client| std::iter::repeat_n(client, 4))
-        .map(|client| {
-            tokio::spawn(
-                client
-                    .put(gw.url("/v1/policy"))
-                    .json(&json!({"level": 1}))
-                    .send(),
-            )
-        })
-        .collect();
-    // Well inside the writes' 8 s wait, well past their taking the connections.
+    let waiting = vec![tokio::spawn(
+        writer
+            .put(gw.url("/v1/policy"))
+            .json(&json!({"level": 1}))
+            .send(),
+    )];
+    // Well inside the write's 8 s wait, well past its taking the connection.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let response = unseen.get(gw.url("/v1/me")).send().await.expect("request");
     let status = response.status();

@@ -69,7 +69,7 @@ macro_rules! audit_anchors {
                 // Two prunes of a tenant at once take turns: on Postgres the second's
                 // insert could otherwise find no newer base in its snapshot, then meet the
                 // first's, committed meanwhile, in the forward-only trigger, and fail.
-                let mut tx = self.$cross.begin().await?;
+                let mut tx = self.cross_tx().await?;
                 sqlx::query($lock).bind(tenant.to_string()).execute(&mut *tx).await?;
                 let moved = sqlx::query(insert)
                     .bind(tenant.to_string())
@@ -93,6 +93,7 @@ macro_rules! audit_anchors {
                       order by c.seq limit $3)",
                     u = $u
                 ));
+                let _turn = self.turn().await?;
                 Ok(sqlx::query(delete)
                     .bind(tenant.to_string())
                     .bind(base)
@@ -110,6 +111,7 @@ macro_rules! audit_anchors {
                      (select seq from audit_log where tenant_id = $1{u} and seq <= $2 order by seq limit $3)",
                     u = $u
                 ));
+                let _turn = self.turn().await?;
                 Ok(sqlx::query(delete)
                     .bind(tenant.to_string())
                     .bind(through)
@@ -156,7 +158,7 @@ macro_rules! audit_anchors {
                      values ($1{u}, $2, $3, $4, $5, $6) on conflict do nothing",
                     u = $u
                 ));
-                $once!(self, cp.tenant, |conn| {
+                $once!(self, cp.tenant, write |conn| {
                     sqlx::query(insert)
                         .bind(cp.tenant.to_string())
                         .bind(cp.seq)

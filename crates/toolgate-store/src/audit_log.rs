@@ -155,7 +155,7 @@ macro_rules! audit_reads {
                     u = $u,
                     j = $j
                 ));
-                $once!(self, record.tenant, |conn| {
+                $once!(self, record.tenant, write |conn| {
                     sqlx::query(insert)
                         .bind(record.call_id.to_string())
                         .bind(record.tenant.to_string())
@@ -310,6 +310,7 @@ macro_rules! audit_reads {
                 before: chrono::DateTime<chrono::Utc>,
                 limit: i64,
             ) -> Result<u64, StoreError> {
+                let _turn = self.turn().await?;
                 Ok(sqlx::query(
                     "delete from security_event where security_event_id in \
                      (select security_event_id from security_event where occurred_at < $1 \
@@ -330,6 +331,7 @@ macro_rules! audit_reads {
                 before: chrono::DateTime<chrono::Utc>,
                 limit: i64,
             ) -> Result<u64, StoreError> {
+                let _turn = self.turn().await?;
                 Ok(sqlx::query(
                     "delete from approval where approval_id in \
                      (select a.approval_id from approval a where a.status <> 'pending' \
@@ -357,7 +359,7 @@ macro_rules! audit_reads {
                 // runs in both statements.
                 const CHOSEN: &str = "select run_id from run where status in ('completed', 'failed', 'cancelled') \
                                       and finished_at < $1 order by run_id limit $2";
-                let mut tx = self.$cross.begin().await?;
+                let mut tx = self.cross_tx().await?;
                 sqlx::query(sql(format!("delete from run_event where run_id in ({CHOSEN})")))
                     .bind(before)
                     .bind(limit)
@@ -382,6 +384,7 @@ macro_rules! audit_reads {
                 route: &str,
                 reason: &str,
             ) -> Result<(), StoreError> {
+                let _turn = self.turn().await?;
                 sqlx::query(
                     "insert into security_event (occurred_at, source, route, reason) values ($1, $2, $3, $4)",
                 )

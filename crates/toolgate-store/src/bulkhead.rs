@@ -138,16 +138,38 @@ async fn until(
     }
 }
 
-/// A tenant's transaction, holding its place in the [`Bulkhead`] until it commits, rolls
-/// back or is dropped. Reaches the connection as the transaction does (`&mut *tx`).
+/// A transaction holding what it was given until it commits, rolls back or is dropped: a
+/// tenant's place in the [`Bulkhead`], and on SQLite a writer's turn at the write lock
+/// ([`crate::sqlite::Turn`]). Reaches the connection as the transaction does (`&mut *tx`).
 pub(crate) struct Held<DB: sqlx::Database> {
     tx: sqlx::Transaction<'static, DB>,
-    _place: Place,
+    _place: Option<Place>,
+    _turn: Option<crate::sqlite::Turn>,
 }
 
 impl<DB: sqlx::Database> Held<DB> {
+    /// A tenant's transaction, in its `place`.
     pub(crate) fn new(tx: sqlx::Transaction<'static, DB>, place: Place) -> Self {
-        Self { tx, _place: place }
+        Self {
+            tx,
+            _place: Some(place),
+            _turn: None,
+        }
+    }
+
+    /// A transaction across tenants, outside every tenant's share.
+    pub(crate) fn across(tx: sqlx::Transaction<'static, DB>) -> Self {
+        Self {
+            tx,
+            _place: None,
+            _turn: None,
+        }
+    }
+
+    /// The same, holding `turn` too.
+    pub(crate) fn taking(mut self, turn: crate::sqlite::Turn) -> Self {
+        self._turn = Some(turn);
+        self
     }
 
     pub(crate) async fn commit(self) -> Result<(), sqlx::Error> {

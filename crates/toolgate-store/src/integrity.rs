@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use toolgate_core::TenantId;
 
+use crate::batches::{BATCH, in_batches};
 use crate::model::{AuditBase, AuditRow, ChainBreak, Page, Pruned, PrunedHistory};
 use crate::{Store, StoreError, chain, checkpoint};
 
@@ -213,11 +214,11 @@ impl Store {
             return Ok(Pruned::default());
         };
         let deleted = in_batches(|| async move {
-            dispatch!(self, s => s.delete_pruned(tenant, through, PRUNE_BATCH).await)
+            dispatch!(self, s => s.delete_pruned(tenant, through, BATCH).await)
         })
         .await?;
         let checkpoints = in_batches(|| async move {
-            dispatch!(self, s => s.delete_pruned_checkpoints(tenant, through, PRUNE_BATCH).await)
+            dispatch!(self, s => s.delete_pruned_checkpoints(tenant, through, BATCH).await)
         })
         .await?;
         Ok(Pruned {
@@ -262,15 +263,15 @@ impl Store {
     /// MCP sessions and their events expire on their own.
     pub async fn prune_history(&self, before: DateTime<Utc>) -> Result<PrunedHistory, StoreError> {
         let runs = in_batches(|| async move {
-            dispatch!(self, s => s.delete_finished_runs(before, PRUNE_BATCH).await)
+            dispatch!(self, s => s.delete_finished_runs(before, BATCH).await)
         })
         .await?;
         let security_events = in_batches(|| async move {
-            dispatch!(self, s => s.delete_security_events(before, PRUNE_BATCH).await)
+            dispatch!(self, s => s.delete_security_events(before, BATCH).await)
         })
         .await?;
         let approvals = in_batches(|| async move {
-            dispatch!(self, s => s.delete_settled_approvals(before, PRUNE_BATCH).await)
+            dispatch!(self, s => s.delete_settled_approvals(before, BATCH).await)
         })
         .await?;
         Ok(PrunedHistory {
@@ -278,30 +279,6 @@ impl Store {
             security_events,
             approvals,
         })
-    }
-}
-
-/// Rows (or runs) a prune deletes per transaction: short ones beside the audit writer.
-const PRUNE_BATCH: i64 = 1_000;
-
-/// Runs `delete`, one batch of at most [`PRUNE_BATCH`], until a batch comes back short;
-/// how many went. After each batch it pauses as long as the batch took: SQLite's write
-/// lock is the whole database's, and the audit writer's commits get in between instead
-/// of waiting out their busy handler's back-off behind the next batch.
-async fn in_batches<F, Fut>(mut delete: F) -> Result<u64, StoreError>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<u64, StoreError>>,
-{
-    let mut deleted = 0;
-    loop {
-        let started = std::time::Instant::now();
-        let gone = delete().await?;
-        deleted += gone;
-        if gone < PRUNE_BATCH as u64 {
-            return Ok(deleted);
-        }
-        tokio::time::sleep(started.elapsed()).await;
     }
 }
 

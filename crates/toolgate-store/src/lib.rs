@@ -53,10 +53,17 @@ macro_rules! dispatch {
 /// Runs one statement for a tenant on SQLite: straight on the pool, in autocommit (a
 /// transaction would cost two more round trips to the connection's thread), the tenant
 /// wall being the statement's own `tenant_id` filter, in one of the tenant's places in
-/// the pool (see [`bulkhead`]). `$conn` is bound to the pool.
+/// the pool (see [`bulkhead`]). `$conn` is bound to the pool. A statement that writes
+/// says `write`, and waits its turn at the write lock ([`sqlite::Turn`]).
 macro_rules! sqlite_once {
     ($store:ident, $tenant:expr, |$conn:ident| $body:expr) => {{
         let _place = $store.bulkhead.enter($tenant).await?;
+        let $conn = &$store.pool;
+        $body
+    }};
+    ($store:ident, $tenant:expr, write |$conn:ident| $body:expr) => {{
+        let _place = $store.bulkhead.enter($tenant).await?;
+        let _turn = $store.turn().await?;
         let $conn = &$store.pool;
         $body
     }};
@@ -74,11 +81,15 @@ macro_rules! postgres_once {
         tx.commit().await?;
         done
     }};
+    ($store:ident, $tenant:expr, write |$conn:ident| $body:expr) => {
+        postgres_once!($store, $tenant, |$conn| $body)
+    };
 }
 
 pub mod approvals;
 mod audit_anchors;
 pub mod audit_log;
+mod batches;
 mod bulkhead;
 pub mod chain;
 pub mod checkpoint;

@@ -101,6 +101,7 @@ macro_rules! pin_store {
             pub async fn save_tool_pin(&self, pin: &PinRecord) -> Result<(), StoreError> {
                 // An upstream's definition may hold a NUL (see `text::jsonb_text`).
                 let text = |v: &Option<Value>| v.as_ref().map(crate::text::jsonb_text);
+                let _turn = self.turn().await?;
                 sqlx::query(sql(format!(
                     "insert into tool_pin (owner_id, upstream, tool, exported, pinned_hash, pinned, pending_hash, pending, \
                      findings, updated_at, approved_by, approved_at) \
@@ -158,6 +159,7 @@ macro_rules! pin_store {
                 owner: Uuid,
                 upstream: &str,
             ) -> Result<(), StoreError> {
+                let _turn = self.turn().await?;
                 sqlx::query(sql(format!(
                     "delete from tool_pin where owner_id = $1{u} and upstream = $2",
                     u = $u
@@ -179,7 +181,7 @@ macro_rules! pin_store {
                 hash: &str,
                 by: PrincipalId,
             ) -> Result<Option<PinRecord>, StoreError> {
-                let mut tx = self.$cross.begin().await?;
+                let mut tx = self.cross_tx().await?;
                 let row: Option<Row> = sqlx::query_as(sql(format!(
                     "update tool_pin set pinned_hash = pending_hash, pinned = pending, pending_hash = null, pending = null, \
                      findings = '[]', approved_by = $5{u}, approved_at = $6, updated_at = $6 \

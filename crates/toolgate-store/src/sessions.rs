@@ -8,6 +8,7 @@
 use chrono::{DateTime, Utc};
 use toolgate_core::{PrincipalId, TenantId};
 
+use crate::batches::{BATCH, in_batches};
 use crate::postgres::PostgresStore;
 use crate::sqlite::SqliteStore;
 use crate::text::{json_list, sql, uuid};
@@ -74,7 +75,7 @@ macro_rules! session_store {
                     "update mcp_session set log_level = $3 where session_id = $1 and tenant_id = $2{u}",
                     u = $u
                 ));
-                let done = $once!(self, tenant, |conn| {
+                let done = $once!(self, tenant, write |conn| {
                     sqlx::query(set)
                         .bind(id)
                         .bind(tenant.to_string())
@@ -120,7 +121,7 @@ macro_rules! session_store {
                      values ($1{u}, $2, $3, $4, $5, $6) returning event_seq",
                     u = $u
                 ));
-                Ok($once!(self, tenant, |conn| {
+                Ok($once!(self, tenant, write |conn| {
                     sqlx::query_scalar(insert)
                         .bind(tenant.to_string())
                         .bind(session)
@@ -176,6 +177,7 @@ macro_rules! session_store {
                 ids: &[String],
                 at: DateTime<Utc>,
             ) -> Result<(), StoreError> {
+                let _turn = self.turn().await?;
                 sqlx::query(sql(format!(
                     "update mcp_session set last_used_at = $2 where session_id in (select value from {each}($1{j}))",
                     each = $each,
@@ -188,12 +190,22 @@ macro_rules! session_store {
                 Ok(())
             }
 
-            pub async fn prune_mcp_sessions(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
-                let mut tx = self.$cross.begin().await?;
+            /// Ends up to `limit` of the sessions last used before `before`, the
+            /// longest unused first, with their stored events; how many went.
+            async fn prune_mcp_sessions(
+                &self,
+                before: DateTime<Utc>,
+                limit: i64,
+            ) -> Result<u64, StoreError> {
+                let mut tx = self.cross_tx().await?;
                 let gone: Vec<String> = sqlx::query_scalar(
-                    "delete from mcp_session where last_used_at < $1 returning session_id",
+                    "delete from mcp_session where session_id in \
+                     (select session_id from mcp_session where last_used_at < $1 \
+                      order by last_used_at limit $2) \
+                     returning session_id",
                 )
                 .bind(before)
+                .bind(limit)
                 .fetch_all(&mut *tx)
                 .await?;
                 sqlx::query(sql(format!(
@@ -208,11 +220,23 @@ macro_rules! session_store {
                 Ok(gone.len() as u64)
             }
 
-            pub async fn prune_mcp_events(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
-                let done = sqlx::query("delete from mcp_event where created_at < $1")
-                    .bind(before)
-                    .execute(&self.$cross)
-                    .await?;
+            /// Drops up to `limit` of the stored events older than `before`, the
+            /// oldest first; how many went.
+            async fn prune_mcp_events(
+                &self,
+                before: DateTime<Utc>,
+                limit: i64,
+            ) -> Result<u64, StoreError> {
+                let _turn = self.turn().await?;
+                let done = sqlx::query(
+                    "delete from mcp_event where event_seq in \
+                     (select event_seq from mcp_event where created_at < $1 \
+                      order by created_at limit $2)",
+                )
+                .bind(before)
+                .bind(limit)
+                .execute(&self.$cross)
+                .await?;
                 Ok(done.rows_affected())
             }
         }
@@ -273,10 +297,14 @@ impl toolgate_core::stores::SessionStore for Store {
     }
 
     /// Ends the sessions last seen in use before `before`, across tenants, with their
-    /// stored events (retention: a client coming back gets 404 and opens a new one).
-    /// Returns how many went.
+    /// stored events (retention: a client coming back gets 404 and opens a new one),
+    /// a thousand sessions per transaction with a pause after each. Returns how many
+    /// went.
     async fn prune_mcp_sessions(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
-        dispatch!(self, s => s.prune_mcp_sessions(before).await)
+        in_batches(
+            || async move { dispatch!(self, s => s.prune_mcp_sessions(before, BATCH).await) },
+        )
+        .await
     }
 
     /// Stores one SSE event of `stream` in `session`; returns its sequence number, unique
@@ -303,9 +331,11 @@ impl toolgate_core::stores::SessionStore for Store {
         dispatch!(self, s => s.mcp_events_after(tenant, session, seq).await)
     }
 
-    /// Drops stored SSE events older than `before`, across tenants (retention). Returns
-    /// how many went.
+    /// Drops stored SSE events older than `before`, across tenants (retention), a
+    /// thousand per statement with a pause after each: on SQLite every delete holds the
+    /// audit's commits behind it. Returns how many went.
     async fn prune_mcp_events(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
-        dispatch!(self, s => s.prune_mcp_events(before).await)
+        in_batches(|| async move { dispatch!(self, s => s.prune_mcp_events(before, BATCH).await) })
+            .await
     }
 }

@@ -156,6 +156,7 @@ macro_rules! tenancy_store {
                     name: name.to_owned(),
                     created_at: now(),
                 };
+                let _turn = self.turn().await?;
                 sqlx::query(sql(format!(
                     "insert into tenant (tenant_id, name, created_at) values ($1{u}, $2, $3)",
                     u = $u
@@ -214,7 +215,7 @@ macro_rules! tenancy_store {
                     u = $u
                 ));
                 let most = crate::Quotas::bound(self.limits.quotas.principals);
-                let inserted = $once!(self, tenant, |conn| {
+                let inserted = $once!(self, tenant, write |conn| {
                     sqlx::query(insert)
                         .bind(principal.id.to_string())
                         .bind(tenant.to_string())
@@ -303,7 +304,7 @@ macro_rules! tenancy_store {
                     u = $u
                 ));
                 let most = crate::Quotas::bound(self.limits.quotas.keys);
-                let inserted = $once!(self, tenant, |conn| {
+                let inserted = $once!(self, tenant, write |conn| {
                     sqlx::query(insert)
                         .bind(key.id.to_string())
                         .bind(tenant.to_string())
@@ -416,6 +417,7 @@ macro_rules! tenancy_store {
             }
 
             pub async fn touch_key(&self, key: Uuid, at: DateTime<Utc>) -> Result<(), StoreError> {
+                let _turn = self.turn().await?;
                 sqlx::query(sql(format!(
                     "update api_key set last_used_at = $2 where api_key_id = $1{u}",
                     u = $u

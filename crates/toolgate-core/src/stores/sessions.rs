@@ -59,8 +59,9 @@ pub trait SessionStore: Backend {
     ) -> Result<(), Self::Error>;
 
     /// Ends the sessions last seen in use before `before`, across tenants, with their
-    /// stored events (retention: a client coming back gets 404 and opens a new one).
-    /// Returns how many went.
+    /// stored events (retention: a client coming back gets 404 and opens a new one),
+    /// a thousand sessions per transaction with a pause after each. Returns how many
+    /// went.
     async fn prune_mcp_sessions(&self, before: DateTime<Utc>) -> Result<u64, Self::Error>;
 
     /// Stores one SSE event of `stream` in `session`; returns its sequence number, unique
@@ -85,7 +86,8 @@ pub trait SessionStore: Backend {
         seq: i64,
     ) -> Result<Vec<McpEvent>, Self::Error>;
 
-    /// Drops stored SSE events older than `before`, across tenants (retention). Returns
-    /// how many went.
+    /// Drops stored SSE events older than `before`, across tenants (retention), a
+    /// thousand per statement with a pause after each: on SQLite every delete holds the
+    /// audit's commits behind it. Returns how many went.
     async fn prune_mcp_events(&self, before: DateTime<Utc>) -> Result<u64, Self::Error>;
 }

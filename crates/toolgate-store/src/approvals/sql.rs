@@ -490,6 +490,7 @@ macro_rules! approval_store {
             pub async fn expire_approvals(
                 &self,
             ) -> Result<Vec<(TenantId, ApprovalId)>, StoreError> {
+                let _turn = self.turn().await?;
                 let rows: Vec<(String, String)> = sqlx::query_as(sql(format!(
                     "update approval set status = 'expired', call_arguments = null, \
                      reason = case when status = 'pending' then $2 else $3 end \
@@ -514,7 +515,7 @@ macro_rules! approval_store {
                 started_before: DateTime<Utc>,
                 result: &Value,
             ) -> Result<Vec<(TenantId, ApprovalId)>, StoreError> {
-                let mut tx = self.$cross.begin().await?;
+                let mut tx = self.cross_tx().await?;
                 let rows: Vec<(String, String)> = sqlx::query_as(sql(format!(
                     "update approval set result = $2{j} \
                      where status = 'approved' and adapter = 'rest' and run_id is null \

@@ -193,6 +193,17 @@ impl PostgresStore {
         ))
     }
 
+    /// A transaction across tenants on the owner's pool.
+    pub(crate) async fn cross_tx(&self) -> Result<Held<Postgres>, StoreError> {
+        Ok(Held::across(self.owner.begin().await?))
+    }
+
+    /// Nothing to wait for: Postgres locks rows, not the database, and queues its
+    /// waiters itself (SQLite's [`turn`](crate::sqlite::SqliteStore::turn)).
+    pub(crate) async fn turn(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// A transaction that only reads; on Postgres the same as [`Self::tenant_tx`].
     pub(crate) async fn tenant_read(&self, tenant: TenantId) -> Result<Held<Postgres>, StoreError> {
         self.tenant_tx(tenant).await

@@ -47,7 +47,7 @@ macro_rules! agent_store {
                     j = $j
                 ));
                 let most = crate::Quotas::bound(self.limits.quotas.agents);
-                let inserted = $once!(self, tenant, |conn| {
+                let inserted = $once!(self, tenant, write |conn| {
                     sqlx::query(insert)
                         .bind(record.id.to_string())
                         .bind(tenant.to_string())
@@ -110,7 +110,7 @@ macro_rules! agent_store {
                     u = $u,
                     j = $j
                 ));
-                let done = $once!(self, tenant, |conn| {
+                let done = $once!(self, tenant, write |conn| {
                     sqlx::query(update)
                         .bind(tenant.to_string())
                         .bind(agent.to_string())
@@ -129,7 +129,7 @@ macro_rules! agent_store {
                     "delete from agent where tenant_id = $1{u} and agent_id = $2{u}",
                     u = $u
                 ));
-                let done = $once!(self, tenant, |conn| {
+                let done = $once!(self, tenant, write |conn| {
                     sqlx::query(delete)
                         .bind(tenant.to_string())
                         .bind(agent.to_string())

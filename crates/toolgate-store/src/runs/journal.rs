@@ -66,7 +66,7 @@ impl SqliteStore {
         // SQLite commits every group durably.
         _durable: bool,
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.cross_tx().await?;
         let at = Utc::now();
         for (n, event) in events.iter().enumerate() {
             Self::insert_run_event(&mut tx, tenant, run, first_seq + n as i64, event, at).await?;

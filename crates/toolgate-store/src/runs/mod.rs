@@ -339,7 +339,7 @@ macro_rules! run_store {
                      and status in ('running', 'awaiting_approval')",
                     u = $u
                 ));
-                let done = $once!(self, tenant, |conn| {
+                let done = $once!(self, tenant, write |conn| {
                     sqlx::query(update)
                         .bind(tenant.to_string())
                         .bind(run.to_string())
@@ -355,6 +355,7 @@ macro_rules! run_store {
                 runs: &[RunId],
                 until: DateTime<Utc>,
             ) -> Result<Vec<RunId>, StoreError> {
+                let _turn = self.turn().await?;
                 let rows: Vec<(String, bool)> = sqlx::query_as(sql(format!(
                     "update run set lease_until = $3 where run_id in (select value{u} from {each}($2{jl})) \
                      and owner = $1 and status = 'running' returning run_id{t}, cancel_requested",
@@ -381,6 +382,7 @@ macro_rules! run_store {
                 limit: i64,
                 expired_before: DateTime<Utc>,
             ) -> Result<Vec<RunRecord>, StoreError> {
+                let _turn = self.turn().await?;
                 let rows: Vec<RunRow> = sqlx::query_as(sql(format!(
                     "update run set status = 'running', owner = $1, lease_until = $2 where run_id in \
                      ({claimable}) returning {columns}",

@@ -136,11 +136,13 @@ impl SqliteStore {
     /// audit writer calls it from a thread of its own (see [`crate::AuditWriter`]), the
     /// only other caller is start-up recovery. The connection is held from one batch to
     /// the next and dropped after a failed batch (its state is then unknown); the next
-    /// batch opens a new one.
+    /// batch opens a new one. Each batch waits its [`Turn`](super::Turn) at the write
+    /// lock: a write of another task waiting before it goes first.
     pub async fn append_audit(&self, records: &[AuditRecord]) -> Result<(), StoreError> {
         if records.is_empty() {
             return Ok(());
         }
+        let _turn = self.turn().await?;
         let mut held = self
             .audit_conn
             .lock()

@@ -35,7 +35,24 @@ pub struct SqliteStore {
     pub(crate) notifier: crate::notify::Notifier,
     /// Each tenant's share of the pool.
     pub(crate) bulkhead: Arc<crate::bulkhead::Bulkhead>,
+    /// The write lock's turns among this process's connections (see [`Turn`]).
+    writes: Arc<tokio::sync::Mutex<()>>,
 }
+
+/// A turn at SQLite's write lock, held by a writer of this process from before it takes a
+/// connection until its write ends. SQLite's lock is the whole file's, and a connection
+/// finding it taken waits in SQLite's busy handler, polling with sleeps of up to 100 ms:
+/// beside the audit writer, which commits batch after batch under load, a lone insert
+/// waited up to half a second and a sweep's deletes a second each, the lock almost never
+/// free at the instant of a poll. Turns are first come, first served (a Tokio mutex), so
+/// a write waits for the ones ahead of it only. The busy handler still arbitrates with
+/// other processes (`toolgate audit prune`, a backup). Taken before a connection, never
+/// while holding one: a connection is then only ever held by the turn's holder or by a
+/// read, and neither waits for a turn.
+pub(crate) type Turn = tokio::sync::OwnedMutexGuard<()>;
+
+/// The longest a readiness probe waits for the write lock.
+const PROBE_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
 
 impl SqliteStore {
     /// A transaction holding the write lock from its start (`BEGIN IMMEDIATE`): a
@@ -43,13 +60,36 @@ impl SqliteStore {
     /// another connection wrote in between, which waiting cannot cure. SQLite has one
     /// tenant wall (the queries' own `tenant_id` filters), so the tenant is not named to
     /// the database as on Postgres.
-    /// It holds one of the tenant's places in the pool (see [`crate::bulkhead`]).
+    /// It holds one of the tenant's places in the pool (see [`crate::bulkhead`]) and the
+    /// write lock's [`Turn`].
     pub(crate) async fn tenant_tx(&self, tenant: TenantId) -> Result<Held<Sqlite>, StoreError> {
         let place = self.bulkhead.enter(tenant).await?;
-        Ok(Held::new(
-            self.pool.begin_with("BEGIN IMMEDIATE").await?,
-            place,
-        ))
+        let turn = self.turn().await?;
+        Ok(Held::new(self.pool.begin_with("BEGIN IMMEDIATE").await?, place).taking(turn))
+    }
+
+    /// A transaction across tenants that writes: `BEGIN IMMEDIATE`, holding the write
+    /// lock's [`Turn`].
+    pub(crate) async fn cross_tx(&self) -> Result<Held<Sqlite>, StoreError> {
+        let turn = self.turn().await?;
+        Ok(Held::across(self.pool.begin_with("BEGIN IMMEDIATE").await?).taking(turn))
+    }
+
+    /// This process's next turn at the write lock, waited for as long as for a pooled
+    /// connection (then [`StoreError::Busy`], a 503): a queue, as the pool's.
+    pub(crate) async fn turn(&self) -> Result<Turn, StoreError> {
+        self.turn_within(self.limits.acquire_timeout).await
+    }
+
+    async fn turn_within(&self, wait: std::time::Duration) -> Result<Turn, StoreError> {
+        tokio::time::timeout(wait, self.writes.clone().lock_owned())
+            .await
+            .map_err(|_| {
+                StoreError::Busy(format!(
+                    "the database's write lock was not free within {} ms",
+                    wait.as_millis()
+                ))
+            })
     }
 
     /// A transaction that only reads: deferred, so it takes no write lock and never
@@ -91,6 +131,7 @@ impl SqliteStore {
             limits,
             notifier: crate::notify::Notifier::default(),
             bulkhead: crate::bulkhead::Bulkhead::new(&limits, size),
+            writes: Arc::default(),
         })
     }
 
@@ -99,6 +140,7 @@ impl SqliteStore {
     pub async fn reopen(&self) -> Result<Self, StoreError> {
         let mut reopened = Self::open(&self.path, self.limits).await?;
         reopened.notifier = self.notifier.clone();
+        reopened.writes = self.writes.clone();
         Ok(reopened)
     }
 
@@ -133,8 +175,9 @@ impl SqliteStore {
     }
 
     /// Whether a write could be committed now: takes the write lock briefly (waiting at
-    /// most 250 ms for it), then lets go.
+    /// most 250 ms for its turn, and as long for another process's), then lets go.
     pub async fn probe_write(&self) -> Result<(), StoreError> {
+        let _turn = self.turn_within(PROBE_WAIT).await?;
         let mut conn = self.pool.acquire().await?;
         sqlx::query("pragma busy_timeout = 250")
             .execute(&mut *conn)
