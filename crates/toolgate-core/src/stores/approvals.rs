@@ -41,6 +41,19 @@ pub struct ApprovalRecord {
 }
 
 impl ApprovalRecord {
+    /// Whether `auth` may read this approval (else it is "not found"): one of its
+    /// tenant's, asked for by `auth`, or read by someone who may decide approvals or
+    /// reads the audit log.
+    pub fn is_visible_to(&self, auth: &crate::AuthContext) -> bool {
+        use crate::auth::scopes;
+        self.tenant == auth.tenant
+            && (self.requester == auth.principal.id
+                || auth.has_scope(scopes::APPROVALS_DECIDE)
+                || auth.has_scope(scopes::AUDIT_READ))
+    }
+}
+
+impl ApprovalRecord {
     /// Pending and not yet past its time.
     pub fn is_open(&self, now: DateTime<Utc>) -> bool {
         self.status == ApprovalStatus::Pending && self.expires_at > now
@@ -185,4 +198,56 @@ pub trait ApprovalStore: Backend {
         run: RunId,
         reason: &str,
     ) -> Result<Vec<ApprovalId>, Self::Error>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::scopes;
+    use crate::stores::runs::tests::member;
+
+    #[test]
+    fn an_approval_is_read_by_its_requester_its_deciders_and_audit_readers_only() {
+        let tenant = TenantId::new();
+        let ann = member(tenant, &[scopes::TOOLS_INVOKE]);
+        let bob = member(tenant, &[scopes::TOOLS_INVOKE]);
+        let decider = member(tenant, &[scopes::APPROVALS_DECIDE]);
+        let auditor = member(tenant, &[scopes::AUDIT_READ]);
+        let outsider = member(
+            TenantId::new(),
+            &[scopes::APPROVALS_DECIDE, scopes::AUDIT_READ],
+        );
+        let now = Utc::now();
+        let record = ApprovalRecord {
+            id: ApprovalId(uuid::Uuid::now_v7()),
+            tenant,
+            call_id: CallId::new(),
+            tool: "execute_command".into(),
+            risk: crate::Risk::High,
+            adapter: crate::Adapter::Rest,
+            arguments: serde_json::json!({}),
+            arguments_hash: String::new(),
+            call_arguments: None,
+            requester: ann.principal.id,
+            requester_name: "ann".into(),
+            auth: ann.clone(),
+            run_id: None,
+            step: None,
+            agent: None,
+            status: ApprovalStatus::Pending,
+            reason: None,
+            decided_by: None,
+            decided_by_name: None,
+            decided_at: None,
+            expires_at: now,
+            created_at: now,
+            used_at: None,
+            result: None,
+        };
+        assert!(record.is_visible_to(&ann));
+        assert!(!record.is_visible_to(&bob), "a colleague's call");
+        assert!(record.is_visible_to(&decider));
+        assert!(record.is_visible_to(&auditor));
+        assert!(!record.is_visible_to(&outsider), "another tenant's");
+    }
 }

@@ -16,7 +16,7 @@ mod sessions;
 mod upstreams;
 
 pub use approvals::{ApprovalRecord, ApprovalStatus, ApprovalStore, Decision};
-pub use runs::{NewRun, RunEventRecord, RunFinish, RunRecord, RunStatus, RunStore};
+pub use runs::{NewRun, RunEventRecord, RunFinish, RunRecord, RunStatus, RunStore, sees_every_run};
 pub use sessions::{McpEvent, McpSession, SessionStore};
 pub use upstreams::{PinRecord, PinStore, UpstreamRecord, UpstreamStore};
 

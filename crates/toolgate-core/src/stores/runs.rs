@@ -31,6 +31,28 @@ pub struct RunRecord {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
+/// Whether `auth` sees every run of its tenant: with `audit:read`, as it reads every call
+/// in the audit log. Without it a principal sees the runs it started: a run holds its
+/// input, the results of the tools it called and its answer, which are its principal's
+/// and may hold what a colleague could not call for itself. Whatever the front door.
+pub fn sees_every_run(auth: &crate::AuthContext) -> bool {
+    auth.has_scope(crate::auth::scopes::AUDIT_READ)
+}
+
+impl RunRecord {
+    /// Whether `auth` may see this run (else it is "not found", as another tenant's):
+    /// one of its tenant's, started by `auth` or seen by [`sees_every_run`].
+    pub fn is_visible_to(&self, auth: &crate::AuthContext) -> bool {
+        self.tenant == auth.tenant && (self.principal == auth.principal.id || sees_every_run(auth))
+    }
+
+    /// The scope cancelling this run needs beyond `agents:run` and seeing it:
+    /// `agents:manage` for another principal's run.
+    pub fn cancelling_needs(&self, auth: &crate::AuthContext) -> Option<&'static str> {
+        (self.principal != auth.principal.id).then_some(crate::auth::scopes::AGENTS_MANAGE)
+    }
+}
+
 /// Where a run stands; stored and shown as its snake-case name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -167,4 +189,82 @@ pub trait RunStore: Backend {
         limit: i64,
         expired_before: DateTime<Utc>,
     ) -> Result<Vec<RunRecord>, Self::Error>;
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::auth::scopes;
+    use crate::{AuthContext, Principal, PrincipalKind};
+
+    /// A member of `tenant` holding `scopes`.
+    pub(crate) fn member(tenant: TenantId, scopes: &[&str]) -> AuthContext {
+        AuthContext {
+            tenant,
+            tenant_name: "acme".into(),
+            principal: Principal {
+                id: PrincipalId::new(),
+                name: "ann".into(),
+                kind: PrincipalKind::User,
+            },
+            roles: vec!["member".into()],
+            scopes: scopes.iter().map(|s| (*s).to_owned()).collect(),
+            key: None,
+        }
+    }
+
+    fn run_of(auth: &AuthContext) -> RunRecord {
+        RunRecord {
+            id: RunId(Uuid::now_v7()),
+            tenant: auth.tenant,
+            agent_id: Uuid::now_v7(),
+            agent_name: "helper".into(),
+            principal: auth.principal.id,
+            auth: auth.clone(),
+            agent_config: serde_json::json!({}),
+            input: "hi".into(),
+            status: RunStatus::Running,
+            output: None,
+            best_effort: false,
+            error: None,
+            usage: None,
+            cancel_requested: false,
+            created_at: Utc::now(),
+            finished_at: None,
+        }
+    }
+
+    #[test]
+    fn a_principal_sees_and_cancels_its_own_runs_and_audit_readers_see_all() {
+        let tenant = TenantId::new();
+        let ann = member(tenant, &[scopes::AGENTS_RUN]);
+        let bob = member(tenant, &[scopes::AGENTS_RUN]);
+        let auditor = member(tenant, &[scopes::AGENTS_RUN, scopes::AUDIT_READ]);
+        let manager = member(
+            tenant,
+            &[
+                scopes::AGENTS_RUN,
+                scopes::AUDIT_READ,
+                scopes::AGENTS_MANAGE,
+            ],
+        );
+        let outsider = member(TenantId::new(), &[scopes::AGENTS_RUN, scopes::AUDIT_READ]);
+        let anns = run_of(&ann);
+
+        assert!(anns.is_visible_to(&ann));
+        assert_eq!(anns.cancelling_needs(&ann), None);
+        assert!(!anns.is_visible_to(&bob), "a colleague's run");
+        assert!(anns.is_visible_to(&auditor));
+        assert_eq!(
+            anns.cancelling_needs(&auditor),
+            Some(scopes::AGENTS_MANAGE),
+            "seeing another's run is not cancelling it"
+        );
+        assert!(anns.is_visible_to(&manager));
+        assert!(
+            !anns.is_visible_to(&outsider),
+            "another tenant's, whatever its scopes"
+        );
+        assert!(!sees_every_run(&bob) && sees_every_run(&auditor));
+    }
 }

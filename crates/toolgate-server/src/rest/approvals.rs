@@ -352,12 +352,6 @@ async fn get_approval(
     Ok(AppJson(ApprovalView::from(&record)))
 }
 
-fn may_read(caller: &Caller, record: &ApprovalRecord) -> bool {
-    record.requester == caller.auth.principal.id
-        || caller.auth.has_scope(scopes::APPROVALS_DECIDE)
-        || caller.auth.has_scope(scopes::AUDIT_READ)
-}
-
 async fn visible_approval(
     app: &AppState,
     caller: &Caller,
@@ -366,7 +360,7 @@ async fn visible_approval(
     app.store
         .get_approval(caller.auth.tenant, id)
         .await?
-        .filter(|r| may_read(caller, r))
+        .filter(|r| r.is_visible_to(&caller.auth))
         .ok_or_else(|| ToolError::not_found(format!("no approval {id} in your tenant")).into())
 }
 
@@ -505,7 +499,7 @@ async fn get_call(
         .store
         .approval_for_call(caller.auth.tenant, CallId(call_id))
         .await?
-        .filter(|r| may_read(&caller, r))
+        .filter(|r| r.is_visible_to(&caller.auth))
         .ok_or_else(|| {
             ToolError::not_found(format!(
                 "no call {call_id} waited for approval in your tenant"

@@ -15,7 +15,7 @@ use futures::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolgate_core::auth::scopes;
-use toolgate_core::stores::RunStatus;
+use toolgate_core::stores::{RunStatus, sees_every_run};
 use toolgate_core::{RunId, TenantId, ToolError};
 use toolgate_store::runs::STEPS_PER_READ;
 use toolgate_store::{Page, RunEventRecord, RunFilter, RunRecord};
@@ -141,22 +141,14 @@ fn not_found(run: RunId) -> ApiError {
     ToolError::not_found(format!("no run {run} in your tenant")).into()
 }
 
-/// Whether `caller` sees every run of its tenant: with `audit:read`, as it reads every
-/// call in the audit log. Without it a caller sees the runs it started, and a colleague's
-/// run is "not found", as another tenant's is: its input, its tools' results and its
-/// answer are the colleague's, and may hold what the caller could not call for itself.
-fn sees_all_runs(caller: &Caller) -> bool {
-    caller.auth.has_scope(scopes::AUDIT_READ)
-}
-
-/// The run `run` of the caller's tenant, if the caller may see it (else 404).
+/// The run `run` of the caller's tenant, if the caller may see it (else 404; see
+/// [`RunRecord::is_visible_to`]).
 async fn visible_run(app: &AppState, caller: &Caller, run: RunId) -> Result<RunRecord, ApiError> {
-    match app.store.get_run(caller.auth.tenant, run).await? {
-        Some(record) if record.principal == caller.auth.principal.id || sees_all_runs(caller) => {
-            Ok(record)
-        }
-        _ => Err(not_found(run)),
-    }
+    app.store
+        .get_run(caller.auth.tenant, run)
+        .await?
+        .filter(|record| record.is_visible_to(&caller.auth))
+        .ok_or_else(|| not_found(run))
 }
 
 /// The run with its steps after step `after`, as many as one read returns, if the
@@ -228,7 +220,7 @@ async fn list_runs(
     let before = before(query.cursor.as_deref())?;
     let limit = bounded("limit", query.limit, 50, 1..=500)?;
     let filter = RunFilter {
-        principal: (!sees_all_runs(&caller)).then_some(caller.auth.principal.id),
+        principal: (!sees_every_run(&caller.auth)).then_some(caller.auth.principal.id),
         status,
     };
     let page = app
@@ -475,8 +467,8 @@ async fn cancel_run(
     let tenant = caller.auth.tenant;
     let run = RunId(id);
     let record = visible_run(&app, &caller, run).await?;
-    if record.principal != caller.auth.principal.id {
-        caller.require(scopes::AGENTS_MANAGE)?;
+    if let Some(scope) = record.cancelling_needs(&caller.auth) {
+        caller.require(scope)?;
     }
     if !app.runs.cancel(tenant, run).await? {
         return Err(ApiError::Conflict("the run has already ended".into()));
