@@ -182,6 +182,20 @@ async fn alert_rules_and_the_dashboard_work_on_prometheus_scraping_a_gateway() {
             "{exposition}"
         );
     }
+    // SQLite's write turns: the calls' audit batches (and the run's steps) took theirs,
+    // and none is waiting now.
+    let value = |name: &str| {
+        samples(&exposition)
+            .into_iter()
+            .find(|(n, _, _)| n == name)
+            .map(|(_, _, v)| v)
+    };
+    assert!(
+        value("toolgate_store_write_turns_total").is_some_and(|v| v > 0.0),
+        "{exposition}"
+    );
+    assert_eq!(value("toolgate_store_write_turns_waiting"), Some(0.0));
+    assert!(value("toolgate_store_write_turns_wait_seconds_total").is_some_and(|v| v >= 0.0));
     // The alerts' expressions as Prometheus loaded them from deploy/alerts.yml.
     let alerting = prometheus.saw(&queries).await;
     assert_eq!(alerting.len(), 8, "{alerting:?}");

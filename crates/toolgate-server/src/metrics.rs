@@ -17,7 +17,7 @@ use anyhow::Context as _;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Meter, MeterProvider as _};
+use opentelemetry::metrics::{AsyncInstrument, Meter, MeterProvider as _};
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use prometheus::{Encoder, TextEncoder};
 use tokio_util::sync::CancellationToken;
@@ -109,22 +109,36 @@ impl Telemetry {
         if !self.enabled {
             return;
         }
-        let gauge = |name: &'static str,
-                     description: &'static str,
-                     unit: &'static str,
-                     read: fn(&S) -> u64| {
+        // A gauge (`counter` false) or a counter read from the state when scraped.
+        let observed = |counter: bool,
+                        name: &'static str,
+                        description: &'static str,
+                        unit: &'static str,
+                        read: fn(&S) -> u64| {
             let weak = state.clone();
-            self.meter
-                .u64_observable_gauge(name)
-                .with_description(description)
-                .with_unit(unit)
-                .with_callback(move |observer| {
-                    if let Some(state) = weak.upgrade() {
-                        observer.observe(read(&state), &[]);
-                    }
-                })
-                .build();
+            let callback = move |observer: &dyn AsyncInstrument<u64>| {
+                if let Some(state) = weak.upgrade() {
+                    observer.observe(read(&state), &[]);
+                }
+            };
+            if counter {
+                let counter = self.meter.u64_observable_counter(name);
+                counter
+                    .with_description(description)
+                    .with_unit(unit)
+                    .with_callback(callback)
+                    .build();
+            } else {
+                let gauge = self.meter.u64_observable_gauge(name);
+                gauge
+                    .with_description(description)
+                    .with_unit(unit)
+                    .with_callback(callback)
+                    .build();
+            }
         };
+        let gauge = |name, description, unit, read| observed(false, name, description, unit, read);
+        let counter = |name, description, unit, read| observed(true, name, description, unit, read);
         gauge(
             "toolgate.audit.queue.depth",
             "Audit records waiting to be committed",
@@ -161,14 +175,32 @@ impl Telemetry {
             "{operation}",
             S::tenant_operations,
         );
+        counter(
+            "toolgate.store.tenant_operations.refused",
+            "Tenants' database operations refused (503) because their share, or all tenants' places, were full",
+            "{operation}",
+            S::tenant_operations_refused,
+        );
+        gauge(
+            "toolgate.store.write_turns.waiting",
+            "Writes of this instance waiting for their turn at SQLite's write lock (0 on Postgres)",
+            "{write}",
+            |s| s.write_turns().waiting,
+        );
+        counter(
+            "toolgate.store.write_turns",
+            "Turns this instance's writes took at SQLite's write lock (0 on Postgres)",
+            "{turn}",
+            |s| s.write_turns().taken,
+        );
         let weak = state.clone();
         self.meter
-            .u64_observable_counter("toolgate.store.tenant_operations.refused")
-            .with_description("Tenants' database operations refused (503) because their share, or all tenants' places, were full")
-            .with_unit("{operation}")
+            .f64_observable_counter("toolgate.store.write_turns.wait")
+            .with_description("Time this instance's writes spent waiting for their turn at SQLite's write lock, in all")
+            .with_unit("s")
             .with_callback(move |observer| {
                 if let Some(state) = weak.upgrade() {
-                    observer.observe(state.tenant_operations_refused(), &[]);
+                    observer.observe(state.write_turns().waited_secs, &[]);
                 }
             })
             .build();
@@ -264,6 +296,8 @@ pub trait Observed: Send + Sync + 'static {
     /// Tenants' database operations refused since start (their share, or all tenants'
     /// places, full).
     fn tenant_operations_refused(&self) -> u64;
+    /// How this instance's writes took their turns at SQLite's write lock.
+    fn write_turns(&self) -> toolgate_store::sqlite::WriteTurns;
 }
 
 impl Drop for Telemetry {

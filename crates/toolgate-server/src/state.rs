@@ -107,4 +107,8 @@ impl crate::metrics::Observed for Shared {
     fn tenant_operations_refused(&self) -> u64 {
         self.store.tenant_operations().1
     }
+
+    fn write_turns(&self) -> toolgate_store::sqlite::WriteTurns {
+        self.store.write_turns()
+    }
 }

@@ -257,6 +257,15 @@ impl Store {
         dispatch!(self, s => s.bulkhead.load())
     }
 
+    /// How this process's writes to SQLite took their turns at its write lock (see
+    /// [`sqlite::WriteTurns`]); zeros on Postgres.
+    pub fn write_turns(&self) -> sqlite::WriteTurns {
+        match self {
+            Store::Postgres(_) => sqlite::WriteTurns::default(),
+            Store::Sqlite(s) => s.write_turns(),
+        }
+    }
+
     /// Postgres when `database_url` is set, else SQLite at `<data_dir>/toolgate.db`.
     pub async fn open(database_url: Option<&str>, data_dir: &Path) -> Result<Store, StoreError> {
         Self::open_with(database_url, data_dir, StoreLimits::default()).await

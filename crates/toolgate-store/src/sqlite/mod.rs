@@ -37,6 +37,26 @@ pub struct SqliteStore {
     pub(crate) bulkhead: Arc<crate::bulkhead::Bulkhead>,
     /// The write lock's turns among this process's connections (see [`Turn`]).
     writes: Arc<tokio::sync::Mutex<()>>,
+    /// How the turns went, for the metrics.
+    turns: Arc<TurnCounts>,
+}
+
+/// Writers waiting for their turn now, turns taken, and the time spent waiting for them.
+#[derive(Debug, Default)]
+struct TurnCounts {
+    waiting: std::sync::atomic::AtomicU64,
+    taken: std::sync::atomic::AtomicU64,
+    waited_nanos: std::sync::atomic::AtomicU64,
+}
+
+/// This process's writes to the SQLite file: how many wait for their [`Turn`] now, how
+/// many turns were taken since start, and how long they waited in all (all 0 on
+/// Postgres, which has no such lock).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct WriteTurns {
+    pub waiting: u64,
+    pub taken: u64,
+    pub waited_secs: f64,
 }
 
 /// A turn at SQLite's write lock, held by a writer of this process from before it takes a
@@ -82,14 +102,22 @@ impl SqliteStore {
     }
 
     async fn turn_within(&self, wait: std::time::Duration) -> Result<Turn, StoreError> {
-        tokio::time::timeout(wait, self.writes.clone().lock_owned())
-            .await
-            .map_err(|_| {
-                StoreError::Busy(format!(
-                    "the database's write lock was not free within {} ms",
-                    wait.as_millis()
-                ))
-            })
+        use std::sync::atomic::Ordering::Relaxed;
+        let started = std::time::Instant::now();
+        self.turns.waiting.fetch_add(1, Relaxed);
+        let turn = tokio::time::timeout(wait, self.writes.clone().lock_owned()).await;
+        self.turns.waiting.fetch_sub(1, Relaxed);
+        let waited = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.turns.waited_nanos.fetch_add(waited, Relaxed);
+        if turn.is_ok() {
+            self.turns.taken.fetch_add(1, Relaxed);
+        }
+        turn.map_err(|_| {
+            StoreError::Busy(format!(
+                "the database's write lock was not free within {} ms",
+                wait.as_millis()
+            ))
+        })
     }
 
     /// A transaction that only reads: deferred, so it takes no write lock and never
@@ -132,6 +160,7 @@ impl SqliteStore {
             notifier: crate::notify::Notifier::default(),
             bulkhead: crate::bulkhead::Bulkhead::new(&limits, size),
             writes: Arc::default(),
+            turns: Arc::default(),
         })
     }
 
@@ -141,6 +170,7 @@ impl SqliteStore {
         let mut reopened = Self::open(&self.path, self.limits).await?;
         reopened.notifier = self.notifier.clone();
         reopened.writes = self.writes.clone();
+        reopened.turns = self.turns.clone();
         Ok(reopened)
     }
 
@@ -231,6 +261,16 @@ impl SqliteStore {
         if let Err(err) = written {
             let _ = std::fs::remove_file(&temp);
             tracing::warn!(error = %err, path = %signal.display(), "could not signal a key revocation to running gateways; they notice it within a second");
+        }
+    }
+
+    /// How this process's writes took their turns so far.
+    pub fn write_turns(&self) -> WriteTurns {
+        use std::sync::atomic::Ordering::Relaxed;
+        WriteTurns {
+            waiting: self.turns.waiting.load(Relaxed),
+            taken: self.turns.taken.load(Relaxed),
+            waited_secs: self.turns.waited_nanos.load(Relaxed) as f64 / 1e9,
         }
     }
 
