@@ -12,7 +12,10 @@
 //! upstreams, the audit log's reads) lives in one module, where one `macro_rules!` writes
 //! it for both backends: ids and JSON travel as text and are cast on Postgres, a tenant's
 //! statements run in a transaction naming the tenant on Postgres (row-level security)
-//! and straight on the pool on SQLite (`sqlite_once` / `postgres_once`). What differs
+//! and straight on the pool on SQLite (`sqlite_once` / `postgres_once`); on SQLite every
+//! write of the process first waits its turn at the file's one write lock
+//! (`sqlite::Turn`: `tenant_tx`, `cross_tx`, `$once!(…, write |conn| …)`, `turn()`; on
+//! Postgres these take no turn). What differs
 //! for a measured reason stays with its backend: the audit log's writes and a run
 //! journal's append.
 //!
@@ -36,6 +39,7 @@
 //!   and each tenant's [`Quotas`].
 //! - `bulkhead`: each tenant's share of the pool (`StoreLimits::per_tenant`), and the
 //!   reserve all tenants leave (`StoreLimits::reserved`).
+//! - `batches`: deletes of many rows made as many short ones (retention, the MCP sweeps).
 //! - [`sqlite`], [`postgres`]: the two backends: connecting, and the audit log's writes
 //!   (`audit.rs`), which differ for a measured reason; [`audit_log`]'s reads and intents are shared.
 
