@@ -109,36 +109,29 @@ impl Telemetry {
         if !self.enabled {
             return;
         }
-        // A gauge (`counter` false) or a counter read from the state when scraped.
-        let observed = |counter: bool,
-                        name: &'static str,
-                        description: &'static str,
-                        unit: &'static str,
-                        read: fn(&S) -> u64| {
+        // The callback reading an instrument's value from the state when scraped.
+        let read_from = |read: fn(&S) -> u64| {
             let weak = state.clone();
-            let callback = move |observer: &dyn AsyncInstrument<u64>| {
+            move |observer: &dyn AsyncInstrument<u64>| {
                 if let Some(state) = weak.upgrade() {
                     observer.observe(read(&state), &[]);
                 }
-            };
-            if counter {
-                let counter = self.meter.u64_observable_counter(name);
-                counter
-                    .with_description(description)
-                    .with_unit(unit)
-                    .with_callback(callback)
-                    .build();
-            } else {
-                let gauge = self.meter.u64_observable_gauge(name);
-                gauge
-                    .with_description(description)
-                    .with_unit(unit)
-                    .with_callback(callback)
-                    .build();
             }
         };
-        let gauge = |name, description, unit, read| observed(false, name, description, unit, read);
-        let counter = |name, description, unit, read| observed(true, name, description, unit, read);
+        let gauge = |name, description, unit, read| {
+            let gauge = self.meter.u64_observable_gauge(name).with_unit(unit);
+            gauge
+                .with_description(description)
+                .with_callback(read_from(read))
+                .build();
+        };
+        let counter = |name, description, unit, read| {
+            let counter = self.meter.u64_observable_counter(name).with_unit(unit);
+            counter
+                .with_description(description)
+                .with_callback(read_from(read))
+                .build();
+        };
         gauge(
             "toolgate.audit.queue.depth",
             "Audit records waiting to be committed",

@@ -51,9 +51,7 @@ impl ApprovalRecord {
                 || auth.has_scope(scopes::APPROVALS_DECIDE)
                 || auth.has_scope(scopes::AUDIT_READ))
     }
-}
 
-impl ApprovalRecord {
     /// Pending and not yet past its time.
     pub fn is_open(&self, now: DateTime<Utc>) -> bool {
         self.status == ApprovalStatus::Pending && self.expires_at > now
