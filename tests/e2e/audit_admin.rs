@@ -27,6 +27,7 @@ async fn administrative_changes_are_audited_without_their_secrets() {
     let changed = gw
         .http
         .put(gw.url(&format!("/v1/agents/{id}")))
+        .header("x-request-id", "change-agent-7")
         .json(&json!({"name": "helper", "provider": "llm", "model": "m2"}))
         .send()
         .await
@@ -72,6 +73,8 @@ async fn administrative_changes_are_audited_without_their_secrets() {
     assert_eq!(rows[2]["arguments"]["id"], key.as_str(), "{page}");
     assert_eq!(rows[3]["arguments"]["level"], 3, "{page}");
     assert_eq!(rows[5]["arguments"]["config"]["model"], "m2", "{page}");
+    // The row names the request that made the change, as the caller sent its id.
+    assert_eq!(rows[5]["request_id"], "change-agent-7", "{page}");
     for row in &rows {
         assert_eq!(row["outcome"], "ok", "{row}");
         assert!(

@@ -164,10 +164,16 @@ impl Authenticator {
         } else {
             return Err(unauthenticated("invalid credentials"));
         };
+        let request_id = match parts.extensions.get::<crate::request_id::RequestId>() {
+            Some(id) => id.0.clone(),
+            // Only outside a request (`still_valid`): the observe layer gives each one.
+            None => Uuid::now_v7().to_string().into(),
+        };
         Ok(Caller {
             auth,
             toolset: Toolset::all(),
             subject_token,
+            request_id,
         })
     }
 
@@ -443,6 +449,8 @@ pub struct Caller {
     /// The JWT the caller signed in with (none for an API key), for upstreams that
     /// exchange it.
     pub subject_token: Option<toolgate_core::SubjectToken>,
+    /// The request's id (`crate::request_id`), for its audit rows.
+    pub request_id: Arc<str>,
 }
 
 impl Caller {

@@ -193,9 +193,6 @@ pub struct CreatedTenant {
 async fn create_tenant(
     State(app): State<AppState>,
     caller: Caller,
-    axum::Extension(crate::request_id::RequestId(request_id)): axum::Extension<
-        crate::request_id::RequestId,
-    >,
     AppJson(body): AppJson<CreateTenant>,
 ) -> Result<(StatusCode, AppJson<CreatedTenant>), ApiError> {
     caller.require(TENANTS_MANAGE)?;
@@ -203,15 +200,7 @@ async fn create_tenant(
     let (admin, key, secret) =
         crate::bootstrap::create_admin(&app.store, tenant.id, "admin", &[]).await?;
     let change = json!({"tenant_id": tenant.id.0, "name": tenant.name, "admin_id": admin.id.0, "admin_key_id": key.id});
-    changes::record_for(
-        &app,
-        &caller,
-        tenant.id,
-        request_id.as_ref(),
-        "tenants.create",
-        change,
-    )
-    .await?;
+    changes::record_for(&app, &caller, tenant.id, "tenants.create", change).await?;
     let created = CreatedTenant {
         tenant: tenant.into(),
         admin: admin.into(),
@@ -296,9 +285,6 @@ fn grantable(caller: &Caller, asked: Vec<String>) -> Result<Vec<String>, ApiErro
 async fn create_principal(
     State(app): State<AppState>,
     caller: Caller,
-    axum::Extension(crate::request_id::RequestId(request_id)): axum::Extension<
-        crate::request_id::RequestId,
-    >,
     AppJson(body): AppJson<CreatePrincipal>,
 ) -> Result<(StatusCode, AppJson<PrincipalInfo>), ApiError> {
     caller.require(scopes::TENANT_ADMIN)?;
@@ -335,14 +321,7 @@ async fn create_principal(
         .await?
         .into();
     let change = serde_json::to_value(&principal).unwrap_or_default();
-    changes::record(
-        &app,
-        &caller,
-        request_id.as_ref(),
-        "principals.create",
-        change,
-    )
-    .await?;
+    changes::record(&app, &caller, "principals.create", change).await?;
     Ok((StatusCode::CREATED, AppJson(principal)))
 }
 
@@ -401,9 +380,6 @@ pub struct CreateKey {
 async fn create_key(
     State(app): State<AppState>,
     caller: Caller,
-    axum::Extension(crate::request_id::RequestId(request_id)): axum::Extension<
-        crate::request_id::RequestId,
-    >,
     AppJson(body): AppJson<CreateKey>,
 ) -> Result<(StatusCode, AppJson<CreatedKey>), ApiError> {
     caller.require(scopes::TENANT_ADMIN)?;
@@ -449,7 +425,7 @@ async fn create_key(
     // The secret is the caller's alone; the row holds the key as listed.
     let key: KeyInfo = key.into();
     let change = serde_json::to_value(&key).unwrap_or_default();
-    changes::record(&app, &caller, request_id.as_ref(), "keys.create", change).await?;
+    changes::record(&app, &caller, "keys.create", change).await?;
     Ok((StatusCode::CREATED, AppJson(CreatedKey { key, secret })))
 }
 
@@ -499,16 +475,13 @@ async fn list_keys(
 async fn revoke_key(
     State(app): State<AppState>,
     caller: Caller,
-    axum::Extension(crate::request_id::RequestId(request_id)): axum::Extension<
-        crate::request_id::RequestId,
-    >,
     AppPath(id): AppPath<Uuid>,
 ) -> Result<StatusCode, ApiError> {
     caller.require(scopes::TENANT_ADMIN)?;
     if app.store.revoke_api_key(caller.auth.tenant, id).await? {
         app.authenticator.forget_key(id);
         let change = json!({"id": id});
-        changes::record(&app, &caller, request_id.as_ref(), "keys.revoke", change).await?;
+        changes::record(&app, &caller, "keys.revoke", change).await?;
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ToolError::not_found("no such key in your tenant").into())

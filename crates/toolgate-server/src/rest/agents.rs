@@ -24,7 +24,6 @@ use super::error::{ApiError, Problem};
 use super::extract::{AppJson, AppPath, located};
 use super::runs::{RunView, run_view};
 use crate::auth::Caller;
-use crate::request_id::RequestId;
 use crate::state::AppState;
 use toolgate_agent::runs::StartError;
 
@@ -170,7 +169,6 @@ async fn list_agents(
 async fn create_agent(
     State(app): State<AppState>,
     caller: Caller,
-    axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
     AppJson(config): AppJson<AgentConfig>,
 ) -> Result<Response, ApiError> {
     caller.require(scopes::AGENTS_MANAGE)?;
@@ -181,7 +179,7 @@ async fn create_agent(
         .create_agent(caller.auth.tenant, &config.name, &value)
         .await?;
     let change = json!({"id": record.id, "config": value});
-    changes::record(&app, &caller, request_id.as_ref(), "agents.create", change).await?;
+    changes::record(&app, &caller, "agents.create", change).await?;
     let location = format!("/v1/agents/{}", record.id);
     Ok(located(StatusCode::CREATED, &location, view(record)?))
 }
@@ -220,7 +218,6 @@ async fn get_agent(
 async fn replace_agent(
     State(app): State<AppState>,
     caller: Caller,
-    axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
     AppPath(id): AppPath<Uuid>,
     AppJson(config): AppJson<AgentConfig>,
 ) -> Result<AppJson<AgentView>, ApiError> {
@@ -235,7 +232,7 @@ async fn replace_agent(
         return Err(not_found(id));
     }
     let change = json!({"id": id, "config": value});
-    changes::record(&app, &caller, request_id.as_ref(), "agents.update", change).await?;
+    changes::record(&app, &caller, "agents.update", change).await?;
     let record = find_agent(&app, &caller, id).await?;
     Ok(AppJson(view(record)?))
 }
@@ -251,13 +248,12 @@ async fn replace_agent(
 async fn delete_agent(
     State(app): State<AppState>,
     caller: Caller,
-    axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
     AppPath(id): AppPath<Uuid>,
 ) -> Result<StatusCode, ApiError> {
     caller.require(scopes::AGENTS_MANAGE)?;
     if app.store.delete_agent(caller.auth.tenant, id).await? {
         let change = json!({"id": id});
-        changes::record(&app, &caller, request_id.as_ref(), "agents.delete", change).await?;
+        changes::record(&app, &caller, "agents.delete", change).await?;
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(not_found(id))
@@ -298,7 +294,6 @@ pub struct StartRun {
 async fn start_run(
     State(app): State<AppState>,
     caller: Caller,
-    axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
     AppPath(id): AppPath<Uuid>,
     AppJson(body): AppJson<StartRun>,
 ) -> Result<Response, ApiError> {
@@ -321,7 +316,7 @@ async fn start_run(
             record.id,
             config,
             body.input,
-            Some(request_id.to_string()),
+            Some(caller.request_id.to_string()),
         )
         .await
         .map_err(|e| match e {

@@ -23,7 +23,6 @@ use utoipa_axum::routes;
 use super::error::{ApiError, Problem};
 use super::extract::{AppJson, AppPath, AppQuery, before, bounded, next_cursor};
 use crate::auth::Caller;
-use crate::request_id::RequestId;
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -411,7 +410,6 @@ pub enum DecisionKind {
 async fn decide(
     State(app): State<AppState>,
     caller: Caller,
-    axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
     AppPath(id): AppPath<uuid::Uuid>,
     AppJson(body): AppJson<DecideRequest>,
 ) -> Result<AppJson<ApprovalView>, ApiError> {
@@ -424,7 +422,7 @@ async fn decide(
             ApprovalId(id),
             approve,
             body.reason,
-            Some(&request_id),
+            Some(&caller.request_id),
         )
         .await
         .map_err(|e| match e {

@@ -20,11 +20,17 @@ use crate::state::AppState;
 pub async fn record(
     app: &AppState,
     caller: &Caller,
-    request_id: &str,
     operation: &str,
     arguments: Value,
 ) -> Result<(), ApiError> {
-    record_in(app, caller.auth.clone(), request_id, operation, arguments).await
+    record_in(
+        app,
+        caller.auth.clone(),
+        &caller.request_id,
+        operation,
+        arguments,
+    )
+    .await
 }
 
 /// Records `operation` by `caller` in the chain of `tenant` (not the caller's).
@@ -32,12 +38,11 @@ pub async fn record_for(
     app: &AppState,
     caller: &Caller,
     tenant: toolgate_core::TenantId,
-    request_id: &str,
     operation: &str,
     arguments: Value,
 ) -> Result<(), ApiError> {
     let by = toolgate_core::AuthContext::recording_in(tenant, Some(&caller.auth));
-    record_in(app, by, request_id, operation, arguments).await
+    record_in(app, by, &caller.request_id, operation, arguments).await
 }
 
 async fn record_in(

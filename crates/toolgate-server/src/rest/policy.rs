@@ -273,9 +273,6 @@ async fn current_policy(app: &AppState, caller: &Caller) -> Result<Arc<Policy>, 
 async fn put_policy(
     State(app): State<AppState>,
     caller: Caller,
-    axum::Extension(crate::request_id::RequestId(request_id)): axum::Extension<
-        crate::request_id::RequestId,
-    >,
     AppJson(body): AppJson<PolicyBody>,
 ) -> Result<AppJson<PolicyBody>, ApiError> {
     caller.require(scopes::TENANT_ADMIN)?;
@@ -293,6 +290,6 @@ async fn put_policy(
         });
     let stored = PolicyBody::from(&policy);
     let change = serde_json::to_value(&stored).unwrap_or_default();
-    super::changes::record(&app, &caller, request_id.as_ref(), "policy.update", change).await?;
+    super::changes::record(&app, &caller, "policy.update", change).await?;
     Ok(AppJson(stored))
 }

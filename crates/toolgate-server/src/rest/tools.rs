@@ -21,7 +21,6 @@ use super::error::{ApiError, Problem};
 use super::extract::{AppJson, AppPath, AppQuery, CallOrigin, bounded, located};
 use crate::auth::Caller;
 pub use crate::outcome::InvokeResponse;
-use crate::request_id::RequestId;
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -347,14 +346,13 @@ fn preferred_wait(headers: &HeaderMap) -> Option<u64> {
 async fn invoke_tool(
     State(app): State<AppState>,
     caller: Caller,
-    axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
     CallOrigin { client, parent }: CallOrigin,
     headers: HeaderMap,
     AppPath(name): AppPath<String>,
     AppJson(body): AppJson<InvokeRequest>,
 ) -> Result<Response, ApiError> {
     let mut ctx = CallContext::new(caller.auth.clone(), Adapter::Rest)
-        .with_request_id(&*request_id)
+        .with_request_id(&*caller.request_id)
         .continuing(parent)
         .with_timeout(body.timeout_ms.map(|ms| Duration::from_millis(ms.get())))
         .with_client(client)

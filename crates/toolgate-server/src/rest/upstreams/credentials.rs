@@ -120,9 +120,6 @@ pub(super) async fn get_my_credential(
 pub(super) async fn put_my_credential(
     State(app): State<AppState>,
     caller: Caller,
-    axum::Extension(crate::request_id::RequestId(request_id)): axum::Extension<
-        crate::request_id::RequestId,
-    >,
     AppPath(name): AppPath<String>,
     AppJson(body): AppJson<PersonalBody>,
 ) -> Result<AppJson<PersonalView>, ApiError> {
@@ -154,14 +151,7 @@ pub(super) async fn put_my_credential(
     // What may be shown of it: whether a bearer is set, the header names.
     let change =
         serde_json::json!({"upstream": name, "bearer": stored.bearer, "headers": stored.headers});
-    crate::rest::changes::record(
-        &app,
-        &caller,
-        request_id.as_ref(),
-        "credentials.put",
-        change,
-    )
-    .await?;
+    crate::rest::changes::record(&app, &caller, "credentials.put", change).await?;
     Ok(AppJson(stored))
 }
 
@@ -179,9 +169,6 @@ pub(super) async fn put_my_credential(
 pub(super) async fn delete_my_credential(
     State(app): State<AppState>,
     caller: Caller,
-    axum::Extension(crate::request_id::RequestId(request_id)): axum::Extension<
-        crate::request_id::RequestId,
-    >,
     AppPath(name): AppPath<String>,
 ) -> Result<StatusCode, ApiError> {
     let (upstreams, record, _) = personal_upstream(&app, &caller, &name).await?;
@@ -191,14 +178,7 @@ pub(super) async fn delete_my_credential(
         .await?;
     if removed {
         let change = serde_json::json!({"upstream": name});
-        crate::rest::changes::record(
-            &app,
-            &caller,
-            request_id.as_ref(),
-            "credentials.delete",
-            change,
-        )
-        .await?;
+        crate::rest::changes::record(&app, &caller, "credentials.delete", change).await?;
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ToolError::not_found(format!("you stored no credential for {name:?}")).into())

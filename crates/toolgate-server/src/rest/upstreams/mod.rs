@@ -351,9 +351,6 @@ async fn list_upstreams(
 async fn create_upstream(
     State(app): State<AppState>,
     caller: Caller,
-    axum::Extension(crate::request_id::RequestId(request_id)): axum::Extension<
-        crate::request_id::RequestId,
-    >,
     AppJson(body): AppJson<UpstreamBody>,
 ) -> Result<Response, ApiError> {
     let upstreams = manager(&app, &caller)?;
@@ -376,14 +373,7 @@ async fn create_upstream(
     apply(upstreams).await;
     let location = format!("/v1/upstreams/{}", record.name);
     let created = view(upstreams, record)?;
-    recorded(
-        &app,
-        &caller,
-        request_id.as_ref(),
-        "upstreams.create",
-        &created,
-    )
-    .await?;
+    recorded(&app, &caller, "upstreams.create", &created).await?;
     Ok(located(StatusCode::CREATED, &location, created))
 }
 
@@ -427,9 +417,6 @@ async fn get_upstream(
 async fn replace_upstream(
     State(app): State<AppState>,
     caller: Caller,
-    axum::Extension(crate::request_id::RequestId(request_id)): axum::Extension<
-        crate::request_id::RequestId,
-    >,
     AppPath(name): AppPath<String>,
     AppJson(body): AppJson<UpstreamBody>,
 ) -> Result<AppJson<UpstreamView>, ApiError> {
@@ -462,14 +449,7 @@ async fn replace_upstream(
         .ok_or_else(|| not_found(&name))?;
     apply(upstreams).await;
     let replaced = view(upstreams, record)?;
-    recorded(
-        &app,
-        &caller,
-        request_id.as_ref(),
-        "upstreams.update",
-        &replaced,
-    )
-    .await?;
+    recorded(&app, &caller, "upstreams.update", &replaced).await?;
     Ok(AppJson(replaced))
 }
 
@@ -478,7 +458,6 @@ async fn replace_upstream(
 async fn recorded(
     app: &AppState,
     caller: &Caller,
-    request_id: &str,
     operation: &str,
     upstream: &UpstreamView,
 ) -> Result<(), ApiError> {
@@ -486,7 +465,7 @@ async fn recorded(
     if let Some(fields) = change.as_object_mut() {
         fields.remove("status");
     }
-    super::changes::record(app, caller, request_id, operation, change).await
+    super::changes::record(app, caller, operation, change).await
 }
 
 /// Delete an upstream: its tools go, its connection ends.
@@ -501,9 +480,6 @@ async fn recorded(
 async fn delete_upstream(
     State(app): State<AppState>,
     caller: Caller,
-    axum::Extension(crate::request_id::RequestId(request_id)): axum::Extension<
-        crate::request_id::RequestId,
-    >,
     AppPath(name): AppPath<String>,
 ) -> Result<StatusCode, ApiError> {
     let upstreams = manager(&app, &caller)?;
@@ -516,13 +492,6 @@ async fn delete_upstream(
         .await?;
     apply(upstreams).await;
     let change = serde_json::json!({"name": name});
-    super::changes::record(
-        &app,
-        &caller,
-        request_id.as_ref(),
-        "upstreams.delete",
-        change,
-    )
-    .await?;
+    super::changes::record(&app, &caller, "upstreams.delete", change).await?;
     Ok(StatusCode::NO_CONTENT)
 }
