@@ -303,6 +303,24 @@ macro_rules! audit_reads {
                 .try_map(AuditDbRow::into_model)
             }
 
+            /// Runs one batch of a delete across tenants (`$1` its `before`, `$2` its
+            /// `limit`: see [`crate::batches`]) in its turn at the write lock; how many
+            /// rows went.
+            pub(crate) async fn delete_batch(
+                &self,
+                delete: &'static str,
+                before: chrono::DateTime<chrono::Utc>,
+                limit: i64,
+            ) -> Result<u64, StoreError> {
+                let _turn = self.turn().await?;
+                let done = sqlx::query(delete)
+                    .bind(before)
+                    .bind(limit)
+                    .execute(&self.$cross)
+                    .await?;
+                Ok(done.rows_affected())
+            }
+
             /// Deletes up to `limit` failed-authentication records older than `before`;
             /// how many went.
             pub async fn delete_security_events(
@@ -310,17 +328,10 @@ macro_rules! audit_reads {
                 before: chrono::DateTime<chrono::Utc>,
                 limit: i64,
             ) -> Result<u64, StoreError> {
-                let _turn = self.turn().await?;
-                Ok(sqlx::query(
-                    "delete from security_event where security_event_id in \
+                let delete = "delete from security_event where security_event_id in \
                      (select security_event_id from security_event where occurred_at < $1 \
-                      order by security_event_id limit $2)",
-                )
-                .bind(before)
-                .bind(limit)
-                .execute(&self.$cross)
-                .await?
-                .rows_affected())
+                      order by security_event_id limit $2)";
+                self.delete_batch(delete, before, limit).await
             }
 
             /// Deletes up to `limit` approvals settled before `before` (decided, used or
@@ -331,21 +342,14 @@ macro_rules! audit_reads {
                 before: chrono::DateTime<chrono::Utc>,
                 limit: i64,
             ) -> Result<u64, StoreError> {
-                let _turn = self.turn().await?;
-                Ok(sqlx::query(
-                    "delete from approval where approval_id in \
+                let delete = "delete from approval where approval_id in \
                      (select a.approval_id from approval a where a.status <> 'pending' \
                       and a.created_at < $1 and a.expires_at < $1 \
                       and (a.decided_at is null or a.decided_at < $1) \
                       and (a.used_at is null or a.used_at < $1) \
                       and not exists (select 1 from audit_log l where l.approval_id = a.approval_id) \
-                      order by a.approval_id limit $2)",
-                )
-                .bind(before)
-                .bind(limit)
-                .execute(&self.$cross)
-                .await?
-                .rows_affected())
+                      order by a.approval_id limit $2)";
+                self.delete_batch(delete, before, limit).await
             }
 
             /// Deletes up to `limit` runs that finished before `before` (completed, failed

@@ -227,17 +227,10 @@ macro_rules! session_store {
                 before: DateTime<Utc>,
                 limit: i64,
             ) -> Result<u64, StoreError> {
-                let _turn = self.turn().await?;
-                let done = sqlx::query(
-                    "delete from mcp_event where event_seq in \
+                let delete = "delete from mcp_event where event_seq in \
                      (select event_seq from mcp_event where created_at < $1 \
-                      order by created_at limit $2)",
-                )
-                .bind(before)
-                .bind(limit)
-                .execute(&self.$cross)
-                .await?;
-                Ok(done.rows_affected())
+                      order by created_at limit $2)";
+                self.delete_batch(delete, before, limit).await
             }
         }
     };
