@@ -7,7 +7,7 @@
 #   DURATION=10s ROUNDS=5 bench/ab.sh HEAD~3
 #   AB_POSTGRES=1 bench/ab.sh HEAD~1    # each on a Postgres database of its own (created
 #                                       # on 127.0.0.1:5432 and dropped afterwards;
-#                                       # TOOLGATE_BENCH_PG overrides the admin URL)
+#                                       # BENCH_PG overrides the admin URL)
 #   AB_MCP=1 bench/ab.sh HEAD~1         # MCP tools/call of echo instead, stateless
 #                                       # (2026-07-28) and in one session, driven by wrk
 #
@@ -34,7 +34,7 @@ trap cleanup EXIT
 STORE=SQLite
 DB_A=; DB_B=
 if [ -n "${AB_POSTGRES:-}" ]; then
-  ADMIN=${TOOLGATE_BENCH_PG:-postgres://postgres@127.0.0.1:5432/postgres}
+  ADMIN=${BENCH_PG:-postgres://postgres@127.0.0.1:5432/postgres}
   DB_A=toolgate_bench_a_$$; DB_B=toolgate_bench_b_$$
   STORE=Postgres
   drop_dbs() { psql "$ADMIN" -qc "drop database if exists $DB_A with (force)" -c "drop database if exists $DB_B with (force)" || true; }

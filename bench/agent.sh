@@ -5,7 +5,7 @@
 #
 #   bench/agent.sh                 # ROUNDS (3) rounds per backend; RUNS=50 TURNS=10
 #
-# Needs Postgres on 127.0.0.1:5432 (user postgres; TOOLGATE_BENCH_PG overrides the admin
+# Needs Postgres on 127.0.0.1:5432 (user postgres; BENCH_PG overrides the admin
 # URL); creates a database per round and drops it. Writes bench/results/agent.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 RUNS=${RUNS:-50}
 TURNS=${TURNS:-10}
-ADMIN=${TOOLGATE_BENCH_PG:-postgres://postgres@127.0.0.1:5432/postgres}
+ADMIN=${BENCH_PG:-postgres://postgres@127.0.0.1:5432/postgres}
 BASE=${ADMIN%/*}
 DB=toolgate_bench_agent_$$
 trap 'psql "$ADMIN" -qc "drop database if exists $DB with (force)" >/dev/null 2>&1 || true' EXIT

@@ -5,13 +5,13 @@
 #   bench/audit.sh                    # 3 rounds of 5 s per point, concurrency 1, 16, 64
 #   BIN=/tmp/base bench/audit.sh          # binaries built elsewhere (another revision)
 #
-# Needs Postgres on 127.0.0.1:5432 (user postgres; TOOLGATE_BENCH_PG overrides the admin
+# Needs Postgres on 127.0.0.1:5432 (user postgres; BENCH_PG overrides the admin
 # URL). Creates two databases and drops them afterwards. Writes bench/results/audit.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
 
-ADMIN=${TOOLGATE_BENCH_PG:-postgres://postgres@127.0.0.1:5432/postgres}
+ADMIN=${BENCH_PG:-postgres://postgres@127.0.0.1:5432/postgres}
 BASE=${ADMIN%/*}
 ensure_oha
 release_bins

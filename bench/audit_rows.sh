@@ -6,11 +6,11 @@
 #   bench/audit_rows.sh                      # both backends, concurrency 64, 8 s each
 #   BACKENDS=sqlite C=16 DURATION=5 bench/audit_rows.sh
 #
-# Postgres: 127.0.0.1:5432, user postgres (TOOLGATE_BENCH_PG overrides the admin URL); a
+# Postgres: 127.0.0.1:5432, user postgres (BENCH_PG overrides the admin URL); a
 # database is created for the run and dropped afterwards. Writes bench/results/audit_rows.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ADMIN=${TOOLGATE_BENCH_PG:-postgres://postgres@127.0.0.1:5432/postgres}
+ADMIN=${BENCH_PG:-postgres://postgres@127.0.0.1:5432/postgres}
 BACKENDS=${BACKENDS:-"sqlite postgres"}
 C=${C:-64}
 SECONDS_EACH=${DURATION:-8}

@@ -32,7 +32,7 @@ PG_SERVER=${PG_SERVER:-postgres://postgres@127.0.0.1:5432}
 # db WHO: the Postgres database of the copy named WHO.
 db() { echo "toolgate_bench_retention_$1"; }
 # store_env DIR: the environment naming DIR's store (its own database with PG=1).
-store_env() { if [ -n "$PG" ]; then echo "DATABASE_URL=$PG_SERVER/$(db "$(basename "$1")")"; else echo "TOOLGATE_BENCH=sqlite"; fi; }
+store_env() { if [ -n "$PG" ]; then echo "DATABASE_URL=$PG_SERVER/$(db "$(basename "$1")")"; else echo "BENCH_STORE=sqlite"; fi; }
 sql() { psql "$PG_SERVER/postgres" -qAtc "$1"; }
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -113,7 +113,7 @@ prune() {
   start=$(date +%s.%N)
   out=$(env -u DATABASE_URL "$(store_env "$WORK/new")" "$BIN/toolgate" audit prune --before "$(date -u +%Y-%m-%dT%H:%M:%SZ)" --data-dir "$WORK/new")
   end=$(date +%s.%N)
-  echo "$(python3 -c "print(round($end - $start, 3))") $(echo "$out" | sed -n 's/.*: \([0-9]*\) rows deleted.*/\1/p')" >> "$WORK/prunes"
+  echo "$(python3 -c "print(round($end - $start, 3))") $(echo "$out" | sed -n 's/.*: \([0-9]*\) rows.* deleted.*/\1/p')" >> "$WORK/prunes"
 }
 for r in $(seq "$ROUNDS"); do
   run without "$PORT" rest "$C" "$r" "$AUTH"
