@@ -22,12 +22,12 @@
 #   bench/store_reads.sh
 #   N=100000 bench/store_reads.sh
 #
-# Needs Postgres on 127.0.0.1:5432 (TOOLGATE_TEST_PG overrides the admin URL); the
+# Needs Postgres on 127.0.0.1:5432 (BENCH_PG overrides the admin URL); the
 # database it makes is dropped at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-1000000}
-ADMIN=${TOOLGATE_TEST_PG:-postgres://postgres@127.0.0.1:5432/postgres}
+ADMIN=${BENCH_PG:-postgres://postgres@127.0.0.1:5432/postgres}
 DB="tg_bench_store_reads_$$"
 URL="${ADMIN%/*}/$DB"
 psql "$ADMIN" -qc "create database $DB"

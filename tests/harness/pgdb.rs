@@ -3,14 +3,14 @@
 //! path: the store's tests cannot depend on the harness, which depends on the store).
 
 /// A Postgres database of its own for one test, on the server at 127.0.0.1:5432
-/// (`TOOLGATE_TEST_PG` overrides the admin URL). Drop it with [`PgDb::drop_db`].
+/// (`TG_TEST_PG` overrides the admin URL). Drop it with [`PgDb::drop_db`].
 pub struct PgDb {
     pub name: String,
     pub url: String,
 }
 
 pub fn pg_admin_url() -> String {
-    std::env::var("TOOLGATE_TEST_PG")
+    std::env::var("TG_TEST_PG")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
 }
 

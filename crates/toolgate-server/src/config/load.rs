@@ -26,6 +26,8 @@ impl Config {
             }
         }
         let env: BTreeMap<String, String> = env.into_iter().collect();
+        // The key each `TOOLGATE_*` variable set, to name the variable in its problems.
+        let mut from_env: BTreeMap<String, &str> = BTreeMap::new();
         for (name, value) in &env {
             let Some(key) = name.strip_prefix("TOOLGATE_") else {
                 continue;
@@ -37,6 +39,7 @@ impl Config {
             if let Err(problem) = set_path(&mut table, &path, parse_scalar(value)) {
                 errors.push((name.clone(), problem));
             }
+            from_env.insert(path.join("."), name);
         }
         // The conventional variable, unless the toolgate-specific one is set.
         if let Some(url) = env
@@ -87,6 +90,14 @@ impl Config {
         };
         if let Some(config) = &config {
             config.validate(&mut errors);
+        }
+        for (key, problem) in &mut errors {
+            if let Some(name) = from_env.get(key.as_str()) {
+                *problem = format!(
+                    "{} (set by the environment variable {name})",
+                    problem.trim_end()
+                );
+            }
         }
         match config {
             Some(config) if errors.is_empty() => Ok(config),

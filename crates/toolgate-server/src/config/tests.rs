@@ -52,6 +52,24 @@ mod layering {
         assert!(!config.tools.diagnostics, "file beats default");
     }
 
+    /// The test suite's and the benchmarks' own variables stay out of the `TOOLGATE_*`
+    /// namespace: every gateway they start inherits them, and a `TOOLGATE_*` variable
+    /// that names no setting stops a gateway. (Before: the README's `TOOLGATE_TEST_PG`
+    /// made every gateway the CLI tests spawned exit at start.)
+    #[test]
+    fn the_suites_own_variables_are_not_configuration() {
+        let url = "postgres://postgres@127.0.0.1:5432/postgres";
+        Config::load(
+            &Overrides::default(),
+            env(&[("TG_TEST_PG", url), ("BENCH_PG", url)]),
+        )
+        .expect("ignored");
+        let err = Config::load(&Overrides::default(), env(&[("TOOLGATE_TEST_PG", url)]))
+            .expect_err("a TOOLGATE_ variable naming no setting");
+        // Named by its variable, not only by a key no file holds.
+        assert!(err.to_string().contains("TOOLGATE_TEST_PG"), "{err}");
+    }
+
     #[test]
     fn bad_values_are_all_reported_by_key() {
         let err = Config::load(

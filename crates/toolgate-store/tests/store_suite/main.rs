@@ -1,6 +1,6 @@
 //! The shared store suite: every behaviour, against embedded SQLite and real Postgres.
 //!
-//! Postgres tests use the server on 127.0.0.1:5432 (override with TOOLGATE_TEST_PG, an
+//! Postgres tests use the server on 127.0.0.1:5432 (override with TG_TEST_PG, an
 //! admin URL): each test gets its own database, dropped afterwards.
 
 use std::future::Future;
