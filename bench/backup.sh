@@ -17,14 +17,7 @@ FILL=${FILL:-20s}
 C=${C:-16}
 ensure_wrk
 release_bins
-WORK=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+with_workdir
 
 PORT=$(free_port)
 mkdir -p "$WORK/gw"

@@ -78,6 +78,14 @@ print(f"| {c} | {x[0]:.0f} | {x[1]:.3f} | {x[2]:.3f} | {y[0]:.0f} | {y[1]:.3f} |
 PY
 }
 
+# with_workdir: a fresh temporary $WORK and an empty pids array; on exit the processes in
+# pids are stopped and $WORK removed.
+with_workdir() {
+  WORK=$(mktemp -d)
+  pids=()
+  trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
+}
+
 footer() {
   echo "(median of ${ROUNDS} alternating rounds of ${DURATION} per point; $(nproc) cores shared by servers, Postgres and load generator; $(date -u +%Y-%m-%d))"
 }

@@ -23,14 +23,7 @@ PRUNE_AFTER=${PRUNE_AFTER:-3}
 ALONE=${ALONE:-10}
 ensure_wrk
 release_bins
-WORK=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+with_workdir
 
 # serve DIR PORT: a gateway signing checkpoints every second, in the background.
 serve() {
