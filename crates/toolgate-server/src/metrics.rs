@@ -109,27 +109,18 @@ impl Telemetry {
         if !self.enabled {
             return;
         }
-        // The callback reading an instrument's value from the state when scraped.
-        let read_from = |read: fn(&S) -> u64| {
-            let weak = state.clone();
-            move |observer: &dyn AsyncInstrument<u64>| {
-                if let Some(state) = weak.upgrade() {
-                    observer.observe(read(&state), &[]);
-                }
-            }
-        };
         let gauge = |name, description, unit, read| {
             let gauge = self.meter.u64_observable_gauge(name).with_unit(unit);
             gauge
                 .with_description(description)
-                .with_callback(read_from(read))
+                .with_callback(read_from(&state, read))
                 .build();
         };
         let counter = |name, description, unit, read| {
             let counter = self.meter.u64_observable_counter(name).with_unit(unit);
             counter
                 .with_description(description)
-                .with_callback(read_from(read))
+                .with_callback(read_from(&state, read))
                 .build();
         };
         gauge(
@@ -186,16 +177,11 @@ impl Telemetry {
             "{turn}",
             |s| s.write_turns().taken,
         );
-        let weak = state.clone();
         self.meter
             .f64_observable_counter("toolgate.store.write_turns.wait")
             .with_description("Time this instance's writes spent waiting for their turn at SQLite's write lock, in all")
             .with_unit("s")
-            .with_callback(move |observer| {
-                if let Some(state) = weak.upgrade() {
-                    observer.observe(state.write_turns().waited_secs, &[]);
-                }
-            })
+            .with_callback(read_from(&state, |s| s.write_turns().waited_secs))
             .build();
         let counts = self.counts.clone();
         self.meter
@@ -267,6 +253,20 @@ impl Telemetry {
                 Ok(counts) => *self.counts.lock().unwrap_or_else(|p| p.into_inner()) = counts,
                 Err(err) => tracing::debug!(error = %err, "could not count approvals and runs"),
             }
+        }
+    }
+}
+
+/// The callback reading an observed instrument's value from `state` when scraped
+/// (nothing once the state is gone).
+fn read_from<S: Observed, T: 'static>(
+    state: &Weak<S>,
+    read: fn(&S) -> T,
+) -> impl Fn(&dyn AsyncInstrument<T>) + Send + Sync + 'static {
+    let weak = state.clone();
+    move |observer| {
+        if let Some(state) = weak.upgrade() {
+            observer.observe(read(&state), &[]);
         }
     }
 }
