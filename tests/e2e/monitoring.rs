@@ -198,7 +198,7 @@ async fn alert_rules_and_the_dashboard_work_on_prometheus_scraping_a_gateway() {
     assert!(value("toolgate_store_write_turns_wait_seconds_total").is_some_and(|v| v >= 0.0));
     // The alerts' expressions as Prometheus loaded them from deploy/alerts.yml.
     let alerting = prometheus.saw(&queries).await;
-    assert_eq!(alerting.len(), 8, "{alerting:?}");
+    assert_eq!(alerting.len(), ALERTS, "{alerting:?}");
     let expressions: Vec<Selected> = alerting
         .iter()
         .chain(&queries)
@@ -213,6 +213,7 @@ async fn alert_rules_and_the_dashboard_work_on_prometheus_scraping_a_gateway() {
         "toolgate_audit_commit_duration_seconds_bucket",
         "toolgate_admission_rejections_total",
         "toolgate_store_tenant_operations_refused_total",
+        "toolgate_http_connections_closed_at_cap_total",
         "toolgate_tool_calls_total",
         "toolgate_upstream_connected",
         "gen_ai_client_token_usage_sum",
@@ -273,6 +274,9 @@ async fn alert_rules_and_the_dashboard_work_on_prometheus_scraping_a_gateway() {
     }
     gw.stop().await;
 }
+
+/// How many alerts `deploy/alerts.yml` defines.
+const ALERTS: usize = 9;
 
 /// Debian's Prometheus (the package that brings promtool), on loopback, scraping one
 /// gateway's metrics listener as job `toolgate` and evaluating `deploy/alerts.yml`.
@@ -360,7 +364,7 @@ impl Prometheus {
         };
         until("prometheus evaluating every rule", || async {
             let rules = rules().await;
-            rules.len() == 8 && rules.iter().all(|r| r["health"] == "ok")
+            rules.len() == ALERTS && rules.iter().all(|r| r["health"] == "ok")
         })
         .await;
         until(

@@ -257,7 +257,7 @@ async fn build_when_the_store_answers(
     config: &Config,
     audit: Option<Arc<dyn AuditSink>>,
     listener: &TcpListener,
-    timeouts: http_server::ReadTimeouts,
+    (timeouts, max_connections): (http_server::ReadTimeouts, usize),
     stop: &CancellationToken,
 ) -> anyhow::Result<Option<Gateway>> {
     let first = match build_with(config, audit.clone()).await {
@@ -268,7 +268,8 @@ async fn build_when_the_store_answers(
     let addr = listener.local_addr().ok();
     tracing::error!(error = format!("{first:#}"), addr = ?addr, "the store cannot be reached; answering 503 and trying again");
     let built = CancellationToken::new();
-    let waiting = http_server::serve(listener, not_ready_app(), timeouts, {
+    let connections = http_server::Connections::new(max_connections);
+    let waiting = http_server::serve(listener, not_ready_app(), timeouts, connections, {
         let (built, stop) = (built.clone(), stop.clone());
         async move {
             tokio::select! {

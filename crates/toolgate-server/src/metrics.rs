@@ -214,6 +214,28 @@ impl Telemetry {
             .build();
     }
 
+    /// Registers the gauge of open client connections and the counter of those closed at
+    /// the cap (`http.max_connections`).
+    pub fn observe_connections(&self, connections: Weak<crate::http_server::Connections>) {
+        if !self.enabled {
+            return;
+        }
+        self.meter
+            .u64_observable_gauge("toolgate.http.connections")
+            .with_description(
+                "Client connections open on the main listener (at most http.max_connections)",
+            )
+            .with_unit("{connection}")
+            .with_callback(read_from(&connections, |c| c.open() as u64))
+            .build();
+        self.meter
+            .u64_observable_counter("toolgate.http.connections.closed_at_cap")
+            .with_description("Connections asked to close, idle longest first, to make room for another at http.max_connections")
+            .with_unit("{connection}")
+            .with_callback(read_from(&connections, crate::http_server::Connections::closed_at_cap))
+            .build();
+    }
+
     /// Registers the connection state of the operator's upstreams, by name.
     pub fn observe_upstreams(
         &self,
@@ -259,7 +281,7 @@ impl Telemetry {
 
 /// The callback reading an observed instrument's value from `state` when scraped
 /// (nothing once the state is gone).
-fn read_from<S: Observed, T: 'static>(
+fn read_from<S: Send + Sync + 'static, T: 'static>(
     state: &Weak<S>,
     read: fn(&S) -> T,
 ) -> impl Fn(&dyn AsyncInstrument<T>) + Send + Sync + 'static {

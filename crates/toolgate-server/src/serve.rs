@@ -82,6 +82,7 @@ pub async fn serve_with(
         header: Duration::from_secs(config.http.header_read_timeout_secs),
         body: Duration::from_secs(config.http.body_read_timeout_secs),
     };
+    let max_connections = max_connections(config.http.max_connections, open_files_limit());
     // Told by `shutdown`, whether the gateway is serving or still waiting for its store.
     let stop = CancellationToken::new();
     tokio::spawn({
@@ -94,7 +95,14 @@ pub async fn serve_with(
     let Some(Gateway {
         state,
         audit_writer,
-    }) = build_when_the_store_answers(&config, audit, &listener, timeouts, &stop).await?
+    }) = build_when_the_store_answers(
+        &config,
+        audit,
+        &listener,
+        (timeouts, max_connections),
+        &stop,
+    )
+    .await?
     else {
         return Ok(());
     };
@@ -175,6 +183,10 @@ pub async fn serve_with(
     state.runs.adopt_orphans().await;
     let runs = tokio::spawn(state.runs.clone().supervise(streams.clone()));
     let decisions = state.decisions.clone();
+    let connections = http_server::Connections::new(max_connections);
+    state
+        .telemetry
+        .observe_connections(Arc::downgrade(&connections));
     let app = app(state, &config);
     let addr = listener
         .local_addr()
@@ -182,7 +194,7 @@ pub async fn serve_with(
     tracing::info!(%addr, "listening");
     let stopping = CancellationToken::new();
     let signal = stopping.clone();
-    let server = http_server::serve(listener, app, timeouts, async move {
+    let server = http_server::serve(listener, app, timeouts, connections, async move {
         stop.cancelled().await;
         tracing::info!("shutting down: no new connections, draining in-flight requests");
         streams.cancel();
@@ -253,6 +265,51 @@ pub fn tuned(
     listener: TcpListener,
 ) -> axum::serve::TapIo<TcpListener, fn(&mut tokio::net::TcpStream)> {
     listener.tap_io(nodelay as fn(&mut tokio::net::TcpStream))
+}
+
+/// Raises this process's open-file limit to its hard limit, as Go's runtime and nginx
+/// (`worker_rlimit_nofile`) do: Linux starts a process at 1,024 whatever its hard limit
+/// allows. Returns the limit in force.
+fn open_files_limit() -> u64 {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok(limits) => limits,
+        Err(err) => {
+            tracing::warn!(error = %err, "could not read the open-file limit");
+            return 1024;
+        }
+    };
+    // An unlimited hard limit is not a valid soft one (the kernel's `nr_open` caps it).
+    let wanted = hard.min(1 << 20);
+    if soft >= wanted {
+        return soft;
+    }
+    match setrlimit(Resource::RLIMIT_NOFILE, wanted, hard) {
+        Ok(()) => wanted,
+        Err(err) => {
+            tracing::warn!(error = %err, soft, hard, "could not raise the open-file limit");
+            soft
+        }
+    }
+}
+
+/// `http.max_connections`, or by default three quarters of the open-file limit less 64
+/// (the rest for the store, upstreams, tools' files and outgoing requests), at most 16,384.
+fn max_connections(configured: Option<usize>, open_files: u64) -> usize {
+    let room = usize::try_from((open_files / 4 * 3).saturating_sub(64)).unwrap_or(usize::MAX);
+    match configured {
+        Some(max) => {
+            if max > room {
+                tracing::warn!(
+                    max_connections = max,
+                    open_files,
+                    "http.max_connections leaves the gateway less than a quarter of its open-file limit (plus 64): past that, it cannot open its own files and sockets"
+                );
+            }
+            max
+        }
+        None => room.clamp(1, 16_384),
+    }
 }
 
 /// Sets `TCP_NODELAY` on an accepted connection (see [`tuned`]; the gateway's own accept

@@ -233,6 +233,11 @@ pub struct HttpConfig {
     pub header_read_timeout_secs: u64,
     /// How long a client may pause while sending a request body, in seconds.
     pub body_read_timeout_secs: u64,
+    /// Client connections open at once; at the cap the one idle longest is closed to
+    /// make room. Unset: three quarters of the open-file limit (which the gateway raises
+    /// to its hard limit when it starts), less 64, at most 16,384; the rest stays for the
+    /// store, upstreams, tools' files and outgoing requests.
+    pub max_connections: Option<usize>,
     /// Open SSE streams (approval and run events, MCP session and listen streams) and
     /// `Prefer: wait` REST calls one principal may hold on this instance; one more stream
     /// is 429 with `Retry-After`, one more wait is answered at once.
@@ -272,6 +277,7 @@ impl Default for HttpConfig {
             shutdown_grace_secs: 10,
             header_read_timeout_secs: 30,
             body_read_timeout_secs: 60,
+            max_connections: None,
             max_streams_per_principal: 16,
             max_streams_per_tenant: 256,
         }
@@ -338,6 +344,9 @@ impl HttpConfig {
             if value == 0 {
                 problems.push((key.into(), "must be at least 1".into()));
             }
+        }
+        if self.max_connections == Some(0) {
+            problems.push(("max_connections".into(), "must be at least 1".into()));
         }
         for origin in &self.cors_allowed_origins {
             if origin != "*" && axum::http::HeaderValue::from_str(origin).is_err() {

@@ -11,6 +11,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_toolgate");
 
 mod backup;
 mod checkpoints;
+mod connections;
 mod help;
 mod instances;
 mod retention;
@@ -30,7 +31,17 @@ fn start(data: &std::path::Path, database_url: Option<&str>) -> Running {
 
 /// [`start`] with more environment variables.
 fn start_with(data: &std::path::Path, database_url: Option<&str>, env: &[(&str, &str)]) -> Running {
-    let mut command = Command::new(BIN);
+    start_as(Command::new(BIN), data, database_url, env)
+}
+
+/// [`start_with`], the gateway started by `command`: the binary itself, or a launcher
+/// given it as its first argument (`prlimit … BIN`).
+fn start_as(
+    mut command: Command,
+    data: &std::path::Path,
+    database_url: Option<&str>,
+    env: &[(&str, &str)],
+) -> Running {
     command.envs(env.iter().copied());
     command
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
