@@ -66,7 +66,7 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 
 pub use config::Config;
 pub(crate) use serve::nodelay;
-pub use serve::{serve, serve_with, tuned};
+pub use serve::{bind, serve, serve_with, tuned};
 pub use state::AppState;
 
 use error::ApiError;

@@ -168,8 +168,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 &config.telemetry,
                 std::env::var("RUST_LOG").ok(),
             )?;
-            let listener = tokio::net::TcpListener::bind(config.listen)
-                .await
+            let listener = toolgate_server::bind(config.listen)
                 .with_context(|| format!("binding {}", config.listen))?;
             toolgate_server::serve(config, listener, shutdown_signal()).await
         }

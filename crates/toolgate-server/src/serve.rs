@@ -267,6 +267,22 @@ pub fn tuned(
     listener.tap_io(nodelay as fn(&mut tokio::net::TcpStream))
 }
 
+/// Binds the gateway's listener with a queue of 4,096 connections waiting to be accepted
+/// (the kernel caps it at `net.core.somaxconn`, 4,096 by default), as Go's runtime does.
+/// Tokio's `bind` asks for 128: a burst of clients connecting at once (after a load
+/// balancer's restart, say) overflowed it and some waited a second for their SYN to be
+/// sent again.
+pub fn bind(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(4096)
+}
+
 /// Raises this process's open-file limit to its hard limit, as Go's runtime and nginx
 /// (`worker_rlimit_nofile`) do: Linux starts a process at 1,024 whatever its hard limit
 /// allows. Returns the limit in force.
@@ -338,5 +354,24 @@ mod tests {
             "TCP_NODELAY must be set"
         );
         drop(client);
+    }
+
+    /// 1,000 clients connecting at once are all queued, none accepted yet (with Tokio's
+    /// `bind`, connects past the 129th waited a second for their SYN to be sent again).
+    #[tokio::test]
+    async fn a_burst_of_connections_waits_in_the_listen_queue() {
+        let listener = bind("127.0.0.1:0".parse().expect("address")).expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let queued = tokio::task::spawn_blocking(move || {
+            (0..1000)
+                .map_while(|_| {
+                    std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .expect("join");
+        assert_eq!(queued.len(), 1000);
+        drop(listener);
     }
 }
