@@ -10,6 +10,7 @@
 #                                       # BENCH_PG overrides the admin URL)
 #   AB_MCP=1 bench/ab.sh HEAD~1         # MCP tools/call of echo instead, stateless
 #                                       # (2026-07-28) and in one session, driven by wrk
+#   AB_NEW_CONNECTIONS=1 bench/ab.sh HEAD~1  # REST, every call on a connection of its own
 #
 # Builds both release binaries (the other revision in a temporary git worktree, sharing
 # this target directory's dependencies), installs oha if missing, prints a table and
@@ -20,6 +21,8 @@ source bench/lib.sh
 
 REV=${1:?usage: bench/ab.sh REVISION}
 AB_MCP=${AB_MCP:-}
+AB_NEW_CONNECTIONS=${AB_NEW_CONNECTIONS:-}
+[ -n "$AB_NEW_CONNECTIONS" ] && OHA_FLAGS=--disable-keepalive
 if [ -n "$AB_MCP" ]; then ensure_wrk; else ensure_oha; fi
 WORK=$(mktemp -d)
 TREE="$WORK/tree"
@@ -67,7 +70,7 @@ wait_ready "$A" "$A_AUTH"; wait_ready "$B" "$B_AUTH"
 
 mkdir -p bench/results
 {
-  echo "gateway at $(git rev-parse --short "$REV") (A) vs. this tree at $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes') (B), $STORE, durable audit, $([ -n "$AB_MCP" ] && echo "MCP tools/call" || echo "REST invoke")"
+  echo "gateway at $(git rev-parse --short "$REV") (A) vs. this tree at $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes') (B), $STORE, durable audit, $([ -n "$AB_MCP" ] && echo "MCP tools/call" || echo "REST invoke")$([ -n "$AB_NEW_CONNECTIONS" ] && echo ", a new connection per call")"
   echo
   if [ -n "$AB_MCP" ]; then
     A_SID=$(session "$A" "$A_AUTH"); B_SID=$(session "$B" "$B_AUTH")

@@ -36,10 +36,11 @@ wait_ready() {
 }
 
 # measure NAME PORT CONCURRENCY ROUND [AUTH_HEADER]: into $WORK/NAME-CONCURRENCY-ROUND.json.
+# OHA_FLAGS go to oha as they are (e.g. --disable-keepalive).
 # With RATE set, paced at RATE calls/s, into $WORK/NAME-rRATE-ROUND.json (see `label`).
 measure() {
   local auth=${5:-x-none: none}
-  "$OHA" --no-tui --output-format json -z "$DURATION" -c "$3" ${RATE:+-q "$RATE"} -m POST \
+  "$OHA" --no-tui --output-format json -z "$DURATION" -c "$3" ${RATE:+-q "$RATE"} ${OHA_FLAGS:-} -m POST \
     -H 'content-type: application/json' -H "$auth" -d "$BODY" \
     "http://127.0.0.1:$2$PATH_INVOKE" > "$WORK/$1-$(label "$3")-$4.json"
 }
