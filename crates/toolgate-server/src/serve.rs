@@ -54,6 +54,9 @@ async fn heartbeat(
     }
 }
 
+/// Connections open at once on `telemetry.metrics_listen` (scrapers are few).
+const METRICS_CONNECTIONS: usize = 64;
+
 /// How often an instance renews its heartbeat (see `toolgate_store::instances`).
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
 
@@ -162,14 +165,20 @@ pub async fn serve_with(
             let listener = TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("binding telemetry.metrics_listen {addr}"))?;
+            let addr = listener.local_addr().unwrap_or(addr);
             tracing::info!(%addr, "serving /metrics");
             let app = metrics::listener_app(state.telemetry.clone());
-            let stop = streams.clone();
-            Some(tokio::spawn(async move {
-                let _ = axum::serve(listener, app)
-                    .with_graceful_shutdown(stop.cancelled_owned())
-                    .await;
-            }))
+            // The same read timeouts as the main listener, and a cap of its own: its
+            // connections come out of the same open-file limit.
+            let connections = http_server::Connections::new(METRICS_CONNECTIONS);
+            let stop = streams.clone().cancelled_owned();
+            Some(tokio::spawn(http_server::serve(
+                listener,
+                app,
+                timeouts,
+                connections,
+                stop,
+            )))
         }
         None => None,
     };
