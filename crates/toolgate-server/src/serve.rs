@@ -365,6 +365,21 @@ mod tests {
         drop(client);
     }
 
+    #[test]
+    fn the_default_cap_leaves_a_quarter_of_the_open_files_and_64() {
+        assert_eq!(max_connections(None, 256), 128);
+        assert_eq!(max_connections(None, 1024), 704);
+        assert_eq!(max_connections(None, 20_000), 14_936);
+        assert_eq!(max_connections(None, 1 << 20), 16_384);
+        assert_eq!(max_connections(None, 64), 1);
+        assert_eq!(max_connections(Some(10), 256), 10);
+        assert_eq!(
+            max_connections(Some(1000), 256),
+            1000,
+            "as set, with a warning"
+        );
+    }
+
     /// 1,000 clients connecting at once are all queued, none accepted yet (with Tokio's
     /// `bind`, connects past the 129th waited a second for their SYN to be sent again).
     #[tokio::test]
