@@ -11,7 +11,7 @@
 //!   one before, else the request fails (a client error) and the connection ends;
 //! - at most `http.max_connections` connections are open at once ([`Connections`]): at
 //!   the cap, the one whose last request began longest ago is asked to close (at once if
-//!   idle, else after its request) before another is accepted. Without a cap, anyone
+//!   idle, else after its request) before the one just accepted is served. Without a cap, anyone
 //!   who could open connections (no credentials needed) used up the process's file
 //!   descriptors: no connection was accepted, and no file, socket or pipe opened, until
 //!   they let go.
@@ -44,7 +44,8 @@ pub struct ReadTimeouts {
 /// Serves `app` on `listener` until `shutdown` completes, then waits for the open
 /// connections to finish their requests (the caller bounds that wait). A listener given
 /// by value is closed first, so new connections are refused during that wait; one lent
-/// stays open for its owner's next server. At most `connections.max()` are open at once.
+/// stays open for its owner's next server. At most `connections`' cap are open at once;
+/// the same `connections` may serve one server after another.
 pub async fn serve(
     listener: impl std::borrow::Borrow<TcpListener>,
     app: Router,
@@ -148,8 +149,14 @@ const LOOKED_AT: usize = 32;
 struct Slots {
     open: Vec<Option<Arc<Open>>>,
     free: Vec<usize>,
-    len: usize,
     cursor: usize,
+}
+
+impl Slots {
+    /// How many are taken.
+    fn len(&self) -> usize {
+        self.open.len() - self.free.len()
+    }
 }
 
 /// One open connection.
@@ -182,13 +189,9 @@ impl Connections {
         })
     }
 
-    pub fn max(&self) -> usize {
-        self.max
-    }
-
     /// How many are open now.
     pub fn open(&self) -> usize {
-        self.slots().len
+        self.slots().len()
     }
 
     /// How many the server has asked to close to make room for another, so far.
@@ -202,11 +205,22 @@ impl Connections {
 
     /// Returns once fewer than `max` are open, asking one to close meanwhile.
     async fn room(&self) {
+        self.until(|| !self.ask_one_to_close()).await;
+    }
+
+    /// Returns once none is open.
+    async fn drained(&self) {
+        self.until(|| self.open() == 0).await;
+    }
+
+    /// Returns once `done`, asked again each time a connection ends (and first at once).
+    async fn until(&self, mut done: impl FnMut() -> bool) {
         loop {
             let ended = self.ended.notified();
             let mut ended = std::pin::pin!(ended);
+            // Registered before asking: an end in between still wakes it.
             ended.as_mut().enable();
-            if !self.ask_one_to_close() {
+            if done() {
                 return;
             }
             ended.await;
@@ -217,7 +231,7 @@ impl Connections {
     /// before) to close; whether the cap was reached.
     fn ask_one_to_close(&self) -> bool {
         let mut slots = self.slots();
-        if slots.len < self.max {
+        if slots.len() < self.max {
             return false;
         }
         let n = slots.open.len();
@@ -257,7 +271,6 @@ impl Connections {
             close: Notify::new(),
         });
         let mut slots = self.slots();
-        slots.len += 1;
         let slot = match slots.free.pop() {
             Some(slot) => {
                 slots.open[slot] = Some(open.clone());
@@ -274,19 +287,6 @@ impl Connections {
             slot,
         };
         (admitted, open)
-    }
-
-    /// Returns once none is open.
-    async fn drained(&self) {
-        loop {
-            let ended = self.ended.notified();
-            let mut ended = std::pin::pin!(ended);
-            ended.as_mut().enable();
-            if self.open() == 0 {
-                return;
-            }
-            ended.await;
-        }
     }
 }
 
@@ -364,7 +364,6 @@ impl Drop for Admitted {
         let mut slots = self.connections.slots();
         slots.open[self.slot] = None;
         slots.free.push(self.slot);
-        slots.len -= 1;
         drop(slots);
         self.connections.ended.notify_waiters();
     }

@@ -257,7 +257,8 @@ async fn build_when_the_store_answers(
     config: &Config,
     audit: Option<Arc<dyn AuditSink>>,
     listener: &TcpListener,
-    (timeouts, max_connections): (http_server::ReadTimeouts, usize),
+    timeouts: http_server::ReadTimeouts,
+    connections: &Arc<http_server::Connections>,
     stop: &CancellationToken,
 ) -> anyhow::Result<Option<Gateway>> {
     let first = match build_with(config, audit.clone()).await {
@@ -268,8 +269,7 @@ async fn build_when_the_store_answers(
     let addr = listener.local_addr().ok();
     tracing::error!(error = format!("{first:#}"), addr = ?addr, "the store cannot be reached; answering 503 and trying again");
     let built = CancellationToken::new();
-    let connections = http_server::Connections::new(max_connections);
-    let waiting = http_server::serve(listener, not_ready_app(), timeouts, connections, {
+    let waiting = http_server::serve(listener, not_ready_app(), timeouts, connections.clone(), {
         let (built, stop) = (built.clone(), stop.clone());
         async move {
             tokio::select! {

@@ -17,7 +17,7 @@ use anyhow::Context as _;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{AsyncInstrument, Meter, MeterProvider as _};
+use opentelemetry::metrics::{AsyncInstrument, AsyncInstrumentBuilder, Meter, MeterProvider as _};
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use prometheus::{Encoder, TextEncoder};
 use tokio_util::sync::CancellationToken;
@@ -110,18 +110,12 @@ impl Telemetry {
             return;
         }
         let gauge = |name, description, unit, read| {
-            let gauge = self.meter.u64_observable_gauge(name).with_unit(unit);
-            gauge
-                .with_description(description)
-                .with_callback(read_from(&state, read))
-                .build();
+            let gauge = self.meter.u64_observable_gauge(name);
+            observed(gauge, &state, description, unit, read).build();
         };
         let counter = |name, description, unit, read| {
-            let counter = self.meter.u64_observable_counter(name).with_unit(unit);
-            counter
-                .with_description(description)
-                .with_callback(read_from(&state, read))
-                .build();
+            let counter = self.meter.u64_observable_counter(name);
+            observed(counter, &state, description, unit, read).build();
         };
         gauge(
             "toolgate.audit.queue.depth",
@@ -177,12 +171,14 @@ impl Telemetry {
             "{turn}",
             |s| s.write_turns().taken,
         );
-        self.meter
-            .f64_observable_counter("toolgate.store.write_turns.wait")
-            .with_description("Time this instance's writes spent waiting for their turn at SQLite's write lock, in all")
-            .with_unit("s")
-            .with_callback(read_from(&state, |s| s.write_turns().waited_secs))
-            .build();
+        observed(
+            self.meter.f64_observable_counter("toolgate.store.write_turns.wait"),
+            &state,
+            "Time this instance's writes spent waiting for their turn at SQLite's write lock, in all",
+            "s",
+            |s| s.write_turns().waited_secs,
+        )
+        .build();
         let counts = self.counts.clone();
         self.meter
             .i64_observable_gauge("toolgate.approvals.pending")
@@ -220,20 +216,22 @@ impl Telemetry {
         if !self.enabled {
             return;
         }
-        self.meter
-            .u64_observable_gauge("toolgate.http.connections")
-            .with_description(
-                "Client connections open on the main listener (at most http.max_connections)",
-            )
-            .with_unit("{connection}")
-            .with_callback(read_from(&connections, |c| c.open() as u64))
-            .build();
-        self.meter
-            .u64_observable_counter("toolgate.http.connections.closed_at_cap")
-            .with_description("Connections asked to close, idle longest first, to make room for another at http.max_connections")
-            .with_unit("{connection}")
-            .with_callback(read_from(&connections, crate::http_server::Connections::closed_at_cap))
-            .build();
+        observed(
+            self.meter.u64_observable_gauge("toolgate.http.connections"),
+            &connections,
+            "Client connections open on the main listener (at most http.max_connections)",
+            "{connection}",
+            |c| c.open() as u64,
+        )
+        .build();
+        observed(
+            self.meter.u64_observable_counter("toolgate.http.connections.closed_at_cap"),
+            &connections,
+            "Connections asked to close, idle longest first, to make room for another at http.max_connections",
+            "{connection}",
+            crate::http_server::Connections::closed_at_cap,
+        )
+        .build();
     }
 
     /// Registers the connection state of the operator's upstreams, by name.
@@ -279,18 +277,24 @@ impl Telemetry {
     }
 }
 
-/// The callback reading an observed instrument's value from `state` when scraped
+/// The observed instrument `builder`, described, its value read from `state` when scraped
 /// (nothing once the state is gone).
-fn read_from<S: Send + Sync + 'static, T: 'static>(
+fn observed<'a, S: Send + Sync + 'static, I, T: 'static>(
+    builder: AsyncInstrumentBuilder<'a, I, T>,
     state: &Weak<S>,
+    description: &'static str,
+    unit: &'static str,
     read: fn(&S) -> T,
-) -> impl Fn(&dyn AsyncInstrument<T>) + Send + Sync + 'static {
+) -> AsyncInstrumentBuilder<'a, I, T> {
     let weak = state.clone();
-    move |observer| {
-        if let Some(state) = weak.upgrade() {
-            observer.observe(read(&state), &[]);
-        }
-    }
+    builder
+        .with_description(description)
+        .with_unit(unit)
+        .with_callback(move |observer: &dyn AsyncInstrument<T>| {
+            if let Some(state) = weak.upgrade() {
+                observer.observe(read(&state), &[]);
+            }
+        })
 }
 
 /// What the gauges read from a running gateway (the server's shared state implements

@@ -85,7 +85,12 @@ pub async fn serve_with(
         header: Duration::from_secs(config.http.header_read_timeout_secs),
         body: Duration::from_secs(config.http.body_read_timeout_secs),
     };
-    let max_connections = max_connections(config.http.max_connections, open_files_limit());
+    // One set of connections for the listener, whether it answers 503 while the store is
+    // away or serves the gateway (the first drains before the second starts).
+    let connections = http_server::Connections::new(max_connections(
+        config.http.max_connections,
+        open_files_limit(),
+    ));
     // Told by `shutdown`, whether the gateway is serving or still waiting for its store.
     let stop = CancellationToken::new();
     tokio::spawn({
@@ -98,14 +103,8 @@ pub async fn serve_with(
     let Some(Gateway {
         state,
         audit_writer,
-    }) = build_when_the_store_answers(
-        &config,
-        audit,
-        &listener,
-        (timeouts, max_connections),
-        &stop,
-    )
-    .await?
+    }) = build_when_the_store_answers(&config, audit, &listener, timeouts, &connections, &stop)
+        .await?
     else {
         return Ok(());
     };
@@ -192,7 +191,6 @@ pub async fn serve_with(
     state.runs.adopt_orphans().await;
     let runs = tokio::spawn(state.runs.clone().supervise(streams.clone()));
     let decisions = state.decisions.clone();
-    let connections = http_server::Connections::new(max_connections);
     state
         .telemetry
         .observe_connections(Arc::downgrade(&connections));
