@@ -19,10 +19,34 @@ mod signals;
 
 /// A gateway process: its address and the admin key it wrote.
 struct Running {
-    child: std::process::Child,
+    child: Process,
     addr: String,
     key: String,
     _log: std::thread::JoinHandle<()>,
+}
+
+/// A child process, killed when dropped: a test that fails leaves no gateway behind.
+struct Process(std::process::Child);
+
+impl std::ops::Deref for Process {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Process {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        // Both do nothing if it has exited and been waited for.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 fn start(data: &std::path::Path, database_url: Option<&str>) -> Running {
@@ -75,7 +99,7 @@ fn start_as(
         .trim()
         .to_owned();
     Running {
-        child,
+        child: Process(child),
         addr,
         key,
         _log: log,
