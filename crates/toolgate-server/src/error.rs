@@ -340,6 +340,7 @@ impl From<JsonRejection> for ApiError {
             JsonRejection::BytesRejection(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
                 ApiError::PayloadTooLarge
             }
+            other if crate::http_server::body_was_cut(&other) => body_cut(other.body_text()),
             other => ApiError::Malformed(other.body_text()),
         }
     }
@@ -353,6 +354,17 @@ pub fn store_unavailable(err: &toolgate_store::StoreError) -> ToolError {
         _ => "the store cannot take this request right now; try again shortly".into(),
     };
     unavailable(message, err.to_string())
+}
+
+/// 503 with `Retry-After` for a request whose body was still arriving when its
+/// connection was closed to make room (see [`crate::http_server`]).
+pub fn body_cut(cause: String) -> ApiError {
+    ApiError::Tool(unavailable(
+        "the gateway is at its connection cap and closed this connection while the request \
+         body was still arriving; try again shortly"
+            .into(),
+        cause,
+    ))
 }
 
 /// 503 with `Retry-After`: `message` shown, `cause` logged.

@@ -23,8 +23,12 @@ pub(super) fn rpc_error(id: Option<&serde_json::Value>, error: rmcp::ErrorData) 
     (StatusCode::OK, axum::Json(body)).into_response()
 }
 
-/// A request body that could not be read: too large (413), or not in full and in time.
+/// A request body that could not be read: too large (413), cut to make room at the
+/// connection cap (503), or not in full and in time (400).
 pub(super) fn body_error(err: &axum::Error) -> Response {
+    if crate::http_server::body_was_cut(err) {
+        return crate::error::body_cut(err.to_string()).into_response();
+    }
     let mut cause: Option<&dyn std::error::Error> = Some(err);
     while let Some(e) = cause {
         if e.is::<http_body_util::LengthLimitError>() {

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use tokio::net::TcpStream;
+
 use super::*;
 
 /// A gateway under an open-file limit of 256, soft and hard, so that it cannot raise it
@@ -97,6 +99,34 @@ async fn idle_connections_past_the_open_file_limit_do_not_lock_callers_out() {
     running.child.wait().expect("wait");
 }
 
+/// 200 connections, no credentials needed, each part way through a request's head
+/// (slowloris): each held its place at the cap until its head timed out (30 s), and
+/// nobody else was served meanwhile. Now one asked to close goes at once.
+#[tokio::test]
+async fn heads_sent_part_way_do_not_lock_callers_out() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut running = start_limited(dir.path(), &[]);
+    let addr = running.addr.clone();
+    let to: std::net::SocketAddr = addr.parse().expect("address");
+    let mut slow = Vec::new();
+    for _ in 0..200 {
+        let mut conn = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(to))
+            .await
+            .expect("connected in time")
+            .expect("connect");
+        conn.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n")
+            .await
+            .expect("part of a head");
+        slow.push(conn);
+    }
+    let http = patient_client(&running.key);
+    calls_are_answered(&http, &addr, "200 heads sent part way").await;
+    drop(slow);
+    running.child.kill().expect("kill");
+    running.child.wait().expect("wait");
+}
+
 /// The metrics listener's connections come out of the same limit. It was served with no
 /// cap (and no read timeouts): 400 idle connections to it left the main listener no
 /// descriptor. Now it holds at most 64.
@@ -124,6 +154,114 @@ async fn idle_connections_on_the_metrics_listener_do_not_lock_callers_out() {
         .expect("a scrape beside them");
     assert_eq!(scrape.status(), 200);
     drop(idle);
+    running.child.kill().expect("kill");
+    running.child.wait().expect("wait");
+}
+
+/// `n` connections with the admin key, each sending a request whose head says
+/// `content-length` and `after_head` after it: every other one a REST call, the others
+/// MCP.
+async fn requests_begun(
+    addr: &str,
+    key: &str,
+    n: usize,
+    content_length: usize,
+    after_head: &[u8],
+) -> Vec<TcpStream> {
+    use tokio::io::AsyncWriteExt;
+    let to: std::net::SocketAddr = addr.parse().expect("address");
+    let mut conns = Vec::new();
+    for i in 0..n {
+        let mut conn = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(to))
+            .await
+            .expect("connected in time")
+            .expect("connect");
+        let path = if i % 2 == 0 {
+            "/v1/tools/echo/invoke"
+        } else {
+            "/mcp"
+        };
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n\
+             accept: application/json, text/event-stream\r\n\
+             content-type: application/json\r\ncontent-length: {content_length}\r\n\r\n"
+        );
+        conn.write_all(head.as_bytes()).await.expect("head");
+        conn.write_all(after_head).await.expect("after the head");
+        conns.push(conn);
+    }
+    conns
+}
+
+/// A client with a key sent 200 bodies a byte at a time (each byte within the body read
+/// timeout): every place at the cap was held by a request waiting for its body, and
+/// nobody else was served. Now a connection asked to close while its body arrives goes
+/// at once, its request answered 503 with `Retry-After` (REST and MCP alike).
+#[tokio::test]
+async fn bodies_sent_a_byte_at_a_time_do_not_lock_callers_out() {
+    use tokio::io::AsyncReadExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut running = start_limited(dir.path(), &[]);
+    let addr = running.addr.clone();
+    let slow = requests_begun(&addr, &running.key, 200, 100_000, b"{").await;
+    let http = patient_client(&running.key);
+    calls_are_answered(&http, &addr, "200 bodies arriving a byte at a time").await;
+
+    // Those cut (at least the 72 over the cap), REST calls and MCP ones among them.
+    let mut reads = tokio::task::JoinSet::new();
+    for (i, mut conn) in slow.into_iter().enumerate() {
+        reads.spawn(async move {
+            let mut answer = String::new();
+            let read =
+                tokio::time::timeout(Duration::from_secs(3), conn.read_to_string(&mut answer));
+            read.await.ok().map(|_| (i % 2 == 1, answer))
+        });
+    }
+    let cut: Vec<(bool, String)> = reads.join_all().await.into_iter().flatten().collect();
+    assert!(cut.len() >= 72, "{} cut", cut.len());
+    for (_, answer) in &cut {
+        let head = answer.to_ascii_lowercase();
+        assert!(head.starts_with("http/1.1 503"), "{answer}");
+        assert!(head.contains("retry-after: 1"), "{answer}");
+        assert!(answer.contains("connection cap"), "{answer}");
+    }
+    let mcp = cut.iter().filter(|(mcp, _)| *mcp).count();
+    assert!(
+        mcp > 0 && mcp < cut.len(),
+        "{mcp} of {} cut are MCP",
+        cut.len()
+    );
+    running.child.kill().expect("kill");
+    running.child.wait().expect("wait");
+}
+
+/// 200 clients, no credentials needed, each asked for the OpenAPI document 100 times in
+/// one go (pipelined) and read none of it: each connection's writes blocked, and every
+/// place at the cap was held for ever. Now a connection asked to close whose writes stay
+/// blocked is dropped.
+#[tokio::test]
+async fn clients_that_read_nothing_do_not_lock_callers_out() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut running = start_limited(dir.path(), &[]);
+    let addr = running.addr.clone();
+    let to: std::net::SocketAddr = addr.parse().expect("address");
+    let mut deaf = Vec::new();
+    for _ in 0..200 {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket.set_recv_buffer_size(4096).expect("receive buffer");
+        let mut conn = tokio::time::timeout(Duration::from_secs(5), socket.connect(to))
+            .await
+            .expect("connected in time")
+            .expect("connect");
+        conn.write_all(&b"GET /openapi.json HTTP/1.1\r\nhost: x\r\n\r\n".repeat(100))
+            .await
+            .expect("requests");
+        deaf.push(conn);
+    }
+    let http = patient_client(&running.key);
+    calls_are_answered(&http, &addr, "200 clients that read nothing").await;
+    drop(deaf);
     running.child.kill().expect("kill");
     running.child.wait().expect("wait");
 }
