@@ -632,6 +632,21 @@ mod tests {
             )
     }
 
+    /// A new connection that has sent `bytes`, the server given time to read them.
+    async fn sent(addr: std::net::SocketAddr, bytes: &[u8]) -> TcpStream {
+        let mut conn = TcpStream::connect(addr).await.expect("connect");
+        conn.write_all(bytes).await.expect("write");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        conn
+    }
+
+    /// Asserts that the server closes `conn` within 5 s.
+    async fn closed(conn: &mut TcpStream, what: &str) {
+        let mut buf = [0; 16];
+        let read = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf)).await;
+        assert!(matches!(read, Ok(Ok(0))), "{what} is closed: {read:?}");
+    }
+
     /// `GET /` on a new connection is answered within `within`.
     async fn served_within(addr: std::net::SocketAddr, within: Duration) -> TcpStream {
         tokio::time::timeout(within, async {
@@ -649,11 +664,8 @@ mod tests {
     #[tokio::test]
     async fn at_the_cap_a_body_still_arriving_is_cut() {
         let (addr, connections, stop, server) = server(1, routes());
-        let mut slow = TcpStream::connect(addr).await.expect("connect");
-        slow.write_all(b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\na")
-            .await
-            .expect("write");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        let head = b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\na";
+        let mut slow = sent(addr, head).await;
         let other = served_within(addr, Duration::from_secs(5)).await;
         let mut answer = String::new();
         tokio::time::timeout(Duration::from_secs(5), slow.read_to_string(&mut answer))
@@ -672,18 +684,9 @@ mod tests {
     #[tokio::test]
     async fn at_the_cap_a_head_still_arriving_is_cut() {
         let (addr, connections, stop, server) = server(1, routes());
-        let mut slow = TcpStream::connect(addr).await.expect("connect");
-        slow.write_all(b"GET / HTTP/1.1\r\nhost: x\r\nx-slow: 1")
-            .await
-            .expect("write");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut slow = sent(addr, b"GET / HTTP/1.1\r\nhost: x\r\nx-slow: 1").await;
         let other = served_within(addr, Duration::from_secs(5)).await;
-        let mut buf = [0; 16];
-        let read = tokio::time::timeout(Duration::from_secs(5), slow.read(&mut buf)).await;
-        assert!(
-            matches!(read, Ok(Ok(0))),
-            "the slow one is closed: {read:?}"
-        );
+        closed(&mut slow, "the slow one").await;
         assert_eq!(connections.closed_at_cap(), 1);
         stop.cancel();
         drop(other);
@@ -714,19 +717,10 @@ mod tests {
     #[tokio::test]
     async fn at_the_cap_an_idle_connection_goes_before_an_older_busy_one() {
         let (addr, connections, stop, server) = server(2, routes());
-        let mut busy = TcpStream::connect(addr).await.expect("connect");
-        busy.write_all(b"GET /slow HTTP/1.1\r\nhost: x\r\n\r\n")
-            .await
-            .expect("write");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        let busy = sent(addr, b"GET /slow HTTP/1.1\r\nhost: x\r\n\r\n").await;
         let mut idle = served_within(addr, Duration::from_secs(5)).await;
         let third = served_within(addr, Duration::from_secs(5)).await;
-        let mut buf = [0; 16];
-        let read = tokio::time::timeout(Duration::from_secs(5), idle.read(&mut buf)).await;
-        assert!(
-            matches!(read, Ok(Ok(0))),
-            "the idle one is closed: {read:?}"
-        );
+        closed(&mut idle, "the idle one").await;
         assert_eq!(
             connections.closed_at_cap(),
             2,
@@ -741,33 +735,14 @@ mod tests {
     /// not the one that sent its request since.
     #[tokio::test]
     async fn at_the_cap_the_connection_idle_longest_is_closed() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let connections = Connections::new(2);
-        let timeouts = ReadTimeouts {
-            header: Duration::from_secs(30),
-            body: Duration::from_secs(30),
-        };
-        let app = Router::new().route("/", axum::routing::get(|| async { "ok" }));
-        let stop = CancellationToken::new();
-        let server = tokio::spawn(serve(listener, app, timeouts, connections.clone(), {
-            let stop = stop.clone();
-            async move { stop.cancelled().await }
-        }));
-
-        let mut idle = TcpStream::connect(addr).await.expect("connect");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        let (addr, connections, stop, server) = server(2, routes());
+        let mut idle = sent(addr, b"").await;
         let mut busy = TcpStream::connect(addr).await.expect("connect");
         assert!(get(&mut busy).await.ends_with("ok"));
         let mut third = TcpStream::connect(addr).await.expect("connect");
         assert!(get(&mut third).await.ends_with("ok"), "the third is served");
 
-        let mut buf = [0; 16];
-        let read = tokio::time::timeout(Duration::from_secs(5), idle.read(&mut buf)).await;
-        assert!(
-            matches!(read, Ok(Ok(0))),
-            "the idle one is closed: {read:?}"
-        );
+        closed(&mut idle, "the idle one").await;
         let again = get(&mut busy).await;
         assert!(again.ends_with("ok"), "the busy one stays: {again:?}");
         assert_eq!(connections.closed_at_cap(), 1);

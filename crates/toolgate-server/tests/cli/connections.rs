@@ -104,22 +104,13 @@ async fn idle_connections_past_the_open_file_limit_do_not_lock_callers_out() {
 /// nobody else was served meanwhile. Now one asked to close goes at once.
 #[tokio::test]
 async fn heads_sent_part_way_do_not_lock_callers_out() {
-    use tokio::io::AsyncWriteExt;
     let dir = tempfile::tempdir().expect("tempdir");
     let mut running = start_limited(dir.path(), &[]);
     let addr = running.addr.clone();
-    let to: std::net::SocketAddr = addr.parse().expect("address");
-    let mut slow = Vec::new();
-    for _ in 0..200 {
-        let mut conn = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(to))
-            .await
-            .expect("connected in time")
-            .expect("connect");
-        conn.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n")
-            .await
-            .expect("part of a head");
-        slow.push(conn);
-    }
+    let slow = sending(&addr, 200, None, |_| {
+        b"GET /healthz HTTP/1.1\r\nhost: x\r\n".to_vec()
+    })
+    .await;
     let http = patient_client(&running.key);
     calls_are_answered(&http, &addr, "200 heads sent part way").await;
     drop(slow);
@@ -158,36 +149,27 @@ async fn idle_connections_on_the_metrics_listener_do_not_lock_callers_out() {
     running.child.wait().expect("wait");
 }
 
-/// `n` connections with the admin key, each sending a request whose head says
-/// `content-length` and `after_head` after it: every other one a REST call, the others
-/// MCP.
-async fn requests_begun(
+/// `n` connections to `addr` (each with a receive buffer of `receive_buffer` bytes if
+/// given), the `i`th having sent `bytes(i)`.
+async fn sending(
     addr: &str,
-    key: &str,
     n: usize,
-    content_length: usize,
-    after_head: &[u8],
+    receive_buffer: Option<u32>,
+    bytes: impl Fn(usize) -> Vec<u8>,
 ) -> Vec<TcpStream> {
     use tokio::io::AsyncWriteExt;
     let to: std::net::SocketAddr = addr.parse().expect("address");
     let mut conns = Vec::new();
     for i in 0..n {
-        let mut conn = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(to))
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        if let Some(size) = receive_buffer {
+            socket.set_recv_buffer_size(size).expect("receive buffer");
+        }
+        let mut conn = tokio::time::timeout(Duration::from_secs(5), socket.connect(to))
             .await
             .expect("connected in time")
             .expect("connect");
-        let path = if i % 2 == 0 {
-            "/v1/tools/echo/invoke"
-        } else {
-            "/mcp"
-        };
-        let head = format!(
-            "POST {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n\
-             accept: application/json, text/event-stream\r\n\
-             content-type: application/json\r\ncontent-length: {content_length}\r\n\r\n"
-        );
-        conn.write_all(head.as_bytes()).await.expect("head");
-        conn.write_all(after_head).await.expect("after the head");
+        conn.write_all(&bytes(i)).await.expect("write");
         conns.push(conn);
     }
     conns
@@ -203,7 +185,22 @@ async fn bodies_sent_a_byte_at_a_time_do_not_lock_callers_out() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut running = start_limited(dir.path(), &[]);
     let addr = running.addr.clone();
-    let slow = requests_begun(&addr, &running.key, 200, 100_000, b"{").await;
+    // Every other one a REST call, the others MCP; 100,000 bytes announced, one sent.
+    let key = running.key.clone();
+    let slow = sending(&addr, 200, None, |i| {
+        let path = if i % 2 == 0 {
+            "/v1/tools/echo/invoke"
+        } else {
+            "/mcp"
+        };
+        format!(
+            "POST {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n\
+             accept: application/json, text/event-stream\r\n\
+             content-type: application/json\r\ncontent-length: 100000\r\n\r\n{{"
+        )
+        .into_bytes()
+    })
+    .await;
     let http = patient_client(&running.key);
     calls_are_answered(&http, &addr, "200 bodies arriving a byte at a time").await;
 
@@ -241,24 +238,13 @@ async fn bodies_sent_a_byte_at_a_time_do_not_lock_callers_out() {
 /// blocked is dropped.
 #[tokio::test]
 async fn clients_that_read_nothing_do_not_lock_callers_out() {
-    use tokio::io::AsyncWriteExt;
     let dir = tempfile::tempdir().expect("tempdir");
     let mut running = start_limited(dir.path(), &[]);
     let addr = running.addr.clone();
-    let to: std::net::SocketAddr = addr.parse().expect("address");
-    let mut deaf = Vec::new();
-    for _ in 0..200 {
-        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
-        socket.set_recv_buffer_size(4096).expect("receive buffer");
-        let mut conn = tokio::time::timeout(Duration::from_secs(5), socket.connect(to))
-            .await
-            .expect("connected in time")
-            .expect("connect");
-        conn.write_all(&b"GET /openapi.json HTTP/1.1\r\nhost: x\r\n\r\n".repeat(100))
-            .await
-            .expect("requests");
-        deaf.push(conn);
-    }
+    let deaf = sending(&addr, 200, Some(4096), |_| {
+        b"GET /openapi.json HTTP/1.1\r\nhost: x\r\n\r\n".repeat(100)
+    })
+    .await;
     let http = patient_client(&running.key);
     calls_are_answered(&http, &addr, "200 clients that read nothing").await;
     drop(deaf);
