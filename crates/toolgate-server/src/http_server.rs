@@ -17,7 +17,8 @@
 //! - a connection asked to close that is waiting on its client goes at once: idle, part
 //!   way through a request's head, or part way through its body (the request fails).
 //!   One whose client does not read its answer goes once its writes have been blocked
-//!   for [`STALLED_WRITES`]. One waiting on the gateway (a call running) closes after its
+//!   (or, over HTTP/2, its answers have waited for a flow-control window) for
+//!   [`STALLED_WRITES`]. One waiting on the gateway (a call running) closes after its
 //!   answer; meanwhile, every [`ASK_AGAIN`] another is asked. Before, an authenticated
 //!   client sending bodies a byte a minute held every place at the cap, and nobody else
 //!   was served.
@@ -104,7 +105,7 @@ pub async fn serve(
                 let call = tower::Service::call(&mut app, request);
                 async move {
                     let response = call.await?;
-                    Ok::<_, Infallible>(response.map(|body| Answering { body, _busy: busy }))
+                    Ok::<_, Infallible>(response.map(|body| Answering::new(body, busy)))
                 }
             }
         });
@@ -209,6 +210,11 @@ struct Open {
     close: CancellationToken,
     /// Requests being handled or answered.
     busy: AtomicUsize,
+    /// Answers waiting for the connection to take what they have (see [`Answering`]).
+    answers_waiting: AtomicUsize,
+    /// When an answer was last taken while others waited (or the first began to wait),
+    /// in ms since the epoch.
+    answers_taken_ms: AtomicU64,
 }
 
 impl Open {
@@ -218,19 +224,24 @@ impl Open {
 
     /// Returns once, asked to close, it is seen waiting on its client: not answering a
     /// request (hyper closes an idle one by itself, so one left is part way through a
-    /// request's head) nor writing, or with its writes blocked for [`STALLED_WRITES`].
+    /// request's head) nor writing, or with its writes blocked, or its answers waiting
+    /// and none taken, for [`STALLED_WRITES`].
     async fn waiting_on_client(&self, epoch: Instant) {
+        let stalled_since = |since: u64| {
+            Duration::from_millis(millis_since(epoch).saturating_sub(since)) >= STALLED_WRITES
+        };
         loop {
             tokio::time::sleep(LOOK_AGAIN).await;
+            if self.answers_waiting.load(Ordering::Relaxed) > 0
+                && stalled_since(self.answers_taken_ms.load(Ordering::Relaxed))
+            {
+                return;
+            }
             match self.blocked_ms.load(Ordering::Relaxed) {
                 0 if self.busy.load(Ordering::Relaxed) == 0 => return,
                 0 => {}
-                since => {
-                    let blocked = millis_since(epoch).saturating_sub(since - 1);
-                    if Duration::from_millis(blocked) >= STALLED_WRITES {
-                        return;
-                    }
-                }
+                since if stalled_since(since - 1) => return,
+                _ => {}
             }
         }
     }
@@ -340,6 +351,8 @@ impl Connections {
             asked: AtomicBool::new(false),
             close: CancellationToken::new(),
             busy: AtomicUsize::new(0),
+            answers_waiting: AtomicUsize::new(0),
+            answers_taken_ms: AtomicU64::new(0),
         });
         let mut slots = self.slots();
         let slot = match slots.free.pop() {
@@ -444,26 +457,79 @@ pub(crate) fn body_was_cut(err: &(dyn std::error::Error + 'static)) -> bool {
 
 /// A request of a connection being handled or answered: from the call until its answer's
 /// body is done with (sent, or dropped with the connection).
-struct Busy(Arc<Open>);
+struct Busy {
+    open: Arc<Open>,
+    epoch: Instant,
+}
 
 impl Busy {
     fn new(open: &Arc<Open>, epoch: Instant) -> Self {
         open.began_request(epoch);
         open.busy.fetch_add(1, Ordering::Relaxed);
-        Self(open.clone())
+        Self {
+            open: open.clone(),
+            epoch,
+        }
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.busy.fetch_sub(1, Ordering::Relaxed);
+        self.open.busy.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
-/// An answer's body, its request [`Busy`] until it is done with.
+/// An answer's body, its request [`Busy`] until it is done with. It *waits* from when it
+/// is made, and from each frame it gives, until the connection asks it for more: an
+/// HTTP/2 client that keeps its flow-control window shut blocks no socket write, but
+/// leaves its answers waiting (hyper asks a body for data only once it may send it).
 struct Answering<B> {
     body: B,
-    _busy: Busy,
+    busy: Busy,
+    waiting: bool,
+}
+
+impl<B> Answering<B> {
+    fn new(body: B, busy: Busy) -> Self {
+        let mut answer = Self {
+            body,
+            busy,
+            waiting: false,
+        };
+        answer.waits();
+        answer
+    }
+
+    fn waits(&mut self) {
+        self.waiting = true;
+        let open = &self.busy.open;
+        // The first to wait starts the clock; while others are taken it is kept moving.
+        if open.answers_waiting.fetch_add(1, Ordering::Relaxed) == 0 {
+            open.answers_taken_ms
+                .store(millis_since(self.busy.epoch), Ordering::Relaxed);
+        }
+    }
+
+    fn taken(&mut self) {
+        if std::mem::take(&mut self.waiting) {
+            let open = &self.busy.open;
+            if open.answers_waiting.fetch_sub(1, Ordering::Relaxed) > 1 {
+                open.answers_taken_ms
+                    .store(millis_since(self.busy.epoch), Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+impl<B> Drop for Answering<B> {
+    fn drop(&mut self) {
+        if self.waiting {
+            self.busy
+                .open
+                .answers_waiting
+                .fetch_sub(1, Ordering::Relaxed);
+        }
+    }
 }
 
 impl<B: http_body::Body + Unpin> http_body::Body for Answering<B> {
@@ -474,7 +540,12 @@ impl<B: http_body::Body + Unpin> http_body::Body for Answering<B> {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
+        self.taken();
+        let poll = Pin::new(&mut self.body).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(_))) = poll {
+            self.waits();
+        }
+        poll
     }
 
     fn is_end_stream(&self) -> bool {
@@ -708,6 +779,32 @@ mod tests {
         let other = served_within(addr, STALLED_WRITES + Duration::from_secs(5)).await;
         stop.cancel();
         drop((deaf, other));
+        server.await.expect("join");
+    }
+
+    /// At the cap, an HTTP/2 connection whose client keeps its streams' flow-control
+    /// window shut (it blocks no socket write: the answer waits in the server) goes once
+    /// its answer has waited [`STALLED_WRITES`].
+    #[tokio::test]
+    async fn at_the_cap_an_http2_client_that_takes_nothing_is_dropped() {
+        let (addr, _connections, stop, server) = server(1, routes());
+        let tcp = TcpStream::connect(addr).await.expect("connect");
+        let (mut h2, connection) = h2::client::Builder::new()
+            .initial_window_size(0)
+            .handshake::<_, axum::body::Bytes>(tcp)
+            .await
+            .expect("handshake");
+        let driver = tokio::spawn(connection);
+        let request = axum::http::Request::get(format!("http://{addr}/big"))
+            .body(())
+            .expect("request");
+        let (answer, _) = h2.send_request(request, true).expect("send");
+        let head = answer.await.expect("the head of the answer");
+        assert_eq!(head.status(), 200);
+        let other = served_within(addr, STALLED_WRITES + Duration::from_secs(5)).await;
+        stop.cancel();
+        drop((head, other, h2));
+        driver.abort();
         server.await.expect("join");
     }
 

@@ -251,3 +251,36 @@ async fn clients_that_read_nothing_do_not_lock_callers_out() {
     running.child.kill().expect("kill");
     running.child.wait().expect("wait");
 }
+
+/// The same over HTTP/2 (cleartext, prior knowledge), no credentials needed: 200 clients
+/// that keep their streams' flow-control window shut block no socket write, but their
+/// answers wait in the gateway. Each held its place at the cap for ever; now a connection
+/// asked to close whose answers have waited 2 s, none taken, is dropped.
+#[tokio::test]
+async fn http2_clients_that_take_nothing_do_not_lock_callers_out() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut running = start_limited(dir.path(), &[]);
+    let addr = running.addr.clone();
+    let mut shut = Vec::new();
+    for conn in sending(&addr, 200, None, |_| Vec::new()).await {
+        let (mut h2, connection) = h2::client::Builder::new()
+            .initial_window_size(0)
+            .handshake::<_, axum::body::Bytes>(conn)
+            .await
+            .expect("handshake");
+        let driver = tokio::spawn(connection);
+        let request = axum::http::Request::get(format!("http://{addr}/openapi.json"))
+            .body(())
+            .expect("request");
+        let (answer, _) = h2.send_request(request, true).expect("send");
+        shut.push((h2, answer, driver));
+    }
+    let http = patient_client(&running.key);
+    calls_are_answered(&http, &addr, "200 HTTP/2 clients that take nothing").await;
+    for (_, _, driver) in &shut {
+        driver.abort();
+    }
+    drop(shut);
+    running.child.kill().expect("kill");
+    running.child.wait().expect("wait");
+}
