@@ -1,0 +1,162 @@
+//! The HTTP server loop: what `axum::serve` does (HTTP/1 and HTTP/2, upgrades, graceful
+//! shutdown, the peer address as `ConnectInfo`), plus the read timeouts it leaves unset.
+//!
+//! Without them a client that sends a request head one byte a minute (slowloris), or a
+//! body that never arrives, holds its connection — and on `/mcp` a session's resources —
+//! for ever. Here:
+//! - the request head must arrive within `http.header_read_timeout_secs` of the
+//!   connection being ready for it (a new connection, or an idle keep-alive one), else
+//!   the connection is closed;
+//! - each chunk of a request body must arrive within `http.body_read_timeout_secs` of the
+//!   one before, else the request fails (a client error) and the connection ends;
+//! - at most `http.max_connections` connections are open at once ([`Connections`]): at
+//!   the cap, the one whose last request began longest ago is asked to close before the
+//!   one just accepted is served. Without a cap, anyone who could open connections (no
+//!   credentials needed) used up the process's file descriptors: no connection was
+//!   accepted, and no file, socket or pipe opened, until they let go.
+//! - a connection asked to close that is waiting on its client goes at once: idle, part
+//!   way through a request's head, or part way through its body (the request fails).
+//!   One whose client does not read its answer goes once its writes have been blocked
+//!   (or, over HTTP/2, its answers have waited for a flow-control window) for 2 s
+//!   (`STALLED_WRITES`). One waiting on the gateway (a call running) closes after its
+//!   answer; meanwhile, every 50 ms (`ASK_AGAIN`) another is asked. Before, a client
+//!   sending a body a byte a minute, a head part way, or reading nothing held its place
+//!   at the cap, and enough of them locked everyone else out.
+//!
+//! `connections` keeps the open connections and the cap; `progress` the request
+//! bodies, answers and sockets that note how a connection's requests progress.
+//!
+//! Every accepted connection gets `TCP_NODELAY` (see [`crate::tuned`]).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+mod connections;
+mod progress;
+#[cfg(test)]
+mod tests;
+
+pub use connections::Connections;
+pub(crate) use progress::body_was_cut;
+use progress::{Answering, Busy, Patient, Watched};
+
+/// How long a client may take to send a request's head, and between two body chunks.
+#[derive(Clone, Copy, Debug)]
+pub struct ReadTimeouts {
+    pub header: Duration,
+    pub body: Duration,
+}
+
+/// Serves `app` on `listener` until `shutdown` completes, then waits for the open
+/// connections to finish their requests (the caller bounds that wait). A listener given
+/// by value is closed first, so new connections are refused during that wait; one lent
+/// stays open for its owner's next server. At most `connections`' cap are open at once;
+/// the same `connections` may serve one server after another.
+pub async fn serve(
+    listener: impl std::borrow::Borrow<TcpListener>,
+    app: Router,
+    timeouts: ReadTimeouts,
+    connections: Arc<Connections>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(timeouts.header);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .enable_connect_protocol();
+    let stop = CancellationToken::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (mut tcp, peer) = tokio::select! {
+            accepted = listener.borrow().accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(err) => {
+                    // Out of file descriptors and the like: pause rather than spin.
+                    tracing::warn!(error = %err, "could not accept a connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        // At the cap, this one waits (its descriptor the only one over) while another goes.
+        tokio::select! {
+            () = connections.room() => {}
+            () = &mut shutdown => break,
+        }
+        crate::nodelay(&mut tcp);
+        let (admitted, open) = connections.admit();
+        let epoch = connections.epoch;
+        let service = tower::service_fn({
+            let (mut app, open) = (app.clone(), open.clone());
+            move |mut request: axum::http::Request<hyper::body::Incoming>| {
+                let busy = Busy::new(&open, epoch);
+                request.extensions_mut().insert(ConnectInfo(peer));
+                let request = request.map(|body| {
+                    axum::body::Body::new(Patient::new(body, timeouts.body, &open.close))
+                });
+                // Always ready: a router needs no `poll_ready`.
+                let call = tower::Service::call(&mut app, request);
+                async move {
+                    let response = call.await?;
+                    Ok::<_, Infallible>(response.map(|body| Answering::new(body, busy)))
+                }
+            }
+        });
+        let io = Watched {
+            tcp,
+            open: open.clone(),
+            epoch,
+        };
+        let connection = builder
+            .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(service))
+            .into_owned();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            // Its place is given back however the task ends, a panic included.
+            let _admitted = admitted;
+            let mut connection = std::pin::pin!(connection);
+            let ended = tokio::select! {
+                ended = connection.as_mut() => Some(ended),
+                () = open.close.cancelled() => None,
+                () = stop.cancelled() => None,
+            };
+            // Asked to close: at once when idle (hyper closes it) or waiting on its client
+            // (a body arriving fails, see `Patient`; a head arriving or writes blocked:
+            // dropped), else once its request is answered.
+            let ended = match ended {
+                Some(ended) => ended,
+                None => {
+                    connection.as_mut().graceful_shutdown();
+                    tokio::select! {
+                        ended = connection.as_mut() => ended,
+                        () = open.waiting_on_client(epoch) => {
+                            tracing::debug!(%peer, "dropped a connection waiting on its client");
+                            return;
+                        }
+                    }
+                }
+            };
+            if let Err(err) = ended {
+                tracing::trace!(error = %err, %peer, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    stop.cancel();
+    connections.drained().await;
+}
