@@ -309,6 +309,13 @@ impl From<std::io::Error> for ToolError {
     }
 }
 
+/// The first `T` among `err` and its causes.
+pub fn cause<'a, T: std::error::Error + 'static>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
+    std::iter::successors(Some(err), |e| e.source()).find_map(|e| e.downcast_ref::<T>())
+}
+
 /// An error with its causes, `: `-separated (a cause its parent already quotes is not
 /// repeated).
 pub fn chain(err: &dyn std::error::Error) -> String {

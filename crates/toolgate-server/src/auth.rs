@@ -543,7 +543,8 @@ mod tests {
     }
 
     /// A secret the store refused is refused again without asking it: here the store
-    /// has become unreachable, and only a secret never seen meets that (a 503).
+    /// has become unreachable, and only a secret never seen meets that (an error other
+    /// than 401).
     #[tokio::test]
     async fn a_refused_secret_is_refused_without_the_store() {
         let db = pgdb::PgDb::create().await;

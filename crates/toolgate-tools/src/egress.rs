@@ -143,14 +143,7 @@ impl Egress {
 
 /// The [`Refused`] in `err`'s chain of causes, if a refusal is why it failed.
 pub fn refusal<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a Refused> {
-    let mut cause = Some(err);
-    while let Some(err) = cause {
-        if let Some(refused) = err.downcast_ref::<Refused>() {
-            return Some(refused);
-        }
-        cause = err.source();
-    }
-    None
+    toolgate_core::error::cause(err)
 }
 
 /// Resolves host names, refusing any that resolves to an address that is not reachable,

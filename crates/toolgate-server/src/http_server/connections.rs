@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 /// server asks another.
 pub struct Connections {
     max: usize,
-    pub(super) epoch: Instant,
+    epoch: Instant,
     slots: Mutex<Slots>,
     ended: Notify,
     closed_at_cap: AtomicU64,
@@ -54,11 +54,13 @@ impl Slots {
     }
 }
 
-/// One open connection.
+/// One open connection. Its times are in ms since its server's epoch, so that they compare
+/// across connections.
 pub(super) struct Open {
-    /// When its last request began (or it was accepted), in ms since the epoch.
+    epoch: Instant,
+    /// When its last request began (or it was accepted).
     pub(super) active_ms: AtomicU64,
-    /// Since when its writes have been blocked, in ms since the epoch plus one; 0 if not.
+    /// Since when its writes have been blocked, plus one; 0 if not.
     pub(super) blocked_ms: AtomicU64,
     pub(super) asked: AtomicBool,
     /// Cancelled when asked to close.
@@ -67,23 +69,27 @@ pub(super) struct Open {
     pub(super) busy: AtomicUsize,
     /// Answers waiting for the connection to take what they have (see [`Answering`]).
     pub(super) answers_waiting: AtomicUsize,
-    /// When an answer was last taken while others waited (or the first began to wait),
-    /// in ms since the epoch.
+    /// When an answer was last taken while others waited (or the first began to wait).
     pub(super) answers_taken_ms: AtomicU64,
 }
 
 impl Open {
-    pub(super) fn began_request(&self, epoch: Instant) {
-        self.active_ms.store(millis_since(epoch), Ordering::Relaxed);
+    /// Now, in ms since the epoch.
+    pub(super) fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    pub(super) fn began_request(&self) {
+        self.active_ms.store(self.now_ms(), Ordering::Relaxed);
     }
 
     /// Returns once, asked to close, it is seen waiting on its client: not answering a
     /// request (hyper closes an idle one by itself, so one left is part way through a
     /// request's head) nor writing, or with its writes blocked, or its answers waiting
     /// and none taken, for [`STALLED_WRITES`].
-    pub(super) async fn waiting_on_client(&self, epoch: Instant) {
+    pub(super) async fn waiting_on_client(&self) {
         let stalled_since = |since: u64| {
-            Duration::from_millis(millis_since(epoch).saturating_sub(since)) >= STALLED_WRITES
+            Duration::from_millis(self.now_ms().saturating_sub(since)) >= STALLED_WRITES
         };
         loop {
             tokio::time::sleep(LOOK_AGAIN).await;
@@ -100,10 +106,6 @@ impl Open {
             }
         }
     }
-}
-
-pub(super) fn millis_since(epoch: Instant) -> u64 {
-    u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 impl Connections {
@@ -201,7 +203,8 @@ impl Connections {
 
     pub(super) fn admit(self: &Arc<Self>) -> (Admitted, Arc<Open>) {
         let open = Arc::new(Open {
-            active_ms: AtomicU64::new(millis_since(self.epoch)),
+            epoch: self.epoch,
+            active_ms: AtomicU64::new(0),
             blocked_ms: AtomicU64::new(0),
             asked: AtomicBool::new(false),
             close: CancellationToken::new(),
@@ -209,6 +212,8 @@ impl Connections {
             answers_waiting: AtomicUsize::new(0),
             answers_taken_ms: AtomicU64::new(0),
         });
+        // A connection that never sends a request counts from when it was accepted.
+        open.began_request();
         let mut slots = self.slots();
         let slot = match slots.free.pop() {
             Some(slot) => {

@@ -100,11 +100,10 @@ pub async fn serve(
         }
         crate::nodelay(&mut tcp);
         let (admitted, open) = connections.admit();
-        let epoch = connections.epoch;
         let service = tower::service_fn({
             let (mut app, open) = (app.clone(), open.clone());
             move |mut request: axum::http::Request<hyper::body::Incoming>| {
-                let busy = Busy::new(&open, epoch);
+                let busy = Busy::new(&open);
                 request.extensions_mut().insert(ConnectInfo(peer));
                 let request = request.map(|body| {
                     axum::body::Body::new(Patient::new(body, timeouts.body, &open.close))
@@ -120,7 +119,6 @@ pub async fn serve(
         let io = Watched {
             tcp,
             open: open.clone(),
-            epoch,
         };
         let connection = builder
             .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(service))
@@ -144,7 +142,7 @@ pub async fn serve(
                     connection.as_mut().graceful_shutdown();
                     tokio::select! {
                         ended = connection.as_mut() => ended,
-                        () = open.waiting_on_client(epoch) => {
+                        () = open.waiting_on_client() => {
                             tracing::debug!(%peer, "dropped a connection waiting on its client");
                             return;
                         }

@@ -7,11 +7,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::connections::{Open, millis_since};
+use super::connections::Open;
 
 /// A request body that must keep coming: a pause longer than `timeout` between two
 /// chunks ends it with an error, and so does its connection being asked to close while
@@ -91,30 +91,24 @@ where
 /// Whether `err` (or what caused it) is a request body cut because its connection was
 /// asked to close: the client is told to try again (503), not that it sent a bad request.
 pub(crate) fn body_was_cut(err: &(dyn std::error::Error + 'static)) -> bool {
-    std::iter::successors(Some(err), |e| e.source()).any(|e| e.is::<BodyCut>())
+    toolgate_core::error::cause::<BodyCut>(err).is_some()
 }
 
 /// A request of a connection being handled or answered: from the call until its answer's
 /// body is done with (sent, or dropped with the connection).
-pub(super) struct Busy {
-    open: Arc<Open>,
-    epoch: Instant,
-}
+pub(super) struct Busy(Arc<Open>);
 
 impl Busy {
-    pub(super) fn new(open: &Arc<Open>, epoch: Instant) -> Self {
-        open.began_request(epoch);
+    pub(super) fn new(open: &Arc<Open>) -> Self {
+        open.began_request();
         open.busy.fetch_add(1, Ordering::Relaxed);
-        Self {
-            open: open.clone(),
-            epoch,
-        }
+        Self(open.clone())
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.open.busy.fetch_sub(1, Ordering::Relaxed);
+        self.0.busy.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -141,20 +135,20 @@ impl<B> Answering<B> {
 
     fn waits(&mut self) {
         self.waiting = true;
-        let open = &self.busy.open;
+        let open = &self.busy.0;
         // The first to wait starts the clock; while others are taken it is kept moving.
         if open.answers_waiting.fetch_add(1, Ordering::Relaxed) == 0 {
             open.answers_taken_ms
-                .store(millis_since(self.busy.epoch), Ordering::Relaxed);
+                .store(open.now_ms(), Ordering::Relaxed);
         }
     }
 
     fn taken(&mut self) {
         if std::mem::take(&mut self.waiting) {
-            let open = &self.busy.open;
+            let open = &self.busy.0;
             if open.answers_waiting.fetch_sub(1, Ordering::Relaxed) > 1 {
                 open.answers_taken_ms
-                    .store(millis_since(self.busy.epoch), Ordering::Relaxed);
+                    .store(open.now_ms(), Ordering::Relaxed);
             }
         }
     }
@@ -163,10 +157,7 @@ impl<B> Answering<B> {
 impl<B> Drop for Answering<B> {
     fn drop(&mut self) {
         if self.waiting {
-            self.busy
-                .open
-                .answers_waiting
-                .fetch_sub(1, Ordering::Relaxed);
+            self.busy.0.answers_waiting.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
@@ -200,7 +191,6 @@ impl<B: http_body::Body + Unpin> http_body::Body for Answering<B> {
 pub(super) struct Watched {
     pub(super) tcp: tokio::net::TcpStream,
     pub(super) open: Arc<Open>,
-    pub(super) epoch: Instant,
 }
 
 impl Watched {
@@ -210,7 +200,7 @@ impl Watched {
         match poll {
             Poll::Pending => {
                 if blocked.load(Ordering::Relaxed) == 0 {
-                    blocked.store(millis_since(self.epoch) + 1, Ordering::Relaxed);
+                    blocked.store(self.open.now_ms() + 1, Ordering::Relaxed);
                 }
             }
             Poll::Ready(_) => {

@@ -29,12 +29,8 @@ pub(super) fn body_error(err: &axum::Error) -> Response {
     if crate::http_server::body_was_cut(err) {
         return crate::error::body_cut(err.to_string()).into_response();
     }
-    let mut cause: Option<&dyn std::error::Error> = Some(err);
-    while let Some(e) = cause {
-        if e.is::<http_body_util::LengthLimitError>() {
-            return ApiError::PayloadTooLarge.into_response();
-        }
-        cause = e.source();
+    if toolgate_core::error::cause::<http_body_util::LengthLimitError>(err).is_some() {
+        return ApiError::PayloadTooLarge.into_response();
     }
     ApiError::Malformed("the request body did not arrive in full and in time".into())
         .into_response()
