@@ -216,6 +216,10 @@ async fn bodies_sent_a_byte_at_a_time_do_not_lock_callers_out() {
     }
     let cut: Vec<(bool, String)> = reads.join_all().await.into_iter().flatten().collect();
     assert!(cut.len() >= 72, "{} cut", cut.len());
+    // One asked before the gateway read its request (it waited to be let in) is closed
+    // with nothing to answer, as an idle one; the rest are answered.
+    let cut: Vec<(bool, String)> = cut.into_iter().filter(|(_, a)| !a.is_empty()).collect();
+    assert!(cut.len() >= 64, "{} answered", cut.len());
     for (_, answer) in &cut {
         let head = answer.to_ascii_lowercase();
         assert!(head.starts_with("http/1.1 503"), "{answer}");
