@@ -11,6 +11,8 @@
 //! - **Revocation.** Every [`REVALIDATE_EVERY`] a stream's credential is checked again
 //!   (the key cache follows revocations, a JWT its expiry); a stream whose credential no
 //!   longer holds ends. A store that cannot answer for the moment does not end streams.
+//! - **The connection cap.** A stream whose connection is asked to close to make room for
+//!   another (`http.max_connections`) ends between two events; its client reconnects.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -128,14 +130,17 @@ impl Streams {
     }
 
     /// `response`'s body as an admitted stream (see `Streams::guard`), re-checking the
-    /// credential `authorization` (the request's `Authorization` header).
+    /// credential `authorization` (the request's `Authorization` header). It may end
+    /// between two events when its connection is asked to close to make room for another
+    /// ([`crate::http_server::Interruptible`]): its client reconnects.
     pub fn follow(
         &self,
         ticket: Ticket,
         authorization: Option<HeaderValue>,
         response: axum::response::Response,
     ) -> axum::response::Response {
-        let (parts, body) = response.into_parts();
+        let (mut parts, body) = response.into_parts();
+        parts.extensions.insert(crate::http_server::Interruptible);
         axum::response::Response::from_parts(parts, self.guard(ticket, authorization, body))
     }
 

@@ -11,12 +11,13 @@ use tokio_util::sync::CancellationToken;
 /// The connections open on a server, at most `max`.
 ///
 /// At the cap, a connection just accepted waits while the server asks another to close:
-/// the one whose last request began longest ago (a connection that never sent one counts
-/// from when it was accepted), among the next [`LOOKED_AT`] not yet asked from where the
-/// last search stopped, so that finding one costs the same however many are open. Asked,
-/// a connection waiting on its client closes at once; one in a request (a long call, an
-/// SSE stream) closes once it is answered, and if none has closed [`ASK_AGAIN`] later the
-/// server asks another.
+/// one answering no request if there is one, the one whose last request began longest
+/// ago (a connection that never sent one counts from when it was accepted), among the
+/// next [`LOOKED_AT`] not yet asked from where the last search stopped, so that finding
+/// one costs the same however many are open. Asked, a connection waiting on its client
+/// closes at once, and so does a stream's (it ends between two events, see
+/// [`Interruptible`](super::Interruptible)); one in a request (a long call) closes once it
+/// is answered, and if none has closed [`ASK_AGAIN`] later the server asks another.
 pub struct Connections {
     max: usize,
     epoch: Instant,
@@ -165,7 +166,7 @@ impl Connections {
     }
 
     /// At the cap, asks the connection idle longest (of those looked at, and not asked
-    /// before) to close; whether the cap was reached.
+    /// before; one answering no request first) to close; whether the cap was reached.
     fn ask_one_to_close(&self) -> bool {
         let mut slots = self.slots();
         if slots.len() < self.max {
@@ -178,8 +179,12 @@ impl Connections {
                 && !open.asked.load(Ordering::Relaxed)
             {
                 looked_at += 1;
-                let active = |o: &Open| o.active_ms.load(Ordering::Relaxed);
-                if idlest.is_none_or(|o| active(open) < active(o)) {
+                // Answering nothing first: it closes at once.
+                let rank = |o: &Open| {
+                    let busy = o.busy.load(Ordering::Relaxed) > 0;
+                    (busy, o.active_ms.load(Ordering::Relaxed))
+                };
+                if idlest.is_none_or(|o| rank(open) < rank(o)) {
                     idlest = Some(open);
                 }
             }

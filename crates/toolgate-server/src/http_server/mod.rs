@@ -18,10 +18,12 @@
 //!   way through a request's head, or part way through its body (the request fails).
 //!   One whose client does not read its answer goes once its writes have been blocked
 //!   (or, over HTTP/2, its answers have waited for a flow-control window) for 2 s
-//!   (`STALLED_WRITES`). One waiting on the gateway (a call running) closes after its
-//!   answer; meanwhile, every 50 ms (`ASK_AGAIN`) another is asked. Before, a client
-//!   sending a body a byte a minute, a head part way, or reading nothing held its place
-//!   at the cap, and enough of them locked everyone else out.
+//!   (`STALLED_WRITES`). A long-lived stream (SSE, marked [`Interruptible`]) ends between
+//!   two events, and its client reconnects. One waiting on the gateway (a call running)
+//!   closes after its answer; meanwhile, every 50 ms (`ASK_AGAIN`) another is asked.
+//!   Before, a client sending a body a byte a minute, a head part way, reading nothing,
+//!   or following a stream held its place at the cap, and enough of them locked everyone
+//!   else out.
 //!
 //! `connections` keeps the open connections and the cap; `progress` the request
 //! bodies, answers and sockets that note how a connection's requests progress.
@@ -47,8 +49,8 @@ mod progress;
 mod tests;
 
 pub use connections::Connections;
-pub(crate) use progress::body_was_cut;
 use progress::{Answering, Busy, Patient, Watched};
+pub(crate) use progress::{Interruptible, body_was_cut};
 
 /// How long a client may take to send a request's head, and between two body chunks.
 #[derive(Clone, Copy, Debug)]
@@ -112,7 +114,10 @@ pub async fn serve(
                 let call = tower::Service::call(&mut app, request);
                 async move {
                     let response = call.await?;
-                    Ok::<_, Infallible>(response.map(|body| Answering::new(body, busy)))
+                    let interruptible = response.extensions().get::<Interruptible>().is_some();
+                    Ok::<_, Infallible>(
+                        response.map(|body| Answering::new(body, busy, interruptible)),
+                    )
                 }
             }
         });

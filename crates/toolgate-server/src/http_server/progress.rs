@@ -112,6 +112,13 @@ impl Drop for Busy {
     }
 }
 
+/// An answer that may end between two of its frames when its connection is asked to
+/// close: a long-lived stream (SSE), whose client reconnects. Put in a response's
+/// extensions by what makes it. Without it, a stream held its connection's place at the
+/// cap for as long as it was followed, and enough streams locked everyone else out.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Interruptible;
+
 /// An answer's body, its request [`Busy`] until it is done with. It *waits* from when it
 /// is made, and from each frame it gives, until the connection asks it for more: an
 /// HTTP/2 client that keeps its flow-control window shut blocks no socket write, but
@@ -120,14 +127,20 @@ pub(super) struct Answering<B> {
     body: B,
     busy: Busy,
     waiting: bool,
+    /// For an [`Interruptible`] answer: its connection asked to close.
+    asked: Option<Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>>,
 }
 
 impl<B> Answering<B> {
-    pub(super) fn new(body: B, busy: Busy) -> Self {
+    /// `interruptible`: the body ends (cleanly, between two frames) once its connection
+    /// is asked to close.
+    pub(super) fn new(body: B, busy: Busy, interruptible: bool) -> Self {
+        let asked = interruptible.then(|| Box::pin(busy.0.close.clone().cancelled_owned()));
         let mut answer = Self {
             body,
             busy,
             waiting: false,
+            asked,
         };
         answer.waits();
         answer
@@ -171,6 +184,11 @@ impl<B: http_body::Body + Unpin> http_body::Body for Answering<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         self.taken();
+        if let Some(asked) = &mut self.asked
+            && asked.as_mut().poll(cx).is_ready()
+        {
+            return Poll::Ready(None);
+        }
         let poll = Pin::new(&mut self.body).poll_frame(cx);
         if let Poll::Ready(Some(Ok(_))) = poll {
             self.waits();

@@ -162,9 +162,8 @@ async fn at_the_cap_an_http2_client_that_takes_nothing_is_dropped() {
     server.await.expect("join");
 }
 
-/// At the cap, the one asked to close may be busy for long (its request the oldest):
-/// if it has not closed [`ASK_AGAIN`](super::connections::ASK_AGAIN) later, another is asked, here one idle since.
-/// Before, the new connection waited for the long call.
+/// At the cap, a connection answering nothing goes before an older one answering a
+/// request: at once, where the busy one would close only after its answer.
 #[tokio::test]
 async fn at_the_cap_an_idle_connection_goes_before_an_older_busy_one() {
     let (addr, connections, stop, server) = server(2, routes());
@@ -172,14 +171,69 @@ async fn at_the_cap_an_idle_connection_goes_before_an_older_busy_one() {
     let mut idle = served_within(addr, Duration::from_secs(5)).await;
     let third = served_within(addr, Duration::from_secs(5)).await;
     closed(&mut idle, "the idle one").await;
+    assert_eq!(connections.closed_at_cap(), 1, "the idle one only");
+    stop.cancel();
+    drop((busy, third));
+    server.abort();
+}
+
+/// At the cap, the one asked to close may be busy for long (its request the oldest):
+/// if it has not closed [`ASK_AGAIN`](super::connections::ASK_AGAIN) later, another is
+/// asked, here one whose body is still arriving. Before, the new connection waited for
+/// the long call.
+#[tokio::test]
+async fn at_the_cap_another_is_asked_when_the_one_asked_stays_busy() {
+    let (addr, connections, stop, server) = server(2, routes());
+    let busy = sent(addr, b"GET /slow HTTP/1.1\r\nhost: x\r\n\r\n").await;
+    let head = b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\na";
+    let mut slow = sent(addr, head).await;
+    let third = served_within(addr, Duration::from_secs(5)).await;
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(5), slow.read_to_string(&mut answer))
+        .await
+        .expect("the slow one is answered")
+        .expect("read");
     assert_eq!(
         connections.closed_at_cap(),
         2,
-        "the busy one, then the idle one"
+        "the busy one, then the slow one"
     );
     stop.cancel();
     drop((busy, third));
     server.abort();
+}
+
+/// At the cap, a connection following a stream marked [`Interruptible`] goes at once:
+/// the stream ends cleanly between two events. Before, it held its place for as long as
+/// it was followed.
+#[tokio::test]
+async fn at_the_cap_a_stream_followed_ends() {
+    let endless = || async {
+        use futures::StreamExt;
+        let events = futures::stream::iter([Ok::<_, Infallible>("data: 1\n\n")])
+            .chain(futures::stream::pending());
+        let mut response = axum::response::Response::new(axum::body::Body::from_stream(events));
+        response.extensions_mut().insert(Interruptible);
+        response
+    };
+    let app = routes().route("/events", axum::routing::get(endless));
+    let (addr, connections, stop, server) = server(1, app);
+    let mut stream = sent(addr, b"GET /events HTTP/1.1\r\nhost: x\r\n\r\n").await;
+    let other = served_within(addr, Duration::from_secs(5)).await;
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut answer))
+        .await
+        .expect("the stream ends")
+        .expect("read");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        answer.ends_with("data: 1\n\n\r\n0\r\n\r\n"),
+        "its event, then the end of the body: {answer:?}"
+    );
+    assert_eq!(connections.closed_at_cap(), 1);
+    stop.cancel();
+    drop(other);
+    server.await.expect("join");
 }
 
 /// At the cap, the connection idle longest goes: here one that never sent a request,

@@ -288,3 +288,57 @@ async fn http2_clients_that_take_nothing_do_not_lock_callers_out() {
     running.child.kill().expect("kill");
     running.child.wait().expect("wait");
 }
+
+/// Streams followed (`/v1/approvals/events`, `/v1/audit/events`), one per connection, as
+/// many as the cap: each held its place for as long as it was followed, and nobody else
+/// was served. Now a stream whose connection is asked to close ends, cleanly, between
+/// two events (its client reconnects, with `Last-Event-ID` where the stream has ids).
+#[tokio::test]
+async fn streams_followed_do_not_lock_callers_out() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("workspace/default")).expect("workspace");
+    std::fs::write(dir.path().join("workspace/default/hello.txt"), "hello").expect("file");
+    let mut running = start_with(dir.path(), None, &[("TOOLGATE_HTTP__MAX_CONNECTIONS", "8")]);
+    let addr = running.addr.clone();
+    let mut followed = Vec::new();
+    for i in 0..8 {
+        // A client each: a connection each.
+        let path = if i % 2 == 0 {
+            "/v1/approvals/events"
+        } else {
+            "/v1/audit/events"
+        };
+        let stream = patient_client(&running.key)
+            .get(format!("http://{addr}{path}"))
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await
+            .expect("a stream");
+        assert_eq!(stream.status(), 200, "{path}");
+        followed.push(stream);
+    }
+    let http = patient_client(&running.key);
+    calls_are_answered(&http, &addr, "8 streams followed").await;
+
+    // Those asked to close ended between two events, not cut part way.
+    let mut ends = tokio::task::JoinSet::new();
+    for mut stream in followed {
+        ends.spawn(async move {
+            let end = async {
+                loop {
+                    match stream.chunk().await {
+                        Ok(Some(_)) => {}
+                        Ok(None) => return true,
+                        Err(_) => return false,
+                    }
+                }
+            };
+            tokio::time::timeout(Duration::from_secs(3), end).await.ok()
+        });
+    }
+    let ended: Vec<bool> = ends.join_all().await.into_iter().flatten().collect();
+    assert!(!ended.is_empty(), "a stream ended to make room");
+    assert!(ended.iter().all(|clean| *clean), "ended cleanly: {ended:?}");
+    running.child.kill().expect("kill");
+    running.child.wait().expect("wait");
+}
