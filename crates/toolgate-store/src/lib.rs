@@ -219,11 +219,22 @@ impl StoreError {
                 }
                 // Postgres: connection exceptions (08…), too many connections (53300),
                 // disk full (53100), query cancelled by statement_timeout (57014), shutting
-                // down (57P01-03), lock not available (55P03).
+                // down (57P01-03), lock not available (55P03), the database not taking
+                // connections for now (55000: `allow_connections false`, as during
+                // maintenance), a read-only transaction (25006: a connection made to a
+                // primary that has since failed over to standby).
                 code.starts_with("08")
                     || matches!(
                         &*code,
-                        "53300" | "53100" | "57014" | "57P01" | "57P02" | "57P03" | "55P03"
+                        "53300"
+                            | "53100"
+                            | "57014"
+                            | "57P01"
+                            | "57P02"
+                            | "57P03"
+                            | "55P03"
+                            | "55000"
+                            | "25006"
                     )
             }
             _ => false,
