@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 /// The connections open on a server, at most `max`.
 ///
 /// At the cap, a connection just accepted waits while the server asks another to close:
-/// one answering no request if there is one, the one whose last request began longest
-/// ago (a connection that never sent one counts from when it was accepted), among the
+/// one answering no request (for [`SETTLED`] at least) if there is one, the one whose
+/// last request began longest ago (a connection that never sent one counts from when it was accepted), among the
 /// next [`LOOKED_AT`] not yet asked from where the last search stopped, so that finding
 /// one costs the same however many are open. Asked, a connection waiting on its client
 /// closes at once, and so does a stream's (it ends between two events, see
@@ -33,6 +33,11 @@ const LOOKED_AT: usize = 32;
 /// another is asked: the one asked may be busy for minutes (the oldest request is often
 /// a long call or an SSE stream) while others sit idle.
 pub(super) const ASK_AGAIN: Duration = Duration::from_millis(50);
+
+/// How long after its last request began (or it was let in) a connection answering none
+/// counts as idle, to be asked to close before busy ones: one just let in has its first
+/// request on the way, and asked before hyper reads it, it is closed unanswered.
+pub(super) const SETTLED: Duration = Duration::from_secs(1);
 
 /// How often a connection asked to close looks whether it waits on its client.
 const LOOK_AGAIN: Duration = Duration::from_millis(100);
@@ -167,23 +172,27 @@ impl Connections {
 
     /// At the cap, asks the connection idle longest (of those looked at, and not asked
     /// before; one answering no request first) to close; whether the cap was reached.
-    fn ask_one_to_close(&self) -> bool {
+    pub(super) fn ask_one_to_close(&self) -> bool {
         let mut slots = self.slots();
         if slots.len() < self.max {
             return false;
         }
         let n = slots.open.len();
+        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let settled = u64::try_from(SETTLED.as_millis()).unwrap_or(u64::MAX);
+        // Answering nothing, and not just let in or just answered, first: it closes at
+        // once. Then the one whose last request began longest ago.
+        let rank = |o: &Open| {
+            let active = o.active_ms.load(Ordering::Relaxed);
+            let idle = o.busy.load(Ordering::Relaxed) == 0 && now.saturating_sub(active) >= settled;
+            (!idle, active)
+        };
         let (mut idlest, mut looked_at, mut i) = (None::<&Arc<Open>>, 0, 0);
         while looked_at < LOOKED_AT && i < n {
             if let Some(open) = &slots.open[(slots.cursor + i) % n]
                 && !open.asked.load(Ordering::Relaxed)
             {
                 looked_at += 1;
-                // Answering nothing first: it closes at once.
-                let rank = |o: &Open| {
-                    let busy = o.busy.load(Ordering::Relaxed) > 0;
-                    (busy, o.active_ms.load(Ordering::Relaxed))
-                };
                 if idlest.is_none_or(|o| rank(open) < rank(o)) {
                     idlest = Some(open);
                 }

@@ -1,7 +1,7 @@
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::connections::STALLED_WRITES;
+use super::connections::{SETTLED, STALLED_WRITES};
 use super::*;
 
 async fn get(conn: &mut TcpStream) -> String {
@@ -169,6 +169,7 @@ async fn at_the_cap_an_idle_connection_goes_before_an_older_busy_one() {
     let (addr, connections, stop, server) = server(2, routes());
     let busy = sent(addr, b"GET /slow HTTP/1.1\r\nhost: x\r\n\r\n").await;
     let mut idle = served_within(addr, Duration::from_secs(5)).await;
+    tokio::time::sleep(SETTLED).await;
     let third = served_within(addr, Duration::from_secs(5)).await;
     closed(&mut idle, "the idle one").await;
     assert_eq!(connections.closed_at_cap(), 1, "the idle one only");
@@ -260,4 +261,20 @@ async fn at_the_cap_the_connection_idle_longest_is_closed() {
         .expect("the server drains")
         .expect("join");
     assert_eq!(connections.open(), 0);
+}
+
+/// A connection just let in, answering nothing yet, is not asked before a busy one: its
+/// first request is on the way, and asked before hyper read it, it would be closed
+/// unanswered.
+#[test]
+fn at_the_cap_one_just_let_in_is_not_asked_first() {
+    let connections = Connections::new(2);
+    let (_busy_place, busy) = connections.admit();
+    busy.busy.store(1, std::sync::atomic::Ordering::Relaxed);
+    let (_fresh_place, fresh) = connections.admit();
+    assert!(connections.ask_one_to_close(), "at the cap");
+    assert!(
+        busy.close.is_cancelled() && !fresh.close.is_cancelled(),
+        "the busy one is asked"
+    );
 }
