@@ -175,6 +175,11 @@ impl Authenticator {
         } else {
             return Err(unauthenticated("invalid credentials"));
         };
+        // The request's body counts against its tenant's share from here (the body is read
+        // after this).
+        if let Some(charge) = parts.extensions.get::<crate::http_server::BodyCharge>() {
+            charge.bill(auth.tenant);
+        }
         let request_id = match parts.extensions.get::<crate::request_id::RequestId>() {
             Some(id) => id.0.clone(),
             // Only outside a request (`still_valid`): the observe layer gives each one.

@@ -341,7 +341,10 @@ impl From<JsonRejection> for ApiError {
                 ApiError::PayloadTooLarge
             }
             other if crate::http_server::body_was_cut(&other) => body_cut(other.body_text()),
-            other => ApiError::Malformed(other.body_text()),
+            other => match crate::http_server::over_budget(&other) {
+                Some(over) => body_over_budget(over),
+                None => ApiError::Malformed(other.body_text()),
+            },
         }
     }
 }
@@ -365,6 +368,20 @@ pub fn body_cut(cause: String) -> ApiError {
             .into(),
         cause,
     ))
+}
+
+/// A request body refused for the body bytes held already (see
+/// [`crate::http_server::BodyBytes`]): 429 when its tenant holds its share, 503 when the
+/// instance holds all it may, both with `Retry-After`.
+pub(crate) fn body_over_budget(over: &crate::http_server::OverBudget) -> ApiError {
+    let retry_after = std::time::Duration::from_secs(toolgate_core::executor::RETRY_AFTER_SECS);
+    ApiError::Tool(match over {
+        crate::http_server::OverBudget::Tenant => {
+            ToolError::new(ErrorKind::RateLimited, over.to_string())
+                .with_retry_after(retry_after, false)
+        }
+        crate::http_server::OverBudget::Server => unavailable(over.to_string(), over.to_string()),
+    })
 }
 
 /// 503 with `Retry-After`: `message` shown, `cause` logged.

@@ -258,7 +258,7 @@ async fn build_when_the_store_answers(
     audit: Option<Arc<dyn AuditSink>>,
     listener: &TcpListener,
     timeouts: http_server::ReadTimeouts,
-    connections: &Arc<http_server::Connections>,
+    (connections, bodies): (&Arc<http_server::Connections>, &Arc<http_server::BodyBytes>),
     stop: &CancellationToken,
 ) -> anyhow::Result<Option<Gateway>> {
     let first = match build_with(config, audit.clone()).await {
@@ -269,7 +269,8 @@ async fn build_when_the_store_answers(
     let addr = listener.local_addr().ok();
     tracing::error!(error = format!("{first:#}"), addr = ?addr, "the store cannot be reached; answering 503 and trying again");
     let built = CancellationToken::new();
-    let waiting = http_server::serve(listener, not_ready_app(), timeouts, connections.clone(), {
+    let served = (connections.clone(), bodies.clone());
+    let waiting = http_server::serve(listener, not_ready_app(), timeouts, served.0, served.1, {
         let (built, stop) = (built.clone(), stop.clone());
         async move {
             tokio::select! {

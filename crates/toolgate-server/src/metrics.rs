@@ -234,6 +234,30 @@ impl Telemetry {
         .build();
     }
 
+    /// Registers the gauge of request body bytes held and the counter of bodies refused
+    /// for them (`http.max_body_bytes_in_flight`, and per tenant).
+    pub fn observe_bodies(&self, bodies: Weak<crate::http_server::BodyBytes>) {
+        if !self.enabled {
+            return;
+        }
+        observed(
+            self.meter.u64_observable_gauge("toolgate.http.request_body.held"),
+            &bodies,
+            "Request body bytes held until their requests are answered (at most http.max_body_bytes_in_flight)",
+            "By",
+            crate::http_server::BodyBytes::held,
+        )
+        .build();
+        observed(
+            self.meter.u64_observable_counter("toolgate.http.request_body.refused"),
+            &bodies,
+            "Request bodies refused because the instance, or their tenant, held as many body bytes as it may",
+            "{request}",
+            crate::http_server::BodyBytes::refused,
+        )
+        .build();
+    }
+
     /// Registers the connection state of the operator's upstreams, by name.
     pub fn observe_upstreams(
         &self,

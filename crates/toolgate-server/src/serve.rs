@@ -57,6 +57,9 @@ async fn heartbeat(
 /// Connections open at once on `telemetry.metrics_listen` (scrapers are few).
 const METRICS_CONNECTIONS: usize = 64;
 
+/// The request body bytes the metrics listener holds at once.
+const METRICS_BODY_BYTES: u64 = 1 << 20;
+
 /// How often an instance renews its heartbeat (see `toolgate_store::instances`).
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
 
@@ -85,8 +88,13 @@ pub async fn serve_with(
         header: Duration::from_secs(config.http.header_read_timeout_secs),
         body: Duration::from_secs(config.http.body_read_timeout_secs),
     };
-    // One set of connections for the listener, whether it answers 503 while the store is
-    // away or serves the gateway (the first drains before the second starts).
+    // One set of connections (and of body bytes) for the listener, whether it answers 503
+    // while the store is away or serves the gateway (the first drains before the second
+    // starts).
+    let bodies = http_server::BodyBytes::new(
+        config.http.max_body_bytes_in_flight,
+        config.http.max_body_bytes_in_flight_per_tenant,
+    );
     let connections = http_server::Connections::new(max_connections(
         config.http.max_connections,
         open_files_limit(),
@@ -103,8 +111,15 @@ pub async fn serve_with(
     let Some(Gateway {
         state,
         audit_writer,
-    }) = build_when_the_store_answers(&config, audit, &listener, timeouts, &connections, &stop)
-        .await?
+    }) = build_when_the_store_answers(
+        &config,
+        audit,
+        &listener,
+        timeouts,
+        (&connections, &bodies),
+        &stop,
+    )
+    .await?
     else {
         return Ok(());
     };
@@ -170,12 +185,15 @@ pub async fn serve_with(
             // The same read timeouts as the main listener, and a cap of its own: its
             // connections come out of the same open-file limit.
             let connections = http_server::Connections::new(METRICS_CONNECTIONS);
+            // Scrapes send no bodies.
+            let bodies = http_server::BodyBytes::new(METRICS_BODY_BYTES, METRICS_BODY_BYTES);
             let stop = streams.clone().cancelled_owned();
             Some(tokio::spawn(http_server::serve(
                 listener,
                 app,
                 timeouts,
                 connections,
+                bodies,
                 stop,
             )))
         }
@@ -194,6 +212,7 @@ pub async fn serve_with(
     state
         .telemetry
         .observe_connections(Arc::downgrade(&connections));
+    state.telemetry.observe_bodies(Arc::downgrade(&bodies));
     let app = app(state, &config);
     let addr = listener
         .local_addr()
@@ -201,7 +220,7 @@ pub async fn serve_with(
     tracing::info!(%addr, "listening");
     let stopping = CancellationToken::new();
     let signal = stopping.clone();
-    let server = http_server::serve(listener, app, timeouts, connections, async move {
+    let server = http_server::serve(listener, app, timeouts, connections, bodies, async move {
         stop.cancelled().await;
         tracing::info!("shutting down: no new connections, draining in-flight requests");
         streams.cancel();

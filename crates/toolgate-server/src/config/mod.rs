@@ -244,6 +244,13 @@ pub struct HttpConfig {
     pub max_streams_per_principal: usize,
     /// Open SSE streams one tenant's principals may hold together on this instance.
     pub max_streams_per_tenant: usize,
+    /// Request body bytes this instance holds at once, counted as they arrive until each
+    /// request is answered; a body past it is refused 503 with `Retry-After`. Bodies are
+    /// read whole before a call is admitted, so this is what bounds their memory.
+    pub max_body_bytes_in_flight: u64,
+    /// Request body bytes one tenant's requests hold at once on this instance; a body past
+    /// it is refused 429 with `Retry-After` (other tenants' bodies are not).
+    pub max_body_bytes_in_flight_per_tenant: u64,
 }
 
 impl Default for Config {
@@ -280,6 +287,8 @@ impl Default for HttpConfig {
             max_connections: None,
             max_streams_per_principal: 16,
             max_streams_per_tenant: 256,
+            max_body_bytes_in_flight: 128 << 20,
+            max_body_bytes_in_flight_per_tenant: 32 << 20,
         }
     }
 }
@@ -347,6 +356,24 @@ impl HttpConfig {
         }
         if self.max_connections == Some(0) {
             problems.push(("max_connections".into(), "must be at least 1".into()));
+        }
+        // One body of the largest size must fit, or such calls could never be made.
+        for (key, value) in [
+            ("max_body_bytes_in_flight", self.max_body_bytes_in_flight),
+            (
+                "max_body_bytes_in_flight_per_tenant",
+                self.max_body_bytes_in_flight_per_tenant,
+            ),
+        ] {
+            if value < self.max_body_bytes as u64 {
+                problems.push((
+                    key.into(),
+                    format!(
+                        "must be at least max_body_bytes ({}): one body of that size must fit",
+                        self.max_body_bytes
+                    ),
+                ));
+            }
         }
         for origin in &self.cors_allowed_origins {
             if origin != "*" && axum::http::HeaderValue::from_str(origin).is_err() {

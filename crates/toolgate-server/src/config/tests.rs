@@ -110,6 +110,21 @@ mod layering {
             "{err}"
         );
 
+        // One body of the largest size must fit in the bytes held at once.
+        let err = Config::load(
+            &Overrides::default(),
+            env(&[
+                ("TOOLGATE_HTTP__MAX_BODY_BYTES", "2000000"),
+                (
+                    "TOOLGATE_HTTP__MAX_BODY_BYTES_IN_FLIGHT_PER_TENANT",
+                    "1000000",
+                ),
+            ]),
+        )
+        .expect_err("a share smaller than a body");
+        let keys: Vec<&str> = err.0.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["http.max_body_bytes_in_flight_per_tenant"], "{err}");
+
         // The reserve is checked against the pool the backend will have.
         let reserve = |pairs: &[(&str, &str)]| {
             Config::load(&Overrides::default(), env(pairs))

@@ -43,11 +43,14 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+mod bodies;
 mod connections;
 mod progress;
 #[cfg(test)]
 mod tests;
 
+pub use bodies::BodyBytes;
+pub(crate) use bodies::{BodyCharge, OverBudget, over_budget};
 pub use connections::Connections;
 use progress::{Answering, Busy, Patient, Watched};
 pub(crate) use progress::{Interruptible, body_was_cut};
@@ -63,12 +66,14 @@ pub struct ReadTimeouts {
 /// connections to finish their requests (the caller bounds that wait). A listener given
 /// by value is closed first, so new connections are refused during that wait; one lent
 /// stays open for its owner's next server. At most `connections`' cap are open at once;
-/// the same `connections` may serve one server after another.
+/// the same `connections` may serve one server after another. Request bodies are held
+/// within `bodies`.
 pub async fn serve(
     listener: impl std::borrow::Borrow<TcpListener>,
     app: Router,
     timeouts: ReadTimeouts,
     connections: Arc<Connections>,
+    bodies: Arc<BodyBytes>,
     shutdown: impl Future<Output = ()>,
 ) {
     let mut builder = Builder::new(TokioExecutor::new());
@@ -103,12 +108,14 @@ pub async fn serve(
         crate::nodelay(&mut tcp);
         let (admitted, open) = connections.admit();
         let service = tower::service_fn({
-            let (mut app, open) = (app.clone(), open.clone());
+            let (mut app, open, bodies) = (app.clone(), open.clone(), bodies.clone());
             move |mut request: axum::http::Request<hyper::body::Incoming>| {
-                let busy = Busy::new(&open);
+                let charge = BodyCharge::new(&bodies);
+                let busy = Busy::new(&open, charge.clone());
                 request.extensions_mut().insert(ConnectInfo(peer));
+                request.extensions_mut().insert(charge.clone());
                 let request = request.map(|body| {
-                    axum::body::Body::new(Patient::new(body, timeouts.body, &open.close))
+                    axum::body::Body::new(Patient::new(body, timeouts.body, &open.close, charge))
                 });
                 // Always ready: a router needs no `poll_ready`.
                 let call = tower::Service::call(&mut app, request);

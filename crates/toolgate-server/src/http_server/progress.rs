@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::bodies::BodyCharge;
 use super::connections::Open;
 
 /// A request body that must keep coming: a pause longer than `timeout` between two
@@ -18,20 +19,29 @@ use super::connections::Open;
 /// it waits for the next. The timer is armed only while the body is pending
 /// (tower-http's `RequestBodyTimeout` arms one on every poll, data ready or not: two
 /// timer registrations per request on the hot path).
+/// Each chunk's bytes are taken from the server's [`BodyBytes`](super::BodyBytes) as it
+/// arrives; refused, the body ends with that error.
 pub(super) struct Patient<B> {
     body: B,
     timeout: Duration,
     close: CancellationToken,
+    charge: BodyCharge,
     /// While pending: the error it ends with if no data comes first.
     waiting: Option<Pin<Box<dyn Future<Output = axum::BoxError> + Send>>>,
 }
 
 impl<B> Patient<B> {
-    pub(super) fn new(body: B, timeout: Duration, close: &CancellationToken) -> Self {
+    pub(super) fn new(
+        body: B,
+        timeout: Duration,
+        close: &CancellationToken,
+        charge: BodyCharge,
+    ) -> Self {
         Self {
             body,
             timeout,
             close: close.clone(),
+            charge,
             waiting: None,
         }
     }
@@ -64,6 +74,12 @@ where
         let this = &mut *self;
         if let Poll::Ready(frame) = Pin::new(&mut this.body).poll_frame(cx) {
             this.waiting = None;
+            if let Some(Ok(frame)) = &frame
+                && let Some(data) = frame.data_ref()
+                && let Err(refused) = this.charge.take(hyper::body::Buf::remaining(data))
+            {
+                return Poll::Ready(Some(Err(refused.into())));
+            }
             return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
         }
         let (timeout, close) = (this.timeout, &this.close);
@@ -95,14 +111,15 @@ pub(crate) fn body_was_cut(err: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 /// A request of a connection being handled or answered: from the call until its answer's
-/// body is done with (sent, or dropped with the connection).
-pub(super) struct Busy(Arc<Open>);
+/// body is done with (sent, or dropped with the connection). Its body's bytes are held
+/// that long.
+pub(super) struct Busy(Arc<Open>, #[allow(dead_code)] BodyCharge);
 
 impl Busy {
-    pub(super) fn new(open: &Arc<Open>) -> Self {
+    pub(super) fn new(open: &Arc<Open>, charge: BodyCharge) -> Self {
         open.began_request();
         open.busy.fetch_add(1, Ordering::Relaxed);
-        Self(open.clone())
+        Self(open.clone(), charge)
     }
 }
 

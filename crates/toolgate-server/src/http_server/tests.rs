@@ -33,10 +33,18 @@ fn server(
         body: Duration::from_secs(30),
     };
     let stop = CancellationToken::new();
-    let server = tokio::spawn(serve(listener, app, timeouts, connections.clone(), {
-        let stop = stop.clone();
-        async move { stop.cancelled().await }
-    }));
+    let bodies = BodyBytes::new(u64::MAX, u64::MAX);
+    let server = tokio::spawn(serve(
+        listener,
+        app,
+        timeouts,
+        connections.clone(),
+        bodies,
+        {
+            let stop = stop.clone();
+            async move { stop.cancelled().await }
+        },
+    ));
     (addr, connections, stop, server)
 }
 

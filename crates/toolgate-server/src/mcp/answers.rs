@@ -24,10 +24,14 @@ pub(super) fn rpc_error(id: Option<&serde_json::Value>, error: rmcp::ErrorData) 
 }
 
 /// A request body that could not be read: too large (413), cut to make room at the
-/// connection cap (503), or not in full and in time (400).
+/// connection cap (503), past the body bytes its tenant (429) or the instance (503) may
+/// hold, or not in full and in time (400).
 pub(super) fn body_error(err: &axum::Error) -> Response {
     if crate::http_server::body_was_cut(err) {
         return crate::error::body_cut(err.to_string()).into_response();
+    }
+    if let Some(over) = crate::http_server::over_budget(err) {
+        return crate::error::body_over_budget(over).into_response();
     }
     if toolgate_core::error::cause::<http_body_util::LengthLimitError>(err).is_some() {
         return ApiError::PayloadTooLarge.into_response();

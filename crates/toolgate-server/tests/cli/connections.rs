@@ -342,3 +342,120 @@ async fn streams_followed_do_not_lock_callers_out() {
     running.child.kill().expect("kill");
     running.child.wait().expect("wait");
 }
+
+/// One tenant's key sending ~1 MB bodies on 64 connections, the last bytes of each never
+/// sent: the gateway held every byte until each body's read timeout (300 such held
+/// 580 MB), and enough of them took the process and every tenant's calls down with it.
+/// Now a body past its tenant's share of body bytes (4 MiB here) is refused at once, 429
+/// with `Retry-After`, and counted; another tenant's calls are answered.
+#[tokio::test]
+async fn bodies_held_by_one_tenant_are_bounded() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut running = start_with(
+        dir.path(),
+        None,
+        &[(
+            "TOOLGATE_HTTP__MAX_BODY_BYTES_IN_FLIGHT_PER_TENANT",
+            "4194304",
+        )],
+    );
+    let addr = running.addr.clone();
+    let created = client(&running.key)
+        .post(format!("http://{addr}/v1/tenants"))
+        .json(&json!({"name": "bystander"}))
+        .send()
+        .await
+        .expect("create tenant");
+    assert_eq!(created.status(), 201);
+    let created: serde_json::Value = created.json().await.expect("json");
+    let bystander = patient_client(created["admin_key"]["secret"].as_str().expect("secret"));
+
+    let key = running.key.clone();
+    let mut heavy = tokio::task::JoinSet::new();
+    for (i, conn) in sending(&addr, 64, None, |_| Vec::new())
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        let key = key.clone();
+        heavy.spawn(async move {
+            let mut conn = conn;
+            // Every other one a REST call, the others MCP.
+            let (path, start) = if i % 2 == 0 {
+                ("/v1/tools/echo/invoke", r#"{"arguments": {"message": ""#)
+            } else {
+                (
+                    "/mcp",
+                    r#"{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"message": ""#,
+                )
+            };
+            let head = format!(
+                "POST {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n\
+                 accept: application/json, text/event-stream\r\n\
+                 content-type: application/json\r\ncontent-length: 1048000\r\n\r\n{start}"
+            );
+            let mut bytes = head.into_bytes();
+            bytes.resize(bytes.len() + 1_000_000, b'x');
+            // Refused, the gateway closes the connection before taking it all.
+            let _ = conn.write_all(&bytes).await;
+            let mut answer = vec![0; 4096];
+            let read = tokio::time::timeout(Duration::from_secs(3), conn.read(&mut answer));
+            let answer = match read.await {
+                Ok(Ok(n)) => String::from_utf8_lossy(&answer[..n]).into_owned(),
+                _ => String::new(),
+            };
+            (conn, i % 2 == 1, answer)
+        });
+    }
+    // Answered while the bodies held are still arriving.
+    let answered: Vec<(TcpStream, bool, String)> = heavy.join_all().await;
+    let refused: Vec<(bool, &String)> = answered
+        .iter()
+        .map(|(_, mcp, a)| (*mcp, a))
+        .filter(|(_, a)| !a.is_empty())
+        .collect();
+    assert!(refused.len() >= 56, "{} of 64 refused", refused.len());
+    let mcp = refused.iter().filter(|(mcp, _)| *mcp).count();
+    assert!(
+        mcp > 0 && mcp < refused.len(),
+        "{mcp} of {} refused are MCP",
+        refused.len()
+    );
+    for (_, answer) in &refused {
+        let head = answer.to_ascii_lowercase();
+        assert!(head.starts_with("http/1.1 429"), "{answer}");
+        assert!(head.contains("retry-after: 1"), "{answer}");
+        assert!(
+            answer.contains("max_body_bytes_in_flight_per_tenant"),
+            "{answer}"
+        );
+    }
+    let response = bystander
+        .post(format!("http://{addr}/v1/tools/echo/invoke"))
+        .json(&json!({"arguments": {"message": "x".repeat(90_000)}}))
+        .send()
+        .await
+        .expect("another tenant's call");
+    let status = response.status();
+    assert_eq!(status, 200, "{}", response.text().await.unwrap_or_default());
+
+    let metrics = client(&running.key)
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    let counted: f64 = metrics
+        .lines()
+        .find(|l| l.starts_with("toolgate_http_request_body_refused_total"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("the refusals counted: {metrics}"));
+    assert!(counted >= refused.len() as f64, "{counted} counted");
+    drop(answered);
+    running.child.kill().expect("kill");
+    running.child.wait().expect("wait");
+}
