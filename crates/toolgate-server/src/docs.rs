@@ -4,9 +4,8 @@
 //! `assets/swagger-ui/VERSION`), embedded in the binary: it works with no internet at
 //! build time and at run time (no CDN, no build-script download).
 
-use std::sync::Arc;
-
 use axum::Router;
+use axum::body::Bytes;
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use axum::response::{Html, IntoResponse};
 use axum::routing::get;
@@ -51,13 +50,15 @@ fn asset(content_type: &'static str, body: &'static [u8]) -> impl IntoResponse {
 }
 
 /// Routes serving `document` (the OpenAPI JSON, already rendered) and the docs page.
-pub fn router<S: Clone + Send + Sync + 'static>(document: Arc<str>) -> Router<S> {
+/// Each answer shares the rendered bytes: no copy per request (anyone may ask, often).
+pub fn router<S: Clone + Send + Sync + 'static>(document: String) -> Router<S> {
+    let document = Bytes::from(document);
     Router::new()
         .route(
             "/openapi.json",
             get(move || {
                 let document = document.clone();
-                async move { ([(CONTENT_TYPE, "application/json")], document.to_string()) }
+                async move { ([(CONTENT_TYPE, "application/json")], document) }
             }),
         )
         .route("/docs", get(|| async { Html(INDEX) }))

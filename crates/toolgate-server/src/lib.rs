@@ -415,7 +415,7 @@ pub fn app(state: AppState, config: &Config) -> Router {
     let mut router = api
         .route("/metrics", axum::routing::get(scrape))
         .with_state(state.clone())
-        .merge(docs::router(document.into()))
+        .merge(docs::router(document))
         .merge(console::router(&config.console));
     if config.mcp.enabled {
         router = router.merge(mcp::router(state.clone(), config, state.shutdown.clone()));

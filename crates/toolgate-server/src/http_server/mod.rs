@@ -87,13 +87,14 @@ pub async fn serve(
         .enable_connect_protocol();
     let stop = CancellationToken::new();
     let mut shutdown = std::pin::pin!(shutdown);
+    let mut failed_accepts = FailedAccepts::default();
     loop {
         let (mut tcp, peer) = tokio::select! {
             accepted = listener.borrow().accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(err) => {
                     // Out of file descriptors and the like: pause rather than spin.
-                    tracing::warn!(error = %err, "could not accept a connection");
+                    failed_accepts.warn(&err);
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
@@ -169,4 +170,31 @@ pub async fn serve(
     drop(listener);
     stop.cancel();
     connections.drained().await;
+}
+
+/// Connections that could not be accepted, told at most once per [`FailedAccepts::EVERY`]:
+/// out of file descriptors, the accept loop retries every 50 ms, and warned 20 times a
+/// second for as long as it lasted.
+#[derive(Default)]
+struct FailedAccepts {
+    told: Option<std::time::Instant>,
+    since: u64,
+}
+
+impl FailedAccepts {
+    const EVERY: Duration = Duration::from_secs(10);
+
+    fn warn(&mut self, err: &std::io::Error) {
+        self.since += 1;
+        if self.told.is_some_and(|t| t.elapsed() < Self::EVERY) {
+            return;
+        }
+        tracing::warn!(
+            error = %err,
+            failed = self.since,
+            "could not accept a connection (failures since last told)"
+        );
+        self.told = Some(std::time::Instant::now());
+        self.since = 0;
+    }
 }

@@ -113,19 +113,25 @@ pub(crate) fn body_was_cut(err: &(dyn std::error::Error + 'static)) -> bool {
 /// A request of a connection being handled or answered: from the call until its answer's
 /// body is done with (sent, or dropped with the connection). Its body's bytes are held
 /// that long.
-pub(super) struct Busy(Arc<Open>, #[allow(dead_code)] BodyCharge);
+pub(super) struct Busy {
+    open: Arc<Open>,
+    _body: BodyCharge,
+}
 
 impl Busy {
     pub(super) fn new(open: &Arc<Open>, charge: BodyCharge) -> Self {
         open.began_request();
         open.busy.fetch_add(1, Ordering::Relaxed);
-        Self(open.clone(), charge)
+        Self {
+            open: open.clone(),
+            _body: charge,
+        }
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.busy.fetch_sub(1, Ordering::Relaxed);
+        self.open.busy.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -152,7 +158,7 @@ impl<B> Answering<B> {
     /// `interruptible`: the body ends (cleanly, between two frames) once its connection
     /// is asked to close.
     pub(super) fn new(body: B, busy: Busy, interruptible: bool) -> Self {
-        let asked = interruptible.then(|| Box::pin(busy.0.close.clone().cancelled_owned()));
+        let asked = interruptible.then(|| Box::pin(busy.open.close.clone().cancelled_owned()));
         let mut answer = Self {
             body,
             busy,
@@ -165,7 +171,7 @@ impl<B> Answering<B> {
 
     fn waits(&mut self) {
         self.waiting = true;
-        let open = &self.busy.0;
+        let open = &self.busy.open;
         // The first to wait starts the clock; while others are taken it is kept moving.
         if open.answers_waiting.fetch_add(1, Ordering::Relaxed) == 0 {
             open.answers_taken_ms
@@ -175,7 +181,7 @@ impl<B> Answering<B> {
 
     fn taken(&mut self) {
         if std::mem::take(&mut self.waiting) {
-            let open = &self.busy.0;
+            let open = &self.busy.open;
             if open.answers_waiting.fetch_sub(1, Ordering::Relaxed) > 1 {
                 open.answers_taken_ms
                     .store(open.now_ms(), Ordering::Relaxed);
@@ -187,7 +193,10 @@ impl<B> Answering<B> {
 impl<B> Drop for Answering<B> {
     fn drop(&mut self) {
         if self.waiting {
-            self.busy.0.answers_waiting.fetch_sub(1, Ordering::Relaxed);
+            self.busy
+                .open
+                .answers_waiting
+                .fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
