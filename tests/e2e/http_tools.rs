@@ -230,6 +230,22 @@ async fn an_openapi_document_becomes_the_tenants_tools_over_tls_and_goes_with_it
         )
         .await;
     assert_eq!(status, 400, "{refused}");
+    // So is a schema with a pattern that would backtrack (here a backreference): every
+    // call is checked against it, and only in time linear in the caller's input.
+    let (status, _, refused) = gw
+        .post(
+            "/v1/upstreams",
+            json!({"name": "slow", "url": api.url("/api/pets"),
+                   "endpoint": {"tool": "add", "method": "POST", "description": "Add a pet",
+                                "input_schema": {"type": "object", "properties": {
+                                    "name": {"type": "string", "pattern": "^((a|aa)+)\\1c"}}}}}),
+        )
+        .await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        refused.to_string().contains("backreferences or lookaround"),
+        "{refused}"
+    );
 
     // One endpoint with a JSON Schema is one tool.
     let (status, _, one) = gw

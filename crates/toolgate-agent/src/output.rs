@@ -22,7 +22,7 @@ impl OutputSchema {
         if schema.get("type").and_then(Value::as_str) != Some("object") {
             return Err(r#"must be a JSON Schema with "type": "object" at its root"#.into());
         }
-        let validator = jsonschema::validator_for(schema)
+        let validator = toolgate_core::schema_validator(schema)
             .map_err(|e| format!("is not a valid JSON Schema: {e}"))?;
         Ok(OutputSchema {
             schema: schema.clone(),
@@ -128,5 +128,12 @@ mod tests {
     fn only_object_schemas_that_compile_are_accepted() {
         assert!(OutputSchema::new(&json!({"type": "string"})).is_err());
         assert!(OutputSchema::new(&json!({"type": "object", "minProperties": "x"})).is_err());
+        // A model's answer is matched in linear time: no backtracking patterns.
+        let lookahead = json!({
+            "type": "object",
+            "properties": {"code": {"type": "string", "pattern": "^(?=.*\\d)\\w+$"}},
+        });
+        let why = OutputSchema::new(&lookahead).err().expect("refused");
+        assert!(why.contains("lookaround"), "{why}");
     }
 }

@@ -83,7 +83,7 @@ pub use event::{DefinitionEvent, Event, EventSink, GateEvent, Outcome, TracingSi
 pub use executor::{Completed, Executor, ExecutorLimits};
 pub use ids::{ApprovalId, CallId, PrincipalId, RunId, TenantId};
 pub use policy::{Action, Approvals, Gate, NoApprovals, Policy};
-pub use registry::{ChangeLog, Owner, RegisteredTool, Registry, RegistryError};
+pub use registry::{ChangeLog, Owner, RegisteredTool, Registry, RegistryError, schema_validator};
 pub use secrets::SecretNames;
 pub use spec::{Effects, Risk, ToolSpec};
 pub use tool::{Content, Tool, ToolOutput};

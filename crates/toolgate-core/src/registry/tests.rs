@@ -182,6 +182,37 @@ fn invalid_names_and_schemas_are_refused() {
 }
 
 #[test]
+fn patterns_that_backtrack_are_refused_and_the_rest_run_in_linear_time() {
+    let reg = Registry::new();
+    let with = |pattern: &str| json!({"type": "object", "properties": {"s": {"type": "string", "pattern": pattern}}});
+    // A backreference and a lookahead: with a backtracking engine, matching strings of
+    // `a`s against the first took ~40 ms each for 25 of them, 2^n for n.
+    for pattern in [r"^((a|aa)+)\1c", r"^(?=.*[A-Z])(?=.*\d).{8,}$"] {
+        match reg.register(tool("t", with(pattern))) {
+            Err(RegistryError::InvalidSchema { reason, .. }) => {
+                assert!(reason.contains("backreferences or lookaround"), "{reason}")
+            }
+            other => panic!("{pattern}: {other:?}"),
+        }
+    }
+    // A plain pattern, however nested, runs (and means what it says).
+    reg.register(tool("t", with(r"^(a|aa)+c$")))
+        .expect("a plain pattern");
+    let t = reg.get(TENANT_A, "t").expect("registered");
+    t.validate(&json!({"s": "aaaaac"})).expect("matches");
+    let long = format!("{}b", "a".repeat(100_000));
+    let err = t.validate(&json!({"s": long})).expect_err("does not match");
+    assert_eq!(err.violations.len(), 1, "{:?}", err.violations);
+    // An invalid pattern is still refused for what it is.
+    match reg.register(tool("u", with("(unclosed"))) {
+        Err(RegistryError::InvalidSchema { reason, .. }) => {
+            assert!(!reason.contains("lookaround"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn validation_lists_every_violation_with_its_pointer() {
     let reg = Registry::new();
     let schema = json!({
