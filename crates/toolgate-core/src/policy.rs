@@ -231,6 +231,31 @@ pub enum Gate {
         /// Who decided; `None` when it expired.
         decided_by: Option<String>,
     },
+    /// Not asked, and nothing written: as many calls wait for a person already as may,
+    /// `waiting` of the requester's own (`by_requester`) or of its tenant's.
+    Crowded { waiting: u64, by_requester: bool },
+}
+
+/// How long a call refused because too many wait for approval ([`Gate::Crowded`]) is
+/// told to wait before it is made again: about how long a person takes to decide some.
+pub const CROWDED_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The `rate_limited` error of a call refused because `waiting` calls wait for approval
+/// already, the requester's own (`by_requester`) or its tenant's.
+pub fn crowded(tool: &str, waiting: u64, by_requester: bool) -> crate::ToolError {
+    let (whose, setting) = if by_requester {
+        ("your", "principal_pending_approvals")
+    } else {
+        ("your tenant's", "tenant_pending_approvals")
+    };
+    crate::ToolError::new(
+        crate::ErrorKind::RateLimited,
+        format!(
+            "calling {tool} needs a person's approval, and {waiting} of {whose} calls wait for one already, the most that may (limits.{setting}); it was not asked for"
+        ),
+    )
+    .with_retry_after(CROWDED_RETRY_AFTER, true)
+    .with_suggestion("ask for the waiting approvals to be decided, or let them lapse, then call again")
 }
 
 /// The `denied` error of a call a person refused (`decided_by`) or nobody approved in

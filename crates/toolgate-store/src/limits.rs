@@ -29,7 +29,7 @@ pub struct StoreLimits {
 }
 
 /// How many objects one tenant may keep: past these, a creation is refused (409) and
-/// nothing is written. Counted in the insert itself, so creations at the same moment on
+/// nothing is written (a call that would wait for approval: 429). Counted in the insert itself, so creations at the same moment on
 /// Postgres may pass a quota by as many as run at once; SQLite's are exact.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Quotas {
@@ -37,6 +37,11 @@ pub struct Quotas {
     pub principals: usize,
     /// Keys not revoked.
     pub keys: usize,
+    /// Calls waiting for a person's approval, all of the tenant's principals together:
+    /// past it, a call that needs approval is refused (429) instead of asking.
+    pub pending_approvals: usize,
+    /// …and one principal's.
+    pub pending_approvals_per_principal: usize,
 }
 
 impl Quotas {
@@ -52,6 +57,8 @@ impl Default for Quotas {
             agents: 1_000,
             principals: 10_000,
             keys: 10_000,
+            pending_approvals: 1_000,
+            pending_approvals_per_principal: 100,
         }
     }
 }

@@ -615,3 +615,58 @@ async fn approvals_are_listed_page_after_page() {
         assert_eq!(status, 400, "{bad}: {problem}");
     }
 }
+
+/// One principal cannot bury the approvers' queue (nor fill the store with held
+/// arguments): past `limits.principal_pending_approvals` waiting calls, the next one is
+/// refused with 429 and `Retry-After`, nothing asked for, its refusal audited; a
+/// decision makes room.
+#[tokio::test]
+async fn calls_waiting_for_approval_are_bounded_and_one_more_is_refused_with_a_429() {
+    let gw = Gateway::start_with(|c| c.limits.principal_pending_approvals = 2).await;
+    let base = gw.base.clone();
+    put_policy(&base, &gw.http, json!({"level": 9})).await;
+    let reviewer = principal(&base, &gw.http, "reviewer", &["approvals:decide"]).await;
+    let call = |n: u32| json!({"arguments": {"message": format!("call {n}")}});
+    let mut held = Vec::new();
+    for n in 0..2 {
+        let (status, _, body) = gw.invoke("echo", call(n)).await;
+        assert_eq!(status, 202, "{body}");
+        held.push(body["approval_id"].as_str().expect("id").to_owned());
+    }
+    let response = gw
+        .http
+        .post(gw.url("/v1/tools/echo/invoke"))
+        .json(&call(2))
+        .send()
+        .await
+        .expect("request");
+    let retry_after = response.headers().get("retry-after").cloned();
+    let (status, _, refused) = read(response).await;
+    assert_eq!(status, 429, "{refused}");
+    assert_eq!(
+        retry_after.as_ref().and_then(|v| v.to_str().ok()),
+        Some("60")
+    );
+    let detail = refused["detail"].as_str().expect("detail");
+    assert!(
+        detail.contains("limits.principal_pending_approvals"),
+        "{refused}"
+    );
+    assert!(refused["approval_id"].is_null(), "{refused}");
+    let (_, list) = get(&base, &reviewer, "/v1/approvals?status=pending").await;
+    assert_eq!(
+        list["approvals"].as_array().map(Vec::len),
+        Some(2),
+        "{list}"
+    );
+    let (_, audit) = get(&base, &gw.http, "/v1/audit?outcome=rate_limited").await;
+    let rows = audit["entries"].as_array().expect("rows");
+    assert_eq!(rows.len(), 1, "{audit}");
+    assert_eq!(rows[0]["tool"], "echo", "{audit}");
+
+    // A decision makes room.
+    let (status, body) = decide(&base, &reviewer, &held[0], "deny", "not now").await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _, body) = gw.invoke("echo", call(2)).await;
+    assert_eq!(status, 202, "{body}");
+}

@@ -70,10 +70,34 @@ impl Executor {
             expires_at: std::time::SystemTime::now() + policy.approval_ttl(),
         };
         let gate = self.approvals.gate(request).await.map_err(unavailable)?;
-        let (approval, seen) = match &gate {
-            Gate::Approved { approval } => (*approval, GateEvent::Used),
-            Gate::Pending { approval, .. } => (*approval, GateEvent::Pending),
-            Gate::Denied { approval, .. } => (*approval, GateEvent::Denied),
+        let (approval, seen, result) = match gate {
+            Gate::Approved { approval } => (approval, GateEvent::Used, Ok(())),
+            Gate::Pending {
+                approval,
+                expires_at,
+            } => {
+                let expires_in = expires_at
+                    .duration_since(std::time::SystemTime::now())
+                    .unwrap_or_default();
+                let waits = ToolError::awaiting_approval(&spec.name, approval, expires_in);
+                (approval, GateEvent::Pending, Err(waits))
+            }
+            Gate::Denied {
+                approval,
+                reason,
+                decided_by,
+            } => {
+                let denied =
+                    crate::policy::denied(&spec.name, approval, &reason, decided_by.as_deref());
+                (approval, GateEvent::Denied, Err(denied))
+            }
+            // No approval to name: none was asked for.
+            Gate::Crowded {
+                waiting,
+                by_requester,
+            } => {
+                return Err(crate::policy::crowded(&spec.name, waiting, by_requester));
+            }
         };
         self.events.emit(&Event::ApprovalGate {
             ctx,
@@ -81,36 +105,7 @@ impl Executor {
             approval,
             gate: seen,
         });
-        match gate {
-            Gate::Approved { approval } => {
-                record.approval = Some(approval);
-                Ok(())
-            }
-            Gate::Pending {
-                approval,
-                expires_at,
-            } => {
-                record.approval = Some(approval);
-                let expires_in = expires_at
-                    .duration_since(std::time::SystemTime::now())
-                    .unwrap_or_default();
-                Err(ToolError::awaiting_approval(
-                    &spec.name, approval, expires_in,
-                ))
-            }
-            Gate::Denied {
-                approval,
-                reason,
-                decided_by,
-            } => {
-                record.approval = Some(approval);
-                Err(crate::policy::denied(
-                    &spec.name,
-                    approval,
-                    &reason,
-                    decided_by.as_deref(),
-                ))
-            }
-        }
+        record.approval = Some(approval);
+        result
     }
 }

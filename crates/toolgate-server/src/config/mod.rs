@@ -67,6 +67,11 @@ pub struct LimitsConfig {
     pub tenant_principals: usize,
     /// API keys (not revoked) one tenant may keep.
     pub tenant_keys: usize,
+    /// Calls of one tenant waiting for a person's approval at once; past it a call that
+    /// needs approval is refused (429 with `Retry-After`) instead of asking.
+    pub tenant_pending_approvals: usize,
+    /// …of one principal.
+    pub principal_pending_approvals: usize,
     /// Calls this instance runs at once, all tenants together; more are refused with 503
     /// and `Retry-After` at once.
     pub max_in_flight: usize,
@@ -89,6 +94,8 @@ impl Default for LimitsConfig {
             tenant_agents: quotas.agents,
             tenant_principals: quotas.principals,
             tenant_keys: quotas.keys,
+            tenant_pending_approvals: quotas.pending_approvals,
+            principal_pending_approvals: quotas.pending_approvals_per_principal,
             max_in_flight: defaults.max_in_flight,
             max_audit_backlog: defaults.max_audit_backlog,
         }
@@ -105,6 +112,8 @@ impl LimitsConfig {
             agents: self.tenant_agents,
             principals: self.tenant_principals,
             keys: self.tenant_keys,
+            pending_approvals: self.tenant_pending_approvals,
+            pending_approvals_per_principal: self.principal_pending_approvals,
         }
     }
 
@@ -414,6 +423,11 @@ impl LimitsConfig {
             ("tenant_agents", self.tenant_agents),
             ("tenant_principals", self.tenant_principals),
             ("tenant_keys", self.tenant_keys),
+            ("tenant_pending_approvals", self.tenant_pending_approvals),
+            (
+                "principal_pending_approvals",
+                self.principal_pending_approvals,
+            ),
         ] {
             if value == 0 {
                 problems.push((key.into(), "must be at least 1".into()));

@@ -188,7 +188,11 @@ macro_rules! approval_store {
                 };
                 // Anything but a pending approval merely found again changed the store.
                 let wrote = !matches!(gate, Some(Gate::Pending { .. }));
-                let gate = match gate {
+                let crowded = match gate {
+                    Some(_) => None,
+                    None => self.crowded(&mut tx, request, now).await?,
+                };
+                let gate = match gate.or(crowded) {
                     Some(gate) => gate,
                     None => {
                         let approval = ApprovalId::new();
@@ -235,6 +239,48 @@ macro_rules! approval_store {
                     self.announced(change);
                 }
                 Ok(gate)
+            }
+
+            /// [`Gate::Crowded`] when as many of the requester's calls, or of its tenant's,
+            /// wait for a person as may (`Quotas::pending_approvals*`). Counted before the
+            /// insert, in its transaction: calls asking at the same moment on Postgres may
+            /// pass a bound by as many as ask at once; SQLite's writes take turns.
+            async fn crowded(
+                &self,
+                conn: &mut $conn,
+                request: &ApprovalRequest,
+                now: DateTime<Utc>,
+            ) -> Result<Option<Gate>, StoreError> {
+                let quotas = self.limits.quotas;
+                let waiting = |requester: bool| {
+                    sql(format!(
+                        "select count(*) from (select 1 from approval where tenant_id = $1{u} \
+                         and status = 'pending' and used_at is null and expires_at > $2{by} limit $3) waiting",
+                        u = $u,
+                        by = if requester { format!(" and requester_id = $4{}", $u) } else { String::new() },
+                    ))
+                };
+                for (by_requester, most) in [
+                    (true, quotas.pending_approvals_per_principal),
+                    (false, quotas.pending_approvals),
+                ] {
+                    let most = crate::Quotas::bound(most);
+                    let mut query = sqlx::query_as(waiting(by_requester))
+                        .bind(text(request.tenant))
+                        .bind(now)
+                        .bind(most);
+                    if by_requester {
+                        query = query.bind(text(request.requester));
+                    }
+                    let (count,): (i64,) = query.fetch_one(&mut *conn).await?;
+                    if count >= most {
+                        return Ok(Some(Gate::Crowded {
+                            waiting: u64::try_from(count).unwrap_or(0),
+                            by_requester,
+                        }));
+                    }
+                }
+                Ok(None)
             }
 
             pub async fn list_approvals(

@@ -429,3 +429,105 @@ async fn a_list_of_large_approvals_is_bounded_in_bytes_and_their_states_are_not(
     })
     .await;
 }
+
+/// Calls waiting for a person are bounded per principal and per tenant: one more is not
+/// asked for (nothing written) and says whose bound it met; the same call again still
+/// finds its approval, a decision or an expiry frees a place, another tenant has its own.
+#[tokio::test]
+async fn calls_waiting_for_approval_are_bounded_per_principal_and_per_tenant() {
+    use toolgate_core::Gate;
+    use toolgate_core::policy::ApprovalRequest;
+    use toolgate_store::approvals::Decision;
+
+    let limits = toolgate_store::StoreLimits {
+        quotas: toolgate_store::Quotas {
+            pending_approvals: 3,
+            pending_approvals_per_principal: 2,
+            ..toolgate_store::Quotas::default()
+        },
+        ..toolgate_store::StoreLimits::default()
+    };
+    on_both_with(limits, |store| async move {
+        let (a, b) = (
+            store.create_tenant("crowded").await.expect("tenant"),
+            store.create_tenant("roomy").await.expect("tenant"),
+        );
+        let (ann, bob, cy) = (PrincipalId::new(), PrincipalId::new(), PrincipalId::new());
+        let ask = |tenant: TenantId, requester: PrincipalId, n: u8, ttl: Duration| {
+            let store = store.clone();
+            async move {
+                let request = ApprovalRequest {
+                    tenant,
+                    call_id: CallId::new(),
+                    requester,
+                    requester_name: "someone".into(),
+                    auth: caller(tenant),
+                    adapter: Adapter::Rest,
+                    tool: "execute_command".into(),
+                    risk: toolgate_core::Risk::High,
+                    arguments: json!({"command": n}),
+                    call_arguments: json!({"command": n}),
+                    arguments_hash: format!("{n:02x}").repeat(32),
+                    run: None,
+                    agent: None,
+                    presented: None,
+                    expires_at: SystemTime::now() + ttl,
+                };
+                store.gate_approval(&request).await.expect("gate")
+            }
+        };
+        let hour = Duration::from_secs(3600);
+        let pending = |gate: Gate| match gate {
+            Gate::Pending { approval, .. } => approval,
+            other => panic!("not waiting: {other:?}"),
+        };
+        let first = pending(ask(a.id, ann, 1, hour).await);
+        pending(ask(a.id, ann, 2, hour).await);
+        // Ann's third waits for nobody: her own bound.
+        assert_eq!(
+            ask(a.id, ann, 3, hour).await,
+            Gate::Crowded {
+                waiting: 2,
+                by_requester: true
+            }
+        );
+        pending(ask(a.id, bob, 4, hour).await);
+        // Cy has none waiting, but the tenant has three.
+        assert_eq!(
+            ask(a.id, cy, 5, hour).await,
+            Gate::Crowded {
+                waiting: 3,
+                by_requester: false
+            }
+        );
+        let listed = store
+            .list_approvals(a.id, Some("pending"), None, 10)
+            .await
+            .expect("list")
+            .items;
+        assert_eq!(listed.len(), 3, "nothing written for the refused");
+        // Another tenant is not held to this one's count.
+        pending(ask(b.id, cy, 5, hour).await);
+
+        // A decision frees a place.
+        let deny = Decision {
+            approve: false,
+            by: bob,
+            by_name: "bob".into(),
+            reason: "no".into(),
+            use_within: hour,
+        };
+        store
+            .decide_approval(a.id, first, &deny)
+            .await
+            .expect("deny");
+        pending(ask(a.id, cy, 5, hour).await);
+        // So does an expiry: a call that waits no more is not counted.
+        let b2 = store.create_tenant("expiring").await.expect("tenant");
+        pending(ask(b2.id, ann, 1, Duration::from_millis(1)).await);
+        pending(ask(b2.id, ann, 2, hour).await);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        pending(ask(b2.id, ann, 3, hour).await);
+    })
+    .await;
+}

@@ -190,6 +190,7 @@ async fn a_tenant_keeps_at_most_its_quotas_of_agents_principals_and_keys() {
             agents: 2,
             principals: 2,
             keys: 2,
+            ..toolgate_store::Quotas::default()
         },
         ..toolgate_store::StoreLimits::default()
     };
