@@ -72,28 +72,16 @@ async fn idle_connections_past_the_open_file_limit_do_not_lock_callers_out() {
     let http = patient_client(&running.key);
     calls_are_answered(&http, &addr, "600 idle connections").await;
 
-    let metrics = http
-        .get(format!("http://{addr}/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
-    let value = |name: &str| -> f64 {
-        metrics
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("{name} in {metrics}"))
-    };
     assert_eq!(idle.len(), 600, "every idle connection was taken");
-    assert!(value("toolgate_http_connections{") <= 128.0, "{metrics}");
-    assert!(
-        value("toolgate_http_connections_closed_at_cap_total") >= 400.0,
-        "{metrics}"
-    );
+    let open = metric(&http, &addr, "toolgate_http_connections{").await;
+    assert!(open <= 128.0, "{open} open");
+    let closed = metric(
+        &http,
+        &addr,
+        "toolgate_http_connections_closed_at_cap_total",
+    )
+    .await;
+    assert!(closed >= 400.0, "{closed} closed at the cap");
     drop(idle);
     running.child.kill().expect("kill");
     running.child.wait().expect("wait");
@@ -440,7 +428,21 @@ async fn bodies_held_by_one_tenant_are_bounded() {
     let status = response.status();
     assert_eq!(status, 200, "{}", response.text().await.unwrap_or_default());
 
-    let metrics = client(&running.key)
+    let counted = metric(
+        &client(&running.key),
+        &addr,
+        "toolgate_http_request_body_refused_total",
+    )
+    .await;
+    assert!(counted >= refused.len() as f64, "{counted} counted");
+    drop(answered);
+    running.child.kill().expect("kill");
+    running.child.wait().expect("wait");
+}
+
+/// The value of the first series at `addr`'s `/metrics` whose line starts with `series`.
+async fn metric(http: &reqwest::Client, addr: &str, series: &str) -> f64 {
+    let metrics = http
         .get(format!("http://{addr}/metrics"))
         .send()
         .await
@@ -448,14 +450,10 @@ async fn bodies_held_by_one_tenant_are_bounded() {
         .text()
         .await
         .expect("text");
-    let counted: f64 = metrics
+    metrics
         .lines()
-        .find(|l| l.starts_with("toolgate_http_request_body_refused_total"))
+        .find(|l| l.starts_with(series))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("the refusals counted: {metrics}"));
-    assert!(counted >= refused.len() as f64, "{counted} counted");
-    drop(answered);
-    running.child.kill().expect("kill");
-    running.child.wait().expect("wait");
+        .unwrap_or_else(|| panic!("{series} in {metrics}"))
 }

@@ -481,25 +481,17 @@ async fn calls_waiting_for_approval_are_bounded_per_principal_and_per_tenant() {
             Gate::Pending { approval, .. } => approval,
             other => panic!("not waiting: {other:?}"),
         };
+        let crowded = |waiting, by_requester| Gate::Crowded {
+            waiting,
+            by_requester,
+        };
         let first = pending(ask(a.id, ann, 1, hour).await);
         pending(ask(a.id, ann, 2, hour).await);
         // Ann's third waits for nobody: her own bound.
-        assert_eq!(
-            ask(a.id, ann, 3, hour).await,
-            Gate::Crowded {
-                waiting: 2,
-                by_requester: true
-            }
-        );
+        assert_eq!(ask(a.id, ann, 3, hour).await, crowded(2, true));
         pending(ask(a.id, bob, 4, hour).await);
         // Cy has none waiting, but the tenant has three.
-        assert_eq!(
-            ask(a.id, cy, 5, hour).await,
-            Gate::Crowded {
-                waiting: 3,
-                by_requester: false
-            }
-        );
+        assert_eq!(ask(a.id, cy, 5, hour).await, crowded(3, false));
         let listed = store
             .list_approvals(a.id, Some("pending"), None, 10)
             .await
