@@ -61,6 +61,9 @@ impl PinMode {
     }
 }
 
+/// Most entries a policy's `rules`, `cache` and `rate_limits.tools` may each hold.
+pub const MAX_POLICY_ENTRIES: usize = 1000;
+
 /// An override of the level. At least one of `tool` and `agent` is set.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -143,6 +146,20 @@ impl Policy {
                 problems.push((
                     format!("rules[{i}]"),
                     "name a tool, an agent or both".into(),
+                ));
+            }
+        }
+        // Every call of the tenant reads the policy (from the store once a second per
+        // instance, parsing it whole) and walks its rules and limits.
+        for (field, count) in [
+            ("rules", self.rules.len()),
+            ("cache", self.cache.len()),
+            ("rate_limits/tools", self.rate_limits.tools.len()),
+        ] {
+            if count > MAX_POLICY_ENTRIES {
+                problems.push((
+                    field.into(),
+                    format!("at most {MAX_POLICY_ENTRIES} entries ({count} given)"),
                 ));
             }
         }
@@ -395,5 +412,19 @@ mod tests {
         };
         let fields: Vec<String> = p.problems().into_iter().map(|(f, _)| f).collect();
         assert_eq!(fields, ["level", "approval_ttl_secs", "rules[0]"]);
+
+        let many = MAX_POLICY_ENTRIES + 1;
+        let mut p = Policy {
+            rules: vec![rule(Some("echo"), None, Action::Allow); many],
+            cache: (0..many).map(|i| (format!("t{i}"), 1)).collect(),
+            ..Policy::default()
+        };
+        p.rate_limits.tools = (0..many).map(|i| (format!("t{i}"), 1)).collect();
+        let fields: Vec<String> = p.problems().into_iter().map(|(f, _)| f).collect();
+        assert_eq!(fields, ["rules", "cache", "rate_limits/tools"]);
+        p.rules.truncate(MAX_POLICY_ENTRIES);
+        p.cache.clear();
+        p.rate_limits.tools.clear();
+        assert!(p.problems().is_empty(), "{:?}", p.problems());
     }
 }
