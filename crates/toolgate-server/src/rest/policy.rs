@@ -53,6 +53,7 @@ pub struct PolicyBody {
     /// Overrides of the level for a tool, an agent, or a tool called by an agent. The
     /// most specific matching rule wins, then the strictest.
     #[serde(default)]
+    #[schema(max_items = 1000)]
     pub rules: Vec<RuleBody>,
     /// Scopes a caller needs, beyond the fixed ones, for tools of a risk
     /// (`low`, `medium`, `high`).
