@@ -72,6 +72,10 @@ impl Egress {
     /// Why `url` may not be reached, if it may not: its scheme, credentials and literal
     /// address. A host name is vetted when the client connects.
     pub fn check(&self, url: &Url) -> Result<(), Refused> {
+        // First: the refusals below name the URL, and it must not carry a secret there.
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(Refused("credentials in the URL are not allowed".into()));
+        }
         match url.scheme() {
             "https" => {}
             "http" if self.allow_http => {}
@@ -86,9 +90,6 @@ impl Egress {
                 )));
             }
         }
-        if !url.username().is_empty() || url.password().is_some() {
-            return Err(Refused("credentials in the URL are not allowed".into()));
-        }
         let host = url.host_str().unwrap_or("the URL");
         match url.host() {
             Some(url::Host::Ipv4(ip)) => self.vet(host, IpAddr::V4(ip)),
@@ -102,7 +103,8 @@ impl Egress {
     /// early answer (registering an upstream). A name that does not resolve now passes:
     /// it may later, and its connections will be vetted then.
     pub async fn check_now(&self, url: &str) -> Result<Url, Refused> {
-        let parsed = Url::parse(url).map_err(|e| Refused(format!("{url:?} is not a URL: {e}")))?;
+        // Not repeated: what does not parse may still hold a password.
+        let parsed = Url::parse(url).map_err(|e| Refused(format!("not a URL: {e}")))?;
         self.check(&parsed)?;
         if let Some(url::Host::Domain(name)) = parsed.host() {
             let port = parsed.port_or_known_default().unwrap_or(443);
@@ -306,6 +308,15 @@ mod tests {
             );
         }
         assert!(egress.check_now("https://93.184.215.14/mcp").await.is_ok());
+        // Whatever else is wrong with it, a refusal never repeats a URL's password.
+        for url in [
+            "http://user:s3cret@mcp.example.com/",
+            "ftp://user:s3cret@x/",
+            "https://user:s3cret@[::1/",
+        ] {
+            let refused = egress.check_now(url).await.expect_err(url);
+            assert!(!refused.to_string().contains("s3cret"), "{refused}");
+        }
         let tests = Egress {
             allow_http: true,
             allowed_networks: vec!["127.0.0.0/8".parse().expect("net")],
