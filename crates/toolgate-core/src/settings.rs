@@ -50,14 +50,18 @@ impl fmt::Debug for Secret {
     }
 }
 
-/// `Ok` when `url` is an absolute `http(s)` URL with a host; else what is wrong with it.
+/// `Ok` when `url` is an absolute `http(s)` URL with a host; else what is wrong with it
+/// (not repeating `url`, which may hold a password: the problem names its setting).
 pub fn http_url(url: &str) -> Result<(), String> {
     match url::Url::parse(url) {
         Ok(parsed) if matches!(parsed.scheme(), "https" | "http") && parsed.host().is_some() => {
             Ok(())
         }
-        Ok(_) => Err(format!("{url:?} is not an http(s) URL")),
-        Err(err) => Err(format!("{url:?} is not a URL: {err}")),
+        Ok(parsed) => Err(format!(
+            "is not an http(s) URL with a host (its scheme: {:?})",
+            parsed.scheme()
+        )),
+        Err(err) => Err(format!("is not a URL: {err}")),
     }
 }
 
@@ -87,6 +91,14 @@ mod tests {
         assert!(http_url("https://idp.example/").is_ok());
         assert!(http_url("ftp://idp.example/").is_err());
         assert!(http_url("idp.example").is_err());
+        // What is wrong is said without the value, which may hold a password.
+        for bad in [
+            "ftp://user:s3cret@idp.example/",
+            "https://user:s3cret@[::1/",
+        ] {
+            let problem = http_url(bad).expect_err(bad);
+            assert!(!problem.contains("s3cret"), "{problem}");
+        }
         assert_eq!(
             networks(&["10.0.0.0/8".into(), "127.0.0.1".into()]).map(|n| n.len()),
             Ok(2)

@@ -324,9 +324,9 @@ impl McpConfig {
     /// What is wrong with `[mcp]`, by key within it.
     pub fn problems(&self) -> Problems {
         let mut problems = Problems::new();
-        for server in &self.authorization_servers {
+        for (i, server) in self.authorization_servers.iter().enumerate() {
             if let Err(problem) = settings::http_url(server) {
-                problems.push(("authorization_servers".into(), problem));
+                problems.push((format!("authorization_servers[{i}]"), problem));
             }
         }
         if self.session_retention_secs == 0 {
