@@ -326,7 +326,7 @@ impl McpConfig {
         let mut problems = Problems::new();
         for (i, server) in self.authorization_servers.iter().enumerate() {
             if let Err(problem) = settings::http_url(server) {
-                problems.push((format!("authorization_servers[{i}]"), problem));
+                problems.push(("authorization_servers".into(), format!("[{i}] {problem}")));
             }
         }
         if self.session_retention_secs == 0 {
