@@ -29,8 +29,9 @@ pub struct StoreLimits {
 }
 
 /// How many objects one tenant may keep: past these, a creation is refused (409) and
-/// nothing is written (a call that would wait for approval: 429). Counted in the insert itself, so creations at the same moment on
-/// Postgres may pass a quota by as many as run at once; SQLite's are exact.
+/// nothing is written (a call that would wait for approval: 429). Counted in the
+/// creation's own statement or transaction, so creations at the same moment on Postgres
+/// may pass a quota by as many as run at once; SQLite's are exact.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Quotas {
     pub agents: usize,

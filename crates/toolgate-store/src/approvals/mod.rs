@@ -119,6 +119,7 @@ fn settle(found: &ApprovalRecord, now: DateTime<Utc>) -> Settle {
     }
 }
 
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Settle {
     Pending,
     Expired,

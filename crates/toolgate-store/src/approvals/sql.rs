@@ -149,8 +149,14 @@ macro_rules! approval_store {
                     .bind(now)
                     .bind(reason)
                 };
-                let gate = match &found {
-                    Some(f) => match settle(f, now) {
+                let settles = found.as_ref().map(|f| settle(f, now));
+                // The found approval is updated (used, or settled for good).
+                let updated = matches!(
+                    settles,
+                    Some(Settle::UseApproval | Settle::Denied | Settle::Expired)
+                );
+                let gate = match (&found, settles) {
+                    (Some(f), Some(settles)) => match settles {
                         Settle::Pending => Some(Gate::Pending {
                             approval: f.id,
                             expires_at: f.expires_at.into(),
@@ -184,16 +190,15 @@ macro_rules! approval_store {
                         }
                         Settle::UsedUp => None,
                     },
-                    None => None,
+                    _ => None,
                 };
-                // Anything but a pending approval merely found again changed the store.
-                let wrote = !matches!(gate, Some(Gate::Pending { .. }));
-                let crowded = match gate {
+                // A call that would ask anew is refused first when too many wait already.
+                let refused = match gate {
                     Some(_) => None,
                     None => self.crowded(&mut tx, request, now).await?,
                 };
-                let gate = match gate.or(crowded) {
-                    Some(gate) => gate,
+                let (gate, inserted) = match gate.or(refused) {
+                    Some(gate) => (gate, false),
                     None => {
                         let approval = ApprovalId::new();
                         let expires_at: DateTime<Utc> = request.expires_at.into();
@@ -224,12 +229,14 @@ macro_rules! approval_store {
                         .bind(now)
                         .execute(&mut *tx)
                         .await?;
-                        Gate::Pending {
+                        let asked = Gate::Pending {
                             approval,
                             expires_at: request.expires_at,
-                        }
+                        };
+                        (asked, true)
                     }
                 };
+                let wrote = updated || inserted;
                 let change = Change::Approvals(tenant);
                 if wrote {
                     self.announce_in(&mut tx, change).await?;
@@ -252,27 +259,29 @@ macro_rules! approval_store {
                 now: DateTime<Utc>,
             ) -> Result<Option<Gate>, StoreError> {
                 let quotas = self.limits.quotas;
-                let waiting = |requester: bool| {
-                    sql(format!(
-                        "select count(*) from (select 1 from approval where tenant_id = $1{u} \
-                         and status = 'pending' and used_at is null and expires_at > $2{by} limit $3) waiting",
-                        u = $u,
-                        by = if requester { format!(" and requester_id = $4{}", $u) } else { String::new() },
-                    ))
-                };
-                for (by_requester, most) in [
-                    (true, quotas.pending_approvals_per_principal),
-                    (false, quotas.pending_approvals),
-                ] {
-                    let most = crate::Quotas::bound(most);
-                    let mut query = sqlx::query_as(waiting(by_requester))
-                        .bind(text(request.tenant))
-                        .bind(now)
-                        .bind(most);
-                    if by_requester {
-                        query = query.bind(text(request.requester));
-                    }
-                    let (count,): (i64,) = query.fetch_one(&mut *conn).await?;
+                let (mine, ours) = (
+                    crate::Quotas::bound(quotas.pending_approvals_per_principal),
+                    crate::Quotas::bound(quotas.pending_approvals),
+                );
+                // Each count stops at its bound: the work is at most the bound's rows.
+                let waiting = format!(
+                    "from approval where tenant_id = $1{u} and status = 'pending' \
+                     and used_at is null and expires_at > $2",
+                    u = $u
+                );
+                let (of_requester, of_tenant): (i64, i64) = sqlx::query_as(sql(format!(
+                    "select (select count(*) from (select 1 {waiting} and requester_id = $3{u} limit $4) r), \
+                     (select count(*) from (select 1 {waiting} limit $5) t)",
+                    u = $u
+                )))
+                .bind(text(request.tenant))
+                .bind(now)
+                .bind(text(request.requester))
+                .bind(mine)
+                .bind(ours)
+                .fetch_one(&mut *conn)
+                .await?;
+                for (count, most, by_requester) in [(of_requester, mine, true), (of_tenant, ours, false)] {
                     if count >= most {
                         return Ok(Some(Gate::Crowded {
                             waiting: u64::try_from(count).unwrap_or(0),
