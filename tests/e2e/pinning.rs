@@ -16,6 +16,21 @@ async fn definitions(gw: &Gateway) -> Vec<Value> {
     body["definitions"].as_array().expect("definitions").clone()
 }
 
+/// The notes in upstream `fx`'s status once `check` holds for them (fails after 10 s).
+async fn notes_until(gw: &Gateway, check: impl Fn(&[String]) -> bool) -> Vec<String> {
+    let mut seen = Vec::new();
+    for _ in 0..100 {
+        let (status, _, body) = gw.get("/v1/upstreams/fx").await;
+        assert_eq!(status, 200, "{body}");
+        seen = serde_json::from_value(body["status"]["notes"].clone()).unwrap_or_default();
+        if check(&seen) {
+            return seen;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("upstream fx's notes are {seen:?}");
+}
+
 #[tokio::test]
 async fn a_changed_tool_definition_is_withheld_until_a_tenant_admin_approves_it() {
     let (_fixture, port) = toolgate_e2e::python_server("fixture_server.py").await;
@@ -52,6 +67,16 @@ async fn a_changed_tool_definition_is_withheld_until_a_tenant_admin_approves_it(
         .invoke("fx__add", json!({"arguments": {"a": 2, "b": 3, "c": 4}}))
         .await;
     assert_eq!(status, 404, "{refused}");
+    // The upstream's status says why each is missing.
+    let notes = notes_until(&gw, |n| n.len() == 2).await;
+    assert!(
+        notes.contains(&r#""fx__add" not offered: its definition awaits approval"#.to_owned()),
+        "{notes:?}"
+    );
+    assert!(
+        notes.contains(&r#""fx__ADD" not offered: its name could pass for fx__add"#.to_owned()),
+        "{notes:?}"
+    );
 
     let waiting = definitions(&gw).await;
     let add = &waiting[0];
@@ -145,6 +170,11 @@ async fn a_changed_tool_definition_is_withheld_until_a_tenant_admin_approves_it(
     assert!(
         !names(&gw.http, &gw).await.contains(&"fx__ADD".to_owned()),
         "the look-alike stays refused"
+    );
+    let notes = notes_until(&gw, |n| n.len() == 1).await;
+    assert!(
+        notes[0].starts_with(r#""fx__ADD" not offered"#),
+        "{notes:?}"
     );
     let (_, _, audit) = gw.get("/v1/audit?adapter=definition").await;
     assert_eq!(

@@ -3,9 +3,52 @@
 
 use super::*;
 
+/// At most this many notes are kept from one listing; an upstream listing thousands of
+/// unusable tools gets one more note saying how many were left out.
+const MAX_NOTES: usize = 100;
+
+/// Why listed tools were not offered, for the upstream's status: names are the
+/// upstream's, so they are shown escaped and cut, as in the logs.
+#[derive(Default)]
+pub(super) struct Notes {
+    kept: Vec<String>,
+    more: usize,
+}
+
+impl Notes {
+    fn add(&mut self, name: &str, why: impl std::fmt::Display) {
+        if self.kept.len() < MAX_NOTES {
+            self.kept
+                .push(format!("{} not offered: {why}", shown(name)));
+        } else {
+            self.more += 1;
+        }
+    }
+
+    pub(super) fn into_vec(mut self) -> Vec<String> {
+        if self.more > 0 {
+            self.kept
+                .push(format!("and {} more tools not offered", self.more));
+        }
+        self.kept
+    }
+}
+
+/// An upstream's name as logs and notes show it: escaped and cut, so that it cannot write
+/// lines of its own.
+fn shown(name: &str) -> String {
+    let cut: String = name.chars().take(128).collect();
+    let quoted = format!("{cut:?}");
+    if cut.len() < name.len() {
+        format!("{quoted}…")
+    } else {
+        quoted
+    }
+}
+
 /// Lists every page of the upstream's tools and puts those the allow/deny lists admit in
 /// place of the ones registered before, in one step; a name taken by another tool is
-/// reported, never overwritten.
+/// reported, never overwritten. Returns why listed tools were left out.
 pub(super) async fn rediscover(
     config: &UpstreamConfig,
     peer: &Peer<RoleClient>,
@@ -13,7 +56,8 @@ pub(super) async fn rediscover(
     routes: &Arc<Routes>,
     pool: &Option<Arc<SessionPool>>,
     registered: &mut Vec<String>,
-) -> Result<(), ServiceError> {
+) -> Result<Notes, ServiceError> {
+    let mut notes = Notes::default();
     let tools = pages::all("tools", |params| async move {
         let page = peer.list_tools(Some(params)).await?;
         Ok((page.tools, page.next_cursor))
@@ -24,7 +68,10 @@ pub(super) async fn rediscover(
     let Some(admitted) = admitted(&config.allow, &config.deny) else {
         tracing::error!(upstream = %config.name, "an allow or deny glob is invalid; no tool of this upstream is offered");
         unregister(config, registry, registered);
-        return Ok(());
+        notes
+            .kept
+            .push("no tool offered: an allow or deny glob is invalid".to_owned());
+        return Ok(notes);
     };
     let prefix = config.prefix();
     // Tools of other sources the same callers see: a description naming one may be
@@ -64,15 +111,15 @@ pub(super) async fn rediscover(
                 .unwrap_or(&remote)
         );
         if !is_valid_tool_name(&name) {
-            // Logged escaped and cut: an upstream's name must not write log lines of its own.
-            let shown: String = name.chars().take(128).collect();
-            tracing::warn!(upstream = %config.name, tool = ?shown, "skipped an upstream tool whose name is not valid here");
+            tracing::warn!(upstream = %config.name, tool = %shown(&name), "skipped an upstream tool whose name is not valid here");
+            notes.add(&name, "its name is not valid here");
             continue;
         }
         let look = toolgate_core::registry::skeleton(&name);
         match looks.get(&look) {
             Some(other) if other != &name => {
                 tracing::warn!(upstream = %config.name, tool = %name, like = %other, "refused an upstream tool whose name could pass for another");
+                notes.add(&name, format_args!("its name could pass for {other}"));
                 continue;
             }
             _ => {
@@ -107,6 +154,7 @@ pub(super) async fn rediscover(
                 .await;
             if !offered {
                 tracing::warn!(upstream = %config.name, tool = %name, "upstream tool withheld: its definition awaits approval");
+                notes.add(&name, "its definition awaits approval");
                 continue;
             }
         }
@@ -125,12 +173,13 @@ pub(super) async fn rediscover(
         match result {
             Ok(()) => registered.push(name),
             Err(err) => {
-                tracing::warn!(upstream = %config.name, tool = ?name, error = %err, "upstream tool not registered")
+                tracing::warn!(upstream = %config.name, tool = ?name, error = %err, "upstream tool not registered");
+                notes.add(&name, &err);
             }
         }
     }
     tracing::info!(upstream = %config.name, tools = registered.len(), "upstream tools registered");
-    Ok(())
+    Ok(notes)
 }
 
 pub(super) fn unregister(
@@ -186,4 +235,30 @@ pub(super) fn spec_for(config: &UpstreamConfig, name: &str, tool: &rmcp::model::
         spec.vendor_meta = meta.0.clone();
     }
     spec
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notes_are_bounded_and_show_names_escaped_and_cut() {
+        let mut notes = Notes::default();
+        notes.add("bad\nname", "its name is not valid here");
+        notes.add(&"x".repeat(300), "too long");
+        for i in 0..MAX_NOTES {
+            notes.add(&format!("t{i}"), "refused");
+        }
+        let notes = notes.into_vec();
+        assert_eq!(notes.len(), MAX_NOTES + 1);
+        assert_eq!(
+            notes[0],
+            r#""bad\nname" not offered: its name is not valid here"#
+        );
+        assert_eq!(
+            notes[1],
+            format!("\"{}\"… not offered: too long", "x".repeat(128))
+        );
+        assert_eq!(notes[MAX_NOTES], "and 2 more tools not offered");
+    }
 }

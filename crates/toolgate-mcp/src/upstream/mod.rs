@@ -132,6 +132,8 @@ pub struct Status {
     pub tools: Vec<String>,
     /// Why the last connection attempt or listing failed, if it did.
     pub last_error: Option<String>,
+    /// Tools of the last listing that were not offered, and why.
+    pub notes: Vec<String>,
     /// When `state` last changed.
     #[serde(skip)]
     pub since: std::time::SystemTime,
@@ -156,6 +158,7 @@ pub fn spawn(
         state: State::Connecting,
         tools: Vec::new(),
         last_error: None,
+        notes: Vec::new(),
         since: std::time::SystemTime::now(),
     });
     Supervised {
@@ -306,7 +309,10 @@ async fn supervise(
                     match rediscover(&config, &peer, &registry, &routes, &pool, &mut registered)
                         .await
                     {
-                        Ok(()) => attempt = 0,
+                        Ok(notes) => {
+                            attempt = 0;
+                            status.send_modify(|s| s.notes = notes.into_vec());
+                        }
                         Err(err) => {
                             tracing::warn!(upstream = %config.name, error = %err, "could not list the upstream's tools");
                             status.send_modify(|s| {

@@ -207,7 +207,9 @@ pub struct UpstreamStatus {
     /// When `state` last changed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub since: Option<DateTime<Utc>>,
-    /// For an HTTP API: operations of its document that did not become tools, and why.
+    /// Tools it lists (for an HTTP API: operations of its document) that are not offered,
+    /// and why: a name not valid or too like another's, a schema refused, a definition
+    /// awaiting approval.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
 }
@@ -237,7 +239,7 @@ fn view(upstreams: &TenantUpstreams, record: UpstreamRecord) -> Result<UpstreamV
             tools: s.tools,
             last_error: s.last_error,
             since: Some(s.since.into()),
-            notes: Vec::new(),
+            notes: s.notes,
         },
         Seen::Ready(ready) => UpstreamStatus {
             state: "ready",
