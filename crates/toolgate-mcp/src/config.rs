@@ -397,10 +397,14 @@ impl UpstreamEntry {
         }
         // A bad glob dropped silently would fail open (a `deny` that denies nothing).
         for (field, globs) in [("allow", &self.allow), ("deny", &self.deny)] {
-            for glob in globs {
-                if let Some(problem) = crate::upstream::glob_problem(glob) {
-                    problems.push((field.into(), format!("{glob:?}: {problem}")));
-                }
+            for (at, problem) in crate::upstream::glob_problems(globs) {
+                problems.push((
+                    field.into(),
+                    match at {
+                        Some(i) => format!("{:?}: {problem}", globs[i]),
+                        None => problem,
+                    },
+                ));
             }
         }
         if others.iter().any(|u| u.name == self.name) {

@@ -27,6 +27,16 @@ async fn a_tenants_upstream_is_seen_and_called_by_that_tenant_only() {
             json!({"name": "hdr", "url": upstream.url("/mcp"), "headers": {"Authorization": "x"}}),
             "/headers/Authorization",
         ),
+        (
+            json!({"name": "globs", "url": upstream.url("/mcp"), "deny": ["ok*", "a[b"]}),
+            "/deny/1",
+        ),
+        (
+            // Matched as one set, a list's size is bounded.
+            json!({"name": "globs", "url": upstream.url("/mcp"),
+                   "allow": (0..101).map(|i| format!("t{i}*")).collect::<Vec<_>>()}),
+            "/allow",
+        ),
     ] {
         let (status, problem) =
             send(&a, reqwest::Method::POST, upstreams.clone(), Some(body)).await;

@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use toolgate_core::ToolError;
 use toolgate_core::auth::scopes;
-use toolgate_mcp::upstream::{State as LinkState, glob_problem, is_valid_name};
+use toolgate_mcp::upstream::{State as LinkState, glob_problems, is_valid_name};
 use toolgate_store::{UpstreamRecord, UpstreamWrite};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -79,9 +79,12 @@ pub struct UpstreamBody {
     #[serde(default)]
     pub bearer: Option<String>,
     /// Globs over the upstream's tool names: only these (all when empty), never `deny`.
+    /// At most 100 each, of at most 128 bytes.
     #[serde(default)]
+    #[schema(max_items = 100)]
     pub allow: Vec<String>,
     #[serde(default)]
+    #[schema(max_items = 100)]
     pub deny: Vec<String>,
     /// A call's deadline when the caller gives none (default 60), seconds.
     #[serde(default)]

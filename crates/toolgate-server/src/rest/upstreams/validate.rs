@@ -36,10 +36,12 @@ pub(super) async fn validate(
     }
     problems.extend(credential_problems(&body.headers, body.bearer.as_deref()));
     for (field, globs) in [("allow", &body.allow), ("deny", &body.deny)] {
-        for (i, glob) in globs.iter().enumerate() {
-            if let Some(problem) = glob_problem(glob) {
-                problems.push((format!("{field}/{i}"), problem));
-            }
+        for (at, problem) in glob_problems(globs) {
+            let field = match at {
+                Some(i) => format!("{field}/{i}"),
+                None => field.to_owned(),
+            };
+            problems.push((field, problem));
         }
     }
     let ceiling = upstreams.max_timeout_secs;
