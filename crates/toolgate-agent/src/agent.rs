@@ -37,10 +37,13 @@ pub struct AgentConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
     /// Tool names or globs. With `categories` both empty, the agent has no tools.
-    /// Always intersected with the caller's own tools.
+    /// Always intersected with the caller's own tools. At most 256 of each, names and
+    /// globs of at most 128 bytes.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_items = 256))]
     pub tools: Vec<String>,
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_items = 256))]
     pub categories: Vec<String>,
     /// `native` (the provider's function calling), `react` or `xml` (text protocols for
     /// models without function calling).

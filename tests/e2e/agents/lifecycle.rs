@@ -85,7 +85,8 @@ async fn agents_and_runs_are_validated_scoped_and_cancellable() {
     let (status, _, problem) = gw
         .post(
             "/v1/agents",
-            json!({"name": "Bad Name", "provider": "nope", "model": "", "max_turns": 0}),
+            json!({"name": "Bad Name", "provider": "nope", "model": "", "max_turns": 0,
+                   "tools": (0..257).map(|i| format!("t{i}*")).collect::<Vec<_>>()}),
         )
         .await;
     assert_eq!(status, 400, "{problem}");
@@ -95,7 +96,7 @@ async fn agents_and_runs_are_validated_scoped_and_cancellable() {
         .iter()
         .map(|e| e["pointer"].as_str().expect("pointer"))
         .collect();
-    for p in ["/name", "/model", "/max_turns", "/provider"] {
+    for p in ["/name", "/model", "/max_turns", "/provider", "/tools"] {
         assert!(pointers.contains(&p), "{p} in {pointers:?}");
     }
     let (status, _, _) = gw
