@@ -168,6 +168,50 @@ async fn missing_scopes_are_403_and_a_denied_tool_call_is_audited() {
     assert_eq!(response.status(), 403);
 }
 
+#[tokio::test]
+async fn principals_and_keys_have_bounded_names_and_roles_and_each_scope_once() {
+    let gw = Gateway::start().await;
+    let long = "n".repeat(129);
+    for body in [
+        json!({"name": long}),
+        json!({"name": ""}),
+        json!({"name": "r", "roles": (0..33).map(|i| format!("r{i}")).collect::<Vec<_>>()}),
+        json!({"name": "r", "roles": ["member", "x".repeat(65)]}),
+    ] {
+        let (status, _, problem) = gw.post("/v1/principals", body.clone()).await;
+        assert_eq!(status, 400, "{body}: {problem}");
+    }
+    let (status, _, who) = gw
+        .post(
+            "/v1/principals",
+            json!({"name": "ci", "roles": ["member", "release-bot"],
+                   "scopes": ["tools:invoke", "agents:run", "tools:invoke"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{who}");
+    assert_eq!(
+        who["scopes"],
+        json!(["agents:run", "tools:invoke"]),
+        "{who}"
+    );
+    assert_eq!(who["roles"], json!(["member", "release-bot"]), "{who}");
+    for name in [String::new(), long] {
+        let (status, _, problem) = gw
+            .post("/v1/keys", json!({"name": name, "principal_id": who["id"]}))
+            .await;
+        assert_eq!(status, 400, "{problem}");
+    }
+    let (status, _, key) = gw
+        .post(
+            "/v1/keys",
+            json!({"name": "ci", "principal_id": who["id"],
+                   "scopes": ["tools:invoke", "tools:invoke"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{key}");
+    assert_eq!(key["scopes"], json!(["tools:invoke"]), "{key}");
+}
+
 /// `toolgate keys revoke`, a process of its own on the same SQLite file, stops a key the
 /// running gateway has cached: the very next request after the command returns is 401.
 #[tokio::test]

@@ -243,11 +243,15 @@ async fn list_tenants(
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"name": "ci-bot", "kind": "service_account", "roles": ["member"]}))]
 pub struct CreatePrincipal {
+    /// 1 to 128 bytes.
+    #[schema(min_length = 1, max_length = 128)]
     pub name: String,
     #[serde(default = "user")]
     pub kind: PrincipalKindName,
-    /// `admin`, `operator`, `member`, or your own.
+    /// `admin`, `operator`, `member`, or your own (labels that grant nothing); at most
+    /// 32, of at most 64 bytes each.
     #[serde(default)]
+    #[schema(max_items = 32)]
     pub roles: Vec<String>,
     /// Defaults to the scopes the roles grant. Never more than the creator holds.
     pub scopes: Option<Vec<String>>,
@@ -257,14 +261,34 @@ fn user() -> PrincipalKindName {
     PrincipalKindName::User
 }
 
-/// The scopes asked for, refused when any exceeds what the caller holds.
-fn grantable(caller: &Caller, asked: Vec<String>) -> Result<Vec<String>, ApiError> {
+/// The longest name of a principal or key.
+const MAX_NAME_BYTES: usize = 128;
+/// The most roles one principal holds, and the longest role: roles beyond `admin`,
+/// `operator` and `member` are the tenant's own labels, stored and shown with every
+/// principal, so they are bounded like names.
+const MAX_ROLES: usize = 32;
+const MAX_ROLE_BYTES: usize = 64;
+
+/// A principal's or key's name: 1 to [`MAX_NAME_BYTES`] bytes.
+fn check_name(name: &str) -> Result<(), ApiError> {
+    if name.is_empty() || name.len() > MAX_NAME_BYTES {
+        return Err(ApiError::Malformed(format!(
+            "name must have 1 to {MAX_NAME_BYTES} bytes"
+        )));
+    }
+    Ok(())
+}
+
+/// The scopes asked for, each once, refused when any exceeds what the caller holds.
+fn grantable(caller: &Caller, mut asked: Vec<String>) -> Result<Vec<String>, ApiError> {
     if let Some(extra) = asked.iter().find(|s| !caller.auth.has_scope(s)) {
         return Err(ToolError::forbidden(format!(
             "you cannot grant the scope {extra:?}, which you do not hold"
         ))
         .into());
     }
+    asked.sort();
+    asked.dedup();
     Ok(asked)
 }
 
@@ -288,10 +312,16 @@ async fn create_principal(
     AppJson(body): AppJson<CreatePrincipal>,
 ) -> Result<(StatusCode, AppJson<PrincipalInfo>), ApiError> {
     caller.require(scopes::TENANT_ADMIN)?;
-    if body.name.is_empty() || body.name.len() > 128 {
-        return Err(ApiError::Malformed(
-            "name must have 1 to 128 characters".into(),
-        ));
+    check_name(&body.name)?;
+    if body.roles.len() > MAX_ROLES
+        || body
+            .roles
+            .iter()
+            .any(|r| r.is_empty() || r.len() > MAX_ROLE_BYTES)
+    {
+        return Err(ApiError::Malformed(format!(
+            "roles: at most {MAX_ROLES}, each of 1 to {MAX_ROLE_BYTES} bytes"
+        )));
     }
     let asked = body.scopes.unwrap_or_else(|| {
         let mut all: Vec<String> = body
@@ -350,6 +380,8 @@ async fn list_principals(
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"name": "ci", "principal_id": "01936f0e-8f1c-7a53-9d3e-5c0e0b7e4a21", "scopes": ["tools:invoke"], "expires_in_secs": 2592000}))]
 pub struct CreateKey {
+    /// 1 to 128 bytes.
+    #[schema(min_length = 1, max_length = 128)]
     pub name: String,
     /// Whose key; the caller's own principal when absent.
     pub principal_id: Option<Uuid>,
@@ -383,6 +415,7 @@ async fn create_key(
     AppJson(body): AppJson<CreateKey>,
 ) -> Result<(StatusCode, AppJson<CreatedKey>), ApiError> {
     caller.require(scopes::TENANT_ADMIN)?;
+    check_name(&body.name)?;
     let tenant = caller.auth.tenant;
     let principal_id = body
         .principal_id
