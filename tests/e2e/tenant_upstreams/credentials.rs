@@ -119,6 +119,17 @@ async fn each_principal_calls_an_upstream_with_its_own_credential() {
         .map(|(_, key)| client_with_key(key))
         .collect();
     let mine = gw.url("/v1/upstreams/peer/credentials");
+    // A credential no server would take is refused, its value never repeated.
+    let huge = "h".repeat(17 << 10);
+    let (status, refused) = send(
+        &people[0],
+        reqwest::Method::PUT,
+        mine.clone(),
+        Some(json!({"headers": {"x-huge": huge}})),
+    )
+    .await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(!refused.to_string().contains("hhhh"), "{refused}");
     for (person, (_, key)) in people.iter().zip(&keys[1..]) {
         let (status, stored) = send(
             person,

@@ -28,6 +28,12 @@ async fn a_tenants_upstream_is_seen_and_called_by_that_tenant_only() {
             "/headers/Authorization",
         ),
         (
+            json!({"name": "hdrs", "url": upstream.url("/mcp"),
+                   "headers": (0..33).map(|i| (format!("x-h{i}"), json!("v")))
+                       .collect::<serde_json::Map<_, _>>()}),
+            "/headers",
+        ),
+        (
             json!({"name": "globs", "url": upstream.url("/mcp"), "deny": ["ok*", "a[b"]}),
             "/deny/1",
         ),

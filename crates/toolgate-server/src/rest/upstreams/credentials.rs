@@ -10,7 +10,8 @@ pub struct PersonalBody {
     /// Sent as `Authorization: Bearer …` instead of the upstream's.
     #[serde(default)]
     pub bearer: Option<String>,
-    /// Sent with every request, over the upstream's headers of the same name.
+    /// Sent with every request, over the upstream's headers of the same name. At most 32;
+    /// with `bearer`, at most 16 KiB.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
 }

@@ -72,7 +72,8 @@ pub struct UpstreamBody {
     /// Put before each of its tools' names; `<name>__` when absent.
     #[serde(default)]
     pub prefix: Option<String>,
-    /// Static headers sent with every request to the upstream. Write-only.
+    /// Static headers sent with every request to the upstream. Write-only. At most 32;
+    /// with `bearer`, at most 16 KiB.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
     /// Sent as `Authorization: Bearer …` to the upstream. Write-only.

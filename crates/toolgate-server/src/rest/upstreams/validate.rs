@@ -105,12 +105,34 @@ pub(super) async fn validate(
     Ok((stored, credentials))
 }
 
+/// The most static headers sent to an upstream, and the most bytes of credentials (header
+/// names and values and the bearer token together): servers refuse requests whose
+/// headers pass 8-16 KiB, and these are sealed and stored per upstream and per caller.
+const MAX_HEADERS: usize = 32;
+const MAX_CREDENTIAL_BYTES: usize = 16 << 10;
+
 /// Problems with credentials to send: header names and values, a bearer token.
 pub(super) fn credential_problems(
     headers: &BTreeMap<String, String>,
     bearer: Option<&str>,
 ) -> Vec<(String, String)> {
     let mut problems = Vec::new();
+    let bytes = headers
+        .iter()
+        .map(|(n, v)| n.len() + v.len())
+        .sum::<usize>()
+        + bearer.map_or(0, str::len);
+    if headers.len() > MAX_HEADERS || bytes > MAX_CREDENTIAL_BYTES {
+        // Named without a value: each of these is a secret.
+        problems.push((
+            "headers".into(),
+            format!(
+                "at most {MAX_HEADERS} headers and {} KiB with the bearer token",
+                MAX_CREDENTIAL_BYTES >> 10
+            ),
+        ));
+        return problems;
+    }
     for (name, value) in headers {
         if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
             problems.push((format!("headers/{name}"), "not a valid header name".into()));
