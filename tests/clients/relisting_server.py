@@ -1,12 +1,14 @@
 """A stdio MCP server that announces `notifications/tools/list_changed` after every
 `tools/list` it answers, and counts those lists in the file named by RELIST_COUNT.
-Standard library only: it tests the gateway's supervisor, not an SDK."""
+With RELIST_DRIFT set, its tool's description changes at every listing too (a new
+definition each time). Standard library only: it tests the gateway's supervisor, not an SDK."""
 
 import json
 import os
 import sys
 
 count_file = os.environ["RELIST_COUNT"]
+drift = "RELIST_DRIFT" in os.environ
 listed = 0
 for raw in sys.stdin:
     message = json.loads(raw)
@@ -20,7 +22,10 @@ for raw in sys.stdin:
             "serverInfo": {"name": "relisting", "version": "1"},
         }
     elif method == "tools/list":
-        result = {"tools": [{"name": "ping", "inputSchema": {"type": "object"}}]}
+        tool = {"name": "ping", "inputSchema": {"type": "object"}}
+        if drift:
+            tool["description"] = f"pings (version {listed})"
+        result = {"tools": [tool]}
     elif method == "tools/call":
         result = {"content": [{"type": "text", "text": "pong"}]}
     else:

@@ -367,6 +367,30 @@ async fn an_upstream_announcing_changes_without_end_is_listed_at_most_once_a_sec
     gw.stop().await;
 }
 
+/// An upstream whose tool definitions change at every listing (each change pinned and
+/// audited, in every tenant's chain for an operator's upstream) is listed less and less
+/// often: after 1 s, then 2, 4, … Before, it was listed once a second for ever.
+#[tokio::test]
+async fn an_upstream_whose_definitions_keep_changing_is_listed_less_and_less_often() {
+    let (gw, counted) = counting_with(
+        "drifting",
+        "relisting_server.py",
+        &[("RELIST_COUNT", None), ("RELIST_DRIFT", Some("1"))],
+    )
+    .await;
+    listed_once(&gw, "drifting__ping").await;
+    let first = std::time::Instant::now();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let (n, seconds) = (counted.count(), first.elapsed().as_secs_f64());
+    // At 0 s, then 1, 3 and 7 s after: at most 5 with a listing under way.
+    assert!((3..=5).contains(&n), "listed {n} times in {seconds:.1} s");
+    // Each change is in the audit (the first listing pins, quietly).
+    let (_, _, audit) = gw.get("/v1/audit?adapter=definition").await;
+    let changes = audit["entries"].as_array().expect("entries").len() as u64;
+    assert!((2..=n).contains(&changes), "{n} listings: {audit}");
+    gw.stop().await;
+}
+
 /// An upstream writing notifications without pause is read at a bounded rate: past its
 /// budget a second (2,000) the gateway stops reading it until the next second, and the
 /// upstream's writes wait on the full pipe. Before, the gateway read them as fast as the
@@ -576,15 +600,27 @@ impl Counted {
 /// A gateway with one stdio upstream `name`, the test clients' `script` run by the
 /// system's python3, told by `var` where to keep its count.
 async fn counting(name: &str, script: &str, var: &str) -> (Gateway, Counted) {
+    counting_with(name, script, &[(var, None)]).await
+}
+
+/// [`counting`] with more variables: each set to its value, or (`None`) to the count
+/// file's path.
+async fn counting_with(
+    name: &str,
+    script: &str,
+    vars: &[(&str, Option<&str>)],
+) -> (Gateway, Counted) {
     let script = sdk_clients().join(script).display().to_string();
     let counted = Counted(tempfile::NamedTempFile::new().expect("count file"));
     let count_path = counted.0.path().display().to_string();
     let gw = Gateway::start_with(|c| {
         let mut entry = upstream(name, "python3", &[&script]);
-        entry.env.insert(
-            var.into(),
-            serde_json::from_value(json!(count_path)).expect("secret"),
-        );
+        for (var, value) in vars {
+            entry.env.insert(
+                (*var).into(),
+                serde_json::from_value(json!(value.unwrap_or(&count_path))).expect("secret"),
+            );
+        }
         c.upstreams = vec![entry];
     })
     .await;

@@ -34,6 +34,30 @@ impl Notes {
     }
 }
 
+/// The definitions an upstream's tools had at its last listing, and how many listings
+/// in a row changed one. Each change is pinned and audited (in every tenant's chain, for
+/// an operator's upstream), so an upstream whose definitions change at every listing is
+/// listed less and less often: kept across reconnections, which would otherwise list it
+/// anew four times a second.
+#[derive(Default)]
+pub(super) struct Drift {
+    hashes: HashMap<String, String>,
+    streak: u32,
+}
+
+/// The longest pause between listings of an upstream whose definitions keep changing.
+const MAX_RELIST_PAUSE: Duration = Duration::from_secs(300);
+
+impl Drift {
+    /// How long after a listing the next may come: [`RELIST_AT_MOST_EVERY`], doubled for
+    /// each listing in a row that changed a definition, up to [`MAX_RELIST_PAUSE`].
+    pub(super) fn pause(&self) -> Duration {
+        RELIST_AT_MOST_EVERY
+            .saturating_mul(1 << self.streak.min(16))
+            .min(MAX_RELIST_PAUSE)
+    }
+}
+
 /// An upstream's name as logs and notes show it: escaped and cut, so that it cannot write
 /// lines of its own.
 fn shown(name: &str) -> String {
@@ -56,8 +80,11 @@ pub(super) async fn rediscover(
     routes: &Arc<Routes>,
     pool: &Option<Arc<SessionPool>>,
     registered: &mut Vec<String>,
+    drift: &mut Drift,
 ) -> Result<Notes, ServiceError> {
     let mut notes = Notes::default();
+    let mut hashes = HashMap::new();
+    let mut changed = false;
     let tools = pages::all("tools", |params| async move {
         let page = peer.list_tools(Some(params)).await?;
         Ok((page.tools, page.next_cursor))
@@ -135,6 +162,9 @@ pub(super) async fn rediscover(
         }
         if let Some(vet) = &config.vetting.0 {
             let definition = crate::vetting::definition(&tool);
+            let hash = toolgate_core::audit::hash_json(&definition);
+            changed |= drift.hashes.get(&remote).is_some_and(|h| h != &hash);
+            hashes.insert(remote.clone(), hash.clone());
             let offered = vet
                 .vet(
                     &crate::vetting::Definition {
@@ -142,7 +172,7 @@ pub(super) async fn rediscover(
                         upstream: config.name.clone(),
                         tool: remote.clone(),
                         exported: name.clone(),
-                        hash: toolgate_core::audit::hash_json(&definition),
+                        hash,
                         findings: crate::vetting::findings(
                             tool.description.as_deref().unwrap_or_default(),
                             &others,
@@ -179,6 +209,16 @@ pub(super) async fn rediscover(
         }
     }
     tracing::info!(upstream = %config.name, tools = registered.len(), "upstream tools registered");
+    drift.hashes = hashes;
+    drift.streak = if changed { drift.streak + 1 } else { 0 };
+    if drift.streak >= 2 {
+        tracing::warn!(upstream = %config.name, listings = drift.streak, "the upstream's tool definitions changed at every listing; listing it less often");
+        notes.kept.push(format!(
+            "its tool definitions changed at each of the last {} listings: it is listed again no sooner than {} s after the last",
+            drift.streak,
+            drift.pause().as_secs()
+        ));
+    }
     Ok(notes)
 }
 
@@ -240,6 +280,20 @@ pub(super) fn spec_for(config: &UpstreamConfig, name: &str, tool: &rmcp::model::
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_upstream_whose_definitions_keep_changing_waits_longer_between_listings() {
+        let mut drift = Drift::default();
+        let pauses: Vec<u64> = (0..12)
+            .map(|streak| {
+                drift.streak = streak;
+                drift.pause().as_secs()
+            })
+            .collect();
+        assert_eq!(pauses, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300]);
+        drift.streak = u32::MAX;
+        assert_eq!(drift.pause(), MAX_RELIST_PAUSE);
+    }
 
     #[test]
     fn notes_are_bounded_and_show_names_escaped_and_cut() {

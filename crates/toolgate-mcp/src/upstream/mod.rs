@@ -280,6 +280,9 @@ async fn supervise(
     let pool = SessionPool::new(&config, catalog.clone(), pool_changed_tx);
     // A definition approved by a person: list again, to offer it.
     let mut approvals = config.vetting.0.as_ref().map(|v| v.approvals());
+    // When the next listing may come, on this connection or the next (see `Drift`).
+    let mut drift = Drift::default();
+    let mut next_listing = tokio::time::Instant::now();
     loop {
         let (changed_tx, mut changed) = tokio::sync::mpsc::channel(1);
         let routes = Routes::new(config.relay_unattributed);
@@ -302,13 +305,29 @@ async fn supervise(
                 // they are news again once listed on this one, declarations unchanged
                 // or not.
                 let mut carried = !registered.is_empty();
+                // A person's approval is listed at once.
+                let mut at_once = false;
                 let end = 'listing: loop {
+                    if !std::mem::take(&mut at_once) {
+                        tokio::select! {
+                            _ = shutdown.cancelled() => break 'listing End::Shutdown,
+                            _ = &mut ended => break 'listing End::Closed,
+                            _ = tokio::time::sleep_until(next_listing) => {}
+                        }
+                    }
                     // A closed service cannot list: this fails (the tools listed before
                     // stay, failing as upstream errors) and the connection's end is
                     // noticed next.
-                    match rediscover(&config, &peer, &registry, &routes, &pool, &mut registered)
-                        .await
-                    {
+                    let listing = rediscover(
+                        &config,
+                        &peer,
+                        &registry,
+                        &routes,
+                        &pool,
+                        &mut registered,
+                        &mut drift,
+                    );
+                    match listing.await {
                         Ok(notes) => {
                             attempt = 0;
                             status.send_modify(|s| s.notes = notes.into_vec());
@@ -332,7 +351,10 @@ async fn supervise(
                             s.last_error = Some(format!("listing resources and prompts: {err}"))
                         });
                     }
-                    let listed_at = tokio::time::Instant::now();
+                    // The upstream says its lists changed: list again, but not sooner
+                    // than RELIST_AT_MOST_EVERY after the last time (longer while its
+                    // definitions keep changing).
+                    next_listing = tokio::time::Instant::now() + drift.pause();
                     loop {
                         tokio::select! {
                             _ = shutdown.cancelled() => break 'listing End::Shutdown,
@@ -344,20 +366,16 @@ async fn supervise(
                                     Some(approved) => approved.changed().await,
                                     None => std::future::pending().await,
                                 }
-                            } => continue 'listing,
+                            } => {
+                                at_once = true;
+                                continue 'listing;
+                            }
                             _ = tokio::time::sleep(PING_EVERY) => {
                                 if !answers_ping(&peer).await {
                                     break 'listing End::Unresponsive;
                                 }
                             }
                         }
-                    }
-                    // The upstream says its lists changed: list again, but not sooner
-                    // than RELIST_AT_MOST_EVERY after the last time.
-                    tokio::select! {
-                        _ = shutdown.cancelled() => break 'listing End::Shutdown,
-                        _ = &mut ended => break 'listing End::Closed,
-                        _ = tokio::time::sleep_until(listed_at + RELIST_AT_MOST_EVERY) => {}
                     }
                 };
                 catalog.remove(config.owner, &config.name);
