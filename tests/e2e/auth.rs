@@ -212,6 +212,82 @@ async fn principals_and_keys_have_bounded_names_and_roles_and_each_scope_once() 
     assert_eq!(key["scopes"], json!(["tools:invoke"]), "{key}");
 }
 
+/// A client that sent its minute's worth of unknown API keys has its further keys that
+/// are not cached refused (429, `Retry-After`) before the store is asked; keys in use go
+/// on working, and another client behind the same trusted proxy is not held back.
+#[tokio::test]
+async fn a_client_guessing_api_keys_is_refused_before_the_store_is_asked() {
+    let gw = Gateway::start_with(|c| {
+        c.http.unknown_keys_per_minute = 3;
+        c.http.trusted_proxies = vec!["127.0.0.1".into()];
+    })
+    .await;
+    let (status, _, me) = gw.get("/v1/me").await;
+    assert_eq!(status, 200, "the admin's key is in use: {me}");
+    let (status, _, who) = gw.post("/v1/principals", json!({"name": "new"})).await;
+    assert_eq!(status, 201, "{who}");
+    let (status, _, key) = gw
+        .post(
+            "/v1/keys",
+            json!({"name": "new", "principal_id": who["id"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{key}");
+    let fresh = key["secret"].as_str().expect("secret").to_owned();
+    let me_as = |secret: String, from: &'static str| {
+        gw.anonymous
+            .get(gw.url("/v1/me"))
+            .bearer_auth(secret)
+            .header("x-forwarded-for", from)
+            .send()
+    };
+    let guess = |i: u32| format!("tg_{i:064x}");
+    let guesser = "203.0.113.7";
+    for i in 0..3 {
+        let response = me_as(guess(i), guesser).await.expect("request");
+        assert_eq!(response.status(), 401, "guess {i}");
+    }
+    let response = me_as(guess(3), guesser).await.expect("request");
+    assert_eq!(response.status(), 429);
+    let wait: u64 = response.headers()["retry-after"]
+        .to_str()
+        .expect("ascii")
+        .parse()
+        .expect("seconds");
+    assert!((1..=60).contains(&wait), "{wait}");
+    let (_, _, problem) = read(response).await;
+    assert_eq!(
+        problem["type"], "urn:toolgate:error:rate_limited",
+        "{problem}"
+    );
+    // Over MCP too.
+    let response = gw
+        .anonymous
+        .post(gw.url("/mcp"))
+        .bearer_auth(guess(4))
+        .header("x-forwarded-for", guesser)
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 429);
+    // A valid key not used yet is refused too from there; one in use is not.
+    let response = me_as(fresh.clone(), guesser).await.expect("request");
+    assert_eq!(response.status(), 429);
+    let response = me_as(gw.admin_key.clone(), guesser).await.expect("request");
+    assert_eq!(response.status(), 200);
+    // Another client through the same proxy: its own count.
+    let other = "198.51.100.2";
+    let response = me_as(guess(5), other).await.expect("request");
+    assert_eq!(response.status(), 401);
+    let response = me_as(fresh.clone(), other).await.expect("request");
+    assert_eq!(response.status(), 200);
+    // Now in use, the new key works from the guesser's address as well.
+    let response = me_as(fresh, guesser).await.expect("request");
+    assert_eq!(response.status(), 200);
+}
+
 /// `toolgate keys revoke`, a process of its own on the same SQLite file, stops a key the
 /// running gateway has cached: the very next request after the command returns is 401.
 #[tokio::test]

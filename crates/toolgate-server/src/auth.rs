@@ -21,11 +21,10 @@
 //! without a credential).
 
 use std::collections::{HashMap, HashSet};
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::extract::{ConnectInfo, FromRef, FromRequestParts, MatchedPath};
+use axum::extract::{FromRef, FromRequestParts, MatchedPath};
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use chrono::Utc;
@@ -87,6 +86,8 @@ pub struct Authenticator {
     refused: Mutex<HashSet<String>>,
     touched: Mutex<HashMap<Uuid, Instant>>,
     security_window: Mutex<(Instant, u32)>,
+    /// Where requests come from, and the unknown keys each source had looked up.
+    sources: crate::sources::Sources,
     /// SQLite: the revocation signal file, and the version of it last seen.
     signal: Option<(std::path::PathBuf, Mutex<Option<FileVersion>>)>,
 }
@@ -133,6 +134,12 @@ impl std::fmt::Debug for Authenticator {
 }
 
 impl Authenticator {
+    /// Reads requests' sources through these proxies, and bounds their unknown keys.
+    pub fn with_sources(mut self, sources: crate::sources::Sources) -> Self {
+        self.sources = sources;
+        self
+    }
+
     pub fn new(store: Store, jwt: Option<JwtVerifier>) -> Self {
         Self {
             jwt,
@@ -141,6 +148,7 @@ impl Authenticator {
             refused: Mutex::new(HashSet::new()),
             touched: Mutex::new(HashMap::new()),
             security_window: Mutex::new((Instant::now(), 0)),
+            sources: crate::sources::Sources::default(),
             signal: store
                 .revocation_signal()
                 .map(|path| (path.clone(), Mutex::new(file_version(&path)))),
@@ -166,7 +174,7 @@ impl Authenticator {
     pub(crate) async fn authenticate(&self, parts: &Parts) -> Result<Caller, ToolError> {
         let token = bearer(parts)?;
         let (auth, subject_token) = if keys::looks_like_key(token) {
-            (self.api_key(token).await?, None)
+            (self.api_key(token, parts).await?, None)
         } else if let Some(jwt) = &self.jwt {
             (
                 Arc::new(jwt.verify(token).await?),
@@ -208,7 +216,7 @@ impl Authenticator {
         }
     }
 
-    async fn api_key(&self, secret: &str) -> Result<Arc<AuthContext>, ToolError> {
+    async fn api_key(&self, secret: &str, parts: &Parts) -> Result<Arc<AuthContext>, ToolError> {
         let hash = keys::hash(secret);
         self.check_revocation_signal();
         let cached = {
@@ -225,6 +233,16 @@ impl Authenticator {
         if self.was_refused(&hash) {
             return Err(unauthenticated("invalid credentials"));
         }
+        let source = self.sources.client(parts);
+        if let Some(source) = source
+            && let Err(wait) = self.sources.admit(source)
+        {
+            return Err(ToolError::new(
+                ErrorKind::RateLimited,
+                "too many unknown API keys came from your address within a minute; keys not recently used are refused until it ends",
+            )
+            .with_retry_after(wait, true));
+        }
         let generation = self.generation.load(std::sync::atomic::Ordering::SeqCst);
         // A store out of reach for now is a 503 to retry, not a 500.
         let found = self
@@ -237,6 +255,11 @@ impl Authenticator {
             .filter(|f| f.key.revoked_at.is_none() && f.key.expires_at.is_none_or(|t| t > now))
         else {
             self.refuse(hash);
+            if let Some(source) = source
+                && self.sources.unknown_key(source)
+            {
+                tracing::warn!(%source, "a source sent its limit of unknown API keys within a minute (http.unknown_keys_per_minute); its keys not recently used are refused until the minute ends");
+            }
             return Err(unauthenticated("invalid credentials"));
         };
         self.touch(found.key.id);
@@ -393,10 +416,7 @@ impl Authenticator {
                 return;
             }
         }
-        let source = parts
-            .extensions
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|c| c.0.ip().to_string());
+        let source = self.sources.client(parts).map(|ip| ip.to_string());
         let route = parts
             .extensions
             .get::<MatchedPath>()

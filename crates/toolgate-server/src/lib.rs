@@ -43,6 +43,7 @@ pub mod outcome;
 pub mod request_id;
 pub mod rest;
 mod serve;
+pub mod sources;
 pub mod state;
 pub mod streams;
 pub mod telemetry;
@@ -142,7 +143,17 @@ pub async fn build_with(
         .jwt
         .clone()
         .map(|c| jwt::JwtVerifier::new(c, store.clone()));
-    let authenticator = Arc::new(auth::Authenticator::new(store.clone(), jwt));
+    let authenticator = Arc::new(
+        auth::Authenticator::new(store.clone(), jwt).with_sources(sources::Sources::new(
+            config
+                .http
+                .trusted_proxies
+                .iter()
+                .filter_map(|p| sources::network(p))
+                .collect(),
+            config.http.unknown_keys_per_minute,
+        )),
+    );
     authenticator.watch_revocations();
     let audit = audit.unwrap_or_else(|| Arc::new(writer));
     let approvals = Arc::new(toolgate_core::approvals::StoredApprovals::new(

@@ -260,6 +260,13 @@ pub struct HttpConfig {
     /// Request body bytes one tenant's requests hold at once on this instance; a body past
     /// it is refused 429 with `Retry-After` (other tenants' bodies are not).
     pub max_body_bytes_in_flight_per_tenant: u64,
+    /// Proxies (addresses or networks, `10.0.0.0/8`) whose `X-Forwarded-For` names the
+    /// client: a request from one is counted, logged and recorded as from the client.
+    pub trusted_proxies: Vec<String>,
+    /// Unknown API keys one client address (an IPv6 /64) may have looked up in a minute;
+    /// past it, its keys not recently used are refused 429 with `Retry-After` without a
+    /// store lookup. 0: no bound.
+    pub unknown_keys_per_minute: u32,
 }
 
 impl Default for Config {
@@ -298,6 +305,8 @@ impl Default for HttpConfig {
             max_streams_per_tenant: 256,
             max_body_bytes_in_flight: 128 << 20,
             max_body_bytes_in_flight_per_tenant: 32 << 20,
+            trusted_proxies: Vec::new(),
+            unknown_keys_per_minute: 60,
         }
     }
 }
@@ -381,6 +390,14 @@ impl HttpConfig {
                         "must be at least max_body_bytes ({}): one body of that size must fit",
                         self.max_body_bytes
                     ),
+                ));
+            }
+        }
+        for proxy in &self.trusted_proxies {
+            if crate::sources::network(proxy).is_none() {
+                problems.push((
+                    "trusted_proxies".into(),
+                    format!("{proxy:?} is not an address or a network such as 10.0.0.0/8"),
                 ));
             }
         }
