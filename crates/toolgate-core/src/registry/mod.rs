@@ -160,21 +160,39 @@ impl Tools {
             || matches!(owner, Owner::Tenant(t) if self.tenants.get(&t).is_some_and(|m| m.contains_key(name)))
     }
 
-    /// Why `name` may not join `owner`'s tools: taken, or confusable with a tool the same
-    /// callers see.
-    fn refuse(&self, owner: Owner, name: &str) -> Option<RegistryError> {
-        if self.taken(owner, name) {
-            return Some(RegistryError::Duplicate(name.to_owned()));
-        }
-        let wanted = skeleton(name);
+    /// What the tools `owner`'s callers see look like: each [`skeleton`] and the first
+    /// name (shared tools first, by name) that has it. Made once for many names: made
+    /// for each, a listing of n tools cost n² skeletons under the registry's write lock
+    /// (10,000 tools: seconds in which no call anywhere could find its tool).
+    fn looks(&self, owner: Owner) -> HashMap<String, String> {
         let own = match owner {
             Owner::Tenant(t) => self.tenants.get(&t),
             Owner::Everyone => None,
         };
-        self.shared
+        let mut looks = HashMap::new();
+        for name in self
+            .shared
             .keys()
             .chain(own.into_iter().flat_map(|m| m.keys()))
-            .find(|existing| skeleton(existing) == wanted)
+        {
+            looks.entry(skeleton(name)).or_insert_with(|| name.clone());
+        }
+        looks
+    }
+
+    /// Why `name` may not join `owner`'s tools: taken, or confusable with a tool the same
+    /// callers see (`looks`, from [`looks`](Self::looks)).
+    fn refuse(
+        &self,
+        owner: Owner,
+        name: &str,
+        looks: &HashMap<String, String>,
+    ) -> Option<RegistryError> {
+        if self.taken(owner, name) {
+            return Some(RegistryError::Duplicate(name.to_owned()));
+        }
+        looks
+            .get(&skeleton(name))
             .map(|existing| RegistryError::Confusable {
                 name: name.to_owned(),
                 existing: existing.clone(),
@@ -341,7 +359,7 @@ impl Registry {
         let registered = compile(tool)?;
         let name = registered.spec().name.clone();
         let mut tools = self.write();
-        if let Some(refused) = tools.refuse(owner, &name) {
+        if let Some(refused) = tools.refuse(owner, &name, &tools.looks(owner)) {
             return Err(refused);
         }
         tools.of(owner).insert(name, Arc::new(registered));
@@ -370,17 +388,19 @@ impl Registry {
             .filter_map(|name| Some((name.clone(), tools.of(owner).remove(name)?)))
             .collect();
         let mut same = true;
+        let mut looks = tools.looks(owner);
         let results: Vec<_> = compiled
             .into_iter()
             .map(|(name, checked)| {
                 let result = checked.and_then(|registered| {
-                    if let Some(refused) = tools.refuse(owner, &name) {
+                    if let Some(refused) = tools.refuse(owner, &name, &looks) {
                         return Err(refused);
                     }
                     same &= previous
                         .get(&name)
                         .is_some_and(|was| was.spec() == registered.spec());
                     tools.of(owner).insert(name.clone(), Arc::new(registered));
+                    looks.entry(skeleton(&name)).or_insert_with(|| name.clone());
                     Ok(())
                 });
                 (name, result)
