@@ -1,7 +1,8 @@
 """A stdio MCP server that announces `notifications/tools/list_changed` after every
 `tools/list` it answers, and counts those lists in the file named by RELIST_COUNT.
 With RELIST_DRIFT set, its tool's description changes at every listing too (a new
-definition each time). Standard library only: it tests the gateway's supervisor, not an SDK."""
+definition each time); RELIST_TOOLS=N lists N tools (`ping` and `tool1`…), the same each
+time. Standard library only: it tests the gateway's supervisor, not an SDK."""
 
 import json
 import os
@@ -9,6 +10,10 @@ import sys
 
 count_file = os.environ["RELIST_COUNT"]
 drift = "RELIST_DRIFT" in os.environ
+more = [
+    {"name": f"tool{i}", "description": f"tool number {i}", "inputSchema": {"type": "object"}}
+    for i in range(1, int(os.environ.get("RELIST_TOOLS", "1")))
+]
 listed = 0
 for raw in sys.stdin:
     message = json.loads(raw)
@@ -25,7 +30,7 @@ for raw in sys.stdin:
         tool = {"name": "ping", "inputSchema": {"type": "object"}}
         if drift:
             tool["description"] = f"pings (version {listed})"
-        result = {"tools": [tool]}
+        result = {"tools": [tool] + more}
     elif method == "tools/call":
         result = {"content": [{"type": "text", "text": "pong"}]}
     else:

@@ -25,7 +25,7 @@ use toolgate_core::{
 };
 use uuid::Uuid;
 
-use crate::vetting::{Definition, PinMode, Vet, diff};
+use crate::vetting::{Definition, PinMode, Verdict, Vet, diff};
 
 /// The owner column of the operator's upstreams' pins.
 pub const OPERATOR: Uuid = Uuid::nil();
@@ -213,12 +213,17 @@ impl<S: PinStore> Pins<S> {
 
 #[async_trait]
 impl<S: PinStore> Vet for Pins<S> {
-    async fn vet(&self, definition: &Definition, configured: Option<PinMode>) -> bool {
+    async fn vet(&self, definition: &Definition, configured: Option<PinMode>) -> Verdict {
         let mode = self.mode(definition.owner, configured).await;
         if mode == PinMode::Off {
-            return true;
+            return Verdict::Offered;
         }
         let quarantine = mode == PinMode::Quarantine;
+        let unpinned = if quarantine {
+            Verdict::Withheld
+        } else {
+            Verdict::Offered
+        };
         let owner = match definition.owner {
             Owner::Tenant(tenant) => tenant.0,
             Owner::Everyone => OPERATOR,
@@ -231,16 +236,18 @@ impl<S: PinStore> Vet for Pins<S> {
             Ok(stored) => stored,
             Err(err) => {
                 tracing::warn!(error = %err, upstream = %definition.upstream, tool = %definition.exported, "could not read a tool's pinned definition");
-                return !quarantine;
+                return unpinned;
             }
         };
         let now = chrono::Utc::now();
         let flagged = !definition.findings.is_empty();
         let mut pin = match stored {
-            Some(pin) if pin.pinned_hash.as_deref() == Some(&definition.hash) => return true,
+            Some(pin) if pin.pinned_hash.as_deref() == Some(&definition.hash) => {
+                return Verdict::Pinned;
+            }
             // Waiting already: recorded when it first came.
             Some(pin) if pin.pending_hash.as_deref() == Some(&definition.hash) && quarantine => {
-                return false;
+                return Verdict::Withheld;
             }
             Some(pin) => pin,
             None => PinRecord {
@@ -281,7 +288,7 @@ impl<S: PinStore> Vet for Pins<S> {
         }
         if let Err(err) = self.store.save_tool_pin(&pin).await {
             tracing::warn!(error = %err, upstream = %definition.upstream, tool = %definition.exported, "could not pin a tool's definition");
-            return !quarantine;
+            return unpinned;
         }
         if !first || flagged {
             let what = if first {
@@ -291,7 +298,11 @@ impl<S: PinStore> Vet for Pins<S> {
             };
             self.record(&pin, what, withhold, details, None).await;
         }
-        !withhold
+        if withhold {
+            Verdict::Withheld
+        } else {
+            Verdict::Pinned
+        }
     }
 
     fn approvals(&self) -> tokio::sync::watch::Receiver<u64> {

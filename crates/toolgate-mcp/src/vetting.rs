@@ -35,12 +35,32 @@ pub struct Definition {
     pub findings: Vec<String>,
 }
 
+/// What vetting made of a definition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Offered: it is the definition pinned in the store. The same definition listed
+    /// again is offered without asking the store.
+    Pinned,
+    /// Offered without being the pin: pinning is off, or (warning, not quarantining) the
+    /// store could not be read or written.
+    Offered,
+    /// Not offered: it waits for a person's approval (or the store could not be read
+    /// while quarantining).
+    Withheld,
+}
+
+impl Verdict {
+    pub fn offered(self) -> bool {
+        self != Verdict::Withheld
+    }
+}
+
 /// The gateway's side of vetting (pins kept in the store, changes audited).
 #[async_trait]
 pub trait Vet: Send + Sync {
-    /// Whether the tool may be offered. `mode` is the upstream's own setting (the
-    /// operator's upstreams); `None`: the owning tenant's policy decides.
-    async fn vet(&self, definition: &Definition, mode: Option<PinMode>) -> bool;
+    /// Whether the tool may be offered, and why. `mode` is the upstream's own setting
+    /// (the operator's upstreams); `None`: the owning tenant's policy decides.
+    async fn vet(&self, definition: &Definition, mode: Option<PinMode>) -> Verdict;
 
     /// Moves whenever a person approves a definition: supervisors then list again.
     fn approvals(&self) -> tokio::sync::watch::Receiver<u64>;

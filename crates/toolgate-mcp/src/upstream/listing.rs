@@ -2,6 +2,7 @@
 //! unregistered when it goes.
 
 use super::*;
+use crate::vetting::Verdict;
 
 /// At most this many notes are kept from one listing; an upstream listing thousands of
 /// unusable tools gets one more note saying how many were left out.
@@ -34,14 +35,16 @@ impl Notes {
     }
 }
 
-/// The definitions an upstream's tools had at its last listing, and how many listings
-/// in a row changed one. Each change is pinned and audited (in every tenant's chain, for
-/// an operator's upstream), so an upstream whose definitions change at every listing is
-/// listed less and less often: kept across reconnections, which would otherwise list it
-/// anew four times a second.
+/// The definitions an upstream's tools had at its last listing (each one's hash, and
+/// whether it was the pinned one), and how many listings in a row changed one or named
+/// a new tool. A definition listed again as it was pinned is offered without asking the
+/// store. Each change is pinned and audited (in every tenant's chain, for an operator's
+/// upstream), so an upstream whose definitions change at every listing is listed less
+/// and less often: kept across reconnections, which would otherwise list it anew four
+/// times a second.
 #[derive(Default)]
 pub(super) struct Drift {
-    hashes: HashMap<String, String>,
+    hashes: HashMap<String, (String, bool)>,
     streak: u32,
 }
 
@@ -163,16 +166,23 @@ pub(super) async fn rediscover(
         if let Some(vet) = &config.vetting.0 {
             let definition = crate::vetting::definition(&tool);
             let hash = toolgate_core::audit::hash_json(&definition);
-            changed |= drift.hashes.get(&remote).is_some_and(|h| h != &hash);
-            hashes.insert(remote.clone(), hash.clone());
-            let offered = vet
-                .vet(
+            let before = drift.hashes.get(&remote);
+            // A tool not listed before counts too, except at the first listing: names
+            // made up anew at every listing would each pin a new row.
+            changed |= match before {
+                Some((was, _)) => was != &hash,
+                None => !drift.hashes.is_empty(),
+            };
+            let verdict = if matches!(before, Some((was, true)) if was == &hash) {
+                Verdict::Pinned
+            } else {
+                vet.vet(
                     &crate::vetting::Definition {
                         owner: config.owner,
                         upstream: config.name.clone(),
                         tool: remote.clone(),
                         exported: name.clone(),
-                        hash,
+                        hash: hash.clone(),
                         findings: crate::vetting::findings(
                             tool.description.as_deref().unwrap_or_default(),
                             &others,
@@ -181,8 +191,10 @@ pub(super) async fn rediscover(
                     },
                     config.pin,
                 )
-                .await;
-            if !offered {
+                .await
+            };
+            hashes.insert(remote.clone(), (hash, verdict == Verdict::Pinned));
+            if !verdict.offered() {
                 tracing::warn!(upstream = %config.name, tool = %name, "upstream tool withheld: its definition awaits approval");
                 notes.add(&name, "its definition awaits approval");
                 continue;
