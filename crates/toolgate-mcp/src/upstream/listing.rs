@@ -120,6 +120,7 @@ pub(super) async fn rediscover(
                 .collect()
         }
     };
+    let others = crate::vetting::Others::new(&others);
     let mut found: Vec<Arc<dyn Tool>> = Vec::new();
     // One skeleton per name in this listing: a look-alike of a tool offered before (or
     // listed earlier) is refused, even while that tool is withheld for approval.
