@@ -308,11 +308,20 @@ async fn supervise(
                 // A person's approval is listed at once.
                 let mut at_once = false;
                 let end = 'listing: loop {
+                    // The pause before the next listing may be minutes (see `Drift`): the
+                    // upstream is pinged meanwhile, as while it is quiet.
                     if !std::mem::take(&mut at_once) {
-                        tokio::select! {
-                            _ = shutdown.cancelled() => break 'listing End::Shutdown,
-                            _ = &mut ended => break 'listing End::Closed,
-                            _ = tokio::time::sleep_until(next_listing) => {}
+                        loop {
+                            tokio::select! {
+                                _ = shutdown.cancelled() => break 'listing End::Shutdown,
+                                _ = &mut ended => break 'listing End::Closed,
+                                _ = tokio::time::sleep_until(next_listing) => break,
+                                _ = tokio::time::sleep(PING_EVERY) => {
+                                    if !answers_ping(&peer).await {
+                                        break 'listing End::Unresponsive;
+                                    }
+                                }
+                            }
                         }
                     }
                     // A closed service cannot list: this fails (the tools listed before
