@@ -192,10 +192,13 @@ impl ToolSpec {
     }
 }
 
+/// The longest valid tool name, in bytes (see [`is_valid_tool_name`]).
+pub const MAX_TOOL_NAME: usize = 64;
+
 /// Whether `name` is a valid tool name: `^[A-Za-z0-9_.-]{1,64}$`, the subset every LLM
 /// provider and MCP client accepts.
 pub fn is_valid_tool_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
+    (1..=MAX_TOOL_NAME).contains(&name.len())
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))

@@ -17,6 +17,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use toolgate_core::Owner;
 pub use toolgate_core::policy::PinMode;
+use toolgate_core::spec::MAX_TOOL_NAME as MAX_NAME;
 
 /// One upstream tool's definition, as listed.
 #[derive(Clone, Debug)]
@@ -168,9 +169,6 @@ impl Others {
         }
     }
 }
-
-/// The longest tool name (`^[A-Za-z0-9_.-]{1,64}$`).
-const MAX_NAME: usize = 64;
 
 /// Where a name inside a longer run of name characters may begin or end.
 fn cuts(b: &u8) -> bool {

@@ -138,12 +138,12 @@ pub fn is_valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
-/// The most globs one `allow` or `deny` list may hold, and the longest glob (tool names
-/// have at most 64 characters). A list is matched as one set, built on every listing;
-/// its cost grows with both: a single 1 MB glob took 1 s to build and then failed, 100
-/// globs of 128 bytes take ~10 ms.
+/// The most globs one `allow` or `deny` list may hold; each is at most as long as any
+/// glob over tool names (core's `MAX_PATTERN_BYTES`, as for agents' toolsets). A list
+/// is matched as one set, built on every listing; its cost grows with both: a single
+/// 1 MB glob took 1 s to build and then failed, 100 globs of 128 bytes take ~10 ms.
 pub const MAX_GLOBS: usize = 100;
-pub const MAX_GLOB_BYTES: usize = 128;
+pub use toolgate_core::toolset::MAX_PATTERN_BYTES as MAX_GLOB_BYTES;
 
 /// What is wrong with one `allow` or `deny` list: each invalid glob by its index, then
 /// (`None`) the list as a whole, too long or too large to match as one set.

@@ -223,7 +223,11 @@ pub(super) async fn rediscover(
     }
     tracing::info!(upstream = %config.name, tools = registered.len(), "upstream tools registered");
     drift.hashes = hashes;
-    drift.streak = if changed { drift.streak + 1 } else { 0 };
+    drift.streak = if changed {
+        drift.streak.saturating_add(1)
+    } else {
+        0
+    };
     if drift.streak >= 2 {
         tracing::warn!(upstream = %config.name, listings = drift.streak, "the upstream's tool definitions changed at every listing; listing it less often");
         notes.kept.push(format!(

@@ -119,7 +119,7 @@ fn settle(found: &ApprovalRecord, now: DateTime<Utc>) -> Settle {
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 enum Settle {
     Pending,
     Expired,

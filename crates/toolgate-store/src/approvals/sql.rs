@@ -155,8 +155,8 @@ macro_rules! approval_store {
                     settles,
                     Some(Settle::UseApproval | Settle::Denied | Settle::Expired)
                 );
-                let gate = match (&found, settles) {
-                    (Some(f), Some(settles)) => match settles {
+                let gate = match found.as_ref().zip(settles) {
+                    Some((f, settles)) => match settles {
                         Settle::Pending => Some(Gate::Pending {
                             approval: f.id,
                             expires_at: f.expires_at.into(),
@@ -190,7 +190,7 @@ macro_rules! approval_store {
                         }
                         Settle::UsedUp => None,
                     },
-                    _ => None,
+                    None => None,
                 };
                 // A call that would ask anew is refused first when too many wait already.
                 let refused = match gate {
