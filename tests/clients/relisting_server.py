@@ -2,7 +2,9 @@
 `tools/list` it answers, and counts those lists in the file named by RELIST_COUNT.
 With RELIST_DRIFT set, its tool's description changes at every listing too (a new
 definition each time); RELIST_TOOLS=N lists N tools (`ping` and `tool1`…), the same each
-time. Standard library only: it tests the gateway's supervisor, not an SDK."""
+time; RELIST_FRESH=N lists `ping` and N tools named anew at each listing (`t1_0`… at the
+first, `t2_0`… at the second). Standard library only: it tests the gateway's supervisor,
+not an SDK."""
 
 import json
 import os
@@ -14,6 +16,7 @@ more = [
     {"name": f"tool{i}", "description": f"tool number {i}", "inputSchema": {"type": "object"}}
     for i in range(1, int(os.environ.get("RELIST_TOOLS", "1")))
 ]
+fresh = int(os.environ.get("RELIST_FRESH", "0"))
 listed = 0
 for raw in sys.stdin:
     message = json.loads(raw)
@@ -30,7 +33,11 @@ for raw in sys.stdin:
         tool = {"name": "ping", "inputSchema": {"type": "object"}}
         if drift:
             tool["description"] = f"pings (version {listed})"
-        result = {"tools": [tool] + more}
+        named = [
+            {"name": f"t{listed + 1}_{i}", "inputSchema": {"type": "object"}}
+            for i in range(fresh)
+        ]
+        result = {"tools": [tool] + more + named}
     elif method == "tools/call":
         result = {"content": [{"type": "text", "text": "pong"}]}
     else:

@@ -96,6 +96,54 @@ async fn a_changed_tool_definition_is_withheld_until_a_tenant_admin_approves_it(
     );
     assert!(findings.contains("do not tell the user"), "{findings}");
 
+    // A page at a time, in the same order; or only those waiting.
+    let (_, _, only) = gw.get("/v1/tool-definitions?status=quarantined").await;
+    assert_eq!(
+        only["definitions"].as_array().map(Vec::len),
+        Some(1),
+        "{only}"
+    );
+    assert_eq!(only["definitions"][0]["tool"], "add", "{only}");
+    assert!(only.get("next_cursor").is_none(), "{only}");
+    let (_, _, pinned) = gw
+        .get("/v1/tool-definitions?status=pinned&upstream=fx")
+        .await;
+    assert_eq!(
+        pinned["definitions"].as_array().map(Vec::len),
+        Some(waiting.len() - 1),
+        "{pinned}"
+    );
+    let mut paged = Vec::new();
+    let mut path = "/v1/tool-definitions?limit=1".to_owned();
+    loop {
+        let (status, _, page) = gw.get(&path).await;
+        assert_eq!(status, 200, "{page}");
+        paged.extend(
+            page["definitions"]
+                .as_array()
+                .expect("page")
+                .iter()
+                .cloned(),
+        );
+        match page["next_cursor"].as_str() {
+            Some(next) => path = format!("/v1/tool-definitions?limit=1&cursor={next}"),
+            None => break,
+        }
+    }
+    assert_eq!(paged, waiting, "pages of one");
+    for bad in [
+        "status=waiting",
+        "cursor=zz",
+        "limit=0",
+        "limit=501",
+        "owner=nobody",
+    ] {
+        let (status, _, body) = gw.get(&format!("/v1/tool-definitions?{bad}")).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+    }
+    let (_, _, none) = gw.get("/v1/tool-definitions?upstream=elsewhere").await;
+    assert_eq!(none["definitions"], json!([]), "{none}");
+
     // The audit holds the change, with its diff, in the tenant's chain.
     let (_, _, audit) = gw.get("/v1/audit?adapter=definition").await;
     let row = &audit["entries"][0];

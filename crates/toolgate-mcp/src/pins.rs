@@ -12,23 +12,37 @@
 //! cannot be read, a quarantining upstream's tools are withheld (failing closed) and a
 //! warning one's offered.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::StreamExt;
 use serde_json::{Value, json};
 use toolgate_core::audit::{AuditRecord, AuditSink};
-use toolgate_core::stores::{Change, Changes, PinRecord, PinStore};
+use toolgate_core::stores::{Change, Changes, PinHashes, PinRecord, PinStore};
 use toolgate_core::{
     Adapter, Approvals, AuthContext, CallContext, DefinitionEvent, ErrorKind, Event, Executor,
     Outcome, Owner, TenantId,
 };
 use uuid::Uuid;
 
-use crate::vetting::{Definition, PinMode, Verdict, Vet, diff};
+use crate::vetting::{Listed, PinMode, Verdict, Vet, diff};
 
 /// The owner column of the operator's upstreams' pins.
 pub const OPERATOR: Uuid = Uuid::nil();
+
+/// The most pins kept of one upstream: two full listings (`MAX_LISTED`). Past it, a tool
+/// not pinned before is not pinned, and (quarantining) not offered: an upstream naming
+/// new tools at every listing would otherwise fill the store, a row per name, for as long
+/// as it is configured. Pins of tools an upstream no longer lists are kept (forgetting
+/// one would let the tool come back changed as if first seen); deleting the upstream
+/// forgets them all. Instances listing the same upstream at once may each take the room
+/// left, so the bound holds to one listing per such instance.
+pub const MAX_PINS: usize = 2 * crate::upstream::pages::MAX_LISTED;
+
+/// Changes recorded at once (events and audit rows) after a listing.
+const RECORDED_AT_ONCE: usize = 16;
 
 /// Pins definitions in the store, records what changed, and applies approvals.
 pub struct Pins<S> {
@@ -211,12 +225,26 @@ impl<S: PinStore> Pins<S> {
     }
 }
 
+/// What vetting a listing decided to write for one definition.
+struct Write {
+    /// Its place in the listing.
+    at: usize,
+    pin: PinRecord,
+    verdict: Verdict,
+    /// What to record once it is written: a change, or a suspicious first definition.
+    recorded: Option<(DefinitionEvent, Value)>,
+}
+
 #[async_trait]
 impl<S: PinStore> Vet for Pins<S> {
-    async fn vet(&self, definition: &Definition, configured: Option<PinMode>) -> Verdict {
-        let mode = self.mode(definition.owner, configured).await;
+    async fn vet(&self, listed: &Listed, configured: Option<PinMode>) -> Vec<Verdict> {
+        let n = listed.definitions.len();
+        if n == 0 {
+            return Vec::new();
+        }
+        let mode = self.mode(listed.owner, configured).await;
         if mode == PinMode::Off {
-            return Verdict::Offered;
+            return vec![Verdict::Offered; n];
         }
         let quarantine = mode == PinMode::Quarantine;
         let unpinned = if quarantine {
@@ -224,35 +252,59 @@ impl<S: PinStore> Vet for Pins<S> {
         } else {
             Verdict::Offered
         };
-        let owner = match definition.owner {
+        let owner = match listed.owner {
             Owner::Tenant(tenant) => tenant.0,
             Owner::Everyone => OPERATOR,
         };
-        let stored = match self
-            .store
-            .tool_pin(owner, &definition.upstream, &definition.tool)
-            .await
-        {
-            Ok(stored) => stored,
+        let upstream = &listed.upstream;
+        let known: HashMap<String, PinHashes> = match self.store.pin_hashes(owner, upstream).await {
+            Ok(known) => known.into_iter().map(|h| (h.tool.clone(), h)).collect(),
             Err(err) => {
-                tracing::warn!(error = %err, upstream = %definition.upstream, tool = %definition.exported, "could not read a tool's pinned definition");
-                return unpinned;
+                tracing::warn!(error = %err, upstream = %upstream, "could not read the upstream's pinned definitions");
+                return vec![unpinned; n];
             }
         };
+        // Room for this many more pins; a racing instance may take some of it too.
+        let mut room = MAX_PINS.saturating_sub(known.len());
+        let mut verdicts = vec![unpinned; n];
+        let mut writes = Vec::new();
         let now = chrono::Utc::now();
-        let flagged = !definition.findings.is_empty();
-        let mut pin = match stored {
-            Some(pin) if pin.pinned_hash.as_deref() == Some(&definition.hash) => {
-                return Verdict::Pinned;
-            }
-            // Waiting already: recorded when it first came.
-            Some(pin) if pin.pending_hash.as_deref() == Some(&definition.hash) && quarantine => {
-                return Verdict::Withheld;
-            }
-            Some(pin) => pin,
-            None => PinRecord {
+        for (at, definition) in listed.definitions.iter().enumerate() {
+            let stored = match known.get(&definition.tool) {
+                Some(k) if k.pinned_hash.as_deref() == Some(&definition.hash) => {
+                    verdicts[at] = Verdict::Pinned;
+                    continue;
+                }
+                // Waiting already: recorded when it first came.
+                Some(k) if k.pending_hash.as_deref() == Some(&definition.hash) && quarantine => {
+                    verdicts[at] = Verdict::Withheld;
+                    continue;
+                }
+                // Changed: the whole pin, for the diff (rare, unlike the hashes).
+                Some(_) => match self.store.tool_pin(owner, upstream, &definition.tool).await {
+                    Ok(stored) => stored,
+                    Err(err) => {
+                        tracing::warn!(error = %err, upstream = %upstream, tool = %definition.exported, "could not read a tool's pinned definition");
+                        continue;
+                    }
+                },
+                None if room == 0 => {
+                    tracing::warn!(upstream = %upstream, tool = %definition.exported, pins = MAX_PINS, "a new upstream tool is not pinned: its upstream holds as many pins as are kept");
+                    verdicts[at] = if quarantine {
+                        Verdict::Crowded
+                    } else {
+                        Verdict::Offered
+                    };
+                    continue;
+                }
+                None => {
+                    room -= 1;
+                    None
+                }
+            };
+            let mut pin = stored.unwrap_or_else(|| PinRecord {
                 owner,
-                upstream: definition.upstream.clone(),
+                upstream: upstream.clone(),
                 tool: definition.tool.clone(),
                 exported: definition.exported.clone(),
                 pinned_hash: None,
@@ -263,46 +315,72 @@ impl<S: PinStore> Vet for Pins<S> {
                 updated_at: now,
                 approved_by: None,
                 approved_at: None,
-            },
-        };
-        let first = pin.pinned_hash.is_none() && pin.pending_hash.is_none();
-        // Seen for the first time and unremarkable: pinned, nothing to tell.
-        let withhold = quarantine && (!first || flagged);
-        let details = json!({
-            "previous_hash": pin.pinned_hash,
-            "diff": diff(pin.pinned.as_ref().unwrap_or(&Value::Null), &definition.definition),
-            "findings": definition.findings,
-            "mode": mode.as_str(),
-        });
-        pin.exported.clone_from(&definition.exported);
-        pin.findings.clone_from(&definition.findings);
-        pin.updated_at = now;
-        if withhold {
-            pin.pending_hash = Some(definition.hash.clone());
-            pin.pending = Some(definition.definition.clone());
-        } else {
-            pin.pinned_hash = Some(definition.hash.clone());
-            pin.pinned = Some(definition.definition.clone());
-            pin.pending_hash = None;
-            pin.pending = None;
-        }
-        if let Err(err) = self.store.save_tool_pin(&pin).await {
-            tracing::warn!(error = %err, upstream = %definition.upstream, tool = %definition.exported, "could not pin a tool's definition");
-            return unpinned;
-        }
-        if !first || flagged {
-            let what = if first {
-                DefinitionEvent::Flagged
+            });
+            let first = pin.pinned_hash.is_none() && pin.pending_hash.is_none();
+            let flagged = !definition.findings.is_empty();
+            // Seen for the first time and unremarkable: pinned, nothing to tell.
+            let withhold = quarantine && (!first || flagged);
+            let recorded = (!first || flagged).then(|| {
+                let what = if first {
+                    DefinitionEvent::Flagged
+                } else {
+                    DefinitionEvent::Changed
+                };
+                let details = json!({
+                    "previous_hash": pin.pinned_hash,
+                    "diff": diff(pin.pinned.as_ref().unwrap_or(&Value::Null), &definition.definition),
+                    "findings": definition.findings,
+                    "mode": mode.as_str(),
+                });
+                (what, details)
+            });
+            pin.exported.clone_from(&definition.exported);
+            pin.findings.clone_from(&definition.findings);
+            pin.updated_at = now;
+            if withhold {
+                pin.pending_hash = Some(definition.hash.clone());
+                pin.pending = Some(definition.definition.clone());
             } else {
-                DefinitionEvent::Changed
+                pin.pinned_hash = Some(definition.hash.clone());
+                pin.pinned = Some(definition.definition.clone());
+                pin.pending_hash = None;
+                pin.pending = None;
+            }
+            let verdict = if withhold {
+                Verdict::Withheld
+            } else {
+                Verdict::Pinned
             };
-            self.record(&pin, what, withhold, details, None).await;
+            writes.push(Write {
+                at,
+                pin,
+                verdict,
+                recorded,
+            });
         }
-        if withhold {
-            Verdict::Withheld
-        } else {
-            Verdict::Pinned
+        let pins: Vec<PinRecord> = writes.iter().map(|w| w.pin.clone()).collect();
+        if let Err(err) = self.store.save_tool_pins(&pins).await {
+            tracing::warn!(error = %err, upstream = %upstream, pins = pins.len(), "could not pin the upstream's tool definitions");
+            return verdicts;
         }
+        drop(pins);
+        for write in &writes {
+            verdicts[write.at] = write.verdict;
+        }
+        // Recorded a few at a time: a listing may change thousands.
+        futures::stream::iter(writes.into_iter().filter_map(|w| {
+            let withheld = w.verdict == Verdict::Withheld;
+            w.recorded
+                .map(move |(what, details)| (w.pin, what, withheld, details))
+        }))
+        .for_each_concurrent(
+            RECORDED_AT_ONCE,
+            |(pin, what, withheld, details)| async move {
+                self.record(&pin, what, withheld, details, None).await;
+            },
+        )
+        .await;
+        verdicts
     }
 
     fn approvals(&self) -> tokio::sync::watch::Receiver<u64> {

@@ -19,12 +19,18 @@ use toolgate_core::Owner;
 pub use toolgate_core::policy::PinMode;
 use toolgate_core::spec::MAX_TOOL_NAME as MAX_NAME;
 
-/// One upstream tool's definition, as listed.
+/// The definitions of one listing of an upstream that are not known to be pinned.
 #[derive(Clone, Debug)]
-pub struct Definition {
+pub struct Listed {
     /// Whose the upstream is.
     pub owner: Owner,
     pub upstream: String,
+    pub definitions: Vec<Definition>,
+}
+
+/// One upstream tool's definition, as listed.
+#[derive(Clone, Debug)]
+pub struct Definition {
     /// The tool's name at the upstream.
     pub tool: String,
     /// Its name in the registry (prefixed).
@@ -49,20 +55,24 @@ pub enum Verdict {
     /// Not offered: it waits for a person's approval (or the store could not be read
     /// while quarantining).
     Withheld,
+    /// Not offered: a tool not pinned before, of an upstream holding as many pins as are
+    /// kept (quarantining).
+    Crowded,
 }
 
 impl Verdict {
     pub fn offered(self) -> bool {
-        self != Verdict::Withheld
+        matches!(self, Verdict::Pinned | Verdict::Offered)
     }
 }
 
 /// The gateway's side of vetting (pins kept in the store, changes audited).
 #[async_trait]
 pub trait Vet: Send + Sync {
-    /// Whether the tool may be offered, and why. `mode` is the upstream's own setting
-    /// (the operator's upstreams); `None`: the owning tenant's policy decides.
-    async fn vet(&self, definition: &Definition, mode: Option<PinMode>) -> Verdict;
+    /// Whether each listed tool may be offered, and why (a verdict per definition, in
+    /// order). `mode` is the upstream's own setting (the operator's upstreams); `None`:
+    /// the owning tenant's policy decides.
+    async fn vet(&self, listed: &Listed, mode: Option<PinMode>) -> Vec<Verdict>;
 
     /// Moves whenever a person approves a definition: supervisors then list again.
     fn approvals(&self) -> tokio::sync::watch::Receiver<u64>;

@@ -127,7 +127,7 @@ use uuid::Uuid;
 pub(crate) use limits::over_quota;
 pub use limits::{POSTGRES_POOL, Quotas, SQLITE_POOL, StoreLimits};
 pub use model::*;
-pub use pins::PinRecord;
+pub use pins::{PinRecord, PinsAfter, PinsOnly};
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 pub use upstreams::{UpstreamRecord, UpstreamWrite};

@@ -9,7 +9,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use toolgate_core::PrincipalId;
-use toolgate_core::stores::Change;
+use toolgate_core::stores::{Change, PinHashes};
 use uuid::Uuid;
 
 use crate::postgres::PostgresStore;
@@ -18,6 +18,10 @@ use crate::text::{sql, uuid};
 use crate::{Store, StoreError};
 
 pub use toolgate_core::stores::PinRecord;
+
+/// Pins written in one transaction: a listing of 10,000 new tools holds SQLite's write
+/// lock a few milliseconds at a time, not for the whole listing.
+const PINS_PER_COMMIT: usize = 500;
 
 #[derive(sqlx::FromRow)]
 struct Row {
@@ -97,12 +101,37 @@ macro_rules! pin_store {
                 row.map(Row::into_record).transpose()
             }
 
-            /// Writes `pin` whole (inserted, or replacing the row of its key).
-            pub async fn save_tool_pin(&self, pin: &PinRecord) -> Result<(), StoreError> {
+            /// The hashes of every pin of `upstream` owned by `owner`.
+            pub async fn pin_hashes(
+                &self,
+                owner: Uuid,
+                upstream: &str,
+            ) -> Result<Vec<PinHashes>, StoreError> {
+                let rows: Vec<(String, Option<String>, Option<String>)> = sqlx::query_as(sql(format!(
+                    "select tool, pinned_hash, pending_hash from tool_pin where owner_id = $1{u} and upstream = $2",
+                    u = $u
+                )))
+                .bind(owner.to_string())
+                .bind(upstream)
+                .fetch_all(&self.$cross)
+                .await?;
+                Ok(rows
+                    .into_iter()
+                    .map(|(tool, pinned_hash, pending_hash)| PinHashes {
+                        tool,
+                        pinned_hash,
+                        pending_hash,
+                    })
+                    .collect())
+            }
+
+            /// Writes `pins` whole (each inserted, or replacing the row of its key), a
+            /// transaction per [`PINS_PER_COMMIT`]: on SQLite each holds the write lock,
+            /// which the audit writer waits for meanwhile.
+            pub async fn save_tool_pins(&self, pins: &[PinRecord]) -> Result<(), StoreError> {
                 // An upstream's definition may hold a NUL (see `text::jsonb_text`).
                 let text = |v: &Option<Value>| v.as_ref().map(crate::text::jsonb_text);
-                let _turn = self.turn().await?;
-                sqlx::query(sql(format!(
+                let statement = format!(
                     "insert into tool_pin (owner_id, upstream, tool, exported, pinned_hash, pinned, pending_hash, pending, \
                      findings, updated_at, approved_by, approved_at) \
                      values ($1{u}, $2, $3, $4, $5, $6{j}, $7, $8{j}, $9{j}, $10, $11{u}, $12) \
@@ -112,21 +141,28 @@ macro_rules! pin_store {
                      approved_by = excluded.approved_by, approved_at = excluded.approved_at",
                     u = $u,
                     j = $j
-                )))
-                .bind(pin.owner.to_string())
-                .bind(&pin.upstream)
-                .bind(&pin.tool)
-                .bind(&pin.exported)
-                .bind(&pin.pinned_hash)
-                .bind(text(&pin.pinned))
-                .bind(&pin.pending_hash)
-                .bind(text(&pin.pending))
-                .bind(crate::text::jsonb_text(&Value::from(pin.findings.clone())))
-                .bind(pin.updated_at)
-                .bind(pin.approved_by.map(|p| p.to_string()))
-                .bind(pin.approved_at)
-                .execute(&self.$cross)
-                .await?;
+                );
+                for chunk in pins.chunks(PINS_PER_COMMIT) {
+                    let mut tx = self.cross_tx().await?;
+                    for pin in chunk {
+                        sqlx::query(sql(statement.clone()))
+                            .bind(pin.owner.to_string())
+                            .bind(&pin.upstream)
+                            .bind(&pin.tool)
+                            .bind(&pin.exported)
+                            .bind(&pin.pinned_hash)
+                            .bind(text(&pin.pinned))
+                            .bind(&pin.pending_hash)
+                            .bind(text(&pin.pending))
+                            .bind(crate::text::jsonb_text(&Value::from(pin.findings.clone())))
+                            .bind(pin.updated_at)
+                            .bind(pin.approved_by.map(|p| p.to_string()))
+                            .bind(pin.approved_at)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    tx.commit().await?;
+                }
                 Ok(())
             }
 
@@ -141,6 +177,50 @@ macro_rules! pin_store {
                 .fetch_all(&self.$cross)
                 .await?;
                 rows.into_iter().map(Row::into_record).collect()
+            }
+
+            /// Up to `limit` of the owner's pins after `after`, in [`PinsAfter`]'s order:
+            /// those with a definition waiting, then the others, each by upstream and tool.
+            pub async fn tool_pins_page(
+                &self,
+                owner: Uuid,
+                only: PinsOnly<'_>,
+                after: Option<&PinsAfter>,
+                limit: usize,
+            ) -> Result<Vec<PinRecord>, StoreError> {
+                let mut page = Vec::new();
+                for waiting in [true, false] {
+                    if only.waiting.is_some_and(|w| w != waiting) {
+                        continue;
+                    }
+                    // Past the waiting ones already.
+                    if waiting && after.is_some_and(|a| !a.waiting) {
+                        continue;
+                    }
+                    let from = after.filter(|a| a.waiting == waiting);
+                    let rows: Vec<Row> = sqlx::query_as(sql(format!(
+                        "select {columns} from tool_pin where owner_id = $1{u} and pending_hash is {not} null \
+                         and ($2 is null or upstream = $2) and ($3 is null or (upstream, tool) > ($3, $4)) \
+                         order by upstream, tool limit $5",
+                        u = $u,
+                        not = if waiting { "not" } else { "" },
+                        columns = Self::pin_columns()
+                    )))
+                    .bind(owner.to_string())
+                    .bind(only.upstream)
+                    .bind(from.map(|a| a.upstream.as_str()))
+                    .bind(from.map(|a| a.tool.as_str()))
+                    .bind(i64::try_from(limit - page.len()).unwrap_or(i64::MAX))
+                    .fetch_all(&self.$cross)
+                    .await?;
+                    for row in rows {
+                        page.push(row.into_record()?);
+                    }
+                    if page.len() >= limit {
+                        break;
+                    }
+                }
+                Ok(page)
             }
 
             /// When a definition was last approved, any owner's: instances compare it to
@@ -214,9 +294,36 @@ macro_rules! pin_store {
 pin_store!(PostgresStore, owner, "::uuid", "::jsonb", "::text");
 pin_store!(SqliteStore, pool, "", "", "");
 
+/// Which pins a page holds: those of one upstream, those waiting or not.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PinsOnly<'a> {
+    pub upstream: Option<&'a str>,
+    /// `true`: only those with a definition waiting for approval; `false`: only the others.
+    pub waiting: Option<bool>,
+}
+
+/// Where a page of pins goes on: after this one, in the order waiting first, then by
+/// upstream and tool.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PinsAfter {
+    pub waiting: bool,
+    pub upstream: String,
+    pub tool: String,
+}
+
 impl Store {
     pub async fn tool_pins(&self, owner: Uuid) -> Result<Vec<PinRecord>, StoreError> {
         dispatch!(self, s => s.tool_pins(owner).await)
+    }
+
+    pub async fn tool_pins_page(
+        &self,
+        owner: Uuid,
+        only: PinsOnly<'_>,
+        after: Option<&PinsAfter>,
+        limit: usize,
+    ) -> Result<Vec<PinRecord>, StoreError> {
+        dispatch!(self, s => s.tool_pins_page(owner, only, after, limit).await)
     }
 
     pub async fn delete_tool_pins(&self, owner: Uuid, upstream: &str) -> Result<(), StoreError> {
@@ -237,8 +344,12 @@ impl toolgate_core::stores::PinStore for Store {
         dispatch!(self, s => s.tool_pin(owner, upstream, tool).await)
     }
 
-    async fn save_tool_pin(&self, pin: &PinRecord) -> Result<(), StoreError> {
-        dispatch!(self, s => s.save_tool_pin(pin).await)
+    async fn pin_hashes(&self, owner: Uuid, upstream: &str) -> Result<Vec<PinHashes>, StoreError> {
+        dispatch!(self, s => s.pin_hashes(owner, upstream).await)
+    }
+
+    async fn save_tool_pins(&self, pins: &[PinRecord]) -> Result<(), StoreError> {
+        dispatch!(self, s => s.save_tool_pins(pins).await)
     }
 
     async fn last_pin_approval(&self) -> Result<Option<DateTime<Utc>>, StoreError> {

@@ -391,6 +391,81 @@ async fn an_upstream_whose_definitions_keep_changing_is_listed_less_and_less_oft
     gw.stop().await;
 }
 
+/// An upstream naming 9,999 new tools (and `ping`) at every listing fills at most 20,000
+/// pins (two full listings); a new tool past that is neither pinned nor, quarantining,
+/// offered, while the tools pinned before still are. Before, each listing added 9,999
+/// rows to the store, for as long as the upstream was configured.
+#[tokio::test]
+async fn an_upstream_naming_new_tools_at_every_listing_fills_a_bounded_number_of_pins() {
+    let script = sdk_clients()
+        .join("relisting_server.py")
+        .display()
+        .to_string();
+    let counted = Counted(tempfile::NamedTempFile::new().expect("count file"));
+    let count_path = counted.0.path().display().to_string();
+    let gw = Gateway::start_with(|c| {
+        let mut entry = upstream("fresh", "python3", &[&script]);
+        for (var, value) in [
+            ("RELIST_COUNT", count_path.as_str()),
+            ("RELIST_FRESH", "9999"),
+        ] {
+            entry.env.insert(
+                var.into(),
+                serde_json::from_value(json!(value)).expect("secret"),
+            );
+        }
+        entry.pin = toolgate_core::policy::PinMode::Quarantine;
+        c.upstreams = vec![entry];
+    })
+    .await;
+    let offered = |name: &'static str| {
+        let gw = &gw;
+        async move { gw.get(&format!("/v1/tools/fresh__{name}")).await.0 == 200 }
+    };
+    // The first listing's tools, then the second's in their place, then the third's in
+    // place of those: the second's go, and none of the third's may come.
+    for (tool, wanted) in [("t1_0", true), ("t2_0", true), ("t2_0", false)] {
+        let mut waited = 0;
+        while offered(tool).await != wanted {
+            waited += 1;
+            assert!(
+                waited < 900,
+                "{tool} offered: {} after 90 s ({} listings)",
+                !wanted,
+                counted.count()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    // 10,000 pins at the first listing, 9,999 at the second, one at the third.
+    assert!(offered("t3_0").await, "the last pin's room was not taken");
+    assert!(
+        !offered("t3_1").await,
+        "a new tool past the bound is offered ({} listings)",
+        counted.count()
+    );
+    assert!(offered("ping").await, "the tool pinned at first went away");
+    let (status, _, done) = gw.invoke("fresh__ping", json!({"arguments": {}})).await;
+    assert_eq!(status, 200, "{done}");
+    // Every pin, a page at a time.
+    let (mut pins, mut cursor) = (0, None::<String>);
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/v1/tool-definitions?owner=operator&limit=500&cursor={c}"),
+            None => "/v1/tool-definitions?owner=operator&limit=500".to_owned(),
+        };
+        let (status, _, page) = gw.get(&path).await;
+        assert_eq!(status, 200, "{page}");
+        pins += page["definitions"].as_array().expect("definitions").len();
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(pins, 20_000, "pins kept ({} listings)", counted.count());
+    gw.stop().await;
+}
+
 /// An upstream writing notifications without pause is read at a bounded rate: past its
 /// budget a second (2,000) the gateway stops reading it until the next second, and the
 /// upstream's writes wait on the full pipe. Before, the gateway read them as fast as the

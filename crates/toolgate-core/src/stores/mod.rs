@@ -18,7 +18,7 @@ mod upstreams;
 pub use approvals::{ApprovalRecord, ApprovalStatus, ApprovalStore, Decision};
 pub use runs::{NewRun, RunEventRecord, RunFinish, RunRecord, RunStatus, RunStore, sees_every_run};
 pub use sessions::{McpEvent, McpSession, SessionStore};
-pub use upstreams::{PinRecord, PinStore, UpstreamRecord, UpstreamStore};
+pub use upstreams::{PinHashes, PinRecord, PinStore, UpstreamRecord, UpstreamStore};
 
 /// What every store seam shares: its error, and whether several gateway instances may
 /// use the store at once.

@@ -102,6 +102,15 @@ pub struct PinRecord {
     pub approved_at: Option<DateTime<Utc>>,
 }
 
+/// What a listing is compared with: one tool's pinned and waiting definitions' hashes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PinHashes {
+    /// The tool's name at the upstream.
+    pub tool: String,
+    pub pinned_hash: Option<String>,
+    pub pending_hash: Option<String>,
+}
+
 /// Pinned upstream tool definitions (the rug-pull defence), keyed by owner (a tenant id,
 /// or the nil uuid for the operator's upstreams), upstream and tool.
 #[async_trait]
@@ -114,8 +123,12 @@ pub trait PinStore: Backend {
         tool: &str,
     ) -> Result<Option<PinRecord>, Self::Error>;
 
-    /// Writes `pin` (inserted, or replacing the one of its key).
-    async fn save_tool_pin(&self, pin: &PinRecord) -> Result<(), Self::Error>;
+    /// The hashes of every pin of `upstream` owned by `owner`: read once per listing.
+    async fn pin_hashes(&self, owner: Uuid, upstream: &str) -> Result<Vec<PinHashes>, Self::Error>;
+
+    /// Writes `pins` (each inserted, or replacing the one of its key), in transactions of
+    /// a few hundred: a listing's new tools are pinned together, not a commit each.
+    async fn save_tool_pins(&self, pins: &[PinRecord]) -> Result<(), Self::Error>;
 
     /// When a pending definition was last approved, by anyone: what other instances
     /// watch to list their upstreams again.

@@ -122,6 +122,15 @@ pub(super) async fn rediscover(
     };
     let others = crate::vetting::Others::new(&others);
     let mut found: Vec<Arc<dyn Tool>> = Vec::new();
+    // Admitted tools, in listing order: the remote name, the spec, the override applied
+    // and (vetting) the definition's hash and its place in `listed` (none: pinned as
+    // listed last time).
+    let mut candidates = Vec::new();
+    let mut listed = crate::vetting::Listed {
+        owner: config.owner,
+        upstream: config.name.clone(),
+        definitions: Vec::new(),
+    };
     // One skeleton per name in this listing: a look-alike of a tool offered before (or
     // listed earlier) is refused, even while that tool is withheld for approval.
     let mut looks: HashMap<String, String> = registered
@@ -164,7 +173,8 @@ pub(super) async fn rediscover(
             }
             spec.input_schema = o.schema(&spec.input_schema);
         }
-        if let Some(vet) = &config.vetting.0 {
+        let mut vetted = None;
+        if config.vetting.0.is_some() {
             let definition = crate::vetting::definition(&tool);
             let hash = toolgate_core::audit::hash_json(&definition);
             let before = drift.hashes.get(&remote);
@@ -174,31 +184,53 @@ pub(super) async fn rediscover(
                 Some((was, _)) => was != &hash,
                 None => !drift.hashes.is_empty(),
             };
-            let verdict = if matches!(before, Some((was, true)) if was == &hash) {
-                Verdict::Pinned
+            let asked = if matches!(before, Some((was, true)) if was == &hash) {
+                None
             } else {
-                vet.vet(
-                    &crate::vetting::Definition {
-                        owner: config.owner,
-                        upstream: config.name.clone(),
-                        tool: remote.clone(),
-                        exported: name.clone(),
-                        hash: hash.clone(),
-                        findings: crate::vetting::findings(
-                            tool.description.as_deref().unwrap_or_default(),
-                            &others,
-                        ),
-                        definition,
-                    },
-                    config.pin,
-                )
-                .await
+                listed.definitions.push(crate::vetting::Definition {
+                    tool: remote.clone(),
+                    exported: name.clone(),
+                    hash: hash.clone(),
+                    findings: crate::vetting::findings(
+                        tool.description.as_deref().unwrap_or_default(),
+                        &others,
+                    ),
+                    definition,
+                });
+                Some(listed.definitions.len() - 1)
             };
+            vetted = Some((hash, asked));
+        }
+        candidates.push((remote, spec, applied, vetted));
+    }
+    // Vetted together: the store is read once for the listing, and its new pins written
+    // together.
+    let verdicts = match &config.vetting.0 {
+        Some(vet) if !listed.definitions.is_empty() => vet.vet(&listed, config.pin).await,
+        _ => Vec::new(),
+    };
+    for (remote, spec, applied, vetted) in candidates {
+        if let Some((hash, asked)) = vetted {
+            let verdict = asked.map_or(Verdict::Pinned, |at| verdicts[at]);
             hashes.insert(remote.clone(), (hash, verdict == Verdict::Pinned));
-            if !verdict.offered() {
-                tracing::warn!(upstream = %config.name, tool = %name, "upstream tool withheld: its definition awaits approval");
-                notes.add(&name, "its definition awaits approval");
-                continue;
+            let name = &spec.name;
+            match verdict {
+                Verdict::Pinned | Verdict::Offered => {}
+                Verdict::Withheld => {
+                    tracing::warn!(upstream = %config.name, tool = %name, "upstream tool withheld: its definition awaits approval");
+                    notes.add(name, "its definition awaits approval");
+                    continue;
+                }
+                Verdict::Crowded => {
+                    notes.add(
+                        name,
+                        format_args!(
+                            "it is new, and its upstream holds {} pinned definitions, the most kept (deleting the upstream forgets them)",
+                            crate::pins::MAX_PINS
+                        ),
+                    );
+                    continue;
+                }
             }
         }
         found.push(Arc::new(UpstreamTool {

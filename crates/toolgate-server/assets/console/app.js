@@ -554,7 +554,8 @@ async function loadTools() {
 async function loadDefinitions() {
   let waiting;
   try {
-    waiting = (await api("/v1/tool-definitions")).definitions.filter((d) => d.status === "quarantined");
+    // The first 500 waiting; approving some shows the next.
+    waiting = (await api("/v1/tool-definitions?status=quarantined&limit=500")).definitions;
   } catch (err) {
     $("definitions-waiting").hidden = true;
     return;

@@ -9,14 +9,14 @@ use serde::{Deserialize, Serialize};
 use toolgate_core::ToolError;
 use toolgate_core::auth::scopes;
 use toolgate_mcp::vetting::diff;
-use toolgate_store::PinRecord;
+use toolgate_store::{PinRecord, PinsAfter, PinsOnly};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::error::{ApiError, Problem};
-use super::extract::{AppJson, AppPath, AppQuery};
+use super::extract::{AppJson, AppPath, AppQuery, bounded};
 use crate::auth::Caller;
 use crate::state::AppState;
 
@@ -34,6 +34,26 @@ pub struct OwnerQuery {
     /// tenant's own upstreams' otherwise.
     #[serde(default)]
     pub owner: Option<String>,
+}
+
+/// Which definitions, a page at a time.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// `operator` for the configured upstreams' (needs `tenants:manage`); the caller's
+    /// tenant's own upstreams' otherwise.
+    #[serde(default)]
+    pub owner: Option<String>,
+    /// Only those of this upstream.
+    pub upstream: Option<String>,
+    /// Only those `quarantined` (waiting for approval), or only those `pinned`.
+    pub status: Option<String>,
+    /// Opaque cursor from a previous page's `next_cursor`.
+    pub cursor: Option<String>,
+    /// Page size, 1–500 (default 100).
+    #[param(minimum = 1, maximum = 500)]
+    pub limit: Option<usize>,
 }
 
 /// One upstream tool's pinned definition, and a changed one waiting for approval.
@@ -63,9 +83,34 @@ pub struct DefinitionView {
     pub approved_at: Option<DateTime<Utc>>,
 }
 
+/// One page of definitions: the quarantined first, then the pinned, each by upstream and
+/// tool.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct DefinitionList {
     pub definitions: Vec<DefinitionView>,
+    /// Pass as `cursor` to get the next page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+const DEFAULT_PAGE: usize = 100;
+const MAX_PAGE: usize = 500;
+
+/// A page's `next_cursor`: where it stopped, as hex of JSON (safe in a URL as it is).
+fn next_cursor(after: &PinsAfter) -> String {
+    hex::encode(serde_json::to_vec(after).unwrap_or_default())
+}
+
+/// Where a page goes on, from a `cursor` made by [`next_cursor`]; 400 for anything else.
+fn after(cursor: Option<&str>) -> Result<Option<PinsAfter>, ApiError> {
+    cursor
+        .map(|cursor| {
+            hex::decode(cursor)
+                .ok()
+                .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+                .ok_or_else(|| ApiError::Malformed("invalid cursor".into()))
+        })
+        .transpose()
 }
 
 /// What a person approves: the waiting definition they looked at, by its hash.
@@ -107,8 +152,8 @@ impl From<PinRecord> for DefinitionView {
 }
 
 /// The owner column the caller may read and approve for.
-fn owner(caller: &Caller, query: &OwnerQuery) -> Result<Uuid, ApiError> {
-    match query.owner.as_deref() {
+fn owner(caller: &Caller, owner: Option<&str>) -> Result<Uuid, ApiError> {
+    match owner {
         Some("operator") => {
             caller.require(crate::auth::TENANTS_MANAGE)?;
             Ok(toolgate_mcp::pins::OPERATOR)
@@ -124,13 +169,14 @@ fn owner(caller: &Caller, query: &OwnerQuery) -> Result<Uuid, ApiError> {
     }
 }
 
-/// The pinned definitions of the tenant's upstreams' tools (or the operator's), waiting
-/// ones first.
+/// The pinned definitions of the tenant's upstreams' tools (or the operator's), a page at
+/// a time: those quarantined (waiting for approval) first, then the pinned, each by
+/// upstream and tool.
 #[utoipa::path(get, path = "/v1/tool-definitions", tag = "upstreams",
-    params(OwnerQuery),
+    params(ListQuery),
     responses(
-        (status = 200, description = "The definitions", body = DefinitionList),
-        (status = 400, description = "Unknown owner", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "A page of definitions", body = DefinitionList),
+        (status = 400, description = "Unknown owner or status, bad limit or cursor", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Needs `tenant:admin` (or `tenants:manage` for the operator's)", body = Problem, content_type = "application/problem+json"),
         crate::error::Refusals,
         crate::error::ReadRefusals,
@@ -138,18 +184,43 @@ fn owner(caller: &Caller, query: &OwnerQuery) -> Result<Uuid, ApiError> {
 async fn list_definitions(
     State(app): State<AppState>,
     caller: Caller,
-    AppQuery(query): AppQuery<OwnerQuery>,
+    AppQuery(query): AppQuery<ListQuery>,
 ) -> Result<AppJson<DefinitionList>, ApiError> {
-    let owner = owner(&caller, &query)?;
-    let mut definitions: Vec<DefinitionView> = app
+    let owner = owner(&caller, query.owner.as_deref())?;
+    let waiting = match query.status.as_deref() {
+        None => None,
+        Some("quarantined") => Some(true),
+        Some("pinned") => Some(false),
+        Some(other) => {
+            return Err(ToolError::invalid_arguments(format!(
+                "status is `quarantined` or `pinned`, not {other:?}"
+            ))
+            .into());
+        }
+    };
+    let limit = bounded("limit", query.limit, DEFAULT_PAGE, 1..=MAX_PAGE)?;
+    let after = after(query.cursor.as_deref())?;
+    let only = PinsOnly {
+        upstream: query.upstream.as_deref(),
+        waiting,
+    };
+    let mut pins = app
         .store
-        .tool_pins(owner)
-        .await?
-        .into_iter()
-        .map(DefinitionView::from)
-        .collect();
-    definitions.sort_by_key(|d| d.status != "quarantined");
-    Ok(AppJson(DefinitionList { definitions }))
+        .tool_pins_page(owner, only, after.as_ref(), limit + 1)
+        .await?;
+    let next_cursor = (pins.len() > limit).then(|| {
+        let last = &pins[limit - 1];
+        next_cursor(&PinsAfter {
+            waiting: last.pending_hash.is_some(),
+            upstream: last.upstream.clone(),
+            tool: last.tool.clone(),
+        })
+    });
+    pins.truncate(limit);
+    Ok(AppJson(DefinitionList {
+        definitions: pins.into_iter().map(DefinitionView::from).collect(),
+        next_cursor,
+    }))
 }
 
 /// Approve the waiting definition of an upstream tool: it becomes the pin, the tool is
@@ -175,7 +246,7 @@ async fn approve_definition(
     AppQuery(query): AppQuery<OwnerQuery>,
     AppJson(body): AppJson<ApproveBody>,
 ) -> Result<AppJson<DefinitionView>, ApiError> {
-    let owner = owner(&caller, &query)?;
+    let owner = owner(&caller, query.owner.as_deref())?;
     let approved = app
         .pins
         .approve(owner, &upstream, &tool, &body.hash, &caller.auth)

@@ -268,7 +268,10 @@ fn pin_record(owner: uuid::Uuid) -> toolgate_store::PinRecord {
 
 /// `pin` saved, as read back.
 async fn saved_pin(store: &Store, pin: &toolgate_store::PinRecord) -> toolgate_store::PinRecord {
-    store.save_tool_pin(pin).await.expect("save");
+    store
+        .save_tool_pins(std::slice::from_ref(pin))
+        .await
+        .expect("save");
     store
         .tool_pin(pin.owner, &pin.upstream, &pin.tool)
         .await

@@ -1,6 +1,7 @@
 //! Tenant upstreams and tool-definition pins.
 
 use super::*;
+use toolgate_store::{PinsAfter, PinsOnly};
 
 #[tokio::test]
 async fn tenant_upstreams_are_per_tenant_with_unique_names_and_revisions() {
@@ -324,6 +325,113 @@ async fn tool_pins_round_trip_and_approve_only_the_waiting_definition() {
             "what other instances watch for"
         );
         store.delete_tool_pins(owner, "fx").await.expect("delete");
+        assert!(store.tool_pins(owner).await.expect("list").is_empty());
+    })
+    .await;
+}
+
+/// A listing's pins are written in one call (in several transactions past a few hundred)
+/// and their hashes read back in one, for that owner's upstream only.
+#[tokio::test]
+async fn a_listings_pins_are_saved_together_and_their_hashes_read_in_one() {
+    on_both(|store| async move {
+        let owner = uuid::Uuid::now_v7();
+        let pins: Vec<_> = (0..1201)
+            .map(|i| {
+                let mut pin = pin_record(owner);
+                pin.tool = format!("tool{i}");
+                pin.pinned_hash = Some(format!("p{i}"));
+                pin.pending_hash = (i % 2 == 0).then(|| format!("w{i}"));
+                pin
+            })
+            .collect();
+        let mut elsewhere = pin_record(owner);
+        elsewhere.upstream = "other".into();
+        store
+            .save_tool_pins(std::slice::from_ref(&elsewhere))
+            .await
+            .expect("save elsewhere");
+        store.save_tool_pins(&pins).await.expect("save");
+        let mut hashes = store.pin_hashes(owner, "fx").await.expect("hashes");
+        hashes.sort_by_key(|h| h.tool[4..].parse::<usize>().expect("number"));
+        let expected: Vec<_> = pins
+            .iter()
+            .map(|p| toolgate_core::stores::PinHashes {
+                tool: p.tool.clone(),
+                pinned_hash: p.pinned_hash.clone(),
+                pending_hash: p.pending_hash.clone(),
+            })
+            .collect();
+        assert_eq!(hashes, expected);
+        assert!(
+            store
+                .pin_hashes(uuid::Uuid::nil(), "fx")
+                .await
+                .expect("hashes")
+                .is_empty(),
+            "another owner's upstream of the same name"
+        );
+        // Saved again, changed: replaced, not added.
+        let mut changed = pins[7].clone();
+        changed.pinned_hash = Some("again".into());
+        store
+            .save_tool_pins(std::slice::from_ref(&changed))
+            .await
+            .expect("save again");
+        let read = store
+            .tool_pin(owner, "fx", "tool7")
+            .await
+            .expect("read")
+            .expect("there");
+        assert_eq!(read, changed);
+        assert_eq!(
+            store.pin_hashes(owner, "fx").await.expect("hashes").len(),
+            1201
+        );
+        // Read a page at a time: the waiting ones first, each part by upstream and tool.
+        let mut expected: Vec<(bool, String, String)> = pins
+            .iter()
+            .chain(std::iter::once(&elsewhere))
+            .map(|p| (p.pending_hash.is_none(), p.upstream.clone(), p.tool.clone()))
+            .collect();
+        expected.sort();
+        let (mut paged, mut after) = (Vec::new(), None);
+        loop {
+            let page = store
+                .tool_pins_page(owner, PinsOnly::default(), after.as_ref(), 100)
+                .await
+                .expect("page");
+            let Some(last) = page.last() else { break };
+            after = Some(PinsAfter {
+                waiting: last.pending_hash.is_some(),
+                upstream: last.upstream.clone(),
+                tool: last.tool.clone(),
+            });
+            paged.extend(
+                page.iter()
+                    .map(|p| (p.pending_hash.is_none(), p.upstream.clone(), p.tool.clone())),
+            );
+        }
+        assert_eq!(paged, expected);
+        let only = |upstream, waiting| PinsOnly { upstream, waiting };
+        for (filter, count) in [
+            (only(Some("fx"), None), 1201),
+            (only(Some("other"), None), 1),
+            (only(None, Some(true)), 602),
+            (only(Some("fx"), Some(false)), 600),
+            (only(Some("nowhere"), None), 0),
+        ] {
+            let read = store
+                .tool_pins_page(owner, filter, None, 5000)
+                .await
+                .expect("filtered");
+            assert_eq!(read.len(), count, "{filter:?}");
+        }
+        store.delete_tool_pins(owner, "fx").await.expect("delete");
+        store
+            .delete_tool_pins(owner, "other")
+            .await
+            .expect("delete");
         assert!(store.tool_pins(owner).await.expect("list").is_empty());
     })
     .await;
