@@ -21,7 +21,7 @@ pub use toolgate_core::stores::PinRecord;
 
 /// Pins written in one transaction: a listing of 10,000 new tools holds SQLite's write
 /// lock a few milliseconds at a time, not for the whole listing.
-const PINS_PER_COMMIT: usize = 500;
+const PINS_PER_COMMIT: usize = 100;
 
 #[derive(sqlx::FromRow)]
 struct Row {
