@@ -391,6 +391,35 @@ async fn an_upstream_whose_definitions_keep_changing_is_listed_less_and_less_oft
     gw.stop().await;
 }
 
+/// An upstream whose every listing fails (10,001 tools, one more than is read) while it
+/// announces a change after each is listed less and less often, as one whose definitions
+/// keep changing. Before, it was read to the bound once a second for ever.
+#[tokio::test]
+async fn an_upstream_whose_listings_keep_failing_is_listed_less_and_less_often() {
+    let (gw, counted) = counting_with(
+        "overfull",
+        "relisting_server.py",
+        &[("RELIST_COUNT", None), ("RELIST_FRESH", Some("10000"))],
+    )
+    .await;
+    let mut waited = 0;
+    while counted.count() == 0 {
+        waited += 1;
+        assert!(waited < 300, "never listed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let first = std::time::Instant::now();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let (n, seconds) = (counted.count(), first.elapsed().as_secs_f64());
+    // At 0 s, then 1, 3 and 7 s after: at most 5 with a listing under way.
+    assert!((3..=5).contains(&n), "listed {n} times in {seconds:.1} s");
+    let (status, _, done) = gw
+        .invoke("echo", json!({"arguments": {"message": "up"}}))
+        .await;
+    assert_eq!(status, 200, "{done}");
+    gw.stop().await;
+}
+
 /// An upstream naming 9,999 new tools (and `ping`) at every listing fills at most 20,000
 /// pins (two full listings); a new tool past that is neither pinned nor, quarantining,
 /// offered, while the tools pinned before still are. Before, each listing added 9,999

@@ -36,8 +36,8 @@ impl Notes {
 }
 
 /// The definitions an upstream's tools had at its last listing (each one's hash, and
-/// whether it was the pinned one), and how many listings in a row changed one or named
-/// a new tool. A definition listed again as it was pinned is offered without asking the
+/// whether it was the pinned one), and how many listings in a row changed one, named a
+/// new tool or failed. A definition listed again as it was pinned is offered without asking the
 /// store. Each change is pinned and audited (in every tenant's chain, for an operator's
 /// upstream), so an upstream whose definitions change at every listing is listed less
 /// and less often: kept across reconnections, which would otherwise list it anew four
@@ -52,8 +52,16 @@ pub(super) struct Drift {
 const MAX_RELIST_PAUSE: Duration = Duration::from_secs(300);
 
 impl Drift {
+    /// A listing failed: counted as one that changed (an upstream announcing a change
+    /// after each listing it fails would otherwise be read to its bounds, up to 16 MiB,
+    /// every second).
+    pub(super) fn failed(&mut self) {
+        self.streak = self.streak.saturating_add(1);
+    }
+
     /// How long after a listing the next may come: [`RELIST_AT_MOST_EVERY`], doubled for
-    /// each listing in a row that changed a definition, up to [`MAX_RELIST_PAUSE`].
+    /// each listing in a row that changed a definition (or failed), up to
+    /// [`MAX_RELIST_PAUSE`].
     pub(super) fn pause(&self) -> Duration {
         RELIST_AT_MOST_EVERY
             .saturating_mul(1 << self.streak.min(16))

@@ -342,6 +342,9 @@ async fn supervise(
                             status.send_modify(|s| s.notes = notes.into_vec());
                         }
                         Err(err) => {
+                            // Read to its bounds, maybe: as costly as a listing that
+                            // changed, and as soon listed again.
+                            drift.failed();
                             tracing::warn!(upstream = %config.name, error = %err, "could not list the upstream's tools");
                             status.send_modify(|s| {
                                 s.last_error = Some(format!("listing tools: {err}"))
