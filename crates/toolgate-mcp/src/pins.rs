@@ -225,11 +225,10 @@ impl<S: PinStore> Pins<S> {
     }
 }
 
-/// What vetting a listing decided to write for one definition.
+/// What vetting a listing decided for one definition it pins (the pin beside it).
 struct Write {
     /// Its place in the listing.
     at: usize,
-    pin: PinRecord,
     verdict: Verdict,
     /// What to record once it is written: a change, or a suspicious first definition.
     recorded: Option<(DefinitionEvent, Value)>,
@@ -267,7 +266,8 @@ impl<S: PinStore> Vet for Pins<S> {
         // Room for this many more pins; a racing instance may take some of it too.
         let mut room = MAX_PINS.saturating_sub(known.len());
         let mut verdicts = vec![unpinned; n];
-        let mut writes = Vec::new();
+        // The pins to write, and beside each what it decided.
+        let (mut pins, mut writes) = (Vec::new(), Vec::new());
         let now = chrono::Utc::now();
         for (at, definition) in listed.definitions.iter().enumerate() {
             let stored = match known.get(&definition.tool) {
@@ -351,27 +351,25 @@ impl<S: PinStore> Vet for Pins<S> {
             } else {
                 Verdict::Pinned
             };
+            pins.push(pin);
             writes.push(Write {
                 at,
-                pin,
                 verdict,
                 recorded,
             });
         }
-        let pins: Vec<PinRecord> = writes.iter().map(|w| w.pin.clone()).collect();
         if let Err(err) = self.store.save_tool_pins(&pins).await {
             tracing::warn!(error = %err, upstream = %upstream, pins = pins.len(), "could not pin the upstream's tool definitions");
             return verdicts;
         }
-        drop(pins);
         for write in &writes {
             verdicts[write.at] = write.verdict;
         }
         // Recorded a few at a time: a listing may change thousands.
-        futures::stream::iter(writes.into_iter().filter_map(|w| {
+        futures::stream::iter(pins.into_iter().zip(writes).filter_map(|(pin, w)| {
             let withheld = w.verdict == Verdict::Withheld;
             w.recorded
-                .map(move |(what, details)| (w.pin, what, withheld, details))
+                .map(move |(what, details)| (pin, what, withheld, details))
         }))
         .for_each_concurrent(
             RECORDED_AT_ONCE,

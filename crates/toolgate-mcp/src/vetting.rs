@@ -60,12 +60,6 @@ pub enum Verdict {
     Crowded,
 }
 
-impl Verdict {
-    pub fn offered(self) -> bool {
-        matches!(self, Verdict::Pinned | Verdict::Offered)
-    }
-}
-
 /// The gateway's side of vetting (pins kept in the store, changes audited).
 #[async_trait]
 pub trait Vet: Send + Sync {

@@ -37,8 +37,8 @@ impl Notes {
 
 /// The definitions an upstream's tools had at its last listing (each one's hash, and
 /// whether it was the pinned one), and how many listings in a row changed one, named a
-/// new tool or failed. A definition listed again as it was pinned is offered without asking the
-/// store. Each change is pinned and audited (in every tenant's chain, for an operator's
+/// new tool or failed. A definition listed again as it was pinned is offered without
+/// asking the store. Each change is pinned and audited (in every tenant's chain, for an operator's
 /// upstream), so an upstream whose definitions change at every listing is listed less
 /// and less often: kept across reconnections, which would otherwise list it anew four
 /// times a second.
@@ -219,7 +219,10 @@ pub(super) async fn rediscover(
     };
     for (remote, spec, applied, vetted) in candidates {
         if let Some((hash, asked)) = vetted {
-            let verdict = asked.map_or(Verdict::Pinned, |at| verdicts[at]);
+            // A verdict missing (not from `Pins`, which gives one each) withholds.
+            let verdict = asked.map_or(Verdict::Pinned, |at| {
+                verdicts.get(at).copied().unwrap_or(Verdict::Withheld)
+            });
             hashes.insert(remote.clone(), (hash, verdict == Verdict::Pinned));
             let name = &spec.name;
             match verdict {
