@@ -4,6 +4,9 @@
 use super::*;
 use crate::vetting::Verdict;
 
+/// A listing lets other tasks run after this many tools.
+const YIELD_EVERY: usize = 64;
+
 /// At most this many notes are kept from one listing; an upstream listing thousands of
 /// unusable tools gets one more note saying how many were left out.
 const MAX_NOTES: usize = 100;
@@ -87,7 +90,7 @@ fn shown(name: &str) -> String {
 pub(super) async fn rediscover(
     config: &UpstreamConfig,
     peer: &Peer<RoleClient>,
-    registry: &Registry,
+    registry: &Arc<Registry>,
     routes: &Arc<Routes>,
     pool: &Option<Arc<SessionPool>>,
     registered: &mut Vec<String>,
@@ -145,7 +148,12 @@ pub(super) async fn rediscover(
         .iter()
         .map(|n| (toolgate_core::registry::skeleton(n), n.clone()))
         .collect();
-    for tool in tools {
+    for (at, tool) in tools.into_iter().enumerate() {
+        // Each tool is hashed, searched and its schema built: thousands of them would
+        // hold this worker (and the calls queued on it) for a few hundred milliseconds.
+        if at % YIELD_EVERY == YIELD_EVERY - 1 {
+            tokio::task::yield_now().await;
+        }
         let remote = tool.name.to_string();
         if !admitted(&remote) {
             continue;
@@ -255,7 +263,16 @@ pub(super) async fn rediscover(
         }));
     }
     let previous = std::mem::take(registered);
-    for (name, result) in registry.replace(config.owner, &previous, found) {
+    // Registering compiles each tool's input schema (10,000 tools: ~100 ms), on a thread
+    // of its own rather than a worker the gateway's calls are queued on.
+    let (owner, shared) = (config.owner, registry.clone());
+    let replaced = tokio::task::spawn_blocking(move || shared.replace(owner, &previous, found))
+        .await
+        .unwrap_or_else(|err| {
+            tracing::error!(upstream = %config.name, error = %err, "registering the upstream's tools failed");
+            Vec::new()
+        });
+    for (name, result) in replaced {
         match result {
             Ok(()) => registered.push(name),
             Err(err) => {
