@@ -319,11 +319,7 @@ async fn an_upstream_flooding_its_stderr_costs_no_memory_and_is_read_at_a_bounde
             marker.display()
         );
     }
-    let (status, _, body) = gw
-        .invoke("echo", json!({"arguments": {"message": "still here"}}))
-        .await;
-    assert_eq!(status, 200, "{body}");
-    gw.stop().await;
+    still_serves(gw).await;
 }
 
 /// An upstream whose tool list changes (`notifications/tools/list_changed`) is listed
@@ -405,11 +401,7 @@ async fn an_upstream_whose_listings_keep_failing_is_listed_less_and_less_often()
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     listed_less_and_less_often(&counted).await;
-    let (status, _, done) = gw
-        .invoke("echo", json!({"arguments": {"message": "up"}}))
-        .await;
-    assert_eq!(status, 200, "{done}");
-    gw.stop().await;
+    still_serves(gw).await;
 }
 
 /// An upstream naming 9,999 new tools (and `ping`) at every listing fills at most 20,000
@@ -531,11 +523,7 @@ async fn an_upstream_listing_without_end_is_read_to_a_bound_then_refused() {
         !names.iter().any(|n| n.starts_with("endless__")),
         "a refused listing registered tools"
     );
-    let (status, _, done) = gw
-        .invoke("echo", json!({"arguments": {"message": "up"}}))
-        .await;
-    assert_eq!(status, 200, "{done}");
-    gw.stop().await;
+    still_serves(gw).await;
 }
 
 /// While an upstream is away, its tools stay listed but marked unavailable (REST
@@ -691,6 +679,16 @@ impl Counted {
             .and_then(|n| n.trim().parse().ok())
             .unwrap_or(0)
     }
+}
+
+/// The gateway still answers a built-in tool's call, whatever its upstream did; then it
+/// stops.
+async fn still_serves(gw: Gateway) {
+    let (status, _, done) = gw
+        .invoke("echo", json!({"arguments": {"message": "still here"}}))
+        .await;
+    assert_eq!(status, 200, "{done}");
+    gw.stop().await;
 }
 
 /// How many times the upstream was listed in the 8 s from now: listed at 0 s, then 1, 3
