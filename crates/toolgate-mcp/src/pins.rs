@@ -268,6 +268,8 @@ impl<S: PinStore> Vet for Pins<S> {
         let mut verdicts = vec![unpinned; n];
         // The pins to write, and beside each what it decided.
         let (mut pins, mut writes) = (Vec::new(), Vec::new());
+        // New tools past the bound: logged once for the listing, not a line each.
+        let mut crowded = 0;
         let now = chrono::Utc::now();
         for (at, definition) in listed.definitions.iter().enumerate() {
             let stored = match known.get(&definition.tool) {
@@ -289,7 +291,7 @@ impl<S: PinStore> Vet for Pins<S> {
                     }
                 },
                 None if room == 0 => {
-                    tracing::warn!(upstream = %upstream, tool = %definition.exported, pins = MAX_PINS, "a new upstream tool is not pinned: its upstream holds as many pins as are kept");
+                    crowded += 1;
                     verdicts[at] = if quarantine {
                         Verdict::Crowded
                     } else {
@@ -357,6 +359,9 @@ impl<S: PinStore> Vet for Pins<S> {
                 verdict,
                 recorded,
             });
+        }
+        if crowded > 0 {
+            tracing::warn!(upstream = %upstream, tools = crowded, pins = MAX_PINS, "new upstream tools are not pinned: their upstream holds as many pins as are kept");
         }
         if let Err(err) = self.store.save_tool_pins(&pins).await {
             tracing::warn!(error = %err, upstream = %upstream, pins = pins.len(), "could not pin the upstream's tool definitions");

@@ -131,7 +131,7 @@ macro_rules! pin_store {
             pub async fn save_tool_pins(&self, pins: &[PinRecord]) -> Result<(), StoreError> {
                 // An upstream's definition may hold a NUL (see `text::jsonb_text`).
                 let text = |v: &Option<Value>| v.as_ref().map(crate::text::jsonb_text);
-                let statement = format!(
+                let statement: std::sync::Arc<str> = format!(
                     "insert into tool_pin (owner_id, upstream, tool, exported, pinned_hash, pinned, pending_hash, pending, \
                      findings, updated_at, approved_by, approved_at) \
                      values ($1{u}, $2, $3, $4, $5, $6{j}, $7, $8{j}, $9{j}, $10, $11{u}, $12) \
@@ -141,11 +141,12 @@ macro_rules! pin_store {
                      approved_by = excluded.approved_by, approved_at = excluded.approved_at",
                     u = $u,
                     j = $j
-                );
+                )
+                .into();
                 for chunk in pins.chunks(PINS_PER_COMMIT) {
                     let mut tx = self.cross_tx().await?;
                     for pin in chunk {
-                        sqlx::query(sql(statement.clone()))
+                        sqlx::query(sqlx::AssertSqlSafe(statement.clone()))
                             .bind(pin.owner.to_string())
                             .bind(&pin.upstream)
                             .bind(&pin.tool)
@@ -164,19 +165,6 @@ macro_rules! pin_store {
                     tx.commit().await?;
                 }
                 Ok(())
-            }
-
-            /// The owner's pins, by upstream and tool.
-            pub async fn tool_pins(&self, owner: Uuid) -> Result<Vec<PinRecord>, StoreError> {
-                let rows: Vec<Row> = sqlx::query_as(sql(format!(
-                    "select {columns} from tool_pin where owner_id = $1{u} order by upstream, tool",
-                    u = $u,
-                    columns = Self::pin_columns()
-                )))
-                .bind(owner.to_string())
-                .fetch_all(&self.$cross)
-                .await?;
-                rows.into_iter().map(Row::into_record).collect()
             }
 
             /// Up to `limit` of the owner's pins after `after`, in [`PinsAfter`]'s order:
@@ -311,11 +299,18 @@ pub struct PinsAfter {
     pub tool: String,
 }
 
-impl Store {
-    pub async fn tool_pins(&self, owner: Uuid) -> Result<Vec<PinRecord>, StoreError> {
-        dispatch!(self, s => s.tool_pins(owner).await)
+impl From<&PinRecord> for PinsAfter {
+    /// Where a page that ends with `pin` goes on.
+    fn from(pin: &PinRecord) -> Self {
+        Self {
+            waiting: pin.pending_hash.is_some(),
+            upstream: pin.upstream.clone(),
+            tool: pin.tool.clone(),
+        }
     }
+}
 
+impl Store {
     pub async fn tool_pins_page(
         &self,
         owner: Uuid,

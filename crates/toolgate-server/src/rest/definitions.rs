@@ -16,7 +16,7 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::error::{ApiError, Problem};
-use super::extract::{AppJson, AppPath, AppQuery, bounded};
+use super::extract::{AppJson, AppPath, AppQuery, DEFAULT_PAGE, MAX_PAGE, bounded};
 use crate::auth::Caller;
 use crate::state::AppState;
 
@@ -92,9 +92,6 @@ pub struct DefinitionList {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
 }
-
-const DEFAULT_PAGE: usize = 100;
-const MAX_PAGE: usize = 500;
 
 /// A page's `next_cursor`: where it stopped, as hex of JSON (safe in a URL as it is).
 fn next_cursor(after: &PinsAfter) -> String {
@@ -208,14 +205,7 @@ async fn list_definitions(
         .store
         .tool_pins_page(owner, only, after.as_ref(), limit + 1)
         .await?;
-    let next_cursor = (pins.len() > limit).then(|| {
-        let last = &pins[limit - 1];
-        next_cursor(&PinsAfter {
-            waiting: last.pending_hash.is_some(),
-            upstream: last.upstream.clone(),
-            tool: last.tool.clone(),
-        })
-    });
+    let next_cursor = (pins.len() > limit).then(|| next_cursor(&PinsAfter::from(&pins[limit - 1])));
     pins.truncate(limit);
     Ok(AppJson(DefinitionList {
         definitions: pins.into_iter().map(DefinitionView::from).collect(),

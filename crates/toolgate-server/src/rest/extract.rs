@@ -71,6 +71,12 @@ impl<S: Send + Sync> FromRequestParts<S> for CallOrigin {
     }
 }
 
+/// The page size of a list when the caller names none (`limit`), and the most it may
+/// name: the tools' and the tool definitions' lists (the audit, runs and approvals have
+/// their own).
+pub const DEFAULT_PAGE: usize = 100;
+pub const MAX_PAGE: usize = 500;
+
 /// A numeric query parameter `name`: `default` when absent, refused outside `range`
 /// ("limit must be between 1 and 500").
 pub fn bounded<T>(

@@ -18,7 +18,9 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::{ApiError, Problem};
-use super::extract::{AppJson, AppPath, AppQuery, CallOrigin, bounded, located};
+use super::extract::{
+    AppJson, AppPath, AppQuery, CallOrigin, DEFAULT_PAGE, MAX_PAGE, bounded, located,
+};
 use crate::auth::Caller;
 pub use crate::outcome::InvokeResponse;
 use crate::state::AppState;
@@ -29,10 +31,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(get_tool))
         .routes(routes!(invoke_tool))
 }
-
-/// Default and largest page size of `GET /v1/tools`.
-const DEFAULT_PAGE: usize = 100;
-const MAX_PAGE: usize = 500;
 
 /// A tool as listed to callers.
 #[derive(Debug, Serialize, ToSchema)]
